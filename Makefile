@@ -1,0 +1,30 @@
+# kvpilot developer commands. `make demo` and `make test` work on a fresh clone:
+# they create .venv and install what they need first.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test install lint crd clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test,demo]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/kvpilot demo
+
+# pytest exit code 5 (no tests collected) is a failure, like any other non-zero code.
+test: $(STAMP)
+	$(BIN)/lint-imports
+	$(BIN)/pytest tests
+
+crd: $(STAMP)
+	$(BIN)/python -m kvpilot.api.crd > manifests/crd/vllmservers.yaml
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""See kvpilot/__init__.py for this package's job."""

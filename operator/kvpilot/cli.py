@@ -1,0 +1,64 @@
+"""The one entry point: ``kvpilot <command>``.
+
+Thin by design: each subcommand lives in its own module under :mod:`kvpilot.commands`
+(one module per subcommand, as kr8s's CLI does) and is imported only when invoked, so
+``kvpilot kv`` does not pay for kopf or the Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+#: subcommand name -> (module under kvpilot.commands, attribute, one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "operator": ("operator", "command", "Run the VLLMServer operator (kopf run options pass through)."),
+    "render": ("render", "command", "Print the Pod and Service a VLLMServer becomes, offline."),
+    "kv": ("kv", "command", "KV bytes/token, capacity, concurrency and feasibility from config.json."),
+    "simulate": ("simulate", "command", "Run the vLLM engine model: report, --serve /metrics, or --record."),
+    "diagnose": ("diagnose", "command", "Read-only bottleneck diagnosis of vLLM servers."),
+    "alert-hook": ("alert_hook", "command", "Webhook receiver: answers firing alerts with a diagnosis."),
+    "demo": ("demo", "command", "The embedded default: operator, KV math, engine and diagnosis, no cluster."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        module, attr, _ = entry
+        return getattr(importlib.import_module(f"kvpilot.commands.{module}"), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, help_) for name, (_, _, help_) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kvpilot")
+def cli() -> None:
+    """kvpilot: run vLLM on Kubernetes and see, with numbers, why it is slow.
+
+    \b
+    Start here:
+      kvpilot demo                      everything, no cluster, no GPU
+      kvpilot kv config.json --kv-memory 2.5GiB --max-model-len 8192
+      kvpilot diagnose --prometheus http://127.0.0.1:9090
+    """
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="kvpilot")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,57 @@
+"""Helpers shared by the CLI command modules: one-line errors, size parsing."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import NoReturn
+
+import click
+
+EXIT_BAD_INPUT = 2
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|[KMGT]|B)?\s*$", re.IGNORECASE)
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
+    "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30, "gib": 2**30, "ti": 2**40, "tib": 2**40,
+}
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print ``kvpilot: error: <message>`` on one line to stderr and exit with ``code``."""
+    click.echo(f"kvpilot: error: {' '.join(str(message).split())}", err=True)
+    sys.exit(code)
+
+
+def parse_size(text: str, field: str = "size") -> int:
+    """Parse a size such as ``1.5GiB``, ``512MiB``, ``16GB`` or ``1073741824`` into bytes.
+
+    ``GiB``/``MiB``/``KiB``/``Gi`` are powers of 2 (GiB = 2**30 bytes); ``GB``/``MB``/``G`` are
+    powers of 10, as Kubernetes quantities and vLLM's docs use them.
+
+    Raises:
+        ValueError: naming ``field`` when the text is not a non-negative size.
+    """
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError(f"{field}: {text!r} is not a size (examples: 1.5GiB, 512MiB, 16GB)")
+    number, unit = m.groups()
+    return int(round(float(number) * _UNITS[(unit or "").lower()]))
+
+
+class SizeParam(click.ParamType):
+    """click parameter type for sizes (bytes), see :func:`parse_size`."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):  # noqa: D102
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(value, field=f"--{param.name.replace('_', '-')}" if param else "size")
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+SIZE = SizeParam()

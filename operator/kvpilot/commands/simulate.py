@@ -1,0 +1,19 @@
+"""`kvpilot simulate`: not built yet (see the open issues)."""
+
+from __future__ import annotations
+
+import click
+
+from kvpilot.commands._common import fail
+
+
+@click.command(name="simulate", context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def command(args: tuple[str, ...]) -> None:
+    """Not built yet."""
+    fail("'simulate' is not built yet")
+
+
+def vllm_shim() -> None:
+    """Entry point ``vllm``: not built yet."""
+    fail("the vllm shim is not built yet")

@@ -1,0 +1,41 @@
+"""Shared test fixtures.
+
+Real components (Prometheus, promtool, Alertmanager, Helm) are used wherever they run here.
+``require_tool`` skips a test when a binary is missing, except in CI (``CI=true``), where a
+missing tool is a failure: CI must install everything it needs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+FIXTURES = TESTS / "fixtures"
+REPO = TESTS.parent
+
+
+def in_ci() -> bool:
+    """True when running under CI (``CI`` set to a true-ish value)."""
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def require_tool(name: str) -> str:
+    """Return the path of binary ``name``; skip the test without it, or fail under CI."""
+    candidates = [shutil.which(name), str(REPO / ".tools" / "bin" / name)]
+    for path in candidates:
+        if path and os.access(path, os.X_OK):
+            return path
+    message = f"{name} is not installed (.ci/run installs it)"
+    if in_ci():
+        pytest.fail(message + "; CI=true, so a missing tool is a failure")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    """The directory holding test data copied from ../shared/fixtures (each with provenance)."""
+    return FIXTURES
