@@ -1,0 +1,1 @@
+"""Test support: real servers on loopback, started and stopped by PID."""
