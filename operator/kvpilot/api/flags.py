@@ -1,0 +1,89 @@
+"""The vLLM command-line flags kvpilot manages, and how ``extraArgs`` is kept from touching them.
+
+A managed flag is rendered from a spec field; giving it again in ``spec.engine.extraArgs``
+would either conflict with the field or silently override it, so it is refused in every
+spelling vLLM's argument parser accepts:
+
+- dashes or underscores: ``--max-num-seqs``, ``--max_num_seqs`` (vLLM's ``FlexibleArgumentParser``
+  turns underscores in option names into dashes: ``vllm/utils/argparse_utils.py``);
+- ``--flag=value`` and ``--flag value``;
+- prefixes: Python's argparse accepts any unambiguous prefix of a long option (``--max-num-s``
+  is ``--max-num-seqs``). Any prefix of a managed flag is refused: an unambiguous one would
+  reach the managed flag, an ambiguous one (``--max``) is an error in vLLM anyway;
+- vLLM's short alias ``-tp`` for ``--tensor-parallel-size`` (v0.8+), in any form (``-tp 2``,
+  ``-tp=2``).
+
+``--port`` and ``--host`` are managed because the Service, the probes and the Prometheus
+annotations all point at port 8000 on the pod IP; ``--model`` because the model is the
+positional argument of ``vllm serve``. ``--kv-transfer-config`` is managed only while
+``spec.kvOffload`` is set (otherwise a person may use it for another connector).
+"""
+
+from __future__ import annotations
+
+#: flag -> the spec field that renders it (camelCase path, as in SpecError).
+MANAGED_FLAGS: dict[str, str] = {
+    "--model": "spec.model",
+    "--served-model-name": "spec.servedModelName",
+    "--port": "the fixed serving port 8000",
+    "--host": "the pod's address (probes and Service need it)",
+    "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
+    "--max-model-len": "spec.engine.maxModelLen",
+    "--max-num-seqs": "spec.engine.maxNumSeqs",
+    "--max-num-batched-tokens": "spec.engine.maxNumBatchedTokens",
+    "--tensor-parallel-size": "spec.engine.tensorParallelSize",
+    "--enable-prefix-caching": "spec.engine.enablePrefixCaching",
+    "--no-enable-prefix-caching": "spec.engine.enablePrefixCaching",
+    "--enable-chunked-prefill": "spec.engine.enableChunkedPrefill",
+    "--no-enable-chunked-prefill": "spec.engine.enableChunkedPrefill",
+    "--kv-cache-dtype": "spec.engine.kvCacheDtype",
+    "--kv-offloading-backend": "spec.kvOffload",
+    "--kv-offloading-size": "spec.kvOffload",
+}
+
+#: managed only when spec.kvOffload is set
+KV_OFFLOAD_FLAGS: dict[str, str] = {"--kv-transfer-config": "spec.kvOffload"}
+
+#: single-dash aliases vLLM registers for managed flags (vllm/engine/arg_utils.py).
+SHORT_ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size"}
+
+
+def option_name(arg: str) -> str | None:
+    """The option an argv element names, normalised, or None when it is not an option.
+
+    ``"--max_num_seqs=8"`` -> ``"--max-num-seqs"``; ``"-tp=2"`` -> ``"-tp"``; ``"8"`` -> None;
+    ``"--"`` (end of options) -> None.
+    """
+    text = arg.strip()
+    if not text.startswith("-") or text == "--" or len(text) < 2:
+        return None
+    if text[1:2].isdigit() or text[1:2] == ".":  # a negative number is a value, not an option
+        return None
+    head = text.split("=", 1)[0].split(None, 1)[0]
+    if head.startswith("--"):
+        return "--" + head[2:].replace("_", "-")
+    return head
+
+
+def managed_flag(arg: str, kv_offload: bool = False) -> tuple[str, str] | None:
+    """Which managed flag ``arg`` would set in vLLM, as ``(flag, spec field)``, or None.
+
+    Args:
+        arg: one element of ``spec.engine.extraArgs``.
+        kv_offload: True when ``spec.kvOffload`` is set (``--kv-transfer-config`` is then managed).
+    """
+    name = option_name(arg)
+    if name is None:
+        return None
+    flags = dict(MANAGED_FLAGS, **(KV_OFFLOAD_FLAGS if kv_offload else {}))
+    if not name.startswith("--"):
+        for alias, flag in SHORT_ALIASES.items():
+            if name.startswith(alias):
+                return alias, flags[flag]
+        return None
+    if len(name) <= 2:
+        return None
+    for flag, field in flags.items():
+        if flag == name or flag.startswith(name):
+            return flag, field
+    return None

@@ -1,0 +1,108 @@
+"""Turn a VLLMServer body into a validated spec, or a :class:`SpecError` naming the field."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from kvpilot.api.constants import API_VERSION, KIND
+from kvpilot.api.errors import SpecError
+from kvpilot.api.models import VLLMServerSpec, check_server_name
+
+__all__ = ["SpecError", "parse_spec", "parse_resource", "spec_hash", "field_path"]
+
+
+def field_path(loc: tuple[Any, ...], root: str = "spec") -> str:
+    """A pydantic error location as a camelCase field path: ``('engine', 'maxNumSeqs')`` ->
+    ``spec.engine.maxNumSeqs``; list indexes in brackets: ``spec.engine.extraArgs[2]``."""
+    path = root
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in {"function-after", "function-before", "function-plain", "function-wrap"}:
+            continue
+        elif "[" in str(part) and str(part).startswith(("function-", "constrained-", "literal[")):
+            continue  # union/validator tags that are not field names
+        else:
+            path += f".{part}"
+    return path
+
+
+def _message(error: dict[str, Any]) -> str:
+    kind, msg, value = error.get("type", ""), error.get("msg", "invalid"), error.get("input")
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "value_error":
+        return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return f"{msg} (got {json.dumps(value)})"
+    return f"{msg} (got {'a list' if isinstance(value, list) else 'a mapping' if isinstance(value, dict) else type(value).__name__})"
+
+
+def parse_spec(body: dict[str, Any] | None) -> VLLMServerSpec:
+    """Validate a VLLMServer ``spec`` (the dict under ``spec``, camelCase keys) with its defaults.
+
+    Args:
+        body: the spec mapping, e.g. kopf's ``spec`` or ``yaml.safe_load(...)["spec"]``.
+
+    Returns:
+        the validated :class:`VLLMServerSpec` (defaults applied: ttlSeconds 3600, image, probes …).
+
+    Raises:
+        SpecError: the first problem, with the camelCase field path (``spec.engine.maxNumSeqs``)
+            and a one-line message; covers types, bounds, enums, unknown fields and the
+            cross-field rules of :func:`kvpilot.api.models.check_cross_field_rules`.
+    """
+    if body is None:
+        raise SpecError("spec", "required field is missing")
+    if not isinstance(body, dict):
+        raise SpecError("spec", f"must be a mapping, got {type(body).__name__}")
+    try:
+        return VLLMServerSpec.model_validate(dict(body))
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        raise SpecError(field_path(tuple(first["loc"])), _message(first)) from None
+
+
+def parse_resource(obj: Any) -> tuple[str, str | None, VLLMServerSpec]:
+    """Validate a whole VLLMServer object: ``apiVersion``, ``kind``, ``metadata.name``, ``spec``.
+
+    Returns:
+        ``(name, namespace or None, spec)``.
+
+    Raises:
+        SpecError: naming ``apiVersion``, ``kind``, ``metadata.name`` or the spec field.
+    """
+    if not isinstance(obj, dict):
+        raise SpecError("(document)", f"a VLLMServer must be a mapping, got {type(obj).__name__}")
+    if obj.get("kind") != KIND:
+        raise SpecError("kind", f"expected {KIND}, got {obj.get('kind')!r}")
+    if obj.get("apiVersion") != API_VERSION:
+        raise SpecError("apiVersion", f"expected {API_VERSION}, got {obj.get('apiVersion')!r}")
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        raise SpecError("metadata", "required mapping is missing")
+    name = metadata.get("name")
+    if not isinstance(name, str):
+        raise SpecError("metadata.name", "required field is missing")
+    check_server_name(name)
+    namespace = metadata.get("namespace")
+    if namespace is not None and not isinstance(namespace, str):
+        raise SpecError("metadata.namespace", "must be a string")
+    return name, namespace, parse_spec(obj.get("spec"))
+
+
+def spec_hash(spec: VLLMServerSpec) -> str:
+    """A short stable hash (16 hex chars of SHA-256) of what a person set in the spec.
+
+    Hashes ``model_dump(by_alias=True, exclude_unset=True)`` with sorted keys, so a changed
+    kvpilot default (e.g. the default image) does not replace running pods; only a spec edit
+    does. The renderer stores it in the pod annotation ``kvpilot.dev/spec-hash``.
+    """
+    data = spec.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
