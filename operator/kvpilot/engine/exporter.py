@@ -1,0 +1,324 @@
+"""vLLM's ``/metrics`` for the engine model: real names, types, labels, help and buckets per version.
+
+:class:`VLLMMetrics` owns a ``prometheus_client`` ``CollectorRegistry`` laid out as the named vLLM
+release lays out its own (V1 engine, ``vllm/v1/metrics/loggers.py``, single API server):
+
+- names per version from :func:`kvpilot.metrics.catalog.names_for_version`: 0.8 exposes the old
+  names (``vllm:gpu_cache_usage_perc``, ``vllm:gpu_prefix_cache_*``, ``vllm:time_per_output_token_seconds``),
+  0.10 both generations side by side, 0.33 only the new names;
+- no ``engine`` label before 0.8.3 (added by vLLM PR #13923, 2025-03-27);
+- prefix-cache counters in **blocks** before 0.9.0 (vLLM PR #18003 switched them to tokens), so the
+  token counts the engine reports are divided by ``block_size`` for those versions;
+- ``vllm:num_requests_waiting_by_reason{reason}`` since 0.20; external prefix-cache counters since 0.11;
+- ``vllm:cache_config_info``: a gauge set to 1 whose labels are the cache config (plus ``engine``,
+  no ``model_name``), with ``kv_cache_size_tokens``/``kv_cache_max_concurrency`` only since 0.24
+  (background.md §2).
+
+Exposition goes through ``prometheus_client`` exactly as a vLLM server's does, so a Prometheus 2.x
+asking for OpenMetrics gets sample names with ``:`` escaped to ``_`` while ``# HELP``/``# TYPE`` keep
+the colon (testing-notes.md); a plain scrape (``text/plain``) gets the colon names.
+
+Pure logic: no sockets; the CLI serves :meth:`VLLMMetrics.exposition`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
+
+from kvpilot.metrics import catalog
+from kvpilot.metrics.catalog import names_for_version, version_tuple
+
+__all__ = ["VLLMMetrics", "DEFAULT_VLLM_VERSION", "request_token_buckets"]
+
+#: the vLLM release the project's background is written against (background.md, v0.33.0 source).
+DEFAULT_VLLM_VERSION = "0.33.0"
+
+ENGINE_LABEL_SINCE = (0, 8, 3)        # vLLM PR #13923
+PREFIX_TOKENS_SINCE = (0, 9, 0)       # vLLM PR #18003: prefix counters in tokens, blocks before
+KV_SIZE_LABELS_SINCE = (0, 24)        # background.md §2: kv_cache_size_tokens, kv_cache_max_concurrency labels
+KV_SIZE_LABELS = ("kv_cache_size_tokens", "kv_cache_max_concurrency")
+
+# HELP texts of the legacy families as real servers printed them (fixtures production-stack-318 for
+# 0.8, production-stack-617 for 0.10: "DEPRECATED: Use ... instead."; the missing space in
+# "queriedtokens" is vLLM's own).
+_LEGACY_HELP = {
+    "vllm:gpu_cache_usage_perc": "GPU KV-cache usage. 1 means 100 percent usage.",
+    "vllm:gpu_prefix_cache_queries": "GPU prefix cache queries, in terms of number of queriedtokens.",
+    "vllm:gpu_prefix_cache_hits": "GPU prefix cache hits, in terms of number of cached tokens.",
+    "vllm:time_per_output_token_seconds": "Histogram of time per output token in seconds.",
+}
+_BLOCK_HELP = {
+    "vllm:gpu_prefix_cache_queries": "GPU prefix cache queries, in terms of number of queried blocks.",
+    "vllm:gpu_prefix_cache_hits": "GPU prefix cache hits, in terms of number of cached blocks.",
+}
+
+#: labelled children vLLM creates up front: waiting reasons (v1/metrics/loggers.py, v0.20+) and the
+#: finish reasons of ``vllm:request_success`` (``FinishReason``: stop, length, abort; v0.8–v0.33).
+_PREINITIALISED = (
+    ("vllm:num_requests_waiting_by_reason", ("capacity",)),
+    ("vllm:num_requests_waiting_by_reason", ("deferred",)),
+    ("vllm:request_success", ("stop",)),
+    ("vllm:request_success", ("length",)),
+    ("vllm:request_success", ("abort",)),
+)
+
+_BUCKETS = {
+    "vllm:iteration_tokens_total": catalog.ITERATION_TOKENS_BUCKETS,
+    "vllm:time_to_first_token_seconds": catalog.TTFT_BUCKETS,
+    "vllm:inter_token_latency_seconds": catalog.ITL_BUCKETS,
+    "vllm:e2e_request_latency_seconds": catalog.REQUEST_LATENCY_BUCKETS,
+    "vllm:request_queue_time_seconds": catalog.REQUEST_LATENCY_BUCKETS,
+    "vllm:request_prefill_time_seconds": catalog.REQUEST_LATENCY_BUCKETS,
+    "vllm:request_decode_time_seconds": catalog.REQUEST_LATENCY_BUCKETS,
+}
+
+
+def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to ``max_model_len`` (vLLM ``build_1_2_5_buckets``, v1/metrics/loggers.py).
+
+    Raises:
+        ValueError: ``max_model_len`` < 1.
+    """
+    if max_model_len < 1:
+        raise ValueError(f"max_model_len: must be >= 1, got {max_model_len}")
+    out: list[float] = []
+    exponent = 0
+    while True:
+        for m in (1, 2, 5):
+            value = m * 10 ** exponent
+            if value > max_model_len:
+                return tuple(out)
+            out.append(float(value))
+        exponent += 1
+
+
+class VLLMMetrics:
+    """A vLLM server's metrics registry, fed by the engine model.
+
+    Args:
+        vllm_version: the vLLM release to imitate (``"0.8.0"`` … ``"0.33.0"``; default
+            :data:`DEFAULT_VLLM_VERSION`). Decides names, labels and units (module docstring).
+        model_name: value of the ``model_name`` label (vLLM: ``--served-model-name`` or the model id).
+        engine: value of the ``engine`` label (data-parallel rank; ``"0"`` for one engine).
+        cache_config: label set of ``vllm:cache_config_info`` (strings, as vLLM ``str()``s each
+            CacheConfig field): e.g. ``block_size``, ``num_gpu_blocks``, ``gpu_memory_utilization``,
+            ``enable_prefix_caching``, ``cache_dtype``, ``kv_cache_size_tokens``,
+            ``kv_cache_max_concurrency``. ``block_size`` (default ``"16"``) also converts prefix
+            counters to blocks before 0.9.0. The two ``kv_cache_*`` labels are dropped before 0.24.
+        registry: a registry to fill (default: a new one; never the process-global ``REGISTRY``).
+        max_model_len: top of the per-request token histograms' buckets (default 8192, the
+            founding experiment's ``--max-model-len``, background.md §7).
+
+    Raises:
+        ValueError: unparsable ``vllm_version`` or ``block_size``.
+    """
+
+    def __init__(self, *, vllm_version: str = DEFAULT_VLLM_VERSION, model_name: str, engine: str = "0",
+                 cache_config: Mapping[str, str], registry: CollectorRegistry | None = None,
+                 max_model_len: int = 8192):
+        v = version_tuple(vllm_version)
+        if len(v) < 2:
+            raise ValueError(f"vllm_version: {vllm_version!r} is not a version such as 0.10.1")
+        self.vllm_version = vllm_version
+        self.version = v
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.model_name = model_name
+        self.engine = str(engine)
+        self.has_engine_label = v >= ENGINE_LABEL_SINCE
+        self.prefix_in_blocks = v < PREFIX_TOKENS_SINCE
+        try:
+            self.block_size = int(cache_config.get("block_size", "16"))
+        except ValueError:
+            raise ValueError(f"cache_config.block_size: {cache_config['block_size']!r} is not an integer") from None
+        if self.block_size < 1:
+            raise ValueError(f"cache_config.block_size: must be >= 1, got {self.block_size}")
+        self._labelnames = ("model_name", "engine") if self.has_engine_label else ("model_name",)
+        self._labelvalues = (model_name, self.engine) if self.has_engine_label else (model_name,)
+        self._lock = threading.Lock()
+        self._prefix_tokens = {"queries": 0, "hits": 0}
+        self._families: dict[str, list] = {}  # canonical name -> [(exposed family name, child)]
+        self._build(max_model_len)
+        self._cache_config_info(cache_config)
+
+    # ------------------------------------------------------------------ layout
+    def _help(self, canonical: str, exposed: str) -> str:
+        spec = catalog.BY_NAME[canonical]
+        if exposed == canonical:
+            return spec.help
+        if self.prefix_in_blocks and exposed in _BLOCK_HELP:
+            return _BLOCK_HELP[exposed]
+        text = _LEGACY_HELP.get(exposed, spec.help)
+        if canonical in names_for_version(canonical, self.vllm_version):  # both generations: legacy is deprecated
+            text += f" DEPRECATED: Use {canonical} instead."
+        return text
+
+    def _build(self, max_model_len: int) -> None:
+        token_buckets = request_token_buckets(max_model_len)
+        for spec in catalog.CATALOG:
+            if spec.type == "info":
+                continue
+            labels = self._labelnames + spec.labels
+            children = []
+            for exposed in names_for_version(spec.name, self.vllm_version):
+                doc = self._help(spec.name, exposed)
+                if spec.type == "gauge":
+                    metric = Gauge(exposed, doc, labels, registry=self.registry)
+                elif spec.type == "counter":
+                    metric = Counter(exposed, doc, labels, registry=self.registry)
+                else:
+                    buckets = _BUCKETS.get(spec.name, token_buckets)
+                    metric = Histogram(exposed, doc, labels, buckets=buckets, registry=self.registry)
+                children.append(metric)
+            self._families[spec.name] = children
+        # vLLM creates every labelled child at startup, so each series is exposed (at 0) from the first scrape.
+        for canonical, extra in _PREINITIALISED:
+            for metric in self._families.get(canonical, []):
+                metric.labels(*self._labelvalues, *extra)
+        for canonical, children in self._families.items():
+            if not catalog.BY_NAME[canonical].labels:
+                for metric in children:
+                    metric.labels(*self._labelvalues)
+
+    def _cache_config_info(self, cache_config: Mapping[str, str]) -> None:
+        spec = catalog.BY_NAME["vllm:cache_config_info"]
+        labels = {str(k): str(val) for k, val in cache_config.items()}
+        if self.version < KV_SIZE_LABELS_SINCE:
+            for key in KV_SIZE_LABELS:
+                labels.pop(key, None)
+        if self.has_engine_label:
+            labels["engine"] = self.engine
+        names = sorted(labels)
+        self.cache_config_labels = dict(labels)
+        gauge = Gauge("vllm:cache_config_info", spec.help, names, registry=self.registry)
+        gauge.labels(**labels).set(1)
+
+    def _children(self, canonical: str, **extra: str) -> list:
+        return [m.labels(*self._labelvalues, *extra.values()) for m in self._families.get(canonical, [])]
+
+    def _set(self, canonical: str, value: float, **extra: str) -> None:
+        for child in self._children(canonical, **extra):
+            child.set(value)
+
+    def _inc(self, canonical: str, amount: float, **extra: str) -> None:
+        if amount < 0:
+            raise ValueError(f"{canonical}: counter increment must be >= 0, got {amount}")
+        for child in self._children(canonical, **extra):
+            child.inc(amount)
+
+    def _observe(self, canonical: str, value: float) -> None:
+        for child in self._children(canonical):
+            child.observe(value)
+
+    # ------------------------------------------------------------------ engine calls
+    def set_queue(self, *, running: int, waiting: int, waiting_capacity: int, waiting_deferred: int,
+                  kv_cache_usage: float) -> None:
+        """Set the scheduler gauges after a step.
+
+        Args:
+            running: requests in the running list (``vllm:num_requests_running``).
+            waiting: requests in the waiting queue (``vllm:num_requests_waiting``).
+            waiting_capacity / waiting_deferred: the waiting requests split by reason
+                (``vllm:num_requests_waiting_by_reason{reason="capacity"|"deferred"}``, v0.20+).
+            kv_cache_usage: used blocks / usable blocks, ratio 0–1, cached-but-free blocks count
+                as free (``vllm:kv_cache_usage_perc``, or ``gpu_cache_usage_perc`` before 0.11).
+        """
+        self._set("vllm:num_requests_running", running)
+        self._set("vllm:num_requests_waiting", waiting)
+        self._set("vllm:num_requests_waiting_by_reason", waiting_capacity, reason="capacity")
+        self._set("vllm:num_requests_waiting_by_reason", waiting_deferred, reason="deferred")
+        self._set("vllm:kv_cache_usage_perc", kv_cache_usage)
+
+    def record_step(self, *, num_tokens: int, prompt_tokens: int, generation_tokens: int, preemptions: int,
+                    prefix_queries: int, prefix_hits: int, external_queries: int = 0,
+                    external_hits: int = 0) -> None:
+        """Account for one engine step.
+
+        Args:
+            num_tokens: tokens scheduled in the step (observed into ``vllm:iteration_tokens_total``;
+                a step with 0 tokens is not observed, as vLLM only logs steps that ran).
+            prompt_tokens / generation_tokens: prefill / decode tokens computed (counters).
+            preemptions: requests preempted in the step (``vllm:num_preemptions_total``).
+            prefix_queries / prefix_hits: prompt tokens looked up / found in the GPU prefix cache;
+                converted to blocks (``// block_size`` of the running totals) before vLLM 0.9.0.
+            external_queries / external_hits: the same for a KV connector tier (LMCache-like), tokens.
+
+        Raises:
+            ValueError: a negative count.
+        """
+        counts = {"num_tokens": num_tokens, "prompt_tokens": prompt_tokens, "generation_tokens": generation_tokens,
+                  "preemptions": preemptions, "prefix_queries": prefix_queries, "prefix_hits": prefix_hits,
+                  "external_queries": external_queries, "external_hits": external_hits}
+        for field_name, count in counts.items():  # validate before touching any counter
+            if count < 0:
+                raise ValueError(f"{field_name}: must be >= 0, got {count}")
+        if num_tokens > 0:
+            self._observe("vllm:iteration_tokens_total", num_tokens)
+        self._inc("vllm:prompt_tokens", prompt_tokens)
+        self._inc("vllm:generation_tokens", generation_tokens)
+        self._inc("vllm:num_preemptions", preemptions)
+        queries, hits = self._prefix_increments(prefix_queries, prefix_hits)
+        self._inc("vllm:prefix_cache_queries", queries)
+        self._inc("vllm:prefix_cache_hits", hits)
+        self._inc("vllm:external_prefix_cache_queries", external_queries)
+        self._inc("vllm:external_prefix_cache_hits", external_hits)
+
+    def _prefix_increments(self, queries: int, hits: int) -> tuple[float, float]:
+        if not self.prefix_in_blocks:
+            return queries, hits
+        with self._lock:
+            out = []
+            for key, tokens in (("queries", queries), ("hits", hits)):
+                before = self._prefix_tokens[key]
+                self._prefix_tokens[key] = before + tokens
+                out.append(self._prefix_tokens[key] // self.block_size - before // self.block_size)
+            return out[0], out[1]
+
+    def record_request(self, *, ttft: float, itls: Sequence[float], e2e: float, queue_time: float,
+                       prefill_time: float, decode_time: float, prompt_tokens: int, generation_tokens: int,
+                       finished_reason: str) -> None:
+        """Account for one finished request (seconds and tokens).
+
+        Args:
+            ttft: arrival → first token, s (``vllm:time_to_first_token_seconds``).
+            itls: gaps between consecutive output tokens, s (``vllm:inter_token_latency_seconds``
+                and/or ``vllm:time_per_output_token_seconds``: vLLM V1 observes each gap in both).
+            e2e: arrival → finish, s (``vllm:e2e_request_latency_seconds``).
+            queue_time / prefill_time / decode_time: s in WAITING, in prefill, in decode
+                (``vllm:request_{queue,prefill,decode}_time_seconds``).
+            prompt_tokens / generation_tokens: per-request token histograms
+                (``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens``).
+            finished_reason: ``stop`` | ``length`` | ``abort`` | … (``vllm:request_success_total``).
+        """
+        self._observe("vllm:time_to_first_token_seconds", ttft)
+        for gap in itls:
+            self._observe("vllm:inter_token_latency_seconds", gap)
+        self._observe("vllm:e2e_request_latency_seconds", e2e)
+        self._observe("vllm:request_queue_time_seconds", queue_time)
+        self._observe("vllm:request_prefill_time_seconds", prefill_time)
+        self._observe("vllm:request_decode_time_seconds", decode_time)
+        self._observe("vllm:request_prompt_tokens", prompt_tokens)
+        self._observe("vllm:request_generation_tokens", generation_tokens)
+        self._inc("vllm:request_success", 1, finished_reason=finished_reason)
+
+    # ------------------------------------------------------------------ reading
+    def family_names(self) -> list[str]:
+        """Family names registered, as ``prometheus_client`` names them (counters without ``_total``)."""
+        return [m.name for m in self.registry.collect()]
+
+    def collect(self):
+        """``registry.collect()``: the families now, for :func:`kvpilot.metrics.recording.write_recording`."""
+        return list(self.registry.collect())
+
+    def exposition(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The ``/metrics`` body and its Content-Type for an ``Accept`` header.
+
+        ``text/plain`` (or none) → Prometheus text 0.0.4 with colon names; ``application/openmetrics-text``
+        → OpenMetrics as ``prometheus_client.exposition.choose_encoder`` picks it (sample names
+        escaped to ``_`` unless the request asks for ``escaping=allow-utf-8``), as real vLLM servers answer.
+        """
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type

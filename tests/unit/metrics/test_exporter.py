@@ -1,0 +1,178 @@
+"""VLLMMetrics: per-version names, labels, units and exposition (expected sets written by hand
+from background.md §8, the rename notes of the catalog and the captures in tests/fixtures/metrics)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvpilot.engine.exporter import VLLMMetrics, request_token_buckets
+from kvpilot.metrics.exposition import parse_exposition
+
+CACHE = {"block_size": "16", "num_gpu_blocks": "1345", "gpu_memory_utilization": "0.6",
+         "enable_prefix_caching": "True", "kv_cache_size_tokens": "21520", "kv_cache_max_concurrency": "2.63"}
+
+# Present in every V1 release modelled (0.8 on), as TYPE names of the 0.0.4 text format.
+COMMON = {
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_preemptions_total",
+    "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
+    "vllm:iteration_tokens_total", "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+    "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:cache_config_info",
+}
+OLD_KV_PREFIX = {"vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total"}
+NEW_KV_PREFIX = {"vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"}
+EXTERNAL = {"vllm:external_prefix_cache_queries_total", "vllm:external_prefix_cache_hits_total"}
+TPOT = {"vllm:time_per_output_token_seconds"}
+ITL = {"vllm:inter_token_latency_seconds"}
+BY_REASON = {"vllm:num_requests_waiting_by_reason"}
+
+EXPECTED = {
+    "0.8.0": COMMON | OLD_KV_PREFIX | TPOT,
+    "0.8.3": COMMON | OLD_KV_PREFIX | TPOT,
+    "0.9.0": COMMON | OLD_KV_PREFIX | TPOT,
+    "0.10.1": COMMON | OLD_KV_PREFIX | NEW_KV_PREFIX | TPOT | ITL,   # both generations side by side
+    "0.11.0": COMMON | NEW_KV_PREFIX | EXTERNAL | TPOT | ITL,         # old KV/prefix names hidden
+    "0.15.0": COMMON | NEW_KV_PREFIX | EXTERNAL | ITL,                # time_per_output_token removed
+    "0.20.0": COMMON | NEW_KV_PREFIX | EXTERNAL | ITL | BY_REASON,
+    "0.33.0": COMMON | NEW_KV_PREFIX | EXTERNAL | ITL | BY_REASON,
+}
+
+
+def _metrics(version: str) -> VLLMMetrics:
+    return VLLMMetrics(vllm_version=version, model_name="Qwen/Qwen2.5-1.5B-Instruct", cache_config=CACHE)
+
+
+def _text(m: VLLMMetrics) -> str:
+    body, content_type = m.exposition("text/plain")
+    assert content_type.startswith("text/plain; version=0.0.4")
+    return body.decode()
+
+
+def _type_names(text: str) -> set[str]:
+    return {line.split()[2] for line in text.splitlines()
+            if line.startswith("# TYPE") and not line.split()[2].endswith("_created")}
+
+
+@pytest.mark.parametrize("version", sorted(EXPECTED))
+def test_family_names_per_version(version):
+    assert _type_names(_text(_metrics(version))) == EXPECTED[version]
+
+
+def test_engine_label_only_from_083():
+    for version, has_engine in [("0.8.0", False), ("0.8.2", False), ("0.8.3", True), ("0.33.0", True)]:
+        samples = parse_exposition(_text(_metrics(version)))
+        running = [s for s in samples if s.name == "vllm:num_requests_running"]
+        assert len(running) == 1
+        assert ("engine" in running[0].labels) is has_engine, version
+        assert running[0].labels["model_name"] == "Qwen/Qwen2.5-1.5B-Instruct"
+
+
+def test_cache_config_info_labels_by_version():
+    def info(version):
+        samples = parse_exposition(_text(_metrics(version)))
+        (s,) = [s for s in samples if s.name == "vllm:cache_config_info"]
+        return s
+
+    old = info("0.23.0")
+    assert old.value == 1.0
+    assert "kv_cache_size_tokens" not in old.labels and "model_name" not in old.labels
+    assert old.labels["num_gpu_blocks"] == "1345" and old.labels["engine"] == "0"
+    new = info("0.24.0")
+    assert new.labels["kv_cache_size_tokens"] == "21520"
+    assert new.labels["kv_cache_max_concurrency"] == "2.63"
+
+
+def _value(m: VLLMMetrics, name: str, **labels) -> float:
+    hits = [s.value for s in parse_exposition(_text(m))
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(hits) == 1, (name, labels, hits)
+    return hits[0]
+
+
+def test_prefix_counters_in_blocks_before_090():
+    # Two steps of 40 queried / 32 hit tokens with 16-token blocks: totals 80 and 64 tokens
+    # -> 80 // 16 = 5 queried blocks, 64 // 16 = 4 hit blocks. From 0.9.0 the counters are tokens.
+    for version, queries, hits in [("0.8.5", 5.0, 4.0), ("0.9.0", 80.0, 64.0)]:
+        m = _metrics(version)
+        for _ in range(2):
+            m.record_step(num_tokens=40, prompt_tokens=40, generation_tokens=0, preemptions=0,
+                          prefix_queries=40, prefix_hits=32)
+        assert _value(m, "vllm:gpu_prefix_cache_queries_total") == queries
+        assert _value(m, "vllm:gpu_prefix_cache_hits_total") == hits
+
+
+def test_step_and_queue_accounting_033():
+    m = _metrics("0.33.0")
+    m.set_queue(running=4, waiting=7, waiting_capacity=5, waiting_deferred=2, kv_cache_usage=0.25)
+    m.record_step(num_tokens=2048, prompt_tokens=2044, generation_tokens=4, preemptions=1,
+                  prefix_queries=2044, prefix_hits=1024, external_queries=1020, external_hits=512)
+    m.record_step(num_tokens=4, prompt_tokens=0, generation_tokens=4, preemptions=2,
+                  prefix_queries=0, prefix_hits=0)
+    assert _value(m, "vllm:num_requests_running") == 4
+    assert _value(m, "vllm:num_requests_waiting") == 7
+    assert _value(m, "vllm:num_requests_waiting_by_reason", reason="capacity") == 5
+    assert _value(m, "vllm:num_requests_waiting_by_reason", reason="deferred") == 2
+    assert _value(m, "vllm:kv_cache_usage_perc") == 0.25
+    assert _value(m, "vllm:num_preemptions_total") == 3
+    assert _value(m, "vllm:prompt_tokens_total") == 2044
+    assert _value(m, "vllm:generation_tokens_total") == 8
+    assert _value(m, "vllm:prefix_cache_hits_total") == 1024
+    assert _value(m, "vllm:external_prefix_cache_hits_total") == 512
+    # steps of 2048 and 4 tokens: bucket le=4 does not exist; le=8 holds 1, le=1024 holds 1, le=2048 holds 2
+    assert _value(m, "vllm:iteration_tokens_total_bucket", le="8.0") == 1
+    assert _value(m, "vllm:iteration_tokens_total_bucket", le="1024.0") == 1
+    assert _value(m, "vllm:iteration_tokens_total_bucket", le="2048.0") == 2
+    assert _value(m, "vllm:iteration_tokens_total_sum") == 2052
+
+
+def test_record_request_histograms_and_success():
+    m = _metrics("0.10.1")
+    m.record_request(ttft=0.3, itls=[0.02, 0.03, 0.2], e2e=1.2, queue_time=0.1, prefill_time=0.2,
+                     decode_time=0.9, prompt_tokens=30, generation_tokens=4, finished_reason="length")
+    # TTFT 0.3 s: above the 0.25 edge, inside 0.5
+    assert _value(m, "vllm:time_to_first_token_seconds_bucket", le="0.25") == 0
+    assert _value(m, "vllm:time_to_first_token_seconds_bucket", le="0.5") == 1
+    # 0.10 observes each gap in both the new and the deprecated histogram
+    for name in ("vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count"):
+        assert _value(m, name) == 3
+    assert _value(m, "vllm:inter_token_latency_seconds_bucket", le="0.025") == 1
+    assert _value(m, "vllm:request_success_total", finished_reason="length") == 1
+    assert _value(m, "vllm:request_success_total", finished_reason="stop") == 0
+    # prompt 30 tokens: buckets 1, 2, 5, 10, 20, 50 -> in le=50 not le=20
+    assert _value(m, "vllm:request_prompt_tokens_bucket", le="20.0") == 0
+    assert _value(m, "vllm:request_prompt_tokens_bucket", le="50.0") == 1
+
+
+def test_openmetrics_request_escapes_sample_names_but_not_help():
+    m = _metrics("0.33.0")
+    body, content_type = m.exposition("application/openmetrics-text;version=1.0.0;q=0.5,text/plain;q=0.1")
+    text = body.decode()
+    assert content_type.startswith("application/openmetrics-text")
+    assert "# TYPE vllm:num_requests_running gauge" in text
+    assert 'vllm_num_requests_running{engine="0",model_name="Qwen/Qwen2.5-1.5B-Instruct"} 0.0' in text
+    assert "\nvllm:num_requests_running{" not in text
+    assert text.endswith("# EOF\n")
+    # and our parser reads it back
+    assert any(s.name == "vllm_num_preemptions_total" for s in parse_exposition(text))
+
+
+def test_request_token_buckets():
+    assert request_token_buckets(8192) == (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+    assert request_token_buckets(1) == (1,)
+    with pytest.raises(ValueError, match="max_model_len"):
+        request_token_buckets(0)
+
+
+def test_bad_version_and_block_size():
+    with pytest.raises(ValueError, match="vllm_version"):
+        VLLMMetrics(vllm_version="latest", model_name="m", cache_config={})
+    with pytest.raises(ValueError, match="block_size"):
+        VLLMMetrics(model_name="m", cache_config={"block_size": "x"})
+
+
+def test_negative_counts_rejected():
+    m = _metrics("0.33.0")
+    with pytest.raises(ValueError, match="preemptions"):
+        m.record_step(num_tokens=1, prompt_tokens=5, generation_tokens=1, preemptions=-1,
+                      prefix_queries=0, prefix_hits=0)
+    assert _value(m, "vllm:prompt_tokens_total") == 0  # nothing applied
