@@ -1,14 +1,75 @@
-"""`kvpilot render`: not built yet (see the open issues)."""
+"""`kvpilot render FILE`: the Pod and Service a VLLMServer becomes, offline, as a ``v1`` ``List``."""
 
 from __future__ import annotations
 
+import json
+import sys
+
 import click
+import yaml
 
 from kvpilot.commands._common import fail
 
+_EPILOG = """\b
+Examples:
+  kvpilot render manifests/examples/experiment.yaml
+  kvpilot render manifests/examples/production-fp8.yaml -o json
+  kvpilot render server.yaml --namespace llm | kubectl apply --dry-run=server -f -
+  cat server.yaml | kvpilot render -
 
-@click.command(name="render", context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def command(args: tuple[str, ...]) -> None:
-    """Not built yet."""
-    fail("'render' is not built yet")
+\b
+FILE holds one or more VLLMServer documents (apiVersion kvpilot.dev/v1alpha1); "-" reads stdin.
+The output is what the operator would create, without owner references (there is no live
+object to own them). Bad input exits with code 2 and a one-line reason naming the field.
+"""
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        fail(f"{path}: cannot read: {reason}")
+
+
+def _documents(path: str, text: str) -> list[object]:
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        fail(f"{path}: not valid YAML{where}: {problem}")
+    if not docs:
+        fail(f"{path}: no VLLMServer in the file (it is empty)")
+    return docs
+
+
+@click.command(name="render", epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("file", metavar="FILE")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
+              help="Output format.")
+@click.option("-n", "--namespace", default=None,
+              help="Namespace of the objects. Default: the VLLMServer's metadata.namespace, else 'default'.")
+def command(file: str, output: str, namespace: str | None) -> None:
+    """Print the Pod and Service a VLLMServer becomes, offline, as a v1 List."""
+    from kvpilot.api import SpecError, parse_resource
+    from kvpilot.render import render_objects
+
+    docs = _documents(file, _read(file))
+    items: list[dict] = []
+    for index, doc in enumerate(docs, start=1):
+        where = file if len(docs) == 1 else f"{file} (document {index})"
+        try:
+            name, meta_namespace, spec = parse_resource(doc)
+            items += render_objects(name, namespace or meta_namespace or "default", spec)
+        except SpecError as exc:
+            fail(f"{where}: {exc}")
+    result = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
+    if output == "json":
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(yaml.safe_dump(result, sort_keys=False, width=120), nl=False)

@@ -1,0 +1,246 @@
+"""VLLMServer spec -> the Pod and Service it becomes. Pure: no I/O beyond reading the templates.
+
+Templates (``kvpilot/render/templates/*.j2``, package data) are rendered with Jinja2's
+``StrictUndefined`` (a missing variable is an error, never an empty string) and parsed back with
+``yaml.safe_load``. Contract: design.md "The pod".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from typing import Any
+
+import yaml
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from kvpilot.api import API_VERSION, KIND, VLLM_PORT, SpecError, VLLMServerSpec, check_server_name, parse_spec, spec_hash
+from kvpilot.api.quantity import format_bytes_quantity, format_gib, parse_quantity
+
+#: Labels on the Pod and the Service (design.md "The pod").
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_SERVER = "kvpilot.dev/server"
+#: Pod annotations set by kvpilot (a model id such as ``Qwen/Qwen2.5-1.5B-Instruct`` is not a
+#: valid label value, so the model goes into an annotation).
+ANNOTATION_MODEL = "kvpilot.dev/model"
+ANNOTATION_SPEC_HASH = "kvpilot.dev/spec-hash"
+
+#: LMCache's documented default chunk size (tokens), "Configuring LMCache".
+LMCACHE_CHUNK_SIZE = 256
+#: ``--kv-transfer-config`` value for LMCache's vLLM v1 connector, storing and loading KV.
+LMCACHE_KV_TRANSFER_CONFIG = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Environment:
+    return Environment(
+        loader=PackageLoader("kvpilot.render", "templates"),
+        undefined=StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+    )
+
+
+def _number(value: float) -> str:
+    """A float flag value in its shortest exact form: 0.6 -> ``0.6``, 0.93 -> ``0.93``, 1.0 -> ``1.0``."""
+    return repr(float(value))
+
+
+def vllm_command(spec: VLLMServerSpec) -> list[str]:
+    """The container command: ``vllm serve <model>`` plus the managed flags the spec sets.
+
+    Order: ``--served-model-name``, ``--gpu-memory-utilization``, ``--max-model-len``,
+    ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--tensor-parallel-size``,
+    ``--enable-prefix-caching``/``--no-enable-prefix-caching``,
+    ``--enable-chunked-prefill``/``--no-enable-chunked-prefill``, ``--kv-cache-dtype``, the
+    KV-offload flags, ``--port 8000``, then ``extraArgs`` verbatim. An unset field renders
+    nothing, so vLLM's own default applies. Each flag and its value are separate argv elements.
+
+    KV offload (``spec.kvOffload``):
+
+    - ``lmcache``: ``--kv-transfer-config {"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}``
+      (vLLM's ``KVTransferConfig``, ``vllm/config/kv_transfer.py``; LMCache's vLLM quickstart);
+      the size goes into LMCache's environment (see the pod template);
+    - ``native``: ``--kv-offloading-backend native --kv-offloading-size <GiB>`` (vLLM's
+      ``CacheConfig.kv_offloading_size``, "in GiB", total over all TP ranks; vLLM >= 0.11.1).
+    """
+    e = spec.engine
+    argv = ["vllm", "serve", spec.model]
+    if spec.served_model_name is not None:
+        argv += ["--served-model-name", spec.served_model_name]
+    if e.gpu_memory_utilization is not None:
+        argv += ["--gpu-memory-utilization", _number(e.gpu_memory_utilization)]
+    for flag, value in (
+        ("--max-model-len", e.max_model_len),
+        ("--max-num-seqs", e.max_num_seqs),
+        ("--max-num-batched-tokens", e.max_num_batched_tokens),
+        ("--tensor-parallel-size", e.tensor_parallel_size),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    if e.enable_prefix_caching is not None:
+        argv.append("--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching")
+    if e.enable_chunked_prefill is not None:
+        argv.append("--enable-chunked-prefill" if e.enable_chunked_prefill else "--no-enable-chunked-prefill")
+    if e.kv_cache_dtype is not None:
+        argv += ["--kv-cache-dtype", e.kv_cache_dtype]
+    if spec.kv_offload is not None:
+        if spec.kv_offload.backend == "lmcache":
+            argv += ["--kv-transfer-config", json.dumps(LMCACHE_KV_TRANSFER_CONFIG, separators=(",", ":"))]
+        else:
+            size = format_gib(parse_quantity(spec.kv_offload.cpu_memory))
+            argv += ["--kv-offloading-backend", "native", "--kv-offloading-size", size]
+    argv += ["--port", str(VLLM_PORT)]
+    argv += list(e.extra_args)
+    return argv
+
+
+def managed_labels(name: str) -> dict[str, str]:
+    """The labels kvpilot puts on a server's Pod and Service (and selects the pod by)."""
+    return {
+        LABEL_NAME: "vllm",
+        LABEL_INSTANCE: name,
+        LABEL_MANAGED_BY: "kvpilot",
+        LABEL_SERVER: name,
+    }
+
+
+def owner_references(owner: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """``ownerReferences`` pointing at the VLLMServer, as the controller (deleting it deletes both).
+
+    Args:
+        owner: the VLLMServer object (``apiVersion``, ``kind``, ``metadata.name``, ``metadata.uid``)
+            as kopf's ``body`` or the API returns it; None for no owner (offline rendering).
+
+    Raises:
+        SpecError: on ``metadata.uid`` / ``metadata.name`` when the owner lacks them.
+    """
+    if owner is None:
+        return []
+    meta = owner.get("metadata") or {}
+    if not meta.get("uid"):
+        raise SpecError("metadata.uid", "the owner has no uid (is it an object read from the API?)")
+    if not meta.get("name"):
+        raise SpecError("metadata.name", "the owner has no name")
+    return [{
+        "apiVersion": owner.get("apiVersion", API_VERSION),
+        "kind": owner.get("kind", KIND),
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }]
+
+
+def container_resources(spec: VLLMServerSpec) -> dict[str, dict[str, str]]:
+    """The vLLM container's ``resources``; quantities as strings (kubernetes 37 requires it).
+
+    - ``limits[gpuResourceName] = gpus`` (extended resources: the request defaults to the limit);
+    - memory: request = limit = ``resources.memory`` + ``kvOffload.cpuMemory``; without
+      ``resources.memory`` only the offload size is requested and no limit is set;
+    - cpu: a request only (no cpu limit).
+    """
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {spec.resources.gpu_resource_name: str(spec.gpu_count)}
+    offload = parse_quantity(spec.kv_offload.cpu_memory) if spec.kv_offload is not None else 0
+    if spec.resources.memory is not None:
+        memory = spec.resources.memory if not offload else format_bytes_quantity(
+            parse_quantity(spec.resources.memory) + offload)
+        requests["memory"] = limits["memory"] = memory
+    elif offload:
+        requests["memory"] = format_bytes_quantity(offload)
+    if spec.resources.cpu is not None:
+        requests["cpu"] = spec.resources.cpu
+    out: dict[str, dict[str, str]] = {"limits": limits}
+    if requests:
+        out["requests"] = requests
+    return out
+
+
+def _env(spec: VLLMServerSpec) -> list[dict[str, Any]]:
+    return [v.model_dump(by_alias=True, exclude_none=True) for v in spec.env]
+
+
+def _lmcache(spec: VLLMServerSpec) -> dict[str, Any] | None:
+    if spec.kv_offload is None or spec.kv_offload.backend != "lmcache":
+        return None
+    user_set_chunk = any(v.name == "LMCACHE_CHUNK_SIZE" for v in spec.env)
+    return {
+        "max_local_cpu_size": format_gib(parse_quantity(spec.kv_offload.cpu_memory)),
+        "chunk_size": None if user_set_chunk else str(LMCACHE_CHUNK_SIZE),
+    }
+
+
+def _render(template: str, **context: Any) -> dict[str, Any]:
+    text = _environment().get_template(template).render(**context)
+    return yaml.safe_load(text)
+
+
+def render_pod(name: str, namespace: str, spec: VLLMServerSpec, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The vLLM Pod (a dict ready for the API), see :func:`render_objects`."""
+    labels = dict(spec.pod_labels)
+    labels.update(managed_labels(name))
+    annotations = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(VLLM_PORT),
+        "prometheus.io/path": "/metrics",
+    }
+    annotations.update(spec.pod_annotations)
+    annotations.update({ANNOTATION_MODEL: spec.model, ANNOTATION_SPEC_HASH: spec_hash(spec)})
+    probes = spec.probes
+    return _render(
+        "pod.yaml.j2",
+        name=name,
+        namespace=namespace,
+        spec=spec,
+        pod_labels=labels,
+        pod_annotations=annotations,
+        owner_references=owner_references(owner),
+        command=vllm_command(spec),
+        port=VLLM_PORT,
+        env=_env(spec),
+        lmcache=_lmcache(spec),
+        native_offload=spec.kv_offload is not None and spec.kv_offload.backend == "native",
+        resources=container_resources(spec),
+        tolerations=[t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations or []],
+        startup_failure_threshold=math.ceil(probes.startup_timeout_seconds / probes.period_seconds),
+    )
+
+
+def render_service(name: str, namespace: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Service on port 8000 (named ``http``) selecting the server's pod."""
+    return _render(
+        "service.yaml.j2",
+        name=name,
+        namespace=namespace,
+        labels=managed_labels(name),
+        selector={LABEL_SERVER: name, LABEL_MANAGED_BY: "kvpilot"},
+        owner_references=owner_references(owner),
+        port=VLLM_PORT,
+    )
+
+
+def render_objects(
+    name: str,
+    namespace: str,
+    spec: VLLMServerSpec | dict[str, Any],
+    owner: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """The objects a VLLMServer becomes: ``[Pod, Service]``, both named ``name``.
+
+    Args:
+        name: the VLLMServer's ``metadata.name`` (an RFC 1035 label: it names the Service).
+        namespace: where the objects go.
+        spec: a validated :class:`VLLMServerSpec`, or the raw ``spec`` dict (validated here).
+        owner: the VLLMServer object, for controller owner references; None offline.
+
+    Raises:
+        SpecError: for an invalid spec or name, naming the field.
+    """
+    check_server_name(name)
+    if not isinstance(spec, VLLMServerSpec):
+        spec = parse_spec(spec)
+    return [render_pod(name, namespace, spec, owner), render_service(name, namespace, owner)]
