@@ -1,14 +1,191 @@
-"""`kvpilot kv`: not built yet (see the open issues)."""
+"""``kvpilot kv CONFIG``: KV bytes/token, capacity, concurrency and feasibility (thin; math in kvpilot.kv)."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+from pathlib import Path
+
 import click
 
-from kvpilot.commands._common import fail
+from kvpilot.commands._common import SIZE, fail
+from kvpilot.kv import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_OVERHEAD_BYTES,
+    GIB,
+    KVCapacity,
+    KVConfigError,
+    capacity,
+)
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-@click.command(name="kv", context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def command(args: tuple[str, ...]) -> None:
-    """Not built yet."""
-    fail("'kv' is not built yet")
+def _read_json(path: Path, what: str) -> object:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        fail(f"{what}: cannot read {path}: {exc.strerror or exc}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"{what}: {path} is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})")
+
+
+def local_weights_bytes(folder: Path) -> int | None:
+    """Total bytes of a local model folder's weights: the safetensors index's ``metadata.total_size``,
+    else the sum of ``*.safetensors`` file sizes; None when there are none."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        data = _read_json(index, "model.safetensors.index.json")
+        total = data.get("metadata", {}).get("total_size") if isinstance(data, dict) else None
+        if isinstance(total, int) and total > 0:
+            return total
+    files = sorted(folder.glob("*.safetensors"))
+    return sum(f.stat().st_size for f in files) if files else None
+
+
+def load_config(source: str) -> tuple[dict, Path | None]:
+    """Read CONFIG: a config.json file, a folder holding one, or a Hugging Face model id (downloaded).
+
+    Returns ``(config, model_folder_or_None)``. Exits 2 with a one-line reason on any failure.
+    """
+    path = Path(source).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            fail(f"CONFIG: folder {path} holds no config.json")
+        return _read_json(path / "config.json", "CONFIG"), path
+    if path.is_file():
+        return _read_json(path, "CONFIG"), path.parent
+    if not _HUB_ID.match(source) or source.endswith(".json"):
+        fail(f"CONFIG: no such file or folder: {source}")
+    try:
+        from huggingface_hub import hf_hub_download
+
+        downloaded = hf_hub_download(repo_id=source, filename="config.json")
+    except Exception as exc:  # noqa: BLE001 - offline, gated, missing repo: one line, exit 2
+        fail(f"CONFIG: cannot fetch config.json of {source} from the Hugging Face Hub "
+             f"({type(exc).__name__}); download https://huggingface.co/{source}/resolve/main/config.json "
+             "and pass the file (or its folder)")
+    return _read_json(Path(downloaded), "CONFIG"), None
+
+
+def _gib(value: int | float | None) -> str:
+    return "-" if value is None else f"{value / GIB:.4f} GiB"
+
+
+def render_text(cap: KVCapacity, source: str) -> None:
+    """Print the capacity as a rich table with units (GiB = 2^30 bytes)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    fp, spec = cap.fp, cap.spec
+    table = Table(title=f"KV cache of {source}" + ("  (estimate)" if cap.estimate else ""), show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    layers = f"{fp.full_layers} full"
+    if fp.sliding_layers:
+        layers += f", {fp.sliding_layers} sliding (window {spec.sliding_window:,})"
+    if fp.state_layers:
+        layers += f", {fp.state_layers} Mamba/linear"
+    rows = [
+        ("attention", f"{spec.attention.upper()}, {spec.num_layers} layers ({layers})"),
+        ("KV heads per GPU × head dim", f"{fp.kv_heads_per_gpu} × {spec.head_dim} ({spec.num_kv_heads} KV heads total)"),
+        ("KV element", f"{fp.element_bytes} byte(s) ({cap.inputs['kv_cache_dtype']}; model {spec.model_dtype})"),
+        ("bytes per token (per GPU)", f"{cap.bytes_per_token:,} B ({cap.bytes_per_token / 1024:g} KiB)"),
+    ]
+    if fp.sliding_bytes_per_token:
+        rows.append(("sliding layers per token", f"{fp.sliding_bytes_per_token:,} B (held for the window only)"))
+    if cap.state_bytes_per_request:
+        rows.append(("fixed state per request", f"{cap.state_bytes_per_request:,} B ({_gib(cap.state_bytes_per_request)})"))
+    rows.append((f"one request of {cap.max_model_len:,} tokens", _gib(cap.request_bytes)))
+    if cap.kv_memory_bytes is not None:
+        rows += [
+            ("KV memory per GPU", f"{_gib(cap.kv_memory_bytes)} ({cap.inputs['memory_source']})"),
+            ("KV tokens", f"{cap.kv_tokens:,}"),
+            (f"KV blocks (block size {cap.block_size})", f"{cap.kv_blocks:,} ({cap.usable_blocks:,} usable + 1 null block)"),
+            (f"max concurrency at {cap.max_model_len:,} tokens", f"{cap.max_concurrency:.2f}x"),
+            ("one max_model_len request fits", "yes" if cap.fits else "NO: vLLM refuses to start"),
+            ("largest max_model_len that fits",
+             "no limit from KV" if cap.max_model_len_that_fits is None else f"{cap.max_model_len_that_fits:,}"),
+        ]
+        if cap.min_gpu_memory_utilization_to_fit is not None:
+            rows.append(("smallest gpu_memory_utilization that fits", f"{cap.min_gpu_memory_utilization_to_fit:.4f}"))
+        if cap.data_parallel_size > 1:
+            rows.append((f"KV tokens, {cap.data_parallel_size} DP replicas", f"{cap.kv_tokens * cap.data_parallel_size:,}"))
+    for name, value in rows:
+        table.add_row(name, value)
+    console = Console(soft_wrap=True)
+    console.print(table)
+    if cap.kv_memory_bytes is None:
+        console.print("Give --kv-memory, or --gpu-memory with --weights-memory, for tokens, blocks and concurrency.")
+    for note in cap.notes:
+        console.print(f"note: {note}", highlight=False)
+
+
+EPILOG = """\b
+Examples:
+  kvpilot kv config.json --kv-memory 2.89GiB --max-model-len 29000
+  kvpilot kv ./Qwen2.5-7B-Instruct --gpu-memory 24GiB --gpu-memory-utilization 0.9
+  kvpilot kv Qwen/Qwen2.5-1.5B-Instruct --kv-cache-dtype fp8 -o json
+  kvpilot kv config.json --tensor-parallel-size 2 --gpu-memory 24GiB --weights-memory 13.95GB
+"""
+
+
+@click.command(name="kv", epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"],
+                                                            "max_content_width": 110})
+@click.argument("config", metavar="CONFIG")
+@click.option("--kv-cache-dtype", default="auto", show_default=True,
+              help="vLLM KV cache dtype: auto (= model dtype), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2, fp8_ds_mla.")
+@click.option("--tensor-parallel-size", "-tp", type=int, default=1, show_default=True,
+              help="GPUs per replica; divides KV heads (not MLA).")
+@click.option("--data-parallel-size", "-dp", type=int, default=1, show_default=True,
+              help="Replicas; never divides per-GPU KV.")
+@click.option("--max-model-len", type=int, default=None, help="Tokens of one request [default: the config's].")
+@click.option("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, show_default=True, help="Tokens per KV block.")
+@click.option("--gpu-memory-utilization", type=float, default=DEFAULT_GPU_MEMORY_UTILIZATION, show_default=True,
+              help="Fraction (0-1] of GPU memory vLLM may use.")
+@click.option("--max-num-batched-tokens", type=int, default=DEFAULT_MAX_NUM_BATCHED_TOKENS, show_default=True,
+              help="Token budget per step (bounds sliding-window blocks).")
+@click.option("--kv-memory", type=SIZE, default=None,
+              help="KV pool per GPU, as vLLM logs 'Available KV cache memory' (e.g. 2.89GiB).")
+@click.option("--gpu-memory", type=SIZE, default=None, help="Memory of one GPU (e.g. 24GiB, 80GB).")
+@click.option("--weights-memory", type=SIZE, default=None,
+              help="Weights per GPU [default: *.safetensors of a local model folder ÷ TP].")
+@click.option("--overhead-memory", type=SIZE, default=None,
+              help=f"Activations + CUDA context + graphs per GPU [default: {DEFAULT_OVERHEAD_BYTES / GIB:.2f}GiB, estimate].")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def command(config, kv_cache_dtype, tensor_parallel_size, data_parallel_size, max_model_len, block_size,
+            gpu_memory_utilization, max_num_batched_tokens, kv_memory, gpu_memory, weights_memory,
+            overhead_memory, output):
+    """KV bytes/token, capacity, concurrency and feasibility of a model, from its config.json.
+
+    CONFIG is a config.json file, a folder holding one (its *.safetensors give the weight size), or a
+    Hugging Face model id (config.json is downloaded). Sizes accept GiB/MiB/GB suffixes (GiB = 2^30 bytes).
+    Exit status: 0 success, 2 bad input.
+    """
+    cfg, folder = load_config(config)
+    weights_source = "--weights-memory" if weights_memory is not None else None
+    if weights_memory is None and gpu_memory is not None and kv_memory is None and folder is not None:
+        total = local_weights_bytes(folder)
+        if total is not None:
+            weights_memory = total // max(1, tensor_parallel_size)
+            weights_source = f"{folder}/*.safetensors ÷ TP"
+    try:
+        cap = capacity(cfg, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
+                       data_parallel_size=data_parallel_size, max_model_len=max_model_len, block_size=block_size,
+                       max_num_batched_tokens=max_num_batched_tokens, kv_memory_bytes=kv_memory,
+                       gpu_memory_bytes=gpu_memory, gpu_memory_utilization=gpu_memory_utilization,
+                       weights_bytes=weights_memory, overhead_bytes=overhead_memory)
+    except KVConfigError as exc:
+        fail(str(exc))
+    if output == "json":
+        doc = cap.to_json()
+        doc["inputs"].update({"config": config, "weights_source": weights_source,
+                              "hf_offline": os.environ.get("HF_HUB_OFFLINE")})
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        render_text(cap, config)

@@ -1,1 +1,35 @@
-"""See kvpilot/__init__.py for this package's job."""
+"""KV cache math from a model's config.json: bytes per token, capacity, concurrency, startup feasibility.
+
+Pure (no I/O). Public API:
+
+* :func:`kv_spec_from_config` (config dict → :class:`KVSpec`),
+* :func:`bytes_per_token` (per GPU, bytes), :func:`footprint` (:class:`KVFootprint`),
+* :func:`capacity` (:class:`KVCapacity`, ``to_json()`` = ``kvpilot kv -o json``),
+* :func:`startup_memory_check` (free memory vs ``gpu_memory_utilization``),
+* :func:`kvpilot.kv.preflight.kv_capacity_condition` (the operator's ``KVCapacity`` condition).
+
+Errors are :class:`KVConfigError` (``.field`` names the config field or option).
+"""
+
+from kvpilot.kv.capacity import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_OVERHEAD_BYTES,
+    GIB,
+    KVCapacity,
+    MemoryBudget,
+    StartupMemoryCheck,
+    capacity,
+    kv_memory_budget,
+    startup_memory_check,
+)
+from kvpilot.kv.size import KVFootprint, bytes_per_token, footprint, kv_element_bytes
+from kvpilot.kv.spec import KVConfigError, KVSpec, kv_spec_from_config
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE", "DEFAULT_GPU_MEMORY_UTILIZATION", "DEFAULT_MAX_NUM_BATCHED_TOKENS",
+    "DEFAULT_OVERHEAD_BYTES", "GIB", "KVCapacity", "KVConfigError", "KVFootprint", "KVSpec", "MemoryBudget",
+    "StartupMemoryCheck", "bytes_per_token", "capacity", "footprint", "kv_element_bytes", "kv_memory_budget",
+    "kv_spec_from_config", "startup_memory_check",
+]

@@ -1,0 +1,340 @@
+"""KV capacity: tokens, blocks, concurrency and startup feasibility, the way vLLM computes them.
+
+Pure arithmetic. Sources (vLLM main as stored, the v0.3x line; background.md §2, §4, §7):
+
+* Blocks: ``num_blocks = available_memory // page_size // num_layers`` (``get_num_blocks``,
+  vllm/v1/core/kv_cache_utils.py), i.e. ``kv_memory // (block_size × bytes_per_token)``, rounded down.
+* Tokens: ``GPU KV cache size: N tokens`` logs ``num_blocks // num_groups × block_size``
+  (``_report_kv_cache_config``): the block count *including* block 0, the reserved null block
+  (``BlockPool``), so usable blocks = ``num_blocks - 1`` (background.md §4: 21,520 tokens = 1,345 blocks,
+  1,344 usable).
+* Concurrency: ``num_blocks / ceil(max_memory_usage_per_request / memory_per_block)``
+  (``get_max_concurrency_for_kv_cache_config``), logged as ``Maximum concurrency for N tokens per request: X.XXx``.
+* Fits: startup fails when one ``max_model_len`` request needs more KV memory than is available
+  (``check_enough_kv_cache_memory``); the "estimated maximum model length" is the largest length whose
+  blocks fit (``_estimate_max_model_len_from_groups``: binary search over ``ceil(len / block) × page``).
+* Available KV memory from the GPU: ``total × gpu_memory_utilization − weights − (activation peak +
+  non-torch memory + CUDA graphs)`` (vLLM's memory profiling, ``Memory profiling results`` log). The
+  overhead is not knowable offline; :data:`DEFAULT_OVERHEAD_BYTES` is an estimate (see its comment).
+* Startup free-memory check: vLLM refuses to start when ``free < gpu_memory_utilization × total``
+  ("Free memory on device … on startup is less than desired GPU memory utilization"), see
+  :func:`startup_memory_check`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvpilot.kv.size import KVFootprint, footprint
+from kvpilot.kv.spec import KVConfigError, KVSpec, ceil_div, kv_spec_from_config
+
+GIB = 2**30
+#: vLLM's default ``--block-size`` for CUDA attention backends (CacheConfig), background.md §4.
+DEFAULT_BLOCK_SIZE = 16
+#: vLLM's default ``--gpu-memory-utilization`` for v0.30–v0.33 (0.9 up to v0.19), background.md §7.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+#: vLLM's default ``--max-num-batched-tokens`` on < 70 GiB GPUs (background.md §7); bounds sliding-window blocks.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+#: Estimated non-weight, non-KV GPU memory of a vLLM instance (activation peak of the profiling run,
+#: CUDA context/NCCL "non-torch" memory, CUDA graphs), bytes. 1.35 GiB is what the reference deployment
+#: leaves after weights and KV (background.md §7/§9: Qwen2.5-1.5B-Instruct on an 8 GiB GPU at
+#: utilization 0.60 logged 21,520 KV tokens: 0.60 × 8 GiB − 2.875 GiB weights (1,543,714,304 bf16
+#: parameters) − 0.575 GiB KV = 1.35 GiB). vLLM's profile in case C01 (non_torch 0.35 GiB, activation peak
+#: ~2 GiB at 20k tokens without chunked prefill) shows it varies with model and flags: pass the real value
+#: (``--overhead-memory``) when known.
+DEFAULT_OVERHEAD_BYTES = int(1.35 * GIB)
+
+
+def _check_positive(value, name: str, *, integer: bool = True, upper: float | None = None):
+    bad_type = isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and value != int(value))
+    if bad_type or value <= 0 or (upper is not None and value > upper):
+        rule = "a whole number > 0" if integer else f"a number in (0, {upper}]" if upper else "a number > 0"
+        raise KVConfigError(name, f"must be {rule}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """Where the KV memory of one GPU comes from (bytes).
+
+    Attributes:
+        kv_memory_bytes: memory for the KV block pool ("Available KV cache memory").
+        source: ``kv-memory`` (given) or ``gpu-memory`` (derived: total × utilization − weights − overhead).
+        gpu_memory_bytes / gpu_memory_utilization / weights_bytes / overhead_bytes: the inputs, or None.
+        non_kv_bytes: ``total × utilization − kv_memory`` (weights, activations, graphs), when total is known.
+    """
+
+    kv_memory_bytes: int
+    source: str
+    gpu_memory_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
+    weights_bytes: int | None = None
+    overhead_bytes: int | None = None
+    non_kv_bytes: int | None = None
+
+
+def kv_memory_budget(*, kv_memory_bytes: int | None = None, gpu_memory_bytes: int | None = None,
+                     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+                     weights_bytes: int | None = None,
+                     overhead_bytes: int | None = DEFAULT_OVERHEAD_BYTES) -> MemoryBudget | None:
+    """The KV memory of one GPU: given (``kv_memory_bytes``) or ``floor(total × util) − weights − overhead``.
+
+    Returns None when neither ``kv_memory_bytes`` nor ``gpu_memory_bytes`` is given. A negative result
+    is clamped to 0 (vLLM: "No available memory for the cache blocks").
+
+    Raises:
+        KVConfigError: ``--gpu-memory-utilization`` outside (0, 1]; ``--weights-memory`` missing when the
+            budget is derived from ``--gpu-memory``; negative sizes.
+    """
+    util = _check_positive(gpu_memory_utilization, "--gpu-memory-utilization", integer=False, upper=1.0)
+    for value, name in ((kv_memory_bytes, "--kv-memory"), (gpu_memory_bytes, "--gpu-memory"),
+                        (weights_bytes, "--weights-memory"), (overhead_bytes, "--overhead-memory")):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise KVConfigError(name, f"must be a size >= 0 bytes, got {value!r}")
+    if gpu_memory_bytes is not None:
+        _check_positive(gpu_memory_bytes, "--gpu-memory")
+    if kv_memory_bytes is not None:
+        non_kv = None if gpu_memory_bytes is None else int(gpu_memory_bytes * util) - kv_memory_bytes
+        return MemoryBudget(kv_memory_bytes, "kv-memory", gpu_memory_bytes, util if gpu_memory_bytes else None,
+                            weights_bytes, None, non_kv)
+    if gpu_memory_bytes is None:
+        return None
+    if weights_bytes is None:
+        raise KVConfigError("--weights-memory", "needed with --gpu-memory (or give --kv-memory, or a local model "
+                            "folder holding *.safetensors)")
+    overhead = DEFAULT_OVERHEAD_BYTES if overhead_bytes is None else overhead_bytes
+    non_kv = weights_bytes + overhead
+    kv = max(0, int(gpu_memory_bytes * util) - non_kv)
+    return MemoryBudget(kv, "gpu-memory", gpu_memory_bytes, util, weights_bytes, overhead, non_kv)
+
+
+@dataclass(frozen=True)
+class KVCapacity:
+    """KV numbers of one model on one GPU (one data-parallel replica's rank).
+
+    Attributes (bytes, tokens, blocks; ``None`` when the memory is unknown):
+        spec / fp: the model facts and its per-GPU footprint.
+        bytes_per_token: bytes each token adds (per GPU, after TP; full-attention/MLA layers).
+        state_bytes_per_request: fixed per-request bytes (sliding windows at their maximum + Mamba state).
+        request_bytes: what one ``max_model_len`` request holds at most.
+        kv_memory_bytes: the KV pool memory.
+        kv_blocks: blocks in the pool incl. the null block; usable_blocks = kv_blocks − 1.
+        kv_tokens: ``kv_blocks × block_size`` (vLLM's ``GPU KV cache size``).
+        max_concurrency: ``kv_blocks / blocks per max_model_len request`` (vLLM's ``Maximum concurrency``).
+        fits: one ``max_model_len`` request fits (else vLLM refuses to start).
+        max_model_len_that_fits: the largest length that fits (``None``: no limit from KV, e.g. no full layers).
+        min_gpu_memory_utilization_to_fit: smallest utilization (0–1, may exceed 1 = impossible) at which
+            one request fits, when the GPU memory is known.
+        estimate: True for hybrid/sliding models or a derived (``--gpu-memory``) budget.
+        inputs: the inputs used (for ``-o json``).
+        notes: remarks.
+    """
+
+    spec: KVSpec
+    fp: KVFootprint
+    max_model_len: int
+    block_size: int
+    data_parallel_size: int
+    bytes_per_token: int
+    state_bytes_per_request: int
+    request_bytes: int
+    budget: MemoryBudget | None = None
+    kv_memory_bytes: int | None = None
+    kv_blocks: int | None = None
+    usable_blocks: int | None = None
+    kv_tokens: int | None = None
+    max_concurrency: float | None = None
+    fits: bool | None = None
+    max_model_len_that_fits: int | None = None
+    min_gpu_memory_utilization_to_fit: float | None = None
+    estimate: bool = False
+    inputs: dict = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        """design.md's ``kvpilot kv -o json`` object: ``bytes_per_token``, ``kv_tokens``, ``kv_blocks``,
+        ``max_concurrency``, ``fits``, ``max_model_len_that_fits``, more figures, and ``inputs``."""
+        return {
+            "bytes_per_token": self.bytes_per_token,
+            "kv_tokens": self.kv_tokens,
+            "kv_blocks": self.kv_blocks,
+            "usable_blocks": self.usable_blocks,
+            "max_concurrency": self.max_concurrency,
+            "fits": self.fits,
+            "max_model_len_that_fits": self.max_model_len_that_fits,
+            "min_gpu_memory_utilization_to_fit": self.min_gpu_memory_utilization_to_fit,
+            "kv_memory_bytes": self.kv_memory_bytes,
+            "request_bytes": self.request_bytes,
+            "state_bytes_per_request": self.state_bytes_per_request,
+            "slot_bytes_per_token": self.fp.slot_bytes_per_token,
+            "kv_tokens_all_replicas": None if self.kv_tokens is None else self.kv_tokens * self.data_parallel_size,
+            "estimate": self.estimate,
+            "model": {
+                "model_type": self.spec.model_type,
+                "attention": self.spec.attention,
+                "num_layers": self.spec.num_layers,
+                "full_attention_layers": self.fp.full_layers,
+                "sliding_window_layers": self.fp.sliding_layers,
+                "state_layers": self.fp.state_layers,
+                "sliding_window": self.spec.sliding_window,
+                "num_kv_heads": self.spec.num_kv_heads,
+                "kv_heads_per_gpu": self.fp.kv_heads_per_gpu,
+                "head_dim": self.spec.head_dim,
+                "model_dtype": self.spec.model_dtype,
+                "kv_element_bytes": self.fp.element_bytes,
+                "defaults_used": list(self.spec.defaults_used),
+            },
+            "inputs": dict(self.inputs),
+            "notes": list(self.notes),
+        }
+
+
+def _blocks_for(fp: KVFootprint, tokens: int, block_size: int, mnbt: int) -> int:
+    """Pool blocks (of ``block_size`` slots across the per-token layers) one request of ``tokens`` needs."""
+    return ceil_div(fp.request_bytes(tokens, block_size, mnbt), block_size * fp.slot_bytes_per_token)
+
+
+def _max_len_that_fits(fp: KVFootprint, blocks: int, block_size: int, mnbt: int) -> int | None:
+    """Largest request length whose blocks fit in ``blocks`` (binary search, as vLLM's estimate does)."""
+    fits = lambda n: _blocks_for(fp, n, block_size, mnbt) <= blocks  # noqa: E731
+    if not fits(1):
+        return 0
+    hi = 2**40
+    if fits(hi):
+        return None
+    lo = 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def capacity(config: dict | KVSpec, *, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1,
+             data_parallel_size: int = 1, max_model_len: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
+             max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS, kv_memory_bytes: int | None = None,
+             gpu_memory_bytes: int | None = None,
+             gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+             weights_bytes: int | None = None, overhead_bytes: int | None = None) -> KVCapacity:
+    """KV capacity of a model on one GPU, with vLLM's rounding (module docstring for sources).
+
+    Args:
+        config: parsed config.json or a :class:`KVSpec`.
+        kv_cache_dtype: vLLM ``--kv-cache-dtype`` (``auto``, ``bfloat16``, ``fp8``, ``fp8_e4m3`` …).
+        tensor_parallel_size: TP size (divides KV heads, not MLA); data_parallel_size: replicas (never divides).
+        max_model_len: tokens of one request; default the config's ``max_position_embeddings``.
+        block_size: tokens per block (16). max_num_batched_tokens: bounds sliding-window blocks (2048).
+        kv_memory_bytes: KV pool memory per GPU, as vLLM logs "Available KV cache memory".
+        gpu_memory_bytes, gpu_memory_utilization, weights_bytes (per GPU), overhead_bytes: derive the pool
+            memory when ``kv_memory_bytes`` is not given; with ``kv_memory_bytes`` the GPU memory only serves
+            ``min_gpu_memory_utilization_to_fit``.
+
+    Returns:
+        :class:`KVCapacity`; memory-dependent fields are None when no memory was given.
+
+    Raises:
+        KVConfigError: naming the config field or option at fault.
+    """
+    spec = config if isinstance(config, KVSpec) else kv_spec_from_config(config)
+    block_size = _check_positive(block_size, "--block-size")
+    dp = _check_positive(data_parallel_size, "--data-parallel-size")
+    mnbt = _check_positive(max_num_batched_tokens, "--max-num-batched-tokens")
+    if max_model_len is None:
+        if spec.max_position_embeddings is None:
+            raise KVConfigError("--max-model-len", "needed: the config has no max_position_embeddings")
+        max_model_len = spec.max_position_embeddings
+    max_model_len = _check_positive(max_model_len, "--max-model-len")
+    fp = footprint(spec, kv_cache_dtype, tensor_parallel_size)
+    budget = kv_memory_budget(kv_memory_bytes=kv_memory_bytes, gpu_memory_bytes=gpu_memory_bytes,
+                              gpu_memory_utilization=gpu_memory_utilization, weights_bytes=weights_bytes,
+                              overhead_bytes=overhead_bytes)
+    request_bytes = fp.request_bytes(max_model_len, block_size, mnbt)
+    notes = list(spec.notes)
+    estimate = fp.estimate
+    if fp.estimate:
+        notes.append("estimate: vLLM's hybrid KV cache manager groups and pads layers; "
+                     "sliding-window and Mamba/linear-attention state are modelled as a fixed per-request term")
+    inputs = {"kv_cache_dtype": kv_cache_dtype, "tensor_parallel_size": tensor_parallel_size,
+              "data_parallel_size": dp, "max_model_len": max_model_len, "block_size": block_size,
+              "max_num_batched_tokens": mnbt, "kv_memory_bytes": kv_memory_bytes,
+              "gpu_memory_bytes": gpu_memory_bytes, "gpu_memory_utilization": gpu_memory_utilization,
+              "weights_bytes": weights_bytes,
+              "overhead_bytes": None if budget is None or budget.source != "gpu-memory" else budget.overhead_bytes,
+              "memory_source": None if budget is None else budget.source}
+    result = dict(spec=spec, fp=fp, max_model_len=max_model_len, block_size=block_size, data_parallel_size=dp,
+                  bytes_per_token=fp.bytes_per_token,
+                  state_bytes_per_request=request_bytes - ceil_div(max_model_len, block_size) * block_size
+                  * fp.bytes_per_token,
+                  request_bytes=request_bytes, inputs=inputs)
+    if budget is None:
+        return KVCapacity(**result, estimate=estimate, notes=tuple(notes))
+    if budget.source == "gpu-memory":
+        estimate = True
+        notes.append(f"KV memory derived: {budget.gpu_memory_bytes / GIB:.2f} GiB × {budget.gpu_memory_utilization}"
+                     f" − weights {budget.weights_bytes / GIB:.2f} GiB − overhead {budget.overhead_bytes / GIB:.2f} GiB"
+                     " (estimate)")
+    block_bytes = block_size * fp.slot_bytes_per_token
+    blocks = budget.kv_memory_bytes // block_bytes
+    per_request = _blocks_for(fp, max_model_len, block_size, mnbt)
+    fits = per_request <= blocks
+    min_util = None
+    if budget.gpu_memory_bytes and budget.non_kv_bytes is not None:
+        min_util = (budget.non_kv_bytes + per_request * block_bytes) / budget.gpu_memory_bytes
+    if blocks == 0:
+        notes.append("No available memory for the cache blocks (vLLM refuses to start)")
+    elif not fits:
+        notes.append(f"one request of max_model_len {max_model_len} needs {request_bytes / GIB:.2f} GiB of KV, "
+                     f"more than the {budget.kv_memory_bytes / GIB:.2f} GiB available: vLLM refuses to start")
+    return KVCapacity(
+        **result, budget=budget, kv_memory_bytes=budget.kv_memory_bytes, kv_blocks=blocks,
+        usable_blocks=max(0, blocks - 1), kv_tokens=blocks * block_size,
+        max_concurrency=blocks / per_request, fits=fits,
+        max_model_len_that_fits=_max_len_that_fits(fp, blocks, block_size, mnbt),
+        min_gpu_memory_utilization_to_fit=min_util, estimate=estimate, notes=tuple(notes))
+
+
+@dataclass(frozen=True)
+class StartupMemoryCheck:
+    """vLLM's startup check of free GPU memory against the utilization target (bytes, ratio 0–1).
+
+    ``requested_bytes = gpu_memory_utilization × total``; ``feasible`` iff ``free >= requested``;
+    ``max_feasible_utilization = free / total``; ``shortfall_bytes = max(0, requested − free)``.
+    """
+
+    total_bytes: int
+    free_bytes: int
+    gpu_memory_utilization: float
+    requested_bytes: float
+    feasible: bool
+    shortfall_bytes: float
+    max_feasible_utilization: float
+
+
+def startup_memory_check(total_bytes: int | float, free_bytes: int | float,
+                         gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> StartupMemoryCheck:
+    """Would vLLM start, given the GPU's free memory at startup?
+
+    Source: vLLM's worker raises "Free memory on device … on startup is less than desired GPU memory
+    utilization (U, R GiB)" when ``free < U × total`` (vllm/v1/worker/utils.py ``request_memory``; case C20a:
+    19.77 GiB free of 22.05 GiB < 0.9 × 22.05 = 19.845 GiB). Other processes (or a larger CUDA context)
+    holding memory make a utilization infeasible; the largest feasible one is ``free / total``.
+
+    Raises:
+        KVConfigError: for non-positive total, negative free memory, or utilization outside (0, 1].
+    """
+    _check_positive(total_bytes, "--gpu-memory", integer=False)
+    util = _check_positive(gpu_memory_utilization, "--gpu-memory-utilization", integer=False, upper=1.0)
+    if isinstance(free_bytes, bool) or not isinstance(free_bytes, (int, float)) or free_bytes < 0:
+        raise KVConfigError("--free-memory", f"must be a size >= 0 bytes, got {free_bytes!r}")
+    requested = util * total_bytes
+    return StartupMemoryCheck(
+        total_bytes=total_bytes, free_bytes=free_bytes, gpu_memory_utilization=util,
+        requested_bytes=requested, feasible=free_bytes >= requested,
+        shortfall_bytes=max(0.0, requested - free_bytes),
+        max_feasible_utilization=min(1.0, free_bytes / total_bytes))
+
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE", "DEFAULT_GPU_MEMORY_UTILIZATION", "DEFAULT_MAX_NUM_BATCHED_TOKENS",
+    "DEFAULT_OVERHEAD_BYTES", "GIB", "KVCapacity", "MemoryBudget", "StartupMemoryCheck", "capacity",
+    "kv_memory_budget", "startup_memory_check",
+]

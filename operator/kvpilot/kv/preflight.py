@@ -1,0 +1,90 @@
+"""The operator's KV pre-flight: a ``KVCapacity`` status condition, computed before a GPU is spent.
+
+Pure: the operator fetches the model's config.json (Hub or a ``modelConfigRef`` ConfigMap) and knows the
+GPU memory (``spec.resources.gpuMemory`` or the node label ``nvidia.com/gpu.memory`` that NVIDIA GPU
+feature discovery sets, in MiB); this module turns them into a condition and an optional warning.
+"""
+
+from __future__ import annotations
+
+from kvpilot.kv.capacity import DEFAULT_GPU_MEMORY_UTILIZATION, GIB, capacity
+from kvpilot.kv.spec import KVConfigError
+
+CONDITION_TYPE = "KVCapacity"
+#: vLLMServer ``spec.engine`` keys (camelCase, design.md) → :func:`kvpilot.kv.capacity.capacity` arguments.
+ENGINE_FIELDS = {
+    "gpuMemoryUtilization": "gpu_memory_utilization",
+    "maxModelLen": "max_model_len",
+    "tensorParallelSize": "tensor_parallel_size",
+    "kvCacheDtype": "kv_cache_dtype",
+    "maxNumBatchedTokens": "max_num_batched_tokens",
+}
+
+
+def gpu_memory_from_node_label(value: str) -> int:
+    """Bytes of GPU memory from the node label ``nvidia.com/gpu.memory`` (GPU feature discovery, in MiB).
+
+    Raises:
+        KVConfigError: naming ``nvidia.com/gpu.memory`` when the value is not a positive whole number.
+    """
+    text = str(value).strip()
+    if not text.isdigit() or int(text) <= 0:
+        raise KVConfigError("nvidia.com/gpu.memory", f"must be MiB as a whole number > 0, got {value!r}")
+    return int(text) * 2**20
+
+
+def kv_capacity_condition(config: dict, engine: dict | None = None, *, gpu_memory_bytes: int | None = None,
+                          weights_bytes: int | None = None, overhead_bytes: int | None = None,
+                          kv_memory_bytes: int | None = None, block_size: int = 16) -> tuple[dict, str | None]:
+    """The ``KVCapacity`` condition for a VLLMServer, and a warning when vLLM would refuse to start.
+
+    Args:
+        config: the model's parsed config.json.
+        engine: the VLLMServer ``spec.engine`` dict (camelCase: ``gpuMemoryUtilization``, ``maxModelLen``,
+            ``tensorParallelSize``, ``kvCacheDtype``, ``maxNumBatchedTokens``); unset keys take vLLM's defaults
+            (utilization 0.92, max_model_len from the config, TP 1, dtype auto).
+        gpu_memory_bytes: memory of one GPU in bytes (``spec.resources.gpuMemory`` or
+            :func:`gpu_memory_from_node_label`).
+        weights_bytes: weight bytes per GPU (e.g. the Hub's ``model.safetensors.index.json``
+            ``metadata.total_size`` ÷ TP); overhead_bytes: non-KV overhead (default
+            :data:`kvpilot.kv.capacity.DEFAULT_OVERHEAD_BYTES`); kv_memory_bytes: the KV pool if known
+            (overrides the derivation).
+
+    Returns:
+        ``(condition, warning)``. ``condition`` = ``{"type": "KVCapacity", "status": "True"|"False"|"Unknown",
+        "reason": …, "message": …}`` (Kubernetes condition fields; the caller adds lastTransitionTime and
+        observedGeneration). Status True = one ``maxModelLen`` request fits (reason ``Fits``); False = it does
+        not (``MaxModelLenExceedsKV`` or ``NoKVMemory``), ``warning`` is then the Event message; Unknown =
+        not computable (``InvalidModelConfig``, ``InsufficientInputs``), ``warning`` None. Never raises for bad
+        input: the problem is in the condition's message.
+    """
+    engine = engine or {}
+    kwargs = {arg: engine[key] for key, arg in ENGINE_FIELDS.items() if engine.get(key) is not None}
+    kwargs.setdefault("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
+    if kv_memory_bytes is None and (gpu_memory_bytes is None or weights_bytes is None):
+        missing = "GPU memory" if gpu_memory_bytes is None else "model weight size"
+        return _condition("Unknown", "InsufficientInputs", f"KV capacity not computed: {missing} unknown"), None
+    try:
+        cap = capacity(config, gpu_memory_bytes=gpu_memory_bytes, weights_bytes=weights_bytes,
+                       overhead_bytes=overhead_bytes, kv_memory_bytes=kv_memory_bytes, block_size=block_size,
+                       **kwargs)
+    except KVConfigError as exc:
+        return _condition("Unknown", "InvalidModelConfig", f"KV capacity not computed: {exc}"), None
+    est = " (estimate)" if cap.estimate else ""
+    figures = (f"{cap.bytes_per_token:,} B/token per GPU; {cap.kv_memory_bytes / GIB:.2f} GiB KV = "
+               f"{cap.kv_tokens:,} tokens; max concurrency {cap.max_concurrency:.2f}x at {cap.max_model_len:,} "
+               f"tokens{est}")
+    if cap.fits:
+        return _condition("True", "Fits", figures), None
+    reason = "NoKVMemory" if cap.kv_blocks == 0 else "MaxModelLenExceedsKV"
+    fix = [f"maxModelLen <= {cap.max_model_len_that_fits:,}"] if cap.max_model_len_that_fits else []
+    if cap.min_gpu_memory_utilization_to_fit is not None and cap.min_gpu_memory_utilization_to_fit <= 1:
+        fix.append(f"gpuMemoryUtilization >= {cap.min_gpu_memory_utilization_to_fit:.3f}")
+    message = (f"one request of maxModelLen {cap.max_model_len:,} needs {cap.request_bytes / GIB:.2f} GiB KV, "
+               f"more than {cap.kv_memory_bytes / GIB:.2f} GiB available: vLLM would refuse to start; "
+               f"{figures}" + (f"; try {' or '.join(fix)}" if fix else ""))
+    return _condition("False", reason, message), message
+
+
+def _condition(status: str, reason: str, message: str) -> dict:
+    return {"type": CONDITION_TYPE, "status": status, "reason": reason, "message": message}

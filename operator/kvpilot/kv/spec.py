@@ -1,0 +1,335 @@
+"""Read the KV-relevant facts of a Hugging Face ``config.json`` into a :class:`KVSpec`.
+
+Pure: takes the parsed JSON (a ``dict``), does no I/O. Every rule names its source:
+
+* vLLM ``vllm/config/model.py`` (stored copy of vLLM main, the v0.3x line):
+  ``get_head_size`` = ``head_dim`` when set (and not null), else ``hidden_size // num_attention_heads``;
+  MLA models use ``kv_lora_rank + qk_rope_head_dim``; ``get_total_num_kv_heads`` tries ``n_head_kv``,
+  ``num_kv_heads``, ``num_key_value_heads``, ``multi_query_group_num`` and falls back to
+  ``num_attention_heads``; both read ``hf_text_config`` (the nested ``text_config`` of multimodal configs).
+* transformers' configuration classes for defaults and layer patterns: ``LlamaConfig`` defaults
+  (32 layers, 32 heads, hidden 4096, ``num_key_value_heads`` = heads) for a ``text_config`` that
+  omits them (llava); ``Gemma2Config`` (even layers sliding), ``Gemma3TextConfig``
+  (``sliding_window_pattern`` 6: every 6th layer full), ``Qwen2Config``/``Qwen3Config``
+  (``sliding_window`` ignored unless ``use_sliding_window``; layers ``>= max_window_layers`` slide),
+  ``Qwen3NextConfig`` (``full_attention_interval``: every n-th layer full, the rest Gated DeltaNet),
+  ``JambaConfig`` (attention where ``i % attn_layer_period == attn_layer_offset``, Mamba elsewhere),
+  ``NemotronHConfig`` (``hybrid_override_pattern``: ``M`` Mamba2, ``*`` attention, ``-``/``E`` MLP/MoE).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FULL = "full_attention"
+SLIDING = "sliding_attention"
+MAMBA = "mamba"
+LINEAR = "linear_attention"
+NONE = "none"
+
+#: Bytes per element of the dtype names found in config.json (``torch_dtype``/``dtype``).
+DTYPE_BYTES = {"float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4, "float64": 8}
+
+#: transformers ``LlamaConfig`` defaults (configuration_llama.py), used for a nested ``text_config``
+#: that omits core fields, as llava-hf/llava-1.5-7b-hf does. Mistral/Qwen2 defaults likewise.
+MODEL_TYPE_DEFAULTS: dict[str, dict[str, int | None]] = {
+    "llama": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "num_key_value_heads": None},
+    "mistral": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "num_key_value_heads": 8},
+    "qwen2": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "num_key_value_heads": 32},
+}
+
+
+class KVConfigError(ValueError):
+    """A config.json (or an option) that cannot give KV numbers.
+
+    Attributes:
+        field: the config field or option at fault (e.g. ``num_attention_heads``, ``--kv-cache-dtype``).
+        message: one line saying what is wrong.
+    """
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """The fixed per-request recurrent state of one Mamba / linear-attention layer.
+
+    ``kind`` is ``mamba1`` (Jamba), ``mamba2`` (Nemotron-H) or ``gated_delta_net`` (Qwen3-Next);
+    ``params`` holds the config fields the shapes come from (see :func:`kvpilot.kv.size.state_bytes_per_layer`);
+    ``conv_dtype``/``ssm_dtype`` are dtype names (the SSM state may be float32 when the config says
+    ``mamba_ssm_cache_dtype``).
+    """
+
+    kind: str
+    params: dict[str, int]
+    conv_dtype: str
+    ssm_dtype: str
+
+
+@dataclass(frozen=True)
+class KVSpec:
+    """KV-relevant facts of one model, independent of parallelism and KV dtype.
+
+    Attributes:
+        model_type: ``model_type`` of the (text) config.
+        num_layers: decoder layers (``num_hidden_layers``).
+        num_attention_heads: query heads (total).
+        num_kv_heads: KV heads (total, before tensor parallel); 1 for MLA (one shared latent).
+        head_dim: elements per head per K or V (for MLA: the latent width ``kv_lora_rank + qk_rope_head_dim``).
+        model_dtype: the checkpoint dtype name vLLM serves with ``--dtype auto`` (float32 → bfloat16).
+        is_mla: Multi-head Latent Attention (DeepSeek-V2/V3): one latent per token per layer, no K/V pair.
+        layer_kinds: one of ``full_attention``, ``sliding_attention``, ``mamba``, ``linear_attention``,
+            ``none`` per decoder layer.
+        sliding_window: window in tokens of the sliding layers, or None.
+        state: recurrent state of the ``mamba``/``linear_attention`` layers, or None.
+        max_position_embeddings: the config's context length (vLLM's default ``max_model_len``), or None.
+        defaults_used: config fields filled from transformers defaults (e.g. llava's text_config).
+        notes: human-readable remarks (which rule decided the layer pattern, …).
+    """
+
+    model_type: str | None
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    model_dtype: str
+    is_mla: bool
+    layer_kinds: tuple[str, ...]
+    sliding_window: int | None = None
+    state: StateSpec | None = None
+    max_position_embeddings: int | None = None
+    defaults_used: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def count(self, kind: str) -> int:
+        """Number of layers of ``kind`` (e.g. ``full_attention``)."""
+        return sum(1 for k in self.layer_kinds if k == kind)
+
+    @property
+    def attention(self) -> str:
+        """``mla``, ``mqa`` (one KV head), ``mha`` (KV heads = query heads) or ``gqa``."""
+        if self.is_mla:
+            return "mla"
+        if self.num_kv_heads == 1:
+            return "mqa"
+        if self.num_kv_heads == self.num_attention_heads:
+            return "mha"
+        return "gqa"
+
+    @property
+    def is_hybrid(self) -> bool:
+        """True when some layers keep no per-token KV for the whole context (sliding, Mamba, linear)."""
+        return any(k in (SLIDING, MAMBA, LINEAR) for k in self.layer_kinds)
+
+
+def _positive_int(cfg: dict, name: str, *, where: str = "") -> int:
+    value = cfg.get(name)
+    label = f"{where}{name}"
+    if value is None:
+        raise KVConfigError(label, "missing from config.json")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise KVConfigError(label, f"must be a whole number, got {value!r}")
+    if int(value) <= 0:
+        raise KVConfigError(label, f"must be > 0, got {value!r}")
+    return int(value)
+
+
+def _optional_int(cfg: dict, name: str, *, where: str = "") -> int | None:
+    return None if cfg.get(name) is None else _positive_int(cfg, name, where=where)
+
+
+def text_config(config: dict) -> tuple[dict, str]:
+    """The language-model part of ``config``: its ``text_config`` when present (multimodal), else itself.
+
+    Returns ``(text_cfg, prefix)`` where ``prefix`` is ``"text_config."`` or ``""`` (for error messages).
+    Mirrors vLLM's ``hf_text_config`` (vllm/transformers_utils/config.py ``get_hf_text_config``).
+
+    Raises:
+        KVConfigError: when ``config`` is not a JSON object, or ``text_config`` is not one.
+    """
+    if not isinstance(config, dict):
+        raise KVConfigError("config.json", "must be a JSON object")
+    inner = config.get("text_config")
+    if inner is None:
+        return config, ""
+    if not isinstance(inner, dict):
+        raise KVConfigError("text_config", "must be a JSON object")
+    return inner, "text_config."
+
+
+def model_dtype(config: dict) -> str:
+    """The dtype name vLLM serves the model in with ``--dtype auto``.
+
+    Reads ``torch_dtype`` (or transformers v5's ``dtype``) of the text config, then of the top level.
+    Missing or float32 → ``bfloat16``: vLLM's ``_get_and_verify_dtype`` (vllm/config/model.py) serves
+    float32 checkpoints in 16-bit on GPUs by default; a config without a dtype counts as float32.
+
+    Raises:
+        KVConfigError: naming ``torch_dtype`` when the value is not a known dtype.
+    """
+    text, prefix = text_config(config)
+    for cfg, where in ((text, prefix), (config, "")):
+        for key in ("torch_dtype", "dtype"):
+            value = cfg.get(key)
+            if value is None:
+                continue
+            name = str(value).removeprefix("torch.").lower()
+            if name not in DTYPE_BYTES:
+                raise KVConfigError(f"{where}{key}", f"unknown dtype {value!r} (known: {', '.join(DTYPE_BYTES)})")
+            return "bfloat16" if DTYPE_BYTES[name] > 2 else {"half": "float16"}.get(name, name)
+    return "bfloat16"
+
+
+def _layer_kinds(cfg: dict, prefix: str, n: int) -> tuple[tuple[str, ...], int | None, list[str]]:
+    """Per-layer kinds, the sliding window and notes, from explicit or implicit layer patterns."""
+    model_type = str(cfg.get("model_type") or "")
+    window = cfg.get("sliding_window")
+    notes: list[str] = []
+    if isinstance(cfg.get("layer_types"), list):
+        types = cfg["layer_types"]
+        if len(types) != n:
+            raise KVConfigError(f"{prefix}layer_types", f"has {len(types)} entries for {n} layers")
+        mapping = {"full_attention": FULL, "sliding_attention": SLIDING, "linear_attention": LINEAR,
+                   "mamba": MAMBA, "chunked_attention": FULL}
+        kinds = tuple(mapping.get(str(t), FULL) for t in types)
+        notes.append("layer pattern from layer_types")
+        return kinds, (window if SLIDING in kinds else None), notes
+    if model_type == "qwen3_next":
+        interval = _positive_int(cfg, "full_attention_interval", where=prefix)
+        notes.append(f"Qwen3-Next: every {interval}th layer full attention, others Gated DeltaNet")
+        return tuple(FULL if (i + 1) % interval == 0 else LINEAR for i in range(n)), None, notes
+    if model_type == "jamba":
+        period = _positive_int(cfg, "attn_layer_period", where=prefix)
+        offset = int(cfg.get("attn_layer_offset") or 0)
+        notes.append(f"Jamba: attention where layer % {period} == {offset}, Mamba elsewhere")
+        return tuple(FULL if i % period == offset else MAMBA for i in range(n)), None, notes
+    if model_type == "nemotron_h" and isinstance(cfg.get("hybrid_override_pattern"), str):
+        pattern = cfg["hybrid_override_pattern"]
+        if len(pattern) != n:
+            raise KVConfigError(f"{prefix}hybrid_override_pattern", f"has {len(pattern)} characters for {n} layers")
+        notes.append("Nemotron-H: hybrid_override_pattern (M Mamba2, * attention, -/E no cache)")
+        return tuple({"M": MAMBA, "*": FULL}.get(c, NONE) for c in pattern), None, notes
+    if window is None:
+        return (FULL,) * n, None, notes
+    window = _positive_int(cfg, "sliding_window", where=prefix)
+    if cfg.get("use_sliding_window") is False:
+        notes.append("sliding_window ignored: use_sliding_window is false")
+        return (FULL,) * n, None, notes
+    if model_type == "gemma2":
+        notes.append("Gemma-2: even layers sliding, odd layers full (transformers Gemma2Config)")
+        return tuple(SLIDING if i % 2 == 0 else FULL for i in range(n)), window, notes
+    if model_type in ("gemma3", "gemma3_text"):
+        pattern = int(cfg.get("sliding_window_pattern") or 6)
+        notes.append(f"Gemma-3: every {pattern}th layer full, others sliding (sliding_window_pattern)")
+        return tuple(FULL if (i + 1) % pattern == 0 else SLIDING for i in range(n)), window, notes
+    if cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
+        first = int(cfg["max_window_layers"])
+        notes.append(f"layers >= max_window_layers ({first}) slide")
+        return tuple(SLIDING if i >= first else FULL for i in range(n)), window, notes
+    max_pos = cfg.get("max_position_embeddings")
+    if isinstance(max_pos, int) and window >= max_pos:
+        notes.append("sliding_window >= max_position_embeddings: every layer sees the whole context")
+        return (FULL,) * n, None, notes
+    notes.append("sliding_window without a layer pattern applies to every layer (Mistral/Phi-3 convention)")
+    return (SLIDING,) * n, window, notes
+
+
+def _state_spec(cfg: dict, prefix: str, kinds: tuple[str, ...], dtype: str) -> StateSpec | None:
+    if MAMBA not in kinds and LINEAR not in kinds:
+        return None
+    model_type = str(cfg.get("model_type") or "")
+    ssm_name = cfg.get("mamba_ssm_cache_dtype")
+    ssm_dtype = str(ssm_name) if ssm_name in DTYPE_BYTES else dtype
+    g = lambda name: _positive_int(cfg, name, where=prefix)  # noqa: E731
+    if model_type == "qwen3_next" or LINEAR in kinds:
+        params = {"num_k_heads": g("linear_num_key_heads"), "num_v_heads": g("linear_num_value_heads"),
+                  "head_k_dim": g("linear_key_head_dim"), "head_v_dim": g("linear_value_head_dim"),
+                  "conv_kernel": g("linear_conv_kernel_dim")}
+        return StateSpec("gated_delta_net", params, dtype, ssm_dtype)
+    if model_type == "jamba":
+        params = {"intermediate_size": g("mamba_expand") * g("hidden_size"), "state_size": g("mamba_d_state"),
+                  "conv_kernel": g("mamba_d_conv")}
+        return StateSpec("mamba1", params, dtype, ssm_dtype)
+    if model_type == "nemotron_h":
+        params = {"num_heads": g("mamba_num_heads"), "head_dim": g("mamba_head_dim"), "n_groups": g("n_groups"),
+                  "state_size": g("ssm_state_size"), "conv_kernel": g("conv_kernel")}
+        params["intermediate_size"] = params["num_heads"] * params["head_dim"]
+        return StateSpec("mamba2", params, dtype, ssm_dtype)
+    raise KVConfigError(f"{prefix}model_type", f"Mamba/linear-attention layers of {model_type!r} are not modelled")
+
+
+def kv_spec_from_config(config: dict) -> KVSpec:
+    """Parse a Hugging Face ``config.json`` (as a dict) into a :class:`KVSpec`.
+
+    Handles dense MHA/GQA/MQA, explicit ``head_dim``, MLA (``kv_lora_rank`` + ``qk_rope_head_dim``),
+    nested ``text_config`` (with transformers defaults by ``model_type`` for missing core fields),
+    sliding-window and hybrid Mamba / linear-attention layer patterns (see the module docstring
+    for the source of each rule).
+
+    Raises:
+        KVConfigError: naming the field when a needed field is missing, zero, negative or not a number,
+            or when the dtype or layer pattern is not understood.
+    """
+    text, prefix = text_config(config)
+    model_type = text.get("model_type")
+    defaults = MODEL_TYPE_DEFAULTS.get(str(model_type), {}) if prefix else {}
+    defaults_used = [f"{prefix}{k}" for k, v in defaults.items() if text.get(k) is None and v is not None]
+    cfg = {**{k: v for k, v in defaults.items() if v is not None}, **{k: v for k, v in text.items() if v is not None}}
+    if cfg.get("num_key_value_heads") is None and "num_key_value_heads" in defaults:
+        defaults_used.append(f"{prefix}num_key_value_heads")
+
+    layers = _positive_int(cfg, "num_hidden_layers", where=prefix)
+    heads = _positive_int(cfg, "num_attention_heads", where=prefix)
+    dtype = model_dtype(config)
+    is_mla = cfg.get("kv_lora_rank") is not None
+    if is_mla:
+        head_dim = _positive_int(cfg, "kv_lora_rank", where=prefix) + _positive_int(
+            cfg, "qk_rope_head_dim", where=prefix)
+        kv_heads = 1
+    else:
+        kv_heads = heads
+        for name in ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num"):
+            if cfg.get(name) is not None:
+                kv_heads = _positive_int(cfg, name, where=prefix)
+                break
+        if cfg.get("head_dim") is not None:
+            head_dim = _positive_int(cfg, "head_dim", where=prefix)
+        else:
+            hidden = _positive_int(cfg, "hidden_size", where=prefix)
+            head_dim = hidden // heads
+            if head_dim <= 0:
+                raise KVConfigError(f"{prefix}hidden_size", f"{hidden} is smaller than num_attention_heads {heads}")
+    kinds, window, notes = _layer_kinds(cfg, prefix, layers)
+    if FULL not in kinds and SLIDING not in kinds:
+        raise KVConfigError(f"{prefix}num_hidden_layers", "no attention layer found: no KV cache to size")
+    max_pos = cfg.get("max_position_embeddings")
+    return KVSpec(
+        model_type=None if model_type is None else str(model_type),
+        num_layers=layers,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        model_dtype=dtype,
+        is_mla=is_mla,
+        layer_kinds=kinds,
+        sliding_window=window,
+        state=_state_spec(cfg, prefix, kinds, dtype),
+        max_position_embeddings=int(max_pos) if isinstance(max_pos, (int, float)) and max_pos > 0 else None,
+        defaults_used=tuple(defaults_used),
+        notes=tuple(notes + ([f"defaults from transformers {model_type} config: {', '.join(defaults_used)}"]
+                             if defaults_used else [])),
+    )
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``ceil(a / b)`` for non-negative integers (vLLM's ``cdiv``)."""
+    return -(-a // b)
+
+
+__all__ = [
+    "DTYPE_BYTES", "FULL", "KVConfigError", "KVSpec", "LINEAR", "MAMBA", "NONE", "SLIDING", "StateSpec",
+    "ceil_div", "kv_spec_from_config", "model_dtype", "text_config",
+]
