@@ -183,6 +183,15 @@ class VLLMMetrics:
                 for metric in children:
                     metric.labels(*self._labelvalues)
 
+    def set_cache_config(self, cache_config: Mapping[str, str]) -> None:
+        """Replace the ``vllm:cache_config_info`` label set (e.g. once the engine knows ``num_gpu_blocks``).
+
+        Same rules as the constructor's ``cache_config`` (values ``str()``-ed, ``kv_cache_*`` labels
+        dropped before 0.24, ``engine`` added from 0.8.3). ``block_size`` is not re-read.
+        """
+        self.registry.unregister(self._info_gauge)
+        self._cache_config_info(cache_config)
+
     def _cache_config_info(self, cache_config: Mapping[str, str]) -> None:
         spec = catalog.BY_NAME["vllm:cache_config_info"]
         labels = {str(k): str(val) for k, val in cache_config.items()}
@@ -193,8 +202,8 @@ class VLLMMetrics:
             labels["engine"] = self.engine
         names = sorted(labels)
         self.cache_config_labels = dict(labels)
-        gauge = Gauge("vllm:cache_config_info", spec.help, names, registry=self.registry)
-        gauge.labels(**labels).set(1)
+        self._info_gauge = Gauge("vllm:cache_config_info", spec.help, names, registry=self.registry)
+        self._info_gauge.labels(**labels).set(1)
 
     def _children(self, canonical: str, **extra: str) -> list:
         return [m.labels(*self._labelvalues, *extra.values()) for m in self._families.get(canonical, [])]
