@@ -1,0 +1,130 @@
+"""``kvpilot kv``: outputs, local folders with safetensors, and bad input (exit 2, field named, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from kvpilot.cli import cli
+
+from .conftest import GIB, HF_CONFIGS
+
+LLAMA = str(HF_CONFIGS / "meta-llama__Llama-3.1-8B-Instruct.json")
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["kv", *args])
+
+
+def test_json_keys_and_numbers():
+    result = run(LLAMA, "--kv-memory", "2.89GiB", "--max-model-len", "29000", "--gpu-memory", "23.58GiB",
+                 "--gpu-memory-utilization", "0.9", "-o", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert {"bytes_per_token", "kv_tokens", "kv_blocks", "max_concurrency", "fits", "max_model_len_that_fits",
+            "min_gpu_memory_utilization_to_fit", "estimate", "inputs"} <= set(doc)
+    assert doc["bytes_per_token"] == 2 * 32 * 8 * 128 * 2
+    # floor(2.89 GiB / (16 x 131,072 B)) = floor(1479.68) = 1,479 blocks
+    assert doc["kv_blocks"] == 1479 and doc["kv_tokens"] == 1479 * 16
+    assert doc["fits"] is False and doc["max_model_len_that_fits"] == 1479 * 16
+    assert doc["inputs"]["max_model_len"] == 29000 and doc["inputs"]["kv_memory_bytes"] == round(2.89 * GIB)
+    assert doc["estimate"] is False
+
+
+def test_text_output_has_units():
+    result = run(LLAMA, "--kv-memory", "2.89GiB", "--max-model-len", "29000")
+    assert result.exit_code == 0, result.output
+    assert "131,072 B" in result.output and "GiB" in result.output
+    assert "23,664" in result.output and "0.82x" in result.output
+    assert "NO" in result.output
+
+
+def test_help_has_examples_and_vllm_spellings():
+    result = run("--help")
+    assert result.exit_code == 0
+    for flag in ("--kv-cache-dtype", "--tensor-parallel-size", "--data-parallel-size", "--max-model-len",
+                 "--block-size", "--gpu-memory-utilization", "--kv-memory", "--gpu-memory", "--weights-memory",
+                 "Examples:"):
+        assert flag in result.output
+
+
+def test_folder_with_safetensors_gives_weights(tmp_path):
+    (tmp_path / "config.json").write_text((HF_CONFIGS / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text())
+    with open(tmp_path / "model.safetensors", "wb") as f:
+        f.truncate(3 * GIB)  # sparse file: 3 GiB of "weights"
+    result = run(str(tmp_path), "--gpu-memory", "8GiB", "--gpu-memory-utilization", "0.6",
+                 "--overhead-memory", "1GiB", "--max-model-len", "8192", "-o", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    # 0.6 x 8 GiB - 3 GiB - 1 GiB = 0.8 GiB; / (16 x 28,672 B) blocks
+    assert doc["kv_memory_bytes"] == int(0.6 * 8 * GIB) - 3 * GIB - 1 * GIB
+    assert doc["kv_blocks"] == (int(0.6 * 8 * GIB) - 4 * GIB) // (16 * 28_672)
+    assert doc["estimate"] is True and doc["inputs"]["weights_bytes"] == 3 * GIB
+
+
+def test_safetensors_index_total_size_divided_by_tp(tmp_path):
+    (tmp_path / "config.json").write_text((HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json").read_text())
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 15_231_233_024}}))
+    result = run(str(tmp_path), "--gpu-memory", "24GiB", "--tensor-parallel-size", "2", "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["inputs"]["weights_bytes"] == 15_231_233_024 // 2
+
+
+@pytest.mark.parametrize(("config", "args", "field"), [
+    ({"num_attention_heads": 32, "hidden_size": 4096}, [], "num_hidden_layers"),
+    ({"num_hidden_layers": 32, "num_attention_heads": 0, "hidden_size": 4096}, [], "num_attention_heads"),
+    ({"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 0, "hidden_size": 4096}, [],
+     "num_key_value_heads"),
+    ({"num_hidden_layers": "many", "num_attention_heads": 32, "hidden_size": 4096}, [], "num_hidden_layers"),
+    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "torch_dtype": "bfloat17"}, [],
+     "torch_dtype"),
+    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
+     ["--kv-cache-dtype", "int3"],
+     "--kv-cache-dtype"),
+    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8}, [], "--max-model-len"),
+    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
+     ["--gpu-memory", "8GiB"], "--weights-memory"),
+    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
+     ["--gpu-memory-utilization", "1.5", "--kv-memory", "1GiB"], "--gpu-memory-utilization"),
+    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
+     ["--kv-memory", "lots"], "--kv-memory"),
+    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
+     ["--tensor-parallel-size", "0"], "--tensor-parallel-size"),
+    ([1, 2, 3], [], "config.json"),
+])
+def test_bad_input_exits_2_naming_the_field(tmp_path, config, args, field):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = run(str(path), *args)
+    assert result.exit_code == 2, result.output
+    assert field in result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_non_json_and_missing_file(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text("{ not json")
+    result = run(str(bad))
+    assert result.exit_code == 2 and "not valid JSON" in result.output
+    result = run(str(tmp_path / "nope.json"))
+    assert result.exit_code == 2 and "no such file" in result.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run(str(empty))
+    assert result.exit_code == 2 and "no config.json" in result.output
+
+
+def test_offline_hub_id_names_what_to_download(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "kvpilot.cli", "kv", "someorg/some-model"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert "https://huggingface.co/someorg/some-model/resolve/main/config.json" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1  # one line
