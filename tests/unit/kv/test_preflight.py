@@ -1,0 +1,50 @@
+"""The operator pre-flight condition (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvpilot.kv import KVConfigError
+from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_capacity_condition
+
+from .conftest import GIB, hf_config
+
+LLAMA = hf_config("meta-llama__Llama-3.1-8B-Instruct")
+
+
+def test_fits_gives_true_condition_and_no_warning():
+    cond, warning = kv_capacity_condition(LLAMA, {"maxModelLen": 8192, "gpuMemoryUtilization": 0.9},
+                                          gpu_memory_bytes=80 * GIB, weights_bytes=15 * GIB, overhead_bytes=2 * GIB)
+    assert cond["type"] == "KVCapacity" and cond["status"] == "True" and cond["reason"] == "Fits"
+    assert warning is None
+    # 0.9 x 80 GiB - 17 GiB = 55 GiB; / (16 x 131,072 B) = 28,160 blocks = 450,560 tokens
+    assert "450,560 tokens" in cond["message"] and "131,072 B/token" in cond["message"]
+
+
+def test_max_model_len_too_long_warns_with_fixes():
+    cond, warning = kv_capacity_condition(LLAMA, {"gpuMemoryUtilization": 0.9}, gpu_memory_bytes=24 * GIB,
+                                          weights_bytes=15 * GIB, overhead_bytes=2 * GIB)
+    # default maxModelLen = max_position_embeddings 131,072 -> 16 GiB of KV; 0.9 x 24 - 17 = 4.6 GiB available
+    assert cond["status"] == "False" and cond["reason"] == "MaxModelLenExceedsKV"
+    assert warning == cond["message"]
+    assert "16.00 GiB" in warning and "refuse to start" in warning and "maxModelLen <=" in warning
+
+
+def test_no_memory_left():
+    cond, warning = kv_capacity_condition(LLAMA, {"maxModelLen": 4096}, gpu_memory_bytes=16 * GIB,
+                                          weights_bytes=15 * GIB)
+    assert cond["status"] == "False" and cond["reason"] == "NoKVMemory" and warning
+
+
+def test_unknown_inputs_and_bad_config_never_raise():
+    cond, warning = kv_capacity_condition(LLAMA, {}, gpu_memory_bytes=None, weights_bytes=15 * GIB)
+    assert (cond["status"], cond["reason"], warning) == ("Unknown", "InsufficientInputs", None)
+    cond, warning = kv_capacity_condition({"num_hidden_layers": 2}, {}, kv_memory_bytes=GIB)
+    assert (cond["status"], cond["reason"], warning) == ("Unknown", "InvalidModelConfig", None)
+    assert "num_attention_heads" in cond["message"]
+
+
+def test_node_label_is_mib():
+    assert gpu_memory_from_node_label("81559") == 81559 * 2**20
+    with pytest.raises(KVConfigError, match="nvidia.com/gpu.memory"):
+        gpu_memory_from_node_label("80Gi")
