@@ -444,6 +444,14 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
         fail("--serve and --record: choose one")
     if speed <= 0:
         fail(f"--speed: must be > 0, got {speed:g}")
+    try:  # validate the mode's own options before any engine work
+        listen = parse_listen(serve_at, default_host) if serve_at else None
+        end_ts = parse_end(end, time.time())
+    except ValueError as exc:
+        fail(str(exc))
+    total = duration or DEFAULT_RECORD_DURATION
+    if record_to and interval > total:
+        fail(f"--interval: {interval:g} s is longer than --duration {total:g} s")
     overrides: dict[str, Any] = {}
     if scenario_file:
         overrides.update(_load_scenario_file(scenario_file))
@@ -472,21 +480,11 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
 
     sim = Simulation(scenario, overrides, version, str(name))
     if record_to:
-        try:
-            end_ts = parse_end(end, time.time())
-        except ValueError as exc:
-            fail(str(exc))
-        total = duration or DEFAULT_RECORD_DURATION
-        if interval > total:
-            fail(f"--interval: {interval:g} s is longer than --duration {total:g} s")
         lines, first, last = record(sim, Path(record_to), total, interval, end_ts)
         click.echo(f"wrote {lines} samples to {record_to}: {scenario}, {total:g} simulated s every {interval:g} s, "
                    f"timestamps {first:.0f}..{last:.0f}")
         return
-    try:
-        listen_host, listen_port = parse_listen(serve_at, default_host)
-    except ValueError as exc:
-        fail(str(exc))
+    listen_host, listen_port = listen
     serve(sim, host or listen_host, port if port is not None else listen_port, speed, duration, version)
 
 

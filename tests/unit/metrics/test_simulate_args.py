@@ -1,0 +1,85 @@
+"""`kvpilot simulate` argument handling that needs no engine: durations, --end, --serve address,
+cache_config labels, and one-line exit-2 errors."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from kvpilot.cli import cli
+from kvpilot.commands.simulate import cache_config_labels, parse_duration, parse_end, parse_listen, vllm_shim
+
+
+@pytest.mark.parametrize("text, seconds", [("600", 600.0), ("90s", 90.0), ("10m", 600.0), ("1.5h", 5400.0),
+                                           ("500ms", 0.5)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text, "--duration") == seconds
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "ten", "5d", ""])
+def test_parse_duration_rejects(text):
+    with pytest.raises(ValueError, match="--duration"):
+        parse_duration(text, "--duration")
+
+
+def test_parse_end():
+    assert parse_end(None, 123.0) == 123.0
+    assert parse_end("now", 123.0) == 123.0
+    assert parse_end("1700000000", 0) == 1700000000.0
+    # 2023-11-14T22:13:20Z is 1,700,000,000 s after the epoch
+    assert parse_end("2023-11-14T22:13:20Z", 0) == 1700000000.0
+    with pytest.raises(ValueError, match="time zone"):
+        parse_end("2023-11-14T22:13:20", 0)
+    with pytest.raises(ValueError, match="--end"):
+        parse_end("yesterday", 0)
+
+
+def test_parse_listen():
+    assert parse_listen("8123", "127.0.0.1") == ("127.0.0.1", 8123)
+    assert parse_listen("0.0.0.0:80", "127.0.0.1") == ("0.0.0.0", 80)
+    assert parse_listen("[::1]:9000", "127.0.0.1") == ("::1", 9000)
+    for bad in ["host:", "host:http", "70000"]:
+        with pytest.raises(ValueError, match="--serve"):
+            parse_listen(bad, "127.0.0.1")
+
+
+def test_cache_config_labels_from_engine_config():
+    # §9: 1,345 blocks of 16 tokens = 21,520 tokens; max concurrency for 8,192 tokens = 2.63 (vLLM's log line)
+    config = SimpleNamespace(block_size=16, resolved_num_gpu_blocks=lambda: 1345, max_model_len=8192,
+                             gpu_memory_utilization=0.6, enable_prefix_caching=True, kv_cache_dtype="auto")
+    labels = cache_config_labels(SimpleNamespace(config=config), {})
+    assert labels == {"block_size": "16", "num_gpu_blocks": "1345", "kv_cache_size_tokens": "21520",
+                      "kv_cache_max_concurrency": "2.63", "gpu_memory_utilization": "0.6",
+                      "enable_prefix_caching": "True", "cache_dtype": "auto"}
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["simulate", "healthy", "--serve", "x:y"], "--serve"),
+    (["simulate", "healthy", "--duration", "soon"], "--duration"),
+    (["simulate", "healthy", "--max-num-seqs", "0"], "--max-num-seqs"),
+    (["simulate", "healthy", "--serve", "1", "--record", "f.om"], "--serve and --record"),
+    (["simulate", "healthy", "--kv-offload-cpu", "lots"], "--kv-offload-cpu"),
+])
+def test_bad_input_exits_2_with_one_line(argv, field):
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 2, result.output
+    assert field in result.output
+    assert "Traceback" not in result.output
+
+
+def test_vllm_shim_refuses_other_subcommands(capsys):
+    with pytest.raises(SystemExit) as info:
+        vllm_shim(["bench", "serve"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "vllm serve MODEL" in err
+
+
+def test_scenario_file_must_be_a_mapping(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("- just\n- a list\n")
+    result = CliRunner().invoke(cli, ["simulate", "healthy", "--scenario-file", str(path)])
+    assert result.exit_code == 2
+    assert "--scenario-file" in result.output and "mapping" in result.output
