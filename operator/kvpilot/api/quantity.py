@@ -8,6 +8,7 @@ or a decimal exponent (``e3``).
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -62,7 +63,7 @@ def format_bytes_quantity(n_bytes: int | Decimal) -> str:
     Examples: 6442450944 -> ``"6Gi"``, 8053063680 -> ``"7680Mi"``, 1000 -> ``"1000"``.
     A fractional byte count is rounded up to a whole byte (memory is never under-requested).
     """
-    n = int(-(-Decimal(n_bytes) // 1))  # ceiling
+    n = math.ceil(Decimal(n_bytes))
     for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
         unit = _BINARY[suffix]
         if n and n % unit == 0:

@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 import yaml
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment, PackageLoader, StrictUndefined, Undefined
 
 from kvpilot.api import API_VERSION, KIND, VLLM_PORT, SpecError, VLLMServerSpec, check_server_name, parse_spec, spec_hash
 from kvpilot.api.quantity import format_bytes_quantity, format_gib, parse_quantity
@@ -34,14 +34,27 @@ LMCACHE_CHUNK_SIZE = 256
 LMCACHE_KV_TRANSFER_CONFIG = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 
 
+def _tojson(value: Any) -> str:
+    """JSON for a template value (JSON is YAML, so no string can change the document's shape).
+
+    Replaces Jinja2's HTML-escaping ``tojson``; an undefined variable raises ``UndefinedError``
+    (``StrictUndefined``) instead of reaching ``json.dumps``.
+    """
+    if isinstance(value, Undefined):
+        value._fail_with_undefined_error()
+    return json.dumps(value, ensure_ascii=False, sort_keys=False)
+
+
 @lru_cache(maxsize=1)
 def _environment() -> Environment:
-    return Environment(
+    env = Environment(
         loader=PackageLoader("kvpilot.render", "templates"),
         undefined=StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
     )
+    env.filters["tojson"] = _tojson
+    return env
 
 
 def _number(value: float) -> str:
@@ -194,7 +207,7 @@ def render_pod(name: str, namespace: str, spec: VLLMServerSpec, owner: dict[str,
     return _render(
         "pod.yaml.j2",
         name=name,
-        namespace=namespace,
+        object_namespace=namespace,  # not "namespace": that is a Jinja2 global
         spec=spec,
         pod_labels=labels,
         pod_annotations=annotations,
@@ -215,7 +228,7 @@ def render_service(name: str, namespace: str, owner: dict[str, Any] | None = Non
     return _render(
         "service.yaml.j2",
         name=name,
-        namespace=namespace,
+        object_namespace=namespace,
         labels=managed_labels(name),
         selector={LABEL_SERVER: name, LABEL_MANAGED_BY: "kvpilot"},
         owner_references=owner_references(owner),

@@ -1,0 +1,94 @@
+"""manifests/: every object validates strictly; RBAC is least privilege; the Deployment runs the operator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+MANIFESTS = REPO / "manifests"
+K8S_FILES = sorted(p for d in ("crd", "rbac", "operator") for p in (MANIFESTS / d).glob("*.yaml"))
+
+
+def docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+@pytest.mark.parametrize("kube_version", ["1.30", "1.37"])
+@pytest.mark.parametrize("path", K8S_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_manifest_validates_strictly(path, kube_version):
+    for doc in docs(path):
+        kubernetes_validate.validate(doc, kube_version, strict=True)
+
+
+def test_expected_files_exist():
+    names = {f"{p.parent.name}/{p.name}" for p in K8S_FILES}
+    assert {"crd/vllmservers.yaml", "rbac/clusterrole.yaml", "rbac/clusterrolebinding.yaml",
+            "rbac/serviceaccount.yaml", "operator/deployment.yaml", "operator/namespace.yaml"} <= names
+    assert {p.name for p in (MANIFESTS / "examples").glob("*.yaml")} == {
+        "experiment.yaml", "production-fp8.yaml", "tensor-parallel.yaml"}
+
+
+def rules() -> dict[tuple[str, str], set[str]]:
+    (role,) = docs(MANIFESTS / "rbac" / "clusterrole.yaml")
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def test_rbac_is_exactly_what_the_operator_needs():
+    assert rules() == {
+        ("kvpilot.dev", "vllmservers"): {"get", "list", "watch", "patch"},
+        ("kvpilot.dev", "vllmservers/status"): {"get", "patch"},
+        ("", "pods"): {"get", "list", "watch", "create", "delete"},
+        ("", "pods/log"): {"get"},
+        ("", "services"): {"get", "list", "watch", "create", "patch"},
+        ("", "events"): {"create", "patch"},
+        ("", "configmaps"): {"get"},
+        ("", "nodes"): {"get", "list"},
+        ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+        ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
+        ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"},
+    }
+
+
+def test_rbac_has_no_wildcards_and_no_secrets():
+    (role,) = docs(MANIFESTS / "rbac" / "clusterrole.yaml")
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        assert "secrets" not in rule["resources"]
+    assert not any("delete" in verbs for (g, r), verbs in rules().items() if r != "pods")
+
+
+def test_binding_points_at_the_operator_account():
+    (binding,) = docs(MANIFESTS / "rbac" / "clusterrolebinding.yaml")
+    (account,) = docs(MANIFESTS / "rbac" / "serviceaccount.yaml")
+    (deployment,) = docs(MANIFESTS / "operator" / "deployment.yaml")
+    assert binding["roleRef"]["name"] == "kvpilot-operator"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": account["metadata"]["namespace"]}]
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    assert deployment["metadata"]["namespace"] == account["metadata"]["namespace"]
+
+
+def test_deployment_runs_the_operator_non_root_with_kopf_liveness():
+    (deployment,) = docs(MANIFESTS / "operator" / "deployment.yaml")
+    pod = deployment["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["command"][:3] == ["kvpilot", "operator", "--all-namespaces"]
+    assert "--liveness=http://0.0.0.0:8080/healthz" in c["command"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {"name": "health", "containerPort": 8080, "protocol": "TCP"} in c["ports"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
