@@ -1,0 +1,286 @@
+"""The operator's decisions as pure functions: pod → phase, status, conditions, pod actions.
+
+No I/O here: :mod:`kvpilot.controller.handlers` reads the objects, calls these functions and
+writes what they return. Timestamps are RFC 3339 strings passed in by the caller.
+
+Sources:
+- Pod phases, conditions and container states: Kubernetes "Pod Lifecycle" docs and
+  ``k8s.io/api/core/v1`` (``PodScheduled=False`` with reason ``Unschedulable`` carries the
+  scheduler's message; a pod past ``activeDeadlineSeconds`` is ``Failed`` with reason
+  ``DeadlineExceeded``; the deadline counts from ``status.startTime``).
+- Conditions: Kubernetes API conventions (``metav1.Condition``: ``lastTransitionTime`` changes
+  only when ``status`` changes; ``observedGeneration``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Phases after which the operator never starts a pod on its own (design.md: an expired or
+#: failed server stays, with its pod, until a person changes the spec or deletes it).
+ENDED_PHASES = ("Failed", "Expired")
+#: Lines of a termination message kept in ``status.message`` (the end says why vLLM exited).
+TERMINATION_LINES = 3
+#: Port of vLLM's OpenAI-compatible server (``vllm serve`` default ``--port``).
+VLLM_PORT = 8000
+#: Pod annotation holding the spec hash the pod was made from (written by kvpilot.render).
+SPEC_HASH_ANNOTATION = "kvpilot.dev/spec-hash"
+SERVER_LABEL = "kvpilot.dev/server"
+
+
+@dataclass(frozen=True)
+class PodReport:
+    """What a pod says about its server: a VLLMServer phase with a reason and a one-line message."""
+
+    phase: str
+    reason: str
+    message: str
+    ready: bool = False
+
+
+def _condition(pod: dict[str, Any], type_: str) -> dict[str, Any]:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return cond
+    return {}
+
+
+def _container_states(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [cs.get("state") or {} for cs in (pod.get("status") or {}).get("containerStatuses") or []]
+
+
+def last_lines(text: str | None, count: int = TERMINATION_LINES) -> str:
+    """The last ``count`` non-empty lines of ``text`` joined with `` | `` (one status line)."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return " | ".join(lines[-count:])
+
+
+def pod_report(pod: dict[str, Any], ttl_seconds: int | None = None) -> PodReport:
+    """Map a Pod to the VLLMServer phase (design.md: Pending | Loading | Ready | Failed | Expired).
+
+    - ``Failed`` with reason ``DeadlineExceeded`` → Expired (the TTL ended it);
+    - ``Failed`` otherwise → Failed: the container's termination reason (``OOMKilled``,
+      ``Error`` …) and exit code, plus the last lines of its termination message (with
+      ``FallbackToLogsOnError`` that is the end of vLLM's log);
+    - ``Succeeded`` → Failed (a server that exits has stopped serving);
+    - ``Pending``: ``PodScheduled=False`` → the scheduler's reason and message (e.g.
+      ``0/3 nodes are available: 3 Insufficient nvidia.com/gpu``); a waiting container → its
+      reason (``ErrImagePull``, ``ContainerCreating`` …);
+    - ``Running``: ``Ready=True`` → Ready, otherwise Loading (vLLM refuses connections while
+      it loads the model, so the readiness probe fails until it can serve).
+    """
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    terminated = next((s["terminated"] for s in _container_states(pod) if s.get("terminated")), None)
+    if phase == "Failed" and status.get("reason") == "DeadlineExceeded":
+        ttl = f" (ttlSeconds={ttl_seconds})" if ttl_seconds else ""
+        return PodReport("Expired", "DeadlineExceeded",
+                         f"pod ended by its deadline{ttl}; it stays for inspection, change the spec to start anew")
+    if phase in ("Failed", "Succeeded"):
+        if terminated:
+            reason = terminated.get("reason") or "Error"
+            tail = last_lines(terminated.get("message"))
+            message = f"vLLM exited with code {terminated.get('exitCode')} ({reason})" + (f": {tail}" if tail else "")
+        else:
+            reason = status.get("reason") or "PodFailed"
+            message = status.get("message") or f"pod phase {phase}"
+        return PodReport("Failed", reason, message)
+    if phase == "Running":
+        if _condition(pod, "Ready").get("status") == "True":
+            return PodReport("Ready", "Ready", "serving", ready=True)
+        return PodReport("Loading", "Loading", "container running; vLLM is loading the model (not ready yet)")
+    scheduled = _condition(pod, "PodScheduled")
+    if scheduled.get("status") == "False":
+        return PodReport("Pending", scheduled.get("reason") or "Unschedulable",
+                         scheduled.get("message") or "waiting for a node")
+    waiting = next((s["waiting"] for s in _container_states(pod) if s.get("waiting")), None)
+    if waiting:
+        reason = waiting.get("reason") or "ContainerCreating"
+        return PodReport("Pending", reason, waiting.get("message") or f"container waiting: {reason}")
+    if phase == "Unknown":
+        return PodReport("Pending", "PodUnknown", "the pod's node stopped reporting")
+    return PodReport("Pending", "Scheduling", "waiting for the scheduler")
+
+
+def set_condition(conditions: list[dict[str, Any]] | None, type_: str, status: str, reason: str, message: str,
+                  *, now: str, generation: int | None) -> list[dict[str, Any]]:
+    """Return ``conditions`` with condition ``type_`` set (API conventions).
+
+    ``lastTransitionTime`` is ``now`` only when the condition is new or its ``status`` changed;
+    a changed reason or message keeps the old time. Other conditions are kept as they are.
+    """
+    out = [dict(c) for c in conditions or [] if c.get("type") != type_]
+    old = next((c for c in conditions or [] if c.get("type") == type_), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == status and old.get("lastTransitionTime") \
+        else now
+    new = {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
+    if generation is not None:
+        new["observedGeneration"] = generation
+    out.append(new)
+    return sorted(out, key=lambda c: c["type"])
+
+
+def _plus_seconds(timestamp: str, seconds: int) -> str:
+    start = datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    return (start + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def endpoint(service: str, namespace: str) -> str:
+    """The in-cluster URL of a server's Service: ``http://<svc>.<ns>.svc:8000``."""
+    return f"http://{service}.{namespace}.svc:{VLLM_PORT}"
+
+
+def server_status(server: dict[str, Any], pod: dict[str, Any] | None, *, now: str, service_name: str,
+                  spec_hash: str, command: list[str] | None = None,
+                  kv: tuple[int, float | None] | None = None) -> dict[str, Any]:
+    """The VLLMServer ``status`` for its current pod (every key declared in the CRD's status schema).
+
+    Args:
+        server: the VLLMServer object (its ``status`` supplies what persists: ``readyAt``,
+            ``kvCacheTokens``/``maxConcurrency`` of the same pod, conditions).
+        pod: the server's current pod, or None when it has none (no pod yet, or it was removed).
+        now: the current time, RFC 3339.
+        service_name: the Service in front of the pod.
+        spec_hash: hash of the spec the pod is (or would be) made from.
+        command: the ``vllm serve`` argv of that spec.
+        kv: ``(kvCacheTokens, maxConcurrency)`` read from the pod's log, when just read.
+
+    Returns:
+        the complete status; keys that do not apply are absent (callers diff it with
+        :func:`status_patch`).
+    """
+    old = server.get("status") or {}
+    meta = server.get("metadata") or {}
+    generation = meta.get("generation")
+    namespace = meta.get("namespace") or ""
+    status: dict[str, Any] = {"observedGeneration": generation, "serviceName": service_name, "specHash": spec_hash}
+    if command:
+        status["command"] = list(command)
+    conditions = old.get("conditions")
+    conditions = set_condition(conditions, "Valid", "True", "SpecValid", "spec accepted", now=now,
+                               generation=generation)
+    if pod is None:
+        phase = old.get("phase") if old.get("phase") in ENDED_PHASES and old.get("specHash") == spec_hash else None
+        if phase:  # an ended server whose pod a person removed: it stays ended
+            report = PodReport(phase, old.get("reason") or phase, old.get("message") or "")
+        else:
+            report = PodReport("Pending", "PodMissing", "no pod yet")
+    else:
+        pod_spec = pod.get("spec") or {}
+        report = pod_report(pod, pod_spec.get("activeDeadlineSeconds"))
+        pod_meta = pod.get("metadata") or {}
+        status.update(podName=pod_meta.get("name"), podUid=pod_meta.get("uid"))
+        start = (pod.get("status") or {}).get("startTime")
+        if start:
+            status["startedAt"] = start
+            if pod_spec.get("activeDeadlineSeconds"):
+                status["expiresAt"] = _plus_seconds(start, int(pod_spec["activeDeadlineSeconds"]))
+        same_pod = old.get("podUid") == pod_meta.get("uid")
+        if same_pod and old.get("readyAt"):
+            status["readyAt"] = old["readyAt"]
+        elif report.ready:
+            status["readyAt"] = _condition(pod, "Ready").get("lastTransitionTime") or now
+        finished = next((s["terminated"].get("finishedAt") for s in _container_states(pod) if s.get("terminated")),
+                        None)
+        if report.phase in ENDED_PHASES:
+            status["finishedAt"] = finished or (old.get("finishedAt") if same_pod else None) or now
+        if kv is not None:
+            status["kvCacheTokens"], concurrency = kv
+            if concurrency is not None:
+                status["maxConcurrency"] = concurrency
+        elif same_pod:
+            for key in ("kvCacheTokens", "maxConcurrency"):
+                if old.get(key) is not None:
+                    status[key] = old[key]
+    status.update(phase=report.phase, reason=report.reason, message=report.message)
+    if report.ready:
+        status["endpoint"] = endpoint(service_name, namespace)
+    conditions = set_condition(conditions, "Ready", "True" if report.ready else "False", report.reason,
+                               report.message, now=now, generation=generation)
+    status["conditions"] = conditions
+    return {k: v for k, v in status.items() if v is not None}
+
+
+def invalid_status(server: dict[str, Any], field_message: str, *, now: str, reason: str = "InvalidSpec") -> dict:
+    """Status of a refused spec: phase Invalid, ``Valid=False`` and ``Ready=False`` naming the field."""
+    old = server.get("status") or {}
+    generation = (server.get("metadata") or {}).get("generation")
+    conditions = set_condition(old.get("conditions"), "Valid", "False", reason, field_message, now=now,
+                               generation=generation)
+    conditions = set_condition(conditions, "Ready", "False", reason, field_message, now=now, generation=generation)
+    return {"phase": "Invalid", "reason": reason, "message": field_message, "observedGeneration": generation,
+            "conditions": conditions}
+
+
+def status_patch(old: dict[str, Any] | None, new: dict[str, Any], keep: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A JSON merge patch turning status ``old`` into ``new`` (removed keys become ``None``),
+    empty when nothing changes; keys in ``keep`` (e.g. ``preflight``) are never removed."""
+    old = old or {}
+    patch = {k: v for k, v in new.items() if old.get(k) != v}
+    patch.update({k: None for k in old if k not in new and k not in keep})
+    return patch
+
+
+def is_transition(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """True when the phase or its reason changes (each such change gets a Kubernetes Event)."""
+    old = old or {}
+    return (old.get("phase"), old.get("reason")) != (new.get("phase"), new.get("reason"))
+
+
+def event_type(status: dict[str, Any]) -> str:
+    """``Warning`` for phases a person must look at (Failed, Expired, Invalid, unschedulable), else ``Normal``."""
+    if status.get("phase") in ("Failed", "Expired", "Invalid") or status.get("reason") == "Unschedulable":
+        return "Warning"
+    return "Normal"
+
+
+# ----------------------------------------------------------------------------- pod actions
+def pod_name(server_name: str, spec_hash: str) -> str:
+    """The pod's name: ``<server>-<first 5 hex of the spec hash>``.
+
+    A new spec gets a new name, so the replacement never waits for the old pod to finish
+    terminating (a real API server refuses a second object of the same name until then).
+    """
+    return f"{server_name}-{spec_hash[:5]}"
+
+
+@dataclass
+class PodPlan:
+    """What to do with a server's pods: ``delete`` these names, ``create`` one or not, ``keep`` one."""
+
+    keep: dict[str, Any] | None = None
+    create: bool = False
+    delete: list[str] = field(default_factory=list)
+
+
+def plan_pods(server: dict[str, Any], pods: list[dict[str, Any]], spec_hash: str) -> PodPlan:
+    """Desired vs existing pods of one server (idempotent: running it twice changes nothing).
+
+    Args:
+        server: the VLLMServer (``metadata.uid``; ``status`` for phase, specHash and podName).
+        pods: pods labelled ``kvpilot.dev/server=<name>`` in its namespace.
+        spec_hash: hash of the current spec.
+
+    Rules: only pods this server owns (an ownerReference with its uid) are considered; a pod
+    of the current spec is kept (the one in ``status.podName`` first, else the oldest; extra
+    copies are deleted); pods of an older spec are deleted (a spec change replaces the pod); a
+    pod is created only when none of the current spec exists and the server has not already
+    ended (Failed/Expired) with this same spec — an ended server is never restarted on its own.
+    """
+    uid = (server.get("metadata") or {}).get("uid")
+    status = server.get("status") or {}
+    owned = [p for p in pods
+             if any(ref.get("uid") == uid for ref in (p.get("metadata") or {}).get("ownerReferences") or [])
+             and not (p.get("metadata") or {}).get("deletionTimestamp")]
+    current = [p for p in owned if ((p["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)) == spec_hash]
+    stale = [p["metadata"]["name"] for p in owned if p not in current]
+    current.sort(key=lambda p: (p["metadata"]["name"] != status.get("podName"),
+                                p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
+    plan = PodPlan(delete=stale + [p["metadata"]["name"] for p in current[1:]])
+    if current:
+        plan.keep = current[0]
+    elif not (status.get("phase") in ENDED_PHASES and status.get("specHash") == spec_hash):
+        plan.create = True
+    return plan

@@ -1,0 +1,105 @@
+"""Where the operator connects, and running it (in the foreground or in a thread).
+
+The kubernetes client captures ``KUBECONFIG`` when it is imported; :func:`load_configuration`
+reads the variable when called instead, so the same process can be pointed elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Collection
+from typing import Any
+
+import kopf
+import kubernetes.client
+import kubernetes.config
+
+from kvpilot.controller.handlers import build_registry, make_settings
+
+
+class ClusterConfigError(Exception):
+    """No usable cluster configuration (message names what was tried)."""
+
+
+def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> kubernetes.client.Configuration:
+    """The cluster to use: ``kubeconfig`` (or ``$KUBECONFIG``), else the in-cluster service account
+    (``KUBERNETES_SERVICE_HOST`` set), else ``~/.kube/config``.
+
+    Raises:
+        ClusterConfigError: naming the source that failed.
+    """
+    configuration = kubernetes.client.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    try:
+        if path:
+            kubernetes.config.load_kube_config(config_file=path.split(os.pathsep)[0], context=context,
+                                               client_configuration=configuration)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+        else:
+            kubernetes.config.load_kube_config(context=context, client_configuration=configuration)
+    except (kubernetes.config.ConfigException, OSError, TypeError) as exc:
+        source = path or ("the in-cluster service account" if os.environ.get("KUBERNETES_SERVICE_HOST")
+                          else "~/.kube/config")
+        raise ClusterConfigError(f"no usable cluster configuration in {source}: {exc}") from None
+    return configuration
+
+
+def run_operator(configuration: kubernetes.client.Configuration, *, namespaces: Collection[str] = (),
+                 clusterwide: bool = False, standalone: bool = False, peering_name: str | None = None,
+                 liveness_endpoint: str | None = None, priority: int | None = None,
+                 stop_flag: Any = None, ready_flag: Any = None, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """Run the operator until stopped (kopf's ``run`` with kvpilot's registry and settings).
+
+    Arguments are kopf's run options (``kopf run --help``); ``stop_flag``/``ready_flag`` are
+    ``threading.Event`` (or asyncio) flags as :func:`kopf.run` takes them.
+    """
+    kopf.run(registry=build_registry(configuration), settings=make_settings(), namespaces=list(namespaces),
+             clusterwide=clusterwide, standalone=standalone, peering_name=peering_name,
+             liveness_endpoint=liveness_endpoint, priority=priority, stop_flag=stop_flag,
+             ready_flag=ready_flag, loop=loop)
+
+
+class OperatorThread:
+    """The operator in a background thread, for ``kvpilot demo`` (tests use kopf's KopfRunner).
+
+    Example::
+
+        with OperatorThread(cluster.configuration(), namespaces=["demo"]):
+            ...  # create VLLMServers, wait for pods
+    """
+
+    def __init__(self, configuration: kubernetes.client.Configuration, *, namespaces: Collection[str],
+                 timeout: float = 10.0) -> None:
+        self.configuration = configuration
+        self.namespaces = list(namespaces)
+        self.timeout = timeout
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="kvpilot-operator", daemon=True)
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            run_operator(self.configuration, namespaces=self.namespaces, standalone=True,
+                         stop_flag=self._stop, ready_flag=self._ready, loop=loop)
+        except BaseException as exc:  # reported by __exit__
+            self.error = exc
+            self._ready.set()
+        finally:
+            loop.close()
+
+    def __enter__(self) -> OperatorThread:
+        self._thread.start()
+        if not self._ready.wait(self.timeout) or self.error is not None:
+            raise RuntimeError(f"the operator did not start: {self.error!r}")
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(self.timeout)
+        if self._thread.is_alive():
+            raise RuntimeError("the operator did not stop in time")
