@@ -100,3 +100,18 @@ def test_mamba_state_shrinks_with_tensor_parallel():
     fp = footprint(kv_spec_from_config(cfg), tensor_parallel_size=2)
     assert fp.state_bytes_per_request == 28 * ((4 - 1) * (2 * 4096 // 2) + (2 * 4096 // 2) * 16) * 2
     assert fp.bytes_per_token == 2 * 4 * (8 // 2) * 128 * 2
+
+
+def test_sliding_window_request_and_capacity_by_hand():
+    from kvpilot.kv import capacity
+
+    cap = capacity(hf_config("openai__gpt-oss-20b"), kv_memory_bytes=10 * 2**30, max_model_len=32_768)
+    full = (32_768 // 16) * 16 * (2 * 12 * 8 * 64 * 2)
+    # 12 sliding layers hold ceil(min(128 - 1 + 2048, 32768) / 16) + 1 = 136 + 1 blocks
+    sliding = (-(-(128 - 1 + 2048) // 16) + 1) * 16 * (2 * 12 * 8 * 64 * 2)
+    assert cap.request_bytes == full + sliding
+    assert cap.state_bytes_per_request == sliding
+    slot_block = 16 * (2 * 24 * 8 * 64 * 2)  # pool blocks are slots of all 24 per-token layers
+    assert cap.kv_blocks == (10 * 2**30) // slot_block
+    assert cap.max_concurrency == cap.kv_blocks / -(-(full + sliding) // slot_block)
+    assert cap.estimate is True
