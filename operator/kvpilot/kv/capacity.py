@@ -1,6 +1,7 @@
 """KV capacity: tokens, blocks, concurrency and startup feasibility, the way vLLM computes them.
 
-Pure arithmetic. Sources (vLLM main as stored, the v0.3x line; background.md §2, §4, §7):
+Pure arithmetic. Sources (vLLM main, the v0.3x line: vllm/v1/core/kv_cache_utils.py at commit 001cabc1;
+background.md §2, §4, §7):
 
 * Blocks: ``num_blocks = available_memory // page_size // num_layers`` (``get_num_blocks``,
   vllm/v1/core/kv_cache_utils.py), i.e. ``kv_memory // (block_size × bytes_per_token)``, rounded down.
@@ -313,8 +314,8 @@ def startup_memory_check(total_bytes: int | float, free_bytes: int | float,
                          gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> StartupMemoryCheck:
     """Would vLLM start, given the GPU's free memory at startup?
 
-    Source: vLLM's worker raises "Free memory on device … on startup is less than desired GPU memory
-    utilization (U, R GiB)" when ``free < U × total`` (vllm/v1/worker/utils.py ``request_memory``; case C20a:
+    Source: vLLM's GPU worker raises "Free memory on device … on startup is less than desired GPU memory
+    utilization (U, R GiB)" when ``free < U × total`` (the V1 GPU worker's startup memory snapshot; case C20a:
     19.77 GiB free of 22.05 GiB < 0.9 × 22.05 = 19.845 GiB). Other processes (or a larger CUDA context)
     holding memory make a utilization infeasible; the largest feasible one is ``free / total``.
 

@@ -1,6 +1,7 @@
 """Bytes of KV cache per token and per request, per GPU. Pure arithmetic on a :class:`KVSpec`.
 
-Formulas and their sources (vLLM main as stored, the v0.3x line; background.md §2):
+Formulas and their sources (vLLM main, the v0.3x line: kv_cache_interface.py at commit 001cabc1,
+mamba_utils.py at 02d71083, config/model.py; background.md §2):
 
 * Standard attention (MHA/GQA/MQA): ``2 (K and V) × layers × kv_heads_per_gpu × head_dim × bytes`` per token:
   ``AttentionSpec.real_page_size_bytes`` = ``2 × block_size × num_kv_heads × head_size × dtype_size``
