@@ -196,15 +196,15 @@ class Simulation:
         from kvpilot.engine.exporter import VLLMMetrics
 
         scenarios = _scenarios()
-        max_model_len = int(overrides.get("max_model_len") or 8192)
+        # Built once without metrics to learn the resolved flags (max_model_len, KV blocks) that
+        # the exporter's buckets and cache_config_info need, then for real with the exporter.
+        probe, _ = _call(f"scenario {scenario}", scenarios.build, scenario, overrides=overrides or None)
+        self.max_model_len = int(_engine_value(probe, "max_model_len") or overrides.get("max_model_len") or 8192)
         self.metrics = _call("--vllm-version", VLLMMetrics, vllm_version=vllm_version, model_name=model_name,
-                             cache_config={"block_size": str(overrides.get("block_size") or 16)},
-                             max_model_len=max_model_len)
+                             cache_config=cache_config_labels(probe, overrides), max_model_len=self.max_model_len)
         self.engine, self.workload = _call(f"scenario {scenario}", scenarios.build, scenario,
                                            overrides=overrides or None, metrics=self.metrics)
-        self.metrics.set_cache_config(cache_config_labels(self.engine, overrides))
         self.model_name = model_name
-        self.max_model_len = max_model_len
         self._lock = threading.Lock()
 
     @property
@@ -446,7 +446,7 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
         fail(f"--speed: must be > 0, got {speed:g}")
     try:  # validate the mode's own options before any engine work
         listen = parse_listen(serve_at, default_host) if serve_at else None
-        end_ts = parse_end(end, time.time())
+        end_ts = parse_end(end, float(int(time.time())))  # whole seconds: readable timestamps
     except ValueError as exc:
         fail(str(exc))
     total = duration or DEFAULT_RECORD_DURATION

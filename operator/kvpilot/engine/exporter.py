@@ -140,7 +140,8 @@ class VLLMMetrics:
         self._labelvalues = (model_name, self.engine) if self.has_engine_label else (model_name,)
         self._lock = threading.Lock()
         self._prefix_tokens = {"queries": 0, "hits": 0}
-        self._families: dict[str, list] = {}  # canonical name -> [(exposed family name, child)]
+        self._families: dict[str, list] = {}  # canonical name -> metric objects, one per exposed name
+        self._child_cache: dict[tuple, list] = {}
         self._build(max_model_len)
         self._cache_config_info(cache_config)
 
@@ -206,7 +207,13 @@ class VLLMMetrics:
         self._info_gauge.labels(**labels).set(1)
 
     def _children(self, canonical: str, **extra: str) -> list:
-        return [m.labels(*self._labelvalues, *extra.values()) for m in self._families.get(canonical, [])]
+        # ``labels()`` costs a lock and a dict lookup per call; the engine calls this per step, so cache.
+        key = (canonical, *extra.values())
+        children = self._child_cache.get(key)
+        if children is None:
+            children = [m.labels(*self._labelvalues, *extra.values()) for m in self._families.get(canonical, [])]
+            self._child_cache[key] = children
+        return children
 
     def _set(self, canonical: str, value: float, **extra: str) -> None:
         for child in self._children(canonical, **extra):
@@ -215,6 +222,8 @@ class VLLMMetrics:
     def _inc(self, canonical: str, amount: float, **extra: str) -> None:
         if amount < 0:
             raise ValueError(f"{canonical}: counter increment must be >= 0, got {amount}")
+        if amount == 0:
+            return
         for child in self._children(canonical, **extra):
             child.inc(amount)
 
