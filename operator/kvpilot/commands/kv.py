@@ -48,6 +48,20 @@ def local_weights_bytes(folder: Path) -> int | None:
     return sum(f.stat().st_size for f in files) if files else None
 
 
+def hub_weights_bytes(repo_id: str) -> int | None:
+    """``metadata.total_size`` of a Hub model's ``model.safetensors.index.json``, or None when unavailable
+    (offline, single-file checkpoint, no index)."""
+    try:
+        from huggingface_hub import hf_hub_download
+
+        data = json.loads(Path(hf_hub_download(repo_id=repo_id, filename="model.safetensors.index.json"))
+                          .read_text(encoding="utf-8"))
+        total = data.get("metadata", {}).get("total_size")
+    except Exception:  # noqa: BLE001 - any failure means "unknown": the caller asks for --weights-memory
+        return None
+    return total if isinstance(total, int) and total > 0 else None
+
+
 def load_config(source: str) -> tuple[dict, Path | None]:
     """Read CONFIG: a config.json file, a folder holding one, or a Hugging Face model id (downloaded).
 
@@ -169,11 +183,12 @@ def command(config, kv_cache_dtype, tensor_parallel_size, data_parallel_size, ma
     """
     cfg, folder = load_config(config)
     weights_source = "--weights-memory" if weights_memory is not None else None
-    if weights_memory is None and gpu_memory is not None and kv_memory is None and folder is not None:
-        total = local_weights_bytes(folder)
+    if weights_memory is None and gpu_memory is not None and kv_memory is None:
+        total = local_weights_bytes(folder) if folder is not None else hub_weights_bytes(config)
         if total is not None:
             weights_memory = total // max(1, tensor_parallel_size)
-            weights_source = f"{folder}/*.safetensors ÷ TP"
+            where = f"{folder}/*.safetensors" if folder is not None else f"{config} model.safetensors.index.json"
+            weights_source = f"{where} ÷ TP"
     try:
         cap = capacity(cfg, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                        data_parallel_size=data_parallel_size, max_model_len=max_model_len, block_size=block_size,

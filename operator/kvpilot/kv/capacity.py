@@ -245,11 +245,15 @@ def capacity(config: dict | KVSpec, *, kv_cache_dtype: str = "auto", tensor_para
         max_model_len = spec.max_position_embeddings
     max_model_len = _check_positive(max_model_len, "--max-model-len")
     fp = footprint(spec, kv_cache_dtype, tensor_parallel_size)
+    notes = list(spec.notes)
+    if spec.max_position_embeddings is not None and max_model_len > spec.max_position_embeddings:
+        notes.append(f"max_model_len {max_model_len} exceeds the config's max_position_embeddings "
+                     f"{spec.max_position_embeddings}: vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+                     "(or rope scaling extends the context)")
     budget = kv_memory_budget(kv_memory_bytes=kv_memory_bytes, gpu_memory_bytes=gpu_memory_bytes,
                               gpu_memory_utilization=gpu_memory_utilization, weights_bytes=weights_bytes,
                               overhead_bytes=overhead_bytes)
     request_bytes = fp.request_bytes(max_model_len, block_size, mnbt)
-    notes = list(spec.notes)
     estimate = fp.estimate
     if fp.estimate:
         notes.append("estimate: vLLM's hybrid KV cache manager groups and pads layers; "

@@ -15,6 +15,9 @@ Pure: takes the parsed JSON (a ``dict``), does no I/O. Every rule names its sour
   ``Qwen3NextConfig`` (``full_attention_interval``: every n-th layer full, the rest Gated DeltaNet),
   ``JambaConfig`` (attention where ``i % attn_layer_period == attn_layer_offset``, Mamba elsewhere),
   ``NemotronHConfig`` (``hybrid_override_pattern``: ``M`` Mamba2, ``*`` attention, ``-``/``E`` MLP/MoE).
+* A model-level ``sliding_window`` with no per-layer pattern applies to every layer: vLLM's ``Attention``
+  layer falls back to ``CacheConfig.sliding_window`` when the model passes no ``per_layer_sliding_window``
+  (vllm/attention/layer.py), as for Phi-3-mini-4k (window 2047, vLLM PR #4380).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, int | None]] = {
     "llama": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "num_key_value_heads": None},
     "mistral": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "num_key_value_heads": 8},
     "qwen2": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "num_key_value_heads": 32},
+    # transformers Gemma3TextConfig: max_position_embeddings 131072 (gemma-3-27b-it's text_config omits it)
+    "gemma3_text": {"max_position_embeddings": 131072},
 }
 
 
@@ -229,7 +234,10 @@ def _layer_kinds(cfg: dict, prefix: str, n: int) -> tuple[tuple[str, ...], int |
         first = int(cfg["max_window_layers"])
         notes.append(f"layers >= max_window_layers ({first}) slide")
         return tuple(SLIDING if i >= first else FULL for i in range(n)), window, notes
-    max_pos = cfg.get("max_position_embeddings")
+    # vLLM reads max_position_embeddings from the top-level config first, then the text config
+    # (ModelConfig max_model_len derivation, vllm/config/model.py).
+    max_pos = config.get("max_position_embeddings") if prefix else None
+    max_pos = cfg.get("max_position_embeddings") if max_pos is None else max_pos
     if isinstance(max_pos, int) and window >= max_pos:
         notes.append("sliding_window >= max_position_embeddings: every layer sees the whole context")
         return (FULL,) * n, None, notes
@@ -305,7 +313,10 @@ def kv_spec_from_config(config: dict) -> KVSpec:
     kinds, window, notes = _layer_kinds(cfg, prefix, layers)
     if FULL not in kinds and SLIDING not in kinds:
         raise KVConfigError(f"{prefix}num_hidden_layers", "no attention layer found: no KV cache to size")
-    max_pos = cfg.get("max_position_embeddings")
+    # vLLM reads max_position_embeddings from the top-level config first, then the text config
+    # (ModelConfig max_model_len derivation, vllm/config/model.py).
+    max_pos = config.get("max_position_embeddings") if prefix else None
+    max_pos = cfg.get("max_position_embeddings") if max_pos is None else max_pos
     return KVSpec(
         model_type=None if model_type is None else str(model_type),
         num_layers=layers,

@@ -128,3 +128,25 @@ def test_offline_hub_id_names_what_to_download(tmp_path):
     assert "https://huggingface.co/someorg/some-model/resolve/main/config.json" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1  # one line
+
+
+def test_hub_id_downloads_config_and_weight_index(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    (tmp_path / "config.json").write_text((HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json").read_text())
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 15_231_233_024}}))
+    calls = []
+
+    def fake_download(repo_id, filename, **kwargs):
+        calls.append((repo_id, filename))
+        return str(tmp_path / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    result = run("Qwen/Qwen2.5-7B-Instruct", "--gpu-memory", "24GiB", "--overhead-memory", "1GiB",
+                 "--max-model-len", "8192", "-o", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert calls == [("Qwen/Qwen2.5-7B-Instruct", "config.json"),
+                     ("Qwen/Qwen2.5-7B-Instruct", "model.safetensors.index.json")]
+    assert doc["bytes_per_token"] == 2 * 28 * 4 * 128 * 2
+    assert doc["kv_memory_bytes"] == int(0.92 * 24 * GIB) - 15_231_233_024 - GIB

@@ -115,3 +115,11 @@ def test_sliding_window_request_and_capacity_by_hand():
     assert cap.kv_blocks == (10 * 2**30) // slot_block
     assert cap.max_concurrency == cap.kv_blocks / -(-(full + sliding) // slot_block)
     assert cap.estimate is True
+
+
+def test_gemma3_default_context_from_gemma3_text_config_defaults():
+    from kvpilot.kv import capacity
+
+    cap = capacity(hf_config("google__gemma-3-27b-it"))
+    assert cap.max_model_len == 131_072  # transformers Gemma3TextConfig default max_position_embeddings
+    assert "text_config.max_position_embeddings" in cap.spec.defaults_used
