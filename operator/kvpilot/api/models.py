@@ -489,7 +489,12 @@ class PreflightStatus(_Model):
     max_concurrency: float | None = Field(None, ge=0, description="Estimated requests of maxModelLen that fit.")
     fits: bool | None = Field(None, description="Whether one request of maxModelLen fits.")
     max_model_len_that_fits: int | None = Field(None, ge=0, description="Largest maxModelLen that fits.")
+    min_gpu_memory_utilization: float | None = Field(
+        None, ge=0, description="Smallest gpuMemoryUtilization that would fit one maxModelLen request.")
+    estimate: bool | None = Field(None, description="True when the model's allocator is more complex than the "
+                                  "formula (sliding window, hybrid layers): the numbers are an estimate.")
     gpu_memory: str | None = Field(None, description="GPU memory used for the estimate, and where it came from.")
+    config_source: str | None = Field(None, description="Where config.json came from (Hub id or ConfigMap key).")
 
 
 class VLLMServerStatus(_Model):
@@ -514,7 +519,7 @@ class VLLMServerStatus(_Model):
     pod_uid: str | None = Field(None, description="UID of the vLLM pod (tells a replaced pod from the old one).")
     service_name: str | None = Field(None, description="Name of the Service in front of the pod.")
     endpoint: str | None = Field(None, description="OpenAI-compatible base URL inside the cluster "
-                                 "(http://<service>.<namespace>.svc:8000/v1).")
+                                 "(http://<service>.<namespace>.svc:8000; the OpenAI API is under /v1).")
     started_at: str | None = Field(None, json_schema_extra={"format": "date-time"},
                                    description="When the pod started (RFC 3339).")
     expires_at: str | None = Field(None, json_schema_extra={"format": "date-time"},
