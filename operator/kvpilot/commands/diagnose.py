@@ -1,14 +1,140 @@
-"""`kvpilot diagnose`: not built yet (see the open issues)."""
+"""`kvpilot diagnose`: read-only bottleneck diagnosis of vLLM servers (thin; logic in kvpilot.diagnose).
+
+Exit status (design.md "CLI"): 0 no bottleneck, 1 warning, 2 critical, 3 could not diagnose
+(no data, unreachable source, unreadable input), 64 usage error.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+import time
+
 import click
 
-from kvpilot.commands._common import fail
+from kvpilot.commands._common import SIZE
+
+EXIT_USAGE = 64
+EXIT_NO_DIAGNOSIS = 3
 
 
-@click.command(name="diagnose", context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def command(args: tuple[str, ...]) -> None:
-    """Not built yet."""
-    fail("'diagnose' is not built yet")
+class _DiagnoseCommand(click.Command):
+    """A click command whose usage errors exit with 64 (EX_USAGE) instead of click's 2."""
+
+    def parse_args(self, ctx, args):  # noqa: D102
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            exc.exit_code = EXIT_USAGE
+            raise
+
+    def invoke(self, ctx):  # noqa: D102
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            exc.exit_code = EXIT_USAGE
+            raise
+
+
+def _duration(ctx, param, value):
+    if value is None:
+        return None
+    from kvpilot.commands.simulate import parse_duration  # one duration syntax for every command
+    try:
+        return parse_duration(value, f"--{param.name.replace('_', '-')}")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command(name="diagnose", cls=_DiagnoseCommand)
+@click.option("--prometheus", metavar="URL", help="Prometheus base URL (one query per signal for all targets).")
+@click.option("--metrics-url", metavar="URL", help="A vLLM /metrics URL, scraped repeatedly over the window.")
+@click.option("--recording", metavar="FILE", help="A recording (OpenMetrics with timestamps, from simulate --record).")
+@click.option("-n", "--namespace", default="", help="Kubernetes namespace of the target(s).")
+@click.option("--server", default="", help="VLLMServer name (its spec gives the limits when a cluster is reachable).")
+@click.option("--pod", default="", help="Pod name of the target.")
+@click.option("--model-name", default="", help="model_name label of the target.")
+@click.option("--window", default="5m", callback=_duration, show_default=True, help="Window to evaluate (90s, 5m, 1h).")
+@click.option("--end", type=float, default=None, help="Window end as Unix seconds (default: now; recordings: last sample).")
+@click.option("--max-num-seqs", type=click.IntRange(min=1), help="Configured --max-num-seqs (when no spec is readable).")
+@click.option("--max-num-batched-tokens", type=click.IntRange(min=1), help="Configured --max-num-batched-tokens.")
+@click.option("--max-model-len", type=click.IntRange(min=1), help="Configured --max-model-len.")
+@click.option("--kv-cache-tokens", type=click.IntRange(min=1), help="KV capacity in tokens ('GPU KV cache size').")
+@click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True),
+              help="Configured --gpu-memory-utilization.")
+@click.option("--kv-cache-dtype", help="Configured --kv-cache-dtype (auto, fp8, ...).")
+@click.option("--block-size", type=click.IntRange(min=1), help="KV block size in tokens.")
+@click.option("--gpu-memory", type=SIZE, help="GPU memory (80GiB): picks vLLM's defaults and sizes utilization changes.")
+@click.option("--gpu-name", help="GPU model (A100 keeps the small-GPU defaults).")
+@click.option("--model-config", type=click.Path(dir_okay=False), help="The model's config.json: KV bytes per token.")
+@click.option("--quick", is_flag=True, help="With --metrics-url: two scrapes a few seconds apart instead of the window.")
+@click.option("--scrape-interval", default="5s", callback=_duration, show_default=True,
+              help="Seconds between scrapes of --metrics-url.")
+@click.option("--no-kube", is_flag=True, help="Do not read VLLMServer specs from a cluster.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: in-cluster, ~/.kube/config).")
+@click.option("--context", help="kubeconfig context.")
+@click.option("--timeout", default="10s", callback=_duration, show_default=True, help="Timeout per request.")
+@click.option("-o", "--output", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--watch", type=click.FloatRange(min=0, min_open=True), metavar="N",
+              help="Re-run every N seconds until interrupted.")
+@click.option("--watch-count", type=click.IntRange(min=1), hidden=True, help="Stop --watch after this many runs.")
+def command(prometheus, metrics_url, recording, namespace, server, pod, model_name, window, end, max_num_seqs,
+            max_num_batched_tokens, max_model_len, kv_cache_tokens, gpu_memory_utilization, kv_cache_dtype,
+            block_size, gpu_memory, gpu_name, model_config, quick, scrape_interval, no_kube, kubeconfig, context,
+            timeout, output, watch, watch_count):
+    """Tell which limit binds a vLLM server - KV cache, max_num_seqs, token budget or compute - with numbers.
+
+    Read-only: GETs Prometheus queries, /metrics, and (with --server/--pod and a namespace) the
+    VLLMServer spec; never changes anything.
+
+    \b
+    Examples:
+      kvpilot diagnose --prometheus http://127.0.0.1:9090 -n llm
+      kvpilot diagnose --metrics-url http://10.0.0.7:8000/metrics --quick --max-num-seqs 4
+      kvpilot diagnose --recording run.om --max-num-batched-tokens 65000 -o json
+    """
+    from kvpilot.diagnose.report import render
+    from kvpilot.diagnose.run import Options, run
+    from kvpilot.diagnose.sources import SourceError
+
+    given = [x for x in (prometheus, metrics_url, recording) if x]
+    if len(given) != 1:
+        raise click.UsageError("give exactly one source: --prometheus URL, --metrics-url URL or --recording FILE")
+    if quick and not metrics_url:
+        raise click.UsageError("--quick works with --metrics-url only")
+    config = None
+    if model_config:
+        try:
+            with open(model_config, encoding="utf-8") as fp:
+                config = json.load(fp)
+        except (OSError, ValueError) as exc:
+            click.echo(f"kvpilot: error: --model-config {model_config}: {exc}", err=True)
+            sys.exit(EXIT_USAGE)
+    opts = Options(prometheus=prometheus or "", metrics_url=metrics_url or "", recording=recording or "",
+                   window_seconds=window, end=end, namespace=namespace, server=server, pod=pod,
+                   model_name=model_name,
+                   cli_limits={"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+                               "max_model_len": max_model_len, "kv_cache_tokens": kv_cache_tokens,
+                               "gpu_memory_utilization": gpu_memory_utilization, "kv_cache_dtype": kv_cache_dtype,
+                               "block_size": block_size},
+                   gpu_memory_bytes=gpu_memory, gpu_name=gpu_name, model_config=config, quick=quick,
+                   scrape_interval=scrape_interval, use_kube=not no_kube, kubeconfig=kubeconfig, context=context,
+                   timeout=timeout)
+    runs = 0
+    code = EXIT_NO_DIAGNOSIS
+    while True:
+        try:
+            report = run(opts)
+            click.echo(render(report, output))
+            code = report.exit_code()
+        except SourceError as exc:
+            click.echo(f"kvpilot: error: {' '.join(str(exc).split())}", err=True)
+            code = EXIT_NO_DIAGNOSIS
+        runs += 1
+        if not watch or (watch_count and runs >= watch_count):
+            break
+        try:
+            time.sleep(watch)
+        except KeyboardInterrupt:
+            break
+    sys.exit(code)

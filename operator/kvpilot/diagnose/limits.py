@@ -1,0 +1,163 @@
+"""The configured limits a diagnosis compares the signals against, and where each came from.
+
+Precedence per field (design.md "CLI"; issue 5 item 3): the VLLMServer spec (when a cluster is
+reachable), else the command line, else ``vllm:cache_config_info`` labels, else vLLM's defaults
+for the GPU tier (background.md §7). Every value carries its source, and the report says it.
+
+Pure: the caller passes the spec's ``engine`` dict, the options and the info labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+#: vLLM defaults (background.md §7, vLLM v0.30-v0.33 ``vllm/engine/arg_utils.py``):
+#: max_num_seqs 256, 1024 on >= 70 GiB non-A100 GPUs; max_num_batched_tokens 2048, 8192 on
+#: >= 70 GiB non-A100, 16384 on >= 160 GiB; gpu_memory_utilization 0.92; block size 16.
+DEFAULT_MAX_NUM_SEQS = 256
+LARGE_GPU_MAX_NUM_SEQS = 1024
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+LARGE_GPU_MAX_NUM_BATCHED_TOKENS = 8192
+HUGE_GPU_MAX_NUM_BATCHED_TOKENS = 16384
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+DEFAULT_BLOCK_SIZE = 16
+GIB = 2**30
+
+#: field -> (spec engine key (camelCase), cache_config_info label)
+_FIELDS: dict[str, tuple[str, str]] = {
+    "max_num_seqs": ("maxNumSeqs", ""),
+    "max_num_batched_tokens": ("maxNumBatchedTokens", ""),
+    "max_model_len": ("maxModelLen", ""),
+    "gpu_memory_utilization": ("gpuMemoryUtilization", "gpu_memory_utilization"),
+    "kv_cache_dtype": ("kvCacheDtype", "cache_dtype"),
+    "block_size": ("", "block_size"),
+    "num_gpu_blocks": ("", "num_gpu_blocks"),
+    "kv_cache_tokens": ("", "kv_cache_size_tokens"),
+    "enable_prefix_caching": ("enablePrefixCaching", "enable_prefix_caching"),
+    "tensor_parallel_size": ("tensorParallelSize", ""),
+}
+_INT = {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "num_gpu_blocks",
+        "kv_cache_tokens", "tensor_parallel_size"}
+_FLOAT = {"gpu_memory_utilization"}
+_BOOL = {"enable_prefix_caching"}
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One limit: ``value`` (None when unknown) and ``source``.
+
+    ``source`` is ``spec`` (VLLMServer), ``cli`` (diagnose options), ``cache_config_info``,
+    ``derived`` (computed from other limits), ``default`` (vLLM's default for the GPU tier) or
+    ``unknown``.
+    """
+
+    value: int | float | bool | str | None
+    source: str = "unknown"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits of one target. Attribute names are vLLM's flags with underscores."""
+
+    max_num_seqs: Limit = Limit(None)
+    max_num_batched_tokens: Limit = Limit(None)
+    max_model_len: Limit = Limit(None)
+    gpu_memory_utilization: Limit = Limit(None)
+    kv_cache_dtype: Limit = Limit(None)
+    block_size: Limit = Limit(None)
+    num_gpu_blocks: Limit = Limit(None)
+    kv_cache_tokens: Limit = Limit(None)
+    enable_prefix_caching: Limit = Limit(None)
+    tensor_parallel_size: Limit = Limit(None)
+    gpu_memory_bytes: int | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def value(self, name: str):
+        """The value of limit ``name`` (None when unknown)."""
+        return getattr(self, name).value
+
+    def sources(self) -> dict[str, str]:
+        """``{field: source}`` for every known field."""
+        return {name: getattr(self, name).source for name in _FIELDS if getattr(self, name).value is not None}
+
+    def describe(self) -> str:
+        """One sentence: ``max_num_seqs 4 (cli), max_num_batched_tokens 2048 (default), ...``."""
+        parts = []
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_tokens",
+                     "gpu_memory_utilization", "kv_cache_dtype", "block_size"):
+            lim: Limit = getattr(self, name)
+            if lim.value is not None:
+                value = f"{lim.value:,}" if isinstance(lim.value, int) and not isinstance(lim.value, bool) else lim.value
+                parts.append(f"{name} {value} ({lim.source})")
+        return "Limits: " + (", ".join(parts) if parts else "none known") + "."
+
+
+def _convert(name: str, raw):
+    if raw is None or raw == "":
+        return None
+    try:
+        if name in _INT:
+            return int(float(raw))
+        if name in _FLOAT:
+            return float(raw)
+        if name in _BOOL:
+            return raw if isinstance(raw, bool) else str(raw).strip().lower() in {"true", "1", "yes"}
+        return str(raw)
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_large_gpu(gpu_memory_bytes: int | None, gpu_name: str | None) -> bool:
+    return bool(gpu_memory_bytes and gpu_memory_bytes >= 70 * GIB and "a100" not in (gpu_name or "").lower())
+
+
+def resolve_limits(spec_engine: Mapping | None = None, cli: Mapping | None = None,
+                   cache_config: Mapping[str, str] | None = None, gpu_memory_bytes: int | None = None,
+                   gpu_name: str | None = None) -> Limits:
+    """Resolve every limit with its source.
+
+    Args:
+        spec_engine: ``spec.engine`` of the VLLMServer (camelCase keys), or None.
+        cli: diagnose options with vLLM flag names in snake case (``max_num_seqs``, ...; None values
+            ignored).
+        cache_config: ``vllm:cache_config_info`` labels (strings such as ``"True"``, ``"0.9"``).
+        gpu_memory_bytes / gpu_name: the GPU, for the defaults that depend on its tier (bytes).
+
+    Returns:
+        :class:`Limits`. ``kv_cache_tokens`` falls back to ``num_gpu_blocks x block_size``
+        (``derived``); ``max_num_seqs``/``max_num_batched_tokens``/``gpu_memory_utilization``/
+        ``block_size`` fall back to vLLM's defaults (source ``default``).
+
+    Source: background.md §7 (defaults per GPU tier, v0.30-v0.33); §2 (``kv_cache_size_tokens``
+    label since v0.24).
+    """
+    spec_engine, cli, cache_config = spec_engine or {}, cli or {}, cache_config or {}
+    values: dict[str, Limit] = {}
+    for name, (spec_key, info_label) in _FIELDS.items():
+        for source, raw in (("spec", spec_engine.get(spec_key) if spec_key else None),
+                            ("cli", cli.get(name)),
+                            ("cache_config_info", cache_config.get(info_label) if info_label else None)):
+            value = _convert(name, raw)
+            if value is not None:
+                values[name] = Limit(value, source)
+                break
+    notes: list[str] = []
+    if "kv_cache_tokens" not in values and "num_gpu_blocks" in values:
+        block = values.get("block_size", Limit(DEFAULT_BLOCK_SIZE)).value
+        values["kv_cache_tokens"] = Limit(int(values["num_gpu_blocks"].value) * int(block), "derived")
+    large = _is_large_gpu(gpu_memory_bytes, gpu_name)
+    defaults = {
+        "max_num_seqs": LARGE_GPU_MAX_NUM_SEQS if large else DEFAULT_MAX_NUM_SEQS,
+        "max_num_batched_tokens": (HUGE_GPU_MAX_NUM_BATCHED_TOKENS if gpu_memory_bytes and gpu_memory_bytes >= 160 * GIB
+                                   else LARGE_GPU_MAX_NUM_BATCHED_TOKENS if large else DEFAULT_MAX_NUM_BATCHED_TOKENS),
+        "gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION,
+        "block_size": DEFAULT_BLOCK_SIZE,
+    }
+    for name, default in defaults.items():
+        if name not in values:
+            values[name] = Limit(default, "default")
+            if name in ("max_num_seqs", "max_num_batched_tokens"):
+                tier = "a >= 70 GiB non-A100 GPU" if large else "an unknown or < 70 GiB GPU"
+                notes.append(f"{name} not configured anywhere readable: assumed vLLM's default {default} for {tier}")
+    return Limits(**values, gpu_memory_bytes=gpu_memory_bytes, notes=tuple(notes))

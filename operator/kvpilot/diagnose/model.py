@@ -1,0 +1,115 @@
+"""The diagnosis data model: verdicts, severities, findings, recommendations (design.md "CLI").
+
+These dataclasses are what ``-o json`` serialises; names and shapes are a contract (see
+docs/diagnose-output.schema.json). Pure data, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: the verdict vocabulary of design.md (lowercase)
+VERDICTS: tuple[str, ...] = (
+    "kv_cache_exhaustion", "max_num_seqs_cap", "token_budget_cap", "compute_bound", "prefix_cache_ineffective",
+    "healthy", "idle", "no_data", "target_down", "metrics_schema_mismatch",
+)
+SEVERITIES: tuple[str, ...] = ("ok", "warning", "critical", "unknown")
+
+#: exit status of ``kvpilot diagnose`` (design.md "CLI")
+EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_NO_DIAGNOSIS, EXIT_USAGE = 0, 1, 2, 3, 64
+
+
+@dataclass
+class Recommendation:
+    """A flag change: ``flag`` (``--max-num-seqs``), ``current``/``suggested`` (as text or number),
+    ``expected_effect`` (one sentence with numbers)."""
+
+    flag: str
+    current: str | float | int | None
+    suggested: str | float | int | None
+    expected_effect: str
+
+    def to_json(self) -> dict:
+        """The ``recommendations[]`` object of the JSON schema."""
+        return {"flag": self.flag, "current": self.current, "suggested": self.suggested,
+                "expected_effect": self.expected_effect}
+
+
+@dataclass
+class Finding:
+    """One verdict with its reasons (primary or secondary).
+
+    Attributes:
+        verdict: one of :data:`VERDICTS`.
+        severity: one of :data:`SEVERITIES`.
+        confidence: 0-1, how sure the rule is (lower when inputs were defaults or missing).
+        evidence: sentences with numbers.
+        recommendations: flag changes, never contradicting the evidence.
+    """
+
+    verdict: str
+    severity: str
+    confidence: float
+    evidence: list[str] = field(default_factory=list)
+    recommendations: list[Recommendation] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """The finding as in ``findings[]`` (verdict, severity, confidence, evidence, recommendations)."""
+        return {"verdict": self.verdict, "severity": self.severity, "confidence": round(self.confidence, 3),
+                "evidence": list(self.evidence), "recommendations": [r.to_json() for r in self.recommendations]}
+
+
+@dataclass
+class Diagnosis(Finding):
+    """The primary finding for one target plus its signals, queries and secondary findings.
+
+    Attributes (besides :class:`Finding`'s):
+        target: ``{namespace, pod, server, model_name, engine}`` (plus ``instance``/``job`` when known).
+        signals: ``{name: number | None}``.
+        queries: the PromQL (or computations) that produced the signals.
+        findings: secondary findings, same shape as the primary one.
+    """
+
+    target: dict = field(default_factory=dict)
+    signals: dict = field(default_factory=dict)
+    queries: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """One ``targets[]`` element of design.md's ``diagnose -o json``."""
+        out = {"target": dict(self.target)}
+        out.update(super().to_json())
+        out["signals"] = dict(self.signals)
+        out["queries"] = list(self.queries)
+        out["findings"] = [f.to_json() for f in self.findings]
+        return out
+
+
+@dataclass
+class Report:
+    """A whole diagnosis run: ``source`` (text), ``window_seconds``, ``targets`` and notes.
+
+    ``notes`` are sentences about the run as a whole (``--quick`` used, limits' sources, source
+    errors); the text and markdown renderings show them, JSON carries them under ``notes``.
+    """
+
+    source: str
+    window_seconds: float
+    targets: list[Diagnosis] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """design.md's ``diagnose -o json`` document."""
+        return {"source": self.source, "window_seconds": self.window_seconds,
+                "targets": [t.to_json() for t in self.targets], "notes": list(self.notes)}
+
+    def exit_code(self) -> int:
+        """0 no bottleneck, 1 warning, 2 critical, 3 could not diagnose (nothing but unknowns)."""
+        severities = {t.severity for t in self.targets}
+        if "critical" in severities:
+            return EXIT_CRITICAL
+        if "warning" in severities:
+            return EXIT_WARNING
+        if not severities or "unknown" in severities:
+            return EXIT_NO_DIAGNOSIS
+        return EXIT_OK

@@ -1,0 +1,196 @@
+"""Quantified recommendations per verdict, computed with the KV library (kvpilot.kv).
+
+Each recommendation follows from the evidence of its verdict and never contradicts it: a KV
+shortage never gets "raise --max-num-seqs", a max_num_seqs cap gets a suggestion bounded by the
+KV room actually observed, a compute-bound server gets no flag that would not help.
+
+Arithmetic (docs/diagnosis.md "Recommendations"):
+
+- ``--gpu-memory-utilization u -> u'``: the KV pool grows by the memory the change frees,
+  ``(u' - u) x GPU memory`` bytes (weights and activations do not change), i.e.
+  ``(u' - u) x GPU memory / bytes_per_token`` tokens; bytes per token from the model's config.json
+  (``kvpilot.kv.bytes_per_token``) or ``kv_cache_memory / kv_cache_tokens``. ``u'`` is what the
+  observed demand needs, capped at 0.95 (background.md §7: higher values risk OOM at startup).
+- ``--kv-cache-dtype auto -> fp8``: tokens x (element bytes now / 1 byte) (``kvpilot.kv.kv_element_bytes``;
+  2x for bf16/fp16).
+- ``--max-num-seqs``: on a KV shortage, the concurrency whose full-length requests fit:
+  ``floor(kv_cache_tokens / tokens_per_request)``; on a seqs cap, the demand
+  (``running + waiting``) bounded by the KV room (``ceiling / per-request KV share``).
+- ``--max-num-batched-tokens B -> 2B`` on a token-budget cap.
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvpilot.diagnose.limits import Limits
+from kvpilot.diagnose.model import Recommendation
+from kvpilot.diagnose.signals import Signals
+from kvpilot.kv import KVConfigError, bytes_per_token, kv_element_bytes
+
+#: highest --gpu-memory-utilization kvpilot suggests (background.md §7: 0.95 failed at startup on WSL2)
+MAX_SUGGESTED_UTILIZATION = 0.95
+
+
+@dataclass
+class Inputs:
+    """What a recommendation may use.
+
+    Attributes:
+        signals / limits: the target's signals and limits.
+        model_config: parsed config.json of the served model (optional; gives bytes per token).
+    """
+
+    signals: Signals
+    limits: Limits
+    model_config: dict | None = None
+
+
+def _fmt(x: float) -> str:
+    return f"{int(round(x)):,}"
+
+
+def kv_bytes_per_token(inputs: Inputs) -> int | None:
+    """Bytes per KV token per GPU from the model config (kvpilot.kv), or None when unknown/invalid."""
+    if not inputs.model_config:
+        return None
+    dtype = inputs.limits.value("kv_cache_dtype") or "auto"
+    tp = inputs.limits.value("tensor_parallel_size") or 1
+    try:
+        return bytes_per_token(inputs.model_config, kv_cache_dtype=str(dtype), tensor_parallel_size=int(tp))
+    except (KVConfigError, KeyError, ValueError, TypeError):
+        return None
+
+
+def tokens_per_request(signals: Signals) -> float | None:
+    """(prompt + generated) tokens per finished request, from the counters' rates; None when unknown."""
+    p, g, f = (signals.get(k) for k in ("prompt_tokens_per_s", "generation_tokens_per_s", "requests_finished_per_s"))
+    if p is None or g is None or not f:
+        return None
+    return (p + g) / f
+
+
+def recommend(verdict: str, inputs: Inputs) -> list[Recommendation]:
+    """Recommendations for ``verdict`` (empty when nothing is quantifiable or nothing would help)."""
+    fn = _BY_VERDICT.get(verdict)
+    return fn(inputs) if fn else []
+
+
+def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
+    s, lim = inputs.signals, inputs.limits
+    out: list[Recommendation] = []
+    kv_tokens = lim.value("kv_cache_tokens")
+    per_request = tokens_per_request(s)
+    running_max = s.get("running_max")
+    demand = running_max * per_request if running_max and per_request else None
+    bpt = kv_bytes_per_token(inputs)
+    util, gpu = lim.value("gpu_memory_utilization"), lim.gpu_memory_bytes
+    if util is not None and util < MAX_SUGGESTED_UTILIZATION:
+        if bpt and gpu and kv_tokens and demand and demand > kv_tokens:
+            needed = (demand - kv_tokens) * bpt / gpu
+            target = min(MAX_SUGGESTED_UTILIZATION, math.ceil((util + needed) * 100) / 100)
+        else:
+            target = min(MAX_SUGGESTED_UTILIZATION, round(util + 0.1, 2))
+        if bpt and gpu:
+            extra = (target - util) * gpu / bpt
+            effect = (f"+{_fmt(extra)} KV tokens: ({target:.2f} - {util:.2f}) x {gpu / 2**30:.0f} GiB / {bpt:,} B per token"
+                      + (f" ({_fmt(kv_tokens)} -> {_fmt(kv_tokens + extra)})" if kv_tokens else "")
+                      + "; startup may fail if the GPU cannot spare it.")
+        else:
+            effect = (f"+{target - util:.2f} x GPU memory for KV (give --gpu-memory and --model-config to count tokens); "
+                      "startup may fail if the GPU cannot spare it.")
+        out.append(Recommendation("--gpu-memory-utilization", util, target, effect))
+    dtype = str(lim.value("kv_cache_dtype") or "auto")
+    if not dtype.startswith("fp8"):
+        try:
+            model_dtype = "bfloat16"
+            if inputs.model_config:
+                from kvpilot.kv.spec import model_dtype as _model_dtype
+                model_dtype = _model_dtype(inputs.model_config)
+            factor = kv_element_bytes(dtype, model_dtype) / kv_element_bytes("fp8", model_dtype)
+        except (KVConfigError, KeyError):
+            factor = None
+        if factor and factor > 1:
+            effect = f"{factor:g}x KV tokens per byte"
+            if kv_tokens:
+                effect += f": {_fmt(kv_tokens)} -> {_fmt(kv_tokens * factor)} tokens"
+            out.append(Recommendation("--kv-cache-dtype", dtype, "fp8", effect + " (small accuracy cost; check quality)."))
+    n_seqs = lim.value("max_num_seqs")
+    if kv_tokens and per_request:
+        safe = int(kv_tokens // per_request)
+        if safe >= 1 and (n_seqs is None or safe < n_seqs) and (running_max is None or safe < running_max):
+            effect = (f"at most {safe} requests of {_fmt(per_request)} tokens fit in {_fmt(kv_tokens)} KV tokens "
+                      f"(floor({_fmt(kv_tokens)} / {_fmt(per_request)}))")
+            if demand:
+                effect += f"; the observed peak of {_fmt(running_max)} running needs {_fmt(demand)} tokens, " \
+                          f"{demand / kv_tokens:.2f}x the capacity"
+            out.append(Recommendation("--max-num-seqs", n_seqs, safe, effect + ": fewer preemptions, no recompute."))
+    return out
+
+
+def _seqs_cap(inputs: Inputs) -> list[Recommendation]:
+    s, lim = inputs.signals, inputs.limits
+    n_seqs = lim.value("max_num_seqs")
+    run_avg, wait_avg, kv_avg = s.get("running_avg"), s.get("waiting_avg"), s.get("kv_usage_avg")
+    if not n_seqs or run_avg is None or wait_avg is None:
+        return []
+    demand = math.ceil(run_avg + wait_avg)
+    suggested = max(demand, n_seqs + 1)
+    effect = f"admits the {wait_avg:.0f} waiting requests ({run_avg:.0f} running + {wait_avg:.0f} waiting = {demand})"
+    if kv_avg and run_avg > 0:
+        share = kv_avg / run_avg
+        bound = int(0.9 / share) if share > 0 else suggested
+        if bound < suggested:
+            suggested = max(n_seqs + 1, bound)
+            effect = f"as many as KV room allows at the observed {share * 100:.2f} % of KV per request (90 % of the pool)"
+        effect += f"; KV usage rises to about {min(1.0, suggested * share) * 100:.1f} % ({suggested} x {share * 100:.2f} %)"
+    out = [Recommendation("--max-num-seqs", n_seqs, suggested,
+                          effect + "; per-token latency rises a little as more requests share each step.")]
+    budget = lim.value("max_num_batched_tokens")
+    if budget and budget < suggested:
+        out.append(Recommendation("--max-num-batched-tokens", budget, suggested,
+                                  "vLLM requires max_num_batched_tokens >= max_num_seqs."))
+    return out
+
+
+def _budget_cap(inputs: Inputs) -> list[Recommendation]:
+    budget = inputs.limits.value("max_num_batched_tokens")
+    if not budget:
+        return []
+    return [Recommendation("--max-num-batched-tokens", budget, budget * 2,
+                           f"up to {budget * 2:,} tokens per step (2x): waiting prompts prefill in fewer steps, lower "
+                           "TTFT; inter-token latency of co-scheduled decodes rises (background.md §7).")]
+
+
+def _compute_bound(inputs: Inputs) -> list[Recommendation]:
+    s = inputs.signals
+    served, offered = s.get("prompt_tokens_per_s"), s.get("offered_prompt_tokens_per_s")
+    if not served or not offered or offered <= served:
+        return []
+    replicas = math.ceil(offered / served)
+    return [Recommendation("replicas (scale out)", 1, replicas,
+                           f"offered {_fmt(offered)} prompt tok/s / served {_fmt(served)} per replica = "
+                           f"{offered / served:.2f}: {replicas} replicas keep up. Scale on waiting depth or prompt-token "
+                           "rate, not KV usage; a larger token budget or more slots will not help.")]
+
+
+def _prefix(inputs: Inputs) -> list[Recommendation]:
+    s, lim = inputs.signals, inputs.limits
+    kv_tokens, queries = lim.value("kv_cache_tokens"), s.get("prefix_queries_increase")
+    if kv_tokens and queries and queries > kv_tokens:
+        return [Recommendation("--kv-transfer-config (KV offload to CPU, e.g. LMCache)", None, "enabled",
+                               f"keeps about {queries / kv_tokens:.1f}x the GPU KV capacity of reused prefixes reachable: "
+                               "background.md §9 measured pass-2 TTFT 576 ms -> 48.6 ms with 1.5 GB of CPU cache.")]
+    return []
+
+
+_BY_VERDICT = {
+    "kv_cache_exhaustion": _kv_exhaustion,
+    "max_num_seqs_cap": _seqs_cap,
+    "token_budget_cap": _budget_cap,
+    "compute_bound": _compute_bound,
+    "prefix_cache_ineffective": _prefix,
+}

@@ -1,0 +1,116 @@
+"""Render a :class:`~kvpilot.diagnose.model.Report` as JSON, text (rich) or markdown.
+
+JSON follows design.md's stable schema (docs/diagnose-output.schema.json). Text is for a
+terminal (rich tables, rendered to a string here so the CLI only prints). Pure: returns strings.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from kvpilot.diagnose.model import Diagnosis, Finding, Report
+
+#: signals shown in text/markdown (JSON has all)
+_KEY_SIGNALS = ("running_avg", "running_max", "waiting_avg", "waiting_trend_per_s", "kv_usage_avg", "kv_usage_max",
+                "kv_admission_ceiling", "preemptions_increase", "prompt_tokens_per_s", "generation_tokens_per_s",
+                "prefix_hit_rate", "budget_full_step_share", "ttft_p99_s")
+_SEVERITY_STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unknown": "magenta"}
+
+
+def to_json(report: Report) -> str:
+    """``-o json``: the report as indented JSON (NaN never appears: unknowns are null)."""
+    return json.dumps(report.to_json(), indent=2, allow_nan=False)
+
+
+def _target_name(d: Diagnosis) -> str:
+    t = d.target
+    where = "/".join(x for x in (t.get("namespace"), t.get("pod")) if x) or t.get("instance") or t.get("job") \
+        or t.get("server") or "(recording)"
+    extra = " ".join(x for x in (t.get("model_name") or "", f"engine {t['engine']}" if t.get("engine") else "") if x)
+    return f"{where} {extra}".strip()
+
+
+def _fmt_signal(value) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 100 or value == int(value):
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def to_text(report: Report, width: int = 110, color: bool = False) -> str:
+    """Terminal rendering: one block per target (verdict, evidence, recommendations, findings)."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False)
+    console.print(f"[bold]kvpilot diagnose[/bold]  source: {report.source}  window: {report.window_seconds:g} s")
+    for note in report.notes:
+        console.print(f"  note: {note}")
+    for d in report.targets:
+        style = _SEVERITY_STYLE.get(d.severity, "")
+        console.print()
+        console.print(f"[bold]{_target_name(d)}[/bold]: [{style}]{d.verdict}[/{style}] "
+                      f"(severity {d.severity}, confidence {d.confidence:.2f})")
+        for line in d.evidence:
+            console.print(f"  - {line}")
+        if d.recommendations:
+            table = Table(title=None, show_edge=False, pad_edge=False)
+            for col in ("flag", "current", "suggested", "expected effect"):
+                table.add_column(col, overflow="fold")
+            for r in d.recommendations:
+                table.add_row(r.flag, str(r.current), str(r.suggested), r.expected_effect)
+            console.print(table)
+        for f in d.findings:
+            console.print(f"  also: {f.verdict} ({f.severity})")
+            for line in f.evidence:
+                console.print(f"    - {line}")
+        shown = [(k, d.signals.get(k)) for k in _KEY_SIGNALS if d.signals.get(k) is not None]
+        if shown:
+            console.print("  signals: " + ", ".join(f"{k}={_fmt_signal(v)}" for k, v in shown))
+    if not report.targets:
+        console.print("no targets")
+    return buf.getvalue()
+
+
+def _md_finding(f: Finding, level: str) -> list[str]:
+    lines = [f"{level} `{f.verdict}` - severity {f.severity}, confidence {f.confidence:.2f}", ""]
+    lines += [f"- {e}" for e in f.evidence]
+    if f.recommendations:
+        lines += ["", "| flag | current | suggested | expected effect |", "|---|---|---|---|"]
+        lines += [f"| `{r.flag}` | {r.current} | {r.suggested} | {r.expected_effect} |" for r in f.recommendations]
+    return lines + [""]
+
+
+def to_markdown(report: Report) -> str:
+    """``-o markdown``: a heading per target, evidence bullets, a recommendations table."""
+    lines = ["# kvpilot diagnose", "", f"Source: {report.source}; window {report.window_seconds:g} s.", ""]
+    lines += [f"> {n}" for n in report.notes]
+    if report.notes:
+        lines.append("")
+    for d in report.targets:
+        lines += [f"## {_target_name(d)}", ""]
+        lines += _md_finding(d, "###")
+        for f in d.findings:
+            lines += _md_finding(f, "#### also:")
+        shown = [(k, d.signals.get(k)) for k in _KEY_SIGNALS if d.signals.get(k) is not None]
+        if shown:
+            lines += ["| signal | value |", "|---|---|"] + [f"| {k} | {_fmt_signal(v)} |" for k, v in shown] + [""]
+    return "\n".join(lines)
+
+
+def render(report: Report, fmt: str) -> str:
+    """Dispatch on ``fmt`` (``text`` | ``json`` | ``markdown``).
+
+    Raises:
+        ValueError: unknown format.
+    """
+    if fmt == "json":
+        return to_json(report)
+    if fmt == "markdown":
+        return to_markdown(report)
+    if fmt == "text":
+        return to_text(report)
+    raise ValueError(f"-o: unknown output format {fmt!r} (text, json, markdown)")

@@ -1,0 +1,337 @@
+"""The rules: which limit binds, from signals and the configured limits (docs/diagnosis.md).
+
+Every threshold is derived from the limits or from the signals themselves (the per-request share
+of KV, the bucket holding the token budget), never a fixed KV percentage: a KV admission ceiling
+can sit well below 1.0, and a cap of 4 sequences is as binding as a cap of 1024.
+
+Order (first match is the primary verdict; a KV shortage wins over a coinciding
+``running == max_num_seqs``, issue 5 item 4):
+
+1. ``no_data`` - no running/waiting gauge for the target in the window;
+2. ``target_down`` - the series stopped before the window's end;
+3. ``kv_cache_exhaustion`` - preemptions, or a queue with KV at its admission ceiling, or
+   requests waiting for capacity while sequence slots are free;
+4. ``max_num_seqs_cap`` - running pinned at ``max_num_seqs`` with a queue and KV room;
+5. ``token_budget_cap`` - most steps at ``max_num_batched_tokens`` with a queue, running below
+   the cap, KV room;
+6. ``compute_bound`` - a queue (growing or standing) while no configured limit binds;
+7. ``prefix_cache_ineffective`` - low hit rate with a reason to expect hits;
+8. ``idle`` / ``healthy``.
+
+Secondary findings: ``prefix_cache_ineffective`` beside another verdict, and
+``metrics_schema_mismatch`` when only legacy or escaped names exist.
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kvpilot.diagnose.limits import Limits
+from kvpilot.diagnose.model import Diagnosis, Finding
+from kvpilot.diagnose.promql import share_above
+from kvpilot.diagnose.recommend import Inputs, recommend
+from kvpilot.diagnose.signals import Signals, legacy_or_escaped
+
+#: share of engine steps in the token budget's bucket (or above) from which the budget binds: a
+#: majority of steps. The bucket is found from max_num_batched_tokens (promql.share_above).
+BUDGET_FULL_SHARE = 0.5
+
+
+def _n(x: float | None, digits: int = 2) -> str:
+    """Format a number for evidence: thousands separators, trailing zeros dropped."""
+    if x is None:
+        return "unknown"
+    if abs(x - round(x)) < 1e-9 and abs(x) < 1e15:
+        return f"{int(round(x)):,}"
+    return f"{x:,.{digits}f}".rstrip("0").rstrip(".")
+
+
+def _pct(x: float | None) -> str:
+    return "unknown" if x is None else f"{x * 100:.1f} %"
+
+
+def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
+    """The KV usage at which new requests stop being admitted (ratio 0-1), and how it was derived.
+
+    A new request needs room for its prompt (or, admitted in chunks, at least its share of a
+    running request), so admission stops about two requests' worth below 1.0:
+    ``ceiling = 1 - 2 x max(kv_avg / running_avg, prompt_tokens_per_request / kv_cache_tokens)``,
+    clamped to [0.5, 1]. Source: V1 scheduler admission (background.md §6: a waiting request is
+    admitted only when its blocks can be allocated; cached-but-evictable blocks count as free).
+
+    Returns ``(None, reason)`` when KV usage is unknown.
+    """
+    kv_avg, run_avg = signals.get("kv_usage_avg"), signals.get("running_avg")
+    if kv_avg is None:
+        return None, "KV usage unknown"
+    shares = []
+    if run_avg and run_avg > 0:
+        shares.append(kv_avg / run_avg)
+    prompt, kv_tokens = signals.get("prompt_tokens_per_request"), limits.value("kv_cache_tokens")
+    if prompt and kv_tokens:
+        shares.append(prompt / kv_tokens)
+    share = max(shares) if shares else 0.0
+    ceiling = min(1.0, max(0.5, 1.0 - 2.0 * share))
+    how = (f"admission ceiling {ceiling:.3f} = 1 - 2 x {share:.4f} (one request's share of KV)"
+           if shares else "admission ceiling 1.0 (no running requests to size a request's share)")
+    return ceiling, how
+
+
+def budget_share(signals: Signals, limits: Limits) -> tuple[float | None, float | None]:
+    """Share of engine steps in ``max_num_batched_tokens``' bucket or above, and that bucket's lower edge."""
+    budget = limits.value("max_num_batched_tokens")
+    buckets = signals.buckets.get("iteration_tokens")
+    if not budget or not buckets:
+        return None, None
+    result = share_above(buckets, float(budget))
+    return (result[0], result[1]) if result else (None, None)
+
+
+def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None,
+                    queries: list[str] | None = None, model_config: dict | None = None) -> Diagnosis:
+    """Diagnose one target.
+
+    Args:
+        signals: the target's :class:`Signals` (any source).
+        limits: resolved :class:`Limits` with sources.
+        target: the ``target`` object of the JSON report (namespace, pod, server, model_name, engine).
+        queries: the PromQL/computations behind the signals (copied into the report).
+        model_config: the served model's config.json (optional): bytes per KV token for
+            quantified recommendations.
+
+    Returns:
+        a :class:`Diagnosis` whose ``verdict``/``severity``/``confidence``/``evidence``/
+        ``recommendations`` are the primary finding and ``findings`` the secondary ones.
+
+    Source of each rule and threshold: docs/diagnosis.md (one section per verdict).
+    """
+    s = signals.get
+    n_seqs = limits.value("max_num_seqs")
+    window = signals.window_seconds
+    out_signals = {k: v for k, v in signals.values.items()}
+    share, share_edge = budget_share(signals, limits)
+    out_signals["budget_full_step_share"] = share
+    ceiling, ceiling_how = kv_ceiling(signals, limits)
+    out_signals["kv_admission_ceiling"] = ceiling
+    diag = Diagnosis(verdict="healthy", severity="ok", confidence=0.8, target=dict(target or {}),
+                     signals=out_signals, queries=list(queries or []))
+    findings: list[Finding] = []
+
+    schema = _schema_finding(signals)
+    if schema:
+        findings.append(schema)
+
+    run_avg, run_max, wait_avg, wait_max = s("running_avg"), s("running_max"), s("waiting_avg"), s("waiting_max")
+    if run_avg is None and wait_avg is None:
+        primary = Finding("no_data", "unknown", 1.0, [
+            f"No vllm:num_requests_running or vllm:num_requests_waiting sample (any spelling) in the last "
+            f"{_n(window)} s; nothing to diagnose."])
+        return _finish(diag, primary, findings)
+
+    samples, age = s("samples_in_window"), s("last_sample_age_s")
+    if samples:
+        interval = window / samples
+        if age is None or age > 3 * interval:
+            last = "no sample at the window's end (series marked stale or older than 5 m)" if age is None \
+                else f"the last sample is {_n(age, 1)} s old"
+            primary = Finding("target_down", "critical", 0.9, [
+                f"The target's series stopped: {last}, while it reported every {_n(interval, 1)} s on average "
+                f"({_n(samples)} samples in {_n(window)} s); a live target is at most 3 intervals behind."])
+            return _finish(diag, primary, findings)
+
+    kv_avg, kv_max = s("kv_usage_avg"), s("kv_usage_max")
+    preempt = s("preemptions_increase") or 0.0
+    trend = s("waiting_trend_per_s")
+    growth = trend * window if trend is not None else None
+    queued = (wait_avg or 0) > 0 and (wait_max or 0) >= 1
+    growing = growth is not None and growth >= 1.0
+    free_slots = n_seqs is not None and run_avg is not None and run_avg < n_seqs - 0.5
+    pinned = n_seqs is not None and run_avg is not None and run_avg >= n_seqs - 0.5
+    cap_wait = s("waiting_capacity_avg")
+    at_ceiling = kv_max is not None and ceiling is not None and kv_max >= ceiling
+    capacity_blocked = cap_wait is not None and cap_wait > 0 and free_slots
+    kv_room = not at_ceiling and preempt < 1 and not capacity_blocked and kv_max is not None
+
+    evidence_queue = (f"{_n(wait_avg, 1)} requests waiting on average (max {_n(wait_max)}, "
+                      f"trend {_n(trend, 3)} req/s = {_n(growth, 1)} over {_n(window)} s)")
+    inputs = Inputs(signals=signals, limits=limits, model_config=model_config)
+
+    if preempt >= 1 or (queued and (at_ceiling or capacity_blocked)):
+        ev = []
+        if preempt >= 1:
+            total = s("preemptions_last")
+            ev.append(f"{_n(preempt, 0)} preemptions in the window ({_n(s('preemptions_per_s'), 2)}/s"
+                      + (f"; vllm:num_preemptions_total reached {_n(total)}" if total is not None else "")
+                      + "): running requests needed KV blocks and none were free, so vLLM freed and will "
+                        "recompute them (background.md §6).")
+        if kv_max is not None:
+            ev.append(f"KV cache usage peaked at {_pct(kv_max)} (average {_pct(kv_avg)}); {ceiling_how}.")
+        if capacity_blocked:
+            ev.append(f"{_n(cap_wait, 1)} requests on average waited for KV capacity "
+                      f"(vllm:num_requests_waiting_by_reason{{reason=\"capacity\"}}) while only {_n(run_avg, 1)} of "
+                      f"{_n(n_seqs)} sequence slots were used: the KV admission ceiling binds below 1.0.")
+        if queued:
+            ev.append(evidence_queue + ".")
+        if pinned:
+            ev.append(f"Running requests also sat at max_num_seqs ({_n(run_avg, 1)} of {_n(n_seqs)}), but the "
+                      "KV shortage binds first: raising max_num_seqs would add preemptions.")
+        severity = "critical" if preempt >= 1 and (queued or growing) else "warning"
+        conf = 0.95 if preempt >= 1 and at_ceiling else 0.85
+        primary = Finding("kv_cache_exhaustion", severity, conf, ev, recommend("kv_cache_exhaustion", inputs))
+    elif pinned and queued and kv_room:
+        ev = [f"Running requests pinned at max_num_seqs: average {_n(run_avg, 2)}, max {_n(run_max)} of "
+              f"{_n(n_seqs)} ({limits.max_num_seqs.source}).", evidence_queue + ".",
+              f"KV cache has room: usage peaked at {_pct(kv_max)} ({ceiling_how}), no preemptions."]
+        ev.extend(_kv_headroom_evidence(signals, limits))
+        primary = Finding("max_num_seqs_cap", "critical" if growing else "warning",
+                          0.9 if limits.max_num_seqs.source != "default" else 0.7, ev,
+                          recommend("max_num_seqs_cap", inputs))
+    elif share is not None and share >= BUDGET_FULL_SHARE and queued and free_slots and kv_room:
+        budget = limits.value("max_num_batched_tokens")
+        ev = [f"{_pct(share)} of engine steps carried more than {_n(share_edge)} tokens, i.e. sat in the bucket of "
+              f"max_num_batched_tokens = {_n(budget)} ({limits.max_num_batched_tokens.source}); "
+              "vllm:iteration_tokens_total buckets are coarse, so 'full' means within one bucket of the budget.",
+              evidence_queue + ".",
+              f"Running {_n(run_avg, 1)} on average, below max_num_seqs {_n(n_seqs)}; KV usage peaked at "
+              f"{_pct(kv_max)}, no preemptions."]
+        primary = Finding("token_budget_cap", "critical" if growing else "warning", 0.8, ev,
+                          recommend("token_budget_cap", inputs))
+    elif queued and (growing or (wait_avg or 0) >= 1):
+        ev = [evidence_queue + ".",
+              f"No configured limit binds: running {_n(run_avg, 1)} on average of max_num_seqs {_n(n_seqs)} "
+              f"({limits.max_num_seqs.source}); KV usage peaked at {_pct(kv_max)} ({ceiling_how}); "
+              f"{_n(preempt, 0)} preemptions"
+              + (f"; {_pct(share)} of steps near max_num_batched_tokens {_n(limits.value('max_num_batched_tokens'))}"
+                 if share is not None else "; token-budget use unknown (no vllm:iteration_tokens_total)") + "."]
+        served, offered = s("prompt_tokens_per_s"), s("offered_prompt_tokens_per_s")
+        if served is not None:
+            line = f"Served {_n(served, 0)} prompt tok/s"
+            if offered is not None:
+                line += (f"; offered ≈ {_n(offered, 0)} prompt tok/s (served + {_n(trend, 3)} req/s queue growth x "
+                         f"{_n(s('prompt_tokens_per_request'), 0)} prompt tokens per request)")
+            ev.append(line + ": the engine computes as fast as it can; more budget or slots will not help.")
+        primary = Finding("compute_bound", "critical" if growing else "warning",
+                          0.8 if kv_max is not None else 0.6, ev, recommend("compute_bound", inputs))
+    else:
+        prefix = _prefix_finding(signals, limits)
+        if prefix is not None and prefix[1]:
+            primary = prefix[0]
+        elif (run_max or 0) == 0 and (wait_max or 0) == 0:
+            primary = Finding("idle", "ok", 0.9, [
+                f"No request ran or waited in the last {_n(window)} s (running and waiting both 0)."])
+        else:
+            ev = [f"Running {_n(run_avg, 1)} on average (max {_n(run_max)}) of max_num_seqs {_n(n_seqs)}; "
+                  f"{_n(wait_avg, 1)} waiting on average; KV usage peaked at {_pct(kv_max)}; "
+                  f"{_n(preempt, 0)} preemptions."]
+            ev.extend(_latency_evidence(signals))
+            primary = Finding("healthy", "ok", 0.8 if kv_max is not None else 0.6, ev)
+        if prefix is not None and not prefix[1]:
+            findings.append(prefix[0])
+        return _finish(diag, primary, findings)
+
+    prefix = _prefix_finding(signals, limits)
+    if prefix is not None:
+        findings.append(prefix[0])
+    primary.evidence.extend(_latency_evidence(signals))
+    return _finish(diag, primary, findings)
+
+
+def _finish(diag: Diagnosis, primary: Finding, findings: list[Finding]) -> Diagnosis:
+    diag.verdict, diag.severity, diag.confidence = primary.verdict, primary.severity, primary.confidence
+    diag.evidence, diag.recommendations = primary.evidence, primary.recommendations
+    diag.findings = findings
+    return diag
+
+
+def _latency_evidence(signals: Signals) -> list[str]:
+    out = []
+    for name, label in (("ttft_p99_s", "p99 TTFT"), ("ttft_p50_s", "p50 TTFT"), ("itl_p99_s", "p99 ITL"),
+                        ("queue_time_p99_s", "p99 queue time")):
+        q = signals.quantiles.get(name)
+        if q is not None:
+            out.append(f"{label} in {q.bounds_text('s')} (Prometheus interpolates {_n(q.value, 3)} s; "
+                       f"histogram quantiles are only as fine as the bucket edges; {_n(q.observations, 0)} requests).")
+    return out
+
+
+def _kv_headroom_evidence(signals: Signals, limits: Limits) -> list[str]:
+    kv_tokens, max_len = limits.value("kv_cache_tokens"), limits.value("max_model_len")
+    out = []
+    kv_avg, run_avg = signals.get("kv_usage_avg"), signals.get("running_avg")
+    if kv_avg and run_avg:
+        out.append(f"Each running request holds about {_pct(kv_avg / run_avg)} of KV: the pool holds "
+                   f"{_n(1 / (kv_avg / run_avg), 0)} such requests, {_n((1 / kv_avg), 1)}x the current use.")
+    if kv_tokens and max_len:
+        out.append(f"KV capacity {_n(kv_tokens)} tokens ({limits.kv_cache_tokens.source}) holds "
+                   f"{_n(math.floor(kv_tokens / max_len))} requests of max_model_len {_n(max_len)}.")
+    return out
+
+
+def _schema_finding(signals: Signals) -> Finding | None:
+    """``metrics_schema_mismatch`` when only legacy or escaped names supplied a family (case C19)."""
+    odd = legacy_or_escaped(signals)
+    if not odd:
+        return None
+    ev = []
+    for family, used in sorted(odd.items()):
+        kind = "escaped (colon written as '_')" if used.startswith("vllm_") else "legacy"
+        ev.append(f"{family} exists here only under the {kind} name {used}; dashboards and alert rules written for "
+                  f"{family} see no data (kvpilot matches vllm[:_] and both generations, so its numbers are unaffected).")
+    return Finding("metrics_schema_mismatch", "warning", 0.95, ev)
+
+
+def _prefix_finding(signals: Signals, limits: Limits) -> tuple[Finding, bool] | None:
+    """The prefix-cache finding and whether it explains the target on its own (primary).
+
+    Fires when prefix-cache queries happened and the (preemption-discounted) hit rate is below
+    the rate that sharing one block per request would give. It is primary when there is a reason
+    to expect hits: an external (connector) cache hits while the GPU cache does not, prompts are
+    shorter than one block (block granularity, case C17), or the tokens queried in the window
+    exceed the KV capacity (LRU thrash, background.md §9).
+    """
+    s = signals.get
+    queries, hits = s("prefix_queries_increase"), s("prefix_hits_increase")
+    if not queries or queries <= 0 or hits is None:
+        return None
+    block = limits.value("block_size") or 16
+    per_request = s("prompt_tokens_per_request")
+    finished = s("requests_finished_increase")
+    if finished and finished > 0:
+        per_request = queries / finished
+    preempt = s("preemptions_increase") or 0.0
+    recompute = preempt * per_request if per_request else 0.0
+    adjusted = max(0.0, hits - recompute)
+    rate = adjusted / queries
+    threshold = min(0.5, block / per_request) if per_request else 0.05
+    if rate >= threshold:
+        return None
+    ev = [f"Prefix cache hit rate {_pct(rate)}: {_n(hits, 0)} of {_n(queries, 0)} queried tokens hit in the window"
+          + (f" (discounted {_n(min(hits, recompute), 0)} hits that preemption recompute of {_n(preempt, 0)} requests "
+             "would produce)" if recompute > 0 and hits > 0 else "") + "."]
+    primary = False
+    ext_q, ext_h = s("external_prefix_queries_increase"), s("external_prefix_hits_increase")
+    if ext_h and ext_h > hits:
+        ev.append(f"The external KV cache hit {_n(ext_h, 0)} of {_n(ext_q, 0)} tokens: the traffic does repeat, but "
+                  "the GPU cache had evicted it.")
+        primary = True
+    if per_request and per_request < block:
+        ev.append(f"Prompts average {_n(per_request, 0)} tokens, shorter than one {_n(block)}-token block "
+                  f"(block_size, {limits.block_size.source}): only full blocks are cached, so no prompt can hit, "
+                  "whatever it shares (hits = 0 with queries > 0 is not proof of no sharing). Shorten the "
+                  "cache's match unit or lengthen the shared prefix to at least one block.")
+        primary = True
+    kv_tokens = limits.value("kv_cache_tokens")
+    if kv_tokens and queries > kv_tokens:
+        ev.append(f"{_n(queries, 0)} prompt tokens were queried in the window, {_n(queries / kv_tokens, 1)}x the KV "
+                  f"capacity of {_n(kv_tokens)} tokens: traffic that reuses prefixes further apart than the KV "
+                  "capacity always finds them evicted under LRU (background.md §9: a cyclic re-read of 2.3x the "
+                  "capacity hit 0 tokens). Offload KV to CPU (LMCache) or reorder requests so reuse comes sooner.")
+        primary = True
+    if not primary:
+        ev.append("If requests share prefixes, look for variable tokens (timestamps, request ids) at the front of "
+                  "prompts: one differing early token changes every later block hash (background.md §5).")
+    severity = "warning" if primary else "ok"
+    return Finding("prefix_cache_ineffective", severity, 0.7 if primary else 0.4, ev,
+                   recommend("prefix_cache_ineffective", Inputs(signals=signals, limits=limits))), primary

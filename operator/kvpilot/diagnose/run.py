@@ -1,0 +1,159 @@
+"""One diagnosis run: source -> signals -> limits -> rules -> :class:`Report` (sources -> pure logic).
+
+The CLI builds :class:`Options` and calls :func:`run`; ``kvpilot alert-hook`` and ``kvpilot demo``
+can do the same.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from kvpilot.diagnose.limits import resolve_limits
+from kvpilot.diagnose.model import Diagnosis, Report
+from kvpilot.diagnose.rules import diagnose_target
+from kvpilot.diagnose.signals import SIGNAL_DEFS, Signals, TargetKey, compute_signals
+from kvpilot.diagnose.sources import SourceError
+
+@dataclass
+class Options:
+    """Everything a run needs (the CLI's options, already validated).
+
+    Attributes:
+        prometheus / metrics_url / recording: exactly one source.
+        window_seconds: the window; ``end``: its end (Unix seconds; default now, or the recording's
+            last sample).
+        namespace / server / pod / model_name: selectors.
+        cli_limits: ``{max_num_seqs, max_num_batched_tokens, max_model_len, kv_cache_tokens,
+            gpu_memory_utilization, kv_cache_dtype, block_size}`` given on the command line.
+        gpu_memory_bytes / gpu_name: GPU tier for vLLM's defaults and utilization arithmetic.
+        model_config: parsed config.json (bytes per KV token for recommendations).
+        quick: ``--metrics-url`` with two scrapes a few seconds apart.
+        scrape_interval: seconds between scrapes of ``--metrics-url``.
+        use_kube: look up VLLMServer specs (GET only) when ``--server``/``--pod`` and a namespace
+            are given; ``kubeconfig``/``context`` choose the cluster.
+    """
+
+    prometheus: str = ""
+    metrics_url: str = ""
+    recording: str = ""
+    window_seconds: float = 300.0
+    end: float | None = None
+    namespace: str = ""
+    server: str = ""
+    pod: str = ""
+    model_name: str = ""
+    cli_limits: dict = field(default_factory=dict)
+    gpu_memory_bytes: int | None = None
+    gpu_name: str | None = None
+    model_config: dict | None = None
+    quick: bool = False
+    scrape_interval: float = 5.0
+    quick_gap: float = 3.0
+    use_kube: bool = True
+    kubeconfig: str | None = None
+    context: str | None = None
+    timeout: float = 10.0
+
+
+def _target_json(key: TargetKey, server: str) -> dict:
+    out = {"namespace": key.namespace, "pod": key.pod, "server": server, "model_name": key.model_name,
+           "engine": key.engine}
+    if key.instance:
+        out["instance"] = key.instance
+    if key.job:
+        out["job"] = key.job
+    return out
+
+
+def _select(signals: dict[TargetKey, Signals], opts: Options, pod: str) -> dict[TargetKey, Signals]:
+    def keep(k: TargetKey) -> bool:
+        if opts.namespace and k.namespace and k.namespace != opts.namespace:
+            return False
+        if pod and k.pod and k.pod != pod:
+            return False
+        if opts.server and not pod and k.pod and not re.fullmatch(re.escape(opts.server) + r"(-.*)?", k.pod):
+            return False
+        return not (opts.model_name and k.model_name != opts.model_name)
+    return {k: v for k, v in signals.items() if keep(k)}
+
+
+def run(opts: Options) -> Report:
+    """Diagnose every selected target once.
+
+    Returns:
+        a :class:`Report`; with no matching target it holds one ``no_data`` diagnosis naming the
+        selectors (exit status 3).
+
+    Raises:
+        SourceError: the source cannot be read at all (unreachable Prometheus or /metrics,
+            unreadable recording): exit status 3 with one line.
+    """
+    notes: list[str] = []
+    engine_spec: dict = {}
+    pod = opts.pod
+    if opts.use_kube and opts.namespace and (opts.server or opts.pod):
+        from kvpilot.diagnose.sources.kube import lookup_server
+        info = lookup_server(opts.namespace, opts.server, opts.pod, opts.kubeconfig, opts.context,
+                             timeout=min(opts.timeout, 5.0))
+        engine_spec, pod = info.engine, pod or info.pod
+        notes.extend(info.notes)
+        if info.engine:
+            notes.append(f"Limits read from VLLMServer {info.namespace}/{info.name} (spec.engine).")
+    queries: list[str]
+    if opts.prometheus:
+        from kvpilot.diagnose.sources.prometheus import PrometheusSource, Selectors
+        end = opts.end if opts.end is not None else time.time()
+        selectors = Selectors(namespace=opts.namespace, pod=pod,
+                              pod_regex=f"{re.escape(opts.server)}(-.*)?" if opts.server and not pod else "",
+                              model_name=opts.model_name)
+        result = PrometheusSource(opts.prometheus, timeout=opts.timeout).fetch(opts.window_seconds, end, selectors)
+        signals, queries = result.signals, result.queries
+        notes.extend(result.notes)
+        source = f"prometheus {opts.prometheus}"
+    else:
+        if opts.metrics_url:
+            from kvpilot.diagnose.sources.scrape import scrape_series
+            samples, scrapes = scrape_series(opts.metrics_url, opts.window_seconds, opts.scrape_interval,
+                                             quick=opts.quick, quick_gap_seconds=opts.quick_gap,
+                                             timeout=opts.timeout)
+            source = f"metrics-url {opts.metrics_url}"
+            if opts.quick:
+                notes.append(f"--quick: two scrapes {opts.quick_gap:g} s apart; rates cover seconds, not the "
+                             f"window, and trends are two-point slopes.")
+            else:
+                notes.append(f"{scrapes} scrapes every {opts.scrape_interval:g} s.")
+        elif opts.recording:
+            from kvpilot.diagnose.sources.recording import load_recording
+            samples = load_recording(opts.recording)
+            source = f"recording {opts.recording}"
+        else:
+            raise SourceError("no source: give --prometheus URL, --metrics-url URL or --recording FILE")
+        stamps = [s.timestamp for s in samples if s.timestamp is not None]
+        end = opts.end if opts.end is not None else (max(stamps) if stamps else time.time())
+        window = opts.window_seconds
+        if opts.metrics_url and stamps:
+            window = max(1e-3, max(stamps) - min(stamps)) if opts.quick else window
+        signals = compute_signals(samples, window, end)
+        queries = [f"{sd.fn}({sd.family}{sd.suffix}[{window:g}s]) by target" for sd in SIGNAL_DEFS]
+    signals = _select(signals, opts, pod)
+    report = Report(source=source, window_seconds=opts.window_seconds, notes=notes)
+    for key in sorted(signals):
+        sig = signals[key]
+        limits = resolve_limits(engine_spec, opts.cli_limits, sig.cache_config, opts.gpu_memory_bytes, opts.gpu_name)
+        diag = diagnose_target(sig, limits, _target_json(key, opts.server), queries, opts.model_config)
+        diag.evidence.append(limits.describe())
+        diag.evidence.extend(limits.notes)
+        report.targets.append(diag)
+    if not report.targets:
+        selectors = ", ".join(f"{k}={v}" for k, v in (("namespace", opts.namespace), ("server", opts.server),
+                                                        ("pod", pod), ("model_name", opts.model_name)) if v)
+        report.targets.append(Diagnosis(
+            verdict="no_data", severity="unknown", confidence=1.0,
+            target={"namespace": opts.namespace, "pod": pod, "server": opts.server, "model_name": opts.model_name,
+                    "engine": ""},
+            evidence=[f"No vLLM series (vllm[:_]..., either generation) in the last {opts.window_seconds:g} s"
+                      + (f" matching {selectors}" if selectors else "") + " from " + source + "."],
+            queries=queries))
+    return report

@@ -1,0 +1,409 @@
+"""Signals: what the rules read, computed the same way from samples (scrape, recording) or PromQL.
+
+One table, :data:`SIGNAL_DEFS`, says what each signal is: a vLLM metric family (canonical catalog
+name), a PromQL-style function over the window, and how the series of one target are combined.
+:func:`compute_signals` evaluates the table on samples with :mod:`kvpilot.diagnose.promql`;
+:mod:`kvpilot.diagnose.sources.prometheus` turns the same table into one PromQL query per signal
+for all targets at once. Both then call :func:`finish_signals`, so derived values (hit rate,
+quantiles with bucket bounds, offered load) have one implementation.
+
+Name realities handled here (issue 5 item 2; background.md §8): every family is looked up under
+each exposed spelling in a fixed preference order (new name with colon, new name escaped
+``vllm_``, legacy name with colon, legacy escaped); per target, the first spelling that yields a
+value wins, exactly as PromQL's ``A or ignoring(...) B`` does. ``_created`` samples are ignored;
+histograms use ``_bucket`` only (so ``_sum`` before ``_bucket`` does not matter); series of one
+target that differ only in ``pid`` (0.9-0.11 KV gauge) or are exact duplicates combine by ``max``.
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kvpilot.diagnose import promql
+from kvpilot.metrics.catalog import BY_NAME, PREFIX, exposed_names, match_name
+
+#: labels that identify a target (design.md: by (namespace, pod, model_name, engine); instance and
+#: job identify a target that Prometheus scraped without Kubernetes pod labels).
+TARGET_LABELS: tuple[str, ...] = ("namespace", "pod", "instance", "job", "model_name", "engine")
+
+#: PromQL's default lookback delta (Prometheus ``--query.lookback-delta`` default 5m): an instant
+#: selector sees the last sample at most this old.
+LOOKBACK_SECONDS = 300.0
+
+
+@dataclass(frozen=True, order=True)
+class TargetKey:
+    """One diagnosed vLLM engine: the values of :data:`TARGET_LABELS` ("" when absent)."""
+
+    namespace: str = ""
+    pod: str = ""
+    instance: str = ""
+    job: str = ""
+    model_name: str = ""
+    engine: str = ""
+
+    @classmethod
+    def from_labels(cls, labels: Mapping[str, str]) -> "TargetKey":
+        """The key of a series from its labels (other labels ignored)."""
+        return cls(**{k: str(labels.get(k, "")) for k in TARGET_LABELS})
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """True when a series without ``model_name`` (``cache_config_info``) belongs to this target."""
+        for k in ("namespace", "pod", "instance", "job"):
+            if labels.get(k, "") != getattr(self, k):
+                return False
+        return not labels.get("engine") or not self.engine or labels.get("engine") == self.engine
+
+    def describe(self) -> str:
+        """Short human name: ``ns/pod model (engine 0)``."""
+        where = "/".join(p for p in (self.namespace, self.pod) if p) or self.instance or self.job or "(recording)"
+        model = f" {self.model_name}" if self.model_name else ""
+        engine = f" engine {self.engine}" if self.engine else ""
+        return f"{where}{model}{engine}"
+
+
+@dataclass(frozen=True)
+class SignalDef:
+    """One signal: ``agg by (target) (fn(family[window]))`` in PromQL terms.
+
+    Attributes:
+        name: the signal's key in ``Signals.values`` and in ``-o json`` (units in the name:
+            ``_per_s`` per second, ``_s`` seconds; ``kv_usage_*`` ratio 0-1; others requests or tokens).
+        family: canonical catalog family (``vllm:num_requests_waiting``).
+        fn: ``avg`` | ``max`` | ``min`` | ``last`` | ``deriv`` (per second) | ``rate`` (per second)
+            | ``increase`` | ``count`` (samples in window) | ``timestamp`` (last sample time,
+            5 m lookback) | ``buckets`` (increase of each ``_bucket``, by ``le``).
+        suffix: sample suffix (``_total`` for counters, ``_bucket`` for histograms).
+        match: label equality filters, e.g. ``(("reason", "capacity"),)``.
+        agg: how series of one target combine: ``max`` (duplicates, ``pid``) or ``sum``.
+    """
+
+    name: str
+    family: str
+    fn: str
+    suffix: str = ""
+    match: tuple[tuple[str, str], ...] = ()
+    agg: str = "max"
+
+
+_RUN, _WAIT, _KV = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"
+_BY_REASON = "vllm:num_requests_waiting_by_reason"
+
+#: Histograms kept as bucket increases (signal name -> family); quantiles come from them.
+HISTOGRAMS: dict[str, str] = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+    "e2e": "vllm:e2e_request_latency_seconds",
+    "queue_time": "vllm:request_queue_time_seconds",
+    "iteration_tokens": "vllm:iteration_tokens_total",
+}
+
+SIGNAL_DEFS: tuple[SignalDef, ...] = (
+    SignalDef("running_avg", _RUN, "avg"),
+    SignalDef("running_max", _RUN, "max"),
+    SignalDef("running_min", _RUN, "min"),
+    SignalDef("running_last", _RUN, "last"),
+    SignalDef("samples_in_window", _RUN, "count"),
+    SignalDef("last_sample_time", _RUN, "timestamp"),
+    SignalDef("waiting_avg", _WAIT, "avg"),
+    SignalDef("waiting_max", _WAIT, "max"),
+    SignalDef("waiting_last", _WAIT, "last"),
+    SignalDef("waiting_trend_per_s", _WAIT, "deriv"),
+    SignalDef("waiting_capacity_avg", _BY_REASON, "avg", match=(("reason", "capacity"),)),
+    SignalDef("waiting_deferred_avg", _BY_REASON, "avg", match=(("reason", "deferred"),)),
+    SignalDef("kv_usage_avg", _KV, "avg"),
+    SignalDef("kv_usage_max", _KV, "max"),
+    SignalDef("kv_usage_last", _KV, "last"),
+    SignalDef("preemptions_increase", "vllm:num_preemptions", "increase", "_total"),
+    SignalDef("preemptions_per_s", "vllm:num_preemptions", "rate", "_total"),
+    SignalDef("preemptions_last", "vllm:num_preemptions", "last", "_total"),
+    SignalDef("prompt_tokens_per_s", "vllm:prompt_tokens", "rate", "_total"),
+    SignalDef("generation_tokens_per_s", "vllm:generation_tokens", "rate", "_total"),
+    SignalDef("prefix_queries_increase", "vllm:prefix_cache_queries", "increase", "_total"),
+    SignalDef("prefix_hits_increase", "vllm:prefix_cache_hits", "increase", "_total"),
+    SignalDef("external_prefix_queries_increase", "vllm:external_prefix_cache_queries", "increase", "_total"),
+    SignalDef("external_prefix_hits_increase", "vllm:external_prefix_cache_hits", "increase", "_total"),
+    SignalDef("requests_finished_per_s", "vllm:request_success", "rate", "_total", agg="sum"),
+    SignalDef("requests_finished_increase", "vllm:request_success", "increase", "_total", agg="sum"),
+    *(SignalDef(name, fam, "buckets", "_bucket", agg="sum") for name, fam in HISTOGRAMS.items()),
+)
+
+#: quantiles reported (signal name -> (histogram, q))
+QUANTILES: dict[str, tuple[str, float]] = {
+    "ttft_p50_s": ("ttft", 0.5),
+    "ttft_p99_s": ("ttft", 0.99),
+    "itl_p99_s": ("itl", 0.99),
+    "e2e_p99_s": ("e2e", 0.99),
+    "queue_time_p99_s": ("queue_time", 0.99),
+}
+
+
+def spellings(family: str) -> tuple[str, ...]:
+    """Exposed family names to try for ``family``, in preference order.
+
+    New name with colon, new name escaped (``vllm_``), then each legacy name the same two ways.
+    Source: catalog renames (background.md §8) and the colon escaping of prometheus_client >= 0.22
+    answering an OpenMetrics request (testing-notes.md).
+    """
+    out: list[str] = []
+    for name in exposed_names(family):
+        out.extend((name, "vllm_" + name[len(PREFIX):]))
+    return tuple(out)
+
+
+@dataclass
+class Signals:
+    """Everything the rules know about one target over one window.
+
+    Attributes:
+        values: signal name -> number or ``None`` (unknown: no series, too few samples, NaN/Inf).
+        buckets: histogram name (:data:`HISTOGRAMS`) -> ``[(upper_bound, increase)]`` over the window.
+        quantiles: quantile signal name -> :class:`promql.Quantile` (value and bucket bounds).
+        spelling: canonical family -> the exposed family name that supplied it (says whether
+            legacy or escaped names were used).
+        cache_config: labels of ``vllm:cache_config_info`` for this target ({} when absent).
+        window_seconds / end: the window evaluated, ``end`` in Unix seconds.
+    """
+
+    values: dict[str, float | None] = field(default_factory=dict)
+    buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    quantiles: dict[str, promql.Quantile] = field(default_factory=dict)
+    spelling: dict[str, str] = field(default_factory=dict)
+    cache_config: dict[str, str] = field(default_factory=dict)
+    window_seconds: float = 0.0
+    end: float = 0.0
+
+    def get(self, name: str) -> float | None:
+        """The value of signal ``name``, ``None`` when unknown."""
+        return self.values.get(name)
+
+
+def finite(value: float | None) -> float | None:
+    """``value`` when it is a finite number, else ``None`` (NaN and +-Inf are unknowns)."""
+    if value is None or not isinstance(value, (int, float)) or math.isnan(value) or math.isinf(value):
+        return None
+    return float(value)
+
+
+def aggregate(values: Iterable[float], how: str) -> float | None:
+    """PromQL ``max``/``sum`` aggregation (``max`` ignores NaN unless all are NaN, as Prometheus 2.42)."""
+    vals = list(values)
+    if not vals:
+        return None
+    if how == "sum":
+        return sum(vals)
+    real = [v for v in vals if not math.isnan(v)]
+    return max(real) if real else math.nan
+
+
+def evaluate(fn: str, points: list[promql.Point], end: float, window: float) -> float | None:
+    """Evaluate one :class:`SignalDef` function on one series' points (time-ordered, deduplicated).
+
+    ``timestamp`` uses the 5 m lookback of an instant selector; the others the range ``[window]``.
+    """
+    if fn == "timestamp":
+        seen = [t for t, _ in points if end - LOOKBACK_SECONDS < t <= end]
+        return seen[-1] if seen else None
+    pts = promql.in_range(points, end, window)
+    if fn == "avg":
+        return promql.avg_over_time(pts)
+    if fn == "max":
+        return promql.max_over_time(pts)
+    if fn == "min":
+        return promql.min_over_time(pts)
+    if fn == "last":
+        return pts[-1][1] if pts else None
+    if fn == "count":
+        return float(len(pts)) if pts else None
+    if fn == "deriv":
+        return promql.deriv(pts)
+    if fn in ("rate", "increase", "buckets"):
+        return promql.extrapolated_delta(pts, end - window, end, is_counter=True, is_rate=fn == "rate")
+    raise ValueError(f"unknown signal function {fn!r}")
+
+
+@dataclass
+class _Series:
+    labels: dict[str, str]
+    points: dict[float, float] = field(default_factory=dict)  # timestamp -> value (duplicates: last wins)
+
+
+def _index(samples: Iterable) -> dict[TargetKey, dict[tuple[str, str], dict[tuple, _Series]]]:
+    """target -> (exposed family, suffix) -> series labels -> series."""
+    out: dict[TargetKey, dict[tuple[str, str], dict[tuple, _Series]]] = defaultdict(lambda: defaultdict(dict))
+    for s in samples:
+        if s.timestamp is None:
+            continue
+        m = match_name(s.name)
+        if m is None or m.suffix == "_created":
+            continue
+        family = s.name[: len(s.name) - len(m.suffix)] if m.suffix else s.name
+        labels = dict(s.labels)
+        key = TargetKey.from_labels(labels)
+        ident = tuple(sorted(labels.items()))
+        series = out[key][(family, m.suffix)].get(ident)
+        if series is None:
+            series = out[key][(family, m.suffix)][ident] = _Series(labels)
+        series.points[float(s.timestamp)] = float(s.value)
+    return out
+
+
+def _cache_config(samples: Iterable) -> list[dict[str, str]]:
+    """Label sets of the latest ``vllm:cache_config_info`` series (any spelling), newest first."""
+    found: dict[tuple, tuple[float, dict[str, str]]] = {}
+    for s in samples:
+        m = match_name(s.name)
+        if m is None or m.canonical != "vllm:cache_config_info" or m.suffix == "_created":
+            continue
+        labels = dict(s.labels)
+        ident = tuple(sorted(labels.items()))
+        t = s.timestamp or 0.0
+        if ident not in found or found[ident][0] <= t:
+            found[ident] = (t, labels)
+    return [labels for _, labels in sorted(found.values(), key=lambda x: -x[0])]
+
+
+def cache_config_for(target: TargetKey, label_sets: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """The ``cache_config_info`` labels belonging to ``target`` (it has no ``model_name``), or {}.
+
+    Target labels (namespace/pod/instance/job/engine) must match; the series' own bookkeeping
+    labels are dropped from the result.
+    """
+    for labels in label_sets:
+        if target.matches(labels):
+            return {k: v for k, v in labels.items() if k not in TARGET_LABELS and k != "__name__"}
+    return {}
+
+
+def compute_signals(samples: Iterable, window_seconds: float, end: float | None = None,
+                    ) -> dict[TargetKey, Signals]:
+    """Signals per target from timestamped samples (a recording, or repeated scrapes).
+
+    Args:
+        samples: objects with ``name``, ``labels`` (mapping), ``value`` (float) and ``timestamp``
+            (Unix seconds) - :class:`kvpilot.metrics.exposition.Sample`. Samples without a
+            timestamp are ignored; names are matched through the catalog in any spelling.
+        window_seconds: the window (seconds), the ``[w]`` of every range function.
+        end: evaluation time (Unix seconds); default the newest sample's timestamp.
+
+    Returns:
+        ``{TargetKey: Signals}`` for every target with at least one vLLM series; ``{}`` when none.
+
+    Raises:
+        ValueError: ``window_seconds`` not positive.
+
+    Source: each function as Prometheus 2.42 evaluates it (see :mod:`kvpilot.diagnose.promql`).
+    """
+    if not window_seconds or window_seconds <= 0:
+        raise ValueError(f"window: must be positive seconds, got {window_seconds!r}")
+    samples = list(samples)
+    if end is None:
+        stamps = [s.timestamp for s in samples if s.timestamp is not None]
+        if not stamps:
+            return {}
+        end = max(stamps)
+    index = _index(samples)
+    configs = _cache_config(samples)
+    out: dict[TargetKey, Signals] = {}
+    for target, families in index.items():
+        values: dict[str, float | None] = {}
+        buckets: dict[str, list[tuple[float, float]]] = {}
+        spelling: dict[str, str] = {}
+        for sd in SIGNAL_DEFS:
+            result, used = _evaluate_def(sd, families, end, window_seconds)
+            if used:
+                spelling.setdefault(sd.family, used)
+            if sd.fn == "buckets":
+                if result:
+                    buckets[sd.name] = result
+            else:
+                values[sd.name] = result
+        if not any(v is not None for v in values.values()) and not buckets:
+            continue  # only info series or series outside the window
+        signals = Signals(values=values, buckets=buckets, spelling=spelling,
+                          cache_config=cache_config_for(target, configs),
+                          window_seconds=window_seconds, end=end)
+        out[target] = finish_signals(signals)
+    return out
+
+
+def _evaluate_def(sd: SignalDef, families, end: float, window: float):
+    """Evaluate ``sd`` on the first spelling that yields a result; returns (result, spelling used)."""
+    for spelling in spellings(sd.family):
+        series = families.get((spelling, sd.suffix))
+        if not series:
+            continue
+        per_series: list[tuple[dict[str, str], float]] = []
+        for s in series.values():
+            if any(s.labels.get(k) != v for k, v in sd.match):
+                continue
+            value = evaluate(sd.fn, sorted(s.points.items()), end, window)
+            if value is not None:
+                per_series.append((s.labels, value))
+        if not per_series:
+            continue
+        if sd.fn == "buckets":
+            by_le: dict[float, list[float]] = defaultdict(list)
+            for labels, value in per_series:
+                try:
+                    by_le[promql.parse_le(labels.get("le", ""))].append(value)
+                except ValueError:
+                    continue
+            return sorted((le, aggregate(vs, "sum")) for le, vs in by_le.items()), spelling
+        return aggregate((v for _, v in per_series), sd.agg), spelling
+    return None, None
+
+
+def finish_signals(signals: Signals) -> Signals:
+    """Derived signals shared by every source; NaN/Inf become ``None``.
+
+    Adds (when the inputs are known):
+
+    - ``prefix_hit_rate`` = hits increase / queries increase (0-1; ``None`` without queries).
+      Units cancel, so it is right for block-counting (< 0.9) and token-counting vLLM alike.
+    - ``prompt_tokens_per_request`` = prompt tok/s / finished req/s.
+    - ``offered_prompt_tokens_per_s`` = served prompt tok/s + waiting growth (req/s) x prompt
+      tokens per request: the load arriving, not only the load served (case C12).
+    - quantiles of :data:`QUANTILES` via Prometheus's ``histogram_quantile`` with their bucket.
+    - ``last_sample_age_s`` = end - last sample time.
+    """
+    v = signals.values
+    for name, value in list(v.items()):
+        v[name] = finite(value)
+    queries, hits = v.get("prefix_queries_increase"), v.get("prefix_hits_increase")
+    v["prefix_hit_rate"] = (hits / queries) if queries and hits is not None and queries > 0 else None
+    prompt, finished = v.get("prompt_tokens_per_s"), v.get("requests_finished_per_s")
+    per_request = prompt / finished if prompt is not None and finished else None
+    v["prompt_tokens_per_request"] = per_request
+    trend = v.get("waiting_trend_per_s")
+    v["offered_prompt_tokens_per_s"] = (prompt + max(0.0, trend) * per_request
+                                        if prompt is not None and per_request is not None and trend is not None
+                                        else None)
+    last = v.get("last_sample_time")
+    v["last_sample_age_s"] = max(0.0, signals.end - last) if last is not None else None
+    for name, (hist, q) in QUANTILES.items():
+        quantile = promql.histogram_quantile(q, signals.buckets.get(hist, []))
+        if quantile is not None and finite(quantile.value) is not None:
+            signals.quantiles[name] = quantile
+            v[name] = quantile.value
+        else:
+            v[name] = None
+    return signals
+
+
+def legacy_or_escaped(signals: Signals) -> dict[str, str]:
+    """Families this target exposed only under a legacy or escaped name: canonical -> name used.
+
+    Feeds the ``metrics_schema_mismatch`` finding (dashboards and alert rules written for one
+    spelling see nothing; case C19).
+    """
+    out = {}
+    for family, used in signals.spelling.items():
+        if used != family and family in BY_NAME:
+            out[family] = used
+    return out

@@ -1,0 +1,81 @@
+"""``--metrics-url URL``: scrape a vLLM ``/metrics`` endpoint repeatedly over the window (read-only GETs).
+
+Each scrape's samples get the scrape time as timestamp, so the samples of all scrapes form a
+timeline the same :func:`kvpilot.diagnose.signals.compute_signals` reads as a recording.
+``--quick`` takes two scrapes a few seconds apart instead (rates over seconds, gauges as two
+points; the report says so).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import requests
+
+from kvpilot.diagnose.sources import SourceError
+from kvpilot.metrics.exposition import ExpositionError, Sample, parse_exposition
+
+#: Accept header: plain text 0.0.4 first, so names keep their colon (testing-notes.md: an
+#: OpenMetrics request to prometheus_client >= 0.22 gets ``_``-escaped names); either parses.
+ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+
+
+def scrape_once(url: str, timeout: float = 10.0, session: requests.Session | None = None) -> str:
+    """GET ``url`` once and return the body.
+
+    Raises:
+        SourceError: connection refused, timeout, or a non-200 answer (one line).
+    """
+    getter = session.get if session else requests.get
+    try:
+        response = getter(url, headers={"Accept": ACCEPT}, timeout=timeout)
+    except requests.RequestException as exc:
+        raise SourceError(f"--metrics-url {url}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
+    if response.status_code != 200:
+        raise SourceError(f"--metrics-url {url}: HTTP {response.status_code}")
+    return response.text
+
+
+def scrape_series(url: str, window_seconds: float, interval_seconds: float = 5.0, quick: bool = False,
+                  quick_gap_seconds: float = 3.0, timeout: float = 10.0,
+                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+                  ) -> tuple[list[Sample], int]:
+    """Scrape ``url`` every ``interval_seconds`` for ``window_seconds`` (or twice when ``quick``).
+
+    Args:
+        url: the ``/metrics`` URL.
+        window_seconds: how long to scrape (seconds); the number of scrapes is
+            ``floor(window / interval) + 1``, at least 2.
+        interval_seconds: seconds between scrapes.
+        quick: two scrapes ``quick_gap_seconds`` apart.
+        clock / sleep: injectable for tests.
+
+    Returns:
+        ``(samples, scrapes)``: all samples, each stamped with its scrape's time (Unix seconds).
+
+    Raises:
+        SourceError: the first scrape fails (later failures end the series early), or a body is
+            not Prometheus text/OpenMetrics.
+    """
+    count = 2 if quick else max(2, int(window_seconds // interval_seconds) + 1)
+    gap = quick_gap_seconds if quick else interval_seconds
+    samples: list[Sample] = []
+    done = 0
+    with requests.Session() as session:
+        for i in range(count):
+            started = clock()
+            try:
+                body = scrape_once(url, timeout, session)
+            except SourceError:
+                if i == 0:
+                    raise
+                break
+            try:
+                samples.extend(parse_exposition(body, default_timestamp=started))
+            except ExpositionError as exc:
+                raise SourceError(f"--metrics-url {url}: not Prometheus text or OpenMetrics: {exc}") from None
+            done += 1
+            if i < count - 1:
+                sleep(max(0.0, gap - (clock() - started)))
+    return samples, done
