@@ -1,1 +1,24 @@
-"""See kvpilot/__init__.py for this package's job."""
+"""The engine model: vLLM V1's block pool, prefix cache, scheduler and a CPU offload tier, with a
+step-time cost model, workloads and named scenarios. Pure logic: simulated time, seeded RNG.
+
+Public API (see each module's docstrings; docs/engine.md for the model and its sources):
+
+- :class:`EngineConfig`, :class:`Engine` (``add_request``, ``step``, ``run``, ``now``),
+  :class:`StepOutput`, :class:`MetricsSink` (what the exporter implements), :class:`Request`.
+- :mod:`kvpilot.engine.block_pool` (:class:`BlockPool`), :mod:`kvpilot.engine.offload`,
+  :mod:`kvpilot.engine.hardware` (GPU/model profiles, :class:`CostModel`).
+- :mod:`kvpilot.engine.workloads`, :mod:`kvpilot.engine.scenarios` (``SCENARIOS``, ``build``,
+  ``run_scenario``), :func:`from_vllm_args`.
+"""
+
+from kvpilot.engine.block_pool import BlockPool
+from kvpilot.engine.config import EngineConfig
+from kvpilot.engine.core import Engine, MetricsSink, StepOutput, Workload
+from kvpilot.engine.hardware import GPU_PROFILES, MODEL_PROFILES, CostModel
+from kvpilot.engine.request import Request
+from kvpilot.engine.vllm_args import from_vllm_args, parse_vllm_args
+
+__all__ = [
+    "GPU_PROFILES", "MODEL_PROFILES", "BlockPool", "CostModel", "Engine", "EngineConfig",
+    "MetricsSink", "Request", "StepOutput", "Workload", "from_vllm_args", "parse_vllm_args",
+]

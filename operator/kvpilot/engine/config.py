@@ -1,0 +1,192 @@
+"""``EngineConfig``: the vLLM flags and hardware the engine model runs with.
+
+Defaults follow vLLM v0.30-v0.33 (background.md §7): ``block_size`` 16, ``max_num_seqs`` 256,
+``max_num_batched_tokens`` 2048, ``gpu_memory_utilization`` 0.92, prefix caching and chunked
+prefill on. Hardware numbers live in :mod:`kvpilot.engine.hardware`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any
+
+from kvpilot.engine.hardware import GiB, gpu_profile, model_profile
+
+#: KV heads per model profile, for tensor-parallel division (config.json ``num_key_value_heads``).
+_KV_HEADS = {"qwen2.5-1.5b": 2, "qwen2.5-7b": 4, "llama-3.1-8b": 8}
+
+
+@dataclass
+class EngineConfig:
+    """Flags and hardware of one simulated vLLM server.
+
+    Capacity: ``num_gpu_blocks`` (total, including the null block) wins; else ``kv_cache_tokens``
+    (vLLM's logged "GPU KV cache size", tokens; blocks = tokens // block_size, vLLM's own relation
+    ``kv_cache_size_tokens = num_gpu_blocks * block_size``); else derived as
+    ``(gpu memory * gpu_memory_utilization - weights / TP - non_kv_reserve_bytes) // (bytes/token *
+    block_size)``. ``non_kv_reserve_bytes`` (activations, CUDA graphs, non-torch memory) defaults
+    to 1.35 GiB, calibrated on background.md §9 (8 GiB x 0.60 - 2.87 GiB weights - 0.575 GiB KV).
+
+    ``bytes_per_token`` defaults to the model profile's bf16 value, halved for fp8 KV and divided
+    by ``min(TP, kv_heads)`` (background.md §2). ``kv_offload_cpu_bytes`` > 0 turns on the
+    LMCache-like CPU tier (chunks of ``offload_chunk_tokens``); its bandwidths are calibrated on §9:
+    4,864 tokens x 28,672 B loaded in ~8.5 ms (16 GB/s) and stored for +22.3 ms (6.25 GB/s).
+    """
+
+    block_size: int = 16
+    num_gpu_blocks: int | None = None
+    kv_cache_tokens: int | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 32768
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    kv_offload_cpu_bytes: int = 0
+    offload_chunk_tokens: int = 256
+    offload_load_bandwidth: float = 16e9
+    offload_store_bandwidth: float = 6.25e9
+    gpu: str = "h100-sxm"
+    model: str = "qwen2.5-1.5b"
+    bytes_per_token: int | None = None
+    kv_cache_dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.92
+    non_kv_reserve_bytes: int = int(1.35 * GiB)
+    weight_bytes: int | None = None
+    bandwidth_efficiency: float = 0.70
+    compute_efficiency: float = 0.78
+    step_overhead: float = 1.5e-3
+    served_model_name: str | None = None
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> EngineConfig:
+        """Build from a dict (YAML/CLI overrides); dashes in keys are accepted as underscores.
+
+        Raises:
+            ValueError: ``"<field>: unknown field"`` or a type error naming the field.
+        """
+        return cls().replace(data or {})
+
+    def replace(self, overrides: dict[str, Any]) -> EngineConfig:
+        """A copy with ``overrides`` applied (same key rules and errors as :meth:`from_dict`)."""
+        known = {f.name: f for f in fields(self)}
+        clean: dict[str, Any] = {}
+        for key, value in overrides.items():
+            name = str(key).replace("-", "_")
+            if name not in known:
+                raise ValueError(f"{key}: unknown engine field (known: {', '.join(sorted(known))})")
+            clean[name] = _coerce(name, value, known[name].type)
+        return dataclasses.replace(self, **clean)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every field (JSON-able)."""
+        return dataclasses.asdict(self)
+
+    # ------------------------------------------------------------------ derived values
+    def resolved_bytes_per_token(self) -> int:
+        """KV bytes per token per GPU (see the class docstring)."""
+        if self.bytes_per_token is not None:
+            return int(self.bytes_per_token)
+        bpt = model_profile(self.model).bytes_per_token
+        if self.kv_cache_dtype.startswith("fp8"):
+            bpt //= 2
+        kv_heads = _KV_HEADS.get(self.model, 1)
+        return bpt // max(1, min(self.tensor_parallel_size, kv_heads))
+
+    def resolved_weight_bytes(self) -> int:
+        """Weight bytes of the whole model (bf16 unless ``weight_bytes`` is set)."""
+        if self.weight_bytes is not None:
+            return int(self.weight_bytes)
+        return model_profile(self.model).weight_bytes
+
+    def resolved_num_gpu_blocks(self) -> int:
+        """Total physical blocks including the null block (see the class docstring).
+
+        Raises:
+            ValueError: no memory left for the KV cache (vLLM: "No available memory for the cache
+                blocks").
+        """
+        if self.num_gpu_blocks is not None:
+            return int(self.num_gpu_blocks)
+        if self.kv_cache_tokens is not None:
+            return int(self.kv_cache_tokens) // self.block_size
+        gpu = gpu_profile(self.gpu)
+        tp = max(1, self.tensor_parallel_size)
+        kv_bytes = (gpu.memory_bytes * self.gpu_memory_utilization
+                    - self.resolved_weight_bytes() / tp - self.non_kv_reserve_bytes)
+        blocks = int(kv_bytes // (self.resolved_bytes_per_token() * self.block_size))
+        if blocks < 2:
+            raise ValueError("gpu_memory_utilization: no available memory for the cache blocks "
+                             f"({kv_bytes / GiB:.2f} GiB left after weights and activations)")
+        return blocks
+
+    def kv_cache_tokens_resolved(self) -> int:
+        """``num_gpu_blocks * block_size``: vLLM's "GPU KV cache size" in tokens."""
+        return self.resolved_num_gpu_blocks() * self.block_size
+
+    def validate(self) -> None:
+        """vLLM's own checks (vllm/config SchedulerConfig and the startup KV check).
+
+        Raises:
+            ValueError: ``"<field>: <reason>"`` for non-positive sizes, ``max_num_batched_tokens <
+                max_num_seqs``, ``max_num_batched_tokens < max_model_len`` without chunked prefill,
+                an offload chunk not a multiple of the block size, or one ``max_model_len`` request
+                not fitting the KV cache (vLLM refuses to start then, background.md §2).
+        """
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                     "offload_chunk_tokens", "tensor_parallel_size"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization: must be in (0, 1], got "
+                             f"{self.gpu_memory_utilization}")
+        if self.kv_offload_cpu_bytes < 0:
+            raise ValueError("kv_offload_cpu_bytes: must be >= 0")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens: {self.max_num_batched_tokens} must be >= "
+                             f"max_num_seqs ({self.max_num_seqs})")
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(f"max_num_batched_tokens: {self.max_num_batched_tokens} is smaller "
+                             f"than max_model_len ({self.max_model_len}) and chunked prefill is off")
+        if self.offload_chunk_tokens % self.block_size:
+            raise ValueError(f"offload_chunk_tokens: {self.offload_chunk_tokens} must be a "
+                             f"multiple of block_size ({self.block_size})")
+        gpu_profile(self.gpu)
+        model_profile(self.model)
+        blocks = self.resolved_num_gpu_blocks()
+        need = -(-self.max_model_len // self.block_size)
+        if need > blocks - 1:
+            raise ValueError(
+                f"max_model_len: to serve at least one request with the model's max seq len "
+                f"({self.max_model_len}), {need} blocks are needed, which is larger than the "
+                f"available KV cache ({blocks - 1} usable blocks = {(blocks - 1) * self.block_size}"
+                f" tokens); the estimated maximum model length is {(blocks - 1) * self.block_size}")
+
+
+def _coerce(name: str, value: Any, typ: Any) -> Any:
+    text = str(typ)
+    try:
+        if value is None:
+            if "None" in text:
+                return None
+            raise TypeError("null")
+        if text.startswith("bool"):
+            if isinstance(value, str):
+                low = value.strip().lower()
+                if low in {"true", "1", "yes", "on"}:
+                    return True
+                if low in {"false", "0", "no", "off"}:
+                    return False
+                raise TypeError(value)
+            return bool(value)
+        if text.startswith("int"):
+            if isinstance(value, float) and not value.is_integer():
+                raise TypeError(value)
+            return int(value)
+        if text.startswith("float"):
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: {value!r} is not a valid {text.split(' ')[0]}") from None

@@ -1,0 +1,143 @@
+"""A request as the engine model sees it: token counts, content identity for prefix hashing, progress.
+
+Mirrors the fields of ``vllm/v1/request.py`` (``Request``) the scheduler uses: ``num_tokens``
+(prompt + output so far), ``num_computed_tokens``, the block table, ``block_hashes`` (computed
+once per full block and kept across preemption), ``num_preemptions``.
+
+Token *content* is not stored token by token. A prompt is a tuple of segments ``(key, length)``:
+tokens ``0..length-1`` of segment ``key``. Two prompts share a prefix exactly when they start with
+the same segments (e.g. ``(("system-prompt-A", 1200), ("req-17", 300))``). Generated tokens are
+the implicit segment ``("gen", request_id)``, so they never match another request but a preempted
+request finds its own blocks again, as in vLLM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvpilot.engine.block_pool import hash_block
+
+
+class Request:
+    """One inference request.
+
+    Args:
+        request_id: unique id (str).
+        prompt_len: prompt tokens (>= 1).
+        output_len: tokens to generate (>= 1); capped by ``max_model_len - prompt_len``.
+        arrival_time: simulated seconds when the request reaches the server (TTFT counts from it).
+        segments: prompt content as ``(key, length)`` pairs summing to ``prompt_len``; default
+            one segment keyed by ``request_id`` (no shared prefix).
+        lora_id, cache_salt: extra keys of every block hash (vLLM ``generate_block_hash_extra_keys``:
+            LoRA id and ``cache_salt``; the salt only on the first block there, on every block here
+            which is equivalent through the hash chain).
+        tag: free label (e.g. the §9 pass name) copied into reports.
+        finish_reason: ``finished_reason`` label when ``output_len`` is reached ("length" or "stop").
+
+    Raises:
+        ValueError: lengths < 1 or segments not summing to ``prompt_len``.
+    """
+
+    __slots__ = (
+        "request_id", "prompt_len", "output_len", "arrival_time", "segments", "extra_keys", "tag",
+        "finish_reason", "max_output", "num_output", "num_computed", "blocks", "capacity",
+        "block_hashes", "_seg_i", "_seg_start", "num_cached_blocks", "num_stored_chunks",
+        "num_preemptions", "scheduled_time", "first_token_time", "last_token_time", "finish_time",
+        "itls", "prefix_hit_tokens", "external_hit_tokens", "finished_reason", "lora_id",
+        "cache_salt",
+    )
+
+    def __init__(self, request_id: str, prompt_len: int, output_len: int, arrival_time: float = 0.0,
+                 segments: Sequence[tuple[object, int]] | None = None, lora_id: int | None = None,
+                 cache_salt: str | None = None, tag: str | None = None,
+                 finish_reason: str = "length") -> None:
+        if prompt_len < 1:
+            raise ValueError(f"prompt_len must be >= 1, got {prompt_len}")
+        if output_len < 1:
+            raise ValueError(f"output_len must be >= 1, got {output_len}")
+        if segments is None:
+            segments = ((request_id, prompt_len),)
+        segs = tuple((k, int(n)) for k, n in segments)
+        if sum(n for _, n in segs) != prompt_len or any(n < 1 for _, n in segs):
+            raise ValueError(f"segments of {request_id!r} must be positive and sum to prompt_len "
+                             f"{prompt_len}")
+        self.request_id = request_id
+        self.prompt_len = prompt_len
+        self.output_len = output_len
+        self.arrival_time = float(arrival_time)
+        # the generated tokens continue as their own segment
+        self.segments = segs + ((("gen", request_id), 1 << 62),)
+        self.lora_id = lora_id
+        self.cache_salt = cache_salt
+        self.extra_keys = None if lora_id is None and cache_salt is None else (lora_id, cache_salt)
+        self.tag = tag
+        self.finish_reason = finish_reason
+        self.max_output = output_len
+        self.num_output = 0
+        self.num_computed = 0
+        self.blocks: list[int] = []
+        self.capacity = 0  # tokens the block table holds: len(blocks) * block_size
+        self.block_hashes: list[int] = []
+        self._seg_i = 0
+        self._seg_start = 0
+        self.num_cached_blocks = 0
+        self.num_stored_chunks = 0
+        self.num_preemptions = 0
+        self.scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.last_token_time = 0.0
+        self.finish_time: float | None = None
+        self.itls: list[float] = []
+        self.prefix_hit_tokens = 0
+        self.external_hit_tokens = 0
+        self.finished_reason: str | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens so far."""
+        return self.prompt_len + self.num_output
+
+    def ensure_hashes(self, num_blocks: int, block_size: int) -> list[int]:
+        """Extend ``block_hashes`` to cover the first ``num_blocks`` full blocks; return it.
+
+        Each hash chains the parent hash, the block's content spans ``(key, offset, length)``
+        and the extra keys (:func:`~kvpilot.engine.block_pool.hash_block`). Cost: one hash per
+        new full block.
+        """
+        hashes = self.block_hashes
+        k = len(hashes)
+        if k >= num_blocks:
+            return hashes
+        segs, extra = self.segments, self.extra_keys
+        si, s0 = self._seg_i, self._seg_start
+        parent = hashes[-1] if hashes else None
+        while k < num_blocks:
+            start = k * block_size
+            end = start + block_size
+            key, n = segs[si]
+            while start >= s0 + n:  # advance to the segment holding `start`
+                s0 += n
+                si += 1
+                key, n = segs[si]
+            if end <= s0 + n:
+                content: object = (key, start - s0)
+            else:
+                spans = []
+                pos, j, js = start, si, s0
+                while pos < end:
+                    kj, nj = segs[j]
+                    take = min(end, js + nj) - pos
+                    spans.append((kj, pos - js, take))
+                    pos += take
+                    js += nj
+                    j += 1
+                content = tuple(spans)
+            parent = hash_block(parent, content, extra)
+            hashes.append(parent)
+            k += 1
+        self._seg_i, self._seg_start = si, s0
+        return hashes
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return (f"Request({self.request_id!r}, prompt={self.prompt_len}, out={self.num_output}/"
+                f"{self.max_output}, computed={self.num_computed})")

@@ -1,0 +1,341 @@
+"""Named situations: the flags and workload that make a simulated vLLM server show one bottleneck.
+
+``SCENARIOS[name]`` is a :class:`Scenario`; :func:`build` makes the engine and workload,
+:func:`run_scenario` runs it and returns a JSON-able report. Each scenario's *signature* (what its
+metrics show, checked by tests/unit/engine/test_scenarios.py from the engine's own counters):
+
+- ``seed-lru``: background.md §9 — prefix hits 0, 0, 21,488 over three passes.
+- ``kv-exhaustion``: waiting grows, KV usage near 1, preemptions grow.
+- ``max-num-seqs-cap``: running == max_num_seqs while waiting grows; KV usage low.
+- ``token-budget-cap``: steps full at max_num_batched_tokens, running below the cap, KV with room,
+  waiting grows.
+- ``compute-bound``: waiting grows while no configured limit binds (large budget and cap, long
+  prompts, offered prompt tokens above prefill throughput); mirrors fixture case C12.
+- ``prefix-thrash``: prefix caching on, repeated prefixes whose working set exceeds the KV cache:
+  low hit rate.
+- ``healthy``: load well below capacity, nothing waits.
+- ``idle``: no requests.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvpilot.engine.config import EngineConfig
+from kvpilot.engine.core import Engine, MetricsSink, StepOutput
+from kvpilot.engine.hardware import GiB
+from kvpilot.engine.vllm_args import from_vllm_args
+from kvpilot.engine.workloads import from_dict as workload_from_dict
+
+__all__ = ["SCENARIOS", "Scenario", "build", "from_vllm_args", "get_scenario", "report", "resolve",
+           "run_scenario", "scenario_from_dict"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One named situation.
+
+    Attributes:
+        name: scenario name (``seed-lru`` ...).
+        description: one line.
+        flags: :class:`EngineConfig` field overrides.
+        workload: a :func:`kvpilot.engine.workloads.from_dict` spec.
+        duration: simulated seconds to run (``None``: until the workload is done, for closed
+            finite workloads such as ``seed-lru``).
+    """
+
+    name: str
+    description: str
+    flags: dict[str, Any] = field(default_factory=dict)
+    workload: dict[str, Any] = field(default_factory=lambda: {"type": "idle"})
+    duration: float | None = 300.0
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario(
+        "seed-lru",
+        "background.md §9: 10 documents of 5,033 tokens sent one at a time, in order, again, then "
+        "reversed, into a 21,520-token KV cache: prefix hits 0, 0, 21,488 (LRU collapse).",
+        {"gpu": "laptop-8gb", "model": "qwen2.5-1.5b", "kv_cache_tokens": 21520,
+         "gpu_memory_utilization": 0.60, "max_model_len": 8192, "max_num_seqs": 4,
+         "enable_prefix_caching": True},
+        {"type": "document_scan", "num_docs": 10, "doc_tokens": 5033, "output_len": 1},
+        None),
+    Scenario(
+        "kv-exhaustion",
+        "A 32,768-token KV cache under long outputs: usage pinned near 1, preemptions and the "
+        "waiting queue grow.",
+        {"gpu": "l4", "model": "qwen2.5-1.5b", "kv_cache_tokens": 32768, "max_model_len": 8192,
+         "max_num_seqs": 256, "max_num_batched_tokens": 2048},
+        {"type": "poisson", "rate": 4.0, "duration": 300.0, "seed": 1,
+         "prompt_len": {"dist": "uniform", "min": 1000, "max": 2000},
+         "output_len": {"dist": "uniform", "min": 400, "max": 800}}),
+    Scenario(
+        "max-num-seqs-cap",
+        "--max-num-seqs 4 on an H100: four requests run, the rest wait, the KV cache stays almost "
+        "empty.",
+        {"gpu": "h100-sxm", "model": "qwen2.5-1.5b", "max_num_seqs": 4, "max_model_len": 8192},
+        {"type": "poisson", "rate": 5.0, "duration": 300.0, "seed": 2,
+         "prompt_len": {"dist": "uniform", "min": 300, "max": 700}, "output_len": 500}),
+    Scenario(
+        "token-budget-cap",
+        "--max-num-batched-tokens 256 with 2,000-token prompts: every step is full at the budget, "
+        "few requests run, KV has room, the queue grows.",
+        {"gpu": "h100-sxm", "model": "qwen2.5-7b", "max_num_seqs": 128,
+         "max_num_batched_tokens": 256, "max_model_len": 8192},
+        {"type": "poisson", "rate": 20.0, "duration": 300.0, "seed": 3,
+         "prompt_len": {"dist": "uniform", "min": 1800, "max": 2200}, "output_len": 32}),
+    Scenario(
+        "compute-bound",
+        "Prefill-heavy traffic (6,000-token prompts, 2 output tokens, 8 req/s) on an H100 with a "
+        "65,000-token budget: prefill compute saturates, no flag binds (fixture case C12).",
+        {"gpu": "h100-sxm", "model": "llama-3.1-8b", "max_num_seqs": 256,
+         "max_num_batched_tokens": 65000, "max_model_len": 16384},
+        {"type": "poisson", "rate": 8.0, "duration": 300.0, "seed": 4, "prompt_len": 6000,
+         "output_len": 2}),
+    Scenario(
+        "prefix-thrash",
+        "Prefix caching on, 100 shared 3,000-token prefixes reused at random: a 300,000-token "
+        "working set in a 49,152-token cache, so few hits.",
+        {"gpu": "h100-sxm", "model": "qwen2.5-1.5b", "kv_cache_tokens": 49152,
+         "max_model_len": 8192, "enable_prefix_caching": True},
+        {"type": "poisson", "rate": 4.0, "duration": 300.0, "seed": 5, "prefix_groups": 100,
+         "prefix_len": 3000, "prompt_len": 3200, "output_len": 100}),
+    Scenario(
+        "healthy",
+        "2 req/s of chat traffic sharing a 500-token system prompt on an H100 with default "
+        "flags: nothing waits, KV usage low, good prefix hits.",
+        {"gpu": "h100-sxm", "model": "qwen2.5-7b", "max_model_len": 8192},
+        {"type": "poisson", "rate": 2.0, "duration": 300.0, "seed": 6, "prefix_groups": 1,
+         "prefix_len": 500, "prompt_len": {"dist": "uniform", "min": 700, "max": 1300},
+         "output_len": {"dist": "uniform", "min": 100, "max": 300}}),
+    Scenario(
+        "idle",
+        "A server with no traffic: every gauge at zero, counters flat.",
+        {"gpu": "h100-sxm", "model": "qwen2.5-7b", "max_model_len": 8192},
+        {"type": "idle"}),
+)}
+
+_SCENARIO_KEYS = {"flags", "workload", "duration", "description", "name"}
+
+
+def scenario_from_dict(spec: dict[str, Any], base: Scenario | None = None) -> Scenario:
+    """A scenario from a dict ``{"name", "description", "flags", "workload", "duration"}``.
+
+    With ``base``, missing keys come from it, ``flags`` are merged over its flags and a
+    ``workload`` without ``type`` (or with the same type) is merged over its workload.
+
+    Raises:
+        ValueError: unknown keys, or flags/workload that are not mappings.
+    """
+    unknown = set(spec) - _SCENARIO_KEYS
+    if unknown:
+        raise ValueError(f"scenario: unknown key(s) {', '.join(sorted(unknown))} "
+                         f"(known: {', '.join(sorted(_SCENARIO_KEYS))})")
+    base = base or Scenario("custom", "custom scenario", {}, {"type": "idle"}, 300.0)
+    flags = spec.get("flags") or {}
+    wl = spec.get("workload")
+    if not isinstance(flags, dict):
+        raise ValueError("scenario.flags: must be a mapping of engine fields")
+    if wl is not None and not isinstance(wl, dict):
+        raise ValueError("scenario.workload: must be a mapping")
+    merged_flags = {**base.flags, **flags}
+    workload = copy.deepcopy(base.workload)
+    if wl:
+        if "type" not in wl or wl["type"] == workload.get("type"):
+            workload.update(copy.deepcopy(wl))
+        else:
+            workload = copy.deepcopy(wl)
+    duration = spec.get("duration", base.duration)
+    return Scenario(str(spec.get("name", base.name)),
+                    str(spec.get("description", base.description)), merged_flags, workload,
+                    None if duration is None else float(duration))
+
+
+def get_scenario(name: str) -> Scenario:
+    """``SCENARIOS[name]``. Raises ValueError naming the known scenarios."""
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise ValueError(f"scenario: unknown {name!r}; known: {', '.join(SCENARIOS)}") from None
+
+
+#: CLI workload knobs -> keys of the Poisson workload spec.
+_WORKLOAD_KNOBS = {"arrival_rate": "rate", "prompt_tokens": "prompt_len",
+                   "output_tokens": "output_len", "num_requests": "num_requests", "seed": "seed"}
+
+
+def resolve(name: str | Scenario, overrides: dict[str, Any] | None = None) -> Scenario:
+    """The scenario with ``overrides`` applied.
+
+    ``overrides`` keys:
+
+    - :class:`EngineConfig` fields (``kv_offload_cpu`` is accepted for ``kv_offload_cpu_bytes``);
+    - ``flags`` (dict of the same), ``workload`` (dict, merged as in :func:`scenario_from_dict`),
+      ``duration`` (s), ``description``;
+    - the CLI's workload knobs ``arrival_rate`` (req/s), ``prompt_tokens`` and ``output_tokens``
+      (tokens, used as fixed lengths), ``num_requests``, ``seed``: they set the Poisson workload's
+      ``rate``, ``prompt_len``, ``output_len``, ``num_requests``, ``seed``; on a scenario whose
+      workload is not Poisson, ``arrival_rate`` replaces it with a Poisson one over the duration.
+
+    ``None`` values are ignored.
+
+    Raises:
+        ValueError: unknown scenario or key (see :func:`scenario_from_dict`).
+    """
+    sc = name if isinstance(name, Scenario) else get_scenario(name)
+    if not overrides:
+        return sc
+    ov = {k: v for k, v in overrides.items() if v is not None}
+    spec: dict[str, Any] = {}
+    for key in ("workload", "duration", "description"):
+        if key in ov:
+            spec[key] = ov.pop(key)
+    flags = dict(ov.pop("flags", None) or {})
+    knobs = {_WORKLOAD_KNOBS[k]: ov.pop(k) for k in list(ov) if k in _WORKLOAD_KNOBS}
+    if "kv_offload_cpu" in ov:
+        ov["kv_offload_cpu_bytes"] = ov.pop("kv_offload_cpu")
+    spec["flags"] = {**flags, **ov}
+    if knobs:
+        wl = dict(spec.get("workload") or sc.workload)
+        if wl.get("type") != "poisson":
+            if "rate" not in knobs:
+                raise ValueError(f"arrival_rate: scenario {sc.name!r} has a {wl.get('type')} "
+                                 "workload; give --arrival-rate to replace it with Poisson arrivals")
+            wl = {"type": "poisson", "duration": sc.duration or 300.0}
+        wl.update(knobs)
+        if wl.get("rate", 1) <= 0 or wl.get("num_requests", 1) == 0:
+            wl = {"type": "idle"}
+        spec["workload"] = wl
+    return scenario_from_dict(spec, base=sc)
+
+
+def build(name: str | Scenario, overrides: dict[str, Any] | None = None,
+          metrics: MetricsSink | None = None, keep_finished: bool = True) -> tuple[Engine, Any]:
+    """``(Engine, Workload)`` for scenario ``name`` (or a :class:`Scenario`) with overrides.
+
+    Raises:
+        ValueError: unknown scenario, unknown/invalid flag (message starts with the field name),
+            bad workload.
+    """
+    sc = resolve(name, overrides)
+    engine = Engine(EngineConfig.from_dict(sc.flags), metrics=metrics, keep_finished=keep_finished)
+    return engine, workload_from_dict(sc.workload)
+
+
+def run_scenario(name: str | Scenario, overrides: dict[str, Any] | None = None,
+                 metrics: MetricsSink | None = None,
+                 on_step: Callable[[Engine, StepOutput | None], None] | None = None,
+                 tick: float | None = None) -> dict[str, Any]:
+    """Run a scenario for its duration and report (JSON-able dict).
+
+    Keys: ``scenario``, ``description``, ``config`` (every engine field), ``kv_cache_tokens``,
+    ``usable_blocks``, ``simulated_seconds``, ``steps``, ``requests`` {arrived, finished},
+    ``counters`` (preemptions, prefix_cache_queries/hits tokens, prefix_cache_hit_rate 0-1,
+    external_prefix_cache_queries/hits, prompt_tokens, generation_tokens), ``final`` {running,
+    waiting, kv_cache_usage}, ``peaks`` {running, waiting, kv_cache_usage}, ``steps_at_budget``
+    (share 0-1 of steps whose tokens equal max_num_batched_tokens), ``latency_s`` {ttft_p50,
+    ttft_p95, itl_p50, e2e_p50, queue_p50} (null without finished requests), ``throughput``
+    {requests_per_s, prompt_tokens_per_s, generation_tokens_per_s}. Workloads with tagged requests
+    (``seed-lru``) add ``passes``: ``[{"name", "requests", "prefix_cache_hit_tokens",
+    "ttft_p50_ms"}]`` plus ``external_prefix_cache_hit_tokens`` when the CPU tier is on.
+    """
+    sc = resolve(name, overrides)
+    engine, workload = build(sc, metrics=metrics)
+    budget = engine.config.max_num_batched_tokens
+    peaks = {"running": 0, "waiting": 0, "kv_cache_usage": 0.0}
+    at_budget = [0]
+
+    def observe(eng: Engine, out: StepOutput | None) -> None:
+        if out is not None:
+            if out.num_tokens >= budget:
+                at_budget[0] += 1
+            peaks["running"] = max(peaks["running"], out.running)
+            peaks["waiting"] = max(peaks["waiting"], out.waiting)
+            peaks["kv_cache_usage"] = max(peaks["kv_cache_usage"], out.kv_cache_usage)
+        if on_step is not None:
+            on_step(eng, out)
+
+    engine.run(workload, until=sc.duration, on_step=observe, tick=tick)
+    return report(engine, sc, peaks, at_budget[0])
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    """Percentile with linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    v = sorted(values)
+    pos = (len(v) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def report(engine: Engine, sc: Scenario, peaks: dict[str, Any] | None = None,
+           steps_at_budget: int = 0) -> dict[str, Any]:
+    """The JSON-able report of :func:`run_scenario` for an engine that has run ``sc``."""
+    fin = engine.finished
+    ttft = [r.first_token_time - r.arrival_time for r in fin if r.first_token_time is not None]
+    itl = [x for r in fin for x in r.itls]
+    e2e = [r.finish_time - r.arrival_time for r in fin if r.finish_time is not None]
+    queue = [r.scheduled_time - r.arrival_time for r in fin if r.scheduled_time is not None]
+    t = engine.now or 1.0
+    q, h = engine.prefix_queries, engine.prefix_hits
+    out: dict[str, Any] = {
+        "scenario": sc.name,
+        "description": sc.description,
+        "config": engine.config.to_dict(),
+        "kv_cache_tokens": engine.kv_cache_tokens,
+        "usable_blocks": engine.usable_blocks,
+        "simulated_seconds": round(engine.now, 6),
+        "steps": engine.num_steps,
+        "requests": {"arrived": engine.num_finished + engine.num_running + engine.num_waiting,
+                     "finished": engine.num_finished},
+        "counters": {
+            "preemptions": engine.num_preemptions,
+            "prefix_cache_queries": q,
+            "prefix_cache_hits": h,
+            "prefix_cache_hit_rate": round(h / q, 6) if q else None,
+            "external_prefix_cache_queries": engine.external_queries,
+            "external_prefix_cache_hits": engine.external_hits,
+            "prompt_tokens": engine.prompt_tokens,
+            "generation_tokens": engine.generation_tokens,
+        },
+        "final": {"running": engine.num_running, "waiting": engine.num_waiting,
+                  "kv_cache_usage": round(engine.kv_cache_usage, 6)},
+        "peaks": peaks or {},
+        "steps_at_budget": round(steps_at_budget / engine.num_steps, 6) if engine.num_steps else 0.0,
+        "latency_s": {k: (None if v is None else round(v, 6)) for k, v in {
+            "ttft_p50": _pct(ttft, 0.5), "ttft_p95": _pct(ttft, 0.95), "itl_p50": _pct(itl, 0.5),
+            "e2e_p50": _pct(e2e, 0.5), "queue_p50": _pct(queue, 0.5)}.items()},
+        "throughput": {"requests_per_s": round(engine.num_finished / t, 6),
+                       "prompt_tokens_per_s": round(engine.prompt_tokens / t, 3),
+                       "generation_tokens_per_s": round(engine.generation_tokens / t, 3)},
+    }
+    tags: dict[str, list[Any]] = {}
+    for r in fin:
+        if r.tag is not None:
+            tags.setdefault(r.tag, []).append(r)
+    if tags:
+        passes = []
+        for name, reqs in tags.items():
+            p: dict[str, Any] = {
+                "name": name,
+                "requests": len(reqs),
+                "prefix_cache_hit_tokens": sum(r.prefix_hit_tokens for r in reqs),
+            }
+            if engine.offload is not None:
+                p["external_prefix_cache_hit_tokens"] = sum(r.external_hit_tokens for r in reqs)
+            p["ttft_p50_ms"] = round(1000 * _pct(
+                [r.first_token_time - r.arrival_time for r in reqs], 0.5), 1)
+            passes.append(p)
+        out["passes"] = passes
+    if engine.offload is not None:
+        out["kv_offload_cpu_bytes"] = engine.config.kv_offload_cpu_bytes
+        out["kv_offload_cpu_gib"] = round(engine.config.kv_offload_cpu_bytes / GiB, 3)
+        out["offload_capacity_chunks"] = engine.offload.capacity_chunks
+    return out

@@ -1,0 +1,316 @@
+"""Workloads: where requests come from, with seeded randomness and a guaranteed end.
+
+- :class:`OpenLoop` — requests at fixed arrival times (Poisson, traces): arrivals do not depend
+  on the server.
+- :class:`ClosedLoop` — ``concurrency`` clients, each sending its next request when the previous
+  one finishes (``think_time`` later): the §9 "one at a time" experiment is concurrency 1.
+- :func:`poisson` — Poisson arrivals (exponential gaps, ``random.Random(seed)``), prompt/output
+  length distributions (:func:`sample_length`), optional shared-prefix groups.
+- :func:`document_scan` — background.md §9: N documents, no shared prefixes, sent in order, again
+  in order, then reversed.
+- :func:`load_trace` — replay of JSONL lines (fields documented there).
+- :func:`from_dict` — any of these from a plain dict (the CLI loads YAML into it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kvpilot.engine.request import Request
+
+
+class OpenLoop:
+    """Requests handed out at their ``arrival_time`` (sorted here; ties keep input order)."""
+
+    def __init__(self, requests: Iterable[Request]) -> None:
+        self.requests = sorted(requests, key=lambda r: r.arrival_time)
+        self._i = 0
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def next_arrival_time(self) -> float | None:
+        """Arrival of the next request not yet handed out, or None."""
+        return self.requests[self._i].arrival_time if self._i < len(self.requests) else None
+
+    def pop_arrivals(self, now: float) -> list[Request]:
+        """Requests with ``arrival_time <= now`` (s) not yet handed out."""
+        reqs, i, out = self.requests, self._i, []
+        while i < len(reqs) and reqs[i].arrival_time <= now:
+            out.append(reqs[i])
+            i += 1
+        self._i = i
+        return out
+
+    def on_finish(self, request: Request, now: float) -> None:
+        """Open loop: nothing to do."""
+
+    def done(self) -> bool:
+        """All requests handed out."""
+        return self._i >= len(self.requests)
+
+
+class ClosedLoop:
+    """``concurrency`` clients sending ``requests`` in order, one each at a time.
+
+    A request's ``arrival_time`` is set when a client sends it: ``start`` for the first
+    ``concurrency`` requests, then the finish time of the client's previous request plus
+    ``think_time`` (s).
+
+    Raises:
+        ValueError: ``concurrency < 1`` or ``think_time < 0``.
+    """
+
+    def __init__(self, requests: Sequence[Request], concurrency: int = 1, think_time: float = 0.0,
+                 start: float = 0.0) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
+        if think_time < 0:
+            raise ValueError(f"think_time: must be >= 0, got {think_time}")
+        self.requests = list(requests)
+        self.think_time = think_time
+        self._next = 0
+        self._ready: list[float] = []
+        for _ in range(min(concurrency, len(self.requests))):
+            self._release(start)
+
+    def _release(self, t: float) -> None:
+        if self._next < len(self.requests):
+            self.requests[self._next].arrival_time = t
+            self._ready.append(t)
+
+    def next_arrival_time(self) -> float | None:
+        """Send time of the next request, None while every client waits for a response."""
+        return self._ready[0] if self._ready else None
+
+    def pop_arrivals(self, now: float) -> list[Request]:
+        """Requests whose client has sent them by ``now``."""
+        out = []
+        while self._ready and self._ready[0] <= now:
+            self._ready.pop(0)
+            out.append(self.requests[self._next])
+            self._next += 1
+        return out
+
+    def on_finish(self, request: Request, now: float) -> None:
+        """The client of ``request`` sends its next one ``think_time`` later."""
+        if self._next + len(self._ready) < len(self.requests):
+            t = now + self.think_time
+            self.requests[self._next + len(self._ready)].arrival_time = t
+            self._ready.append(t)
+
+    def done(self) -> bool:
+        """Every request sent."""
+        return self._next >= len(self.requests)
+
+
+def as_workload(source: Any) -> Any:
+    """``source`` itself when it has ``pop_arrivals``, else an :class:`OpenLoop` over it."""
+    if hasattr(source, "pop_arrivals"):
+        return source
+    return OpenLoop(source)
+
+
+def sample_length(spec: int | dict[str, Any], rng: random.Random, field: str = "length") -> int:
+    """Draw a token count >= 1.
+
+    ``spec``: an int (fixed), or a dict ``{"dist": "fixed", "value": n}``, ``{"dist": "uniform",
+    "min": a, "max": b}`` (inclusive), ``{"dist": "normal", "mean": m, "std": s}``,
+    ``{"dist": "lognormal", "mean": m, "sigma": s}`` (``m`` the median, tokens),
+    ``{"dist": "exponential", "mean": m}``; optional ``"min"``/``"max"`` clip the normal,
+    lognormal and exponential draws.
+
+    Raises:
+        ValueError: naming ``field`` for an unknown distribution or missing parameter.
+    """
+    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+        return max(1, int(spec))
+    if not isinstance(spec, dict):
+        raise ValueError(f"{field}: {spec!r} is neither a number nor a distribution")
+    kind = spec.get("dist", "fixed")
+    try:
+        if kind == "fixed":
+            v = float(spec["value"])
+        elif kind == "uniform":
+            return max(1, rng.randint(int(spec["min"]), int(spec["max"])))
+        elif kind == "normal":
+            v = rng.gauss(float(spec["mean"]), float(spec["std"]))
+        elif kind == "lognormal":
+            v = float(spec["mean"]) * math.exp(rng.gauss(0.0, float(spec["sigma"])))
+        elif kind == "exponential":
+            v = rng.expovariate(1.0 / float(spec["mean"]))
+        else:
+            raise ValueError(f"{field}: unknown distribution {kind!r} "
+                             "(fixed, uniform, normal, lognormal, exponential)")
+    except KeyError as exc:
+        raise ValueError(f"{field}: distribution {kind!r} needs {exc.args[0]!r}") from None
+    if "min" in spec:
+        v = max(v, float(spec["min"]))
+    if "max" in spec:
+        v = min(v, float(spec["max"]))
+    return max(1, int(round(v)))
+
+
+def poisson(rate: float, *, duration: float | None = None, num_requests: int | None = None,
+            prompt_len: int | dict[str, Any] = 1000, output_len: int | dict[str, Any] = 200,
+            seed: int = 0, prefix_groups: int = 0, prefix_len: int = 0, start: float = 0.0,
+            id_prefix: str = "req") -> OpenLoop:
+    """Poisson arrivals at ``rate`` requests/s for ``duration`` s or ``num_requests`` requests.
+
+    Shared prefixes: with ``prefix_groups`` > 0 each request picks a group uniformly and its
+    prompt starts with that group's ``prefix_len`` tokens (the prompt is at least
+    ``prefix_len + 1`` tokens).
+
+    Raises:
+        ValueError: ``rate <= 0``, neither ``duration`` nor ``num_requests`` (unbounded), or bad
+            length specs.
+    """
+    if rate <= 0:
+        raise ValueError(f"rate: must be > 0 requests/s, got {rate}")
+    if duration is None and num_requests is None:
+        raise ValueError("duration: a Poisson workload needs duration or num_requests (bounded)")
+    rng = random.Random(seed)
+    reqs = []
+    t = start
+    while True:
+        t += rng.expovariate(rate)
+        if duration is not None and t >= start + duration:
+            break
+        if num_requests is not None and len(reqs) >= num_requests:
+            break
+        rid = f"{id_prefix}-{len(reqs)}"
+        p = sample_length(prompt_len, rng, "prompt_len")
+        o = sample_length(output_len, rng, "output_len")
+        segments = None
+        if prefix_groups > 0 and prefix_len > 0:
+            g = rng.randrange(prefix_groups)
+            p = max(p, prefix_len + 1)
+            segments = ((f"prefix-{g}", prefix_len), (rid, p - prefix_len))
+        reqs.append(Request(rid, p, o, arrival_time=t, segments=segments))
+    return OpenLoop(reqs)
+
+
+def document_scan(num_docs: int = 10, doc_tokens: int = 5033,
+                  passes: Sequence[str] = ("first", "second", "reversed"), output_len: int = 1,
+                  concurrency: int = 1) -> ClosedLoop:
+    """background.md §9: documents with no shared prefix, sent one at a time, pass by pass.
+
+    Pass names ``first``/``second`` (or any name not starting with ``rev``) send documents
+    0..N-1; a name starting with ``rev`` sends N-1..0. Each request is tagged with its pass name
+    and keyed ``doc-<i>`` so the same document has the same content in every pass.
+    """
+    reqs = []
+    for name in passes:
+        order = range(num_docs - 1, -1, -1) if name.startswith("rev") else range(num_docs)
+        for d in order:
+            reqs.append(Request(f"{name}-doc-{d}", doc_tokens, output_len,
+                                segments=((f"doc-{d}", doc_tokens),), tag=name))
+    return ClosedLoop(reqs, concurrency=concurrency)
+
+
+_TRACE_FIELDS = ("arrival_time", "timestamp", "prompt_tokens", "prompt_len", "output_len",
+                 "output_tokens", "prefix_group", "prefix_len", "request_id", "cache_salt",
+                 "lora_id", "tag")
+
+
+def load_trace(lines: Iterable[str]) -> OpenLoop:
+    """Requests from JSON Lines, one object per line (blank lines and ``#`` comments skipped).
+
+    Fields: ``arrival_time`` (s, or ``timestamp``; required), ``prompt_tokens`` or
+    ``prompt_len`` (required, >= 1), ``output_len`` or ``output_tokens`` (default 1),
+    ``prefix_group`` (str: requests of a group share their first ``prefix_len`` tokens),
+    ``prefix_len`` (tokens, default 0), ``request_id`` (default ``trace-<line>``),
+    ``cache_salt``, ``lora_id``, ``tag``. Unknown fields are ignored.
+
+    Raises:
+        ValueError: ``"trace line N: <field>: <reason>"``.
+    """
+    reqs = []
+    for lineno, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"trace line {lineno}: not JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"trace line {lineno}: expected an object")
+        reqs.append(_trace_request(obj, f"trace line {lineno}", f"trace-{lineno}"))
+    return OpenLoop(reqs)
+
+
+def _trace_request(obj: dict[str, Any], where: str, default_id: str) -> Request:
+    def num(*names: str, default: Any = None, cast: Any = int) -> Any:
+        for n in names:
+            if n in obj:
+                try:
+                    return cast(obj[n])
+                except (TypeError, ValueError):
+                    raise ValueError(f"{where}: {n}: {obj[n]!r} is not a number") from None
+        if default is None:
+            raise ValueError(f"{where}: {names[0]}: required")
+        return default
+
+    t = num("arrival_time", "timestamp", cast=float)
+    p = num("prompt_tokens", "prompt_len")
+    o = num("output_len", "output_tokens", default=1)
+    rid = str(obj.get("request_id", default_id))
+    group = obj.get("prefix_group")
+    plen = num("prefix_len", default=0)
+    if p < 1:
+        raise ValueError(f"{where}: prompt_tokens: must be >= 1")
+    if o < 1:
+        raise ValueError(f"{where}: output_len: must be >= 1")
+    segments = None
+    if group is not None and plen > 0:
+        if plen >= p:
+            raise ValueError(f"{where}: prefix_len: {plen} must be smaller than the prompt ({p})")
+        segments = ((f"prefix-{group}", plen), (rid, p - plen))
+    return Request(rid, p, o, arrival_time=t, segments=segments, cache_salt=obj.get("cache_salt"),
+                   lora_id=obj.get("lora_id"), tag=obj.get("tag"))
+
+
+def from_dict(spec: dict[str, Any] | None) -> Any:
+    """A workload from a plain dict (YAML). ``type`` selects it:
+
+    - ``poisson``: keys of :func:`poisson` (``rate``, ``duration`` or ``num_requests``,
+      ``prompt_len``, ``output_len``, ``seed``, ``prefix_groups``, ``prefix_len``);
+    - ``closed_loop``: ``concurrency``, ``num_requests``, ``prompt_len``, ``output_len``, ``seed``,
+      ``think_time``, ``prefix_groups``, ``prefix_len``;
+    - ``document_scan``: keys of :func:`document_scan`;
+    - ``trace``: ``requests``, a list of objects with :func:`load_trace`'s fields;
+    - ``idle``: no requests.
+
+    Raises:
+        ValueError: ``"workload.<key>: <reason>"``.
+    """
+    spec = dict(spec or {"type": "idle"})
+    kind = spec.pop("type", None)
+    try:
+        if kind == "idle":
+            return OpenLoop([])
+        if kind == "poisson":
+            return poisson(**spec)
+        if kind == "document_scan":
+            return document_scan(**spec)
+        if kind == "closed_loop":
+            conc = int(spec.pop("concurrency", 1))
+            think = float(spec.pop("think_time", 0.0))
+            n = spec.pop("num_requests", None)
+            if n is None:
+                raise ValueError("workload.num_requests: required for closed_loop")
+            ol = poisson(1.0, num_requests=int(n), **spec)
+            return ClosedLoop(ol.requests, concurrency=conc, think_time=think)
+        if kind == "trace":
+            items = spec.get("requests") or []
+            return OpenLoop(_trace_request(o, f"workload.requests[{i}]", f"trace-{i}")
+                            for i, o in enumerate(items))
+    except TypeError as exc:
+        raise ValueError(f"workload: {exc}") from None
+    raise ValueError(f"workload.type: {kind!r} is not one of poisson, closed_loop, "
+                     "document_scan, trace, idle")
