@@ -48,3 +48,17 @@ def test_node_label_is_mib():
     assert gpu_memory_from_node_label("81559") == 81559 * 2**20
     with pytest.raises(KVConfigError, match="nvidia.com/gpu.memory"):
         gpu_memory_from_node_label("80Gi")
+
+
+def test_numbers_match_the_api_preflight_status_fields():
+    from kvpilot.api.models import PreflightStatus
+    from kvpilot.kv.preflight import kv_preflight
+
+    result = kv_preflight(LLAMA, {"maxModelLen": 8192, "gpuMemoryUtilization": 0.9}, gpu_memory_bytes=80 * GIB,
+                          weights_bytes=15 * GIB, overhead_bytes=2 * GIB)
+    status = PreflightStatus(**result.numbers)
+    assert status.kv_tokens == 28_160 * 16
+    assert status.bytes_per_token == 2 * 32 * 8 * 128 * 2
+    assert status.fits is True and status.estimate is True
+    # (0.9 x 80 GiB - 55 GiB + 512 blocks x 16 x 131,072 B) / 80 GiB = (17 + 1) / 80
+    assert abs(status.min_gpu_memory_utilization - 18 / 80) < 1e-9
