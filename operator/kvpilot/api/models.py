@@ -348,7 +348,9 @@ class VLLMServerSpec(_Model):
     pod_labels: dict[str, str] = Field(
         default_factory=dict, description="Extra labels of the pod (the app.kubernetes.io/* and kvpilot.dev/server "
         "labels are kvpilot's).")
-    pod_annotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations of the pod.")
+    pod_annotations: dict[str, str] = Field(
+        default_factory=dict, description="Extra annotations of the pod (may override the prometheus.io/* "
+        "scrape annotations; kvpilot.dev/* annotations are kvpilot's).")
     probes: ProbesSpec = Field(default_factory=ProbesSpec, description="Probe budget overrides.")
 
     # ----------------------------------------------------------------------------- defaults
@@ -453,6 +455,8 @@ def _check_labels(spec: VLLMServerSpec) -> None:
     for key in spec.pod_annotations:
         if not _QUALIFIED_NAME_RE.match(key):
             raise SpecError(f"spec.podAnnotations.{key}", f"{key!r} is not a valid annotation key")
+        if key.startswith("kvpilot.dev/"):
+            raise SpecError(f"spec.podAnnotations.{key}", "kvpilot.dev/ annotations are set by kvpilot")
 
 
 # ===================================================================================== status

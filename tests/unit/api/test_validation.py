@@ -224,6 +224,11 @@ def test_pod_label_rules(labels, field):
     assert error(spec(podLabels=labels)).field == field
 
 
+@pytest.mark.parametrize("key", ["kvpilot.dev/model", "kvpilot.dev/spec-hash", "bad key"])
+def test_pod_annotation_rules(key):
+    assert error(spec(podAnnotations={key: "x"})).field == f"spec.podAnnotations.{key}"
+
+
 def test_valid_pod_labels_and_annotations():
     s = parse_spec(spec(podLabels={"team": "ml", "example.com/tier": "gpu-a"},
                         podAnnotations={"example.com/note": "Qwen/Qwen2.5 any text"}))

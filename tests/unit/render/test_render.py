@@ -411,3 +411,52 @@ def test_strict_validation_would_catch_an_unknown_field():
     pod["spec"]["notAField"] = True
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(pod, "1.37", strict=True)
+
+
+# ------------------------------------------------------------------ property: any valid engine renders valid objects
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def engines(draw):
+    engine = {}
+    if draw(st.booleans()):
+        engine["gpuMemoryUtilization"] = draw(st.floats(min_value=0.01, max_value=1.0))
+    if draw(st.booleans()):
+        engine["maxModelLen"] = draw(st.integers(min_value=1, max_value=131072))
+    if draw(st.booleans()):
+        engine["maxNumSeqs"] = draw(st.integers(min_value=1, max_value=1024))
+    if draw(st.booleans()):
+        engine["maxNumBatchedTokens"] = draw(st.integers(min_value=engine.get("maxNumSeqs", 1), max_value=65536))
+    if draw(st.booleans()):
+        engine["tensorParallelSize"] = draw(st.sampled_from([1, 2, 4, 8]))
+    for name in ("enablePrefixCaching", "enableChunkedPrefill"):
+        value = draw(st.sampled_from([None, True, False]))
+        if value is not None:
+            engine[name] = value
+    if engine.get("enableChunkedPrefill") is False and "maxModelLen" in engine and "maxNumBatchedTokens" in engine:
+        engine["maxNumBatchedTokens"] = max(engine["maxNumBatchedTokens"], engine["maxModelLen"])
+    return engine
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(engines())
+def test_any_valid_engine_renders_exactly_its_flags(engine):
+    command = cmd(engine=engine)
+    flags = {"gpuMemoryUtilization": "--gpu-memory-utilization", "maxModelLen": "--max-model-len",
+             "maxNumSeqs": "--max-num-seqs", "maxNumBatchedTokens": "--max-num-batched-tokens",
+             "tensorParallelSize": "--tensor-parallel-size"}
+    for field, flag in flags.items():
+        if field in engine:
+            assert command[command.index(flag) + 1] == str(engine[field])
+        else:
+            assert flag not in command
+    for field, on, off in (("enablePrefixCaching", "--enable-prefix-caching", "--no-enable-prefix-caching"),
+                           ("enableChunkedPrefill", "--enable-chunked-prefill", "--no-enable-chunked-prefill")):
+        expected = {True: [on], False: [off], None: []}[engine.get(field)]
+        assert [a for a in command if a in (on, off)] == expected
+    pod, service = render_objects("qwen", "llm", {"model": MODEL, "engine": engine})
+    assert container(pod)["resources"]["limits"]["nvidia.com/gpu"] == str(engine.get("tensorParallelSize", 1))
+    kubernetes_validate.validate(pod, "1.37", strict=True)
