@@ -211,10 +211,12 @@ class Controller:
             if event["type"] == "DELETED":
                 new = logic.server_status(server, None, now=now, service_name=status.get("serviceName") or name,
                                           spec_hash=status["specHash"], command=status.get("command"))
-                new.update(phase="Failed", reason="PodDeleted",
-                           message=f"pod {pod_name} was deleted; change the spec or delete the VLLMServer")
-                new["conditions"] = logic.set_condition(new["conditions"], "Ready", "False", "PodDeleted",
-                                                        new["message"], now=now, generation=meta.get("generation"))
+                if status.get("phase") not in logic.ENDED_PHASES:  # an ended server stays Expired/Failed
+                    new.update(phase="Failed", reason="PodDeleted",
+                               message=f"pod {pod_name} was deleted; change the spec or delete the VLLMServer")
+                    new["conditions"] = logic.set_condition(new["conditions"], "Ready", "False", "PodDeleted",
+                                                            new["message"], now=now,
+                                                            generation=meta.get("generation"))
                 self._write_status(server, new, logger)
                 return
             report = logic.pod_report(pod)

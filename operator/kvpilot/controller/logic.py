@@ -122,9 +122,18 @@ def set_condition(conditions: list[dict[str, Any]] | None, type_: str, status: s
     return sorted(out, key=lambda c: c["type"])
 
 
-def _plus_seconds(timestamp: str, seconds: int) -> str:
-    start = datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
-    return (start + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+def rfc3339(timestamp: str, plus_seconds: int = 0) -> str:
+    """Normalise a timestamp (``…Z`` or ``…+00:00``, as the kubernetes client serialises it) to
+    Kubernetes' ``2026-11-30T13:00:00Z``, optionally ``plus_seconds`` later.
+
+    Raises:
+        ValueError: for text that is not an ISO 8601 timestamp.
+    """
+    moment = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    moment = moment.astimezone(datetime.UTC) + datetime.timedelta(seconds=plus_seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def endpoint(service: str, namespace: str) -> str:
@@ -174,18 +183,18 @@ def server_status(server: dict[str, Any], pod: dict[str, Any] | None, *, now: st
         status.update(podName=pod_meta.get("name"), podUid=pod_meta.get("uid"))
         start = (pod.get("status") or {}).get("startTime")
         if start:
-            status["startedAt"] = start
+            status["startedAt"] = rfc3339(start)
             if pod_spec.get("activeDeadlineSeconds"):
-                status["expiresAt"] = _plus_seconds(start, int(pod_spec["activeDeadlineSeconds"]))
+                status["expiresAt"] = rfc3339(start, int(pod_spec["activeDeadlineSeconds"]))
         same_pod = old.get("podUid") == pod_meta.get("uid")
         if same_pod and old.get("readyAt"):
             status["readyAt"] = old["readyAt"]
         elif report.ready:
-            status["readyAt"] = _condition(pod, "Ready").get("lastTransitionTime") or now
+            status["readyAt"] = rfc3339(_condition(pod, "Ready").get("lastTransitionTime") or now)
         finished = next((s["terminated"].get("finishedAt") for s in _container_states(pod) if s.get("terminated")),
                         None)
         if report.phase in ENDED_PHASES:
-            status["finishedAt"] = finished or (old.get("finishedAt") if same_pod else None) or now
+            status["finishedAt"] = rfc3339(finished or (old.get("finishedAt") if same_pod else None) or now)
         if kv is not None:
             status["kvCacheTokens"], concurrency = kv
             if concurrency is not None:
