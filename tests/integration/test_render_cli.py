@@ -14,6 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+#: Kubernetes 1.30 and the newest version kubernetes-validate knows (1.37 with kubernetes-validate 1.37.0).
+KUBE_VERSIONS = ["1.30", kubernetes_validate.latest_version()]
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "manifests" / "examples"
 
@@ -69,7 +72,7 @@ def test_every_example_renders_objects_that_validate(example):
     result = kvpilot(str(example))
     assert result.returncode == 0, result.stderr
     for item in yaml.safe_load(result.stdout)["items"]:
-        for version in ("1.30", "1.37"):
+        for version in KUBE_VERSIONS:
             kubernetes_validate.validate(item, version, strict=True)
 
 

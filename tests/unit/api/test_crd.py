@@ -12,6 +12,9 @@ import yaml
 from kvpilot.api import VLLMServerSpec, VLLMServerStatus
 from kvpilot.api.crd import crd_manifest, crd_yaml, structural
 
+#: Kubernetes 1.30 and the newest version kubernetes-validate knows (1.37 with kubernetes-validate 1.37.0).
+KUBE_VERSIONS = ["1.30", kubernetes_validate.latest_version()]
+
 REPO = Path(__file__).resolve().parents[3]
 CRD_FILE = REPO / "manifests" / "crd" / "vllmservers.yaml"
 EXAMPLES = sorted((REPO / "manifests" / "examples").glob("*.yaml"))
@@ -64,7 +67,7 @@ def test_printer_columns():
     }
 
 
-@pytest.mark.parametrize("kube_version", ["1.30", "1.37"])
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
 def test_crd_validates_strictly(kube_version):
     kubernetes_validate.validate(yaml.safe_load(CRD_FILE.read_text()), kube_version, strict=True)
 

@@ -15,6 +15,9 @@ from kvpilot.api import SpecError, parse_spec
 from kvpilot.render import render_objects, vllm_command
 from kvpilot.render.renderer import _environment
 
+#: Kubernetes 1.30 and the newest version kubernetes-validate knows (1.37 with kubernetes-validate 1.37.0).
+KUBE_VERSIONS = ["1.30", kubernetes_validate.latest_version()]
+
 MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 OWNER = {"apiVersion": "kvpilot.dev/v1alpha1", "kind": "VLLMServer",
          "metadata": {"name": "qwen", "namespace": "llm", "uid": "1234-abcd"}}
@@ -396,7 +399,7 @@ FULL = {
 }
 
 
-@pytest.mark.parametrize("kube_version", ["1.30", "1.37"])
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
 @pytest.mark.parametrize("body", [{"model": MODEL}, FULL,
                                   {"model": MODEL, "kvOffload": {"backend": "native", "cpuMemory": "2Gi"}},
                                   {"model": MODEL, "modelCache": {"sizeLimit": "20Gi"}}],
