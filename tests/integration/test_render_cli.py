@@ -124,6 +124,10 @@ BAD = {
                          "spec: {model: m, engine: {maxNumSeqs: 8, maxNumBatchedTokens: 4}}\n",
                          "spec.engine.maxNumBatchedTokens"),
     "binary.yaml": (b"\xff\xfe\x00bad", "cannot read"),
+    "date-model.yaml": ("apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
+                        "spec: {model: 2024-01-01}\n", "spec.model"),
+    "list-engine.yaml": ("apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
+                         "spec: {model: m, engine: [1]}\n", "spec.engine"),
 }
 
 

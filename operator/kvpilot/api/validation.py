@@ -17,18 +17,23 @@ __all__ = ["SpecError", "parse_spec", "parse_resource", "spec_hash", "field_path
 
 def field_path(loc: tuple[Any, ...], root: str = "spec") -> str:
     """A pydantic error location as a camelCase field path: ``('engine', 'maxNumSeqs')`` ->
-    ``spec.engine.maxNumSeqs``; list indexes in brackets: ``spec.engine.extraArgs[2]``."""
+    ``spec.engine.maxNumSeqs``; list indexes in brackets: ``spec.engine.extraArgs[2]``; map keys
+    after a dot: ``spec.podLabels.team``. (Locations use the aliases, which are camelCase.)"""
     path = root
     for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part in {"function-after", "function-before", "function-plain", "function-wrap"}:
-            continue
-        elif "[" in str(part) and str(part).startswith(("function-", "constrained-", "literal[")):
-            continue  # union/validator tags that are not field names
-        else:
-            path += f".{part}"
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
     return path
+
+
+def _shown(value: Any) -> str:
+    """A given value as the error message shows it: JSON for scalars, else its shape."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"{type(value).__name__} {value}"  # e.g. a YAML date
 
 
 def _message(error: dict[str, Any]) -> str:
@@ -37,11 +42,11 @@ def _message(error: dict[str, Any]) -> str:
         return "required field is missing"
     if kind == "extra_forbidden":
         return "unknown field"
+    if kind in {"model_type", "model_attributes_type", "dict_type"}:
+        return f"must be a mapping (got {_shown(value)})"
     if kind == "value_error":
         return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return f"{msg} (got {json.dumps(value)})"
-    return f"{msg} (got {'a list' if isinstance(value, list) else 'a mapping' if isinstance(value, dict) else type(value).__name__})"
+    return f"{msg} (got {_shown(value)})"
 
 
 def parse_spec(body: dict[str, Any] | None) -> VLLMServerSpec:
@@ -88,8 +93,10 @@ def parse_resource(obj: Any) -> tuple[str, str | None, VLLMServerSpec]:
     if not isinstance(metadata, dict):
         raise SpecError("metadata", "required mapping is missing")
     name = metadata.get("name")
-    if not isinstance(name, str):
+    if name is None:
         raise SpecError("metadata.name", "required field is missing")
+    if not isinstance(name, str):
+        raise SpecError("metadata.name", f"must be a string (got {_shown(name)})")
     check_server_name(name)
     namespace = metadata.get("namespace")
     if namespace is not None and not isinstance(namespace, str):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from kvpilot.api import DEFAULT_IMAGE, SpecError, parse_resource, parse_spec, spec_hash
@@ -114,6 +116,12 @@ def test_quantities_accept_integers_and_keep_them_as_strings():
         (spec(tolerations=[{"operator": "Maybe"}]), "spec.tolerations[0].operator"),
         (spec(modelCache={"mountPath": "relative/path"}), "spec.modelCache.mountPath"),
         (spec(unknownField=1), "spec.unknownField"),
+        (spec(engine={"gpuMemoryUtilization": float("nan")}), "spec.engine.gpuMemoryUtilization"),
+        (spec(ttlSeconds=float("inf")), "spec.ttlSeconds"),
+        (spec(model=datetime.date(2024, 1, 1)), "spec.model"),  # YAML turns 2024-01-01 into a date
+        (spec(engine=None), "spec.engine"),
+        (spec(engine=[1]), "spec.engine"),
+        (spec(nodeSelector={"zone": 1}), "spec.nodeSelector.zone"),
     ],
 )
 def test_single_field_rules_name_the_field(body, field):
@@ -256,6 +264,8 @@ def test_parse_resource_returns_name_namespace_and_spec():
         (_obj(apiVersion="kvpilot.dev/v1"), "apiVersion"),
         (_obj(metadata=None), "metadata"),
         (_obj(metadata={}), "metadata.name"),
+        (_obj(metadata={"name": 123}), "metadata.name"),
+        (_obj(metadata={"name": "qwen", "namespace": 5}), "metadata.namespace"),
         (_obj(metadata={"name": "Qwen"}), "metadata.name"),
         (_obj(metadata={"name": "1qwen"}), "metadata.name"),
         (_obj(metadata={"name": "q" * 64}), "metadata.name"),
