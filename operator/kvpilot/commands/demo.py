@@ -1,14 +1,291 @@
-"""`kvpilot demo`: not built yet (see the open issues)."""
+"""`kvpilot demo`: the embedded default — the operator end to end, no cluster, no GPU.
+
+The demo is a sequence of named sections (:data:`SECTIONS`); each is a function taking the
+shared :class:`DemoContext`. Later parts of kvpilot (KV math, engine scenarios, diagnosis)
+append their own sections to the list without touching these.
+
+What runs is real: a Kubernetes API on 127.0.0.1 (:mod:`kvpilot.sandbox`, kmock with a real
+server's semantics), the VLLMServer CRD, the example ``experiment.yaml`` shipped inside the
+package, and the kopf operator. Only the node is played — and the demo says so — because
+there is no GPU: it marks the pod scheduled, running, then ready, and serves a vLLM startup
+log with the KV-capacity line of the founding experiment (21,520 tokens, background.md §9).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import datetime
+import importlib.resources
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
 import click
+import yaml
 
 from kvpilot.commands._common import fail
 
+T = TypeVar("T")
 
-@click.command(name="demo", context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def command(args: tuple[str, ...]) -> None:
-    """Not built yet."""
-    fail("'demo' is not built yet")
+NAMESPACE = "kvpilot-demo"
+GROUP, VERSION, PLURAL = "kvpilot.dev", "v1alpha1", "vllmservers"
+#: Bound of every wait in the demo (seconds); the whole demo takes about a second.
+WAIT_SECONDS = 15.0
+
+#: The startup log the played kubelet serves: vLLM v0.29's lines for the founding experiment
+#: (background.md §7 and §9: Qwen2.5-1.5B-Instruct, 0.60, max-model-len 8192 → 21,520 tokens;
+#: 21,520 / 8,192 = 2.63 requests).
+STARTUP_LOG = """\
+INFO 11-30 12:00:02 [__init__.py:216] Automatically detected platform cuda.
+(APIServer pid=1) INFO 11-30 12:00:05 [api_server.py:1839] vLLM API server version 0.29.0
+(EngineCore_DP0 pid=212) INFO 11-30 12:00:21 [gpu_model_runner.py:2602] Model loading took 2.8876 GiB and 11.2 seconds
+(EngineCore_DP0 pid=212) INFO 11-30 12:00:34 [gpu_worker.py:298] Available KV cache memory: 0.58 GiB
+(EngineCore_DP0 pid=212) INFO 11-30 12:00:34 [kv_cache_utils.py:1087] GPU KV cache size: 21,520 tokens, \
+Maximum concurrency for 8,192 tokens per request: 2.63x
+(EngineCore_DP0 pid=212) INFO 11-30 12:00:51 [core.py:210] init engine (profile, create kv cache, warmup model) took 28.4 seconds
+(APIServer pid=1) INFO 11-30 12:00:52 [api_server.py:1634] Starting vLLM API server 0 on http://0.0.0.0:8000
+(APIServer pid=1) INFO:     Application startup complete.
+"""
+
+
+@dataclass
+class DemoContext:
+    """State shared by the demo's sections.
+
+    Attributes:
+        console: the rich console everything is printed to.
+        stack: context managers to close at the end (sandbox API, operator thread).
+        cluster: the :class:`kvpilot.sandbox.SandboxCluster` (set by :func:`section_cluster`).
+        api: a ``kubernetes.client.ApiClient`` bound to it.
+        server: the VLLMServer as applied (from the packaged experiment example).
+        pod_name: the pod the operator made for it.
+        extra: free room for sections added later.
+    """
+
+    console: Any
+    stack: contextlib.ExitStack
+    cluster: Any = None
+    api: Any = None
+    server: dict[str, Any] = field(default_factory=dict)
+    pod_name: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def server_object(self) -> dict[str, Any]:
+        """The VLLMServer as the API has it now."""
+        return self.cluster.get(f"{GROUP}/{VERSION}/{PLURAL}", NAMESPACE, self.server["metadata"]["name"]) or {}
+
+
+def wait_for(probe: Callable[[], T], what: str, timeout: float = WAIT_SECONDS) -> T:
+    """Poll ``probe`` until truthy (every 20 ms, at most ``timeout`` s); RuntimeError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def experiment_example() -> dict[str, Any]:
+    """The packaged copy of ``manifests/examples/experiment.yaml`` (works from an installed wheel)."""
+    text = importlib.resources.files("kvpilot").joinpath("data/experiment.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def _heading(ctx: DemoContext, title: str) -> None:
+    ctx.console.rule(f"[bold]{title}")
+
+
+# ----------------------------------------------------------------------------- sections
+def section_cluster(ctx: DemoContext) -> None:
+    """Start the sandbox Kubernetes API on loopback and install the VLLMServer CRD."""
+    import kubernetes.client
+
+    from kvpilot.api.crd import crd_manifest
+    from kvpilot.sandbox import SandboxCluster
+
+    _heading(ctx, "1. A Kubernetes API on loopback (no cluster needed)")
+    ctx.cluster = ctx.stack.enter_context(SandboxCluster())
+    ctx.api = ctx.cluster.api_client()
+    crd = kubernetes.client.ApiextensionsV1Api(ctx.api).create_custom_resource_definition(crd_manifest())
+    kubernetes.client.CoreV1Api(ctx.api).create_namespace({"metadata": {"name": NAMESPACE}})
+    ctx.console.print(f"sandbox API (kmock, strict) at [cyan]{ctx.cluster.url}[/]; "
+                      f"CRD [cyan]{crd.metadata.name}[/] installed; namespace [cyan]{NAMESPACE}[/]")
+
+
+def section_operator(ctx: DemoContext) -> None:
+    """Run the real kopf operator against the sandbox (quiet: kopf's own log stays off stdout)."""
+    from kvpilot.controller.runner import OperatorThread
+
+    _heading(ctx, "2. The kvpilot operator (kopf) watches VLLMServers")
+    for noisy in ("kopf", "aiohttp"):
+        logging.getLogger(noisy).setLevel(logging.CRITICAL)
+    ctx.stack.enter_context(OperatorThread(ctx.cluster.configuration(), namespaces=[NAMESPACE]))
+    ctx.console.print(f"operator running (standalone, namespace {NAMESPACE})")
+
+
+def section_apply(ctx: DemoContext) -> None:
+    """Apply the experiment example and wait for the Pod and Service the operator makes."""
+    import kubernetes.client
+
+    _heading(ctx, "3. kubectl apply -f experiment.yaml")
+    ctx.server = experiment_example()
+    name = ctx.server["metadata"]["name"]
+    kubernetes.client.CustomObjectsApi(ctx.api).create_namespaced_custom_object(
+        GROUP, VERSION, NAMESPACE, PLURAL, copy.deepcopy(ctx.server))
+    started = time.monotonic()
+    pod = wait_for(lambda: (ctx.cluster.list("v1/pods", NAMESPACE) or [None])[0], "the operator's pod")
+    service = wait_for(lambda: ctx.cluster.get("v1/services", NAMESPACE, name), "the operator's service")
+    ctx.pod_name = pod["metadata"]["name"]
+    elapsed = time.monotonic() - started
+    owner = pod["metadata"]["ownerReferences"][0]
+    ctx.console.print(f"vllmserver.kvpilot.dev/{name} created; in {elapsed:.2f} s the operator made "
+                      f"pod/{ctx.pod_name} and service/{service['metadata']['name']} "
+                      f"(owned by {owner['kind']}/{owner['name']})")
+    ctx.console.print("[bold]vllm serve command line:[/]")
+    ctx.console.print("  " + " ".join(pod["spec"]["containers"][0]["command"]), markup=False, highlight=False,
+                      soft_wrap=True)
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    ctx.console.print(f"  limits {limits}, activeDeadlineSeconds {pod['spec']['activeDeadlineSeconds']} "
+                      f"(the pod ends itself after ttlSeconds), restartPolicy {pod['spec']['restartPolicy']}",
+                      highlight=False)
+
+
+def section_kubelet(ctx: DemoContext) -> None:
+    """Play the scheduler and kubelet, openly: there is no node and no GPU here."""
+    from kvpilot.sandbox import Kubelet
+
+    _heading(ctx, "4. Playing the node (no GPU here: the demo acts as scheduler and kubelet)")
+    kubelet = Kubelet(ctx.cluster)
+    name, pod = ctx.server["metadata"]["name"], ctx.pod_name
+    steps = [
+        ("scheduled the pod on gpu-node-1 (container creating)", lambda: kubelet.schedule(NAMESPACE, pod), "Pending"),
+        ("started the container; vLLM prints its startup log, loads the model",
+         lambda: kubelet.start(NAMESPACE, pod, log=STARTUP_LOG), "Loading"),
+        ("readiness probe GET /v1/models passes", lambda: kubelet.ready(NAMESPACE, pod), "Ready"),
+    ]
+    for text, act, phase in steps:
+        act()
+        wait_for(lambda: (ctx.server_object().get("status") or {}).get("phase") == phase, f"phase {phase}")
+        ctx.console.print(f"[dim]kubelet (played):[/] {text} -> VLLMServer {name} is [bold]{phase}[/]")
+    wait_for(lambda: (ctx.server_object().get("status") or {}).get("kvCacheTokens"), "kvCacheTokens from the log")
+    ctx.console.print("[dim]startup log line the operator read:[/]")
+    kv_line = next(line for line in STARTUP_LOG.splitlines() if "KV cache size" in line)
+    ctx.console.print("  " + kv_line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _age(timestamp: str | None) -> str:
+    """kubectl's short duration from ``timestamp`` to now (``0s``, ``4m2s``, ``1h0m``); ``in …`` if ahead."""
+    if not timestamp:
+        return ""
+    then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    seconds = int((datetime.datetime.now(datetime.UTC) - then).total_seconds())
+    ahead, seconds = seconds < 0, abs(seconds)
+    text = f"{seconds // 3600}h{seconds % 3600 // 60}m" if seconds >= 3600 else (
+        f"{seconds // 60}m{seconds % 60}s" if seconds >= 60 else f"{seconds}s")
+    return f"in {text}" if ahead else text
+
+
+def _json_path(obj: dict[str, Any], path: str) -> Any:
+    cur: Any = obj
+    for key in path.strip(".").split("."):
+        cur = cur.get(key) if isinstance(cur, dict) else None
+    return cur
+
+
+def section_status(ctx: DemoContext) -> None:
+    """Show ``kubectl get vllmservers`` (the CRD's printer columns) and the full status."""
+    from rich.table import Table
+
+    from kvpilot.api.crd import crd_manifest
+
+    _heading(ctx, "5. kubectl get vllmservers")
+    server = ctx.server_object()
+    columns = crd_manifest()["spec"]["versions"][0]["additionalPrinterColumns"]
+    table = Table(box=None, header_style="bold")
+    table.add_column("NAME")
+    for column in columns:
+        table.add_column(column["name"].upper())
+    cells = [server["metadata"]["name"]]
+    for column in columns:
+        value = _json_path(server, column["jsonPath"])
+        if column["type"] == "date":
+            value = _age(value)
+        cells.append("" if value is None else str(value))
+    table.add_row(*cells)
+    ctx.console.print(table)
+
+    _heading(ctx, f"6. kubectl get vllmserver {server['metadata']['name']} -o yaml (status)")
+    status = server.get("status") or {}
+    details = Table(box=None, show_header=False)
+    details.add_column(style="bold")
+    details.add_column(overflow="fold")
+    for key in ("phase", "reason", "message", "endpoint", "podName", "serviceName", "kvCacheTokens",
+                "maxConcurrency", "startedAt", "readyAt", "expiresAt", "observedGeneration"):
+        if key in status:
+            details.add_row(key, str(status[key]))
+    for cond in status.get("conditions") or []:
+        details.add_row(f"condition {cond['type']}", f"{cond['status']} ({cond.get('reason')}): {cond.get('message')}")
+    ctx.console.print(details)
+
+
+def section_cleanup(ctx: DemoContext) -> None:
+    """Delete the VLLMServer (owner references remove its Pod and Service), then stop everything."""
+    import kubernetes.client
+
+    _heading(ctx, "7. Clean up")
+    name = ctx.server["metadata"]["name"]
+    kubernetes.client.CustomObjectsApi(ctx.api).delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+    wait_for(lambda: not ctx.cluster.list("v1/pods", NAMESPACE) and not ctx.cluster.list("v1/services", NAMESPACE),
+             "the pod and service to go")
+    ctx.console.print(f"deleted vllmserver/{name}; its pod and service went with it (owner references)")
+
+
+#: The demo, in order. Later issues append sections (KV math, engine scenarios, diagnosis)
+#: before :func:`section_cleanup` with ``SECTIONS.insert(-1, (title, fn))``.
+SECTIONS: list[tuple[str, Callable[[DemoContext], None]]] = [
+    ("cluster", section_cluster),
+    ("operator", section_operator),
+    ("apply", section_apply),
+    ("kubelet", section_kubelet),
+    ("status", section_status),
+    ("cleanup", section_cleanup),
+]
+
+
+def run(console: Any, sections: list[tuple[str, Callable[[DemoContext], None]]] | None = None) -> DemoContext:
+    """Run ``sections`` (default :data:`SECTIONS`) in order; closes the sandbox and operator at the end."""
+    with contextlib.ExitStack() as stack:
+        ctx = DemoContext(console=console, stack=stack)
+        for _, section in sections or SECTIONS:
+            section(ctx)
+    return ctx
+
+
+@click.command(name="demo")
+def command() -> None:
+    """The embedded default: a VLLMServer becomes a pod, end to end, with no cluster and no GPU.
+
+    \b
+    Starts a Kubernetes API on 127.0.0.1 (kmock), installs the CRD, applies the packaged
+    experiment example, runs the real operator, plays the node openly (there is no GPU),
+    and prints what a user would see. Takes about a second; leaves nothing behind.
+    """
+    from rich.console import Console
+
+    try:
+        import kmock  # noqa: F401
+    except ImportError:
+        fail("kvpilot demo needs kmock: pip install 'kvpilot[demo]'")
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze the tables into 80 columns
+        console = Console(width=160)
+    started = time.monotonic()
+    try:
+        run(console)
+    except RuntimeError as exc:
+        fail(f"demo failed: {exc}", code=1)
+    console.print(f"[green]demo finished in {time.monotonic() - started:.1f} s[/]")

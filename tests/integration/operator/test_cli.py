@@ -1,0 +1,68 @@
+"""`kvpilot demo` and `kvpilot operator` as a user runs them: separate processes, real output."""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import kubernetes.client
+
+from tests.conftest import REPO
+from tests.integration.operator.conftest import SERVERS, wait_for
+from tests.integration.operator.test_operator import EXPERIMENT
+
+KVPILOT = str(Path(sys.executable).with_name("kvpilot"))
+
+
+def test_demo_prints_command_line_phase_and_kv_tokens():
+    started = time.monotonic()
+    result = subprocess.run([KVPILOT, "demo"], capture_output=True, text=True, timeout=60, cwd=REPO)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    # background.md §7: the experiment's flags, exactly as the operator renders them
+    assert ("vllm serve Qwen/Qwen2.5-1.5B-Instruct --gpu-memory-utilization 0.6 --max-model-len 8192 "
+            "--max-num-seqs 4 --enable-prefix-caching --port 8000") in out
+    assert "21520" in out  # kvCacheTokens, read back from the played startup log (21,520 tokens)
+    assert "2.63" in out  # 21,520 / 8,192 = 2.627 -> vLLM prints 2.63x
+    row = next(line for line in out.splitlines() if line.strip().startswith("qwen-experiment "))
+    assert row.split()[:4] == ["qwen-experiment", "Qwen/Qwen2.5-1.5B-Instruct", "Ready", "21520"]
+    assert "playing the node" in out.lower() or "played" in out  # says openly that it plays the kubelet
+    assert "Traceback" not in out + result.stderr
+    assert "Handler 'reconcile'" not in out + result.stderr  # kopf's own log stays off the output
+    assert elapsed < 60
+
+
+def test_packaged_example_equals_the_manifest():
+    packaged = REPO / "operator" / "kvpilot" / "data" / "experiment.yaml"
+    assert packaged.read_text() == (REPO / "manifests" / "examples" / "experiment.yaml").read_text()
+
+
+def test_operator_command_reads_kubeconfig_and_runs(cluster, namespace, tmp_path):
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "config")
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    proc = subprocess.Popen([KVPILOT, "operator", "--namespace", namespace, "--standalone", "--quiet"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        kubernetes.client.CustomObjectsApi(cluster.api_client()).create_namespaced_custom_object(
+            *SERVERS, namespace, "vllmservers", copy.deepcopy(EXPERIMENT))
+        pod = wait_for(lambda: (cluster.list("v1/pods", namespace) or [None])[0], timeout=30, what="the pod")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert pod["metadata"]["labels"]["kvpilot.dev/server"] == "qwen"
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+
+
+def test_operator_command_refuses_bad_options_in_one_line():
+    result = subprocess.run([KVPILOT, "operator", "--all-namespaces", "--namespace", "x"], capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "kvpilot: error: --all-namespaces: cannot be combined with --namespace"
