@@ -178,28 +178,41 @@ class BlockPool:
         """
         if n > self.num_free:
             raise ValueError(f"cannot get {n} free blocks from the pool ({self.num_free} free)")
-        nxt, ref, bh, head = self._next, self.ref_cnt, self.block_hash, self._head
+        nxt, prv, ref, bh, head = self._next, self._prev, self.ref_cnt, self.block_hash, self._head
+        cached, dups = self._cached, self._dups
         out = []
+        b = nxt[head]
         for _ in range(n):
-            b = nxt[head]
-            self._unlink(b)
+            out.append(b)
+            ref[b] = 1
             h = bh[b]
             if h is not None:
-                self._evict(b, h)
-            ref[b] = 1
-            out.append(b)
+                if dups or cached.get(h) != b:
+                    self._evict(b, h)
+                else:  # the common case: the only block with this hash
+                    bh[b] = None
+                    del cached[h]
+                    self.num_evictions += 1
+            b2 = nxt[b]
+            nxt[b] = prv[b] = -1
+            b = b2
+        # the first remaining block becomes the front
+        nxt[head] = b
+        prv[b] = head
+        self.num_free -= n
         return out
 
     def _evict(self, b: int, h: BlockHash) -> None:
         self.block_hash[b] = None
-        if self._cached.get(h) == b:
-            dups = self._dups.get(h)
+        cached = self._cached
+        if cached.get(h) == b:
+            dups = self._dups.get(h) if self._dups else None
             if dups:
-                self._cached[h] = dups.pop(0)
+                cached[h] = dups.pop(0)
                 if not dups:
                     del self._dups[h]
             else:
-                del self._cached[h]
+                del cached[h]
             self.num_evictions += 1
         else:
             dups = self._dups.get(h)
@@ -218,27 +231,59 @@ class BlockPool:
         else:
             self._cached[h] = b
 
+    def cache_blocks(self, blocks: Sequence[int], hashes: Sequence[BlockHash], start: int,
+                     end: int) -> None:
+        """:meth:`cache_block` for ``blocks[k], hashes[k]``, ``start <= k < end``."""
+        if not self.enable_caching:
+            return
+        bh, cached = self.block_hash, self._cached
+        for k in range(start, end):
+            b = blocks[k]
+            if bh[b] is not None:
+                continue
+            h = hashes[k]
+            bh[b] = h
+            if h in cached:
+                self._dups.setdefault(h, []).append(b)
+            else:
+                cached[h] = b
+
     def free(self, ordered_blocks: Iterable[int]) -> None:
         """Drop one reference from each block, in eviction order (first = evicted first).
 
         Blocks reaching ``ref_cnt == 0`` go back to the queue: unhashed ones to the front (in the
         given order), hashed ones to the tail, keeping their hash (``BlockPool.free_blocks``, vLLM
         v0.21+). The null block 0 is never freed.
+
+        Raises:
+            ValueError: a block freed more often than it was referenced.
         """
-        ref, bh = self.ref_cnt, self.block_hash
+        ref, bh, nxt, prv, tail = self.ref_cnt, self.block_hash, self._next, self._prev, self._tail
         caching = self.enable_caching
         front = []
+        last = prv[tail]
+        appended = 0
+        bad = None
         for b in ordered_blocks:
             if b == 0:
                 continue
             r = ref[b] - 1
+            if r < 0:
+                bad = b
+                break
             ref[b] = r
             if r == 0:
                 if caching and bh[b] is None:
                     front.append(b)
-                else:
-                    self._append(b)
-            elif r < 0:
-                raise ValueError(f"block {b} freed more often than referenced")
+                else:  # append at the tail
+                    nxt[last] = b
+                    prv[b] = last
+                    last = b
+                    appended += 1
+        nxt[last] = tail
+        prv[tail] = last
+        self.num_free += appended
         if front:
             self._prepend(front)
+        if bad is not None:
+            raise ValueError(f"block {bad} freed more often than referenced")

@@ -40,6 +40,8 @@ from kvpilot.engine.hardware import CostModel, gpu_profile, model_profile
 from kvpilot.engine.offload import CPUOffloadTier
 from kvpilot.engine.request import Request
 
+_NEVER = 1 << 62  # a token count no request reaches
+
 
 class MetricsSink(Protocol):
     """What the engine calls on its metrics exporter (``kvpilot.engine.exporter.VLLMMetrics``)."""
@@ -75,7 +77,7 @@ class Workload(Protocol):
         """True when no request will ever be handed out again."""
 
 
-@dataclass
+@dataclass(slots=True)
 class StepOutput:
     """What one step did. Times in simulated seconds, counts in tokens unless said."""
 
@@ -117,6 +119,8 @@ class Engine:
         self.config = config
         self.metrics = metrics
         self.keep_finished = keep_finished
+        # per-token inter-token latencies are kept only when someone reads them
+        self._track_itls = metrics is not None or keep_finished
         self.block_size = config.block_size
         self.num_gpu_blocks = config.resolved_num_gpu_blocks()
         self.bytes_per_token = config.resolved_bytes_per_token()
@@ -195,6 +199,7 @@ class Engine:
         if request.prompt_len + request.output_len > mml:
             request.max_output = mml - request.prompt_len
             request.finish_reason = "length"
+        request.next_full = self.block_size if self.config.enable_prefix_caching else _NEVER
         self.waiting.append(request)
 
     def advance_to(self, t: float) -> None:
@@ -220,18 +225,18 @@ class Engine:
         start = self.now
 
         scheduled: list[Request] = []
-        sched_n: list[int] = []
         preempted = 0
-        num_tokens = 0
         context = 0
-        pairs = 0.0
+        pairs = 0
 
-        # 1. running requests, in order
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
+        # 1. running requests, in order. num_computed is advanced at scheduling time, as vLLM's
+        #    Scheduler._update_after_schedule does; the forward pass below cannot fail.
+        sched_append = scheduled.append
+        for req in running:  # safe: preemption only pops from the end of the list
+            if budget <= 0:
+                break
             c = req.num_computed
-            n = req.prompt_len + req.num_output - c
+            n = req.total - c
             if n > budget:
                 n = budget
             end = c + n
@@ -248,13 +253,11 @@ class Engine:
                     break
                 req.blocks += pool.allocate(need)
                 req.capacity = len(req.blocks) * bs
-            scheduled.append(req)
-            sched_n.append(n)
+            req.num_computed = end
+            sched_append(req)
             budget -= n
-            num_tokens += n
             context += end
-            pairs += n * c + n * (n + 1) * 0.5
-            i += 1
+            pairs += end if n == 1 else n * c + ((n * n + n) >> 1)
 
         # 2. waiting requests, FCFS, only if nothing was preempted
         step_pq = step_ph = step_eq = step_eh = 0
@@ -264,7 +267,7 @@ class Engine:
             chunked = cfg.enable_chunked_prefill
             while waiting and budget > 0 and len(running) < max_seqs:
                 req = waiting[0]
-                total = req.prompt_len + req.num_output
+                total = req.total
                 hit_blocks: list[int] = []
                 if caching:
                     max_blocks = (total - 1) // bs
@@ -297,7 +300,9 @@ class Engine:
                 req.blocks = hit_blocks + pool.allocate(need) if need > 0 else hit_blocks
                 req.capacity = len(req.blocks) * bs
                 req.num_cached_blocks = len(hit_blocks)
-                req.num_computed = computed
+                req.next_full = (len(hit_blocks) + 1) * bs if caching else _NEVER
+                req.num_computed = end
+                req.num_hit = computed
                 if req.num_preemptions == 0:
                     step_pq += total
                     step_ph += gpu_hit
@@ -310,13 +315,12 @@ class Engine:
                     req.scheduled_time = start
                 load_tokens += ext
                 running.append(req)
-                scheduled.append(req)
-                sched_n.append(n)
+                sched_append(req)
                 budget -= n
-                num_tokens += n
                 context += end
-                pairs += n * computed + n * (n + 1) * 0.5
+                pairs += n * computed + ((n * n + n) >> 1)
 
+        num_tokens = cfg.max_num_batched_tokens - budget
         if not scheduled:
             return self._emit(StepOutput(start, 0.0, 0, 0, 0, 0, preempted, 0, 0, 0, 0,
                                          len(running), len(waiting), pool.usage()))
@@ -326,8 +330,8 @@ class Engine:
         if offload is not None:
             ct = offload.chunk_tokens
             per = ct // bs
-            for req, n in zip(scheduled, sched_n):
-                done = min(req.num_computed + n, req.prompt_len) // ct
+            for req in scheduled:
+                done = min(req.num_computed, req.prompt_len) // ct
                 if done > req.num_stored_chunks:
                     hashes = req.ensure_hashes(done * per, bs)
                     for j in range(req.num_stored_chunks, done):
@@ -342,28 +346,27 @@ class Engine:
         self.now = now
         self.busy_time += dt
 
-        # 4. outputs
+        # 4. outputs: cache newly full blocks; requests that caught up sample one token
         prompt_done = gen = 0
         finished: list[Request] = []
-        for req, n in zip(scheduled, sched_n):
-            c = req.num_computed + n
-            req.num_computed = c
-            if caching:
+        track_itls = self._track_itls
+        for req in scheduled:
+            c = req.num_computed
+            if c >= req.next_full:  # never true with caching off (next_full is huge)
                 full = c // bs
-                if full > req.num_cached_blocks:
-                    hashes = req.ensure_hashes(full, bs)
-                    blocks = req.blocks
-                    for k in range(req.num_cached_blocks, full):
-                        pool.cache_block(blocks[k], hashes[k])
-                    req.num_cached_blocks = full
-            if c >= req.prompt_len + req.num_output:
+                pool.cache_blocks(req.blocks, req.ensure_hashes(full, bs), req.num_cached_blocks,
+                                  full)
+                req.num_cached_blocks = full
+                req.next_full = (full + 1) * bs
+            if c >= req.total:
                 out = req.num_output + 1
                 req.num_output = out
+                req.total = c + 1
                 gen += 1
                 if out == 1:
                     req.first_token_time = now
                     prompt_done += req.prompt_len
-                else:
+                elif track_itls:
                     req.itls.append(now - req.last_token_time)
                 req.last_token_time = now
                 if out >= req.max_output:
@@ -407,6 +410,7 @@ class Engine:
         req.capacity = 0
         req.num_computed = 0
         req.num_cached_blocks = 0
+        req.next_full = self.block_size if self.config.enable_prefix_caching else _NEVER
         req.num_preemptions += 1
         self.waiting.appendleft(req)
 

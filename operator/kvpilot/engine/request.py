@@ -44,7 +44,7 @@ class Request:
         "block_hashes", "_seg_i", "_seg_start", "num_cached_blocks", "num_stored_chunks",
         "num_preemptions", "scheduled_time", "first_token_time", "last_token_time", "finish_time",
         "itls", "prefix_hit_tokens", "external_hit_tokens", "finished_reason", "lora_id",
-        "cache_salt",
+        "cache_salt", "total", "next_full", "num_hit",
     )
 
     def __init__(self, request_id: str, prompt_len: int, output_len: int, arrival_time: float = 0.0,
@@ -74,6 +74,7 @@ class Request:
         self.finish_reason = finish_reason
         self.max_output = output_len
         self.num_output = 0
+        self.total = prompt_len  # num_tokens: prompt + output so far
         self.num_computed = 0
         self.blocks: list[int] = []
         self.capacity = 0  # tokens the block table holds: len(blocks) * block_size
@@ -81,6 +82,8 @@ class Request:
         self._seg_i = 0
         self._seg_start = 0
         self.num_cached_blocks = 0
+        self.next_full = 16  # tokens at which the next block becomes full (engine sets it)
+        self.num_hit = 0  # tokens found in the GPU prefix cache + CPU tier at the last admission
         self.num_stored_chunks = 0
         self.num_preemptions = 0
         self.scheduled_time: float | None = None
@@ -95,7 +98,7 @@ class Request:
     @property
     def num_tokens(self) -> int:
         """Prompt plus output tokens so far."""
-        return self.prompt_len + self.num_output
+        return self.total
 
     def ensure_hashes(self, num_blocks: int, block_size: int) -> list[int]:
         """Extend ``block_hashes`` to cover the first ``num_blocks`` full blocks; return it.
