@@ -73,10 +73,16 @@ def tokens_per_request(signals: Signals) -> float | None:
     return (p + g) / f
 
 
-def recommend(verdict: str, inputs: Inputs) -> list[Recommendation]:
-    """Recommendations for ``verdict`` (empty when nothing is quantifiable or nothing would help)."""
+def recommend(verdict: str, inputs: Inputs, **overrides) -> list[Recommendation]:
+    """Recommendations for ``verdict`` (empty when nothing is quantifiable or nothing would help).
+
+    ``overrides`` replace limit values the rule inferred (e.g. ``max_num_seqs`` read off a flat
+    running gauge).
+    """
     fn = _BY_VERDICT.get(verdict)
-    return fn(inputs) if fn else []
+    if not fn:
+        return []
+    return fn(inputs, **overrides) if overrides else fn(inputs)
 
 
 def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
@@ -88,7 +94,8 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
     demand = running_max * per_request if running_max and per_request else None
     bpt = kv_bytes_per_token(inputs)
     util, gpu = lim.value("gpu_memory_utilization"), lim.gpu_memory_bytes
-    if util is not None and util < MAX_SUGGESTED_UTILIZATION:
+    util_known = lim.gpu_memory_utilization.source not in ("default", "unknown")
+    if util is not None and util < MAX_SUGGESTED_UTILIZATION and (util_known or gpu):
         if bpt and gpu and kv_tokens and demand and demand > kv_tokens:
             needed = (demand - kv_tokens) * bpt / gpu
             target = min(MAX_SUGGESTED_UTILIZATION, math.ceil((util + needed) * 100) / 100)
@@ -131,9 +138,9 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
     return out
 
 
-def _seqs_cap(inputs: Inputs) -> list[Recommendation]:
+def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommendation]:
     s, lim = inputs.signals, inputs.limits
-    n_seqs = lim.value("max_num_seqs")
+    n_seqs = max_num_seqs or lim.value("max_num_seqs")
     run_avg, wait_avg, kv_avg = s.get("running_avg"), s.get("waiting_avg"), s.get("kv_usage_avg")
     if not n_seqs or run_avg is None or wait_avg is None:
         return []

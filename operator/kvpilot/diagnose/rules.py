@@ -38,6 +38,13 @@ from kvpilot.diagnose.signals import Signals, legacy_or_escaped
 #: majority of steps. The bucket is found from max_num_batched_tokens (promql.share_above).
 BUDGET_FULL_SHARE = 0.5
 
+#: mean tokens per step / max_num_batched_tokens from which steps count as full (see budget_binds)
+BUDGET_FULL_FILL = 0.9
+
+#: a prefix hit rate below this means most queried prompt tokens were recomputed; the prefix rule
+#: fires only with a reason to expect hits (see _prefix_finding).
+LOW_HIT_RATE = 0.5
+
 
 def _n(x: float | None, digits: int = 2) -> str:
     """Format a number for evidence: thousands separators, trailing zeros dropped."""
@@ -80,13 +87,37 @@ def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
 
 
 def budget_share(signals: Signals, limits: Limits) -> tuple[float | None, float | None]:
-    """Share of engine steps in ``max_num_batched_tokens``' bucket or above, and that bucket's lower edge."""
+    """Share of engine steps in ``max_num_batched_tokens``' bucket or above, and that bucket's lower edge.
+
+    ``(None, None)`` when unknown: no ``vllm:iteration_tokens_total`` buckets, or the budget lies
+    beyond twice the largest finite bucket bound (vLLM's buckets end at 16,384: with a 65,000
+    budget the ``+Inf`` bucket holds steps of 20,000 tokens as well as full ones).
+    """
     budget = limits.value("max_num_batched_tokens")
     buckets = signals.buckets.get("iteration_tokens")
     if not budget or not buckets:
         return None, None
+    finite_edges = [b for b, _ in buckets if not math.isinf(b)]
+    if finite_edges and budget > 2 * max(finite_edges):
+        return None, None
     result = share_above(buckets, float(budget))
     return (result[0], result[1]) if result else (None, None)
+
+
+def budget_binds(share: float | None, tokens_per_step: float | None, budget: int | None) -> bool:
+    """True when the engine steps are full at the token budget.
+
+    With requests waiting, a binding budget is filled by every step: the V1 scheduler hands what
+    the running requests leave of ``max_num_batched_tokens`` to waiting prompts, chunking them
+    (background.md §6). So the mean step must carry at least :data:`BUDGET_FULL_FILL` of the
+    budget (from ``vllm:iteration_tokens_total`` ``_sum``/``_count``); without those, a majority
+    of steps (:data:`BUDGET_FULL_SHARE`) in the budget's bucket. Steps well below the budget while
+    requests wait mean something else limits them (compute, KV, slots).
+    """
+    fill = tokens_per_step / budget if tokens_per_step is not None and budget else None
+    if fill is not None:
+        return fill >= BUDGET_FULL_FILL and (share is None or share >= BUDGET_FULL_SHARE)
+    return share is not None and share >= BUDGET_FULL_SHARE
 
 
 def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None,
@@ -112,6 +143,7 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
     window = signals.window_seconds
     out_signals = {k: v for k, v in signals.values.items()}
     share, share_edge = budget_share(signals, limits)
+    budget = limits.value("max_num_batched_tokens")
     out_signals["budget_full_step_share"] = share
     ceiling, ceiling_how = kv_ceiling(signals, limits)
     out_signals["kv_admission_ceiling"] = ceiling
@@ -151,8 +183,18 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
     pinned = n_seqs is not None and run_avg is not None and run_avg >= n_seqs - 0.5
     cap_wait = s("waiting_capacity_avg")
     at_ceiling = kv_max is not None and ceiling is not None and kv_max >= ceiling
-    capacity_blocked = cap_wait is not None and cap_wait > 0 and free_slots
-    kv_room = not at_ceiling and preempt < 1 and not capacity_blocked and kv_max is not None
+    # vLLM's reason="capacity" counts every ordinary waiting request (SchedulerStats.num_waiting_reqs:
+    # short of KV, slots or budget), "deferred" the skipped ones (LoRA, KV transfer): alone it does not
+    # name KV. With free slots and KV at the ceiling it shows the ceiling binding below 1.0.
+    capacity_blocked = cap_wait is not None and cap_wait > 0 and free_slots and at_ceiling
+    kv_room = not at_ceiling and preempt < 1 and kv_max is not None
+    if not pinned and limits.max_num_seqs.source == "default" and queued and kv_room and run_max \
+            and s("running_min") == run_max and (s("samples_in_window") or 0) >= 3:
+        # max_num_seqs unknown: running flat at one value while requests wait and KV has room is a cap.
+        n_seqs, pinned, free_slots = int(run_max), True, False
+        inferred_cap = True
+    else:
+        inferred_cap = False
 
     evidence_queue = (f"{_n(wait_avg, 1)} requests waiting on average (max {_n(wait_max)}, "
                       f"trend {_n(trend, 3)} req/s = {_n(growth, 1)} over {_n(window)} s)")
@@ -181,18 +223,25 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
         conf = 0.95 if preempt >= 1 and at_ceiling else 0.85
         primary = Finding("kv_cache_exhaustion", severity, conf, ev, recommend("kv_cache_exhaustion", inputs))
     elif pinned and queued and kv_room:
+        source = ("inferred: running never left this value while requests waited; vLLM's default would be "
+                  f"{_n(limits.value('max_num_seqs'))} - pass --max-num-seqs or --server to confirm"
+                  if inferred_cap else limits.max_num_seqs.source)
         ev = [f"Running requests pinned at max_num_seqs: average {_n(run_avg, 2)}, max {_n(run_max)} of "
-              f"{_n(n_seqs)} ({limits.max_num_seqs.source}).", evidence_queue + ".",
+              f"{_n(n_seqs)} ({source}).", evidence_queue + ".",
               f"KV cache has room: usage peaked at {_pct(kv_max)} ({ceiling_how}), no preemptions."]
         ev.extend(_kv_headroom_evidence(signals, limits))
         primary = Finding("max_num_seqs_cap", "critical" if growing else "warning",
-                          0.9 if limits.max_num_seqs.source != "default" else 0.7, ev,
-                          recommend("max_num_seqs_cap", inputs))
-    elif share is not None and share >= BUDGET_FULL_SHARE and queued and free_slots and kv_room:
-        budget = limits.value("max_num_batched_tokens")
-        ev = [f"{_pct(share)} of engine steps carried more than {_n(share_edge)} tokens, i.e. sat in the bucket of "
-              f"max_num_batched_tokens = {_n(budget)} ({limits.max_num_batched_tokens.source}); "
-              "vllm:iteration_tokens_total buckets are coarse, so 'full' means within one bucket of the budget.",
+                          0.6 if inferred_cap else 0.9 if limits.max_num_seqs.source != "default" else 0.7, ev,
+                          recommend("max_num_seqs_cap", inputs, max_num_seqs=n_seqs))
+    elif budget_binds(share, s("tokens_per_step_avg"), budget) and queued and free_slots and kv_room:
+        ev = [f"max_num_batched_tokens = {_n(budget)} ({limits.max_num_batched_tokens.source}) fills the steps: "
+              + (f"{_pct(share)} of engine steps carried more than {_n(share_edge)} tokens (the budget's bucket of "
+                 "vllm:iteration_tokens_total; buckets are coarse, so 'full' means within one bucket)"
+                 if share is not None else "")
+              + ("; " if share is not None and s("tokens_per_step_avg") is not None else "")
+              + (f"steps averaged {_n(s('tokens_per_step_avg'), 0)} tokens "
+                 f"({_pct(s('tokens_per_step_avg') / budget)} of the budget)"
+                 if s("tokens_per_step_avg") is not None else "") + ".",
               evidence_queue + ".",
               f"Running {_n(run_avg, 1)} on average, below max_num_seqs {_n(n_seqs)}; KV usage peaked at "
               f"{_pct(kv_max)}, no preemptions."]
@@ -203,8 +252,11 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
               f"No configured limit binds: running {_n(run_avg, 1)} on average of max_num_seqs {_n(n_seqs)} "
               f"({limits.max_num_seqs.source}); KV usage peaked at {_pct(kv_max)} ({ceiling_how}); "
               f"{_n(preempt, 0)} preemptions"
-              + (f"; {_pct(share)} of steps near max_num_batched_tokens {_n(limits.value('max_num_batched_tokens'))}"
-                 if share is not None else "; token-budget use unknown (no vllm:iteration_tokens_total)") + "."]
+              + (f"; {_pct(share)} of steps near max_num_batched_tokens {_n(budget)}" if share is not None else "")
+              + (f"; steps averaged {_n(s('tokens_per_step_avg'), 0)} tokens of the {_n(budget)}-token budget"
+                 if s("tokens_per_step_avg") is not None and budget else "")
+              + ("; token-budget use unknown (no vllm:iteration_tokens_total)"
+                 if share is None and s("tokens_per_step_avg") is None else "") + "."]
         served, offered = s("prompt_tokens_per_s"), s("offered_prompt_tokens_per_s")
         if served is not None:
             line = f"Served {_n(served, 0)} prompt tok/s"
@@ -216,8 +268,8 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
                           0.8 if kv_max is not None else 0.6, ev, recommend("compute_bound", inputs))
     else:
         prefix = _prefix_finding(signals, limits)
-        if prefix is not None and prefix[1]:
-            primary = prefix[0]
+        if prefix is not None:
+            primary = prefix
         elif (run_max or 0) == 0 and (wait_max or 0) == 0:
             primary = Finding("idle", "ok", 0.9, [
                 f"No request ran or waited in the last {_n(window)} s (running and waiting both 0)."])
@@ -227,13 +279,11 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
                   f"{_n(preempt, 0)} preemptions."]
             ev.extend(_latency_evidence(signals))
             primary = Finding("healthy", "ok", 0.8 if kv_max is not None else 0.6, ev)
-        if prefix is not None and not prefix[1]:
-            findings.append(prefix[0])
         return _finish(diag, primary, findings)
 
     prefix = _prefix_finding(signals, limits)
     if prefix is not None:
-        findings.append(prefix[0])
+        findings.append(prefix)
     primary.evidence.extend(_latency_evidence(signals))
     return _finish(diag, primary, findings)
 
@@ -282,14 +332,15 @@ def _schema_finding(signals: Signals) -> Finding | None:
     return Finding("metrics_schema_mismatch", "warning", 0.95, ev)
 
 
-def _prefix_finding(signals: Signals, limits: Limits) -> tuple[Finding, bool] | None:
-    """The prefix-cache finding and whether it explains the target on its own (primary).
+def _prefix_finding(signals: Signals, limits: Limits) -> Finding | None:
+    """The prefix-cache finding, or None.
 
-    Fires when prefix-cache queries happened and the (preemption-discounted) hit rate is below
-    the rate that sharing one block per request would give. It is primary when there is a reason
-    to expect hits: an external (connector) cache hits while the GPU cache does not, prompts are
-    shorter than one block (block granularity, case C17), or the tokens queried in the window
-    exceed the KV capacity (LRU thrash, background.md §9).
+    Fires when prefix-cache queries happened, the (preemption-discounted) hit rate is below
+    :data:`LOW_HIT_RATE`, and there is a reason to expect hits that did not come: an external
+    (connector) cache hits more than the GPU cache, prompts are shorter than one block (block
+    granularity, case C17), or some hits came while the tokens queried in the window exceed the
+    KV capacity (reuse further apart than the cache: LRU thrash, background.md §9). A zero hit
+    rate without such a reason may be traffic with nothing to share: no finding.
     """
     s = signals.get
     queries, hits = s("prefix_queries_increase"), s("prefix_hits_increase")
@@ -304,8 +355,7 @@ def _prefix_finding(signals: Signals, limits: Limits) -> tuple[Finding, bool] | 
     recompute = preempt * per_request if per_request else 0.0
     adjusted = max(0.0, hits - recompute)
     rate = adjusted / queries
-    threshold = min(0.5, block / per_request) if per_request else 0.05
-    if rate >= threshold:
+    if rate >= LOW_HIT_RATE:
         return None
     ev = [f"Prefix cache hit rate {_pct(rate)}: {_n(hits, 0)} of {_n(queries, 0)} queried tokens hit in the window"
           + (f" (discounted {_n(min(hits, recompute), 0)} hits that preemption recompute of {_n(preempt, 0)} requests "
@@ -323,15 +373,15 @@ def _prefix_finding(signals: Signals, limits: Limits) -> tuple[Finding, bool] | 
                   "cache's match unit or lengthen the shared prefix to at least one block.")
         primary = True
     kv_tokens = limits.value("kv_cache_tokens")
-    if kv_tokens and queries > kv_tokens:
+    if kv_tokens and queries > kv_tokens and rate > 0:
         ev.append(f"{_n(queries, 0)} prompt tokens were queried in the window, {_n(queries / kv_tokens, 1)}x the KV "
                   f"capacity of {_n(kv_tokens)} tokens: traffic that reuses prefixes further apart than the KV "
                   "capacity always finds them evicted under LRU (background.md §9: a cyclic re-read of 2.3x the "
                   "capacity hit 0 tokens). Offload KV to CPU (LMCache) or reorder requests so reuse comes sooner.")
         primary = True
     if not primary:
-        ev.append("If requests share prefixes, look for variable tokens (timestamps, request ids) at the front of "
-                  "prompts: one differing early token changes every later block hash (background.md §5).")
-    severity = "warning" if primary else "ok"
-    return Finding("prefix_cache_ineffective", severity, 0.7 if primary else 0.4, ev,
-                   recommend("prefix_cache_ineffective", Inputs(signals=signals, limits=limits))), primary
+        return None  # a low hit rate alone may just be traffic without shared prefixes
+    ev.append("If requests are meant to share prefixes, also look for variable tokens (timestamps, request ids) at "
+              "the front of prompts: one differing early token changes every later block hash (background.md §5).")
+    return Finding("prefix_cache_ineffective", "warning", 0.7, ev,
+                   recommend("prefix_cache_ineffective", Inputs(signals=signals, limits=limits)))

@@ -130,6 +130,8 @@ SIGNAL_DEFS: tuple[SignalDef, ...] = (
     SignalDef("external_prefix_hits_increase", "vllm:external_prefix_cache_hits", "increase", "_total"),
     SignalDef("requests_finished_per_s", "vllm:request_success", "rate", "_total", agg="sum"),
     SignalDef("requests_finished_increase", "vllm:request_success", "increase", "_total", agg="sum"),
+    SignalDef("iteration_tokens_sum_increase", "vllm:iteration_tokens_total", "increase", "_sum", agg="sum"),
+    SignalDef("iteration_steps_increase", "vllm:iteration_tokens_total", "increase", "_count", agg="sum"),
     *(SignalDef(name, fam, "buckets", "_bucket", agg="sum") for name, fam in HISTOGRAMS.items()),
 )
 
@@ -370,6 +372,7 @@ def finish_signals(signals: Signals) -> Signals:
     - ``offered_prompt_tokens_per_s`` = served prompt tok/s + waiting growth (req/s) x prompt
       tokens per request: the load arriving, not only the load served (case C12).
     - quantiles of :data:`QUANTILES` via Prometheus's ``histogram_quantile`` with their bucket.
+    - ``tokens_per_step_avg`` = increase of ``iteration_tokens_total_sum`` / of its ``_count``.
     - ``last_sample_age_s`` = end - last sample time.
     """
     v = signals.values
@@ -384,6 +387,8 @@ def finish_signals(signals: Signals) -> Signals:
     v["offered_prompt_tokens_per_s"] = (prompt + max(0.0, trend) * per_request
                                         if prompt is not None and per_request is not None and trend is not None
                                         else None)
+    tokens, steps = v.get("iteration_tokens_sum_increase"), v.get("iteration_steps_increase")
+    v["tokens_per_step_avg"] = tokens / steps if tokens is not None and steps else None
     last = v.get("last_sample_time")
     v["last_sample_age_s"] = max(0.0, signals.end - last) if last is not None else None
     for name, (hist, q) in QUANTILES.items():

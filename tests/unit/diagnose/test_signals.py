@@ -1,0 +1,160 @@
+"""Signal computation from samples: metric-name realities (issue 5 item 2), bad values, captures.
+
+Expected values are worked out by hand in each test.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from kvpilot.diagnose.signals import TargetKey, compute_signals, legacy_or_escaped, spellings
+from kvpilot.metrics.exposition import Sample, parse_exposition
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+L = {"model_name": "m", "engine": "0"}
+T0 = 1_000_000.0
+
+
+def series(name, values, labels=L, start=T0, step=10.0):
+    """Samples of one series at start, start+step, ..."""
+    return [Sample(name, labels, v, start + i * step) for i, v in enumerate(values)]
+
+
+def only(signals):
+    assert len(signals) == 1, signals.keys()
+    return next(iter(signals.values()))
+
+
+def test_gauge_average_max_last_and_trend():
+    # waiting 0, 10, 20, 30 at 0..30 s: avg 15, max 30, last 30, slope 1 req/s
+    s = only(compute_signals(series("vllm:num_requests_waiting", [0, 10, 20, 30]), 30.0))
+    assert (s.get("waiting_avg"), s.get("waiting_max"), s.get("waiting_last")) == (15.0, 30.0, 30.0)
+    assert s.get("waiting_trend_per_s") == pytest.approx(1.0)
+
+
+def test_counter_rate_with_reset_in_the_window():
+    # preemptions 0, 10, 20, reset, 5, 15 at 0..40: increase 15 + 20 = 35 over 40 s -> 0.875/s
+    s = only(compute_signals(series("vllm:num_preemptions_total", [0, 10, 20, 5, 15]), 40.0))
+    assert s.get("preemptions_increase") == pytest.approx(35.0)
+    assert s.get("preemptions_per_s") == pytest.approx(35.0 / 40.0)
+
+
+def test_escaped_colon_names_are_read():
+    # prometheus_client >= 0.22 answering an OpenMetrics request writes vllm_ instead of vllm:
+    samples = series("vllm_kv_cache_usage_perc", [0.5, 0.7]) + series("vllm_num_requests_running", [2, 2])
+    s = only(compute_signals(samples, 10.0))
+    assert s.get("kv_usage_avg") == pytest.approx(0.6)
+    assert s.spelling["vllm:kv_cache_usage_perc"] == "vllm_kv_cache_usage_perc"
+    assert legacy_or_escaped(s) == {"vllm:kv_cache_usage_perc": "vllm_kv_cache_usage_perc",
+                                    "vllm:num_requests_running": "vllm_num_requests_running"}
+
+
+def test_new_name_wins_over_legacy_when_both_exist():
+    # v0.10 exposes gpu_cache_usage_perc and kv_cache_usage_perc side by side; the new one is read
+    samples = series("vllm:gpu_cache_usage_perc", [0.1, 0.1]) + series("vllm:kv_cache_usage_perc", [0.9, 0.9])
+    s = only(compute_signals(samples, 10.0))
+    assert s.get("kv_usage_avg") == pytest.approx(0.9)
+    assert legacy_or_escaped(s) == {}
+
+
+def test_legacy_only_names_are_read_and_flagged():
+    samples = series("vllm:gpu_prefix_cache_queries_total", [0, 100]) + series("vllm:gpu_prefix_cache_hits_total",
+                                                                               [0, 25])
+    s = only(compute_signals(samples, 10.0))
+    assert s.get("prefix_hit_rate") == pytest.approx(0.25)  # 25 / 100, units cancel (blocks before 0.9)
+    assert set(legacy_or_escaped(s)) == {"vllm:prefix_cache_queries", "vllm:prefix_cache_hits"}
+
+
+def test_counter_without_total_suffix_is_not_a_counter_sample():
+    # rules querying vllm:num_preemptions (no _total) match nothing: the family's samples end in _total
+    s = only(compute_signals(series("vllm:num_preemptions", [0, 5]) + series("vllm:num_requests_running", [1, 1]),
+                             10.0))
+    assert s.get("preemptions_increase") is None
+
+
+def test_pid_label_series_combine_by_max():
+    # 0.9-0.11 multiprocess KV gauge with a pid label per process: same target, max of the series
+    a = series("vllm:kv_cache_usage_perc", [0.2, 0.2], {**L, "pid": "11"})
+    b = series("vllm:kv_cache_usage_perc", [0.8, 0.8], {**L, "pid": "12"})
+    s = only(compute_signals(a + b, 10.0))
+    assert s.get("kv_usage_max") == pytest.approx(0.8)
+
+
+def test_no_engine_label_before_0_8_3_is_its_own_target():
+    samples = series("vllm:num_requests_running", [3, 3], {"model_name": "m"})
+    key = next(iter(compute_signals(samples, 10.0)))
+    assert key == TargetKey(model_name="m") and key.engine == ""
+
+
+def test_created_samples_are_ignored():
+    samples = series("vllm:num_preemptions_created", [1.7e9, 1.7e9]) + series("vllm:num_preemptions_total", [0, 4])
+    s = only(compute_signals(samples, 10.0))
+    assert s.get("preemptions_increase") == pytest.approx(4.0)
+
+
+def test_exact_duplicate_series_count_once():
+    # the same series twice in a scrape (same labels, same timestamp): last value wins, nothing doubles
+    samples = series("vllm:num_requests_running", [4, 4]) * 2
+    s = only(compute_signals(samples, 10.0))
+    assert s.get("running_avg") == 4.0 and s.get("samples_in_window") == 2.0
+
+
+def test_nan_and_inf_become_unknown_not_numbers():
+    samples = series("vllm:kv_cache_usage_perc", [math.nan, math.nan]) + \
+        series("vllm:num_requests_waiting", [math.inf, 1.0]) + series("vllm:num_requests_running", [1, 1])
+    s = only(compute_signals(samples, 10.0))
+    assert s.get("kv_usage_avg") is None and s.get("kv_usage_max") is None
+    assert s.get("waiting_avg") is None  # avg over +Inf is +Inf -> unknown
+    assert s.get("running_avg") == 1.0
+
+
+def test_histogram_quantile_with_bucket_bounds_and_sum_before_bucket():
+    # TTFT buckets at two scrapes; increase per bucket: le=0.5: 0, le=1: 10, le=2.5: 18, le=+Inf: 20
+    # p50 -> rank 10 in (0.5, 1] holding 10 -> 1.0; p99 -> rank 19.8 > 18 -> +Inf bucket -> 2.5, "(2.5, +Inf]"
+    name = "vllm:time_to_first_token_seconds_bucket"
+    samples = series("vllm:time_to_first_token_seconds_sum", [0, 30])  # _sum before _bucket (several API servers)
+    for le, inc in (("0.5", 0), ("1.0", 10), ("2.5", 18), ("+Inf", 20)):
+        samples += series(name, [100, 100 + inc], {**L, "le": le})
+    samples += series("vllm:num_requests_running", [1, 1])
+    s = only(compute_signals(samples, 10.0))
+    assert s.get("ttft_p50_s") == pytest.approx(1.0)
+    assert s.quantiles["ttft_p99_s"].bounds_text() == "(2.5, +Inf] s"
+
+
+def test_spellings_cover_both_generations_both_escapings():
+    assert spellings("vllm:kv_cache_usage_perc") == (
+        "vllm:kv_cache_usage_perc", "vllm_kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm_gpu_cache_usage_perc")
+
+
+def test_target_down_inputs_last_sample_age():
+    # running reported every 10 s until t=50, then the recording continues with another series to t=200
+    samples = series("vllm:num_requests_running", [1] * 6) + series("vllm:num_requests_waiting", [0] * 21)
+    s = only(compute_signals(samples, 300.0))
+    assert s.get("last_sample_age_s") == pytest.approx(150.0)  # 200 - 50
+    assert s.get("samples_in_window") == 6.0
+
+
+def test_bad_window_is_refused():
+    with pytest.raises(ValueError, match="window"):
+        compute_signals([], 0)
+
+
+@pytest.mark.parametrize("capture", sorted(p.name for p in (FIXTURES / "metrics").glob("*.txt")))
+def test_every_capture_parses_and_yields_signals(capture):
+    """Every real /metrics capture, scraped twice 10 s apart, gives the families it holds as signals."""
+    text = (FIXTURES / "metrics" / capture).read_text()
+    first, second = parse_exposition(text, default_timestamp=T0), parse_exposition(text, default_timestamp=T0 + 10)
+    signals = compute_signals(first + second, 60.0, T0 + 10)
+    families = {s.name for s in first if s.name.startswith(("vllm:", "vllm_")) and not s.name.endswith("_created")}
+    if not families:
+        assert signals == {}  # 51163.txt holds only a comment (a line cut inside its label set)
+        return
+    assert signals, f"{capture}: no target"
+    seen = {spelling for sig in signals.values() for spelling in sig.spelling.values()}
+    # every family of the capture that kvpilot reads (running, waiting, KV, counters, histograms) shows up
+    assert seen, f"{capture}: no family read"
+    for sig in signals.values():
+        assert any(v is not None for v in sig.values.values()) or sig.buckets
