@@ -1,0 +1,130 @@
+"""Pure operator decisions: pod -> phase, conditions, status, pod plan (expected values by hand)."""
+
+from __future__ import annotations
+
+from kvpilot.controller import logic
+from kvpilot.sandbox import kubelet
+
+NOW = "2026-11-30T12:00:00Z"
+LATER = "2026-11-30T12:05:00Z"
+
+
+def _pod(name="qwen-abcde", uid="pod-1", spec_hash="abcde12345", owner="srv-1", status=None, deadline=3600):
+    return {"metadata": {"name": name, "uid": uid, "creationTimestamp": NOW,
+                         "annotations": {"kvpilot.dev/spec-hash": spec_hash},
+                         "ownerReferences": [{"uid": owner, "kind": "VLLMServer", "name": "qwen"}]},
+            "spec": {"activeDeadlineSeconds": deadline, "containers": [{"name": "vllm", "image": "img"}]},
+            "status": status or {"phase": "Pending"}}
+
+
+def _server(status=None, generation=1):
+    return {"metadata": {"name": "qwen", "namespace": "ns", "uid": "srv-1", "generation": generation},
+            "status": status or {}}
+
+
+# ----------------------------------------------------------------------------- pod_report
+def test_pod_phases():
+    pod = _pod()
+    assert logic.pod_report(pod).phase == "Pending"
+    assert logic.pod_report({**pod, "status": kubelet.unschedulable(pod, NOW, "0/3 nodes are available: 3 "
+                                                                              "Insufficient nvidia.com/gpu.")}) \
+        == logic.PodReport("Pending", "Unschedulable", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    assert logic.pod_report({**pod, "status": kubelet.scheduled(pod, NOW)}).reason == "ContainerCreating"
+    assert logic.pod_report({**pod, "status": kubelet.running(pod, NOW)}).phase == "Loading"
+    ready = logic.pod_report({**pod, "status": kubelet.running(pod, NOW, ready=True)})
+    assert (ready.phase, ready.ready) == ("Ready", True)
+
+
+def test_deadline_exceeded_is_expired_and_other_failures_are_failed():
+    pod = _pod()
+    expired = logic.pod_report({**pod, "status": kubelet.deadline_exceeded(pod, NOW)}, ttl_seconds=3600)
+    assert (expired.phase, expired.reason) == ("Expired", "DeadlineExceeded")
+    assert "ttlSeconds=3600" in expired.message
+    oom = logic.pod_report({**pod, "status": kubelet.terminated(pod, NOW, exit_code=137, reason="OOMKilled")})
+    assert (oom.phase, oom.reason) == ("Failed", "OOMKilled")
+    assert oom.message == "vLLM exited with code 137 (OOMKilled)"
+
+
+def test_failed_message_keeps_the_last_three_lines_of_the_termination_message():
+    pod = _pod()
+    status = kubelet.terminated(pod, NOW, exit_code=1, reason="Error", message="a\nb\n\nc\nd\n")
+    assert logic.pod_report({**pod, "status": status}).message == "vLLM exited with code 1 (Error): b | c | d"
+
+
+# ----------------------------------------------------------------------------- conditions
+def test_last_transition_time_changes_only_with_status():
+    first = logic.set_condition(None, "Ready", "False", "Loading", "loading", now=NOW, generation=1)
+    same = logic.set_condition(first, "Ready", "False", "Unschedulable", "no gpu", now=LATER, generation=2)
+    flipped = logic.set_condition(same, "Ready", "True", "Ready", "serving", now=LATER, generation=2)
+    assert first[0]["lastTransitionTime"] == NOW
+    assert same[0]["lastTransitionTime"] == NOW and same[0]["reason"] == "Unschedulable"
+    assert same[0]["observedGeneration"] == 2
+    assert flipped[0]["lastTransitionTime"] == LATER
+
+
+# ----------------------------------------------------------------------------- status
+def test_ready_status_has_endpoint_times_and_kv():
+    pod = _pod()
+    pod["status"] = kubelet.running(pod, "2026-11-30T11:00:00Z", ready=True)
+    status = logic.server_status(_server(), pod, now=NOW, service_name="qwen", spec_hash="abcde12345",
+                                 command=["vllm", "serve", "m"], kv=(21520, 2.63))
+    assert status["phase"] == "Ready" and status["endpoint"] == "http://qwen.ns.svc:8000"
+    assert status["startedAt"] == "2026-11-30T11:00:00Z"
+    assert status["expiresAt"] == "2026-11-30T12:00:00Z"  # 11:00 + 3600 s
+    assert (status["kvCacheTokens"], status["maxConcurrency"]) == (21520, 2.63)
+    assert status["podName"] == "qwen-abcde" and status["observedGeneration"] == 1
+
+
+def test_kv_numbers_belong_to_their_pod():
+    pod = _pod(uid="pod-2")
+    pod["status"] = kubelet.running(pod, NOW, ready=True)
+    old = {"podUid": "pod-1", "kvCacheTokens": 21520, "maxConcurrency": 2.63}
+    status = logic.server_status(_server(old), pod, now=NOW, service_name="qwen", spec_hash="h")
+    assert "kvCacheTokens" not in status and "maxConcurrency" not in status
+    assert logic.status_patch(old, status)["kvCacheTokens"] is None  # removed from the stored status
+
+
+def test_rfc3339_accepts_the_clients_offset_form():
+    assert logic.rfc3339("2026-11-30T13:08:58+00:00", 3600) == "2026-11-30T14:08:58Z"
+
+
+def test_status_patch_is_empty_when_nothing_changes():
+    status = {"phase": "Ready", "kvCacheTokens": 1}
+    assert logic.status_patch(status, dict(status)) == {}
+    assert logic.status_patch({"phase": "Ready", "preflight": {"x": 1}}, {"phase": "Ready"},
+                              keep=("preflight",)) == {}
+
+
+# ----------------------------------------------------------------------------- plan
+def test_plan_creates_when_no_pod():
+    plan = logic.plan_pods(_server(), [], "abcde12345")
+    assert plan.create and plan.keep is None and plan.delete == []
+
+
+def test_plan_adopts_the_existing_pod():
+    pod = _pod()
+    plan = logic.plan_pods(_server(), [pod], "abcde12345")
+    assert plan.keep is pod and not plan.create and plan.delete == []
+
+
+def test_plan_replaces_a_pod_of_an_older_spec():
+    plan = logic.plan_pods(_server(), [_pod(spec_hash="old0000000")], "abcde12345")
+    assert plan.create and plan.delete == ["qwen-abcde"]
+
+
+def test_plan_never_restarts_an_ended_server_with_the_same_spec():
+    server = _server({"phase": "Expired", "specHash": "abcde12345", "podName": "qwen-abcde"})
+    assert not logic.plan_pods(server, [], "abcde12345").create  # its pod was removed by a person
+    assert logic.plan_pods(server, [], "fffff00000").create  # a person changed the spec
+
+
+def test_plan_ignores_pods_it_does_not_own_and_removes_duplicates():
+    foreign = _pod(name="qwen-other", owner="someone-else")
+    first, second = _pod(name="qwen-a", uid="1"), _pod(name="qwen-b", uid="2")
+    server = _server({"podName": "qwen-b"})
+    plan = logic.plan_pods(server, [foreign, first, second], "abcde12345")
+    assert plan.keep is second and plan.delete == ["qwen-a"] and not plan.create
+
+
+def test_pod_name_uses_the_spec_hash():
+    assert logic.pod_name("qwen", "2c965c628687aaf1") == "qwen-2c965"
