@@ -190,21 +190,39 @@ def cache_config_labels(engine: Any, overrides: Mapping[str, Any]) -> dict[str, 
 
 
 class Simulation:
-    """A built engine + workload + exporter, advanced in simulated seconds (thread-safe ``advance_to``)."""
+    """A built engine + workload + exporter, advanced in simulated seconds (thread-safe ``advance_to``).
 
-    def __init__(self, scenario: str, overrides: dict[str, Any], vllm_version: str, model_name: str):
+    Args:
+        scenario: scenario name; ``overrides`` as :func:`kvpilot.engine.scenarios.resolve` takes them.
+        horizon: simulated seconds the run must cover. A Poisson workload bounded by ``duration``
+            is stretched to it (scenarios arrive for 300 s by default, a recording may be longer).
+        endless: keep arrivals coming forever (``--serve`` without ``--duration``): when a Poisson
+            workload runs out, the next chunk of the same length starts where it ended (seed + 1).
+    """
+
+    def __init__(self, scenario: str, overrides: dict[str, Any], vllm_version: str, model_name: str | None,
+                 horizon: float | None = None, endless: bool = False):
         from kvpilot.engine.exporter import VLLMMetrics
 
         scenarios = _scenarios()
+        spec = _call(f"scenario {scenario}", scenarios.resolve, scenario, overrides or None)
+        self._wl_spec = dict(spec.workload)
+        stretch = self._wl_spec.get("type") == "poisson" and "duration" in self._wl_spec
+        if stretch and horizon and horizon > float(self._wl_spec["duration"]):
+            spec = _call(f"scenario {scenario}", scenarios.resolve, spec,
+                         {"workload": {"duration": float(horizon)}})
+            self._wl_spec = dict(spec.workload)
+        self._endless = endless and stretch
+        self._chunk = 0
         # Built once without metrics to learn the resolved flags (max_model_len, KV blocks) that
         # the exporter's buckets and cache_config_info need, then for real with the exporter.
-        probe, _ = _call(f"scenario {scenario}", scenarios.build, scenario, overrides=overrides or None)
-        self.max_model_len = int(_engine_value(probe, "max_model_len") or overrides.get("max_model_len") or 8192)
-        self.metrics = _call("--vllm-version", VLLMMetrics, vllm_version=vllm_version, model_name=model_name,
+        probe, _ = _call(f"scenario {scenario}", scenarios.build, spec)
+        self.max_model_len = int(_engine_value(probe, "max_model_len") or 8192)
+        self.model_name = str(model_name or _engine_value(probe, "served_model_name", "model") or "kvpilot/simulated")
+        self.metrics = _call("--vllm-version", VLLMMetrics, vllm_version=vllm_version, model_name=self.model_name,
                              cache_config=cache_config_labels(probe, overrides), max_model_len=self.max_model_len)
-        self.engine, self.workload = _call(f"scenario {scenario}", scenarios.build, scenario,
-                                           overrides=overrides or None, metrics=self.metrics)
-        self.model_name = model_name
+        self.engine, self.workload = _call(f"scenario {scenario}", scenarios.build, spec, metrics=self.metrics,
+                                           keep_finished=False)
         self._lock = threading.Lock()
 
     @property
@@ -212,11 +230,22 @@ class Simulation:
         """Simulated seconds since the start."""
         return float(self.engine.now)
 
+    def _refill(self) -> None:
+        from kvpilot.engine.workloads import from_dict
+
+        self._chunk += 1
+        spec = {**self._wl_spec, "start": self.engine.now, "seed": int(self._wl_spec.get("seed", 0)) + self._chunk,
+                "id_prefix": f"req{self._chunk}"}
+        self.workload = from_dict(spec)
+
     def advance_to(self, t: float) -> None:
         """Run the engine until simulated time ``t`` (s); idle time passes when nothing is left to do."""
         with self._lock:
-            if t > self.engine.now:
-                self.engine.run(self.workload, until=t)
+            if t <= self.engine.now:
+                return
+            if self._endless and self.workload.next_arrival_time() is None:
+                self._refill()
+            self.engine.run(self.workload, until=t)
 
 
 # ---------------------------------------------------------------------------------------------- modes
@@ -330,6 +359,11 @@ def serve(sim: Simulation, host: str, port: int, speed: float, duration: float |
 
 
 # ---------------------------------------------------------------------------------------------- overrides
+#: workload flags -> keys of the scenario's workload spec (kvpilot.engine.workloads.from_dict)
+_WORKLOAD_FLAGS = {"arrival_rate": "rate", "prompt_tokens": "prompt_len", "output_tokens": "output_len",
+                   "num_requests": "num_requests", "seed": "seed"}
+
+
 def _load_scenario_file(path: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
@@ -344,15 +378,14 @@ def _load_scenario_file(path: str) -> dict[str, Any]:
     return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
-def _vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, str | None, int | None]:
-    """Split vLLM's argv: returns (engine overrides, served model name, host, port)."""
-    host = port = served = None
+def _vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, int | None]:
+    """Split vLLM's argv: returns (engine overrides, host, port). ``--host``/``--port`` are the server's."""
+    host = port = None
     rest: list[str] = []
     i = 0
     while i < len(argv):
-        arg = argv[i]
-        key, eq, value = arg.partition("=")
-        if key in ("--host", "--port", "--served-model-name"):
+        key, eq, value = argv[i].partition("=")
+        if key in ("--host", "--port"):
             if not eq:
                 if i + 1 >= len(argv):
                     fail(f"{key}: missing value")
@@ -360,28 +393,19 @@ def _vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, str | 
                 i += 1
             if key == "--host":
                 host = value
-            elif key == "--port":
-                if not value.isdigit():
-                    fail(f"--port: {value!r} is not a port number")
-                port = int(value)
+            elif not value.isdigit() or int(value) > 65535:
+                fail(f"--port: {value!r} is not a port number")
             else:
-                served = value
+                port = int(value)
         else:
-            rest.append(arg)
+            rest.append(argv[i])
         i += 1
-    overrides = _call("vLLM arguments", _scenarios().from_vllm_args, rest)
-    return dict(overrides or {}), served, host, port
-
-
-def _model_from_argv(argv: list[str]) -> str | None:
-    if len(argv) >= 2 and argv[0] == "serve" and not argv[1].startswith("-"):
-        return argv[1]
-    for i, arg in enumerate(argv):
-        if arg == "--model" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--model="):
-            return arg.split("=", 1)[1]
-    return None
+    scenarios = _scenarios()
+    parse = getattr(scenarios, "from_vllm_args", None)
+    if parse is None:
+        from kvpilot.engine.vllm_args import from_vllm_args as parse
+    overrides = _call("--vllm-args", parse, rest)
+    return dict(overrides or {}), host, port
 
 
 # ---------------------------------------------------------------------------------------------- command
@@ -455,22 +479,29 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
     overrides: dict[str, Any] = {}
     if scenario_file:
         overrides.update(_load_scenario_file(scenario_file))
-    served = host = None
-    port = None
+    host = port = None
     if vllm_argv:
-        vllm_over, served, host, port = _vllm_overrides(vllm_argv)
+        vllm_over, host, port = _vllm_overrides(vllm_argv)
         overrides.update(vllm_over)
-    overrides.update({k: v for k, v in (flags or {}).items() if v is not None})
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    workload = {key: flags.pop(flag) for flag, key in _WORKLOAD_FLAGS.items() if flag in flags}
+    overrides.update(flags)
     scenario = scenario or overrides.pop("scenario", None) or ("healthy" if vllm_argv else None)
     overrides.pop("scenario", None)
+    known = _scenarios().SCENARIOS
     if not scenario:
-        fail("SCENARIO: missing (one of: " + ", ".join(_scenarios().SCENARIOS) + ")")
-    if scenario not in _scenarios().SCENARIOS:
-        fail(f"SCENARIO: unknown scenario {scenario!r} (one of: {', '.join(_scenarios().SCENARIOS)})")
+        fail("SCENARIO: missing (one of: " + ", ".join(known) + ")")
+    if scenario not in known:
+        fail(f"SCENARIO: unknown scenario {scenario!r} (one of: {', '.join(known)})")
+    if workload:
+        base = dict(known[scenario].workload)
+        if "rate" in workload and base.get("type") != "poisson":
+            # e.g. --arrival-rate on idle or seed-lru: switch to Poisson arrivals for the scenario's time
+            workload = {"type": "poisson", "duration": known[scenario].duration or DEFAULT_RECORD_DURATION,
+                        **workload}
+        overrides["workload"] = {**overrides.get("workload", {}), **workload}
     version = vllm_version or str(overrides.pop("vllm_version", "") or DEFAULT_VLLM_VERSION)
-    name = (model_name or served or overrides.get("served_model_name")
-            or (_model_from_argv(vllm_argv) if vllm_argv else None) or overrides.get("model")
-            or "kvpilot/simulated")
+    name = model_name or overrides.get("served_model_name")
 
     if not serve_at and not record_to:
         scenarios = _scenarios()
@@ -478,7 +509,8 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
         _print_report(result, output)
         return
 
-    sim = Simulation(scenario, overrides, version, str(name))
+    horizon = total if record_to else duration
+    sim = Simulation(scenario, overrides, version, name, horizon=horizon, endless=bool(serve_at) and not duration)
     if record_to:
         lines, first, last = record(sim, Path(record_to), total, interval, end_ts)
         click.echo(f"wrote {lines} samples to {record_to}: {scenario}, {total:g} simulated s every {interval:g} s, "

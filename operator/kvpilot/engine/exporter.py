@@ -96,6 +96,20 @@ def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
         exponent += 1
 
 
+class _Flush:
+    """A collector with no metrics: collecting it applies :class:`VLLMMetrics`' buffered updates."""
+
+    def __init__(self, owner: "VLLMMetrics"):
+        self._owner = owner
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> list:
+        self._owner._flush()
+        return []
+
+
 class VLLMMetrics:
     """A vLLM server's metrics registry, fed by the engine model.
 
@@ -138,7 +152,10 @@ class VLLMMetrics:
             raise ValueError(f"cache_config.block_size: must be >= 1, got {self.block_size}")
         self._labelnames = ("model_name", "engine") if self.has_engine_label else ("model_name",)
         self._labelvalues = (model_name, self.engine) if self.has_engine_label else (model_name,)
-        self._lock = threading.Lock()
+        self._pending_lock = threading.Lock()
+        self._gauges: dict[tuple, float] = {}
+        self._counts: dict[tuple, float] = {}
+        self.registry.register(_Flush(self))  # registered first, so it runs before the families are read
         self._prefix_tokens = {"queries": 0, "hits": 0}
         self._families: dict[str, list] = {}  # canonical name -> metric objects, one per exposed name
         self._child_cache: dict[tuple, list] = {}
@@ -206,26 +223,37 @@ class VLLMMetrics:
         self._info_gauge = Gauge("vllm:cache_config_info", spec.help, names, registry=self.registry)
         self._info_gauge.labels(**labels).set(1)
 
-    def _children(self, canonical: str, **extra: str) -> list:
+    def _children(self, canonical: str, *extra: str) -> list:
         # ``labels()`` costs a lock and a dict lookup per call; the engine calls this per step, so cache.
-        key = (canonical, *extra.values())
+        key = (canonical, *extra)
         children = self._child_cache.get(key)
         if children is None:
-            children = [m.labels(*self._labelvalues, *extra.values()) for m in self._families.get(canonical, [])]
+            children = [m.labels(*self._labelvalues, *extra) for m in self._families.get(canonical, [])]
             self._child_cache[key] = children
         return children
 
-    def _set(self, canonical: str, value: float, **extra: str) -> None:
-        for child in self._children(canonical, **extra):
-            child.set(value)
+    # Gauge sets and counter increments are buffered in plain dicts (callers hold ``_pending_lock``)
+    # and applied to the prometheus_client objects by ``_flush``, which runs first whenever the
+    # registry is collected (exposition, recording). The engine calls these ~10 times per step, and
+    # prometheus_client's per-call locking made the exporter cost more than the engine step itself.
+    def _set(self, canonical: str, value: float, *extra: str) -> None:
+        self._gauges[(canonical, *extra)] = value
 
-    def _inc(self, canonical: str, amount: float, **extra: str) -> None:
-        if amount < 0:
-            raise ValueError(f"{canonical}: counter increment must be >= 0, got {amount}")
-        if amount == 0:
-            return
-        for child in self._children(canonical, **extra):
-            child.inc(amount)
+    def _inc(self, canonical: str, amount: float, *extra: str) -> None:
+        if amount:
+            key = (canonical, *extra)
+            self._counts[key] = self._counts.get(key, 0) + amount
+
+    def _flush(self) -> None:
+        with self._pending_lock:
+            gauges, self._gauges = self._gauges, {}
+            counts, self._counts = self._counts, {}
+        for (canonical, *extra), value in gauges.items():
+            for child in self._children(canonical, *extra):
+                child.set(value)
+        for (canonical, *extra), amount in counts.items():
+            for child in self._children(canonical, *extra):
+                child.inc(amount)
 
     def _observe(self, canonical: str, value: float) -> None:
         for child in self._children(canonical):
@@ -244,11 +272,12 @@ class VLLMMetrics:
             kv_cache_usage: used blocks / usable blocks, ratio 0–1, cached-but-free blocks count
                 as free (``vllm:kv_cache_usage_perc``, or ``gpu_cache_usage_perc`` before 0.11).
         """
-        self._set("vllm:num_requests_running", running)
-        self._set("vllm:num_requests_waiting", waiting)
-        self._set("vllm:num_requests_waiting_by_reason", waiting_capacity, reason="capacity")
-        self._set("vllm:num_requests_waiting_by_reason", waiting_deferred, reason="deferred")
-        self._set("vllm:kv_cache_usage_perc", kv_cache_usage)
+        with self._pending_lock:
+            self._set("vllm:num_requests_running", running)
+            self._set("vllm:num_requests_waiting", waiting)
+            self._set("vllm:num_requests_waiting_by_reason", waiting_capacity, "capacity")
+            self._set("vllm:num_requests_waiting_by_reason", waiting_deferred, "deferred")
+            self._set("vllm:kv_cache_usage_perc", kv_cache_usage)
 
     def record_step(self, *, num_tokens: int, prompt_tokens: int, generation_tokens: int, preemptions: int,
                     prefix_queries: int, prefix_hits: int, external_queries: int = 0,
@@ -275,25 +304,26 @@ class VLLMMetrics:
                 raise ValueError(f"{field_name}: must be >= 0, got {count}")
         if num_tokens > 0:
             self._observe("vllm:iteration_tokens_total", num_tokens)
-        self._inc("vllm:prompt_tokens", prompt_tokens)
-        self._inc("vllm:generation_tokens", generation_tokens)
-        self._inc("vllm:num_preemptions", preemptions)
-        queries, hits = self._prefix_increments(prefix_queries, prefix_hits)
-        self._inc("vllm:prefix_cache_queries", queries)
-        self._inc("vllm:prefix_cache_hits", hits)
-        self._inc("vllm:external_prefix_cache_queries", external_queries)
-        self._inc("vllm:external_prefix_cache_hits", external_hits)
+        with self._pending_lock:
+            self._inc("vllm:prompt_tokens", prompt_tokens)
+            self._inc("vllm:generation_tokens", generation_tokens)
+            self._inc("vllm:num_preemptions", preemptions)
+            queries, hits = self._prefix_increments(prefix_queries, prefix_hits)
+            self._inc("vllm:prefix_cache_queries", queries)
+            self._inc("vllm:prefix_cache_hits", hits)
+            self._inc("vllm:external_prefix_cache_queries", external_queries)
+            self._inc("vllm:external_prefix_cache_hits", external_hits)
 
     def _prefix_increments(self, queries: int, hits: int) -> tuple[float, float]:
+        """Token counts -> counter increments: tokens from 0.9.0, whole blocks of the running totals before."""
         if not self.prefix_in_blocks:
             return queries, hits
-        with self._lock:
-            out = []
-            for key, tokens in (("queries", queries), ("hits", hits)):
-                before = self._prefix_tokens[key]
-                self._prefix_tokens[key] = before + tokens
-                out.append(self._prefix_tokens[key] // self.block_size - before // self.block_size)
-            return out[0], out[1]
+        out = []
+        for key, tokens in (("queries", queries), ("hits", hits)):
+            before = self._prefix_tokens[key]
+            self._prefix_tokens[key] = before + tokens
+            out.append(self._prefix_tokens[key] // self.block_size - before // self.block_size)
+        return out[0], out[1]
 
     def record_request(self, *, ttft: float, itls: Sequence[float], e2e: float, queue_time: float,
                        prefill_time: float, decode_time: float, prompt_tokens: int, generation_tokens: int,
@@ -320,7 +350,8 @@ class VLLMMetrics:
         self._observe("vllm:request_decode_time_seconds", decode_time)
         self._observe("vllm:request_prompt_tokens", prompt_tokens)
         self._observe("vllm:request_generation_tokens", generation_tokens)
-        self._inc("vllm:request_success", 1, finished_reason=finished_reason)
+        with self._pending_lock:
+            self._inc("vllm:request_success", 1, finished_reason)
 
     # ------------------------------------------------------------------ reading
     def family_names(self) -> list[str]:

@@ -33,8 +33,9 @@ def get(url: str, accept: str | None = None, timeout: float = 5) -> tuple[int, d
 class Server:
     """Context manager: run ``argv`` and wait until ``/health`` answers 200 (bounded)."""
 
-    def __init__(self, argv: list[str], port: int, workdir: Path, timeout: float = 30):
+    def __init__(self, argv: list[str], port: int, workdir: Path, timeout: float = 30, env: dict | None = None):
         self.argv = argv
+        self.env = {**os.environ, **(env or {})}
         self.url = f"http://127.0.0.1:{port}"
         self.workdir = workdir
         self.timeout = timeout
@@ -43,7 +44,8 @@ class Server:
     def __enter__(self) -> "Server":
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log = open(self.workdir / "server.log", "w")
-        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=self.env)
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -55,7 +57,8 @@ class Server:
         raise TimeoutError(f"{self.argv} did not answer /health within {self.timeout}s")
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return (self.workdir / "server.log").read_text()
 
     def __exit__(self, *exc) -> None:
