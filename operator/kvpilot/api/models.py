@@ -239,8 +239,8 @@ class KVOffloadSpec(_Model):
         "--kv-offloading-size, vLLM >= 0.11.1).",
     )
     cpu_memory: Quantity = Field(
-        ..., description="CPU memory for offloaded KV (e.g. 1536Mi), in total over all GPUs of the pod. "
-        "Added to the pod's memory request and limit.",
+        ..., description="CPU memory for offloaded KV (e.g. 1536Mi), in total over all GPUs of the pod "
+        "(LMCache gets cpuMemory / tensorParallelSize per worker). Added to the pod's memory request and limit.",
     )
 
 

@@ -181,8 +181,12 @@ def _lmcache(spec: VLLMServerSpec) -> dict[str, Any] | None:
     if spec.kv_offload is None or spec.kv_offload.backend != "lmcache":
         return None
     user_set_chunk = any(v.name == "LMCACHE_CHUNK_SIZE" for v in spec.env)
+    # LMCache's CPU size is per worker (each tensor-parallel rank runs its own LMCache engine);
+    # vLLM's own lmcache offloading parser divides kv_offloading_size by the KV ranks the same way
+    # (vllm/config/kv_offloading.py, LMCacheOffloadingParser: kv_gb_per_rank = size / num_kv_ranks).
+    ranks = spec.engine.tensor_parallel_size or 1
     return {
-        "max_local_cpu_size": format_gib(parse_quantity(spec.kv_offload.cpu_memory)),
+        "max_local_cpu_size": format_gib(parse_quantity(spec.kv_offload.cpu_memory) / ranks),
         "chunk_size": None if user_set_chunk else str(LMCACHE_CHUNK_SIZE),
     }
 

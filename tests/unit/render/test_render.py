@@ -219,6 +219,19 @@ def test_lmcache_offload():
     assert "--kv-offloading-backend" not in c["command"]
 
 
+def test_lmcache_size_is_per_tensor_parallel_worker():
+    pod, _ = render(engine={"tensorParallelSize": 2}, resources={"memory": "24Gi"},
+                    kvOffload={"backend": "lmcache", "cpuMemory": "3Gi"})
+    # 3 GiB over 2 ranks = 1.5 GiB per LMCache engine; the pod gets the whole 3Gi: 24Gi + 3Gi = 27Gi
+    assert env_of(pod)["LMCACHE_MAX_LOCAL_CPU_SIZE"]["value"] == "1.5"
+    assert container(pod)["resources"]["limits"]["memory"] == "27Gi"
+
+
+def test_native_offload_size_is_the_total():
+    c = container(render(engine={"tensorParallelSize": 2}, kvOffload={"backend": "native", "cpuMemory": "3Gi"})[0])
+    assert c["command"][c["command"].index("--kv-offloading-size") + 1] == "3"  # vLLM divides by the ranks
+
+
 def test_lmcache_chunk_size_can_be_set_by_env():
     pod, _ = render(kvOffload={"backend": "lmcache", "cpuMemory": "1Gi"},
                     env=[{"name": "LMCACHE_CHUNK_SIZE", "value": "512"}])
