@@ -1,0 +1,116 @@
+"""Output formats, the JSON Schema contract, exit codes and bad input of `kvpilot diagnose`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from kvpilot.cli import cli
+from kvpilot.diagnose.model import Diagnosis, Report
+
+ROOT = Path(__file__).resolve().parents[3]
+RECORDINGS = ROOT / "tests" / "fixtures" / "recordings"
+SCHEMA = json.loads((ROOT / "docs" / "diagnose-output.schema.json").read_text())
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, ["diagnose", "--no-kube", *args])
+
+
+@pytest.mark.parametrize("recording", sorted(p.name for p in RECORDINGS.glob("*.om")))
+def test_json_output_validates_against_the_schema(recording):
+    result = invoke("--recording", str(RECORDINGS / recording), "-o", "json")
+    doc = json.loads(result.output)
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["source"].startswith("recording ") and doc["window_seconds"] == 300
+
+
+def test_schema_rejects_what_the_contract_forbids():
+    good = Report("recording x", 300.0, [Diagnosis("healthy", "ok", 0.8, target={
+        "namespace": "", "pod": "", "server": "", "model_name": "m", "engine": "0"}, signals={"a": 1.0, "b": None})])
+    jsonschema.validate(good.to_json(), SCHEMA)
+    for mutate in (lambda d: d["targets"][0].update(verdict="slow"),
+                   lambda d: d["targets"][0].update(severity="bad"),
+                   lambda d: d["targets"][0].update(confidence=1.5),
+                   lambda d: d["targets"][0]["signals"].update(c="NaN"),
+                   lambda d: d["targets"][0]["target"].pop("engine")):
+        doc = good.to_json()
+        mutate(doc)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(doc, SCHEMA)
+
+
+def test_exit_codes_follow_severity():
+    assert invoke("--recording", str(RECORDINGS / "scenario_idle.om")).exit_code == 0
+    assert invoke("--recording", str(RECORDINGS / "scenario_prefix-thrash.om")).exit_code == 1  # warning
+    assert invoke("--recording", str(RECORDINGS / "scenario_kv-exhaustion.om")).exit_code == 2  # critical
+
+
+def test_text_and_markdown_show_verdict_evidence_and_bucket_bounds():
+    text = invoke("--recording", str(RECORDINGS / "scenario_healthy.om")).output
+    assert "healthy" in text and "p99 TTFT in (0.02, 0.04] s" in text
+    md = invoke("--recording", str(RECORDINGS / "scenario_kv-exhaustion.om"), "-o", "markdown").output
+    assert md.startswith("# kvpilot diagnose") and "### `kv_cache_exhaustion`" in md
+    assert "| flag | current | suggested | expected effect |" in md
+
+
+def test_window_end_and_no_data_exit_3():
+    # the recording ends at 1764600000; a window ending an hour later holds nothing
+    result = invoke("--recording", str(RECORDINGS / "scenario_healthy.om"), "--end", "1764603600", "-o", "json")
+    doc = json.loads(result.output)
+    assert result.exit_code == 3 and doc["targets"][0]["verdict"] == "no_data"
+    jsonschema.validate(doc, SCHEMA)
+
+
+def test_series_that_stop_give_target_down(tmp_path):
+    # the healthy recording cut at 1764599900 but evaluated to 1764600000: 100 s of silence, 10 s interval
+    lines = (RECORDINGS / "scenario_healthy.om").read_text().splitlines()
+    kept = [ln for ln in lines if ln.startswith("#") or float(ln.rsplit(" ", 1)[1]) <= 1764599900]
+    path = tmp_path / "cut.om"
+    path.write_text("\n".join(kept) + "\n")
+    result = invoke("--recording", str(path), "--end", "1764600000", "-o", "json")
+    assert json.loads(result.output)["targets"][0]["verdict"] == "target_down"
+    assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("args,needle", [
+    ((), "exactly one source"),
+    (("--recording", "a", "--prometheus", "http://x"), "exactly one source"),
+    (("--recording", "a", "--window", "5 minutes"), "--window"),
+    (("--recording", "a", "-o", "yaml"), "yaml"),
+    (("--recording", "a", "--max-num-seqs", "0"), "--max-num-seqs"),
+    (("--recording", "a", "--quick"), "--quick"),
+])
+def test_usage_errors_exit_64(args, needle):
+    result = invoke(*args)
+    assert result.exit_code == 64 and needle in result.output
+
+
+@pytest.mark.parametrize("content", [None, "not a recording\n", "# TYPE x gauge\nx{a=\"1\" 3 1\n# EOF\n",
+                                     "vllm:num_requests_running 1\n# EOF\n"])
+def test_unreadable_input_exits_3_with_one_line(tmp_path, content):
+    path = tmp_path / "r.om"
+    if content is not None:
+        path.write_text(content)
+    result = invoke("--recording", str(path))
+    assert result.exit_code == 3
+    assert "Traceback" not in result.output
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("kvpilot: error:")]
+    assert len(errors) == 1 and "--recording" in errors[0]
+
+
+def test_unreachable_metrics_url_exits_3():
+    from tests.support.prom import free_port
+
+    result = invoke("--metrics-url", f"http://127.0.0.1:{free_port()}/metrics", "--quick", "--timeout", "2s")
+    assert result.exit_code == 3 and "kvpilot: error: --metrics-url" in result.output
+
+
+def test_watch_reruns(monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    result = invoke("--recording", str(RECORDINGS / "scenario_idle.om"), "--watch", "1", "--watch-count", "3")
+    assert result.output.count("kvpilot diagnose  source:") == 3 and result.exit_code == 0

@@ -1,0 +1,156 @@
+"""Rules on hand-built signals: each verdict, thresholds derived from limits, precedence.
+
+Signals are set directly (the computation is tested in test_signals.py); expected verdicts
+follow docs/diagnosis.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kvpilot.diagnose.limits import Limit, resolve_limits
+from kvpilot.diagnose.rules import budget_binds, diagnose_target, kv_ceiling
+from kvpilot.diagnose.signals import Signals, finish_signals
+
+WINDOW = 300.0
+
+
+def make(**values) -> Signals:
+    """Signals of a live target (30 samples, last one fresh) with ``values`` set."""
+    base = {"samples_in_window": 30.0, "last_sample_time": 1000.0, "preemptions_increase": 0.0,
+            "running_min": values.get("running_avg"), "running_max": values.get("running_avg")}
+    base.update(values)
+    sig = Signals(values=base, window_seconds=WINDOW, end=1000.0)
+    buckets = base.pop("iteration_buckets", None)
+    if buckets:
+        sig.buckets["iteration_tokens"] = buckets
+    return finish_signals(sig)
+
+
+def test_no_data_without_running_or_waiting():
+    d = diagnose_target(make(kv_usage_avg=0.5), resolve_limits())
+    assert (d.verdict, d.severity) == ("no_data", "unknown")
+
+
+def test_target_down_when_the_series_stopped():
+    # 30 samples in 300 s = one every 10 s; last sample 100 s before the end > 3 intervals (30 s)
+    d = diagnose_target(make(running_avg=1, waiting_avg=0, last_sample_time=900.0), resolve_limits())
+    assert d.verdict == "target_down" and "100 s old" in d.evidence[0]
+    # 25 s old is within 3 intervals: alive
+    assert diagnose_target(make(running_avg=1, waiting_avg=0, waiting_max=0, last_sample_time=975.0),
+                           resolve_limits()).verdict != "target_down"
+
+
+def test_idle_and_healthy():
+    assert diagnose_target(make(running_avg=0, running_max=0, waiting_avg=0, waiting_max=0),
+                           resolve_limits()).verdict == "idle"
+    d = diagnose_target(make(running_avg=3, waiting_avg=0, waiting_max=0, kv_usage_avg=0.1, kv_usage_max=0.2),
+                        resolve_limits(cli={"max_num_seqs": 8}))
+    assert (d.verdict, d.severity) == ("healthy", "ok")
+
+
+def test_kv_shortage_wins_over_running_at_max_num_seqs():
+    # running == max_num_seqs == 4 AND preemptions with KV at 1.0: still a KV shortage (issue 5 item 4)
+    sig = make(running_avg=4, running_max=4, waiting_avg=6, waiting_max=9, waiting_trend_per_s=0.02,
+               kv_usage_avg=0.97, kv_usage_max=1.0, preemptions_increase=12, preemptions_per_s=0.04)
+    d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 4}))
+    assert d.verdict == "kv_cache_exhaustion"
+    assert "binds first" in " ".join(d.evidence)
+    assert all(r.flag != "--max-num-seqs" or r.suggested <= r.current for r in d.recommendations)
+
+
+def test_kv_ceiling_below_one_from_capacity_waiting_with_free_slots():
+    # 10 running use 60 % of KV: 6 % each -> ceiling 1 - 2 x 0.06 = 0.88; KV peaked at 0.9 >= 0.88,
+    # 5 requests wait for capacity while 246 of 256 slots are free: the ceiling binds well below 1.0
+    sig = make(running_avg=10, running_max=10, waiting_avg=5, waiting_max=7, waiting_trend_per_s=0.0,
+               kv_usage_avg=0.6, kv_usage_max=0.9, waiting_capacity_avg=5)
+    ceiling, _ = kv_ceiling(sig, resolve_limits())
+    assert ceiling == 0.88
+    d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 256}))
+    assert d.verdict == "kv_cache_exhaustion" and 'reason="capacity"' in " ".join(d.evidence)
+
+
+def test_ceiling_is_derived_from_the_limits_not_a_fixed_percentage():
+    # the same KV 0.80 is at the ceiling for a server whose requests hold 15 % each (ceiling 0.70) ...
+    big = make(running_avg=4, running_max=4, waiting_avg=3, waiting_max=5, kv_usage_avg=0.6, kv_usage_max=0.8)
+    assert diagnose_target(big, resolve_limits(cli={"max_num_seqs": 64})).verdict == "kv_cache_exhaustion"
+    # ... and far from it for one whose requests hold 1 % each (ceiling 0.98): then the queue is compute's
+    small = make(running_avg=60, running_max=60, waiting_avg=3, waiting_max=5, kv_usage_avg=0.6, kv_usage_max=0.8)
+    assert diagnose_target(small, resolve_limits(cli={"max_num_seqs": 256})).verdict == "compute_bound"
+
+
+def test_max_num_seqs_cap_threshold_scales_with_the_limit():
+    # pinned means running_avg >= max_num_seqs - 0.5: 3.6 of 4 is pinned, 250 of 256 is not
+    sig4 = make(running_avg=3.6, running_max=4, waiting_avg=5, waiting_max=8, kv_usage_avg=0.05, kv_usage_max=0.06)
+    assert diagnose_target(sig4, resolve_limits(cli={"max_num_seqs": 4})).verdict == "max_num_seqs_cap"
+    sig256 = make(running_avg=250, running_max=256, waiting_avg=5, waiting_max=8, kv_usage_avg=0.3,
+                  kv_usage_max=0.35)
+    assert diagnose_target(sig256, resolve_limits(cli={"max_num_seqs": 256})).verdict == "compute_bound"
+
+
+def test_max_num_seqs_cap_inferred_from_a_flat_running_gauge_when_unconfigured():
+    sig = make(running_avg=8, running_min=8, running_max=8, waiting_avg=20, waiting_max=30, kv_usage_avg=0.04,
+               kv_usage_max=0.05)
+    d = diagnose_target(sig, resolve_limits())  # max_num_seqs unknown -> default 256
+    assert d.verdict == "max_num_seqs_cap" and d.confidence < 0.7 and "inferred" in d.evidence[0]
+
+
+def test_token_budget_cap_needs_full_steps():
+    # budget 512: steps in (256, 512] -> 95 of 100 -> share 0.95; mean 500 tokens = 98 % of the budget
+    buckets = [(256.0, 5.0), (512.0, 100.0), (math.inf, 100.0)]
+    sig = make(running_avg=6, running_max=8, waiting_avg=40, waiting_max=60, waiting_trend_per_s=0.2,
+               kv_usage_avg=0.1, kv_usage_max=0.12, iteration_buckets=buckets,
+               iteration_tokens_sum_increase=50000.0, iteration_steps_increase=100.0)
+    d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 128, "max_num_batched_tokens": 512}))
+    assert d.verdict == "token_budget_cap"
+    r = d.recommendations[0]
+    assert (r.flag, r.current, r.suggested) == ("--max-num-batched-tokens", 512, 1024)
+
+
+def test_budget_binds_rule():
+    assert budget_binds(0.95, 500, 512)  # share >= 0.5 and 98 % fill
+    assert not budget_binds(0.95, 200, 512)  # 39 % fill: steps not full
+    assert not budget_binds(None, 52446, 65000)  # 80.7 % fill < 90 % (the compute-bound scenario)
+    assert budget_binds(None, 64000, 65000)
+    assert not budget_binds(None, None, 2048)
+
+
+def test_prefix_thrash_needs_some_hits_and_queries_beyond_kv_capacity():
+    common = dict(running_avg=1, running_max=2, waiting_avg=0, waiting_max=0, kv_usage_avg=0.2, kv_usage_max=0.3)
+    limits = resolve_limits(cli={"kv_cache_tokens": 50000})
+    thrash = make(prefix_queries_increase=400000.0, prefix_hits_increase=40000.0, **common)
+    d = diagnose_target(thrash, limits)
+    assert d.verdict == "prefix_cache_ineffective" and "8x the KV capacity" in " ".join(d.evidence)
+    # zero hits on traffic that may share nothing: no claim
+    unique = make(prefix_queries_increase=400000.0, prefix_hits_increase=0.0, **common)
+    assert diagnose_target(unique, limits).verdict == "healthy"
+    # plenty of hits: fine
+    good = make(prefix_queries_increase=400000.0, prefix_hits_increase=300000.0, **common)
+    assert diagnose_target(good, limits).verdict == "healthy"
+
+
+def test_preemption_recompute_hits_are_discounted():
+    # 100 hits of 1,000 queried (10 %) but 2 preemptions x 50 prompt tokens/request could produce them all
+    sig = make(running_avg=2, running_max=2, waiting_avg=0, waiting_max=0, kv_usage_avg=0.5, kv_usage_max=0.6,
+               prefix_queries_increase=1000.0, prefix_hits_increase=100.0, preemptions_increase=2.0,
+               requests_finished_increase=20.0)
+    d = diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": 100, "block_size": 64}))
+    prefix = [f for f in [d, *d.findings] if f.verdict == "prefix_cache_ineffective"]
+    assert prefix and "0.0 %" in prefix[0].evidence[0] and "preemption recompute" in prefix[0].evidence[0]
+
+
+def test_limit_sources_in_precedence_order():
+    lim = resolve_limits({"maxNumSeqs": 8}, {"max_num_seqs": 4, "max_num_batched_tokens": 1024},
+                         {"num_gpu_blocks": "100", "block_size": "16", "gpu_memory_utilization": "0.6"},
+                         gpu_memory_bytes=80 * 2**30, gpu_name="H100")
+    assert lim.max_num_seqs == Limit(8, "spec")
+    assert lim.max_num_batched_tokens == Limit(1024, "cli")
+    assert lim.gpu_memory_utilization == Limit(0.6, "cache_config_info")
+    assert lim.kv_cache_tokens == Limit(1600, "derived")  # 100 blocks x 16
+    assert lim.max_model_len.value is None
+    # defaults by GPU tier (background.md §7): >= 70 GiB non-A100 -> 1024 / 8192; A100 -> 256 / 2048
+    big = resolve_limits(gpu_memory_bytes=80 * 2**30, gpu_name="H100")
+    assert (big.max_num_seqs, big.max_num_batched_tokens) == (Limit(1024, "default"), Limit(8192, "default"))
+    a100 = resolve_limits(gpu_memory_bytes=80 * 2**30, gpu_name="A100-80GB")
+    assert (a100.max_num_seqs.value, a100.max_num_batched_tokens.value) == (256, 2048)
+    assert resolve_limits(gpu_memory_bytes=192 * 2**30, gpu_name="B200").max_num_batched_tokens.value == 16384
