@@ -91,11 +91,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
          "prompt_len": {"dist": "uniform", "min": 1800, "max": 2200}, "output_len": 32}),
     Scenario(
         "compute-bound",
-        "Prefill-heavy traffic (6,000-token prompts, 2 output tokens, 8 req/s) on an H100 with a "
-        "65,000-token budget: prefill compute saturates, no flag binds (fixture case C12).",
+        "Prefill-heavy traffic (6,000-token prompts, 2 output tokens, 9 req/s) on an H100 with a "
+        "65,000-token budget: prefill compute saturates, no flag binds (like fixture case C12).",
         {"gpu": "h100-sxm", "model": "llama-3.1-8b", "max_num_seqs": 256,
          "max_num_batched_tokens": 65000, "max_model_len": 16384},
-        {"type": "poisson", "rate": 8.0, "duration": 300.0, "seed": 4, "prompt_len": 6000,
+        {"type": "poisson", "rate": 9.0, "duration": 300.0, "seed": 4, "prompt_len": 6000,
          "output_len": 2}),
     Scenario(
         "prefix-thrash",

@@ -113,7 +113,7 @@ def parse_vllm_args(argv: list[str]) -> VLLMArgs:
     try:
         ns, unknown = _parser().parse_known_args(args)
     except argparse.ArgumentError as exc:
-        flag = exc.argument_name or "argument"
+        flag = (exc.argument_name or "argument").split("/")[0]
         raise ValueError(f"{flag}: {exc.message}") from None
     out = VLLMArgs()
     pos = list(ns.positional)

@@ -1,0 +1,140 @@
+"""Workload generators, JSONL traces, and vLLM command-line parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvpilot.engine import Engine, EngineConfig, from_vllm_args, parse_vllm_args
+from kvpilot.engine.vllm_args import human_readable_int
+from kvpilot.engine.workloads import (
+    ClosedLoop,
+    document_scan,
+    from_dict,
+    load_trace,
+    poisson,
+    sample_length,
+)
+
+
+def test_poisson_is_seeded_and_has_the_right_rate():
+    a = [r.arrival_time for r in poisson(5.0, duration=1000.0, seed=7).requests]
+    b = [r.arrival_time for r in poisson(5.0, duration=1000.0, seed=7).requests]
+    c = [r.arrival_time for r in poisson(5.0, duration=1000.0, seed=8).requests]
+    assert a == b and a != c
+    # 5 req/s x 1,000 s = 5,000 expected; Poisson sd = sqrt(5,000) = 70.7; allow 5 sd
+    assert abs(len(a) - 5000) < 5 * 70.7
+    assert all(0 < t < 1000 for t in a) and a == sorted(a)
+
+
+def test_poisson_must_be_bounded_and_positive():
+    with pytest.raises(ValueError, match="^duration: "):
+        poisson(1.0)
+    with pytest.raises(ValueError, match="^rate: "):
+        poisson(0.0, duration=10)
+
+
+def test_shared_prefix_groups_share_segments():
+    reqs = poisson(10.0, num_requests=50, seed=1, prefix_groups=2, prefix_len=64,
+                   prompt_len=100).requests
+    keys = {r.segments[0] for r in reqs}
+    assert keys == {("prefix-0", 64), ("prefix-1", 64)}
+
+
+def test_length_distributions():
+    import random
+
+    rng = random.Random(0)
+    assert sample_length(37, rng) == 37
+    draws = [sample_length({"dist": "uniform", "min": 5, "max": 9}, rng) for _ in range(200)]
+    assert min(draws) == 5 and max(draws) == 9
+    clipped = [sample_length({"dist": "normal", "mean": 10, "std": 100, "min": 1, "max": 20}, rng)
+               for _ in range(200)]
+    assert all(1 <= x <= 20 for x in clipped)
+    with pytest.raises(ValueError, match="^prompt_len: unknown distribution 'zipf'"):
+        sample_length({"dist": "zipf"}, rng, "prompt_len")
+    with pytest.raises(ValueError, match="needs 'std'"):
+        sample_length({"dist": "normal", "mean": 3}, rng)
+
+
+def test_document_scan_orders_and_tags():
+    wl = document_scan(num_docs=3, doc_tokens=40, passes=("first", "reversed"))
+    assert [r.request_id for r in wl.requests] == [
+        "first-doc-0", "first-doc-1", "first-doc-2",
+        "reversed-doc-2", "reversed-doc-1", "reversed-doc-0"]
+    assert wl.requests[0].segments[0] == wl.requests[5].segments[0] == ("doc-0", 40)
+
+
+def test_closed_loop_sends_the_next_request_when_one_finishes():
+    eng = Engine(EngineConfig(kv_cache_tokens=4096, max_model_len=1024))
+    wl = document_scan(num_docs=3, doc_tokens=100, passes=("first",), output_len=4)
+    eng.run(wl)
+    r0, r1, r2 = wl.requests
+    assert r0.arrival_time == 0.0
+    assert r1.arrival_time == r0.finish_time and r2.arrival_time == r1.finish_time
+
+
+def test_closed_loop_rejects_bad_concurrency():
+    with pytest.raises(ValueError, match="^concurrency: "):
+        ClosedLoop([], concurrency=0)
+
+
+def test_trace_fields_and_errors():
+    lines = [
+        "# a comment",
+        '{"arrival_time": 0.5, "prompt_tokens": 100, "output_len": 7, "prefix_group": "sys",'
+        ' "prefix_len": 64, "request_id": "x"}',
+        "",
+        '{"timestamp": 0.1, "prompt_len": 20, "extra": true}',
+    ]
+    wl = load_trace(lines)
+    first, second = wl.requests  # sorted by arrival time
+    assert (first.request_id, first.prompt_len, first.output_len) == ("trace-4", 20, 1)
+    assert second.segments[:2] == (("prefix-sys", 64), ("x", 36))
+    with pytest.raises(ValueError, match="^trace line 1: prompt_tokens: required"):
+        load_trace(['{"arrival_time": 0}'])
+    with pytest.raises(ValueError, match="^trace line 2: not JSON"):
+        load_trace(["", "{nope"])
+    with pytest.raises(ValueError, match="prefix_len: 50 must be smaller"):
+        load_trace(['{"arrival_time": 0, "prompt_tokens": 50, "prefix_group": "g", '
+                    '"prefix_len": 50}'])
+
+
+def test_workload_from_dict():
+    assert len(from_dict({"type": "poisson", "rate": 2, "num_requests": 5})) == 5
+    assert from_dict({"type": "idle"}).done()
+    tr = from_dict({"type": "trace", "requests": [{"arrival_time": 1, "prompt_tokens": 5}]})
+    assert tr.requests[0].prompt_len == 5
+    with pytest.raises(ValueError, match="^workload.type: 'burst'"):
+        from_dict({"type": "burst"})
+    with pytest.raises(ValueError, match="^workload: "):
+        from_dict({"type": "poisson", "rate": 1, "duration": 2, "burstiness": 3})
+
+
+def test_from_vllm_args_maps_the_flags():
+    argv = ["serve", "Qwen/Qwen2.5-1.5B-Instruct", "--max-num-seqs", "4",
+            "--gpu-memory-utilization", "0.6", "--max-model-len", "8192",
+            "--max-num-batched-tokens=2048", "--no-enable-prefix-caching", "--kv-cache-dtype",
+            "fp8", "--tensor-parallel-size", "2", "--block-size", "32", "--trust-remote-code",
+            "--swap-space", "4"]
+    assert from_vllm_args(argv) == {
+        "max_num_seqs": 4, "gpu_memory_utilization": 0.6, "max_model_len": 8192,
+        "max_num_batched_tokens": 2048, "enable_prefix_caching": False, "kv_cache_dtype": "fp8",
+        "tensor_parallel_size": 2, "block_size": 32, "model": "qwen2.5-1.5b",
+        "served_model_name": "Qwen/Qwen2.5-1.5B-Instruct",
+    }
+    parsed = parse_vllm_args(["vllm"] + argv)
+    assert any("--trust-remote-code" in n and "--swap-space" in n for n in parsed.notes)
+
+
+def test_from_vllm_args_other_spellings_and_errors():
+    got = from_vllm_args(["serve", "my/model", "--max_num_seqs=8", "--enable-prefix-caching",
+                          "--served-model-name", "chat", "--kv-offloading-size", "1.5"])
+    assert got == {"max_num_seqs": 8, "enable_prefix_caching": True, "served_model_name": "chat",
+                   "kv_offload_cpu_bytes": int(1.5 * 2**30)}
+    notes = parse_vllm_args(["serve", "my/model"]).notes
+    assert any("'my/model' has no profile" in n for n in notes)
+    with pytest.raises(ValueError, match="^--max-num-seqs: "):
+        from_vllm_args(["serve", "m", "--max-num-seqs", "four"])
+    # vLLM's human_readable_int: lowercase decimal, uppercase binary
+    assert human_readable_int("8k") == 8000 and human_readable_int("8K") == 8192
+    assert from_vllm_args(["--max-model-len", "32K"]) == {"max_model_len": 32768}
