@@ -258,6 +258,10 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
             click.echo(f"{key}:")
             for row in value:
                 click.echo("  - " + ", ".join(f"{k}={v}" for k, v in row.items()))
+        elif isinstance(value, Mapping) and len(value) > 4:
+            click.echo(f"{key}:")
+            for k, v in value.items():
+                click.echo(f"  {k}: {v}")
         elif isinstance(value, Mapping):
             click.echo(f"{key}: " + ", ".join(f"{k}={v}" for k, v in value.items()))
         else:
@@ -505,6 +509,11 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
 
     if not serve_at and not record_to:
         scenarios = _scenarios()
+        if duration is not None:
+            # run for --duration simulated seconds; a Poisson workload keeps arriving that long
+            overrides["duration"] = duration
+            if known[scenario].workload.get("type") == "poisson" or "rate" in workload:
+                overrides["workload"] = {**overrides.get("workload", {}), "duration": duration}
         result = _call(f"scenario {scenario}", scenarios.run_scenario, scenario, overrides=overrides or None)
         _print_report(result, output)
         return

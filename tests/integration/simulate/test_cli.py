@@ -1,0 +1,105 @@
+"""`kvpilot simulate` end to end in-process: the founding-experiment contract, vLLM's command line,
+scenario files, --vllm-version through a recording, --help."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from kvpilot.cli import cli
+from kvpilot.metrics.recording import read_recording
+
+
+def _json(args):
+    result = CliRunner().invoke(cli, ["simulate", *args, "-o", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_seed_lru_contract():
+    # background.md §9: 21,520 tokens = 1,345 blocks of 16, 1,344 usable; hits 0, 0, 21,488
+    out = _json(["seed-lru"])
+    assert out["kv_cache_tokens"] == 21520
+    assert out["usable_blocks"] == 1344
+    assert [(p["name"], p["prefix_cache_hit_tokens"]) for p in out["passes"]] == [
+        ("first", 0), ("second", 0), ("reversed", 21488)]
+
+
+def test_seed_lru_with_cpu_offload_contract():
+    # LMCache 1.5 GB: pass 2 hits nothing on the GPU and 10 documents x 19 full 256-token chunks
+    # = 48,640 tokens in the CPU tier
+    out = _json(["seed-lru", "--kv-offload-cpu", "1.5GiB"])
+    second = [p for p in out["passes"] if p["name"] == "second"][0]
+    assert second["prefix_cache_hit_tokens"] == 0
+    assert second["external_prefix_cache_hit_tokens"] == 48640
+
+
+def test_vllm_args_set_the_engine_flags():
+    out = _json(["--vllm-args", "serve Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 4 --gpu-memory-utilization 0.6",
+                 "--duration", "60"])
+    assert out["scenario"] == "healthy"
+    assert out["config"]["max_num_seqs"] == 4
+    assert out["config"]["gpu_memory_utilization"] == 0.6
+    assert out["config"]["model"] == "qwen2.5-1.5b"
+
+
+def test_scenario_file_and_cli_flags(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("scenario: max-num-seqs-cap\nmax_num_seqs: 2\nduration: 60\n")
+    out = _json(["--scenario-file", str(path)])
+    assert out["scenario"] == "max-num-seqs-cap"
+    assert out["config"]["max_num_seqs"] == 2
+    assert out["peaks"]["running"] == 2          # the cap from the file binds
+    # a command-line flag wins over the file
+    out = _json(["--scenario-file", str(path), "--max-num-seqs", "3"])
+    assert out["peaks"]["running"] == 3
+
+
+def test_arrival_rate_and_duration_in_report_mode():
+    # idle has no arrivals; --arrival-rate 1 for 60 s turns it into a Poisson stream of ~60 requests
+    out = _json(["idle", "--arrival-rate", "1", "--duration", "60"])
+    assert 30 <= out["requests"]["arrived"] <= 90
+    assert 60 <= out["simulated_seconds"] < 61
+
+
+def test_old_vllm_version_recording_uses_old_names_and_blocks(tmp_path):
+    path = tmp_path / "old.om"
+    result = CliRunner().invoke(cli, ["simulate", "seed-lru", "--vllm-version", "0.8.0", "--record", str(path),
+                                      "--duration", "60s", "--end", "1700000000"])
+    assert result.exit_code == 0, result.output
+    samples = read_recording(path)
+    names = {s.name for s in samples}
+    assert "vllm:gpu_cache_usage_perc" in names and "vllm:kv_cache_usage_perc" not in names
+    assert "vllm:time_per_output_token_seconds_count" in names
+    assert all("engine" not in s.labels for s in samples)
+    last = {s.name: s.value for s in samples}
+    # before 0.9.0 prefix counters count 16-token blocks: 21,488 / 16 = 1,343 hit blocks;
+    # queries 150,990 tokens -> floor(150,990 / 16) = 9,436 blocks
+    assert last["vllm:gpu_prefix_cache_hits_total"] == 1343
+    assert last["vllm:gpu_prefix_cache_queries_total"] == 9436
+
+
+def test_v010_recording_has_both_generations(tmp_path):
+    path = tmp_path / "v010.om"
+    result = CliRunner().invoke(cli, ["simulate", "idle", "--vllm-version", "0.10.1", "--record", str(path),
+                                      "--duration", "30s"])
+    assert result.exit_code == 0, result.output
+    names = {s.name for s in read_recording(path)}
+    assert {"vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total",
+            "vllm:prefix_cache_hits_total"} <= names
+
+
+def test_help_has_examples():
+    result = CliRunner().invoke(cli, ["simulate", "--help"])
+    assert result.exit_code == 0
+    assert "Examples:" in result.output and "kvpilot simulate seed-lru -o json" in result.output
+    assert "--vllm-args" in result.output and "--record" in result.output
+
+
+def test_unknown_scenario_and_bad_vllm_args_exit_2():
+    result = CliRunner().invoke(cli, ["simulate", "no-such"])
+    assert result.exit_code == 2 and "SCENARIO" in result.output
+    result = CliRunner().invoke(cli, ["simulate", "--vllm-args", "serve m --max-num-seqs lots"])
+    assert result.exit_code == 2 and "--max-num-seqs" in result.output
+    assert "Traceback" not in result.output
