@@ -334,14 +334,14 @@ def serve(sim: Simulation, host: str, port: int, speed: float, duration: float |
     Stops after ``duration`` simulated seconds (``duration / speed`` wall seconds), or on SIGTERM/SIGINT.
     Prints one line ``serving http://HOST:PORT`` once the socket listens.
     """
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before listening: a stop request is never lost
+        signal.signal(sig, lambda *_: stop.set())
     try:
         httpd = ThreadingHTTPServer((host, port), _handler(sim, version))
     except OSError as exc:
         fail(f"--serve: cannot listen on {host}:{port} ({exc.strerror or exc})")
     httpd.daemon_threads = True
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     server_thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     server_thread.start()
     bound_host, bound_port = httpd.server_address[:2]

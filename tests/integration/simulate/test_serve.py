@@ -77,6 +77,17 @@ def test_serve_scraped_by_prometheus_stores_every_series(tmp_path):
         assert status == 200
         assert json.loads(body)["data"][0]["id"] == "Qwen/Qwen2.5-1.5B-Instruct"
         assert get(sim.url + "/nope")[0] == 404
+    assert sim.proc.returncode == 0     # SIGTERM stops it cleanly
+
+
+def test_serve_stops_after_duration(tmp_path):
+    # 20 simulated seconds at 10x: the server exits by itself after ~2 s of wall time
+    port = free_port()
+    argv = [str(BIN / "kvpilot"), "simulate", "idle", "--serve", f"127.0.0.1:{port}", "--speed", "10",
+            "--duration", "20s"]
+    with Server(argv, port, tmp_path / "sim") as sim:
+        assert sim.proc.wait(timeout=30) == 0
+    assert get(sim.url + "/health", timeout=1)[0] == 0   # nothing listens any more
 
 
 def _running(url: str) -> float:
