@@ -22,17 +22,22 @@ per-server lock, so a transition is seen (and announced) once.
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import threading
+import time
 from typing import Any
 
 import kopf
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
-from kvpilot.api import GROUP, PLURAL, VERSION, SpecError, parse_spec, spec_hash
+from kvpilot.api import GROUP, PLURAL, VERSION, SpecError, VLLMServerSpec, parse_spec, spec_hash
+from kvpilot.api.quantity import parse_quantity
 from kvpilot.controller import logic
 from kvpilot.controller.vllm_log import parse_kv_cache_report
+from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_capacity_condition
+from kvpilot.kv.spec import KVConfigError
 from kvpilot.render import render_objects, vllm_command
 
 #: kopf keeps its progress and last-handled spec in annotations under this prefix (never in
@@ -44,6 +49,10 @@ MANAGED_BY_SELECTOR = {"app.kubernetes.io/managed-by": "kvpilot"}
 LOG_LIMIT_BYTES = 8 * 2**20
 #: The node label NVIDIA GPU feature discovery sets (MiB), for the KV pre-flight.
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+#: A failed Hub lookup is retried after this many seconds (a success is kept for the process).
+HUB_RETRY_SECONDS = 600.0
+#: Bytes per parameter of the safetensors dtypes the Hub reports (``ModelInfo.safetensors.parameters``).
+_DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "I32": 4, "I64": 8}
 
 
 def now_rfc3339() -> str:
@@ -86,8 +95,10 @@ def connection_info(configuration: kubernetes.client.Configuration) -> kopf.Conn
 class Controller:
     """The handlers' shared state: one API client and a lock per VLLMServer."""
 
-    def __init__(self, configuration: kubernetes.client.Configuration) -> None:
+    def __init__(self, configuration: kubernetes.client.Configuration, *, hub: bool = True) -> None:
         self.configuration = configuration
+        self.hub = hub
+        self._hub_cache: dict[str, tuple[float, tuple[dict | None, int | None, str]]] = {}
         self.api = kubernetes.client.ApiClient(configuration)
         self.core = kubernetes.client.CoreV1Api(self.api)
         self.custom = kubernetes.client.CustomObjectsApi(self.api)
@@ -122,6 +133,23 @@ class Controller:
                        message=f"{new.get('reason')}: {new.get('message')}"[:1024])
         return updated
 
+    def _write_kv_condition(self, server: dict[str, Any], condition: dict[str, Any], warning: str | None,
+                            now: str) -> dict[str, Any]:
+        """Set the KVCapacity condition (Warning Event when it turns False) and return the server."""
+        old = server.get("status") or {}
+        conditions = logic.set_condition(old.get("conditions"), condition["type"], condition["status"],
+                                         condition["reason"], condition["message"], now=now,
+                                         generation=server["metadata"].get("generation"))
+        if conditions == old.get("conditions"):
+            return server
+        meta = server["metadata"]
+        before = next((c for c in old.get("conditions") or [] if c["type"] == condition["type"]), {})
+        updated = self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": {"conditions": conditions}})
+        if warning and before.get("status") != "False":
+            kopf.event(server, type="Warning", reason=condition["reason"], message=warning[:1024])
+        return updated
+
     def _pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         pods = self.core.list_namespaced_pod(namespace, label_selector=f"{logic.SERVER_LABEL}={name}")
         return [self.api.sanitize_for_serialization(p) for p in pods.items]
@@ -146,6 +174,79 @@ class Controller:
         report = parse_kv_cache_report(text or "")
         return None if report is None else (report.kv_cache_tokens, report.max_concurrency)
 
+    # ------------------------------------------------------------------ KV pre-flight
+    def _model_files(self, namespace: str, spec: VLLMServerSpec) -> tuple[dict | None, int | None, str]:
+        """``(config.json, weight bytes or None, where from)`` of the spec's model, or ``(None, None, why)``.
+
+        Sources: the ``modelConfigRef`` ConfigMap (its key, plus an optional
+        ``model.safetensors.index.json`` key whose ``metadata.total_size`` is the weight size), else
+        the Hugging Face Hub when this operator may use it (``hub``; HF_HUB_OFFLINE honoured).
+        """
+        ref = spec.model_config_ref
+        if ref is not None:
+            try:
+                data = self.core.read_namespaced_config_map(ref.name, namespace).data or {}
+            except ApiException as exc:
+                return None, None, f"ConfigMap {ref.name}: {exc.status} {exc.reason}"
+            if ref.key not in data:
+                return None, None, f"ConfigMap {ref.name} has no key {ref.key}"
+            try:
+                config = json.loads(data[ref.key])
+                index = json.loads(data["model.safetensors.index.json"]) if "model.safetensors.index.json" in data \
+                    else None
+            except ValueError as exc:
+                return None, None, f"ConfigMap {ref.name}: not JSON: {exc}"
+            weights = (index or {}).get("metadata", {}).get("total_size")
+            return config, int(weights) if weights else None, f"ConfigMap {ref.name}"
+        if not self.hub:
+            return None, None, "no modelConfigRef (and the Hub is not used by this operator)"
+        cached = self._hub_cache.get(spec.model)
+        if cached is not None and (cached[1][0] is not None or time.monotonic() - cached[0] < HUB_RETRY_SECONDS):
+            return cached[1]
+        result = self._from_hub(spec.model)
+        self._hub_cache[spec.model] = (time.monotonic(), result)
+        return result
+
+    @staticmethod
+    def _from_hub(model: str) -> tuple[dict | None, int | None, str]:  # pragma: no cover - needs the network
+        """config.json and the safetensors parameter bytes from the Hub (HF_HUB_OFFLINE honoured)."""
+        try:
+            from huggingface_hub import HfApi, hf_hub_download
+
+            with open(hf_hub_download(model, "config.json"), encoding="utf-8") as fh:
+                config = json.load(fh)
+            info = HfApi().model_info(model)
+            params = getattr(info, "safetensors", None)
+            weights = sum(count * _DTYPE_BYTES.get(dtype, 2) for dtype, count in params.parameters.items()) \
+                if params is not None else None
+            return config, weights, f"the Hub ({model})"
+        except Exception as exc:  # offline, gated, unknown model: the condition says so
+            return None, None, f"the Hub: {type(exc).__name__}"
+
+    def _gpu_memory(self, spec: VLLMServerSpec, pods: list[dict[str, Any]]) -> int | None:
+        if spec.resources.gpu_memory is not None:
+            return int(parse_quantity(spec.resources.gpu_memory))
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                try:
+                    label = (self.core.read_node(node).metadata.labels or {}).get(GPU_MEMORY_LABEL)
+                    return gpu_memory_from_node_label(label) if label else None
+                except (ApiException, KVConfigError):
+                    return None
+        return None
+
+    def preflight(self, namespace: str, spec: VLLMServerSpec, pods: list[dict[str, Any]]) -> tuple[dict, str | None]:
+        """The ``KVCapacity`` condition (kvpilot.kv.preflight) and a warning when one request of
+        ``maxModelLen`` cannot fit; Unknown when the model config or GPU memory is not known."""
+        config, weights, source = self._model_files(namespace, spec)
+        if config is None:
+            return {"type": "KVCapacity", "status": "Unknown", "reason": "NoModelConfig",
+                    "message": f"KV capacity not computed: model config.json not available ({source})"}, None
+        gpu_memory = self._gpu_memory(spec, pods)
+        engine = spec.engine.model_dump(by_alias=True, exclude_none=True) if spec.engine else {}
+        return kv_capacity_condition(config, engine, gpu_memory_bytes=gpu_memory, weights_bytes=weights)
+
     # ------------------------------------------------------------------ VLLMServer handlers
     def reconcile_server(self, body: Any, namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
         """create/resume/update: validate, ensure Service and Pod, write status (idempotent)."""
@@ -162,8 +263,16 @@ class Controller:
             digest = spec_hash(spec)
             pod_obj, service = render_objects(name, namespace, spec, owner=server)
             pod_obj["metadata"]["name"] = logic.pod_name(name, digest)
+            pods = self._pods(namespace, name)
+            if spec.preflight != "off":
+                condition, warning = self.preflight(namespace, spec, pods)
+                server = self._write_kv_condition(server, condition, warning, now)
+                if warning and spec.preflight == "enforce":
+                    self._write_status(server, logic.invalid_status(
+                        server, f"spec.engine.maxModelLen: {warning}", now=now, reason=condition["reason"]), logger)
+                    raise kopf.PermanentError(f"pre-flight refused the spec: {warning}")
             self._ensure_service(service)
-            plan = logic.plan_pods(server, self._pods(namespace, name), digest)
+            plan = logic.plan_pods(server, pods, digest)
             for stale in plan.delete:
                 logger.info(f"deleting pod {stale} (spec changed or duplicate)")
                 try:
@@ -229,15 +338,17 @@ class Controller:
             self._write_status(server, new, logger)
 
 
-def build_registry(configuration: kubernetes.client.Configuration) -> kopf.OperatorRegistry:
+def build_registry(configuration: kubernetes.client.Configuration, *, hub: bool = True) -> kopf.OperatorRegistry:
     """A kopf registry with the VLLMServer operator's handlers, talking to ``configuration``'s cluster.
 
     Args:
         configuration: where the cluster is (``kvpilot.controller.load_configuration()`` for a
             kubeconfig or the in-cluster service account; the sandbox's own for the demo/tests).
+        hub: whether the KV pre-flight may fetch a model's config.json from the Hugging Face
+            Hub (off for the offline sandbox; a ``modelConfigRef`` ConfigMap always works).
     """
     registry = kopf.OperatorRegistry()
-    controller = Controller(configuration)
+    controller = Controller(configuration, hub=hub)
 
     def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(configuration)

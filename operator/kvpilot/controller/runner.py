@@ -50,20 +50,23 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
 def run_operator(configuration: kubernetes.client.Configuration, *, namespaces: Collection[str] = (),
                  clusterwide: bool = False, standalone: bool = False, peering_name: str | None = None,
                  liveness_endpoint: str | None = None, priority: int | None = None,
-                 stop_flag: Any = None, ready_flag: Any = None, loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 stop_flag: Any = None, ready_flag: Any = None, loop: asyncio.AbstractEventLoop | None = None,
+                 hub: bool = True) -> None:
     """Run the operator until stopped (kopf's ``run`` with kvpilot's registry and settings).
 
     Arguments are kopf's run options (``kopf run --help``); ``stop_flag``/``ready_flag`` are
-    ``threading.Event`` (or asyncio) flags as :func:`kopf.run` takes them.
+    ``threading.Event`` (or asyncio) flags as :func:`kopf.run` takes them; ``hub`` lets the KV
+    pre-flight fetch model configs from the Hugging Face Hub.
     """
-    kopf.run(registry=build_registry(configuration), settings=make_settings(), namespaces=list(namespaces),
+    kopf.run(registry=build_registry(configuration, hub=hub), settings=make_settings(), namespaces=list(namespaces),
              clusterwide=clusterwide, standalone=standalone, peering_name=peering_name,
              liveness_endpoint=liveness_endpoint, priority=priority, stop_flag=stop_flag,
              ready_flag=ready_flag, loop=loop)
 
 
 class OperatorThread:
-    """The operator in a background thread, for ``kvpilot demo`` (tests use kopf's KopfRunner).
+    """The operator in a background thread, for ``kvpilot demo`` (tests use kopf's KopfRunner);
+    offline: the KV pre-flight uses ``modelConfigRef`` ConfigMaps only, never the Hub.
 
     Example::
 
@@ -85,7 +88,7 @@ class OperatorThread:
         loop = asyncio.new_event_loop()
         try:
             run_operator(self.configuration, namespaces=self.namespaces, standalone=True,
-                         stop_flag=self._stop, ready_flag=self._ready, loop=loop)
+                         stop_flag=self._stop, ready_flag=self._ready, loop=loop, hub=False)
         except BaseException as exc:  # reported by __exit__
             self.error = exc
             self._ready.set()

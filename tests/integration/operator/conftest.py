@@ -77,5 +77,5 @@ def operator(cluster: SandboxCluster, namespace: str) -> Callable[[], KopfRunner
 
     def start() -> KopfRunner:
         return KopfRunner(["run", "--standalone", "--namespace", namespace],
-                          registry=build_registry(cluster.configuration()), settings=make_settings(), timeout=10)
+                          registry=build_registry(cluster.configuration(), hub=False), settings=make_settings(), timeout=10)
     return start

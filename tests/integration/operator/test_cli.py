@@ -45,7 +45,7 @@ def test_packaged_example_equals_the_manifest():
 
 def test_operator_command_reads_kubeconfig_and_runs(cluster, namespace, tmp_path):
     kubeconfig = cluster.write_kubeconfig(tmp_path / "config")
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HF_HUB_OFFLINE": "1"}  # no network in tests
     env.pop("KUBERNETES_SERVICE_HOST", None)
     proc = subprocess.Popen([KVPILOT, "operator", "--namespace", namespace, "--standalone", "--quiet"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -233,3 +233,49 @@ def test_failed_start_reports_the_termination_message_and_is_not_restarted(clust
     assert status["reason"] == "Error"
     assert status["message"].startswith("vLLM exited with code 1 (Error)") and status["message"].endswith(tail)
     assert [p["metadata"]["uid"] for p in pods] == [pod["metadata"]["uid"]]
+
+
+def _model_config_map(api, namespace: str, fixtures_dir) -> None:
+    config = (fixtures_dir / "hf-configs" / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text()
+    # Qwen2.5-1.5B-Instruct in bf16: 1,543,714,304 parameters x 2 bytes (its safetensors index total_size)
+    index = json.dumps({"metadata": {"total_size": 3_087_428_608}, "weight_map": {}})
+    kubernetes.client.CoreV1Api(api).create_namespaced_config_map(namespace, {
+        "metadata": {"name": "qwen-config"},
+        "data": {"config.json": config, "model.safetensors.index.json": index}})
+
+
+def test_preflight_sets_kv_capacity_condition(cluster, api, namespace, operator, fixtures_dir):
+    _model_config_map(api, namespace, fixtures_dir)
+    body = copy.deepcopy(EXPERIMENT)
+    body["spec"]["modelConfigRef"] = {"name": "qwen-config"}
+    body["spec"]["resources"]["gpuMemory"] = "8Gi"
+    with operator():
+        _create(api, namespace, body)
+        _one_pod(cluster, namespace)
+        status = wait_for(lambda: any(c["type"] == "KVCapacity" for c in _status(cluster, namespace)
+                                      .get("conditions", [])) and _status(cluster, namespace), what="KVCapacity")
+    kv = next(c for c in status["conditions"] if c["type"] == "KVCapacity")
+    assert (kv["status"], kv["reason"]) == ("True", "Fits")
+    # 2 (K,V) x 28 layers x 2 KV heads x 128 head_dim x 2 bytes (bf16) = 28,672 bytes per token
+    assert "28,672 B/token" in kv["message"]
+    assert kv["observedGeneration"] == 1
+
+
+def test_preflight_enforce_refuses_a_spec_that_cannot_start(cluster, api, namespace, operator, fixtures_dir):
+    _model_config_map(api, namespace, fixtures_dir)
+    body = copy.deepcopy(EXPERIMENT)
+    body["spec"].update(modelConfigRef={"name": "qwen-config"}, preflight="enforce")
+    body["spec"]["resources"]["gpuMemory"] = "4Gi"
+    body["spec"]["engine"].update(gpuMemoryUtilization=0.9, maxModelLen=32768, maxNumBatchedTokens=32768)
+    # 4 GiB x 0.9 = 3.6 GiB minus 2.875 GiB of weights leaves at most 0.725 GiB for KV, less than
+    # the 0.875 GiB one 32,768-token request needs (background.md §2): vLLM would refuse to start.
+    with operator():
+        _create(api, namespace, body)
+        status = wait_for(lambda: _status(cluster, namespace).get("phase") == "Invalid"
+                          and _status(cluster, namespace), what="phase Invalid")
+        events = wait_for(lambda: [e for e in _events(cluster, namespace) if e["type"] == "Warning"
+                                   and "refuse to start" in e["message"]], what="the warning event")
+    kv = next(c for c in status["conditions"] if c["type"] == "KVCapacity")
+    assert kv["status"] == "False" and kv["reason"] in ("MaxModelLenExceedsKV", "NoKVMemory")
+    assert status["reason"] == kv["reason"] and "spec.engine.maxModelLen" in status["message"]
+    assert _pods(cluster, namespace) == [] and events
