@@ -187,7 +187,9 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
     # short of KV, slots or budget), "deferred" the skipped ones (LoRA, KV transfer): alone it does not
     # name KV. With free slots and KV at the ceiling it shows the ceiling binding below 1.0.
     capacity_blocked = cap_wait is not None and cap_wait > 0 and free_slots and at_ceiling
-    kv_room = not at_ceiling and preempt < 1 and kv_max is not None
+    # no KV shortage in evidence; with the KV gauge missing this rests on preemptions alone (confidence drops)
+    kv_room = not at_ceiling and preempt < 1
+    kv_known = kv_max is not None
     if not pinned and limits.max_num_seqs.source == "default" and queued and kv_room and run_max \
             and s("running_min") == run_max and (s("samples_in_window") or 0) >= 3:
         # max_num_seqs unknown: running flat at one value while requests wait and KV has room is a cap.
@@ -228,10 +230,12 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
                   if inferred_cap else limits.max_num_seqs.source)
         ev = [f"Running requests pinned at max_num_seqs: average {_n(run_avg, 2)}, max {_n(run_max)} of "
               f"{_n(n_seqs)} ({source}).", evidence_queue + ".",
-              f"KV cache has room: usage peaked at {_pct(kv_max)} ({ceiling_how}), no preemptions."]
+              (f"KV cache has room: usage peaked at {_pct(kv_max)} ({ceiling_how}), no preemptions." if kv_known else
+               "KV usage unknown (no KV gauge in any spelling); no preemptions, so no sign of a KV shortage.")]
         ev.extend(_kv_headroom_evidence(signals, limits))
         primary = Finding("max_num_seqs_cap", "critical" if growing else "warning",
-                          0.6 if inferred_cap else 0.9 if limits.max_num_seqs.source != "default" else 0.7, ev,
+                          (0.6 if inferred_cap else 0.9 if limits.max_num_seqs.source != "default" else 0.7)
+                          - (0 if kv_known else 0.2), ev,
                           recommend("max_num_seqs_cap", inputs, max_num_seqs=n_seqs))
     elif budget_binds(share, s("tokens_per_step_avg"), budget) and queued and free_slots and kv_room:
         ev = [f"max_num_batched_tokens = {_n(budget)} ({limits.max_num_batched_tokens.source}) fills the steps: "
@@ -245,7 +249,7 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
               evidence_queue + ".",
               f"Running {_n(run_avg, 1)} on average, below max_num_seqs {_n(n_seqs)}; KV usage peaked at "
               f"{_pct(kv_max)}, no preemptions."]
-        primary = Finding("token_budget_cap", "critical" if growing else "warning", 0.8, ev,
+        primary = Finding("token_budget_cap", "critical" if growing else "warning", 0.8 if kv_known else 0.6, ev,
                           recommend("token_budget_cap", inputs))
     elif queued and (growing or (wait_avg or 0) >= 1):
         ev = [evidence_queue + ".",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from urllib.parse import urlsplit
 from dataclasses import dataclass, field
 
 from kvpilot.diagnose.limits import resolve_limits
@@ -57,11 +58,11 @@ class Options:
     timeout: float = 10.0
 
 
-def _target_json(key: TargetKey, server: str) -> dict:
+def _target_json(key: TargetKey, server: str, instance: str = "") -> dict:
     out = {"namespace": key.namespace, "pod": key.pod, "server": server, "model_name": key.model_name,
            "engine": key.engine}
-    if key.instance:
-        out["instance"] = key.instance
+    if key.instance or instance:
+        out["instance"] = key.instance or instance
     if key.job:
         out["job"] = key.job
     return out
@@ -112,6 +113,7 @@ def run(opts: Options) -> Report:
         signals, queries = result.signals, result.queries
         notes.extend(result.notes)
         source = f"prometheus {opts.prometheus}"
+        window_seconds = opts.window_seconds
     else:
         if opts.metrics_url:
             from kvpilot.diagnose.sources.scrape import scrape_series
@@ -136,13 +138,15 @@ def run(opts: Options) -> Report:
         if opts.metrics_url and stamps:
             window = max(1e-3, max(stamps) - min(stamps)) if opts.quick else window
         signals = compute_signals(samples, window, end)
+        window_seconds = window
         queries = [f"{sd.fn}({sd.family}{sd.suffix}[{window:g}s]) by target" for sd in SIGNAL_DEFS]
     signals = _select(signals, opts, pod)
-    report = Report(source=source, window_seconds=opts.window_seconds, notes=notes)
+    report = Report(source=source, window_seconds=round(window_seconds, 3), notes=notes)
+    instance = urlsplit(opts.metrics_url).netloc if opts.metrics_url else ""
     for key in sorted(signals):
         sig = signals[key]
         limits = resolve_limits(engine_spec, opts.cli_limits, sig.cache_config, opts.gpu_memory_bytes, opts.gpu_name)
-        diag = diagnose_target(sig, limits, _target_json(key, opts.server), queries, opts.model_config)
+        diag = diagnose_target(sig, limits, _target_json(key, opts.server, instance), queries, opts.model_config)
         diag.evidence.append(limits.describe())
         diag.evidence.extend(limits.notes)
         report.targets.append(diag)

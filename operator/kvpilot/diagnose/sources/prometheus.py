@@ -100,6 +100,18 @@ def cache_config_query(window_seconds: float, selectors: Selectors = Selectors()
     return " or ".join(arms)
 
 
+def _reason(exc: Exception, timeout: float) -> str:
+    """One short reason for a failed request (requests' messages embed the whole query URL)."""
+    text = str(exc)
+    if isinstance(exc, requests.Timeout) or "timed out" in text.lower():
+        return f"no answer within {timeout:g} s (timeout)"
+    if "refused" in text.lower():
+        return "connection refused"
+    if "Name or service not known" in text or "nodename nor servname" in text:
+        return "unknown host"
+    return f"{type(exc).__name__}: {text.split(':')[0][:120]}"
+
+
 @dataclass
 class PrometheusResult:
     """Signals per target plus the queries sent and notes about failures."""
@@ -135,8 +147,7 @@ class PrometheusSource:
         except PrometheusApiClientException as exc:
             raise SourceError(f"--prometheus {self.url}: {str(exc)[:300]}") from None
         except requests.RequestException as exc:
-            raise SourceError(f"--prometheus {self.url}: {type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0][:200] if str(exc) else ''}") from None
+            raise SourceError(f"--prometheus {self.url}: {_reason(exc, self.timeout)}") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise SourceError(f"--prometheus {self.url}: unreadable answer ({type(exc).__name__})") from None
 
