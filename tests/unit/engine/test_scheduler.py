@@ -137,3 +137,36 @@ def test_metrics_sink_receives_consistent_values():
         assert abs(r["queue_time"] + r["prefill_time"] - r["ttft"]) < 1e-9
         assert abs(r["ttft"] + r["decode_time"] - r["e2e"]) < 1e-9
         assert r["finished_reason"] == "length"
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), blocks=st.integers(8, 40), caching=st.booleans(),
+       budget=st.sampled_from([16, 64, 512]))
+def test_engine_keeps_the_pool_consistent_under_preemption(seed, blocks, caching, budget):
+    # tiny pools force preemptions; shared prefixes force block sharing (ref counts > 1)
+    eng = _engine(num_gpu_blocks=blocks, block_size=4, max_model_len=4 * (blocks - 1),
+                  max_num_batched_tokens=budget, max_num_seqs=8, enable_prefix_caching=caching)
+    wl = poisson(50.0, num_requests=25, seed=seed, prefix_groups=2, prefix_len=6,
+                 prompt_len={"dist": "uniform", "min": 7, "max": 2 * (blocks - 1)},
+                 output_len={"dist": "uniform", "min": 1, "max": 2 * (blocks - 1)})
+
+    def check(e, out):
+        pool = e.pool
+        queue = pool.free_queue()
+        assert len(queue) == len(set(queue)) == pool.num_free
+        holders: dict[int, int] = {}
+        for r in e.running:
+            assert len(r.blocks) * 4 >= r.num_computed  # the table holds the computed tokens
+            for b in r.blocks:
+                holders[b] = holders.get(b, 0) + 1
+        for r in e.waiting:
+            assert r.blocks == [] and r.num_computed == 0
+        assert not set(holders) & set(queue)  # never both free and referenced
+        for b in range(1, pool.num_blocks):
+            assert pool.ref_cnt[b] == holders.get(b, 0)
+        assert e.kv_cache_usage == 1 - pool.num_free / (pool.num_blocks - 1)
+        assert len(e.running) <= 8
+
+    eng.run(wl, on_step=check)
+    assert eng.num_finished == 25
+    assert eng.pool.num_free == blocks - 1
