@@ -1,8 +1,11 @@
 """``EngineConfig``: the vLLM flags and hardware the engine model runs with.
 
-Defaults follow vLLM v0.30-v0.33 (background.md §7): ``block_size`` 16, ``max_num_seqs`` 256,
-``max_num_batched_tokens`` 2048, ``gpu_memory_utilization`` 0.92, prefix caching and chunked
-prefill on. Hardware numbers live in :mod:`kvpilot.engine.hardware`.
+Defaults follow vLLM v0.30-v0.33 (background.md §7): ``block_size`` 16, ``gpu_memory_utilization``
+0.92, prefix caching and chunked prefill on, and the GPU-dependent batch defaults of
+``EngineArgs._set_default_args`` (vllm/engine/arg_utils.py, OpenAI server usage context):
+``max_num_seqs`` 256 and ``max_num_batched_tokens`` 2048, or 1024 and 8192 on GPUs with >= 70 GiB
+that are not A100s, with the budget 16384 from 160 GiB. Hardware numbers live in
+:mod:`kvpilot.engine.hardware`.
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ class EngineConfig:
     block_size: int = 16
     num_gpu_blocks: int | None = None
     kv_cache_tokens: int | None = None
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
     max_model_len: int = 32768
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
@@ -79,6 +82,25 @@ class EngineConfig:
                 raise ValueError(f"{key}: unknown engine field (known: {', '.join(sorted(known))})")
             clean[name] = _coerce(name, value, known[name].type)
         return dataclasses.replace(self, **clean)
+
+    def resolved(self) -> EngineConfig:
+        """A copy with ``max_num_seqs``/``max_num_batched_tokens`` left ``None`` set to vLLM's
+        defaults for this GPU (see the module docstring). The engine runs on the resolved copy.
+
+        Raises:
+            ValueError: unknown GPU profile.
+        """
+        if self.max_num_seqs is not None and self.max_num_batched_tokens is not None:
+            return self
+        gpu = gpu_profile(self.gpu)
+        large = gpu.memory_bytes >= 70 * GiB and not gpu.name.startswith("a100")
+        seqs = 1024 if large else 256
+        budget = 16384 if gpu.memory_bytes >= 160 * GiB else 8192 if large else 2048
+        return dataclasses.replace(
+            self,
+            max_num_seqs=seqs if self.max_num_seqs is None else self.max_num_seqs,
+            max_num_batched_tokens=(budget if self.max_num_batched_tokens is None
+                                    else self.max_num_batched_tokens))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field (JSON-able)."""
@@ -135,6 +157,9 @@ class EngineConfig:
                 an offload chunk not a multiple of the block size, or one ``max_model_len`` request
                 not fitting the KV cache (vLLM refuses to start then, background.md §2).
         """
+        if self.max_num_seqs is None or self.max_num_batched_tokens is None:
+            self.resolved().validate()
+            return
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
                      "offload_chunk_tokens", "tensor_parallel_size"):
             if int(getattr(self, name)) < 1:

@@ -102,7 +102,8 @@ class Engine:
     """A simulated vLLM V1 engine.
 
     Args:
-        config: flags and hardware; validated here (``EngineConfig.validate``, ValueError).
+        config: flags and hardware; GPU-dependent defaults filled in (``EngineConfig.resolved``)
+            and validated here (``EngineConfig.validate``, ValueError).
         metrics: optional :class:`MetricsSink`.
 
     Attributes (read-only for callers): ``now`` (s), ``pool`` (:class:`BlockPool`), ``running``
@@ -114,7 +115,7 @@ class Engine:
 
     def __init__(self, config: EngineConfig | None = None, metrics: MetricsSink | None = None,
                  keep_finished: bool = True) -> None:
-        config = config or EngineConfig()
+        config = (config or EngineConfig()).resolved()
         config.validate()
         self.config = config
         self.metrics = metrics

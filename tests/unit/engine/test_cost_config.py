@@ -85,3 +85,15 @@ def test_from_dict_names_bad_fields():
 def test_validate_rejects_like_vllm(fields, message):
     with pytest.raises(ValueError, match=message):
         EngineConfig(**fields).validate()
+
+
+def test_batch_defaults_depend_on_the_gpu_like_vllm():
+    # background.md §7: 256 / 2048; 1024 / 8192 on >= 70 GiB GPUs that are not A100s
+    assert (EngineConfig(gpu="l4").resolved().max_num_seqs,
+            EngineConfig(gpu="l4").resolved().max_num_batched_tokens) == (256, 2048)
+    h100 = EngineConfig(gpu="h100-sxm").resolved()
+    assert (h100.max_num_seqs, h100.max_num_batched_tokens) == (1024, 8192)
+    a100 = EngineConfig(gpu="a100-80gb").resolved()
+    assert (a100.max_num_seqs, a100.max_num_batched_tokens) == (256, 2048)
+    mixed = EngineConfig(gpu="h100-sxm", max_num_seqs=4).resolved()
+    assert (mixed.max_num_seqs, mixed.max_num_batched_tokens) == (4, 8192)
