@@ -16,9 +16,6 @@ from typing import Any
 
 from kvpilot.engine.hardware import GiB, gpu_profile, model_profile
 
-#: KV heads per model profile, for tensor-parallel division (config.json ``num_key_value_heads``).
-_KV_HEADS = {"qwen2.5-1.5b": 2, "qwen2.5-7b": 4, "llama-3.1-8b": 8}
-
 
 @dataclass
 class EngineConfig:
@@ -111,11 +108,11 @@ class EngineConfig:
         """KV bytes per token per GPU (see the class docstring)."""
         if self.bytes_per_token is not None:
             return int(self.bytes_per_token)
-        bpt = model_profile(self.model).bytes_per_token
+        profile = model_profile(self.model)
+        bpt = profile.bytes_per_token
         if self.kv_cache_dtype.startswith("fp8"):
             bpt //= 2
-        kv_heads = _KV_HEADS.get(self.model, 1)
-        return bpt // max(1, min(self.tensor_parallel_size, kv_heads))
+        return bpt // max(1, min(self.tensor_parallel_size, profile.num_kv_heads))
 
     def resolved_weight_bytes(self) -> int:
         """Weight bytes of the whole model (bf16 unless ``weight_bytes`` is set)."""

@@ -43,7 +43,8 @@ class GPUProfile:
 
 @dataclass(frozen=True)
 class ModelProfile:
-    """One model's shape: parameters, layers, query heads, head dim, KV bytes per token (bf16)."""
+    """One model's shape: parameters, layers, query heads, head dim, KV bytes per token (bf16), KV
+    heads (``num_key_value_heads``, for tensor-parallel division)."""
 
     name: str
     params: float
@@ -52,6 +53,7 @@ class ModelProfile:
     head_dim: int
     bytes_per_token: int
     source: str
+    num_kv_heads: int = 1
 
     @property
     def weight_bytes(self) -> int:
@@ -88,15 +90,15 @@ MODEL_PROFILES: dict[str, ModelProfile] = {
     "qwen2.5-1.5b": ModelProfile(
         "qwen2.5-1.5b", 1.54e9, 28, 12, 128, 28_672,
         "Qwen/Qwen2.5-1.5B-Instruct config.json (28 layers, 12 heads, 2 KV heads, hidden 1536) and "
-        "model card (1.54B parameters); 28,672 B/token: background.md §2"),
+        "model card (1.54B parameters); 28,672 B/token: background.md §2", 2),
     "qwen2.5-7b": ModelProfile(
         "qwen2.5-7b", 7.61e9, 28, 28, 128, 57_344,
         "Qwen/Qwen2.5-7B-Instruct config.json (28 layers, 28 heads, 4 KV heads, hidden 3584) and "
-        "model card (7.61B parameters); 57,344 B/token: background.md §2"),
+        "model card (7.61B parameters); 57,344 B/token: background.md §2", 4),
     "llama-3.1-8b": ModelProfile(
         "llama-3.1-8b", 8.03e9, 32, 32, 128, 131_072,
         "meta-llama/Llama-3.1-8B-Instruct config.json (32 layers, 32 heads, 8 KV heads, hidden "
-        "4096); 8.03B parameters (model card); 2 x 32 x 8 x 128 x 2 = 131,072 B/token"),
+        "4096); 8.03B parameters (model card); 2 x 32 x 8 x 128 x 2 = 131,072 B/token", 8),
 }
 
 

@@ -97,3 +97,24 @@ def test_batch_defaults_depend_on_the_gpu_like_vllm():
     assert (a100.max_num_seqs, a100.max_num_batched_tokens) == (256, 2048)
     mixed = EngineConfig(gpu="h100-sxm", max_num_seqs=4).resolved()
     assert (mixed.max_num_seqs, mixed.max_num_batched_tokens) == (4, 8192)
+
+
+@pytest.mark.parametrize("profile, config_file", [
+    ("qwen2.5-1.5b", "Qwen__Qwen2.5-1.5B-Instruct.json"),
+    ("qwen2.5-7b", "Qwen__Qwen2.5-7B-Instruct.json"),
+    ("llama-3.1-8b", "meta-llama__Llama-3.1-8B-Instruct.json"),
+])
+def test_model_profiles_match_their_config_json(fixtures_dir, profile, config_file):
+    import json
+
+    import kvpilot.kv as kv
+
+    cfg = json.loads((fixtures_dir / "hf-configs" / config_file).read_text())
+    p = model_profile(profile)
+    assert p.num_layers == cfg["num_hidden_layers"]
+    assert p.num_heads == cfg["num_attention_heads"]
+    assert p.num_kv_heads == cfg["num_key_value_heads"]
+    assert p.head_dim == cfg["hidden_size"] // cfg["num_attention_heads"] == 128
+    # 2 x layers x kv heads x head dim x 2 bytes, and the KV library agrees
+    assert p.bytes_per_token == 2 * p.num_layers * p.num_kv_heads * 128 * 2
+    assert kv.bytes_per_token(cfg) == p.bytes_per_token
