@@ -32,12 +32,13 @@ any label value accepted                  names, label keys/values, ownerReferen
                                           validated → 422 (:func:`semantics.validate_metadata`)
 ========================================  =====================================================
 
-Also like a real server: 409 on create of an existing name and on a stale
+Custom resources are also validated against their CRD's schema (422 naming the field; with
+jsonschema installed). Also like a real server: 409 on create of an existing name and on a stale
 ``metadata.resourceVersion``; pods get ``status.phase: Pending`` on create and their spec is
 immutable except the fields Kubernetes allows; deleting an owner deletes its dependents
 (owner references, background propagation); finalizers hold deletion
-(``deletionTimestamp``). Not emulated: admission webhooks, CRD schema *validation* (only
-pruning), server-side apply, strategic-merge list semantics (treated as a JSON merge patch),
+(``deletionTimestamp``). Not emulated: admission webhooks, CEL validation rules, defaulting from
+the schema, server-side apply, strategic-merge list semantics (treated as a JSON merge patch),
 graceful pod termination (a deleted pod is gone at once: there is no kubelet).
 
 Legitimate API errors (404, 409, 422 …) are answered as Kubernetes ``Status`` objects, not
@@ -56,6 +57,7 @@ import json
 import random
 import string
 import uuid
+import warnings
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -127,7 +129,9 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
-        self.resources.load_bundled()
+        with warnings.catch_warnings():  # kmock 0.8 reads its bundle with a deprecated importlib call
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.resources.load_bundled()
 
     async def __aenter__(self):  # noqa: D105
         entered = await super().__aenter__()
@@ -455,6 +459,10 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 self._register_crd(obj)
                 obj["status"] = self._crd_status(obj)
             obj = self._prune(res, obj)
+            errors = semantics.schema_errors(obj, self._schemas.get(res))
+            if errors:
+                return _status(422, "Invalid", f'{kind}.{res.group} "{name}" is invalid: ' + "; ".join(errors),
+                               name=name, kind=kind)
             shown = await self._commit(res, ns, name, obj, "ADDED")
         return kmock.Response(status=201, payload=shown)
 
@@ -523,6 +531,10 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 return _status(422, "Invalid", f'{current["kind"]} "{name}" is invalid: ' + "; ".join(errors),
                                name=name, kind=current["kind"])
             new = self._prune(res, new)
+            errors = semantics.schema_errors(new, self._schemas.get(res))
+            if errors:
+                return _status(422, "Invalid", f'{current["kind"]} "{name}" is invalid: ' + "; ".join(errors),
+                               name=name, kind=current["kind"])
             if new == current:
                 return current  # a write that changes nothing: same resourceVersion, no watch event
             if _spec_part(new) != _spec_part(current):

@@ -279,3 +279,19 @@ def test_preflight_enforce_refuses_a_spec_that_cannot_start(cluster, api, namesp
     assert kv["status"] == "False" and kv["reason"] in ("MaxModelLenExceedsKV", "NoKVMemory")
     assert status["reason"] == kv["reason"] and "spec.engine.maxModelLen" in status["message"]
     assert _pods(cluster, namespace) == [] and events
+
+
+def test_fixing_an_invalid_spec_starts_the_server(cluster, api, namespace, operator):
+    body = copy.deepcopy(EXPERIMENT)
+    body["spec"]["engine"]["maxNumBatchedTokens"] = 2  # below maxNumSeqs (4): vLLM's own rule refuses it
+    with operator():
+        _create(api, namespace, body)
+        wait_for(lambda: _status(cluster, namespace).get("phase") == "Invalid", what="phase Invalid")
+        assert "spec.engine.maxNumBatchedTokens" in _status(cluster, namespace)["message"]
+        _custom(api).patch_namespaced_custom_object(*SERVERS, namespace, "vllmservers", "qwen",
+                                                    {"spec": {"engine": {"maxNumBatchedTokens": 8192}}})
+        _one_pod(cluster, namespace)
+        status = wait_for(lambda: _status(cluster, namespace).get("phase") == "Pending"
+                          and _status(cluster, namespace), what="phase Pending")
+    valid = next(c for c in status["conditions"] if c["type"] == "Valid")
+    assert valid["status"] == "True" and valid["observedGeneration"] == 2

@@ -175,3 +175,12 @@ def test_strict_mode_reports_requests_to_unknown_resources():
                 kubernetes.client.CustomObjectsApi(sandbox.api_client()).list_namespaced_custom_object(
                     "nope.dev", "v1", "default", "things")
             assert answer.value.status == 404  # the client got a 404; the sandbox re-raises on exit
+
+
+def test_custom_resources_are_validated_against_the_crd_schema(api, namespace):
+    body = copy.deepcopy(EXPERIMENT)
+    body["spec"]["engine"]["gpuMemoryUtilization"] = 1.5  # the CRD bounds it: 0 < x <= 1
+    with pytest.raises(ApiException) as exc:
+        kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(*SERVERS, namespace, "vllmservers",
+                                                                                body)
+    assert exc.value.status == 422 and "spec.engine.gpuMemoryUtilization" in exc.value.body
