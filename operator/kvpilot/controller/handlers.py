@@ -199,7 +199,7 @@ class Controller:
             weights = (index or {}).get("metadata", {}).get("total_size")
             return config, int(weights) if weights else None, f"ConfigMap {ref.name}"
         if not self.hub:
-            return None, None, "no modelConfigRef (and the Hub is not used by this operator)"
+            return None, None, "no modelConfigRef, and this operator does not use the Hub"
         cached = self._hub_cache.get(spec.model)
         if cached is not None and (cached[1][0] is not None or time.monotonic() - cached[0] < HUB_RETRY_SECONDS):
             return cached[1]
