@@ -467,6 +467,7 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
         flags: Mapping[str, Any] | None = None, default_host: str = DEFAULT_SERVE_HOST) -> None:
     """The command's body (shared with :func:`vllm_shim`); exits 2 with one line on bad input."""
     from kvpilot.engine.exporter import DEFAULT_VLLM_VERSION
+    from kvpilot.metrics.catalog import version_tuple
 
     if serve_at and record_to:
         fail("--serve and --record: choose one")
@@ -505,6 +506,8 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
                         **workload}
         overrides["workload"] = {**overrides.get("workload", {}), **workload}
     version = vllm_version or str(overrides.pop("vllm_version", "") or DEFAULT_VLLM_VERSION)
+    if len(version_tuple(version)) < 2:
+        fail(f"--vllm-version: {version!r} is not a vLLM release such as 0.10.1")
     name = model_name or overrides.get("served_model_name")
 
     if not serve_at and not record_to:

@@ -103,3 +103,5 @@ def test_unknown_scenario_and_bad_vllm_args_exit_2():
     result = CliRunner().invoke(cli, ["simulate", "--vllm-args", "serve m --max-num-seqs lots"])
     assert result.exit_code == 2 and "--max-num-seqs" in result.output
     assert "Traceback" not in result.output
+    result = CliRunner().invoke(cli, ["simulate", "idle", "--vllm-version", "latest"])
+    assert result.exit_code == 2 and "--vllm-version" in result.output
