@@ -51,4 +51,5 @@ def command(namespaces: tuple[str, ...], clusterwide: bool, standalone: bool, pe
     except ClusterConfigError as exc:
         fail(f"--kubeconfig: {exc}")
     run_operator(configuration, namespaces=namespaces, clusterwide=clusterwide, standalone=standalone,
-                 peering_name=peering_name, liveness_endpoint=liveness_endpoint, priority=priority)
+                 peering_name=peering_name, liveness_endpoint=liveness_endpoint, priority=priority,
+                 reload=lambda: load_configuration(kubeconfig, context))

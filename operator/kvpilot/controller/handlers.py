@@ -26,6 +26,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -96,14 +97,18 @@ class Controller:
     """The handlers' shared state: one API client and a lock per VLLMServer."""
 
     def __init__(self, configuration: kubernetes.client.Configuration, *, hub: bool = True) -> None:
-        self.configuration = configuration
         self.hub = hub
         self._hub_cache: dict[str, tuple[float, tuple[dict | None, int | None, str]]] = {}
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self.use(configuration)
+
+    def use(self, configuration: kubernetes.client.Configuration) -> None:
+        """Talk to the cluster through ``configuration`` from now on (e.g. after kopf re-logs in)."""
+        self.configuration = configuration
         self.api = kubernetes.client.ApiClient(configuration)
         self.core = kubernetes.client.CoreV1Api(self.api)
         self.custom = kubernetes.client.CustomObjectsApi(self.api)
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._locks_guard = threading.Lock()
 
     def _lock(self, namespace: str, name: str) -> threading.Lock:
         with self._locks_guard:
@@ -280,6 +285,8 @@ class Controller:
                 except ApiException as exc:
                     if exc.status != 404:
                         raise
+                kopf.event(server, type="Normal", reason="PodReplaced",
+                           message=f"deleted pod {stale}: it was made from an older spec (or is a duplicate)")
             pod = plan.keep
             if plan.create:
                 created = self.core.create_namespaced_pod(namespace, pod_obj)
@@ -338,7 +345,8 @@ class Controller:
             self._write_status(server, new, logger)
 
 
-def build_registry(configuration: kubernetes.client.Configuration, *, hub: bool = True) -> kopf.OperatorRegistry:
+def build_registry(configuration: kubernetes.client.Configuration, *, hub: bool = True,
+                   reload: Callable[[], kubernetes.client.Configuration] | None = None) -> kopf.OperatorRegistry:
     """A kopf registry with the VLLMServer operator's handlers, talking to ``configuration``'s cluster.
 
     Args:
@@ -346,12 +354,17 @@ def build_registry(configuration: kubernetes.client.Configuration, *, hub: bool 
             kubeconfig or the in-cluster service account; the sandbox's own for the demo/tests).
         hub: whether the KV pre-flight may fetch a model's config.json from the Hugging Face
             Hub (off for the offline sandbox; a ``modelConfigRef`` ConfigMap always works).
+        reload: how to load the configuration again when kopf logs in anew (its credentials were
+            refused: an expired token); None keeps ``configuration``.
     """
     registry = kopf.OperatorRegistry()
     controller = Controller(configuration, hub=hub)
+    logins = iter(range(1 << 62))
 
     def login(**_: Any) -> kopf.ConnectionInfo:
-        return connection_info(configuration)
+        if reload is not None and next(logins) > 0:  # the first login uses the configuration given
+            controller.use(reload())
+        return connection_info(controller.configuration)
 
     kopf.on.login(registry=registry)(login)
     for decorator in (kopf.on.create, kopf.on.resume, kopf.on.update):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import kopf
@@ -51,14 +51,15 @@ def run_operator(configuration: kubernetes.client.Configuration, *, namespaces: 
                  clusterwide: bool = False, standalone: bool = False, peering_name: str | None = None,
                  liveness_endpoint: str | None = None, priority: int | None = None,
                  stop_flag: Any = None, ready_flag: Any = None, loop: asyncio.AbstractEventLoop | None = None,
-                 hub: bool = True) -> None:
+                 hub: bool = True, reload: Callable[[], kubernetes.client.Configuration] | None = None) -> None:
     """Run the operator until stopped (kopf's ``run`` with kvpilot's registry and settings).
 
     Arguments are kopf's run options (``kopf run --help``); ``stop_flag``/``ready_flag`` are
     ``threading.Event`` (or asyncio) flags as :func:`kopf.run` takes them; ``hub`` lets the KV
-    pre-flight fetch model configs from the Hugging Face Hub.
+    pre-flight fetch model configs from the Hugging Face Hub; ``reload`` re-reads the cluster
+    configuration when kopf must log in again (expired credentials).
     """
-    kopf.run(registry=build_registry(configuration, hub=hub), settings=make_settings(), namespaces=list(namespaces),
+    kopf.run(registry=build_registry(configuration, hub=hub, reload=reload), settings=make_settings(), namespaces=list(namespaces),
              clusterwide=clusterwide, standalone=standalone, peering_name=peering_name,
              liveness_endpoint=liveness_endpoint, priority=priority, stop_flag=stop_flag,
              ready_flag=ready_flag, loop=loop)

@@ -64,6 +64,11 @@ def _events(cluster, namespace: str) -> list[dict]:
     return cluster.list("v1/events", namespace)
 
 
+def _wait_event(cluster, namespace: str, matches) -> dict:
+    """Events are posted by kopf asynchronously: wait (bounded) for one that ``matches``."""
+    return wait_for(lambda: next((e for e in _events(cluster, namespace) if matches(e)), None), what="the event")
+
+
 def _one_pod(cluster, namespace: str) -> dict:
     return wait_for(lambda: (_pods(cluster, namespace) or [None])[0], what="the pod")
 
@@ -75,6 +80,8 @@ def test_create_makes_pod_and_service_owned_by_the_server(cluster, api, namespac
         service = wait_for(lambda: cluster.get("v1/services", namespace, "qwen"), what="the service")
         status = wait_for(lambda: _status(cluster, namespace).get("podName") and _status(cluster, namespace),
                           what="status.podName")
+        _wait_event(cluster, namespace, lambda e: e["reason"] == "PodCreated" and pod["metadata"]["name"]
+                    in e["message"])
     uid = server["metadata"]["uid"]
     for obj in (pod, service):
         refs = obj["metadata"]["ownerReferences"]
@@ -88,8 +95,6 @@ def test_create_makes_pod_and_service_owned_by_the_server(cluster, api, namespac
     declared = crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert set(status) <= set(declared)
     assert "kopf" not in status
-    assert any(e["reason"] == "PodCreated" and pod["metadata"]["name"] in e["message"]
-               for e in _events(cluster, namespace))
 
 
 def test_restarted_operator_adopts_the_pod_and_makes_no_second_one(cluster, api, namespace, operator):
@@ -118,6 +123,8 @@ def test_spec_change_replaces_the_pod(cluster, api, namespace, operator):
         status = wait_for(lambda: _status(cluster, namespace).get("observedGeneration") == 2
                           and _status(cluster, namespace).get("podName") == new["metadata"]["name"]
                           and _status(cluster, namespace), what="status of generation 2")
+        _wait_event(cluster, namespace, lambda e: e["reason"] == "PodReplaced"
+                    and old["metadata"]["name"] in e["message"])
     command = new["spec"]["containers"][0]["command"]
     assert command[command.index("--max-num-seqs") + 1] == "8"
     assert status["command"] == command
@@ -136,7 +143,7 @@ def test_expired_server_keeps_its_pod_and_is_not_recreated(cluster, api, namespa
         status = wait_for(lambda: _status(cluster, namespace).get("phase") == "Expired"
                           and _status(cluster, namespace), what="phase Expired")
         assert status["reason"] == "DeadlineExceeded"
-        assert any(e["reason"] == "Expired" and e["type"] == "Warning" for e in _events(cluster, namespace))
+        _wait_event(cluster, namespace, lambda e: e["reason"] == "Expired" and e["type"] == "Warning")
     # Restart the operator (resume); the Service's return proves it ran.
     core.delete_namespaced_service("qwen", namespace)
     with operator():
@@ -162,11 +169,11 @@ def test_invalid_spec_is_reported_without_a_pod_or_retries(cluster, api, namespa
         server = wait_for(lambda: "kvpilot.dev/last-handled-configuration" in (
             _server(cluster, namespace)["metadata"].get("annotations") or {}) and _server(cluster, namespace),
             what="the handled spec recorded")
+        _wait_event(cluster, namespace, lambda e: e["type"] == "Warning" and "spec.engine.extraArgs" in e["message"])
     assert "spec.engine.extraArgs" in status["message"]
     valid = [c for c in status["conditions"] if c["type"] == "Valid"]
     assert valid and valid[0]["status"] == "False" and "spec.engine.extraArgs" in valid[0]["message"]
     assert _pods(cluster, namespace) == []
-    assert any(e["type"] == "Warning" and "spec.engine.extraArgs" in e["message"] for e in _events(cluster, namespace))
     # kopf took the failure as permanent: the spec is recorded as handled (a temporary error
     # would leave it unrecorded and retry), so nothing runs again until the spec changes.
     annotations = server["metadata"]["annotations"]
@@ -185,6 +192,8 @@ def test_ready_pod_log_fills_kv_capacity(cluster, api, namespace, operator, kube
         kubelet.ready(namespace, name)
         status = wait_for(lambda: _status(cluster, namespace).get("kvCacheTokens")
                           and _status(cluster, namespace), what="kvCacheTokens")
+        for phase in ("Loading", "Ready"):
+            _wait_event(cluster, namespace, lambda e, phase=phase: e["reason"] == phase)
     assert status["phase"] == "Ready"
     assert status["kvCacheTokens"] == 21520
     assert status["maxConcurrency"] == pytest.approx(2.63)
@@ -192,8 +201,6 @@ def test_ready_pod_log_fills_kv_capacity(cluster, api, namespace, operator, kube
     assert status["startedAt"] and status["expiresAt"] > status["startedAt"]
     ready = [c for c in status["conditions"] if c["type"] == "Ready"][0]
     assert ready["status"] == "True" and ready["observedGeneration"] == 1
-    reasons = [e["reason"] for e in _events(cluster, namespace)]
-    assert "Loading" in reasons and "Ready" in reasons
 
 
 def test_unschedulable_pod_shows_the_schedulers_reason(cluster, api, namespace, operator, kubelet):
@@ -204,10 +211,10 @@ def test_unschedulable_pod_shows_the_schedulers_reason(cluster, api, namespace, 
         kubelet.unschedulable(namespace, name, message=message)
         status = wait_for(lambda: _status(cluster, namespace).get("reason") == "Unschedulable"
                           and _status(cluster, namespace), what="reason Unschedulable")
+        _wait_event(cluster, namespace, lambda e: e["type"] == "Warning"
+                    and "Insufficient nvidia.com/gpu" in e["message"])
     assert status["phase"] == "Pending"
     assert status["message"] == message
-    assert any(e["type"] == "Warning" and "Insufficient nvidia.com/gpu" in e["message"]
-               for e in _events(cluster, namespace))
 
 
 def test_failed_start_reports_the_termination_message_and_is_not_restarted(cluster, api, namespace, operator,
