@@ -545,12 +545,14 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 return await self._delete_now(res, ns, name, new)
             return await self._commit(res, ns, name, new, "MODIFIED")
 
-    async def _delete_now(self, res: Any, ns: str | None, name: str, last: dict[str, Any]) -> dict[str, Any]:
-        """Remove an object and, like the garbage collector, its dependents. Lock held."""
+    async def _delete_now(self, res: Any, ns: str | None, name: str, last: dict[str, Any],
+                          orphan: bool = False) -> dict[str, Any]:
+        """Remove an object and, like the garbage collector, its dependents (unless ``orphan``,
+        ``propagationPolicy: Orphan``). Lock held."""
         shown = await self._commit(res, ns, name, None, "DELETED", last=last)
         uid = last["metadata"].get("uid")
         for (r, n, nm), obj in list(self.objects.items()):
-            if obj.deleted:
+            if obj.deleted or (orphan and res != NAMESPACES):
                 continue
             raw = copy.deepcopy(obj.raw)
             owned = any(ref.get("uid") == uid for ref in raw["metadata"].get("ownerReferences") or [])
@@ -564,7 +566,8 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 self._schemas.pop(gone, None)
         return shown
 
-    async def _mark_or_delete(self, res: Any, ns: str | None, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+    async def _mark_or_delete(self, res: Any, ns: str | None, name: str, obj: dict[str, Any],
+                              orphan: bool = False) -> dict[str, Any]:
         meta = obj["metadata"]
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
@@ -572,7 +575,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             meta["deletionTimestamp"] = now_rfc3339()
             meta["deletionGracePeriodSeconds"] = 0
             return await self._commit(res, ns, name, obj, "MODIFIED")
-        return await self._delete_now(res, ns, name, obj)
+        return await self._delete_now(res, ns, name, obj, orphan)
 
     async def _serve_delete(self, request: rendering.Request) -> Any:
         self._known(request)
@@ -581,7 +584,9 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             current = self._get(res, ns, name)
             if current is None:
                 return self._not_found(res, name)
-            return await self._mark_or_delete(res, ns, name, current)
+            options = request.data if isinstance(request.data, dict) else {}
+            policy = request.params.get("propagationPolicy") or options.get("propagationPolicy")
+            return await self._mark_or_delete(res, ns, name, current, orphan=policy == "Orphan")
 
     # ------------------------------------------------------------------ for the kubelet stand-in
     async def write_status(self, res: Any, ns: str | None, name: str, status: dict[str, Any],

@@ -184,3 +184,15 @@ def test_custom_resources_are_validated_against_the_crd_schema(api, namespace):
         kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(*SERVERS, namespace, "vllmservers",
                                                                                 body)
     assert exc.value.status == 422 and "spec.engine.gpuMemoryUtilization" in exc.value.body
+
+
+def test_orphan_propagation_keeps_dependents(api, namespace, cluster):
+    core = kubernetes.client.CoreV1Api(api)
+    owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner2"}})
+    dependent = _pod("o")
+    dependent["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner2",
+                                                 "uid": owner.metadata.uid}]
+    core.create_namespaced_pod(namespace, dependent)
+    core.delete_namespaced_config_map("owner2", namespace, propagation_policy="Orphan")
+    assert cluster.get("v1/configmaps", namespace, "owner2") is None
+    assert cluster.get("v1/pods", namespace, "o") is not None
