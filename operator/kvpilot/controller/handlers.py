@@ -64,13 +64,16 @@ def now_rfc3339() -> str:
 def make_settings(settings: kopf.OperatorSettings | None = None) -> kopf.OperatorSettings:
     """kopf settings for kvpilot: progress and diff-base in ``kvpilot.dev/…`` annotations (status
     keeps only CRD-declared fields), kopf's own log lines not posted as Events (only warnings),
-    and quiet finalizers (no delete handler: owner references delete the pod and service)."""
+    watches of pods filtered server-side by ``app.kubernetes.io/managed-by=kvpilot``; no
+    finalizers (no delete handler: owner references delete the pod and service)."""
     settings = settings or kopf.OperatorSettings()
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    # Only kvpilot's pods, filtered by the API server (not every pod of the cluster in memory).
+    settings.watching.label_selectors["v1", "pods"] = ",".join(f"{k}={v}" for k, v in MANAGED_BY_SELECTOR.items())
     return settings
 
 
