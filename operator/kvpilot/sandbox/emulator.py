@@ -151,18 +151,24 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         here the request is parsed by :func:`semantics.parse_api_path`, then handled by kmock.
         """
         await raw_request.read()
+        raw_response: aiohttp.web.StreamResponse | None = None
         try:
             request = await self._parse(raw_request, id=len(self._requests))
             self._requests.append(request)
             try:
                 return await self._handle(request)
-            except rendering.StreamingError as e:
+            except rendering.StreamingError as e:  # a watch failed after its headers went out
+                raw_response = e.args[0]
                 raise e.__cause__ or e
         except Exception as e:  # kmock's contract: record, answer 500, re-raise at exit (strict)
             if not self._errors:
                 raise
             self._errors[-1].append(e)
-            return await self._render_error(e)
+            if raw_response is None or not raw_response.prepared:
+                return await self._render_error(e)
+            await self._stream_error(e, raw_response)
+            await raw_response.write_eof()
+            return raw_response
 
     @staticmethod
     async def _parse(raw_request: aiohttp.web.BaseRequest, *, id: int) -> rendering.Request:
