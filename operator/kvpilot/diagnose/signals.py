@@ -94,12 +94,12 @@ class SignalDef:
 _RUN, _WAIT, _KV = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"
 _BY_REASON = "vllm:num_requests_waiting_by_reason"
 
-#: Histograms kept as bucket increases (signal name -> family); quantiles come from them.
+#: Histograms kept as bucket increases (signal name -> family); quantiles come from them. Only the
+#: ones the report uses: each costs one bucket row per target and ``le`` (about 20 per target), the
+#: largest part of a 1,000-target query (benchmarks/diagnose_scale.py).
 HISTOGRAMS: dict[str, str] = {
     "ttft": "vllm:time_to_first_token_seconds",
     "itl": "vllm:inter_token_latency_seconds",
-    "e2e": "vllm:e2e_request_latency_seconds",
-    "queue_time": "vllm:request_queue_time_seconds",
     "iteration_tokens": "vllm:iteration_tokens_total",
 }
 
@@ -140,8 +140,6 @@ QUANTILES: dict[str, tuple[str, float]] = {
     "ttft_p50_s": ("ttft", 0.5),
     "ttft_p99_s": ("ttft", 0.99),
     "itl_p99_s": ("itl", 0.99),
-    "e2e_p99_s": ("e2e", 0.99),
-    "queue_time_p99_s": ("queue_time", 0.99),
 }
 
 
@@ -270,16 +268,29 @@ def _cache_config(samples: Iterable) -> list[dict[str, str]]:
     return [labels for _, labels in sorted(found.values(), key=lambda x: -x[0])]
 
 
-def cache_config_for(target: TargetKey, label_sets: Iterable[Mapping[str, str]]) -> dict[str, str]:
-    """The ``cache_config_info`` labels belonging to ``target`` (it has no ``model_name``), or {}.
+class CacheConfigIndex:
+    """``cache_config_info`` label sets indexed by where they come from (namespace, pod, instance, job).
 
-    Target labels (namespace/pod/instance/job/engine) must match; the series' own bookkeeping
-    labels are dropped from the result.
+    The info series has no ``model_name``; a target takes the first set from its place whose
+    ``engine`` matches (or has none). Lookups are O(1) per target, so 1,000 targets stay cheap.
     """
-    for labels in label_sets:
-        if target.matches(labels):
-            return {k: v for k, v in labels.items() if k not in TARGET_LABELS and k != "__name__"}
-    return {}
+
+    def __init__(self, label_sets: Iterable[Mapping[str, str]]):
+        self._by_place: dict[tuple, list[Mapping[str, str]]] = defaultdict(list)
+        for labels in label_sets:
+            self._by_place[tuple(labels.get(k, "") for k in ("namespace", "pod", "instance", "job"))].append(labels)
+
+    def get(self, target: TargetKey) -> dict[str, str]:
+        """The labels for ``target`` without the bookkeeping ones (target labels, ``__name__``), or {}."""
+        for labels in self._by_place.get((target.namespace, target.pod, target.instance, target.job), ()):
+            if target.matches(labels):
+                return {k: v for k, v in labels.items() if k not in TARGET_LABELS and k != "__name__"}
+        return {}
+
+
+def cache_config_for(target: TargetKey, label_sets: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """The ``cache_config_info`` labels belonging to ``target`` (see :class:`CacheConfigIndex`), or {}."""
+    return CacheConfigIndex(label_sets).get(target)
 
 
 def compute_signals(samples: Iterable, window_seconds: float, end: float | None = None,
@@ -310,7 +321,7 @@ def compute_signals(samples: Iterable, window_seconds: float, end: float | None 
             return {}
         end = max(stamps)
     index = _index(samples)
-    configs = _cache_config(samples)
+    configs = CacheConfigIndex(_cache_config(samples))
     out: dict[TargetKey, Signals] = {}
     for target, families in index.items():
         values: dict[str, float | None] = {}
@@ -328,7 +339,7 @@ def compute_signals(samples: Iterable, window_seconds: float, end: float | None 
         if not any(v is not None for v in values.values()) and not buckets:
             continue  # only info series or series outside the window
         signals = Signals(values=values, buckets=buckets, spelling=spelling,
-                          cache_config=cache_config_for(target, configs),
+                          cache_config=configs.get(target),
                           window_seconds=window_seconds, end=end)
         out[target] = finish_signals(signals)
     return out

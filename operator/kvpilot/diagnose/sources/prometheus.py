@@ -34,7 +34,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from kvpilot.diagnose import promql
-from kvpilot.diagnose.signals import SIGNAL_DEFS, TARGET_LABELS, SignalDef, Signals, TargetKey, cache_config_for, \
+from kvpilot.diagnose.signals import SIGNAL_DEFS, TARGET_LABELS, CacheConfigIndex, SignalDef, Signals, TargetKey, \
     finish_signals, spellings
 from kvpilot.diagnose.sources import SourceError
 
@@ -188,13 +188,21 @@ class PrometheusSource:
                                           window_seconds=window_seconds, end=end)
             return per_target[key]
 
+        keys: dict[tuple, TargetKey] = {}
+
+        def key_of(labels: dict) -> TargetKey:
+            ident = tuple(labels.get(k, "") for k in TARGET_LABELS)
+            if ident not in keys:
+                keys[ident] = TargetKey(*ident)
+            return keys[ident]
+
         for sd, rows in zip(defs, results[:-1]):
             if isinstance(rows, SourceError):
                 continue
             bucket_rows: dict[TargetKey, list[tuple[float, float]]] = {}
             for row in rows:
                 labels = row.get("metric", {})
-                key = TargetKey.from_labels(labels)
+                key = key_of(labels)
                 try:
                     value = float(row["value"][1])
                 except (KeyError, IndexError, TypeError, ValueError):
@@ -212,9 +220,10 @@ class PrometheusSource:
             for key, rows_ in bucket_rows.items():
                 signals_for(key).buckets[sd.name] = sorted(rows_)
         config_rows = results[-1]
-        label_sets = [] if isinstance(config_rows, SourceError) else [r.get("metric", {}) for r in config_rows]
+        configs = CacheConfigIndex([] if isinstance(config_rows, SourceError) else
+                                   [r.get("metric", {}) for r in config_rows])
         out: dict[TargetKey, Signals] = {}
         for key, sig in per_target.items():
-            sig.cache_config = cache_config_for(key, label_sets)
+            sig.cache_config = configs.get(key)
             out[key] = finish_signals(sig)
         return PrometheusResult(out, all_queries, notes)
