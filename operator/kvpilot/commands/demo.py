@@ -149,7 +149,8 @@ def section_apply(ctx: DemoContext) -> None:
     ctx.console.print("  " + " ".join(pod["spec"]["containers"][0]["command"]), markup=False, highlight=False,
                       soft_wrap=True)
     limits = pod["spec"]["containers"][0]["resources"]["limits"]
-    ctx.console.print(f"  limits {limits}, activeDeadlineSeconds {pod['spec']['activeDeadlineSeconds']} "
+    limits = ", ".join(f"{k}={v}" for k, v in limits.items())
+    ctx.console.print(f"  limits {limits}; activeDeadlineSeconds {pod['spec']['activeDeadlineSeconds']} "
                       f"(the pod ends itself after ttlSeconds), restartPolicy {pod['spec']['restartPolicy']}",
                       highlight=False)
 
