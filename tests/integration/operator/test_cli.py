@@ -66,3 +66,24 @@ def test_operator_command_refuses_bad_options_in_one_line():
                             text=True, timeout=30)
     assert result.returncode == 2
     assert result.stderr.strip() == "kvpilot: error: --all-namespaces: cannot be combined with --namespace"
+
+
+def test_demo_sections_can_be_extended_in_process():
+    """Later issues append sections before the clean-up; they see the Ready server and the sandbox."""
+    import io
+
+    from rich.console import Console
+
+    from kvpilot.commands import demo
+
+    seen = {}
+
+    def probe(ctx):
+        seen["phase"] = ctx.server_object()["status"]["phase"]
+        seen["tokens"] = ctx.server_object()["status"]["kvCacheTokens"]
+
+    sections = [*demo.SECTIONS[:-1], ("probe", probe), demo.SECTIONS[-1]]
+    output = io.StringIO()
+    ctx = demo.run(Console(file=output, width=160), sections)
+    assert seen == {"phase": "Ready", "tokens": 21520}
+    assert ctx.cluster.emulator is not None and "Clean up" in output.getvalue()
