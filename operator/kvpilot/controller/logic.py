@@ -101,6 +101,9 @@ def pod_report(pod: dict[str, Any], ttl_seconds: int | None = None) -> PodReport
         return PodReport("Pending", reason, waiting.get("message") or f"container waiting: {reason}")
     if phase == "Unknown":
         return PodReport("Pending", "PodUnknown", "the pod's node stopped reporting")
+    if scheduled.get("status") == "True":
+        return PodReport("Pending", "Scheduled", f"on node {(pod.get('spec') or {}).get('nodeName') or '?'}; "
+                                                 "waiting for the kubelet to start the container")
     return PodReport("Pending", "Scheduling", "waiting for the scheduler")
 
 

@@ -30,6 +30,9 @@ def test_pod_phases():
                                                                               "Insufficient nvidia.com/gpu.")}) \
         == logic.PodReport("Pending", "Unschedulable", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
     assert logic.pod_report({**pod, "status": kubelet.scheduled(pod, NOW)}).reason == "ContainerCreating"
+    bound = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+    assert logic.pod_report({**pod, "status": bound}).reason == "Scheduled"
+    assert logic.pod_report(pod).reason == "Scheduling"
     assert logic.pod_report({**pod, "status": kubelet.running(pod, NOW)}).phase == "Loading"
     ready = logic.pod_report({**pod, "status": kubelet.running(pod, NOW, ready=True)})
     assert (ready.phase, ready.ready) == ("Ready", True)
