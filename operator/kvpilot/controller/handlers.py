@@ -34,10 +34,11 @@ import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 from kvpilot.api import GROUP, PLURAL, VERSION, SpecError, VLLMServerSpec, parse_spec, spec_hash
+from kvpilot.api.models import PreflightStatus
 from kvpilot.api.quantity import parse_quantity
 from kvpilot.controller import logic
 from kvpilot.controller.vllm_log import parse_kv_cache_report
-from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_capacity_condition
+from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_preflight
 from kvpilot.kv.spec import KVConfigError
 from kvpilot.render import render_objects, vllm_command
 
@@ -142,18 +143,21 @@ class Controller:
         return updated
 
     def _write_kv_condition(self, server: dict[str, Any], condition: dict[str, Any], warning: str | None,
-                            now: str) -> dict[str, Any]:
-        """Set the KVCapacity condition (Warning Event when it turns False) and return the server."""
+                            now: str, numbers: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Set the KVCapacity condition and ``status.preflight`` (Warning Event when the condition
+        turns False) and return the server."""
         old = server.get("status") or {}
         conditions = logic.set_condition(old.get("conditions"), condition["type"], condition["status"],
                                          condition["reason"], condition["message"], now=now,
                                          generation=server["metadata"].get("generation"))
-        if conditions == old.get("conditions"):
+        numbers = numbers or None
+        if conditions == old.get("conditions") and numbers == old.get("preflight"):
             return server
         meta = server["metadata"]
         before = next((c for c in old.get("conditions") or [] if c["type"] == condition["type"]), {})
         updated = self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": {"conditions": conditions}})
+            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"],
+            {"status": {"conditions": conditions, "preflight": numbers}})
         if warning and before.get("status") != "False":
             kopf.event(server, type="Warning", reason=condition["reason"], message=warning[:1024])
         return updated
@@ -244,16 +248,23 @@ class Controller:
                     return None
         return None
 
-    def preflight(self, namespace: str, spec: VLLMServerSpec, pods: list[dict[str, Any]]) -> tuple[dict, str | None]:
-        """The ``KVCapacity`` condition (kvpilot.kv.preflight) and a warning when one request of
-        ``maxModelLen`` cannot fit; Unknown when the model config or GPU memory is not known."""
+    def preflight(self, namespace: str, spec: VLLMServerSpec,
+                  pods: list[dict[str, Any]]) -> tuple[dict, str | None, dict[str, Any]]:
+        """The ``KVCapacity`` condition (kvpilot.kv.preflight), a warning when one request of
+        ``maxModelLen`` cannot fit, and the numbers for ``status.preflight`` (camelCase; empty when
+        not computed); Unknown when the model config or GPU memory is not known."""
         config, weights, source = self._model_files(namespace, spec)
         if config is None:
             return {"type": "KVCapacity", "status": "Unknown", "reason": "NoModelConfig",
-                    "message": f"KV capacity not computed: model config.json not available ({source})"}, None
+                    "message": f"KV capacity not computed: model config.json not available ({source})"}, None, {}
         gpu_memory = self._gpu_memory(spec, pods)
         engine = spec.engine.model_dump(by_alias=True, exclude_none=True) if spec.engine else {}
-        return kv_capacity_condition(config, engine, gpu_memory_bytes=gpu_memory, weights_bytes=weights)
+        result = kv_preflight(config, engine, gpu_memory_bytes=gpu_memory, weights_bytes=weights)
+        numbers = {}
+        if result.numbers:
+            numbers = PreflightStatus(**result.numbers, config_source=source).model_dump(by_alias=True,
+                                                                                         exclude_none=True)
+        return result.condition, result.warning, numbers
 
     # ------------------------------------------------------------------ VLLMServer handlers
     def reconcile_server(self, body: Any, namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
@@ -273,8 +284,8 @@ class Controller:
             pod_obj["metadata"]["name"] = logic.pod_name(name, digest)
             pods = self._pods(namespace, name)
             if spec.preflight != "off":
-                condition, warning = self.preflight(namespace, spec, pods)
-                server = self._write_kv_condition(server, condition, warning, now)
+                condition, warning, numbers = self.preflight(namespace, spec, pods)
+                server = self._write_kv_condition(server, condition, warning, now, numbers)
                 if warning and spec.preflight == "enforce":
                     self._write_status(server, logic.invalid_status(
                         server, f"spec.engine.maxModelLen: {warning}", now=now, reason=condition["reason"]), logger)

@@ -266,6 +266,12 @@ def test_preflight_sets_kv_capacity_condition(cluster, api, namespace, operator,
     # 2 (K,V) x 28 layers x 2 KV heads x 128 head_dim x 2 bytes (bf16) = 28,672 bytes per token
     assert "28,672 B/token" in kv["message"]
     assert kv["observedGeneration"] == 1
+    numbers = status["preflight"]
+    assert numbers["bytesPerToken"] == 28_672 and numbers["fits"] is True
+    assert numbers["configSource"].startswith("ConfigMap") or "qwen-config" in numbers["configSource"]
+    # 8 GiB x 0.6 = 4.8 GiB, minus 2.875 GiB weights and an overhead estimate leaves under 1.93 GiB:
+    # at most 1.925 x 2^30 / 28,672 = 72,089 tokens, and certainly more than one 8,192-token request.
+    assert 8_192 <= numbers["kvTokens"] < 72_089
 
 
 def test_preflight_enforce_refuses_a_spec_that_cannot_start(cluster, api, namespace, operator, fixtures_dir):
