@@ -71,6 +71,7 @@ class Limits:
     enable_prefix_caching: Limit = Limit(None)
     tensor_parallel_size: Limit = Limit(None)
     gpu_memory_bytes: int | None = None
+    gpu_name: str | None = None
     notes: tuple[str, ...] = field(default=())
 
     def value(self, name: str):
@@ -160,4 +161,4 @@ def resolve_limits(spec_engine: Mapping | None = None, cli: Mapping | None = Non
             if name in ("max_num_seqs", "max_num_batched_tokens"):
                 tier = "a >= 70 GiB non-A100 GPU" if large else "an unknown or < 70 GiB GPU"
                 notes.append(f"{name} not configured anywhere readable: assumed vLLM's default {default} for {tier}")
-    return Limits(**values, gpu_memory_bytes=gpu_memory_bytes, notes=tuple(notes))
+    return Limits(**values, gpu_memory_bytes=gpu_memory_bytes, gpu_name=gpu_name, notes=tuple(notes))

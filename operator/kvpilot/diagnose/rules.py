@@ -33,6 +33,7 @@ from kvpilot.diagnose.model import Diagnosis, Finding
 from kvpilot.diagnose.promql import share_above
 from kvpilot.diagnose.recommend import Inputs, recommend
 from kvpilot.diagnose.signals import Signals, legacy_or_escaped
+from kvpilot.engine.hardware import GPU_PROFILES, gpu_profile
 
 #: share of engine steps in the token budget's bucket (or above) from which the budget binds: a
 #: majority of steps. The bucket is found from max_num_batched_tokens (promql.share_above).
@@ -104,20 +105,50 @@ def budget_share(signals: Signals, limits: Limits) -> tuple[float | None, float 
     return (result[0], result[1]) if result else (None, None)
 
 
-def budget_binds(share: float | None, tokens_per_step: float | None, budget: int | None) -> bool:
+def steps_full(share: float | None, tokens_per_step: float | None, budget: int | None) -> bool:
     """True when the engine steps are full at the token budget.
 
-    With requests waiting, a binding budget is filled by every step: the V1 scheduler hands what
-    the running requests leave of ``max_num_batched_tokens`` to waiting prompts, chunking them
-    (background.md §6). So the mean step must carry at least :data:`BUDGET_FULL_FILL` of the
-    budget (from ``vllm:iteration_tokens_total`` ``_sum``/``_count``); without those, a majority
-    of steps (:data:`BUDGET_FULL_SHARE`) in the budget's bucket. Steps well below the budget while
-    requests wait mean something else limits them (compute, KV, slots).
+    With requests waiting, the V1 scheduler hands what the running requests leave of
+    ``max_num_batched_tokens`` to waiting prompts, chunking them (background.md §6), so a queue
+    fills the steps. Full: the mean step carries at least :data:`BUDGET_FULL_FILL` of the budget
+    (``vllm:iteration_tokens_total`` ``_sum``/``_count``); without those, a majority of steps
+    (:data:`BUDGET_FULL_SHARE`) in the budget's bucket.
     """
     fill = tokens_per_step / budget if tokens_per_step is not None and budget else None
     if fill is not None:
         return fill >= BUDGET_FULL_FILL and (share is None or share >= BUDGET_FULL_SHARE)
     return share is not None and share >= BUDGET_FULL_SHARE
+
+
+def compute_knee(limits: Limits) -> tuple[float, str]:
+    """Tokens per step from which a step is compute-bound on this GPU, and where the figure comes from.
+
+    A step of n tokens does about n FLOP per byte of weights read (background.md §1), so it turns
+    compute-bound at n = peak FLOP/s / memory bandwidth (H100 SXM: 989e12 / 3.35e12 = 295 tokens).
+    GPU profiles from kvpilot.engine.hardware (datasheet figures); unknown GPU: the largest knee of
+    those profiles (L4: 121e12 / 300e9 = 403), so a budget is never called compute-bound too early.
+    """
+    if limits.gpu_name:
+        try:
+            gpu = gpu_profile(limits.gpu_name)
+            return gpu.peak_flops / gpu.bandwidth, f"{gpu.name}: {gpu.peak_flops / 1e12:g} TFLOP/s / " \
+                                                   f"{gpu.bandwidth / 1e12:g} TB/s"
+        except ValueError:
+            pass
+    knee = max(g.peak_flops / g.bandwidth for g in GPU_PROFILES.values())
+    return knee, "GPU unknown: the largest knee of kvpilot's GPU profiles"
+
+
+def budget_binds(share: float | None, tokens_per_step: float | None, budget: int | None,
+                 knee: float = 403.0) -> bool:
+    """True when the token budget, not compute, limits the steps.
+
+    The steps are full (:func:`steps_full`) and the budget is below twice the compute knee
+    (:func:`compute_knee`): below the knee a step costs the same weight read whatever its size, so a
+    larger budget adds tokens at no time cost; well past it, step time grows with the tokens and a
+    larger budget only makes steps longer (the compute-bound case C12: 65,000-token steps).
+    """
+    return steps_full(share, tokens_per_step, budget) and budget is not None and budget < 2 * knee
 
 
 def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None,
@@ -144,6 +175,8 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
     out_signals = {k: v for k, v in signals.values.items()}
     share, share_edge = budget_share(signals, limits)
     budget = limits.value("max_num_batched_tokens")
+    knee, knee_how = compute_knee(limits)
+    full = steps_full(share, s("tokens_per_step_avg"), budget)
     out_signals["budget_full_step_share"] = share
     ceiling, ceiling_how = kv_ceiling(signals, limits)
     out_signals["kv_admission_ceiling"] = ceiling
@@ -237,7 +270,7 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
                           (0.6 if inferred_cap else 0.9 if limits.max_num_seqs.source != "default" else 0.7)
                           - (0 if kv_known else 0.2), ev,
                           recommend("max_num_seqs_cap", inputs, max_num_seqs=n_seqs))
-    elif budget_binds(share, s("tokens_per_step_avg"), budget) and queued and free_slots and kv_room:
+    elif budget_binds(share, s("tokens_per_step_avg"), budget, knee) and queued and free_slots and kv_room:
         ev = [f"max_num_batched_tokens = {_n(budget)} ({limits.max_num_batched_tokens.source}) fills the steps: "
               + (f"{_pct(share)} of engine steps carried more than {_n(share_edge)} tokens (the budget's bucket of "
                  "vllm:iteration_tokens_total; buckets are coarse, so 'full' means within one bucket)"
@@ -247,6 +280,8 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
                  f"({_pct(s('tokens_per_step_avg') / budget)} of the budget)"
                  if s("tokens_per_step_avg") is not None else "") + ".",
               evidence_queue + ".",
+              f"The budget is below twice the step size at which compute binds ({_n(knee, 0)} tokens; {knee_how}): "
+              "a bigger budget adds tokens to each step at little extra step time.",
               f"Running {_n(run_avg, 1)} on average, below max_num_seqs {_n(n_seqs)}; KV usage peaked at "
               f"{_pct(kv_max)}, no preemptions."]
         primary = Finding("token_budget_cap", "critical" if growing else "warning", 0.8 if kv_known else 0.6, ev,
@@ -261,6 +296,10 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
                  if s("tokens_per_step_avg") is not None and budget else "")
               + ("; token-budget use unknown (no vllm:iteration_tokens_total)"
                  if share is None and s("tokens_per_step_avg") is None else "") + "."]
+        if full and budget:
+            ev.append(f"Steps are full at max_num_batched_tokens {_n(budget)}, but that is past the compute knee of "
+                      f"{_n(knee, 0)} tokens per step ({knee_how}; background.md §1): each step is compute-bound, so a "
+                      "larger budget makes steps longer, not the engine faster.")
         served, offered = s("prompt_tokens_per_s"), s("offered_prompt_tokens_per_s")
         if served is not None:
             line = f"Served {_n(served, 0)} prompt tok/s"
@@ -268,8 +307,18 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
                 line += (f"; offered ≈ {_n(offered, 0)} prompt tok/s (served + {_n(trend, 3)} req/s queue growth x "
                          f"{_n(s('prompt_tokens_per_request'), 0)} prompt tokens per request)")
             ev.append(line + ": the engine computes as fast as it can; more budget or slots will not help.")
+        # unknown limits that could be what binds: the budget, and max_num_seqs when running sat flat
+        flat = run_max is not None and s("running_min") is not None and run_max - s("running_min") <= 1 \
+            and (s("samples_in_window") or 0) >= 3
+        guessed = [name for name in ("max_num_seqs", "max_num_batched_tokens")
+                   if getattr(limits, name).source == "default" and (name != "max_num_seqs" or flat)]
+        if guessed:
+            ev.append(f"{' and '.join(guessed)} unknown (vLLM's default assumed): a cap at the running count "
+                      f"(max {_n(run_max)}) or a small token budget would look the same; pass the server's flags "
+                      "(--max-num-seqs, --max-num-batched-tokens) or --server to tell them apart.")
         primary = Finding("compute_bound", "critical" if growing else "warning",
-                          0.8 if kv_max is not None else 0.6, ev, recommend("compute_bound", inputs))
+                          (0.8 if kv_max is not None else 0.6) - (0.3 if guessed else 0.0), ev,
+                          recommend("compute_bound", inputs))
     else:
         prefix = _prefix_finding(signals, limits)
         if prefix is not None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from kvpilot.diagnose.limits import Limit, resolve_limits
-from kvpilot.diagnose.rules import budget_binds, diagnose_target, kv_ceiling
+from kvpilot.diagnose.rules import budget_binds, compute_knee, diagnose_target, kv_ceiling, steps_full
 from kvpilot.diagnose.signals import Signals, finish_signals
 
 WINDOW = 300.0
@@ -107,12 +109,27 @@ def test_token_budget_cap_needs_full_steps():
     assert (r.flag, r.current, r.suggested) == ("--max-num-batched-tokens", 512, 1024)
 
 
-def test_budget_binds_rule():
-    assert budget_binds(0.95, 500, 512)  # share >= 0.5 and 98 % fill
-    assert not budget_binds(0.95, 200, 512)  # 39 % fill: steps not full
-    assert not budget_binds(None, 52446, 65000)  # 80.7 % fill < 90 % (the compute-bound scenario)
-    assert budget_binds(None, 64000, 65000)
-    assert not budget_binds(None, None, 2048)
+def test_steps_full_and_the_compute_knee():
+    assert steps_full(0.95, 500, 512)  # share >= 0.5 and 98 % fill
+    assert not steps_full(0.95, 200, 512)  # 39 % fill: steps not full
+    assert not steps_full(None, 52446, 65000)  # 80.7 % fill < 90 %
+    assert steps_full(None, 64000, 65000) and not steps_full(None, None, 2048)
+    # H100 knee: 989e12 FLOP/s / 3.35e12 B/s = 295.2 tokens per step (background.md §1)
+    knee, how = compute_knee(resolve_limits(gpu_name="H100"))
+    assert knee == pytest.approx(295.2, abs=0.1) and "h100" in how
+    # full steps bind below 2 x knee (590): 256 binds; 65,000 (case C12's budget) is compute-bound
+    assert budget_binds(None, 256, 256, knee) and not budget_binds(None, 64000, 65000, knee)
+    # unknown GPU: the largest knee of the profiles, L4: 121e12 / 300e9 = 403.3
+    assert compute_knee(resolve_limits())[0] == pytest.approx(403.3, abs=0.1)
+
+
+def test_full_steps_past_the_knee_are_compute_bound():
+    sig = make(running_avg=11, running_max=13, running_min=9, waiting_avg=200, waiting_max=400,
+               waiting_trend_per_s=1.5, kv_usage_avg=0.13, kv_usage_max=0.15,
+               iteration_tokens_sum_increase=64000.0 * 100, iteration_steps_increase=100.0)
+    d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 256, "max_num_batched_tokens": 65000},
+                                            gpu_name="H100"))
+    assert d.verdict == "compute_bound" and "past the compute knee of 295" in " ".join(d.evidence)
 
 
 def test_prefix_thrash_needs_some_hits_and_queries_beyond_kv_capacity():
