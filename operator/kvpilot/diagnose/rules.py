@@ -308,7 +308,7 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
                          f"{_n(s('prompt_tokens_per_request'), 0)} prompt tokens per request)")
             ev.append(line + ": the engine computes as fast as it can; more budget or slots will not help.")
         # unknown limits that could be what binds: the budget, and max_num_seqs when running sat flat
-        flat = run_max is not None and s("running_min") is not None and run_max - s("running_min") <= 1 \
+        flat = run_max is not None and s("running_min") is not None and run_max == s("running_min") \
             and (s("samples_in_window") or 0) >= 3
         guessed = [name for name in ("max_num_seqs", "max_num_batched_tokens")
                    if getattr(limits, name).source == "default" and (name != "max_num_seqs" or flat)]
