@@ -106,7 +106,7 @@ def table(rows: list[dict]) -> str:
         return "right" if got == want else "wrong"
 
     lines = ["| scenario | expected | kvpilot (server's flags) | | kvpilot (no flags) | | vllm-doctor 0.6.0: fired checks "
-             "(first first) | vllm-doctor read as | |", "|---|---|---|---|---|---|---|---|---|"]
+             "(most severe first) | vllm-doctor read as | |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['scenario']} | `{r['expected']}` | `{r['kvpilot']}` | {mark(r['kvpilot'], r['expected'])} | "
                      f"`{r['kvpilot_bare']}` | {mark(r['kvpilot_bare'], r['expected'])} | "
