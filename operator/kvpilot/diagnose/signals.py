@@ -59,13 +59,6 @@ class TargetKey:
                 return False
         return not labels.get("engine") or not self.engine or labels.get("engine") == self.engine
 
-    def describe(self) -> str:
-        """Short human name: ``ns/pod model (engine 0)``."""
-        where = "/".join(p for p in (self.namespace, self.pod) if p) or self.instance or self.job or "(recording)"
-        model = f" {self.model_name}" if self.model_name else ""
-        engine = f" engine {self.engine}" if self.engine else ""
-        return f"{where}{model}{engine}"
-
 
 @dataclass(frozen=True)
 class SignalDef:
@@ -286,11 +279,6 @@ class CacheConfigIndex:
             if target.matches(labels):
                 return {k: v for k, v in labels.items() if k not in TARGET_LABELS and k != "__name__"}
         return {}
-
-
-def cache_config_for(target: TargetKey, label_sets: Iterable[Mapping[str, str]]) -> dict[str, str]:
-    """The ``cache_config_info`` labels belonging to ``target`` (see :class:`CacheConfigIndex`), or {}."""
-    return CacheConfigIndex(label_sets).get(target)
 
 
 def compute_signals(samples: Iterable, window_seconds: float, end: float | None = None,

@@ -62,6 +62,11 @@ def test_scripted_prometheus_gives_the_verdict():
     doc = json.loads(result.output)
     assert doc["targets"][0]["verdict"] == "max_num_seqs_cap" and result.exit_code == 2
     assert doc["targets"][0]["target"]["pod"] == "qwen-0"
+    # the report lists the PromQL it used (design.md: "queries")
+    queries = doc["targets"][0]["queries"]
+    assert len(queries) == len(SIGNAL_DEFS) + 1 and all("vllm" in q for q in queries)
+    assert any(q.startswith('label_replace(max by (namespace, pod, instance, job, model_name, engine) '
+                            '(avg_over_time({__name__="vllm:num_requests_running"}[300s]))') for q in queries)
     # one query per signal plus cache_config_info, all at the explicit time
     assert len(prom.requests) == len(SIGNAL_DEFS) + 1
 
