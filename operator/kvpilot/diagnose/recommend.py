@@ -6,7 +6,8 @@ KV room actually observed, a compute-bound server gets no flag that would not he
 
 Arithmetic (docs/diagnosis.md "Recommendations"):
 
-- ``--gpu-memory-utilization u -> u'``: the KV pool grows by the memory the change frees,
+- ``--gpu-memory-utilization u -> u'`` (only when u is known, not vLLM's default assumed): the KV
+  pool grows by the memory the change frees,
   ``(u' - u) x GPU memory`` bytes (weights and activations do not change), i.e.
   ``(u' - u) x GPU memory / bytes_per_token`` tokens; bytes per token from the model's config.json
   (``kvpilot.kv.bytes_per_token``) or ``kv_cache_memory / kv_cache_tokens``. ``u'`` is what the
@@ -94,8 +95,10 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
     demand = running_max * per_request if running_max and per_request else None
     bpt = kv_bytes_per_token(inputs)
     util, gpu = lim.value("gpu_memory_utilization"), lim.gpu_memory_bytes
+    # only from a known utilization: a guessed default may not be what the server runs with (and a
+    # server sized with --kv-cache-memory ignores it)
     util_known = lim.gpu_memory_utilization.source not in ("default", "unknown")
-    if util is not None and util < MAX_SUGGESTED_UTILIZATION and (util_known or gpu):
+    if util is not None and util < MAX_SUGGESTED_UTILIZATION and util_known:
         if bpt and gpu and kv_tokens and demand and demand > kv_tokens:
             needed = (demand - kv_tokens) * bpt / gpu
             target = min(MAX_SUGGESTED_UTILIZATION, math.ceil((util + needed) * 100) / 100)

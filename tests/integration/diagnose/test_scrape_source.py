@@ -1,0 +1,65 @@
+"""`--metrics-url`: repeated scrapes become a timeline (injected clock: no waiting), formats and failures."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from kvpilot.diagnose.signals import compute_signals
+from kvpilot.diagnose.sources import SourceError
+from kvpilot.diagnose.sources.scrape import scrape_series
+from tests.integration.diagnose.fakes import LoopbackServer
+
+
+def exposition(n: int, escaped: bool) -> str:
+    """A vLLM-like body; request n: preemptions 50 x n, waiting 2 x n, 4 running, a pid-labelled KV gauge."""
+    p = "vllm_" if escaped else "vllm:"
+    return (f'{p}num_requests_running{{engine="0",model_name="m"}} 4.0\n'
+            f'{p}num_requests_waiting{{engine="0",model_name="m"}} {2 * n}.0\n'
+            f'{p}gpu_cache_usage_perc{{engine="0",model_name="m",pid="7"}} 0.5\n'
+            f'{p}num_preemptions_total{{engine="0",model_name="m"}} {50 * n}.0\n'
+            f'{p}num_preemptions_created{{engine="0",model_name="m"}} 1.7e9\n')
+
+
+@pytest.mark.parametrize("escaped", [False, True])
+def test_scrapes_form_a_timeline(escaped):
+    counter = itertools.count()
+    sleeps = []
+
+    def handle(method, path, query, body):
+        return 200, exposition(next(counter), escaped)
+
+    clock = itertools.count(1_000_000, 10)  # every clock() call advances 10 s
+    with LoopbackServer(handle) as server:
+        samples, scrapes = scrape_series(server.url + "/metrics", window_seconds=30, interval_seconds=10,
+                                         clock=lambda: float(next(clock)), sleep=sleeps.append)
+    # floor(30 / 10) + 1 = 4 scrapes, one GET each, sleeping between them (never after the last)
+    assert scrapes == 4 and len(server.requests) == 4 and len(sleeps) == 3
+    sig = next(iter(compute_signals(samples, 60.0).values()))
+    # scrape i at t = 1,000,000 + 20 i (two clock reads per scrape): preemptions 0, 50, 100, 150 over 60 s
+    assert sig.get("preemptions_increase") == pytest.approx(150.0)
+    assert sig.get("waiting_trend_per_s") == pytest.approx(2.0 / 20.0)  # +2 per 20 s
+    assert sig.get("kv_usage_avg") == 0.5 and sig.get("running_avg") == 4.0
+
+
+def test_quick_takes_two_scrapes():
+    with LoopbackServer(lambda m, p, q, b: (200, exposition(1, False))) as server:
+        _, scrapes = scrape_series(server.url, window_seconds=300, quick=True, sleep=lambda s: None)
+    assert scrapes == 2 and len(server.requests) == 2
+
+
+def test_first_scrape_failing_is_a_source_error_later_ones_end_the_series():
+    with LoopbackServer(lambda m, p, q, b: (503, "engine dead")) as server:
+        with pytest.raises(SourceError, match="HTTP 503"):
+            scrape_series(server.url, window_seconds=30, interval_seconds=10, sleep=lambda s: None)
+    answers = iter([(200, exposition(0, False)), (200, exposition(1, False)), (500, "x"), (200, exposition(3, False))])
+    with LoopbackServer(lambda m, p, q, b: next(answers)) as server:
+        samples, scrapes = scrape_series(server.url, window_seconds=30, interval_seconds=10, sleep=lambda s: None)
+    assert scrapes == 2 and samples
+
+
+def test_not_prometheus_text_is_a_source_error():
+    with LoopbackServer(lambda m, p, q, b: (200, 'vllm:num_requests_running{engine="0" 4\n')) as server:
+        with pytest.raises(SourceError, match="not Prometheus text"):
+            scrape_series(server.url, window_seconds=10, interval_seconds=10, sleep=lambda s: None)
