@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import click
 import yaml
 
+from kvpilot.commands import demo_analysis
 from kvpilot.commands._common import fail
 
 T = TypeVar("T")
@@ -237,7 +238,7 @@ def section_cleanup(ctx: DemoContext) -> None:
     """Delete the VLLMServer (owner references remove its Pod and Service), then stop everything."""
     import kubernetes.client
 
-    _heading(ctx, "7. Clean up")
+    _heading(ctx, "10. Clean up")
     name = ctx.server["metadata"]["name"]
     kubernetes.client.CustomObjectsApi(ctx.api).delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
     wait_for(lambda: not ctx.cluster.list("v1/pods", NAMESPACE) and not ctx.cluster.list("v1/services", NAMESPACE),
@@ -253,6 +254,9 @@ SECTIONS: list[tuple[str, Callable[[DemoContext], None]]] = [
     ("apply", section_apply),
     ("kubelet", section_kubelet),
     ("status", section_status),
+    ("kv", demo_analysis.section_kv),
+    ("engine", demo_analysis.section_engine),
+    ("diagnose", demo_analysis.section_diagnose),
     ("cleanup", section_cleanup),
 ]
 
