@@ -12,6 +12,7 @@ import io
 from rich.console import Console
 
 from kvpilot.commands import demo, demo_analysis
+from tests.integration.diagnose.scenario_flags import EXPECTED
 
 
 def _run_sections(*sections):
@@ -47,15 +48,11 @@ def test_engine_section_reproduces_the_founding_measurement():
 
 def test_diagnose_section_names_each_scenario_s_bottleneck():
     ctx, text = _run_sections(demo_analysis.section_diagnose)
-    assert ctx.extra["diagnoses"] == {
-        "kv-exhaustion": "kv_cache_exhaustion",
-        "max-num-seqs-cap": "max_num_seqs_cap",
-        "token-budget-cap": "token_budget_cap",
-        "compute-bound": "compute_bound",
-        "prefix-thrash": "prefix_cache_ineffective",
-        "healthy": "healthy",
-        "idle": "idle",
-    }
+    # the verdict each scenario is built to produce (shared with the diagnose tests)
+    assert ctx.extra["diagnoses"] == {name: EXPECTED[name] for name in demo_analysis.DIAGNOSED}
+    assert set(ctx.extra["diagnoses"].values()) == {
+        "kv_cache_exhaustion", "max_num_seqs_cap", "token_budget_cap", "compute_bound",
+        "prefix_cache_ineffective", "healthy", "idle"}
     assert "--max-num-seqs 4 ->" in text  # the cap scenario runs with max_num_seqs 4
 
 
