@@ -15,8 +15,9 @@ Arithmetic (docs/diagnosis.md "Recommendations"):
 - ``--kv-cache-dtype auto -> fp8``: tokens x (element bytes now / 1 byte) (``kvpilot.kv.kv_element_bytes``;
   2x for bf16/fp16).
 - ``--max-num-seqs``: on a KV shortage, the concurrency whose full-length requests fit:
-  ``floor(kv_cache_tokens / tokens_per_request)``; on a seqs cap, the demand
-  (``running + waiting``) bounded by the KV room (``ceiling / per-request KV share``).
+  ``floor(kv_cache_tokens / tokens_per_request)``; on a seqs cap, the concurrency the traffic
+  needs (Little's law on a growing queue, running + waiting on a standing one), rounded up to a
+  CUDA-graph batch size and bounded by what KV holds (see ``_seqs_cap``).
 - ``--max-num-batched-tokens B -> 2B`` on a token-budget cap.
 
 Pure functions, no I/O.
@@ -141,24 +142,92 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
     return out
 
 
+#: margin over the concurrency that just keeps up with arrivals: drains the backlog (at about a
+#: fifth of the arrival rate) and absorbs the slightly longer steps of a larger batch
+DRAIN_MARGIN = 0.25
+
+#: share of the KV pool a raised max_num_seqs may fill at each request's full footprint; the rest
+#: is headroom for requests longer than the average
+KV_FILL = 0.9
+
+
+def capture_sizes_around(n: float) -> tuple[int, int]:
+    """The CUDA-graph batch sizes just below and at-or-above ``n`` (requests; ``n >= 1``).
+
+    vLLM captures CUDA graphs for batch sizes 1, 2, 4, then multiples of 8 up to 256, then
+    multiples of 16 (vllm/config/vllm.py ``_set_cudagraph_sizes``, v0.10-v0.33), so a
+    ``max_num_seqs`` on one of these sizes decodes a full batch in a captured graph.
+
+    Returns:
+        ``(floor_size, ceil_size)``: the largest size ``<= n`` and the smallest size ``>= n``.
+    """
+    if n <= 4:
+        sizes = [1, 2, 4, 8]
+    else:
+        step = 8 if n < 256 else 16
+        lo = int(n // step) * step
+        sizes = [4, lo, lo + step] if lo < 8 else [lo, lo + step]
+    below = max((x for x in sizes if x <= n), default=1)
+    above = min(x for x in sizes if x >= n)
+    return below, above
+
+
 def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommendation]:
+    """``--max-num-seqs N -> N'``: the concurrency the traffic needs, bounded by what KV holds.
+
+    - Queue growing (open loop), completion rate known: by Little's law each slot completes
+      ``served / N`` req/s, so ``N x arrival / served`` slots keep up, with arrival = served +
+      queue growth (req/s); x (1 + :data:`DRAIN_MARGIN`) to drain the backlog. Admitting the whole
+      queue would size for a backlog that only says how long the window was.
+    - Queue growing, completion rate unknown: ``2N``.
+    - Standing queue (closed loop: clients wait for answers): ``running + waiting``, everyone admitted.
+    Then at least ``N + 1``, rounded up to a CUDA-graph batch size (:func:`capture_sizes_around`),
+    and bounded by KV: ``floor(KV_FILL / share)`` requests, with share = one request's KV
+    footprint, the larger of the observed ``kv_usage_avg / running_avg`` and its full size
+    ``(prompt + generated tokens per request) / kv_cache_tokens`` (the bound is rounded down to a
+    capture size). No recommendation when KV holds no more than N.
+    """
     s, lim = inputs.signals, inputs.limits
     n_seqs = max_num_seqs or lim.value("max_num_seqs")
     run_avg, wait_avg, kv_avg = s.get("running_avg"), s.get("waiting_avg"), s.get("kv_usage_avg")
     if not n_seqs or run_avg is None or wait_avg is None:
         return []
-    demand = math.ceil(run_avg + wait_avg)
-    suggested = max(demand, n_seqs + 1)
-    effect = f"admits the {wait_avg:.0f} waiting requests ({run_avg:.0f} running + {wait_avg:.0f} waiting = {demand})"
+    trend, served = s.get("waiting_trend_per_s"), s.get("requests_finished_per_s")
+    growing = trend is not None and trend * s.window_seconds >= 1
+    if growing and served:
+        arrival = served + trend
+        keep_up = n_seqs * arrival / served
+        need = keep_up * (1 + DRAIN_MARGIN)
+        how = (f"the queue grows: arrivals {served:.2f} served + {trend:.2f} queued = {arrival:.2f} req/s; "
+               f"{n_seqs} slots x {arrival:.2f} / {served:.2f} = {keep_up:.1f} slots keep up (Little's law), "
+               f"+{DRAIN_MARGIN:.0%} to drain the backlog = {need:.1f}")
+    elif growing:
+        need = 2 * n_seqs
+        how = f"the queue grows and the completion rate is unknown: 2 x {n_seqs} = {need}"
+    else:
+        need = run_avg + wait_avg
+        how = f"a standing queue: {run_avg:.0f} running + {wait_avg:.0f} waiting = {need:.0f} admitted at once"
+    demand = max(n_seqs + 1, math.ceil(need - 1e-9))
+    suggested = capture_sizes_around(demand)[1]
+    how += f"; rounded up to vLLM's CUDA-graph batch size {suggested}" if suggested != demand else ""
+    shares = []
     if kv_avg and run_avg > 0:
-        share = kv_avg / run_avg
-        bound = int(0.9 / share) if share > 0 else suggested
-        if bound < suggested:
-            suggested = max(n_seqs + 1, bound)
-            effect = f"as many as KV room allows at the observed {share * 100:.2f} % of KV per request (90 % of the pool)"
-        effect += f"; KV usage rises to about {min(1.0, suggested * share) * 100:.1f} % ({suggested} x {share * 100:.2f} %)"
+        shares.append(kv_avg / run_avg)
+    per_request, kv_tokens = tokens_per_request(s), lim.value("kv_cache_tokens")
+    if per_request and kv_tokens:
+        shares.append(per_request / kv_tokens)
+    share = max(shares) if shares else None
+    if share:
+        bound = math.floor(KV_FILL / share)
+        if bound <= n_seqs:
+            return []  # KV holds no more requests than now: raising the cap would trade the queue for preemptions
+        if suggested > bound:
+            suggested = max(n_seqs + 1, capture_sizes_around(bound)[0])
+            how += (f"; bounded by KV: {KV_FILL:.0%} of the pool / {share * 100:.2f} % per request = {bound} "
+                    f"-> {suggested}")
+        how += f"; KV usage rises to about {min(1.0, suggested * share) * 100:.1f} % ({suggested} x {share * 100:.2f} %)"
     out = [Recommendation("--max-num-seqs", n_seqs, suggested,
-                          effect + "; per-token latency rises a little as more requests share each step.")]
+                          how + "; per-token latency rises a little as more requests share each step.")]
     budget = lim.value("max_num_batched_tokens")
     if budget and budget < suggested:
         out.append(Recommendation("--max-num-batched-tokens", budget, suggested,

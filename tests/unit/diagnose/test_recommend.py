@@ -55,13 +55,48 @@ def test_fp8_is_not_suggested_when_already_fp8():
 
 
 def test_seqs_cap_suggestion_bounded_by_kv_room_and_budget():
-    # 8 running hold 40 % of KV (5 % each), 100 waiting: demand 108, but 0.9 / 0.05 = 18 fit -> 18;
-    # the budget of 16 is below 18: raised too (vLLM requires max_num_batched_tokens >= max_num_seqs)
+    # 8 running hold 40 % of KV (5 % each), 100 waiting, queue not growing: demand 108, but
+    # 0.9 / 0.05 = 18 fit -> rounded down to the CUDA-graph batch size 16 (multiples of 8);
+    # the budget of 8 is below 16: raised too (vLLM requires max_num_batched_tokens >= max_num_seqs)
     sig = signals(running_avg=8.0, waiting_avg=100.0, kv_usage_avg=0.4)
     recs = {r.flag: r for r in recommend("max_num_seqs_cap", Inputs(sig, resolve_limits(
-        cli={"max_num_seqs": 8, "max_num_batched_tokens": 16})))}
-    assert (recs["--max-num-seqs"].current, recs["--max-num-seqs"].suggested) == (8, 18)
-    assert (recs["--max-num-batched-tokens"].current, recs["--max-num-batched-tokens"].suggested) == (16, 18)
+        cli={"max_num_seqs": 8, "max_num_batched_tokens": 8})))}
+    assert (recs["--max-num-seqs"].current, recs["--max-num-seqs"].suggested) == (8, 16)
+    assert "18" in recs["--max-num-seqs"].expected_effect and "80.0 %" in recs["--max-num-seqs"].expected_effect
+    assert (recs["--max-num-batched-tokens"].current, recs["--max-num-batched-tokens"].suggested) == (8, 16)
+
+
+def test_seqs_cap_on_a_growing_queue_sizes_for_the_arrival_rate_not_the_backlog():
+    # 4 slots pinned, 400 waiting on average and growing 1 req/s (300 over 5 min); 1 req/s completes.
+    # Admitting the backlog would say 404. Little's law: each slot completes 1 / 4 = 0.25 req/s,
+    # arrivals = 1 served + 1 queued = 2 req/s -> 4 x 2 / 1 = 8 slots keep up; x 1.25 to drain the
+    # backlog = 10 -> CUDA-graph batch size 16. KV: 0.5 % per request -> 0.9 / 0.005 = 180 fit.
+    sig = signals(running_avg=4.0, waiting_avg=400.0, waiting_trend_per_s=1.0, requests_finished_per_s=1.0,
+                  kv_usage_avg=0.02)
+    recs = {r.flag: r for r in recommend("max_num_seqs_cap", Inputs(sig, resolve_limits(cli={"max_num_seqs": 4})))}
+    r = recs["--max-num-seqs"]
+    assert (r.current, r.suggested) == (4, 16)
+    assert "Little" in r.expected_effect and "8.0 slots keep up" in r.expected_effect
+    assert "8.0 %" in r.expected_effect  # 16 x 0.5 %
+
+
+def test_seqs_cap_kv_bound_uses_the_full_request_footprint():
+    # 4 running at 2 % of KV each (8 % in all) look like room for 0.9 / 0.02 = 45, but each request
+    # ends at 6,000 prompt + 2,000 generated = 8,000 tokens of a 100,000-token pool = 8 %:
+    # 0.9 / 0.08 = 11.25 -> 11 fit -> CUDA-graph batch size 8, although 4 + 60 waiting = 64 would queue.
+    sig = signals(running_avg=4.0, waiting_avg=60.0, kv_usage_avg=0.08, prompt_tokens_per_s=6000.0,
+                  generation_tokens_per_s=2000.0, requests_finished_per_s=1.0)
+    recs = {r.flag: r for r in recommend("max_num_seqs_cap", Inputs(sig, resolve_limits(
+        cli={"max_num_seqs": 4, "kv_cache_tokens": 100_000})))}
+    assert (recs["--max-num-seqs"].current, recs["--max-num-seqs"].suggested) == (4, 8)
+
+
+def test_seqs_cap_no_raise_when_kv_holds_no_more():
+    # 4 running, requests of 30,000 tokens in a 100,000-token pool: 0.9 / 0.3 = 3 < 4: no increase
+    sig = signals(running_avg=4.0, waiting_avg=10.0, kv_usage_avg=0.2, prompt_tokens_per_s=29000.0,
+                  generation_tokens_per_s=1000.0, requests_finished_per_s=1.0)
+    recs = recommend("max_num_seqs_cap", Inputs(sig, resolve_limits(cli={"max_num_seqs": 4, "kv_cache_tokens": 100_000})))
+    assert all(r.flag != "--max-num-seqs" for r in recs)
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
