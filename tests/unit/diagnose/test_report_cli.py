@@ -108,6 +108,9 @@ def test_unreachable_metrics_url_exits_3():
 
     result = invoke("--metrics-url", f"http://127.0.0.1:{free_port()}/metrics", "--quick", "--timeout", "2s")
     assert result.exit_code == 3 and "kvpilot: error: --metrics-url" in result.output
+    # one short line that names the cause, not requests' exception text cut off mid-word
+    line = next(ln for ln in result.output.splitlines() if ln.startswith("kvpilot: error:"))
+    assert line.endswith(": connection refused"), line
 
 
 def test_watch_reruns(monkeypatch):

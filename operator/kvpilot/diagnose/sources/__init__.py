@@ -8,9 +8,27 @@
 
 from __future__ import annotations
 
+import requests
+
 
 class SourceError(Exception):
     """A source could not be read at all (unreachable, unreadable input): exit status 3.
 
     ``str(error)`` is one line naming the source.
     """
+
+
+def request_failure_reason(exc: Exception, timeout: float) -> str:
+    """One short reason for a failed HTTP request (requests' messages embed the whole URL).
+
+    ``timeout`` (seconds) is quoted for timeouts. Returns e.g. ``"connection refused"``,
+    ``"no answer within 10 s (timeout)"``, ``"unknown host"``.
+    """
+    text = str(exc)
+    if isinstance(exc, requests.Timeout) or "timed out" in text.lower():
+        return f"no answer within {timeout:g} s (timeout)"
+    if "refused" in text.lower():
+        return "connection refused"
+    if "Name or service not known" in text or "nodename nor servname" in text:
+        return "unknown host"
+    return f"{type(exc).__name__}: {text.split(':')[0][:120]}"

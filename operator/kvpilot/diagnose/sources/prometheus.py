@@ -36,7 +36,7 @@ from urllib3.util.retry import Retry
 from kvpilot.diagnose import promql
 from kvpilot.diagnose.signals import SIGNAL_DEFS, TARGET_LABELS, CacheConfigIndex, SignalDef, Signals, TargetKey, \
     finish_signals, spellings
-from kvpilot.diagnose.sources import SourceError
+from kvpilot.diagnose.sources import SourceError, request_failure_reason
 
 _FUNCTIONS = {"avg": "avg_over_time", "max": "max_over_time", "min": "min_over_time", "last": "last_over_time",
               "count": "count_over_time", "deriv": "deriv", "rate": "rate", "increase": "increase",
@@ -100,18 +100,6 @@ def cache_config_query(window_seconds: float, selectors: Selectors = Selectors()
     return " or ".join(arms)
 
 
-def _reason(exc: Exception, timeout: float) -> str:
-    """One short reason for a failed request (requests' messages embed the whole query URL)."""
-    text = str(exc)
-    if isinstance(exc, requests.Timeout) or "timed out" in text.lower():
-        return f"no answer within {timeout:g} s (timeout)"
-    if "refused" in text.lower():
-        return "connection refused"
-    if "Name or service not known" in text or "nodename nor servname" in text:
-        return "unknown host"
-    return f"{type(exc).__name__}: {text.split(':')[0][:120]}"
-
-
 @dataclass
 class PrometheusResult:
     """Signals per target plus the queries sent and notes about failures."""
@@ -147,7 +135,7 @@ class PrometheusSource:
         except PrometheusApiClientException as exc:
             raise SourceError(f"--prometheus {self.url}: {str(exc)[:300]}") from None
         except requests.RequestException as exc:
-            raise SourceError(f"--prometheus {self.url}: {_reason(exc, self.timeout)}") from None
+            raise SourceError(f"--prometheus {self.url}: {request_failure_reason(exc, self.timeout)}") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise SourceError(f"--prometheus {self.url}: unreadable answer ({type(exc).__name__})") from None
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import requests
 
-from kvpilot.diagnose.sources import SourceError
+from kvpilot.diagnose.sources import SourceError, request_failure_reason
 from kvpilot.metrics.exposition import ExpositionError, Sample, parse_exposition
 
 #: Accept header: plain text 0.0.4 first, so names keep their colon (testing-notes.md: an
@@ -31,7 +31,7 @@ def scrape_once(url: str, timeout: float = 10.0, session: requests.Session | Non
     try:
         response = getter(url, headers={"Accept": ACCEPT}, timeout=timeout)
     except requests.RequestException as exc:
-        raise SourceError(f"--metrics-url {url}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
+        raise SourceError(f"--metrics-url {url}: {request_failure_reason(exc, timeout)}") from None
     if response.status_code != 200:
         raise SourceError(f"--metrics-url {url}: HTTP {response.status_code}")
     return response.text
