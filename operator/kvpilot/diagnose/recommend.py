@@ -259,7 +259,8 @@ def _compute_bound(inputs: Inputs) -> list[Recommendation]:
 def _prefix(inputs: Inputs) -> list[Recommendation]:
     s, lim = inputs.signals, inputs.limits
     kv_tokens, queries = lim.value("kv_cache_tokens"), s.get("prefix_queries_increase")
-    if kv_tokens and queries and queries > kv_tokens:
+    written = queries - (s.get("prefix_hits_increase") or 0.0) if queries else None
+    if kv_tokens and written and written > kv_tokens:  # the cache turned over: LRU evicted reused prefixes
         return [Recommendation("--kv-transfer-config (KV offload to CPU, e.g. LMCache)", None, "enabled",
                                f"keeps about {queries / kv_tokens:.1f}x the GPU KV capacity of reused prefixes reachable: "
                                "background.md §9 measured pass-2 TTFT 576 ms -> 48.6 ms with 1.5 GB of CPU cache.")]

@@ -426,11 +426,18 @@ def _prefix_finding(signals: Signals, limits: Limits) -> Finding | None:
                   "cache's match unit or lengthen the shared prefix to at least one block.")
         primary = True
     kv_tokens = limits.value("kv_cache_tokens")
-    if kv_tokens and queries > kv_tokens and rate > 0:
-        ev.append(f"{_n(queries, 0)} prompt tokens were queried in the window, {_n(queries / kv_tokens, 1)}x the KV "
-                  f"capacity of {_n(kv_tokens)} tokens: traffic that reuses prefixes further apart than the KV "
-                  "capacity always finds them evicted under LRU (background.md §9: a cyclic re-read of 2.3x the "
-                  "capacity hit 0 tokens). Offload KV to CPU (LMCache) or reorder requests so reuse comes sooner.")
+    # LRU can only have evicted a reused prefix if the cache turned over in the window: the tokens that
+    # missed (and were written to the cache) exceed its capacity. Tokens queried would count the hits
+    # too, so a hot shared prefix on busy traffic would look like thrash over any long enough window.
+    written = queries - hits
+    if kv_tokens and written > kv_tokens and rate > 0:
+        remembered = (f"; the cache holds the new tokens of only the last {_n(kv_tokens / (written / finished), 0)} "
+                      "requests" if finished and finished > 0 else "")
+        ev.append(f"{_n(written, 0)} prompt tokens missed the cache and were written to it in the window, "
+                  f"{_n(written / kv_tokens, 1)}x the KV capacity of {_n(kv_tokens)} tokens{remembered}: traffic that "
+                  "reuses prefixes further apart than that always finds them evicted under LRU (background.md §9: a "
+                  "cyclic re-read of 2.3x the capacity hit 0 tokens). Offload KV to CPU (LMCache) or reorder "
+                  "requests so reuse comes sooner.")
         primary = True
     if not primary:
         return None  # a low hit rate alone may just be traffic without shared prefixes
