@@ -49,7 +49,9 @@ class SizeParam(click.ParamType):
         if isinstance(value, int):
             return value
         try:
-            return parse_size(value, field=f"--{param.name.replace('_', '-')}" if param else "size")
+            # the option as the user typed it (--kv-offload-cpu), not its Python name (kv_offload_cpu_bytes)
+            field = max(param.opts, key=len) if param and param.opts else "size"
+            return parse_size(value, field=field)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 

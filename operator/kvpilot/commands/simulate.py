@@ -455,9 +455,13 @@ def command(scenario: str | None, output: str, serve_at: str | None, speed: floa
     SCENARIO is one of seed-lru, kv-exhaustion, max-num-seqs-cap, token-budget-cap, compute-bound,
     prefix-thrash, healthy, idle (default healthy with --vllm-args, else required).
     """
+    try:
+        vllm_argv = shlex.split(vllm_args) if vllm_args else None
+    except ValueError as exc:  # e.g. an unbalanced quote
+        fail(f"--vllm-args: cannot split {vllm_args!r} like a shell would ({exc})")
     run(scenario, output=output, serve_at=serve_at, speed=speed, record_to=record_to, duration=duration,
         interval=interval, end=end, vllm_version=vllm_version, model_name=model_name,
-        scenario_file=scenario_file, vllm_argv=shlex.split(vllm_args) if vllm_args else None, flags=flags)
+        scenario_file=scenario_file, vllm_argv=vllm_argv, flags=flags)
 
 
 def run(scenario: str | None, *, output: str = "text", serve_at: str | None = None, speed: float = 1.0,
@@ -479,6 +483,8 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
     except ValueError as exc:
         fail(str(exc))
     total = duration or DEFAULT_RECORD_DURATION
+    if record_to and not Path(record_to).expanduser().resolve().parent.is_dir():
+        fail(f"--record: cannot write {record_to}: its folder does not exist")
     if record_to and interval > total:
         fail(f"--interval: {interval:g} s is longer than --duration {total:g} s")
     overrides: dict[str, Any] = {}
@@ -524,7 +530,10 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
     horizon = total if record_to else duration
     sim = Simulation(scenario, overrides, version, name, horizon=horizon, endless=bool(serve_at) and not duration)
     if record_to:
-        lines, first, last = record(sim, Path(record_to), total, interval, end_ts)
+        try:
+            lines, first, last = record(sim, Path(record_to), total, interval, end_ts)
+        except OSError as exc:
+            fail(f"--record: cannot write {record_to}: {exc.strerror or exc}")
         click.echo(f"wrote {lines} samples to {record_to}: {scenario}, {total:g} simulated s every {interval:g} s, "
                    f"timestamps {first:.0f}..{last:.0f}")
         return

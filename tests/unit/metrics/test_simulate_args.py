@@ -83,3 +83,27 @@ def test_scenario_file_must_be_a_mapping(tmp_path):
     result = CliRunner().invoke(cli, ["simulate", "healthy", "--scenario-file", str(path)])
     assert result.exit_code == 2
     assert "--scenario-file" in result.output and "mapping" in result.output
+
+
+def test_vllm_args_unbalanced_quote_exits_2_with_one_line():
+    # shlex cannot split `serve m "unclosed`: a user's typo, not a crash
+    result = CliRunner().invoke(cli, ["simulate", "--vllm-args", 'serve m "unclosed'])
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # fail(), not a crash
+    assert result.output.count("\n") == 1 and "--vllm-args" in result.output
+
+
+def test_record_into_missing_folder_exits_2_with_one_line(tmp_path):
+    target = tmp_path / "no-such-folder" / "x.om"
+    result = CliRunner().invoke(cli, ["simulate", "idle", "--record", str(target), "--duration", "10s"])
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert result.output.count("\n") == 1 and "--record" in result.output
+    assert not target.exists()
+
+
+def test_size_error_names_the_option_as_typed():
+    # the option is --kv-offload-cpu; its Python name (kv_offload_cpu_bytes) is not a flag a user can type
+    result = CliRunner().invoke(cli, ["simulate", "healthy", "--kv-offload-cpu", "lots"])
+    assert result.exit_code == 2
+    assert "--kv-offload-cpu-bytes" not in result.output
