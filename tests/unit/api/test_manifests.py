@@ -52,10 +52,16 @@ def test_rbac_is_exactly_what_the_operator_needs():
         ("kvpilot.dev", "vllmservers/status"): {"get", "patch"},
         ("", "pods"): {"get", "list", "watch", "create", "delete"},
         ("", "pods/log"): {"get"},
-        ("", "services"): {"get", "list", "watch", "create", "patch"},
+        # the controller reads the Service and creates it when missing (read_namespaced_service,
+        # create_namespaced_service): no list/watch/patch
+        ("", "services"): {"get", "create"},
         ("", "events"): {"create", "patch"},
         ("", "configmaps"): {"get"},
-        ("", "nodes"): {"get", "list"},
+        # the pre-flight reads the scheduled pod's node by name (read_node): get only
+        ("", "nodes"): {"get"},
+        # kopf serves namespace globs (`--namespace 'llm-*'`, advertised by `kvpilot operator --help`)
+        # by listing and watching namespaces (docs.kopf.dev, "Scopes")
+        ("", "namespaces"): {"list", "watch"},
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
         ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
         ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"},
