@@ -321,8 +321,16 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
                           recommend("compute_bound", inputs))
     else:
         prefix = _prefix_finding(signals, limits)
+        unknown = [name for name, value in (("running", run_max), ("waiting", wait_max)) if value is None]
         if prefix is not None:
             primary = prefix
+        elif unknown:
+            # one of the two gauges is missing (or its query failed): a queue or load cannot be ruled out
+            primary = Finding("no_data", "unknown", 0.9, [
+                f"{' and '.join(unknown).capitalize()} unknown in the last {_n(window)} s (no "
+                f"vllm:num_requests_{'running' if unknown[0] == 'running' else 'waiting'} value in any spelling, or "
+                f"its query failed) while running averaged {_n(run_avg, 1)} and waiting {_n(wait_avg, 1)}: "
+                "a queue cannot be ruled out, so the server is not called healthy or idle."])
         elif (run_max or 0) == 0 and (wait_max or 0) == 0:
             primary = Finding("idle", "ok", 0.9, [
                 f"No request ran or waited in the last {_n(window)} s (running and waiting both 0)."])

@@ -141,3 +141,25 @@ def test_empty_answers_are_no_data():
     doc = json.loads(result.output)
     assert result.exit_code == 3 and doc["targets"][0]["verdict"] == "no_data"
     assert "namespace=llm" in doc["targets"][0]["evidence"][0]
+
+
+def test_an_answer_that_is_not_a_vector_is_unreadable_not_a_traceback():
+    # a proxy or another TSDB answering "success" with a scalar result: exit 3, one line
+    scalar = {"status": "success", "data": {"resultType": "scalar", "result": [END, "1"]}}
+    with LoopbackServer(lambda m, p, q, b: (200, scalar)) as prom:
+        result = run(prom.url)
+    assert result.exit_code == 3 and "Traceback" not in result.output
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("kvpilot: error:")]
+    assert len(errors) == 1 and "not an instant vector" in errors[0]
+
+
+def test_failed_waiting_queries_never_give_healthy():
+    # running known (4 of 4), but every vllm:num_requests_waiting query fails: a queue cannot be ruled
+    # out, so the server is not called healthy (exit 0); the report says what it could not read
+    fail = lambda name: (500, "oops") if name.startswith("waiting") else None  # noqa: E731
+    with LoopbackServer(scripted(fail=fail)) as prom:
+        result = run(prom.url)
+    doc = json.loads(result.output)
+    target = doc["targets"][0]
+    assert target["verdict"] == "no_data" and target["severity"] == "unknown" and result.exit_code == 3
+    assert "waiting" in target["evidence"][0] and "unknown" in target["evidence"][0]

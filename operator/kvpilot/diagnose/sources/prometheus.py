@@ -131,13 +131,17 @@ class PrometheusSource:
 
     def _query(self, query: str, at: float) -> list[dict]:
         try:
-            return self.client.custom_query(query, params={"time": f"{at:.3f}"})
+            result = self.client.custom_query(query, params={"time": f"{at:.3f}"})
         except PrometheusApiClientException as exc:
             raise SourceError(f"--prometheus {self.url}: {str(exc)[:300]}") from None
         except requests.RequestException as exc:
             raise SourceError(f"--prometheus {self.url}: {request_failure_reason(exc, self.timeout)}") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise SourceError(f"--prometheus {self.url}: unreadable answer ({type(exc).__name__})") from None
+        # an instant query answers a vector: a list of {"metric": ..., "value": ...} rows
+        if not isinstance(result, list) or not all(isinstance(row, dict) for row in result):
+            raise SourceError(f"--prometheus {self.url}: unreadable answer (not an instant vector)")
+        return result
 
     def fetch(self, window_seconds: float, end: float, selectors: Selectors = Selectors()) -> PrometheusResult:
         """Evaluate every signal at ``end`` (Unix seconds) over ``window_seconds``.
