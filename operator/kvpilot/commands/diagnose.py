@@ -7,6 +7,7 @@ Exit status (design.md "CLI"): 0 no bottleneck, 1 warning, 2 critical, 3 could n
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 
@@ -102,6 +103,9 @@ def command(prometheus, metrics_url, recording, namespace, server, pod, model_na
         raise click.UsageError("give exactly one source: --prometheus URL, --metrics-url URL or --recording FILE")
     if quick and not metrics_url:
         raise click.UsageError("--quick works with --metrics-url only")
+    for flag, url in (("--prometheus", prometheus), ("--metrics-url", metrics_url)):
+        if url and not re.match(r"^https?://[^/\s]+", url):
+            raise click.UsageError(f"{flag} {url!r}: not an http(s) URL (example: http://127.0.0.1:9090)")
     config = None
     if model_config:
         try:

@@ -84,6 +84,8 @@ def test_series_that_stop_give_target_down(tmp_path):
     (("--recording", "a", "-o", "yaml"), "yaml"),
     (("--recording", "a", "--max-num-seqs", "0"), "--max-num-seqs"),
     (("--recording", "a", "--quick"), "--quick"),
+    (("--prometheus", "prometheus:9090"), "--prometheus"),  # a malformed URL is a bad option, not an unreachable source
+    (("--metrics-url", "10.0.0.7:8000/metrics", "--quick"), "--metrics-url"),
 ])
 def test_usage_errors_exit_64(args, needle):
     result = invoke(*args)
