@@ -15,7 +15,8 @@ spelling vLLM's argument parser accepts:
 
 ``--port`` and ``--host`` are managed because the Service, the probes and the Prometheus
 annotations all point at port 8000 on the pod IP; ``--model`` because the model is the
-positional argument of ``vllm serve``. ``--kv-transfer-config`` is managed only while
+positional argument of ``vllm serve``; ``--hf-token`` because the token comes only through
+``spec.hfTokenSecretRef`` (a secretKeyRef), never on the command line. ``--kv-transfer-config`` is managed only while
 ``spec.kvOffload`` is set (otherwise a person may use it for another connector).
 """
 
@@ -39,6 +40,9 @@ MANAGED_FLAGS: dict[str, str] = {
     "--kv-cache-dtype": "spec.engine.kvCacheDtype",
     "--kv-offloading-backend": "spec.kvOffload",
     "--kv-offloading-size": "spec.kvOffload",
+    # design.md: the HF token comes only through spec.hfTokenSecretRef (HF_TOKEN from a secretKeyRef),
+    # never inlined into args: `--hf-token VALUE` would put it on the pod's command line.
+    "--hf-token": "spec.hfTokenSecretRef",
 }
 
 #: managed only when spec.kvOffload is set
