@@ -81,12 +81,14 @@ def test_serve_scraped_by_prometheus_stores_every_series(tmp_path):
 
 
 def test_serve_stops_after_duration(tmp_path):
-    # 20 simulated seconds at 10x: the server exits by itself after ~2 s of wall time
+    # 20 simulated seconds at 4x: the server exits by itself after ~5 s of wall time. The window
+    # must outlast Server's wait for the first /health 200 on a loaded machine (at 10x it was 2 s,
+    # and a first poll delayed that long would find the process already gone).
     port = free_port()
-    argv = [str(BIN / "kvpilot"), "simulate", "idle", "--serve", f"127.0.0.1:{port}", "--speed", "10",
+    argv = [str(BIN / "kvpilot"), "simulate", "idle", "--serve", f"127.0.0.1:{port}", "--speed", "4",
             "--duration", "20s"]
     with Server(argv, port, tmp_path / "sim") as sim:
-        assert sim.proc.wait(timeout=30) == 0
+        assert sim.proc.wait(timeout=60) == 0
     assert get(sim.url + "/health", timeout=1)[0] == 0   # nothing listens any more
 
 
