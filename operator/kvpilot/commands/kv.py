@@ -126,8 +126,11 @@ def render_text(cap: KVCapacity, source: str) -> None:
             ("largest max_model_len that fits",
              "no limit from KV" if cap.max_model_len_that_fits is None else f"{cap.max_model_len_that_fits:,}"),
         ]
-        if cap.min_gpu_memory_utilization_to_fit is not None:
-            rows.append(("smallest gpu_memory_utilization that fits", f"{cap.min_gpu_memory_utilization_to_fit:.4f}"))
+        min_util = cap.min_gpu_memory_utilization_to_fit
+        if min_util is not None:  # > 1: no utilization fits (a bigger GPU, more TP, or smaller weights)
+            rows.append(("smallest gpu_memory_utilization that fits",
+                         f"{min_util:.4f}" if min_util <= 1 else
+                         f"none: one request needs {min_util:.2f} x this GPU's memory"))
         if cap.data_parallel_size > 1:
             rows.append((f"KV tokens, {cap.data_parallel_size} DP replicas", f"{cap.kv_tokens * cap.data_parallel_size:,}"))
     for name, value in rows:

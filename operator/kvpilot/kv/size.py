@@ -177,8 +177,21 @@ def footprint(spec: KVSpec, kv_cache_dtype: str = "auto", tensor_parallel_size: 
     """The :class:`KVFootprint` of ``spec`` (bytes per GPU) for a KV dtype and TP size.
 
     Raises:
-        KVConfigError: for an unknown ``kv_cache_dtype`` or a TP size below 1.
+        KVConfigError: for an unknown ``kv_cache_dtype``, a TP size below 1, or a TP size that does not
+            divide ``num_attention_heads`` (vLLM refuses to start: "Total number of attention heads (H)
+            must be divisible by tensor parallel size (T)", ``ModelConfig.verify_with_parallel_config``).
     """
+    tp = _check_tp(tensor_parallel_size)
+    if spec.num_attention_heads % tp:
+        raise KVConfigError("--tensor-parallel-size", f"{tp} does not divide num_attention_heads "
+                            f"{spec.num_attention_heads}: vLLM refuses to start (attention heads must be "
+                            "divisible by the tensor parallel size)")
+    kv = spec.num_kv_heads
+    if (kv % tp if kv >= tp else tp % kv):
+        # vLLM's attention layers (vllm/model_executor/models/llama.py, qwen2.py …): KV heads are split
+        # when there are at least TP of them, else replicated, and either way evenly
+        raise KVConfigError("--tensor-parallel-size", f"{tp} and the {kv} KV heads (num_key_value_heads) do not "
+                            "divide one another: vLLM cannot split or replicate them evenly")
     per_layer = layer_bytes_per_token(spec, kv_cache_dtype, tensor_parallel_size)
     full, sliding = spec.count(FULL), spec.count(SLIDING)
     state_layers = spec.count(MAMBA) + spec.count(LINEAR)

@@ -150,3 +150,25 @@ def test_hub_id_downloads_config_and_weight_index(tmp_path, monkeypatch):
                      ("Qwen/Qwen2.5-7B-Instruct", "model.safetensors.index.json")]
     assert doc["bytes_per_token"] == 2 * 28 * 4 * 128 * 2
     assert doc["kv_memory_bytes"] == int(0.92 * 24 * GIB) - 15_231_233_024 - GIB
+
+
+def test_text_output_says_when_no_utilization_can_fit():
+    # 16 GiB of weights on an 8 GiB GPU: even utilization 1.0 leaves no KV memory. The smallest
+    # utilization that would fit one request is (16 + 1.35 + 4,096 x 131,072 B = 0.5 GiB) / 8 = 2.23 > 1:
+    # impossible, so the text must say so rather than offer 2.23 as a setting.
+    result = run(LLAMA, "--gpu-memory", "8GiB", "--weights-memory", "16GiB", "--max-model-len", "4096")
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if "smallest gpu_memory_utilization" in x)
+    assert "2.2312" not in line and "none" in line
+
+
+def test_tensor_parallel_that_does_not_divide_the_heads_is_refused():
+    # Llama-3.1-8B has 32 attention heads; vLLM refuses TP 3 ("Total number of attention heads (32)
+    # must be divisible by tensor parallel size (3)", ModelConfig.verify_with_parallel_config)
+    result = run(LLAMA, "--kv-memory", "2GiB", "-tp", "3")
+    assert result.exit_code == 2, result.output
+    assert "--tensor-parallel-size" in result.output and "num_attention_heads" in result.output
+    assert isinstance(result.exception, SystemExit)
+    # TP 16 > 8 KV heads divides the 32 query heads: allowed, KV heads replicated (131,072 / 8 per GPU)
+    ok = run(LLAMA, "--kv-memory", "2GiB", "-tp", "16", "-o", "json")
+    assert ok.exit_code == 0 and json.loads(ok.output)["bytes_per_token"] == 131072 // 8

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvpilot.kv import bytes_per_token, footprint, kv_spec_from_config
+from kvpilot.kv import KVConfigError, bytes_per_token, footprint, kv_spec_from_config
 
 from .conftest import HF_CONFIGS, hf_config
 
@@ -89,10 +89,28 @@ def test_mla_is_not_divided_by_tensor_parallel():
     (1, 2 * 28 * 4 * 128 * 2),
     (2, 2 * 28 * (4 // 2) * 128 * 2),
     (4, 2 * 28 * (4 // 4) * 128 * 2),
-    (8, 2 * 28 * 1 * 128 * 2),  # 4 KV heads over 8 GPUs: replicated, one head per GPU = total / min(8, 4)
 ])
 def test_tensor_parallel_divides_by_min_tp_kv_heads(tp, expected):
     assert bytes_per_token(hf_config("Qwen__Qwen2.5-7B-Instruct"), tensor_parallel_size=tp) == expected
+
+
+def test_kv_heads_are_replicated_when_tp_exceeds_them():
+    # Llama-3.1-8B: 32 query heads, 8 KV heads; TP 16 divides 32 and is a multiple of 8: one KV head per GPU,
+    # total / min(16, 8) = 2 x 32 x 8 x 128 x 2 / 8
+    assert bytes_per_token(hf_config("meta-llama__Llama-3.1-8B-Instruct"), tensor_parallel_size=16) == \
+        2 * 32 * 1 * 128 * 2
+
+
+@pytest.mark.parametrize(("model", "tp", "field"), [
+    # Qwen2.5-7B has 28 query heads: TP 8 does not divide them (vLLM: "Total number of attention heads (28)
+    # must be divisible by tensor parallel size (8)")
+    ("Qwen__Qwen2.5-7B-Instruct", 8, "num_attention_heads"),
+    # ... TP 14 divides the 28 heads but not the 4 KV heads' replication (14 % 4 = 2)
+    ("Qwen__Qwen2.5-7B-Instruct", 14, "num_key_value_heads"),
+])
+def test_tensor_parallel_vllm_refuses(model, tp, field):
+    with pytest.raises(KVConfigError, match=field):
+        bytes_per_token(hf_config(model), tensor_parallel_size=tp)
 
 
 def test_mamba_state_shrinks_with_tensor_parallel():
