@@ -68,14 +68,30 @@ def simulated_server(tmp_path):
 def test_live_prometheus_scraping_the_simulator(tmp_path, simulated_server):
     port = simulated_server
     with PrometheusServer(tmp_path / "prom", scrape_targets=[f"127.0.0.1:{port}"]) as prom:
-        # wait for 12 scraped samples of the running gauge (either spelling): data, not sleeps
+        # wait for 12 scraped samples of the running gauge (either spelling): data, not sleeps. Under load a
+        # query can time out (prom.query raises): that is one more poll, not a failed test.
         def enough():
-            rows = prom.query('count_over_time({__name__=~"vllm[:_]num_requests_running"}[30s])')
+            try:
+                rows = prom.query('count_over_time({__name__=~"vllm[:_]num_requests_running"}[30s])')
+            except RuntimeError:
+                return False
             return rows and max(float(r["value"][1]) for r in rows) >= 12
 
         _poll(enough, 90, "Prometheus did not collect 12 samples")
+
+        # the window ends at the newest stored sample, not at the wall clock: a scrape delayed by a loaded
+        # machine would otherwise leave the last sample more than 3 intervals old and read as target_down
+        def newest():
+            try:
+                rows = prom.query('max(timestamp({__name__=~"vllm[:_]num_requests_running"}))')
+            except RuntimeError:
+                return None
+            return float(rows[0]["value"][1]) if rows else None
+
+        end = _poll(newest, 30, "no running sample to end the window at")
         result = CliRunner().invoke(cli, ["diagnose", "--prometheus", prom.url, "--no-kube", "--window", "12s",
-                                          "-o", "json", *scenario_cli_args("max-num-seqs-cap")])
+                                          "--end", f"{end:.3f}", "-o", "json",
+                                          *scenario_cli_args("max-num-seqs-cap")])
         stored = prom.query('count({__name__=~"vllm_num_requests_running"})')
     doc = json.loads(result.output)
     assert len(doc["targets"]) == 1, doc
