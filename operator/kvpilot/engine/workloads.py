@@ -307,7 +307,12 @@ def from_dict(spec: dict[str, Any] | None) -> Any:
             ol = poisson(1.0, num_requests=int(n), **spec)
             return ClosedLoop(ol.requests, concurrency=conc, think_time=think)
         if kind == "trace":
-            items = spec.get("requests") or []
+            for key in spec:
+                if key != "requests":
+                    raise ValueError(f"workload.{key}: unknown for a trace (it takes 'requests', a list)")
+            items = spec.get("requests")
+            if not isinstance(items, list):
+                raise ValueError(f"workload.requests: a trace needs a list of requests, got {items!r}")
             return OpenLoop(_trace_request(o, f"workload.requests[{i}]", f"trace-{i}")
                             for i, o in enumerate(items))
     except TypeError as exc:

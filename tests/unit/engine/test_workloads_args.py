@@ -138,3 +138,14 @@ def test_from_vllm_args_other_spellings_and_errors():
     # vLLM's human_readable_int: lowercase decimal, uppercase binary
     assert human_readable_int("8k") == 8000 and human_readable_int("8K") == 8192
     assert from_vllm_args(["--max-model-len", "32K"]) == {"max_model_len": 32768}
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    # a key a trace does not take (e.g. a file path) must not silently give an empty workload
+    ({"type": "trace", "path": "trace.jsonl"}, "^workload.path: "),
+    ({"type": "trace"}, "^workload.requests: "),
+    ({"type": "trace", "requests": "r.jsonl"}, "^workload.requests: "),
+])
+def test_trace_from_dict_refuses_what_would_replay_nothing(spec, field):
+    with pytest.raises(ValueError, match=field):
+        from_dict(spec)
