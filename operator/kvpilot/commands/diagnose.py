@@ -65,6 +65,7 @@ def _duration(ctx, param, value):
               help="Configured --gpu-memory-utilization.")
 @click.option("--kv-cache-dtype", help="Configured --kv-cache-dtype (auto, fp8, ...).")
 @click.option("--block-size", type=click.IntRange(min=1), help="KV block size in tokens.")
+@click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="Configured --tensor-parallel-size.")
 @click.option("--gpu-memory", type=SIZE, help="GPU memory (80GiB): picks vLLM's defaults and sizes utilization changes.")
 @click.option("--gpu-name", help="GPU model (A100 keeps the small-GPU defaults).")
 @click.option("--model-config", type=click.Path(dir_okay=False), help="The model's config.json: KV bytes per token.")
@@ -81,8 +82,8 @@ def _duration(ctx, param, value):
 @click.option("--watch-count", type=click.IntRange(min=1), hidden=True, help="Stop --watch after this many runs.")
 def command(prometheus, metrics_url, recording, namespace, server, pod, model_name, window, end, max_num_seqs,
             max_num_batched_tokens, max_model_len, kv_cache_tokens, gpu_memory_utilization, kv_cache_dtype,
-            block_size, gpu_memory, gpu_name, model_config, quick, scrape_interval, no_kube, kubeconfig, context,
-            timeout, output, watch, watch_count):
+            block_size, tensor_parallel_size, gpu_memory, gpu_name, model_config, quick, scrape_interval, no_kube,
+            kubeconfig, context, timeout, output, watch, watch_count):
     """Tell which limit binds a vLLM server - KV cache, max_num_seqs, token budget or compute - with numbers.
 
     Read-only: GETs Prometheus queries, /metrics, and (with --server/--pod and a namespace) the
@@ -120,7 +121,7 @@ def command(prometheus, metrics_url, recording, namespace, server, pod, model_na
                    cli_limits={"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
                                "max_model_len": max_model_len, "kv_cache_tokens": kv_cache_tokens,
                                "gpu_memory_utilization": gpu_memory_utilization, "kv_cache_dtype": kv_cache_dtype,
-                               "block_size": block_size},
+                               "block_size": block_size, "tensor_parallel_size": tensor_parallel_size},
                    gpu_memory_bytes=gpu_memory, gpu_name=gpu_name, model_config=config, quick=quick,
                    scrape_interval=scrape_interval, use_kube=not no_kube, kubeconfig=kubeconfig, context=context,
                    timeout=timeout)

@@ -129,6 +129,9 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
             if kv_tokens:
                 effect += f": {_fmt(kv_tokens)} -> {_fmt(kv_tokens * factor)} tokens"
             out.append(Recommendation("--kv-cache-dtype", dtype, "fp8", effect + " (small accuracy cost; check quality)."))
+    tp_rec = _tensor_parallel(inputs, kv_tokens)
+    if tp_rec:
+        out.append(tp_rec)
     n_seqs = lim.value("max_num_seqs")
     if kv_tokens and per_request:
         safe = int(kv_tokens // per_request)
@@ -170,6 +173,39 @@ def capture_sizes_around(n: float) -> tuple[int, int]:
     below = max((x for x in sizes if x <= n), default=1)
     above = min(x for x in sizes if x >= n)
     return below, above
+
+
+def _tensor_parallel(inputs: Inputs, kv_tokens: int | None) -> Recommendation | None:
+    """``--tensor-parallel-size t -> 2t`` on a KV shortage, quantified with the model's KV heads.
+
+    Each GPU stores ``bytes_per_token(2t)`` instead of ``bytes_per_token(t)`` per KV token
+    (``kvpilot.kv``: KV heads split while there are at least 2t of them, else replicated), so the
+    same per-GPU KV memory holds ``kv_cache_tokens x bpt(t) / bpt(2t)`` tokens - a lower bound, since
+    each GPU also holds half the weights and the memory they free becomes KV. None without a model
+    config (heads unknown), when 2t is not a valid TP size for the model, or when it gains no tokens
+    per GPU (KV heads already replicated). ``t`` unknown is assumed 1 and said.
+    """
+    if not inputs.model_config:
+        return None
+    lim = inputs.limits
+    known = lim.value("tensor_parallel_size")
+    tp = int(known or 1)
+    dtype = str(lim.value("kv_cache_dtype") or "auto")
+    try:
+        now = bytes_per_token(inputs.model_config, kv_cache_dtype=dtype, tensor_parallel_size=tp)
+        then = bytes_per_token(inputs.model_config, kv_cache_dtype=dtype, tensor_parallel_size=2 * tp)
+    except (KVConfigError, KeyError, ValueError, TypeError):
+        return None
+    if then >= now:
+        return None
+    ratio = now / then
+    effect = f"{now:,} -> {then:,} B per KV token on each GPU (the KV heads split over {2 * tp} GPUs)"
+    if kv_tokens:
+        effect += f": at least {_fmt(kv_tokens)} x {ratio:g} = {_fmt(kv_tokens * ratio)} KV tokens"
+    effect += (", more as each GPU holds 1/" + str(2 * tp) + " of the weights; needs " + str(2 * tp)
+               + " GPUs with a fast interconnect (all-reduce every layer)"
+               + ("" if known else "; current size unknown, assumed 1 (pass --tensor-parallel-size)") + ".")
+    return Recommendation("--tensor-parallel-size", tp if known else None, 2 * tp, effect)
 
 
 def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommendation]:

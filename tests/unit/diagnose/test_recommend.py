@@ -43,6 +43,26 @@ def test_gpu_memory_utilization_arithmetic():
     assert (recs["--max-num-seqs"].current, recs["--max-num-seqs"].suggested) == (256, 2)
 
 
+def test_tensor_parallel_quantified_from_the_kv_heads():
+    # Qwen2.5-1.5B: 28 layers, 2 KV heads of 128, bf16: 28 x 2 x 128 x 2 (K and V) x 2 B = 28,672 B per token
+    # on one GPU; TP 2 splits the 2 KV heads: 14,336 B -> the same KV memory holds 21,520 x 2 = 43,040 tokens
+    config = json.loads((FIXTURES / "hf-configs" / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text())
+    sig = signals(running_max=4.0)
+    tp1 = {r.flag: r for r in recommend("kv_cache_exhaustion", Inputs(sig, resolve_limits(
+        cli={"tensor_parallel_size": 1}, cache_config={"kv_cache_size_tokens": "21520"}), config))}
+    r = tp1["--tensor-parallel-size"]
+    assert (r.current, r.suggested) == (1, 2)
+    assert "28,672 -> 14,336 B" in r.expected_effect and "21,520 x 2 = 43,040" in r.expected_effect
+    # TP 2 -> 4: 2 KV heads on 4 GPUs are replicated, 14,336 B per token either way: no gain, no advice
+    tp2 = recommend("kv_cache_exhaustion", Inputs(sig, resolve_limits(
+        cli={"tensor_parallel_size": 2}, cache_config={"kv_cache_size_tokens": "21520"}), config))
+    assert "--tensor-parallel-size" not in {x.flag for x in tp2}
+    # unknown TP: assumed 1 and said so, current null
+    unknown = {x.flag: x for x in recommend("kv_cache_exhaustion", Inputs(sig, resolve_limits(
+        cache_config={"kv_cache_size_tokens": "21520"}), config))}
+    assert unknown["--tensor-parallel-size"].current is None and "assumed 1" in unknown["--tensor-parallel-size"].expected_effect
+
+
 def test_utilization_is_not_suggested_from_a_guessed_default():
     sig = signals(running_max=4.0)
     recs = recommend("kv_cache_exhaustion", Inputs(sig, resolve_limits(cache_config={"kv_cache_size_tokens": "1000"})))
