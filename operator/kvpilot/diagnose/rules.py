@@ -358,12 +358,14 @@ def _finish(diag: Diagnosis, primary: Finding, findings: list[Finding]) -> Diagn
 
 def _latency_evidence(signals: Signals) -> list[str]:
     out = []
-    for name, label in (("ttft_p99_s", "p99 TTFT"), ("ttft_p50_s", "p50 TTFT"), ("itl_p99_s", "p99 ITL"),
-                        ("queue_time_p99_s", "p99 queue time")):
+    # what one observation of each histogram is: a request's first token, or one gap between output tokens
+    for name, label, unit in (("ttft_p99_s", "p99 TTFT", "requests"), ("ttft_p50_s", "p50 TTFT", "requests"),
+                              ("itl_p99_s", "p99 ITL", "inter-token gaps"),
+                              ("queue_time_p99_s", "p99 queue time", "requests")):
         q = signals.quantiles.get(name)
         if q is not None:
             out.append(f"{label} in {q.bounds_text('s')} (Prometheus interpolates {_n(q.value, 3)} s; "
-                       f"histogram quantiles are only as fine as the bucket edges; {_n(q.observations, 0)} requests).")
+                       f"histogram quantiles are only as fine as the bucket edges; {_n(q.observations, 0)} {unit}).")
     return out
 
 

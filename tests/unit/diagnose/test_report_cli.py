@@ -53,6 +53,10 @@ def test_exit_codes_follow_severity():
 def test_text_and_markdown_show_verdict_evidence_and_bucket_bounds():
     text = invoke("--recording", str(RECORDINGS / "scenario_healthy.om")).output
     assert "healthy" in text and "p99 TTFT in (0.02, 0.04] s" in text
+    # ITL observations are gaps between output tokens, not requests
+    itl = next(e for e in json.loads(invoke("--recording", str(RECORDINGS / "scenario_healthy.om"), "-o", "json").output)
+               ["targets"][0]["evidence"] if e.startswith("p99 ITL"))
+    assert itl.endswith("inter-token gaps).") and "requests" not in itl
     md = invoke("--recording", str(RECORDINGS / "scenario_kv-exhaustion.om"), "-o", "markdown").output
     assert md.startswith("# kvpilot diagnose") and "### `kv_cache_exhaustion`" in md
     assert "| flag | current | suggested | expected effect |" in md
