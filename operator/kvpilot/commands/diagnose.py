@@ -129,17 +129,21 @@ def command(prometheus, metrics_url, recording, namespace, server, pod, model_na
     code = EXIT_NO_DIAGNOSIS
     while True:
         try:
-            report = run(opts)
-            click.echo(render(report, output))
-            code = report.exit_code()
-        except SourceError as exc:
-            click.echo(f"kvpilot: error: {' '.join(str(exc).split())}", err=True)
-            code = EXIT_NO_DIAGNOSIS
-        runs += 1
-        if not watch or (watch_count and runs >= watch_count):
-            break
-        try:
+            try:
+                report = run(opts)
+                click.echo(render(report, output))
+                code = report.exit_code()
+            except SourceError as exc:
+                click.echo(f"kvpilot: error: {' '.join(str(exc).split())}", err=True)
+                code = EXIT_NO_DIAGNOSIS
+            runs += 1
+            if not watch or (watch_count and runs >= watch_count):
+                break
             time.sleep(watch)
         except KeyboardInterrupt:
+            # Ctrl-C ends --watch (or a long --metrics-url window): the status of the last finished run,
+            # 3 when none finished - never click's "Aborted!" exit 1, which would read as a warning
+            if not watch:
+                code = EXIT_NO_DIAGNOSIS
             break
     sys.exit(code)

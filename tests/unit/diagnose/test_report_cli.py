@@ -123,3 +123,25 @@ def test_watch_reruns(monkeypatch):
     monkeypatch.setattr("time.sleep", lambda s: None)
     result = invoke("--recording", str(RECORDINGS / "scenario_idle.om"), "--watch", "1", "--watch-count", "3")
     assert result.output.count("kvpilot diagnose  source:") == 3 and result.exit_code == 0
+
+
+def test_ctrl_c_ends_watch_with_the_last_runs_status(monkeypatch):
+    # the kv-exhaustion recording is critical (exit 2); Ctrl-C during the second run ends --watch with 2,
+    # not click's "Aborted!" exit 1 (which would read as a warning)
+    import kvpilot.diagnose.run as run_module
+
+    real_run, calls = run_module.run, []
+
+    def interrupted_second_time(opts):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_run(opts)
+
+    monkeypatch.setattr(run_module, "run", interrupted_second_time)
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    result = invoke("--recording", str(RECORDINGS / "scenario_kv-exhaustion.om"), "--watch", "1", "--watch-count", "5")
+    assert len(calls) == 2 and result.exit_code == 2 and "Aborted" not in result.output
+    # without --watch, Ctrl-C before any result: could not diagnose (3)
+    monkeypatch.setattr(run_module, "run", lambda opts: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert invoke("--recording", str(RECORDINGS / "scenario_kv-exhaustion.om")).exit_code == 3
