@@ -127,10 +127,14 @@ class EngineConfig:
             ValueError: no memory left for the KV cache (vLLM: "No available memory for the cache
                 blocks").
         """
-        if self.num_gpu_blocks is not None:
-            return int(self.num_gpu_blocks)
-        if self.kv_cache_tokens is not None:
-            return int(self.kv_cache_tokens) // self.block_size
+        if self.num_gpu_blocks is not None or self.kv_cache_tokens is not None:
+            given = "num_gpu_blocks" if self.num_gpu_blocks is not None else "kv_cache_tokens"
+            value = int(getattr(self, given))
+            blocks = value if given == "num_gpu_blocks" else value // self.block_size
+            if blocks < 2:  # block 0 is the null block (background.md §4): at least one usable block
+                raise ValueError(f"{given}: {value} gives {blocks} block(s) of {self.block_size} tokens; "
+                                 "at least 2 are needed (the null block and one usable block)")
+            return blocks
         gpu = gpu_profile(self.gpu)
         tp = max(1, self.tensor_parallel_size)
         kv_bytes = (gpu.memory_bytes * self.gpu_memory_utilization

@@ -118,3 +118,15 @@ def test_model_profiles_match_their_config_json(fixtures_dir, profile, config_fi
     # 2 x layers x kv heads x head dim x 2 bytes, and the KV library agrees
     assert p.bytes_per_token == 2 * p.num_layers * p.num_kv_heads * 128 * 2
     assert kv.bytes_per_token(cfg) == p.bytes_per_token
+
+
+@pytest.mark.parametrize("fields, message", [
+    # 1 token // 16 = 0 blocks: not even the null block; the message must not report negative capacity
+    ({"kv_cache_tokens": 1}, "^kv_cache_tokens: 1 "),
+    ({"kv_cache_tokens": 31}, "^kv_cache_tokens: 31 "),   # 1 block: the null block only, nothing usable
+    ({"num_gpu_blocks": 1}, "^num_gpu_blocks: 1 "),
+])
+def test_kv_cache_smaller_than_two_blocks_is_refused(fields, message):
+    with pytest.raises(ValueError, match=message) as info:
+        EngineConfig(**fields).validate()
+    assert "-1" not in str(info.value) and "-16" not in str(info.value)
