@@ -193,7 +193,7 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
         primary = Finding("no_data", "unknown", 1.0, [
             f"No vllm:num_requests_running or vllm:num_requests_waiting sample (any spelling) in the last "
             f"{_n(window)} s; nothing to diagnose."])
-        return _finish(diag, primary, findings)
+        return _finish(diag, primary, findings, signals)
 
     samples, age = s("samples_in_window"), s("last_sample_age_s")
     if samples:
@@ -204,7 +204,7 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
             primary = Finding("target_down", "critical", 0.9, [
                 f"The target's series stopped: {last}, while it reported every {_n(interval, 1)} s on average "
                 f"({_n(samples)} samples in {_n(window)} s); a live target is at most 3 intervals behind."])
-            return _finish(diag, primary, findings)
+            return _finish(diag, primary, findings, signals)
 
     kv_avg, kv_max = s("kv_usage_avg"), s("kv_usage_max")
     preempt = s("preemptions_increase") or 0.0
@@ -340,18 +340,22 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
                   f"{_n(preempt, 0)} preemptions."]
             ev.extend(_latency_evidence(signals))
             primary = Finding("healthy", "ok", 0.8 if kv_max is not None else 0.6, ev)
-        return _finish(diag, primary, findings)
+        return _finish(diag, primary, findings, signals)
 
     prefix = _prefix_finding(signals, limits)
     if prefix is not None:
         findings.append(prefix)
     primary.evidence.extend(_latency_evidence(signals))
-    return _finish(diag, primary, findings)
+    return _finish(diag, primary, findings, signals)
 
 
-def _finish(diag: Diagnosis, primary: Finding, findings: list[Finding]) -> Diagnosis:
+def _finish(diag: Diagnosis, primary: Finding, findings: list[Finding], signals: Signals) -> Diagnosis:
     diag.verdict, diag.severity, diag.confidence = primary.verdict, primary.severity, primary.confidence
-    diag.evidence, diag.recommendations = primary.evidence, primary.recommendations
+    rejected = [f"{name} ignored: {why}; treated as unknown." for name, why in sorted(signals.rejected.items())]
+    if rejected:
+        rejected.insert(0, "Impossible values were discarded (vLLM's KV usage is a fraction 0-1, request counts are "
+                           "never negative): is another exporter's series matched by the vllm[:_] name?")
+    diag.evidence, diag.recommendations = primary.evidence + rejected, primary.recommendations
     diag.findings = findings
     return diag
 

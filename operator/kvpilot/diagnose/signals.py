@@ -160,6 +160,8 @@ class Signals:
         spelling: canonical family -> the exposed family name that supplied it (says whether
             legacy or escaped names were used).
         cache_config: labels of ``vllm:cache_config_info`` for this target ({} when absent).
+        rejected: signal family (``kv_usage``, ``running``, ``waiting``) -> why its values were
+            discarded as impossible (KV usage outside 0-1, a negative request count); they are ``None``.
         window_seconds / end: the window evaluated, ``end`` in Unix seconds.
     """
 
@@ -168,12 +170,17 @@ class Signals:
     quantiles: dict[str, promql.Quantile] = field(default_factory=dict)
     spelling: dict[str, str] = field(default_factory=dict)
     cache_config: dict[str, str] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)
     window_seconds: float = 0.0
     end: float = 0.0
 
     def get(self, name: str) -> float | None:
         """The value of signal ``name``, ``None`` when unknown."""
         return self.values.get(name)
+
+
+#: rounding slack around vLLM's KV usage fraction (0-1) before a value counts as impossible
+KV_USAGE_SLACK = 1e-6
 
 
 def finite(value: float | None) -> float | None:
@@ -377,6 +384,18 @@ def finish_signals(signals: Signals) -> Signals:
     v = signals.values
     for name, value in list(v.items()):
         v[name] = finite(value)
+    # impossible values are unknowns, not evidence: vLLM's KV gauge is a fraction 0-1 (a percent-scaled
+    # gauge of another exporter matched by vllm_... would read 45 as "45x full"), request counts are >= 0
+    for name, value in list(v.items()):
+        if value is None:
+            continue
+        family = name.rsplit("_", 1)[0]
+        if family == "kv_usage" and not -KV_USAGE_SLACK <= value <= 1 + KV_USAGE_SLACK:
+            signals.rejected.setdefault(family, f"{value:g} is outside 0-1")
+            v[name] = None
+        elif family in ("running", "waiting") and name != "waiting_trend_per_s" and value < 0:
+            signals.rejected.setdefault(family, f"{value:g} is negative")
+            v[name] = None
     queries, hits = v.get("prefix_queries_increase"), v.get("prefix_hits_increase")
     v["prefix_hit_rate"] = (hits / queries) if queries and hits is not None and queries > 0 else None
     prompt, finished = v.get("prompt_tokens_per_s"), v.get("requests_finished_per_s")

@@ -158,3 +158,27 @@ def test_every_capture_parses_and_yields_signals(capture):
     assert seen, f"{capture}: no family read"
     for sig in signals.values():
         assert any(v is not None for v in sig.values.values()) or sig.buckets
+
+
+def test_impossible_values_are_unknowns_and_never_evidence():
+    # a KV gauge in percent (45 = 45 %, another exporter's vllm_kv_cache_usage_perc) beside a server with 4 of 4
+    # slots busy and 10 waiting: read as a fraction, 45 would be "45x full" and a KV shortage
+    from kvpilot.diagnose.limits import resolve_limits
+    from kvpilot.diagnose.rules import diagnose_target
+
+    samples = (series("vllm_kv_cache_usage_perc", [45.0] * 4) + series("vllm:num_requests_running", [4] * 4)
+               + series("vllm:num_requests_waiting", [10] * 4) + series("vllm:num_preemptions_total", [0] * 4))
+    s = only(compute_signals(samples, 30.0))
+    assert s.get("kv_usage_max") is None and s.get("kv_usage_avg") is None and "kv_usage" in s.rejected
+    d = diagnose_target(s, resolve_limits(cli={"max_num_seqs": 4}))
+    assert d.verdict == "max_num_seqs_cap" and d.confidence < 0.9
+    assert any("kv_usage ignored: 45 is outside 0-1" in e for e in d.evidence)
+    # negative request counts: nothing usable, so no verdict rather than "healthy"
+    neg = only(compute_signals(series("vllm:num_requests_running", [-4] * 4)
+                               + series("vllm:num_requests_waiting", [-1] * 4), 30.0))
+    assert neg.get("running_avg") is None and neg.get("waiting_max") is None
+    assert diagnose_target(neg, resolve_limits(cli={"max_num_seqs": 4})).verdict == "no_data"
+    # exactly full (1.0) is a fraction, kept
+    full = only(compute_signals(series("vllm:kv_cache_usage_perc", [1.0] * 4) + series("vllm:num_requests_running",
+                                                                                      [4] * 4), 30.0))
+    assert full.get("kv_usage_max") == 1.0 and not full.rejected
