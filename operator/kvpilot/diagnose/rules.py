@@ -392,10 +392,15 @@ def _schema_finding(signals: Signals) -> Finding | None:
     if not odd:
         return None
     ev = []
-    for family, used in sorted(odd.items()):
-        kind = "escaped (colon written as '_')" if used.startswith("vllm_") else "legacy"
-        ev.append(f"{family} exists here only under the {kind} name {used}; dashboards and alert rules written for "
-                  f"{family} see no data (kvpilot matches vllm[:_] and both generations, so its numbers are unaffected).")
+    escaped = {f: u for f, u in odd.items() if u.startswith("vllm_")}
+    legacy = {f: u for f, u in odd.items() if f not in escaped}
+    for kind, group in (("escaped (colon written as '_')", escaped), ("legacy", legacy)):
+        if group:
+            pairs = ", ".join(f"{used} for {family}" for family, used in sorted(group.items()))
+            one = len(group) == 1
+            ev.append(f"{len(group)} metric famil{'y exists' if one else 'ies exist'} here only under "
+                      f"{kind} names: {pairs}. Dashboards and alert rules written for the other spelling see no "
+                      "data (kvpilot matches vllm[:_] and both generations, so its numbers are unaffected).")
     return Finding("metrics_schema_mismatch", "warning", 0.95, ev)
 
 
