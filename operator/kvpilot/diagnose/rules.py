@@ -46,6 +46,14 @@ BUDGET_FULL_FILL = 0.9
 #: fires only with a reason to expect hits (see _prefix_finding).
 LOW_HIT_RATE = 0.5
 
+#: With only circumstantial evidence of LRU thrash (the cache turned over in the window, no external
+#: cache or block-granularity reason), the hit rate must be below this. A busy server turns its cache
+#: over on any long window, and a hot shared prefix (system prompt) then still hits at the share of
+#: prompt tokens it covers, often 30-60 %; thrash instead drives hits towards 0 (background.md §9:
+#: 0 tokens on a cyclic re-read). Half of :data:`LOW_HIT_RATE` keeps the §9 and prefix-thrash cases
+#: (0-15 %) and leaves shared-prefix traffic alone.
+LRU_THRASH_HIT_RATE = LOW_HIT_RATE / 2
+
 
 def _n(x: float | None, digits: int = 2) -> str:
     """Format a number for evidence: thousands separators, trailing zeros dropped."""
@@ -410,8 +418,9 @@ def _prefix_finding(signals: Signals, limits: Limits) -> Finding | None:
     Fires when prefix-cache queries happened, the (preemption-discounted) hit rate is below
     :data:`LOW_HIT_RATE`, and there is a reason to expect hits that did not come: an external
     (connector) cache hits more than the GPU cache, prompts are shorter than one block (block
-    granularity, case C17), or some hits came while the tokens queried in the window exceed the
-    KV capacity (reuse further apart than the cache: LRU thrash, background.md §9). A zero hit
+    granularity, case C17), or some hits came, fewer than :data:`LRU_THRASH_HIT_RATE`, while the
+    tokens written to the cache in the window exceed the KV capacity (reuse further apart than the
+    cache: LRU thrash, background.md §9). A zero hit
     rate without such a reason may be traffic with nothing to share: no finding.
     """
     s = signals.get
@@ -449,7 +458,7 @@ def _prefix_finding(signals: Signals, limits: Limits) -> Finding | None:
     # missed (and were written to the cache) exceed its capacity. Tokens queried would count the hits
     # too, so a hot shared prefix on busy traffic would look like thrash over any long enough window.
     written = queries - hits
-    if kv_tokens and written > kv_tokens and rate > 0:
+    if kv_tokens and written > kv_tokens and 0 < rate < LRU_THRASH_HIT_RATE:
         remembered = (f"; the cache holds the new tokens of only the last {_n(kv_tokens / (written / finished), 0)} "
                       "requests" if finished and finished > 0 else "")
         ev.append(f"{_n(written, 0)} prompt tokens missed the cache and were written to it in the window, "

@@ -158,6 +158,23 @@ def test_hot_shared_prefix_over_a_long_window_is_not_thrash():
     assert d.verdict == "healthy" and not d.findings
 
 
+def test_shared_prefix_traffic_turning_the_cache_over_is_not_thrash():
+    # the healthy scenario read live over ~20 simulated minutes (review finding): a 500-token system prompt
+    # on ~1,000-token prompts hits 49.7 %, and the tokens written (2,370,000 - 1,177,890 = 1,192,110) exceed
+    # the 1,087,424-token cache (1.1x). Turnover alone is circumstantial; a hit rate near the shared share
+    # of the prompt is what a hot prefix gives, not thrash (which drives hits towards 0, §9).
+    sig = make(running_avg=3.3, running_max=6, waiting_avg=0, waiting_max=0, kv_usage_avg=0.002, kv_usage_max=0.004,
+               prefix_queries_increase=2370000.0, prefix_hits_increase=1177890.0, requests_finished_increase=2370.0)
+    d = diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": 1087424, "max_num_seqs": 1024}))
+    assert d.verdict == "healthy" and not d.findings
+    # the same turnover with 12 % hits (the prefix-thrash scenario's rate) is thrash
+    thrash = make(running_avg=3.3, running_max=6, waiting_avg=0, waiting_max=0, kv_usage_avg=0.9,
+                  kv_usage_max=0.95, prefix_queries_increase=2370000.0, prefix_hits_increase=284400.0,
+                  requests_finished_increase=2370.0)
+    d = diagnose_target(thrash, resolve_limits(cli={"kv_cache_tokens": 1087424, "max_num_seqs": 1024}))
+    assert d.verdict == "prefix_cache_ineffective"
+
+
 def test_preemption_recompute_hits_are_discounted():
     # 100 hits of 1,000 queried (10 %) but 2 preemptions x 50 prompt tokens/request could produce them all
     sig = make(running_avg=2, running_max=2, waiting_avg=0, waiting_max=0, kv_usage_avg=0.5, kv_usage_max=0.6,
