@@ -91,8 +91,11 @@ def test_stdin_and_multi_document(tmp_path):
     result = kvpilot("-", stdin=text + "\n---\n" + second)
     assert result.returncode == 0, result.stderr
     items = yaml.safe_load(result.stdout)["items"]
+    # Same spec, same hash (2c965c62...: sha256 of the example's set fields as sorted compact JSON,
+    # worked out with sha256sum), so both pods end in -2c965 as the operator names them.
     assert [(i["kind"], i["metadata"]["name"]) for i in items] == [
-        ("Pod", "qwen-experiment"), ("Service", "qwen-experiment"), ("Pod", "second"), ("Service", "second")]
+        ("Pod", "qwen-experiment-2c965"), ("Service", "qwen-experiment"), ("Pod", "second-2c965"),
+        ("Service", "second")]
 
 
 def test_help_has_examples():
@@ -100,6 +103,8 @@ def test_help_has_examples():
     assert result.returncode == 0
     assert "kvpilot render manifests/examples/experiment.yaml" in result.stdout
     assert "-o, --output [yaml|json]" in result.stdout
+    text = " ".join(result.stdout.split())
+    assert "preview" in text and "bypasses the operator" in text
 
 
 BAD = {

@@ -19,8 +19,11 @@ Examples:
 
 \b
 FILE holds one or more VLLMServer documents (apiVersion kvpilot.dev/v1alpha1); "-" reads stdin.
-The output is what the operator would create, without owner references (there is no live
-object to own them). Bad input exits with code 2 and a one-line reason naming the field.
+The output is a preview of what the operator creates: the same Pod (named
+<name>-<first 5 hex of the spec hash>) and Service, but without owner references (there is no
+live VLLMServer to own them). Applying it by hand bypasses the operator: nothing then watches
+the pod, writes status, or deletes it with a VLLMServer; create the VLLMServer instead. Bad
+input exits with code 2 and a one-line reason naming the field.
 """
 
 
@@ -55,7 +58,7 @@ def _documents(path: str, text: str) -> list[object]:
 @click.option("-n", "--namespace", default=None,
               help="Namespace of the objects. Default: the VLLMServer's metadata.namespace, else 'default'.")
 def command(file: str, output: str, namespace: str | None) -> None:
-    """Print the Pod and Service a VLLMServer becomes, offline, as a v1 List."""
+    """Preview, offline, the Pod and Service the operator makes of a VLLMServer (a v1 List)."""
     from kvpilot.api import SpecError, parse_resource
     from kvpilot.render import render_objects
 

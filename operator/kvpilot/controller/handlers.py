@@ -280,8 +280,7 @@ class Controller:
                 self._write_status(server, logic.invalid_status(server, str(exc), now=now), logger)
                 raise kopf.PermanentError(f"invalid spec: {exc}") from None
             digest = spec_hash(spec)
-            pod_obj, service = render_objects(name, namespace, spec, owner=server)
-            pod_obj["metadata"]["name"] = logic.pod_name(name, digest)
+            pod_obj, service = render_objects(name, namespace, spec, owner=server)  # pod named <name>-<hash[:5]>
             pods = self._pods(namespace, name)
             if spec.preflight != "off":
                 condition, warning, numbers = self.preflight(namespace, spec, pods)

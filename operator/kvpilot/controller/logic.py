@@ -249,15 +249,6 @@ def event_type(status: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- pod actions
-def pod_name(server_name: str, spec_hash: str) -> str:
-    """The pod's name: ``<server>-<first 5 hex of the spec hash>``.
-
-    A new spec gets a new name, so the replacement never waits for the old pod to finish
-    terminating (a real API server refuses a second object of the same name until then).
-    """
-    return f"{server_name}-{spec_hash[:5]}"
-
-
 @dataclass
 class PodPlan:
     """What to do with a server's pods: ``delete`` these names, ``create`` one or not, ``keep`` one."""

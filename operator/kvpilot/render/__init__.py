@@ -1,6 +1,6 @@
 """spec -> Pod and Service (pure; Jinja2 templates shipped as package data).
 
-Public surface: :func:`render_objects`, :func:`vllm_command`, :func:`managed_labels`,
+Public surface: :func:`render_objects`, :func:`pod_name`, :func:`vllm_command`, :func:`managed_labels`,
 :func:`render_pod`, :func:`render_service`, and the label/annotation constants.
 """
 
@@ -14,6 +14,7 @@ from kvpilot.render.renderer import (
     container_resources,
     managed_labels,
     owner_references,
+    pod_name,
     render_objects,
     render_pod,
     render_service,
@@ -22,6 +23,6 @@ from kvpilot.render.renderer import (
 
 __all__ = [
     "ANNOTATION_MODEL", "ANNOTATION_SPEC_HASH", "LABEL_INSTANCE", "LABEL_MANAGED_BY", "LABEL_NAME",
-    "LABEL_SERVER", "container_resources", "managed_labels", "owner_references", "render_objects",
+    "LABEL_SERVER", "container_resources", "managed_labels", "owner_references", "pod_name", "render_objects",
     "render_pod", "render_service", "vllm_command",
 ]

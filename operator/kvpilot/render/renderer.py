@@ -196,8 +196,20 @@ def _render(template: str, **context: Any) -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
+def pod_name(server_name: str, digest: str) -> str:
+    """The pod's name: ``<server>-<first 5 hex of the spec hash>`` (:func:`kvpilot.api.spec_hash`).
+
+    A new spec gets a new name, so the operator's replacement pod never waits for the old one
+    to finish terminating (a real API server refuses a second object of the same name until
+    then). ``kvpilot render`` and the operator both name the pod here, so they agree.
+    """
+    return f"{server_name}-{digest[:5]}"
+
+
 def render_pod(name: str, namespace: str, spec: VLLMServerSpec, owner: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The vLLM Pod (a dict ready for the API), see :func:`render_objects`."""
+    """The vLLM Pod (a dict ready for the API) named :func:`pod_name`, see :func:`render_objects`.
+
+    ``name`` is the VLLMServer's name (labels, ``app.kubernetes.io/instance``)."""
     labels = dict(spec.pod_labels)
     labels.update(managed_labels(name))
     annotations = {
@@ -206,11 +218,13 @@ def render_pod(name: str, namespace: str, spec: VLLMServerSpec, owner: dict[str,
         "prometheus.io/path": "/metrics",
     }
     annotations.update(spec.pod_annotations)
-    annotations.update({ANNOTATION_MODEL: spec.model, ANNOTATION_SPEC_HASH: spec_hash(spec)})
+    digest = spec_hash(spec)
+    annotations.update({ANNOTATION_MODEL: spec.model, ANNOTATION_SPEC_HASH: digest})
     probes = spec.probes
     return _render(
         "pod.yaml.j2",
         name=name,
+        pod_name=pod_name(name, digest),
         object_namespace=namespace,  # not "namespace": that is a Jinja2 global
         spec=spec,
         pod_labels=labels,
@@ -246,7 +260,8 @@ def render_objects(
     spec: VLLMServerSpec | dict[str, Any],
     owner: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """The objects a VLLMServer becomes: ``[Pod, Service]``, both named ``name``.
+    """The objects a VLLMServer becomes: ``[Pod, Service]``: the Service named ``name``, the Pod
+    ``<name>-<first 5 hex of spec_hash(spec)>`` (:func:`pod_name`), exactly what the operator creates.
 
     Args:
         name: the VLLMServer's ``metadata.name`` (an RFC 1035 label: it names the Service).

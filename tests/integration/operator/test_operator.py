@@ -87,6 +87,9 @@ def test_create_makes_pod_and_service_owned_by_the_server(cluster, api, namespac
         refs = obj["metadata"]["ownerReferences"]
         assert [(r["kind"], r["name"], r["uid"], r["controller"]) for r in refs] == [("VLLMServer", "qwen", uid, True)]
     assert status["podName"] == pod["metadata"]["name"]
+    # The name kvpilot render shows for this spec: <name>-<first 5 hex of sha256 of the set fields>
+    # (printf '%s' '<sorted compact JSON of EXPERIMENT["spec"]>' | sha256sum -> 2c965c62...).
+    assert pod["metadata"]["name"] == "qwen-2c965"
     assert status["phase"] == "Pending" and status["observedGeneration"] == 1
     assert pod["spec"]["activeDeadlineSeconds"] == 3600
     assert service["spec"]["ports"][0]["port"] == 8000

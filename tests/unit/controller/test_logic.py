@@ -128,6 +128,3 @@ def test_plan_ignores_pods_it_does_not_own_and_removes_duplicates():
     plan = logic.plan_pods(server, [foreign, first, second], "abcde12345")
     assert plan.keep is second and plan.delete == ["qwen-a"] and not plan.create
 
-
-def test_pod_name_uses_the_spec_hash():
-    assert logic.pod_name("qwen", "2c965c628687aaf1") == "qwen-2c965"

@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 
 from kvpilot.api import SpecError, parse_spec
-from kvpilot.render import render_objects, vllm_command
+from kvpilot.render import pod_name, render_objects, vllm_command
 from kvpilot.render.renderer import _environment
 
 #: Kubernetes 1.30 and the newest version kubernetes-validate knows (1.37 with kubernetes-validate 1.37.0).
@@ -102,8 +102,12 @@ def test_command_is_the_container_command():
 def test_pod_defaults():
     pod, _ = render()
     spec = pod["spec"]
+    # The pod is named <server>-<first 5 hex of the spec hash>, as the operator names it. The hash is
+    # SHA-256 of the set fields as sorted compact JSON; by hand:
+    # printf '%s' '{"model":"Qwen/Qwen2.5-1.5B-Instruct"}' | sha256sum -> 661e08a2405e9727...
     assert (pod["apiVersion"], pod["kind"], pod["metadata"]["name"], pod["metadata"]["namespace"]) == (
-        "v1", "Pod", "qwen", "llm")
+        "v1", "Pod", "qwen-661e0", "llm")
+    assert pod["metadata"]["annotations"]["kvpilot.dev/spec-hash"] == "661e08a2405e9727"
     assert spec["restartPolicy"] == "Never"
     assert spec["activeDeadlineSeconds"] == 3600
     assert spec["enableServiceLinks"] is False
@@ -119,6 +123,19 @@ def test_pod_defaults():
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert c["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
     assert "ownerReferences" not in pod["metadata"]
+
+
+def test_pod_name_is_the_operators_and_changes_with_the_spec():
+    # printf '%s' '{"engine":{"enablePrefixCaching":true,"gpuMemoryUtilization":0.6,"maxModelLen":8192,
+    # "maxNumSeqs":4},"model":"Qwen/Qwen2.5-1.5B-Instruct","resources":{"gpus":1,"memory":"6Gi"},
+    # "ttlSeconds":3600}' | sha256sum -> 2c965c62...: the founding experiment's spec.
+    pod, service = render(engine={"gpuMemoryUtilization": 0.6, "maxModelLen": 8192, "maxNumSeqs": 4,
+                                  "enablePrefixCaching": True},
+                          resources={"gpus": 1, "memory": "6Gi"}, ttlSeconds=3600)
+    assert pod["metadata"]["name"] == "qwen-2c965"
+    assert service["metadata"]["name"] == "qwen"  # the Service keeps the server's name
+    assert pod["metadata"]["labels"]["kvpilot.dev/server"] == "qwen"
+    assert pod_name("qwen", "2c965c628687aaf1") == "qwen-2c965"
 
 
 def test_ttl_becomes_active_deadline_seconds():
