@@ -50,14 +50,13 @@ def local_weights_bytes(folder: Path) -> int | None:
 
 def hub_weights_bytes(repo_id: str) -> int | None:
     """``metadata.total_size`` of a Hub model's ``model.safetensors.index.json``, or None when unavailable
-    (offline, single-file checkpoint, no index)."""
-    try:
-        from huggingface_hub import hf_hub_download
+    (offline, single-file checkpoint, no index). Bounded in time (kvpilot.kv.hub.fetch_file)."""
+    from kvpilot.kv.hub import HubUnavailable, fetch_file
 
-        data = json.loads(Path(hf_hub_download(repo_id=repo_id, filename="model.safetensors.index.json"))
-                          .read_text(encoding="utf-8"))
+    try:
+        data = json.loads(fetch_file(repo_id, "model.safetensors.index.json").read_text(encoding="utf-8"))
         total = data.get("metadata", {}).get("total_size")
-    except Exception:  # noqa: BLE001 - any failure means "unknown": the caller asks for --weights-memory
+    except (HubUnavailable, OSError, ValueError, AttributeError):  # unknown: the caller asks for --weights-memory
         return None
     return total if isinstance(total, int) and total > 0 else None
 
@@ -76,15 +75,15 @@ def load_config(source: str) -> tuple[dict, Path | None]:
         return _read_json(path, "CONFIG"), path.parent
     if not _HUB_ID.match(source) or source.endswith(".json"):
         fail(f"CONFIG: no such file or folder: {source}")
-    try:
-        from huggingface_hub import hf_hub_download
+    from kvpilot.kv.hub import HubUnavailable, fetch_file
 
-        downloaded = hf_hub_download(repo_id=source, filename="config.json")
-    except Exception as exc:  # noqa: BLE001 - offline, gated, missing repo: one line, exit 2
+    try:
+        downloaded = fetch_file(source, "config.json")  # one bounded request, no retry storm
+    except HubUnavailable as exc:  # offline, gated, missing repo: one line, exit 2
         fail(f"CONFIG: cannot fetch config.json of {source} from the Hugging Face Hub "
-             f"({type(exc).__name__}); download https://huggingface.co/{source}/resolve/main/config.json "
+             f"({exc}); download https://huggingface.co/{source}/resolve/main/config.json "
              "and pass the file (or its folder)")
-    return _read_json(Path(downloaded), "CONFIG"), None
+    return _read_json(downloaded, "CONFIG"), None
 
 
 def _gib(value: int | float | None) -> str:

@@ -6,7 +6,9 @@
   validate the spec (an invalid one → phase ``Invalid``, a ``Valid=False`` condition and a
   Warning Event naming the field, then :class:`kopf.PermanentError`: no pod, no retry loop),
   ensure the Service, apply :func:`logic.plan_pods` (adopt, replace on a spec change, never
-  restart an ended server), write the status through ``/status``;
+  restart an ended server), write the status through ``/status``, then the KV pre-flight
+  (``KVCapacity``; before the pod only with ``preflight: enforce``, so a slow Hub never
+  delays a pod);
 - every event of a pod labelled ``app.kubernetes.io/managed-by=kvpilot`` →
   :meth:`Controller.on_pod_event`: recompute the owning server's status from the pod; when
   the pod is Ready, read its log once and fill ``kvCacheTokens``/``maxConcurrency``;
@@ -220,20 +222,30 @@ class Controller:
         return result
 
     @staticmethod
-    def _from_hub(model: str) -> tuple[dict | None, int | None, str]:  # pragma: no cover - needs the network
-        """config.json and the safetensors parameter bytes from the Hub (HF_HUB_OFFLINE honoured)."""
-        try:
-            from huggingface_hub import HfApi, hf_hub_download
+    def _from_hub(model: str) -> tuple[dict | None, int | None, str]:
+        """config.json and the safetensors parameter bytes from the Hub, each request bounded by
+        :func:`kvpilot.kv.hub.hub_timeout` seconds with no retry (HF_HUB_OFFLINE honoured)."""
+        from kvpilot.kv.hub import HubUnavailable, fetch_file, hub_timeout, quiet_hub
 
-            with open(hf_hub_download(model, "config.json"), encoding="utf-8") as fh:
+        try:
+            with open(fetch_file(model, "config.json"), encoding="utf-8") as fh:
                 config = json.load(fh)
-            info = HfApi().model_info(model)
+        except HubUnavailable as exc:  # offline, gated, unknown model: the condition says so
+            return None, None, f"the Hub: {exc}"
+        except (OSError, ValueError) as exc:
+            return None, None, f"the Hub: config.json unreadable ({type(exc).__name__})"
+        weights = None
+        try:  # the weight size is optional (the condition then says it is unknown)
+            from huggingface_hub import HfApi
+
+            with quiet_hub():
+                info = HfApi().model_info(model, timeout=hub_timeout())
             params = getattr(info, "safetensors", None)
             weights = sum(count * _DTYPE_BYTES.get(dtype, 2) for dtype, count in params.parameters.items()) \
                 if params is not None else None
-            return config, weights, f"the Hub ({model})"
-        except Exception as exc:  # offline, gated, unknown model: the condition says so
-            return None, None, f"the Hub: {type(exc).__name__}"
+        except Exception:  # noqa: BLE001 - unknown weights: the pre-flight reports it
+            weights = None
+        return config, weights, f"the Hub ({model})"
 
     def _gpu_memory(self, spec: VLLMServerSpec, pods: list[dict[str, Any]]) -> int | None:
         if spec.resources.gpu_memory is not None:
@@ -282,10 +294,9 @@ class Controller:
             digest = spec_hash(spec)
             pod_obj, service = render_objects(name, namespace, spec, owner=server)  # pod named <name>-<hash[:5]>
             pods = self._pods(namespace, name)
-            if spec.preflight != "off":
-                condition, warning, numbers = self.preflight(namespace, spec, pods)
-                server = self._write_kv_condition(server, condition, warning, now, numbers)
-                if warning and spec.preflight == "enforce":
+            if spec.preflight == "enforce":  # the verdict decides whether a pod may exist: before it
+                server, warning, condition = self._preflight_status(server, spec, pods, now)
+                if warning:
                     self._write_status(server, logic.invalid_status(
                         server, f"spec.engine.maxModelLen: {warning}", now=now, reason=condition["reason"]), logger)
                     raise kopf.PermanentError(f"pre-flight refused the spec: {warning}")
@@ -312,7 +323,18 @@ class Controller:
                 status.update({k: v for k, v in (server.get("status") or {}).items()
                                if k in ("phase", "reason", "message", "podName", "podUid", "startedAt",
                                         "expiresAt", "finishedAt", "kvCacheTokens", "maxConcurrency")})
-            self._write_status(server, status, logger)
+            server = self._write_status(server, status, logger)
+            if spec.preflight == "warn":
+                # After the pod exists: a slow or unreachable Hub (bounded by kvpilot.kv.hub) never
+                # delays the pod; the condition and its Warning Event follow.
+                self._preflight_status(server, spec, [pod] if pod else [], now)
+
+    def _preflight_status(self, server: dict[str, Any], spec: VLLMServerSpec, pods: list[dict[str, Any]],
+                          now: str) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
+        """Compute the pre-flight and write ``KVCapacity`` and ``status.preflight``; returns
+        ``(server as updated, warning or None, condition)``."""
+        condition, warning, numbers = self.preflight(server["metadata"]["namespace"], spec, pods)
+        return self._write_kv_condition(server, condition, warning, now, numbers), warning, condition
 
     # ------------------------------------------------------------------ Pod handler
     def on_pod_event(self, event: dict[str, Any], namespace: str, logger: logging.Logger, **_: Any) -> None:

@@ -1,6 +1,7 @@
 """KV cache math from a model's config.json: bytes per token, capacity, concurrency, startup feasibility.
 
-Pure (no I/O). Public API:
+Pure (no I/O), except :mod:`kvpilot.kv.hub` (the time-bounded Hugging Face Hub fetch used by
+``kvpilot kv`` and the operator, not imported here). Public API:
 
 * :func:`kv_spec_from_config` (config dict → :class:`KVSpec`),
 * :func:`bytes_per_token` (per GPU, bytes), :func:`footprint` (:class:`KVFootprint`),

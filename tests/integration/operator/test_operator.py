@@ -311,3 +311,36 @@ def test_fixing_an_invalid_spec_starts_the_server(cluster, api, namespace, opera
                           and _status(cluster, namespace), what="phase Pending")
     valid = next(c for c in status["conditions"] if c["type"] == "Valid")
     assert valid["status"] == "True" and valid["observedGeneration"] == 2
+
+
+def test_a_silent_hub_never_delays_the_pod(cluster, api, namespace, monkeypatch):
+    """With ``preflight: warn`` the pod comes first: a Hub that never answers (a loopback socket that
+    accepts connections but sends nothing) delays only the KVCapacity condition, never the pod."""
+    import socket
+
+    import huggingface_hub.constants
+    from kopf.testing import KopfRunner
+
+    from kvpilot.controller.handlers import build_registry, make_settings
+    from tests.integration.operator.conftest import wait_for as wait
+
+    body = copy.deepcopy(EXPERIMENT)
+    body["spec"]["model"] = "kvpilot-test/silent-hub"  # never cached: the lookup must ask the Hub
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "30")  # the Hub would hold the handler 30 s per request
+        with KopfRunner(["run", "--standalone", "--namespace", namespace],
+                        registry=build_registry(cluster.configuration(), hub=True), settings=make_settings(),
+                        timeout=10):
+            _create(api, namespace, body)
+            # 10 s < the 30 s the Hub request may take: the pod must not wait for it.
+            pod = wait(lambda: (_pods(cluster, namespace) or [None])[0], timeout=10, what="the pod")
+            silent.close()  # the pending request is reset: the lookup fails now
+            kv = wait(lambda: next((c for c in _status(cluster, namespace).get("conditions", [])
+                                    if c["type"] == "KVCapacity"), None), what="KVCapacity")
+    assert pod["metadata"]["name"].startswith("qwen-")
+    assert (kv["status"], kv["reason"]) == ("Unknown", "NoModelConfig")
+    assert "the Hub" in kv["message"]

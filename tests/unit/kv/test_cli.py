@@ -130,6 +130,49 @@ def test_offline_hub_id_names_what_to_download(tmp_path):
     assert proc.stderr.count("\n") == 1  # one line
 
 
+def _hub_at(tmp_path, endpoint: str, **extra: str) -> dict:
+    """An environment whose Hub is ``endpoint``, with an empty cache and online mode."""
+    env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf"), **extra}
+    env.pop("HF_HUB_OFFLINE", None)
+    env.pop("TRANSFORMERS_OFFLINE", None)
+    return env
+
+
+def _kv_hub(env: dict) -> subprocess.CompletedProcess:
+    # The subprocess timeout bounds the run: without a bound, huggingface_hub retries the metadata
+    # request 5 times with backoff (1+2+4+8+8 s of sleeps) and logs ~10 warnings, > 23 s in all.
+    return subprocess.run([sys.executable, "-m", "kvpilot.cli", "kv", "someorg/some-model"], capture_output=True,
+                          text=True, env=env, timeout=20)
+
+
+def test_unreachable_hub_fails_at_once_with_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nobody listens on: connection refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = _kv_hub(_hub_at(tmp_path, f"http://127.0.0.1:{port}"))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1, proc.stderr  # one line: no retry warnings
+    assert "Retry" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "cannot fetch config.json of someorg/some-model" in proc.stderr
+    assert "Connection refused" in proc.stderr
+    assert "https://huggingface.co/someorg/some-model/resolve/main/config.json" in proc.stderr
+
+
+def test_silent_hub_times_out_after_hf_hub_etag_timeout(tmp_path):
+    import socket
+
+    with socket.socket() as silent:  # accepts connections (kernel backlog) but never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        env = _hub_at(tmp_path, f"http://127.0.0.1:{silent.getsockname()[1]}", HF_HUB_ETAG_TIMEOUT="1")
+        proc = _kv_hub(env)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "no answer within 1 s" in proc.stderr
+
+
 def test_hub_id_downloads_config_and_weight_index(tmp_path, monkeypatch):
     import huggingface_hub
 
@@ -141,7 +184,13 @@ def test_hub_id_downloads_config_and_weight_index(tmp_path, monkeypatch):
         calls.append((repo_id, filename))
         return str(tmp_path / filename)
 
+    def fake_metadata(url, **kwargs):  # the one bounded HEAD that decides "reachable" first
+        assert kwargs["timeout"] == 5.0  # kvpilot.kv.hub's default per-request bound (seconds)
+        return object()
+
+    monkeypatch.delenv("HF_HUB_ETAG_TIMEOUT", raising=False)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", fake_metadata)
     result = run("Qwen/Qwen2.5-7B-Instruct", "--gpu-memory", "24GiB", "--overhead-memory", "1GiB",
                  "--max-model-len", "8192", "-o", "json")
     assert result.exit_code == 0, result.output

@@ -1,0 +1,120 @@
+"""Fetching a model's files from the Hugging Face Hub, bounded in time (the one I/O module of kvpilot.kv).
+
+Used by ``kvpilot kv <hub id>`` and the operator's KV pre-flight. ``huggingface_hub.hf_hub_download``
+alone, with the Hub unreachable and nothing cached, retries its metadata request with backoff
+(``huggingface_hub/file_download.py``, "No local file found. Retrying..": ``retry_on_errors=True``,
+5 retries waiting 1, 2, 4, 8, 8 s; huggingface_hub 2.4), about 23 s and ten warnings before it
+fails. Here one metadata request (``get_hf_file_metadata``, which does not retry) with a short
+timeout decides first: unreachable → the local cache, else :class:`HubUnavailable` at once.
+``HF_HUB_OFFLINE=1`` skips the network entirely (the cache only), as huggingface_hub documents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+#: Seconds one Hub request may take before the Hub counts as unreachable; ``HF_HUB_ETAG_TIMEOUT``
+#: (huggingface_hub's own variable for its metadata request, default 10 s there) overrides it.
+DEFAULT_HUB_TIMEOUT_SECONDS = 5.0
+
+
+class HubUnavailable(Exception):
+    """A file could not be had from the Hub nor the local cache; ``str()`` is one short line (why)."""
+
+
+def hub_timeout() -> float:
+    """Seconds per Hub request: ``HF_HUB_ETAG_TIMEOUT`` when set to a positive number, else
+    :data:`DEFAULT_HUB_TIMEOUT_SECONDS`."""
+    try:
+        value = float(os.environ.get("HF_HUB_ETAG_TIMEOUT", ""))
+    except ValueError:
+        return DEFAULT_HUB_TIMEOUT_SECONDS
+    return value if value > 0 else DEFAULT_HUB_TIMEOUT_SECONDS
+
+
+@contextlib.contextmanager
+def quiet_hub() -> Iterator[None]:
+    """Silence huggingface_hub's warnings (retry notices) while inside; the caller reports one line."""
+    hub_logger = logging.getLogger("huggingface_hub")
+    level = hub_logger.level
+    hub_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hub_logger.setLevel(level)
+
+
+def _why(exc: BaseException, timeout: float) -> str:
+    """One short line for a failed Hub request."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    if isinstance(exc, OfflineModeIsEnabled):
+        return "HF_HUB_OFFLINE is set"
+    if isinstance(exc, GatedRepoError):
+        return "the repository is gated (set HF_TOKEN)"
+    if isinstance(exc, RepositoryNotFoundError):
+        return "no such repository (or it is private: set HF_TOKEN)"
+    if isinstance(exc, RemoteEntryNotFoundError):
+        return "the repository has no such file"
+    if isinstance(exc, HfHubHTTPError):
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        return f"HTTP {status}" if status else type(exc).__name__
+    if isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower():
+        return f"no answer within {timeout:g} s"
+    text = str(exc).splitlines()[0][:120] if str(exc) else ""
+    return f"unreachable ({text})" if text else f"unreachable ({type(exc).__name__})"
+
+
+def fetch_file(repo_id: str, filename: str, *, timeout: float | None = None) -> Path:
+    """The local path of ``filename`` of Hub model ``repo_id``, downloaded (or cached).
+
+    Args:
+        repo_id: a Hub model id, e.g. ``Qwen/Qwen2.5-1.5B-Instruct``.
+        filename: a file of the repository, e.g. ``config.json``.
+        timeout: seconds per request (default :func:`hub_timeout`).
+
+    Returns:
+        the file's path in the Hugging Face cache (``HF_HOME``).
+
+    Raises:
+        HubUnavailable: the Hub did not answer within ``timeout`` (or refused, or is disabled with
+            ``HF_HUB_OFFLINE``) and the file is not cached, or the Hub said no (missing, gated);
+            the message is one line. Never retries: it returns within about two ``timeout``s
+            (one metadata request, then the download).
+    """
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_download, hf_hub_url
+
+    timeout = hub_timeout() if timeout is None else timeout
+    with quiet_hub():
+        if constants.is_offline_mode():
+            failure: BaseException = _offline()
+        else:
+            try:
+                get_hf_file_metadata(hf_hub_url(repo_id, filename), timeout=timeout)
+            except Exception as exc:  # noqa: BLE001 - any failure: try the cache, then one line
+                failure = exc
+            else:
+                try:
+                    return Path(hf_hub_download(repo_id=repo_id, filename=filename, etag_timeout=timeout))
+                except Exception as exc:  # noqa: BLE001
+                    raise HubUnavailable(_why(exc, timeout)) from None
+        try:
+            return Path(hf_hub_download(repo_id=repo_id, filename=filename, local_files_only=True))
+        except Exception:  # noqa: BLE001 - not cached: report why the Hub failed
+            raise HubUnavailable(_why(failure, timeout)) from None
+
+
+def _offline() -> BaseException:
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    return OfflineModeIsEnabled("HF_HUB_OFFLINE")
