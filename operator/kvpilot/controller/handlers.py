@@ -11,7 +11,9 @@
   delays a pod);
 - every event of a pod labelled ``app.kubernetes.io/managed-by=kvpilot`` →
   :meth:`Controller.on_pod_event`: recompute the owning server's status from the pod; when
-  the pod is Ready, read its log once and fill ``kvCacheTokens``/``maxConcurrency``;
+  the pod is Ready, read its log once and fill ``kvCacheTokens``/``maxConcurrency``; when it
+  is scheduled and ``KVCapacity`` lacked the GPU memory, run the pre-flight again with its
+  node's ``nvidia.com/gpu.memory`` label;
 - a login handler connecting to the cluster the caller chose (a kubeconfig, the in-cluster
   service account, or the sandbox);
 - a Kubernetes Event on the VLLMServer for every phase transition.
@@ -105,6 +107,8 @@ class Controller:
     def __init__(self, configuration: kubernetes.client.Configuration, *, hub: bool = True) -> None:
         self.hub = hub
         self._hub_cache: dict[str, tuple[float, tuple[dict | None, int | None, str]]] = {}
+        #: uids of pods whose node's GPU-memory label the pre-flight has already read.
+        self._preflighted_pods: set[str] = set()
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self.use(configuration)
@@ -247,18 +251,24 @@ class Controller:
             weights = None
         return config, weights, f"the Hub ({model})"
 
-    def _gpu_memory(self, spec: VLLMServerSpec, pods: list[dict[str, Any]]) -> int | None:
+    def _gpu_memory(self, spec: VLLMServerSpec, pods: list[dict[str, Any]]) -> tuple[int | None, str | None]:
+        """``(bytes of one GPU, where from)``: ``spec.resources.gpuMemory``, else the label
+        ``nvidia.com/gpu.memory`` (MiB, NVIDIA GPU feature discovery) of the node a pod runs on;
+        ``(None, None)`` when neither is known (no pod scheduled yet, no label, unreadable node)."""
         if spec.resources.gpu_memory is not None:
-            return int(parse_quantity(spec.resources.gpu_memory))
+            quantity = spec.resources.gpu_memory
+            return int(parse_quantity(quantity)), f"{quantity} (spec.resources.gpuMemory)"
         for pod in pods:
             node = (pod.get("spec") or {}).get("nodeName")
             if node:
                 try:
                     label = (self.core.read_node(node).metadata.labels or {}).get(GPU_MEMORY_LABEL)
-                    return gpu_memory_from_node_label(label) if label else None
+                    if label:
+                        return gpu_memory_from_node_label(label), f"{label} MiB (node {node} label {GPU_MEMORY_LABEL})"
                 except (ApiException, KVConfigError):
-                    return None
-        return None
+                    pass
+                return None, None
+        return None, None
 
     def preflight(self, namespace: str, spec: VLLMServerSpec,
                   pods: list[dict[str, Any]]) -> tuple[dict, str | None, dict[str, Any]]:
@@ -269,13 +279,13 @@ class Controller:
         if config is None:
             return {"type": "KVCapacity", "status": "Unknown", "reason": "NoModelConfig",
                     "message": f"KV capacity not computed: model config.json not available ({source})"}, None, {}
-        gpu_memory = self._gpu_memory(spec, pods)
+        gpu_memory, gpu_source = self._gpu_memory(spec, pods)
         engine = spec.engine.model_dump(by_alias=True, exclude_none=True) if spec.engine else {}
         result = kv_preflight(config, engine, gpu_memory_bytes=gpu_memory, weights_bytes=weights)
         numbers = {}
         if result.numbers:
-            numbers = PreflightStatus(**result.numbers, config_source=source).model_dump(by_alias=True,
-                                                                                         exclude_none=True)
+            numbers = PreflightStatus(**result.numbers, config_source=source,
+                                      gpu_memory=gpu_source).model_dump(by_alias=True, exclude_none=True)
         return result.condition, result.warning, numbers
 
     # ------------------------------------------------------------------ VLLMServer handlers
@@ -377,7 +387,25 @@ class Controller:
                 kv = self._kv_from_log(pod, logger)
             new = logic.server_status(server, pod, now=now, service_name=status.get("serviceName") or name,
                                       spec_hash=status["specHash"], command=status.get("command"), kv=kv)
-            self._write_status(server, new, logger)
+            server = self._write_status(server, new, logger)
+            if self._waits_for_node_gpu_memory(server, pod):
+                # The pod has a node now: its nvidia.com/gpu.memory label gives the GPU memory the
+                # pre-flight lacked on create (once per pod: the label does not change under a pod).
+                self._preflighted_pods.add(pod["metadata"].get("uid"))
+                self._preflight_status(server, parse_spec(server.get("spec")), [pod], now)
+
+    def _waits_for_node_gpu_memory(self, server: dict[str, Any], pod: dict[str, Any]) -> bool:
+        """True when the server's ``KVCapacity`` is Unknown for lack of inputs (reason
+        ``InsufficientInputs``: GPU memory unknown), its spec gives no ``resources.gpuMemory``,
+        the pre-flight is on, and ``pod`` was just scheduled (``spec.nodeName``) and not checked yet."""
+        spec = server.get("spec") or {}
+        kv = next((c for c in (server.get("status") or {}).get("conditions") or [] if c.get("type") == "KVCapacity"),
+                  None)
+        return bool(kv and kv.get("status") == "Unknown" and kv.get("reason") == "InsufficientInputs"
+                    and spec.get("preflight", "warn") != "off"
+                    and not (spec.get("resources") or {}).get("gpuMemory")
+                    and (pod.get("spec") or {}).get("nodeName")
+                    and pod["metadata"].get("uid") not in self._preflighted_pods)
 
 
 def build_registry(configuration: kubernetes.client.Configuration, *, hub: bool = True,

@@ -344,3 +344,44 @@ def test_a_silent_hub_never_delays_the_pod(cluster, api, namespace, monkeypatch)
     assert pod["metadata"]["name"].startswith("qwen-")
     assert (kv["status"], kv["reason"]) == ("Unknown", "NoModelConfig")
     assert "the Hub" in kv["message"]
+
+
+def test_preflight_reads_the_gpu_memory_label_once_the_pod_is_scheduled(cluster, api, namespace, operator,
+                                                                      kubelet, fixtures_dir):
+    """No spec.resources.gpuMemory: KVCapacity is Unknown until the pod lands on a node, then the node's
+    nvidia.com/gpu.memory label (MiB, NVIDIA GPU feature discovery) gives the GPU memory."""
+    _model_config_map(api, namespace, fixtures_dir)
+    core = kubernetes.client.CoreV1Api(api)
+    if cluster.get("v1/nodes", None, kubelet.node) is None:  # the node the sandbox's Kubelet schedules onto
+        core.create_node({"metadata": {"name": kubelet.node, "labels": {"nvidia.com/gpu.memory": "8192"}}})
+    body = copy.deepcopy(EXPERIMENT)
+    body["spec"]["modelConfigRef"] = {"name": "qwen-config"}
+
+    def kv_condition():
+        return next((c for c in _status(cluster, namespace).get("conditions", []) if c["type"] == "KVCapacity"), None)
+
+    with operator():
+        _create(api, namespace, body)
+        pod = _one_pod(cluster, namespace)
+        before = wait_for(kv_condition, what="KVCapacity before scheduling")
+        assert (before["status"], before["reason"]) == ("Unknown", "InsufficientInputs")
+        assert "GPU memory unknown" in before["message"]
+        kubelet.schedule(namespace, pod["metadata"]["name"])
+        after = wait_for(lambda: (c := kv_condition()) and c["status"] != "Unknown" and c, what="KVCapacity known")
+    status = _status(cluster, namespace)
+    assert (after["status"], after["reason"]) == ("True", "Fits")
+    numbers = status["preflight"]
+    # By hand: GPU 8192 MiB = 8,589,934,592 B; x 0.6 -> floor 5,153,960,755 B; minus weights 3,087,428,608 B
+    # (the ConfigMap's index total_size) minus the 1.35 GiB overhead estimate floor(1,449,551,462.4) =
+    # 1,449,551,462 B leaves 616,980,685 B of KV. One block = 16 tokens x 28,672 B = 458,752 B:
+    # 616,980,685 // 458,752 = 1,344 blocks (1,344 x 458,752 = 616,562,688; remainder 417,997) = 21,504 tokens.
+    # One 8,192-token request needs 8,192 / 16 = 512 blocks: concurrency 1,344 / 512 = 2.625, it fits, and the
+    # largest maxModelLen that fits is 1,344 x 16 = 21,504 tokens.
+    assert numbers["bytesPerToken"] == 28_672
+    assert numbers["kvTokens"] == 21_504
+    assert numbers["maxConcurrency"] == pytest.approx(2.625)
+    assert numbers["fits"] is True and numbers["maxModelLenThatFits"] == 21_504
+    # (weights + overhead + 512 blocks) / GPU = (4,536,980,070 + 234,881,024) / 8,589,934,592 = 0.55552
+    assert numbers["minGpuMemoryUtilization"] == pytest.approx(0.55552, abs=1e-5)
+    assert numbers["gpuMemory"] == f"8192 MiB (node {kubelet.node} label nvidia.com/gpu.memory)"
+    assert "21,504 tokens" in after["message"]
