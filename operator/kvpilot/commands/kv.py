@@ -18,7 +18,9 @@ from kvpilot.kv import (
     GIB,
     KVCapacity,
     KVConfigError,
+    StartupMemoryCheck,
     capacity,
+    startup_memory_check,
 )
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -90,8 +92,21 @@ def _gib(value: int | float | None) -> str:
     return "-" if value is None else f"{value / GIB:.4f} GiB"
 
 
-def render_text(cap: KVCapacity, source: str) -> None:
-    """Print the capacity as a rich table with units (GiB = 2^30 bytes)."""
+def _startup_rows(check: StartupMemoryCheck) -> list[tuple[str, str]]:
+    """Text rows of vLLM's startup free-memory check (GiB = 2^30 bytes)."""
+    verdict = "yes" if check.feasible else f"NO: vLLM refuses to start, short by {_gib(check.shortfall_bytes)}"
+    return [
+        ("free GPU memory at startup", f"{_gib(check.free_bytes)} of {_gib(check.total_bytes)}"),
+        ("requested at startup", f"{check.gpu_memory_utilization:g} × {_gib(check.total_bytes)} = "
+                                 f"{_gib(check.requested_bytes)}"),
+        ("starts (free >= requested)", verdict),
+        ("largest feasible gpu_memory_utilization", f"{check.max_feasible_utilization:.4f}"),
+    ]
+
+
+def render_text(cap: KVCapacity, source: str, check: StartupMemoryCheck | None = None) -> None:
+    """Print the capacity (and the startup free-memory check, when given) as a rich table with units
+    (GiB = 2^30 bytes)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -132,6 +147,8 @@ def render_text(cap: KVCapacity, source: str) -> None:
                          f"none: one request needs {min_util:.2f} x this GPU's memory"))
         if cap.data_parallel_size > 1:
             rows.append((f"KV tokens, {cap.data_parallel_size} DP replicas", f"{cap.kv_tokens * cap.data_parallel_size:,}"))
+    if check is not None:
+        rows += _startup_rows(check)
     for name, value in rows:
         table.add_row(name, value)
     console = Console(soft_wrap=True)
@@ -148,6 +165,7 @@ Examples:
   kvpilot kv ./Qwen2.5-7B-Instruct --gpu-memory 24GiB --gpu-memory-utilization 0.9
   kvpilot kv Qwen/Qwen2.5-1.5B-Instruct --kv-cache-dtype fp8 -o json
   kvpilot kv config.json --tensor-parallel-size 2 --gpu-memory 24GiB --weights-memory 13.95GB
+  kvpilot kv config.json --gpu-memory 22.05GiB --free-gpu-memory 19.77GiB --gpu-memory-utilization 0.9
 """
 
 
@@ -173,16 +191,29 @@ Examples:
               help="Weights per GPU [default: *.safetensors of a local model folder ÷ TP].")
 @click.option("--overhead-memory", type=SIZE, default=None,
               help=f"Activations + CUDA context + graphs per GPU [default: {DEFAULT_OVERHEAD_BYTES / GIB:.2f}GiB, estimate].")
+@click.option("--free-gpu-memory", type=SIZE, default=None,
+              help="Free memory of one GPU when vLLM starts (needs --gpu-memory): vLLM refuses to start when it is "
+                   "below gpu_memory_utilization × total.")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def command(config, kv_cache_dtype, tensor_parallel_size, data_parallel_size, max_model_len, block_size,
             gpu_memory_utilization, max_num_batched_tokens, kv_memory, gpu_memory, weights_memory,
-            overhead_memory, output):
+            overhead_memory, free_gpu_memory, output):
     """KV bytes/token, capacity, concurrency and feasibility of a model, from its config.json.
 
     CONFIG is a config.json file, a folder holding one (its *.safetensors give the weight size), or a
     Hugging Face model id (config.json is downloaded). Sizes accept GiB/MiB/GB suffixes (GiB = 2^30 bytes).
+    With --free-gpu-memory it also runs vLLM's startup check (requested = utilization × total; it refuses to
+    start when free < requested; the largest feasible utilization is free / total).
     Exit status: 0 success, 2 bad input.
     """
+    check = None
+    if free_gpu_memory is not None:
+        if gpu_memory is None:
+            fail("--free-gpu-memory: needs --gpu-memory (the GPU's total memory)")
+        try:
+            check = startup_memory_check(gpu_memory, free_gpu_memory, gpu_memory_utilization)
+        except KVConfigError as exc:
+            fail(str(exc))
     cfg, folder = load_config(config)
     weights_source = "--weights-memory" if weights_memory is not None else None
     if weights_memory is None and gpu_memory is not None and kv_memory is None:
@@ -191,18 +222,22 @@ def command(config, kv_cache_dtype, tensor_parallel_size, data_parallel_size, ma
             weights_memory = total // max(1, tensor_parallel_size)
             where = f"{folder}/*.safetensors" if folder is not None else f"{config} model.safetensors.index.json"
             weights_source = f"{where} ÷ TP"
+    # The startup check needs only the totals; KV tokens from --gpu-memory need the weights too.
+    kv_gpu_memory = None if check is not None and kv_memory is None and weights_memory is None else gpu_memory
     try:
         cap = capacity(cfg, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                        data_parallel_size=data_parallel_size, max_model_len=max_model_len, block_size=block_size,
                        max_num_batched_tokens=max_num_batched_tokens, kv_memory_bytes=kv_memory,
-                       gpu_memory_bytes=gpu_memory, gpu_memory_utilization=gpu_memory_utilization,
+                       gpu_memory_bytes=kv_gpu_memory, gpu_memory_utilization=gpu_memory_utilization,
                        weights_bytes=weights_memory, overhead_bytes=overhead_memory)
     except KVConfigError as exc:
         fail(str(exc))
     if output == "json":
         doc = cap.to_json()
+        doc["startup_memory_check"] = None if check is None else check.to_json()
         doc["inputs"].update({"config": config, "weights_source": weights_source,
+                              "gpu_memory_bytes": gpu_memory, "free_gpu_memory_bytes": free_gpu_memory,
                               "hf_offline": os.environ.get("HF_HUB_OFFLINE")})
         click.echo(json.dumps(doc, indent=2))
     else:
-        render_text(cap, config)
+        render_text(cap, config, check)

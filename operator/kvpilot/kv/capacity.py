@@ -313,6 +313,13 @@ class StartupMemoryCheck:
     shortfall_bytes: float
     max_feasible_utilization: float
 
+    def to_json(self) -> dict:
+        """``kvpilot kv -o json``'s ``startup_memory_check`` object: the fields above (bytes, ratio 0–1)."""
+        return {"total_bytes": self.total_bytes, "free_bytes": self.free_bytes,
+                "gpu_memory_utilization": self.gpu_memory_utilization, "requested_bytes": self.requested_bytes,
+                "feasible": self.feasible, "shortfall_bytes": self.shortfall_bytes,
+                "max_feasible_utilization": self.max_feasible_utilization}
+
 
 def startup_memory_check(total_bytes: int | float, free_bytes: int | float,
                          gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> StartupMemoryCheck:
@@ -329,7 +336,7 @@ def startup_memory_check(total_bytes: int | float, free_bytes: int | float,
     _check_positive(total_bytes, "--gpu-memory", integer=False)
     util = _check_positive(gpu_memory_utilization, "--gpu-memory-utilization", integer=False, upper=1.0)
     if isinstance(free_bytes, bool) or not isinstance(free_bytes, (int, float)) or free_bytes < 0:
-        raise KVConfigError("--free-memory", f"must be a size >= 0 bytes, got {free_bytes!r}")
+        raise KVConfigError("--free-gpu-memory", f"must be a size >= 0 bytes, got {free_bytes!r}")
     requested = util * total_bytes
     return StartupMemoryCheck(
         total_bytes=total_bytes, free_bytes=free_bytes, gpu_memory_utilization=util,

@@ -221,3 +221,48 @@ def test_tensor_parallel_that_does_not_divide_the_heads_is_refused():
     # TP 16 > 8 KV heads divides the 32 query heads: allowed, KV heads replicated (131,072 / 8 per GPU)
     ok = run(LLAMA, "--kv-memory", "2GiB", "-tp", "16", "-o", "json")
     assert ok.exit_code == 0 and json.loads(ok.output)["bytes_per_token"] == 131072 // 8
+
+
+C20A_ARGS = ("--gpu-memory", "22.05GiB", "--free-gpu-memory", "19.77GiB", "--gpu-memory-utilization", "0.9")
+
+
+def test_c20a_free_gpu_memory_through_the_cli_json():
+    # Case C20a (tests/fixtures/cases/C20a_*.json): "Free memory on device cuda:1 (19.77/22.05 GiB) on startup is
+    # less than desired GPU memory utilization (0.9, 19.84 GiB)". By hand: requested = 0.9 x 22.05 = 19.845 GiB;
+    # 19.77 < 19.845, so vLLM refuses to start, short by 19.845 - 19.77 = 0.075 GiB; the largest feasible
+    # utilization is 19.77 / 22.05 = 0.89660 (0.8966 to 4 places).
+    result = run(LLAMA, *C20A_ARGS, "-o", "json")
+    assert result.exit_code == 0, result.output
+    check = json.loads(result.output)["startup_memory_check"]
+    assert check["feasible"] is False
+    assert round(check["requested_bytes"] / GIB, 3) == 19.845
+    assert round(check["free_bytes"] / GIB, 2) == 19.77
+    assert round(check["shortfall_bytes"] / GIB, 3) == 0.075
+    assert round(check["max_feasible_utilization"], 4) == 0.8966
+    assert check["gpu_memory_utilization"] == 0.9
+
+
+def test_c20a_free_gpu_memory_through_the_cli_text():
+    result = run(LLAMA, *C20A_ARGS)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "19.7700 GiB of 22.0500 GiB" in text
+    assert "0.9 × 22.0500 GiB = 19.8450 GiB" in text
+    assert "NO: vLLM refuses to start, short by 0.0750 GiB" in text
+    assert "0.8966" in text
+
+
+def test_enough_free_gpu_memory_starts():
+    # 0.85 x 22.05 = 18.7425 GiB requested <= 19.77 GiB free: it starts, nothing short.
+    result = run(LLAMA, "--gpu-memory", "22.05GiB", "--free-gpu-memory", "19.77GiB",
+                 "--gpu-memory-utilization", "0.85", "-o", "json")
+    assert result.exit_code == 0, result.output
+    check = json.loads(result.output)["startup_memory_check"]
+    assert check["feasible"] is True and check["shortfall_bytes"] == 0
+    assert round(check["requested_bytes"] / GIB, 4) == 18.7425
+
+
+def test_free_gpu_memory_needs_the_total():
+    result = run(LLAMA, "--free-gpu-memory", "19.77GiB")
+    assert result.exit_code == 2
+    assert "--free-gpu-memory" in result.output and "--gpu-memory" in result.output
