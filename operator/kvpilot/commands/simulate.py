@@ -60,6 +60,7 @@ Examples:
   promtool tsdb create-blocks-from openmetrics kv.om ./data   # then: prometheus --storage.tsdb.path=./data
   kvpilot simulate healthy --vllm-version 0.10.1 --serve 8123  # old and new metric names side by side
   kvpilot simulate --vllm-args "serve Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 4" --serve 8123
+  kvpilot simulate --trace requests.jsonl -o json          replay a JSON Lines trace (healthy's engine)
 """
 
 
@@ -431,6 +432,10 @@ def _vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, int | 
 @click.option("--vllm-version", default=None, help="vLLM release whose metric names to expose (default 0.33.0).")
 @click.option("--model-name", "--served-model-name", "model_name", help="model_name label and /v1/models id.")
 @click.option("--scenario-file", type=click.Path(dir_okay=False), help="YAML mapping of scenario settings.")
+@click.option("--trace", "trace_file", metavar="FILE.jsonl",
+              help="Replay a JSON Lines trace (one request per line: arrival_time, prompt_tokens, output_len, "
+                   "prefix_group, prefix_len, request_id, cache_salt, lora_id, tag) on SCENARIO's engine "
+                   "(default healthy).")
 @click.option("--vllm-args", help='vLLM\'s own command line, e.g. "serve MODEL --max-num-seqs 4".')
 @click.option("--max-num-seqs", type=click.IntRange(min=1))
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1))
@@ -449,11 +454,14 @@ def _vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, int | 
 @click.option("--seed", type=int)
 def command(scenario: str | None, output: str, serve_at: str | None, speed: float, record_to: str | None,
             duration: float | None, interval: float, end: str | None, vllm_version: str | None,
-            model_name: str | None, scenario_file: str | None, vllm_args: str | None, **flags: Any) -> None:
+            model_name: str | None, scenario_file: str | None, vllm_args: str | None, trace_file: str | None,
+            **flags: Any) -> None:
     """Run the vLLM engine model: print results, --serve a live /metrics, or --record a timeline.
 
     SCENARIO is one of seed-lru, kv-exhaustion, max-num-seqs-cap, token-budget-cap, compute-bound,
-    prefix-thrash, healthy, idle (default healthy with --vllm-args, else required).
+    prefix-thrash, healthy, idle (default healthy with --vllm-args or --trace, else required).
+    --trace FILE.jsonl replaces the scenario's workload with the file's requests; without --duration the
+    run lasts the scenario's time or until 60 s after the last arrival, whichever is longer.
     """
     try:
         vllm_argv = shlex.split(vllm_args) if vllm_args else None
@@ -461,14 +469,37 @@ def command(scenario: str | None, output: str, serve_at: str | None, speed: floa
         fail(f"--vllm-args: cannot split {vllm_args!r} like a shell would ({exc})")
     run(scenario, output=output, serve_at=serve_at, speed=speed, record_to=record_to, duration=duration,
         interval=interval, end=end, vllm_version=vllm_version, model_name=model_name,
-        scenario_file=scenario_file, vllm_argv=vllm_argv, flags=flags)
+        scenario_file=scenario_file, vllm_argv=vllm_argv, flags=flags, trace_file=trace_file)
+
+
+#: Simulated seconds a replayed trace keeps running after its last arrival (when --duration is not given).
+TRACE_TAIL_SECONDS = 60.0
+
+
+def _load_trace_file(path: str) -> list[dict[str, Any]]:
+    """``--trace FILE.jsonl`` as a trace workload's request list; exits 2 naming the line and field."""
+    from kvpilot.engine.workloads import trace_requests
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.readlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"--trace: cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
+    try:
+        items = trace_requests(lines)
+    except ValueError as exc:  # "trace line N: <field>: <reason>"
+        fail(f"--trace: {path}: {exc}")
+    if not items:
+        fail(f"--trace: {path} holds no request (one JSON object per line)")
+    return items
 
 
 def run(scenario: str | None, *, output: str = "text", serve_at: str | None = None, speed: float = 1.0,
         record_to: str | None = None, duration: float | None = None, interval: float = DEFAULT_INTERVAL,
         end: str | None = None, vllm_version: str | None = None, model_name: str | None = None,
         scenario_file: str | None = None, vllm_argv: list[str] | None = None,
-        flags: Mapping[str, Any] | None = None, default_host: str = DEFAULT_SERVE_HOST) -> None:
+        flags: Mapping[str, Any] | None = None, default_host: str = DEFAULT_SERVE_HOST,
+        trace_file: str | None = None) -> None:
     """The command's body (shared with :func:`vllm_shim`); exits 2 with one line on bad input."""
     from kvpilot.engine.exporter import DEFAULT_VLLM_VERSION
     from kvpilot.metrics.catalog import version_tuple
@@ -496,8 +527,14 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
         overrides.update(vllm_over)
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     workload = {key: flags.pop(flag) for flag, key in _WORKLOAD_FLAGS.items() if flag in flags}
+    trace = None
+    if trace_file:
+        clash = [f"--{flag.replace('_', '-')}" for flag, key in _WORKLOAD_FLAGS.items() if key in workload]
+        if clash:
+            fail(f"--trace: the trace gives the workload; drop {', '.join(clash)}")
+        trace = _load_trace_file(trace_file)
     overrides.update(flags)
-    scenario = scenario or overrides.pop("scenario", None) or ("healthy" if vllm_argv else None)
+    scenario = scenario or overrides.pop("scenario", None) or ("healthy" if vllm_argv or trace else None)
     overrides.pop("scenario", None)
     known = _scenarios().SCENARIOS
     if not scenario:
@@ -511,6 +548,12 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
             workload = {"type": "poisson", "duration": known[scenario].duration or DEFAULT_RECORD_DURATION,
                         **workload}
         overrides["workload"] = {**overrides.get("workload", {}), **workload}
+    if trace is not None:
+        overrides["workload"] = {"type": "trace", "requests": trace}
+        if duration is None:  # every request arrives, plus a tail to finish
+            last = max(float(r.get("arrival_time", r.get("timestamp", 0))) for r in trace)
+            duration = max(float(known[scenario].duration or DEFAULT_RECORD_DURATION), last + TRACE_TAIL_SECONDS)
+            total = duration
     version = vllm_version or str(overrides.pop("vllm_version", "") or DEFAULT_VLLM_VERSION)
     if len(version_tuple(version)) < 2:
         fail(f"--vllm-version: {version!r} is not a vLLM release such as 0.10.1")
@@ -521,7 +564,7 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
         if duration is not None:
             # run for --duration simulated seconds; a Poisson workload keeps arriving that long
             overrides["duration"] = duration
-            if known[scenario].workload.get("type") == "poisson" or "rate" in workload:
+            if trace is None and (known[scenario].workload.get("type") == "poisson" or "rate" in workload):
                 overrides["workload"] = {**overrides.get("workload", {}), "duration": duration}
         result = _call(f"scenario {scenario}", scenarios.run_scenario, scenario, overrides=overrides or None)
         _print_report(result, output)

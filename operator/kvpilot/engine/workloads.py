@@ -229,7 +229,27 @@ def load_trace(lines: Iterable[str]) -> OpenLoop:
     Raises:
         ValueError: ``"trace line N: <field>: <reason>"``.
     """
-    reqs = []
+    return OpenLoop(_trace_request(obj, f"trace line {lineno}", f"trace-{lineno}")
+                    for lineno, obj in _trace_objects(lines))
+
+
+def trace_requests(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The JSON Lines trace as :func:`from_dict`'s ``{"type": "trace", "requests": [...]}`` items,
+    validated as :func:`load_trace` validates them; ``request_id`` defaults to ``trace-<line>``.
+
+    Raises:
+        ValueError: ``"trace line N: <field>: <reason>"``.
+    """
+    items = []
+    for lineno, obj in _trace_objects(lines):
+        _trace_request(obj, f"trace line {lineno}", f"trace-{lineno}")
+        items.append({"request_id": f"trace-{lineno}", **obj})
+    return items
+
+
+def _trace_objects(lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of each JSON line; blank lines and ``#`` comments skipped."""
+    out = []
     for lineno, line in enumerate(lines, 1):
         text = line.strip()
         if not text or text.startswith("#"):
@@ -240,8 +260,8 @@ def load_trace(lines: Iterable[str]) -> OpenLoop:
             raise ValueError(f"trace line {lineno}: not JSON ({exc.msg})") from None
         if not isinstance(obj, dict):
             raise ValueError(f"trace line {lineno}: expected an object")
-        reqs.append(_trace_request(obj, f"trace line {lineno}", f"trace-{lineno}"))
-    return OpenLoop(reqs)
+        out.append((lineno, obj))
+    return out
 
 
 def _trace_request(obj: dict[str, Any], where: str, default_id: str) -> Request:

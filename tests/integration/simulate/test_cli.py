@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from kvpilot.cli import cli
@@ -105,3 +106,77 @@ def test_unknown_scenario_and_bad_vllm_args_exit_2():
     assert "Traceback" not in result.output
     result = CliRunner().invoke(cli, ["simulate", "idle", "--vllm-version", "latest"])
     assert result.exit_code == 2 and "--vllm-version" in result.output
+
+
+# ------------------------------------------------------------------ --trace FILE.jsonl
+
+TRACE = """\
+# a three-request trace: a comment and a blank line are skipped
+{"arrival_time": 0, "prompt_tokens": 100, "output_len": 10}
+
+{"arrival_time": 0.5, "prompt_tokens": 200, "output_len": 5, "prefix_group": "a", "prefix_len": 64}
+{"arrival_time": 1.0, "prompt_tokens": 200, "output_len": 5, "prefix_group": "a", "prefix_len": 64}
+"""
+
+
+def test_trace_replay_end_to_end(tmp_path):
+    import subprocess
+    import sys
+
+    trace = tmp_path / "requests.jsonl"
+    trace.write_text(TRACE)
+    proc = subprocess.run([sys.executable, "-m", "kvpilot.cli", "simulate", "--trace", str(trace), "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["scenario"] == "healthy"  # the default engine for a trace
+    assert out["requests"] == {"arrived": 3, "finished": 3}
+    # prompt tokens 100 + 200 + 200 = 500; output tokens 10 + 5 + 5 = 20
+    assert out["counters"]["prompt_tokens"] == 500
+    assert out["counters"]["generation_tokens"] == 20
+    # The third request arrives after the second finished and shares its 64-token prefix: 64 / 16 = 4 full
+    # blocks, all cached, so 64 tokens hit (the first two requests share nothing cached).
+    assert out["counters"]["prefix_cache_hits"] == 64
+
+
+def test_trace_runs_past_the_scenarios_time_to_its_last_arrival(tmp_path):
+    trace = tmp_path / "late.jsonl"
+    trace.write_text(TRACE + '{"arrival_time": 400, "prompt_tokens": 50, "output_len": 2}\n')
+    out = _json(["--trace", str(trace)])
+    # healthy runs 300 s; the last arrival at 400 s plus the 60 s tail = 460 simulated seconds
+    assert out["simulated_seconds"] == 460.0
+    assert out["requests"] == {"arrived": 4, "finished": 4}
+    assert out["counters"]["prompt_tokens"] == 550  # 500 + 50
+
+
+@pytest.mark.parametrize("line, words", [
+    ('{"arrival_time": 1, "prompt_tokens": "many"}', ["trace line 3", "prompt_tokens", "not a number"]),
+    ('{"prompt_tokens": 10}', ["trace line 3", "arrival_time", "required"]),
+    ('{"arrival_time": 1, "prompt_tokens": 0}', ["trace line 3", "prompt_tokens", ">= 1"]),
+    ('{"arrival_time": 1, "prompt_tokens": 10, "output_len": 0}', ["trace line 3", "output_len"]),
+    ('{"arrival_time": 1, "prompt_tokens": 10, "prefix_group": "g", "prefix_len": 10}',
+     ["trace line 3", "prefix_len"]),
+    ("not json", ["trace line 3", "not JSON"]),
+    ("[1, 2]", ["trace line 3", "expected an object"]),
+])
+def test_bad_trace_line_exits_2_naming_line_and_field(tmp_path, line, words):
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"arrival_time": 0, "prompt_tokens": 10}\n\n' + line + "\n")
+    result = CliRunner().invoke(cli, ["simulate", "--trace", str(trace)])
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output
+    for word in ["--trace", *words]:
+        assert word in result.output, (word, result.output)
+
+
+def test_trace_missing_empty_or_mixed_with_workload_flags(tmp_path):
+    missing = CliRunner().invoke(cli, ["simulate", "--trace", str(tmp_path / "none.jsonl")])
+    assert missing.exit_code == 2 and "--trace: cannot read" in missing.output
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("# nothing\n")
+    result = CliRunner().invoke(cli, ["simulate", "--trace", str(empty)])
+    assert result.exit_code == 2 and "no request" in result.output
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(TRACE)
+    mixed = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--arrival-rate", "5"])
+    assert mixed.exit_code == 2 and "--arrival-rate" in mixed.output
