@@ -69,8 +69,12 @@ def option_name(arg: str) -> str | None:
     return head
 
 
-def managed_flag(arg: str, kv_offload: bool = False) -> tuple[str, str] | None:
-    """Which managed flag ``arg`` would set in vLLM, as ``(flag, spec field)``, or None.
+def managed_flag_matches(arg: str, kv_offload: bool = False) -> list[tuple[str, str]]:
+    """Every managed flag ``arg`` could set in vLLM, as ``(flag, spec field)`` pairs; empty when none.
+
+    An exact name (in any spelling) gives that flag alone; a prefix gives every managed flag it
+    begins (``--max-num`` -> ``--max-num-seqs`` and ``--max-num-batched-tokens``: argparse refuses
+    such an ambiguous prefix, an unambiguous one reaches the flag).
 
     Args:
         arg: one element of ``spec.engine.extraArgs``.
@@ -78,16 +82,43 @@ def managed_flag(arg: str, kv_offload: bool = False) -> tuple[str, str] | None:
     """
     name = option_name(arg)
     if name is None:
-        return None
+        return []
     flags = dict(MANAGED_FLAGS, **(KV_OFFLOAD_FLAGS if kv_offload else {}))
     if not name.startswith("--"):
-        for alias, flag in SHORT_ALIASES.items():
-            if name.startswith(alias):
-                return alias, flags[flag]
-        return None
+        return [(alias, flags[flag]) for alias, flag in SHORT_ALIASES.items() if name.startswith(alias)][:1]
     if len(name) <= 2:
-        return None
-    for flag, field in flags.items():
-        if flag == name or flag.startswith(name):
-            return flag, field
-    return None
+        return []
+    if name in flags:
+        return [(name, flags[name])]
+    return [(flag, field) for flag, field in flags.items() if flag.startswith(name)]
+
+
+def managed_flag(arg: str, kv_offload: bool = False) -> tuple[str, str] | None:
+    """Which managed flag ``arg`` would set in vLLM, as ``(flag, spec field)``, or None (the first
+    of :func:`managed_flag_matches`).
+
+    Args:
+        arg: one element of ``spec.engine.extraArgs``.
+        kv_offload: True when ``spec.kvOffload`` is set (``--kv-transfer-config`` is then managed).
+    """
+    matches = managed_flag_matches(arg, kv_offload)
+    return matches[0] if matches else None
+
+
+def refusal(arg: str, matches: list[tuple[str, str]]) -> str:
+    """Why ``extraArgs`` refuses ``arg`` (``matches`` from :func:`managed_flag_matches`, not empty), in one line.
+
+    Exact: ``'--max_num_seqs=8' sets the managed flag --max-num-seqs; use spec.engine.maxNumSeqs instead``;
+    a prefix of one flag says so; an ambiguous prefix names every managed flag it could mean.
+    """
+    name = option_name(arg)
+    fields = list(dict.fromkeys(field for _, field in matches))
+    if len(matches) == 1:
+        flag, field = matches[0]
+        if name == flag or not flag.startswith("--"):
+            return f"{arg!r} sets the managed flag {flag}; use {field} instead"
+        return (f"{arg!r} is a prefix of the managed flag {flag} (vLLM's argparse takes it as that flag, or "
+                f"refuses it as ambiguous if other vLLM flags share the prefix); use {field} instead")
+    flags = ", ".join(flag for flag, _ in matches)
+    return (f"{arg!r} is ambiguous: a prefix of the managed flags {flags} (vLLM's argparse refuses an "
+            f"ambiguous prefix); spell an unmanaged flag in full, and set {' / '.join(fields)} instead")

@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from kvpilot.api.errors import SpecError
-from kvpilot.api.flags import managed_flag
+from kvpilot.api.flags import managed_flag_matches, refusal
 from kvpilot.api.quantity import QUANTITY_PATTERN, parse_quantity
 
 #: The pinned default image. vLLM v0.33.0 is the release background.md's defaults
@@ -408,13 +408,9 @@ def check_cross_field_rules(spec: VLLMServerSpec) -> None:
             f"set gpus >= {tp} or leave it unset",
         )
     for i, arg in enumerate(e.extra_args):
-        hit = managed_flag(arg, kv_offload=spec.kv_offload is not None)
-        if hit:
-            flag, field = hit
-            raise SpecError(
-                f"spec.engine.extraArgs[{i}]",
-                f"{arg!r} sets the managed flag {flag}; use {field} instead",
-            )
+        matches = managed_flag_matches(arg, kv_offload=spec.kv_offload is not None)
+        if matches:
+            raise SpecError(f"spec.engine.extraArgs[{i}]", refusal(arg, matches))
     _check_env(spec)
     _check_labels(spec)
 

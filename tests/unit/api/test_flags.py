@@ -95,3 +95,22 @@ def test_hf_token_is_never_inlined_through_extra_args(arg):
     assert err.field == "spec.engine.extraArgs[0]"
     assert "spec.hfTokenSecretRef" in err.message
     assert managed_flag("--hf-config-path") is None  # other --hf-* flags stay free
+
+
+def test_an_ambiguous_prefix_says_so_and_names_every_flag_it_could_mean():
+    err = refused(["--max-num"])
+    assert err.field == "spec.engine.extraArgs[0]"
+    assert "ambiguous" in err.message
+    assert "--max-num-seqs" in err.message and "--max-num-batched-tokens" in err.message
+    assert "spec.engine.maxNumSeqs" in err.message and "spec.engine.maxNumBatchedTokens" in err.message
+    both = refused(["--enable_"])  # --enable-prefix-caching and --enable-chunked-prefill
+    assert "ambiguous" in both.message
+    assert "--enable-prefix-caching" in both.message and "--enable-chunked-prefill" in both.message
+
+
+def test_a_prefix_of_one_managed_flag_says_it_is_a_prefix():
+    # vLLM also has --kv-cache-memory-bytes, so "--kv-cache" may be ambiguous there: the message must not
+    # claim the user typed --kv-cache-dtype.
+    err = refused(["--kv-cache", "fp8"])
+    assert err.message.startswith("'--kv-cache' is a prefix of the managed flag --kv-cache-dtype")
+    assert "ambiguous" in err.message and "spec.engine.kvCacheDtype" in err.message
