@@ -584,6 +584,23 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
     serve(sim, host or listen_host, port if port is not None else listen_port, speed, duration, version)
 
 
+SHIM_USAGE = """\
+usage: vllm serve MODEL [vLLM flags] [--host HOST] [--port PORT]
+
+kvpilot's engine-model shim: serves vLLM's /metrics, /health, /v1/models and /version for MODEL on
+0.0.0.0:8000 (vLLM's defaults) from kvpilot's simulation, so it can stand in for a vLLM server where
+there is no GPU. vLLM flags it models: --max-num-seqs, --max-num-batched-tokens, --max-model-len,
+--gpu-memory-utilization, --block-size, --num-gpu-blocks-override, --[no-]enable-prefix-caching,
+--[no-]enable-chunked-prefill, --kv-cache-dtype, --tensor-parallel-size, --served-model-name,
+--kv-offloading-size; others are ignored.
+
+environment:
+  KVPILOT_SCENARIO      workload scenario (default healthy; see kvpilot simulate --help)
+  KVPILOT_SPEED         simulated seconds per wall-clock second (default 1)
+  KVPILOT_DURATION      stop after this much simulated time (e.g. 10m; default: until stopped)
+  KVPILOT_VLLM_VERSION  vLLM release whose metric names to expose (default 0.33.0)"""
+
+
 def vllm_shim(argv: list[str] | None = None) -> None:
     """Entry point ``vllm``: ``vllm serve MODEL [vLLM flags] [--host H] [--port P]``.
 
@@ -591,9 +608,13 @@ def vllm_shim(argv: list[str] | None = None) -> None:
     say otherwise (vLLM's defaults). Knobs a container can set without changing vLLM's command line:
     ``KVPILOT_SCENARIO`` (default ``healthy``), ``KVPILOT_SPEED`` (default 1), ``KVPILOT_DURATION``
     (simulated seconds; default unbounded), ``KVPILOT_VLLM_VERSION`` (default 0.33.0).
-    Exits 2 with one line for anything but ``serve``.
+    ``--help``/``-h`` (alone or after ``serve``) prints :data:`SHIM_USAGE` and exits 0; anything
+    but ``serve`` exits 2 with one line.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["--help"], ["-h"]) or (argv[:1] == ["serve"] and any(a in ("--help", "-h") for a in argv[1:])):
+        click.echo(SHIM_USAGE)
+        return
     if argv in (["--version"], ["-v"]):
         from kvpilot.engine.exporter import DEFAULT_VLLM_VERSION
 

@@ -107,3 +107,18 @@ def test_size_error_names_the_option_as_typed():
     result = CliRunner().invoke(cli, ["simulate", "healthy", "--kv-offload-cpu", "lots"])
     assert result.exit_code == 2
     assert "--kv-offload-cpu-bytes" not in result.output
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["serve", "--help"],
+                                  ["serve", "Qwen/Qwen2.5-1.5B-Instruct", "-h"]])
+def test_vllm_shim_help_prints_usage_and_exits_0(argv):
+    import subprocess
+    import sys
+
+    # The console script runs the shim in its own process: --help must print usage and exit 0, as
+    # vllm --help does, never start serving (the subprocess timeout bounds that).
+    proc = subprocess.run([sys.executable, "-c", "from kvpilot.commands.simulate import vllm_shim; vllm_shim()",
+                           *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: vllm serve MODEL")
+    assert "KVPILOT_SCENARIO" in proc.stdout and proc.stderr == ""
