@@ -128,6 +128,17 @@ class _Duration(click.ParamType):
 DURATION = _Duration()
 
 
+def _block_size(value: int | None) -> int | None:
+    """``--block-size``: one of vLLM's block sizes (kvpilot.kv.capacity.VLLM_BLOCK_SIZES), else a usage error."""
+    from kvpilot.kv.capacity import check_block_size
+    from kvpilot.kv.spec import KVConfigError
+
+    try:
+        return None if value is None else check_block_size(value)
+    except KVConfigError as exc:
+        raise click.BadParameter(exc.message) from None
+
+
 # ---------------------------------------------------------------------------------------------- engine glue
 def _scenarios():
     try:
@@ -442,7 +453,8 @@ def _vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, int | 
 @click.option("--max-model-len", type=click.IntRange(min=1))
 @click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True))
 @click.option("--kv-cache-tokens", type=click.IntRange(min=1), help="KV capacity in tokens (overrides the GPU maths).")
-@click.option("--block-size", type=click.IntRange(min=1))
+@click.option("--block-size", type=int, callback=lambda ctx, param, value: _block_size(value),
+              help="Tokens per KV block: one of vLLM's 1, 8, 16, 32, 64, 128, 256.")
 @click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=None)
 @click.option("--arrival-rate", type=click.FloatRange(min=0), help="Poisson arrivals, requests/s.")
 @click.option("--prompt-tokens", type=click.IntRange(min=1), help="Mean prompt length, tokens.")
@@ -521,6 +533,11 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
     overrides: dict[str, Any] = {}
     if scenario_file:
         overrides.update(_load_scenario_file(scenario_file))
+        if "block_size" in overrides:
+            try:
+                _block_size(overrides["block_size"])
+            except click.BadParameter as exc:
+                fail(f"--scenario-file: block_size: {exc.message}")
     host = port = None
     if vllm_argv:
         vllm_over, host, port = _vllm_overrides(vllm_argv)

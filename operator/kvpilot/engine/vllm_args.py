@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvpilot.engine.hardware import GiB
+from kvpilot.kv.capacity import VLLM_BLOCK_SIZES
 
 #: Hugging Face model ids whose shape the engine knows -> its model profile name.
 MODEL_IDS = {
@@ -65,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-batched-tokens", "--max_num_batched_tokens", type=human_readable_int)
     p.add_argument("--max-model-len", "--max_model_len", type=human_readable_int)
     p.add_argument("--gpu-memory-utilization", "--gpu_memory_utilization", type=float)
-    p.add_argument("--block-size", "--block_size", type=int)
+    p.add_argument("--block-size", "--block_size", type=int, choices=VLLM_BLOCK_SIZES)  # vLLM's BlockSize
     p.add_argument("--num-gpu-blocks-override", "--num_gpu_blocks_override", type=int)
     p.add_argument("--kv-cache-dtype", "--kv_cache_dtype")
     p.add_argument("--tensor-parallel-size", "--tensor_parallel_size", "-tp", type=int)

@@ -21,7 +21,9 @@ from kvpilot.kv.capacity import (
     KVCapacity,
     MemoryBudget,
     StartupMemoryCheck,
+    VLLM_BLOCK_SIZES,
     capacity,
+    check_block_size,
     kv_memory_budget,
     startup_memory_check,
 )
@@ -31,6 +33,6 @@ from kvpilot.kv.spec import KVConfigError, KVSpec, kv_spec_from_config
 __all__ = [
     "DEFAULT_BLOCK_SIZE", "DEFAULT_GPU_MEMORY_UTILIZATION", "DEFAULT_MAX_NUM_BATCHED_TOKENS",
     "DEFAULT_OVERHEAD_BYTES", "GIB", "KVCapacity", "KVConfigError", "KVFootprint", "KVSpec", "MemoryBudget",
-    "StartupMemoryCheck", "bytes_per_token", "capacity", "footprint", "kv_element_bytes", "kv_memory_budget",
-    "kv_spec_from_config", "startup_memory_check",
+    "StartupMemoryCheck", "VLLM_BLOCK_SIZES", "bytes_per_token", "capacity", "check_block_size", "footprint",
+    "kv_element_bytes", "kv_memory_budget", "kv_spec_from_config", "startup_memory_check",
 ]

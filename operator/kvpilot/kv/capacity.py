@@ -32,6 +32,11 @@ from kvpilot.kv.spec import KVConfigError, KVSpec, ceil_div, kv_spec_from_config
 GIB = 2**30
 #: vLLM's default ``--block-size`` for CUDA attention backends (CacheConfig), background.md §4.
 DEFAULT_BLOCK_SIZE = 16
+#: The block sizes vLLM's ``--block-size`` accepts: ``BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]``
+#: in ``vllm/config/cache.py`` (argparse choices come from the Literal). Newer sources type the field
+#: ``int > 0`` and leave the check to the attention backends, which support only some sizes; kvpilot
+#: keeps the listed set.
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 #: vLLM's default ``--gpu-memory-utilization`` for v0.30–v0.33 (0.9 up to v0.19), background.md §7.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 #: vLLM's default ``--max-num-batched-tokens`` on < 70 GiB GPUs (background.md §7); bounds sliding-window blocks.
@@ -52,6 +57,19 @@ def _check_positive(value, name: str, *, integer: bool = True, upper: float | No
         rule = "a whole number > 0" if integer else f"a number in (0, {upper}]" if upper else "a number > 0"
         raise KVConfigError(name, f"must be {rule}, got {value!r}")
     return int(value) if integer else float(value)
+
+
+def check_block_size(value: object, name: str = "--block-size") -> int:
+    """``value`` as an int when it is one of :data:`VLLM_BLOCK_SIZES` (tokens per KV block).
+
+    Raises:
+        KVConfigError: naming ``name`` for any other value (vLLM refuses it: "invalid choice").
+    """
+    size = _check_positive(value, name)
+    if size not in VLLM_BLOCK_SIZES:
+        raise KVConfigError(name, f"{size} is not a vLLM block size (one of "
+                                  f"{', '.join(map(str, VLLM_BLOCK_SIZES))})")
+    return size
 
 
 @dataclass(frozen=True)
@@ -236,7 +254,7 @@ def capacity(config: dict | KVSpec, *, kv_cache_dtype: str = "auto", tensor_para
         KVConfigError: naming the config field or option at fault.
     """
     spec = config if isinstance(config, KVSpec) else kv_spec_from_config(config)
-    block_size = _check_positive(block_size, "--block-size")
+    block_size = check_block_size(block_size, "--block-size")
     dp = _check_positive(data_parallel_size, "--data-parallel-size")
     mnbt = _check_positive(max_num_batched_tokens, "--max-num-batched-tokens")
     if max_model_len is None:
@@ -347,6 +365,6 @@ def startup_memory_check(total_bytes: int | float, free_bytes: int | float,
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE", "DEFAULT_GPU_MEMORY_UTILIZATION", "DEFAULT_MAX_NUM_BATCHED_TOKENS",
-    "DEFAULT_OVERHEAD_BYTES", "GIB", "KVCapacity", "MemoryBudget", "StartupMemoryCheck", "capacity",
-    "kv_memory_budget", "startup_memory_check",
+    "DEFAULT_OVERHEAD_BYTES", "GIB", "KVCapacity", "MemoryBudget", "StartupMemoryCheck", "VLLM_BLOCK_SIZES",
+    "capacity", "check_block_size", "kv_memory_budget", "startup_memory_check",
 ]

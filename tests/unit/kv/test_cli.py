@@ -266,3 +266,20 @@ def test_free_gpu_memory_needs_the_total():
     result = run(LLAMA, "--free-gpu-memory", "19.77GiB")
     assert result.exit_code == 2
     assert "--free-gpu-memory" in result.output and "--gpu-memory" in result.output
+
+
+@pytest.mark.parametrize("size", ["7", "12", "512"])
+def test_block_size_outside_vllms_choices_is_refused(size):
+    # vllm/config/cache.py: BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]; vLLM refuses any other --block-size
+    result = run(LLAMA, "--kv-memory", "2.89GiB", "--block-size", size)
+    assert result.exit_code == 2, result.output
+    assert "--block-size" in result.output and "1, 8, 16, 32, 64, 128, 256" in result.output
+
+
+def test_block_size_32_is_accepted():
+    # floor(2.89 GiB / (32 x 131,072 B)) = floor(3,103,113,871 / 4,194,304) = floor(739.84) = 739 blocks
+    # = 739 x 32 = 23,648 tokens
+    result = run(LLAMA, "--kv-memory", "2.89GiB", "--block-size", "32", "-o", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["kv_blocks"] == 739 and doc["kv_tokens"] == 23_648

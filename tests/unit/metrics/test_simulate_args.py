@@ -122,3 +122,17 @@ def test_vllm_shim_help_prints_usage_and_exits_0(argv):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: vllm serve MODEL")
     assert "KVPILOT_SCENARIO" in proc.stdout and proc.stderr == ""
+
+
+def test_simulate_refuses_a_block_size_vllm_refuses(tmp_path):
+    # vllm/config/cache.py: BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("block_size: 7\n")
+    for argv, where in ((["simulate", "healthy", "--block-size", "7"], "'--block-size'"),
+                        (["simulate", "--vllm-args", "serve m --block-size 7"], "--block-size"),
+                        (["simulate", "healthy", "--scenario-file", str(scenario)], "block_size")):
+        result = CliRunner().invoke(cli, argv)
+        assert result.exit_code == 2, (argv, result.output)
+        assert where in result.output and "7" in result.output, (argv, result.output)
+        assert "256" in result.output, (argv, result.output)  # the message lists vLLM's sizes
+        assert "Traceback" not in result.output
