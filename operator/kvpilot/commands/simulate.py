@@ -47,6 +47,15 @@ DEFAULT_INTERVAL = 5.0
 DEFAULT_RECORD_DURATION = 600.0   # 10 minutes: testing-notes.md's backfill check used this length
 TICK_SECONDS = 0.05               # wall-clock granularity of the --serve simulation thread
 
+#: Bounds of one run, so every run ends in bounded time and memory (a mistyped ``--arrival-rate 1e9``
+#: would otherwise generate 3e11 requests): requests/s (far above what one vLLM server serves), requests
+#: per run (arrival rate x duration, --num-requests, or trace lines), simulated seconds (one day), and
+#: simulated seconds per wall second for --serve.
+MAX_ARRIVAL_RATE = 1000.0
+MAX_REQUESTS = 1_000_000
+MAX_SIMULATED_SECONDS = 86_400.0
+MAX_SPEED = 1000.0
+
 _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -432,11 +441,11 @@ def _vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, int | 
 @click.option("--serve", "serve_at", metavar="[HOST:]PORT",
               help=f"Serve /metrics, /health, /v1/models live (host defaults to {DEFAULT_SERVE_HOST}).")
 @click.option("--speed", type=float, default=1.0, show_default=True,
-              help="Simulated seconds per wall-clock second for --serve.")
+              help=f"Simulated seconds per wall-clock second for --serve (at most {MAX_SPEED:g}).")
 @click.option("--record", "record_to", type=click.Path(dir_okay=False, writable=True),
               help="Write a recording (OpenMetrics with timestamps) to FILE.")
 @click.option("--duration", type=DURATION, help="Simulated time: --record length (default 10m); "
-              "--serve stops after it (default: until stopped).")
+              "--serve stops after it (default: until stopped); at most 24h.")
 @click.option("--interval", type=DURATION, default=DEFAULT_INTERVAL, show_default=True,
               help="Simulated seconds between recording snapshots.")
 @click.option("--end", help="Timestamp of the recording's last snapshot: Unix seconds or ISO 8601 (default now).")
@@ -456,10 +465,12 @@ def _vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, int | 
 @click.option("--block-size", type=int, callback=lambda ctx, param, value: _block_size(value),
               help="Tokens per KV block: one of vLLM's 1, 8, 16, 32, 64, 128, 256.")
 @click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=None)
-@click.option("--arrival-rate", type=click.FloatRange(min=0), help="Poisson arrivals, requests/s.")
+@click.option("--arrival-rate", type=click.FloatRange(min=0, max=MAX_ARRIVAL_RATE),
+              help=f"Poisson arrivals, requests/s (at most {MAX_ARRIVAL_RATE:g}).")
 @click.option("--prompt-tokens", type=click.IntRange(min=1), help="Mean prompt length, tokens.")
 @click.option("--output-tokens", type=click.IntRange(min=1), help="Mean output length, tokens.")
-@click.option("--num-requests", type=click.IntRange(min=0))
+@click.option("--num-requests", type=click.IntRange(min=0, max=MAX_REQUESTS),
+              help=f"Requests of the workload (at most {MAX_REQUESTS:,}).")
 @click.option("--kv-offload-cpu", "kv_offload_cpu_bytes", type=SIZE,
               help="LMCache-like CPU KV tier size (e.g. 1.5GiB).")
 @click.option("--gpu", help="GPU profile (e.g. H100, A100, L4, laptop-8gb).")
@@ -506,6 +517,34 @@ def _load_trace_file(path: str) -> list[dict[str, Any]]:
     return items
 
 
+def _check_bounds(overrides: Mapping[str, Any], scenario: Any, duration: float | None,
+                  trace: list | None, from_cli: Mapping[str, Any]) -> None:
+    """Refuse a run above :data:`MAX_ARRIVAL_RATE`, :data:`MAX_REQUESTS` or :data:`MAX_SIMULATED_SECONDS`
+    (exit 2 naming the option, or the ``--scenario-file`` key, that set it)."""
+    if trace is not None and len(trace) > MAX_REQUESTS:
+        fail(f"--trace: {len(trace):,} requests is above the maximum {MAX_REQUESTS:,} of one run")
+    wl = {**(scenario.workload or {}), **(overrides.get("workload") or {})}
+    rate, count = wl.get("rate"), wl.get("num_requests")
+    rate_opt = "--arrival-rate" if "rate" in from_cli else "--scenario-file workload.rate"
+    seconds = duration or overrides.get("duration") or scenario.duration or DEFAULT_RECORD_DURATION
+    try:
+        rate = None if rate is None else float(rate)
+        count = None if count is None else int(count)
+        seconds = float(seconds)
+    except (TypeError, ValueError):
+        return  # not numbers: the engine names the field
+    if not duration and seconds > MAX_SIMULATED_SECONDS:
+        fail(f"--scenario-file duration: {seconds:g} s is above the maximum {MAX_SIMULATED_SECONDS:g} s (24h)")
+    if rate is not None and rate > MAX_ARRIVAL_RATE:
+        fail(f"{rate_opt}: {rate:g} requests/s is above the maximum {MAX_ARRIVAL_RATE:g}")
+    if count is not None and count > MAX_REQUESTS:
+        opt = "--num-requests" if "num_requests" in from_cli else "--scenario-file workload.num_requests"
+        fail(f"{opt}: {count:,} requests is above the maximum {MAX_REQUESTS:,} of one run")
+    if rate is not None and count is None and rate * seconds > MAX_REQUESTS:
+        fail(f"{rate_opt}: {rate:g} requests/s for {seconds:g} s is {rate * seconds:,.0f} requests, above the "
+             f"maximum {MAX_REQUESTS:,} of one run (lower the rate or --duration)")
+
+
 def run(scenario: str | None, *, output: str = "text", serve_at: str | None = None, speed: float = 1.0,
         record_to: str | None = None, duration: float | None = None, interval: float = DEFAULT_INTERVAL,
         end: str | None = None, vllm_version: str | None = None, model_name: str | None = None,
@@ -518,8 +557,10 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
 
     if serve_at and record_to:
         fail("--serve and --record: choose one")
-    if speed <= 0:
-        fail(f"--speed: must be > 0, got {speed:g}")
+    if speed <= 0 or speed > MAX_SPEED:
+        fail(f"--speed: must be in (0, {MAX_SPEED:g}], got {speed:g}")
+    if duration is not None and duration > MAX_SIMULATED_SECONDS:
+        fail(f"--duration: {duration:g} s is above the maximum {MAX_SIMULATED_SECONDS:g} s (24h) of one run")
     try:  # validate the mode's own options before any engine work
         listen = parse_listen(serve_at, default_host) if serve_at else None
         end_ts = parse_end(end, float(int(time.time())))  # whole seconds: readable timestamps
@@ -571,6 +612,7 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
             last = max(float(r.get("arrival_time", r.get("timestamp", 0))) for r in trace)
             duration = max(float(known[scenario].duration or DEFAULT_RECORD_DURATION), last + TRACE_TAIL_SECONDS)
             total = duration
+    _check_bounds(overrides, known[scenario], duration or (total if record_to else None), trace, from_cli=workload)
     version = vllm_version or str(overrides.pop("vllm_version", "") or DEFAULT_VLLM_VERSION)
     if len(version_tuple(version)) < 2:
         fail(f"--vllm-version: {version!r} is not a vLLM release such as 0.10.1")

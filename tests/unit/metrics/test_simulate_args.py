@@ -3,6 +3,7 @@ cache_config labels, and one-line exit-2 errors."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -136,3 +137,40 @@ def test_simulate_refuses_a_block_size_vllm_refuses(tmp_path):
         assert where in result.output and "7" in result.output, (argv, result.output)
         assert "256" in result.output, (argv, result.output)  # the message lists vLLM's sizes
         assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--arrival-rate", "1e9"], ["--arrival-rate", "1000"]),  # was an unbounded run (3e11 requests)
+    # 1,000 requests/s x 2,000 s = 2,000,000 requests > the 1,000,000 of one run
+    (["--arrival-rate", "1000", "--duration", "2000"], ["--arrival-rate", "2,000,000", "1,000,000"]),
+    (["--num-requests", "2000000"], ["--num-requests", "1000000"]),
+    (["--duration", "25h"], ["--duration", "86400"]),  # 25 h = 90,000 s > one day
+    (["--serve", "127.0.0.1:0", "--speed", "1e6"], ["--speed", "1000"]),
+])
+def test_runs_above_the_documented_bounds_are_refused_naming_the_option(args, words):
+    result = CliRunner().invoke(cli, ["simulate", "healthy", *args])
+    assert result.exit_code == 2, result.output
+    for word in words:
+        assert word in result.output, (word, result.output)
+    assert "Traceback" not in result.output
+
+
+def test_scenario_file_and_trace_are_bounded_too(tmp_path, monkeypatch):
+    from kvpilot.commands import simulate
+
+    fast = tmp_path / "fast.yaml"
+    fast.write_text("workload: {type: poisson, rate: 5000, duration: 10}\n")
+    result = CliRunner().invoke(cli, ["simulate", "healthy", "--scenario-file", str(fast)])
+    assert result.exit_code == 2 and "--scenario-file workload.rate" in result.output, result.output
+    monkeypatch.setattr(simulate, "MAX_REQUESTS", 2)  # a 3-request trace stands for a too-long one
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(f'{{"arrival_time": {i}, "prompt_tokens": 10}}\n' for i in range(3)))
+    result = CliRunner().invoke(cli, ["simulate", "--trace", str(trace)])
+    assert result.exit_code == 2 and "--trace" in result.output and "maximum 2" in result.output, result.output
+
+
+def test_a_run_at_the_bounds_is_accepted():
+    # 1,000 requests/s for 1 s: about 1,000 requests, well inside the bounds
+    result = CliRunner().invoke(cli, ["simulate", "healthy", "--arrival-rate", "1000", "--duration", "1", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["requests"]["arrived"] > 0
