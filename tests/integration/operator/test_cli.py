@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import kubernetes.client
@@ -20,9 +19,8 @@ KVPILOT = str(Path(sys.executable).with_name("kvpilot"))
 
 
 def test_demo_prints_command_line_phase_and_kv_tokens():
-    started = time.monotonic()
-    result = subprocess.run([KVPILOT, "demo"], capture_output=True, text=True, timeout=60, cwd=REPO)
-    elapsed = time.monotonic() - started
+    # The subprocess timeout bounds the run (generous: a loaded machine); speed is for benchmarks/, not tests.
+    result = subprocess.run([KVPILOT, "demo"], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     # background.md §7: the experiment's flags, exactly as the operator renders them
@@ -35,7 +33,6 @@ def test_demo_prints_command_line_phase_and_kv_tokens():
     assert "playing the node" in out.lower() or "played" in out  # says openly that it plays the kubelet
     assert "Traceback" not in out + result.stderr
     assert "Handler 'reconcile'" not in out + result.stderr  # kopf's own log stays off the output
-    assert elapsed < 60
 
 
 def test_packaged_example_equals_the_manifest():
