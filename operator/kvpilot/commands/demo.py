@@ -128,6 +128,36 @@ def section_operator(ctx: DemoContext) -> None:
     ctx.console.print(f"operator running (standalone, namespace {NAMESPACE})")
 
 
+#: What the KV pre-flight needs besides the spec, as a cluster would provide it: the model's
+#: config.json in a ConfigMap (``spec.modelConfigRef``; the packaged real config) with its weight size
+#: (Qwen2.5-1.5B-Instruct: 1,543,714,304 bf16 parameters x 2 bytes = 3,087,428,608 B, its
+#: model.safetensors), and the GPU node's ``nvidia.com/gpu.memory`` label (MiB) that NVIDIA GPU feature
+#: discovery sets: an 8 GB laptop GPU, as in the founding experiment (background.md §9).
+MODEL_CONFIG_MAP = "qwen2.5-1.5b-instruct-config"
+MODEL_WEIGHTS_BYTES = 3_087_428_608
+GPU_NODE, GPU_MEMORY_MIB = "gpu-node-1", "8192"
+
+
+def _preflight_inputs(ctx: DemoContext) -> None:
+    """Create the model-config ConfigMap and the labelled GPU node; point the server at the ConfigMap."""
+    import json
+
+    import kubernetes.client
+
+    core = kubernetes.client.CoreV1Api(ctx.api)
+    config = importlib.resources.files("kvpilot").joinpath("data/Qwen2.5-1.5B-Instruct.config.json").read_text()
+    index = json.dumps({"metadata": {"total_size": MODEL_WEIGHTS_BYTES}, "weight_map": {}})
+    core.create_namespaced_config_map(NAMESPACE, {
+        "metadata": {"name": MODEL_CONFIG_MAP},
+        "data": {"config.json": config, "model.safetensors.index.json": index}})
+    if ctx.cluster.get("v1/nodes", None, GPU_NODE) is None:
+        core.create_node({"metadata": {"name": GPU_NODE, "labels": {"nvidia.com/gpu.memory": GPU_MEMORY_MIB}}})
+    ctx.server["spec"]["modelConfigRef"] = {"name": MODEL_CONFIG_MAP}
+    ctx.console.print(f"(the demo adds spec.modelConfigRef -> ConfigMap {MODEL_CONFIG_MAP} holding the model's "
+                      f"config.json, and node {GPU_NODE} labelled nvidia.com/gpu.memory={GPU_MEMORY_MIB} MiB, so the "
+                      "operator's KV pre-flight can predict the capacity before vLLM reports it)", highlight=False)
+
+
 def section_apply(ctx: DemoContext) -> None:
     """Apply the experiment example and wait for the Pod and Service the operator makes."""
     import kubernetes.client
@@ -135,6 +165,7 @@ def section_apply(ctx: DemoContext) -> None:
     _heading(ctx, "3. kubectl apply -f experiment.yaml")
     ctx.server = experiment_example()
     name = ctx.server["metadata"]["name"]
+    _preflight_inputs(ctx)
     kubernetes.client.CustomObjectsApi(ctx.api).create_namespaced_custom_object(
         GROUP, VERSION, NAMESPACE, PLURAL, copy.deepcopy(ctx.server))
     started = time.monotonic()
@@ -174,6 +205,9 @@ def section_kubelet(ctx: DemoContext) -> None:
         wait_for(lambda: (ctx.server_object().get("status") or {}).get("phase") == phase, f"phase {phase}")
         ctx.console.print(f"[dim]kubelet (played):[/] {text} -> VLLMServer {name} is [bold]{phase}[/]")
     wait_for(lambda: (ctx.server_object().get("status") or {}).get("kvCacheTokens"), "kvCacheTokens from the log")
+    wait_for(lambda: any(c.get("type") == "KVCapacity" and c.get("status") != "Unknown"
+                         for c in (ctx.server_object().get("status") or {}).get("conditions") or []),
+             "the KV pre-flight with the node's GPU memory")
     ctx.console.print("[dim]startup log line the operator read:[/]")
     kv_line = next(line for line in STARTUP_LOG.splitlines() if "KV cache size" in line)
     ctx.console.print("  " + kv_line, markup=False, highlight=False, soft_wrap=True)

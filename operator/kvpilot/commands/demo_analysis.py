@@ -62,6 +62,11 @@ def section_kv(ctx: Any) -> None:
     console.print(f"Qwen2.5-1.5B-Instruct (packaged config.json): 2 (K,V) x 28 layers x 2 KV heads x 128 head_dim "
                   f"x 2 bytes = [bold]{bpt:,} bytes per token[/] (28 KiB); one {max_model_len:,}-token request "
                   f"needs {max_model_len * bpt / 2**30:.4f} GiB")
+    predicted = (status.get("preflight") or {}).get("kvTokens")
+    if predicted:
+        console.print(f"before vLLM started, the operator's pre-flight predicted {predicted:,} KV tokens from "
+                      f"config.json, the weights and the node's GPU memory; vLLM reported {kv_tokens:,} "
+                      f"({(predicted - kv_tokens) / kv_tokens:+.2%})", highlight=False, soft_wrap=True)
     console.print(f"the server reported {kv_tokens:,} KV tokens = {kv_bytes / 2**30:.4f} GiB = {base.kv_blocks:,} "
                   f"blocks of 16 ({base.usable_blocks:,} usable: block 0 is vLLM's null block); "
                   f"{base.max_concurrency:.2f} requests of {max_model_len:,} tokens at once")
