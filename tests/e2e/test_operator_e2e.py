@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import os
-import time
 import uuid
 
 import pytest
@@ -25,6 +24,7 @@ from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 from kvpilot.api.crd import crd_manifest  # noqa: E402
 from kvpilot.controller.runner import ClusterConfigError, OperatorThread, load_configuration  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 SERVER = {
     "apiVersion": "kvpilot.dev/v1alpha1",
@@ -39,13 +39,7 @@ if os.environ.get("KVPILOT_E2E_IMAGE"):  # e.g. a vLLM simulator image on GPU-le
 
 
 def _wait(probe, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.5)  # polling interval against a real cluster
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+    return wait_for(probe, timeout=timeout, interval=0.5, what=what)  # polling interval against a real cluster
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,6 @@ start even with a 1 s scrape interval, so tests wait for data by polling, never 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -30,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import require_tool
+from tests.support.waiting import stop_process
 
 
 def free_port() -> int:
@@ -87,13 +86,7 @@ class PrometheusServer:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
+        stop_process(self.proc)
         self.log.close()
 
     def _get(self, path: str) -> tuple[int, bytes]:

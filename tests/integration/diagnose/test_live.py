@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
@@ -21,18 +20,13 @@ from click.testing import CliRunner
 from kvpilot.cli import cli
 from tests.integration.diagnose.scenario_flags import scenario_cli_args
 from tests.support.prom import PrometheusServer, free_port
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.prometheus
 
 
 def _poll(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise TimeoutError(what)
+    return wait_for(predicate, timeout=timeout, interval=0.2, what=what)
 
 
 @pytest.fixture

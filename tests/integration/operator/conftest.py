@@ -3,10 +3,9 @@ the real kopf operator in a thread (kopf's ``KopfRunner``), and bounded polling 
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import kubernetes.client
 import kubernetes.config.kube_config
@@ -16,21 +15,10 @@ from kopf.testing import KopfRunner
 from kvpilot.api.crd import crd_manifest
 from kvpilot.controller.handlers import build_registry, make_settings
 from kvpilot.sandbox import Kubelet, SandboxCluster
+from tests.support.waiting import wait_for  # noqa: F401  (re-exported for the operator tests)
 
 T = TypeVar("T")
 SERVERS = ("kvpilot.dev", "v1alpha1")
-
-
-def wait_for(probe: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> T:
-    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)  # polling interval of a bounded wait, not synchronisation by sleep
-    pytest.fail(f"timed out after {timeout}s waiting for {what or probe}; last value: {last!r}")
 
 
 @pytest.fixture(scope="module")

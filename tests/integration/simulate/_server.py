@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from tests.support.waiting import stop_process
 
 BIN = Path(sys.executable).parent
 
@@ -62,11 +63,5 @@ class Server:
         return (self.workdir / "server.log").read_text()
 
     def __exit__(self, *exc) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
+        stop_process(self.proc)
         self.log.close()
