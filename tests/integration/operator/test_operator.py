@@ -73,6 +73,16 @@ def _one_pod(cluster, namespace: str) -> dict:
     return wait_for(lambda: (_pods(cluster, namespace) or [None])[0], what="the pod")
 
 
+def _started_pod(cluster, api, namespace: str, kubelet, log: str | None = None) -> dict:
+    """Create the server, wait for its pod, and play the kubelet scheduling and starting it; the pod."""
+    _create(api, namespace)
+    pod = _one_pod(cluster, namespace)
+    name = pod["metadata"]["name"]
+    kubelet.schedule(namespace, name)
+    kubelet.start(namespace, name, log=log)
+    return pod
+
+
 def test_create_makes_pod_and_service_owned_by_the_server(cluster, api, namespace, operator):
     with operator():
         server = _create(api, namespace)
@@ -137,11 +147,8 @@ def test_spec_change_replaces_the_pod(cluster, api, namespace, operator):
 def test_expired_server_keeps_its_pod_and_is_not_recreated(cluster, api, namespace, operator, kubelet):
     core = kubernetes.client.CoreV1Api(api)
     with operator():
-        _create(api, namespace)
-        pod = _one_pod(cluster, namespace)
+        pod = _started_pod(cluster, api, namespace, kubelet)
         name = pod["metadata"]["name"]
-        kubelet.schedule(namespace, name)
-        kubelet.start(namespace, name)
         kubelet.deadline_exceeded(namespace, name)
         status = wait_for(lambda: _status(cluster, namespace).get("phase") == "Expired"
                           and _status(cluster, namespace), what="phase Expired")
@@ -187,10 +194,7 @@ def test_invalid_spec_is_reported_without_a_pod_or_retries(cluster, api, namespa
 
 def test_ready_pod_log_fills_kv_capacity(cluster, api, namespace, operator, kubelet):
     with operator():
-        _create(api, namespace)
-        name = _one_pod(cluster, namespace)["metadata"]["name"]
-        kubelet.schedule(namespace, name)
-        kubelet.start(namespace, name, log=VLLM_LOG)
+        name = _started_pod(cluster, api, namespace, kubelet, log=VLLM_LOG)["metadata"]["name"]
         wait_for(lambda: _status(cluster, namespace).get("phase") == "Loading", what="phase Loading")
         kubelet.ready(namespace, name)
         status = wait_for(lambda: _status(cluster, namespace).get("kvCacheTokens")
@@ -225,11 +229,8 @@ def test_failed_start_reports_the_termination_message_and_is_not_restarted(clust
     tail = ("ValueError: To serve at least one request with the model's max seq len (32768), (0.88 GiB KV cache "
             "is needed, which is larger than the available KV cache memory (0.58 GiB).")
     with operator():
-        _create(api, namespace)
-        pod = _one_pod(cluster, namespace)
+        pod = _started_pod(cluster, api, namespace, kubelet)
         name = pod["metadata"]["name"]
-        kubelet.schedule(namespace, name)
-        kubelet.start(namespace, name)
         kubelet.fail(namespace, name, exit_code=1, reason="Error", message=f"Traceback:\n  line\n  line\n{tail}\n")
         status = wait_for(lambda: _status(cluster, namespace).get("phase") == "Failed"
                           and _status(cluster, namespace), what="phase Failed")
