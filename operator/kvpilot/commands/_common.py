@@ -40,6 +40,39 @@ def parse_size(text: str, field: str = "size") -> int:
     return int(round(float(number) * _UNITS[(unit or "").lower()]))
 
 
+_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str, field: str) -> float:
+    """``"90"``, ``"90s"``, ``"10m"``, ``"1.5h"``, ``"500ms"`` -> seconds (> 0); one syntax for every command.
+
+    Raises:
+        ValueError: naming ``field`` when the text is not a positive duration.
+    """
+    m = _DURATION_RE.match(str(text))
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"{field}: {text!r} is not a positive duration (examples: 600, 90s, 10m, 1h)")
+    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+
+
+class DurationParam(click.ParamType):
+    """click parameter type for durations (seconds), see :func:`parse_duration`."""
+
+    name = "duration"
+
+    def convert(self, value, param, ctx):  # noqa: D102
+        if isinstance(value, (int, float)):
+            return float(value)
+        try:
+            return parse_duration(value, f"--{param.name.replace('_', '-')}" if param else "duration")
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = DurationParam()
+
+
 class SizeParam(click.ParamType):
     """click parameter type for sizes (bytes), see :func:`parse_size`."""
 

@@ -13,7 +13,7 @@ import time
 
 import click
 
-from kvpilot.commands._common import SIZE
+from kvpilot.commands._common import DURATION, SIZE
 
 EXIT_USAGE = 64
 EXIT_NO_DIAGNOSIS = 3
@@ -37,16 +37,6 @@ class _DiagnoseCommand(click.Command):
             raise
 
 
-def _duration(ctx, param, value):
-    if value is None:
-        return None
-    from kvpilot.commands.simulate import parse_duration  # one duration syntax for every command
-    try:
-        return parse_duration(value, f"--{param.name.replace('_', '-')}")
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 @click.command(name="diagnose", cls=_DiagnoseCommand)
 @click.option("--prometheus", metavar="URL", help="Prometheus base URL (one query per signal for all targets).")
 @click.option("--metrics-url", metavar="URL", help="A vLLM /metrics URL, scraped repeatedly over the window.")
@@ -55,7 +45,7 @@ def _duration(ctx, param, value):
 @click.option("--server", default="", help="VLLMServer name (its spec gives the limits when a cluster is reachable).")
 @click.option("--pod", default="", help="Pod name of the target.")
 @click.option("--model-name", default="", help="model_name label of the target.")
-@click.option("--window", default="5m", callback=_duration, show_default=True, help="Window to evaluate (90s, 5m, 1h).")
+@click.option("--window", default="5m", type=DURATION, show_default=True, help="Window to evaluate (90s, 5m, 1h).")
 @click.option("--end", type=float, default=None, help="Window end as Unix seconds (default: now; recordings: last sample).")
 @click.option("--max-num-seqs", type=click.IntRange(min=1), help="Configured --max-num-seqs (when no spec is readable).")
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1), help="Configured --max-num-batched-tokens.")
@@ -70,12 +60,12 @@ def _duration(ctx, param, value):
 @click.option("--gpu-name", help="GPU model (A100 keeps the small-GPU defaults).")
 @click.option("--model-config", type=click.Path(dir_okay=False), help="The model's config.json: KV bytes per token.")
 @click.option("--quick", is_flag=True, help="With --metrics-url: two scrapes a few seconds apart instead of the window.")
-@click.option("--scrape-interval", default="5s", callback=_duration, show_default=True,
+@click.option("--scrape-interval", default="5s", type=DURATION, show_default=True,
               help="Seconds between scrapes of --metrics-url.")
 @click.option("--no-kube", is_flag=True, help="Do not read VLLMServer specs from a cluster.")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: in-cluster, ~/.kube/config).")
 @click.option("--context", help="kubeconfig context.")
-@click.option("--timeout", default="10s", callback=_duration, show_default=True, help="Timeout per request.")
+@click.option("--timeout", default="10s", type=DURATION, show_default=True, help="Timeout per request.")
 @click.option("-o", "--output", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option("--watch", type=click.FloatRange(min=0, min_open=True), metavar="N",
               help="Re-run every N seconds until interrupted.")

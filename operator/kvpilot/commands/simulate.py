@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import signal
 import sys
@@ -34,7 +33,7 @@ from typing import Any
 import click
 import yaml
 
-from kvpilot.commands._common import SIZE, fail
+from kvpilot.commands._common import DURATION, SIZE, fail, parse_duration
 
 #: vLLM's own defaults for the shim's listen address (``vllm serve --host`` default None = all
 #: interfaces, ``--port`` 8000; vllm/entrypoints/openai/cli_args.py, v0.33.0).
@@ -56,8 +55,6 @@ MAX_REQUESTS = 1_000_000
 MAX_SIMULATED_SECONDS = 86_400.0
 MAX_SPEED = 1000.0
 
-_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 EXAMPLES = """
 \b
@@ -74,18 +71,6 @@ Examples:
 
 
 # ---------------------------------------------------------------------------------------------- parsing
-def parse_duration(text: str, field: str) -> float:
-    """``"90"``, ``"90s"``, ``"10m"``, ``"1.5h"``, ``"500ms"`` -> seconds (> 0).
-
-    Raises:
-        ValueError: naming ``field`` when the text is not a positive duration.
-    """
-    m = _DURATION_RE.match(str(text))
-    if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"{field}: {text!r} is not a positive duration (examples: 600, 90s, 10m, 1h)")
-    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-
-
 def parse_end(text: str | None, now: float) -> float:
     """``--end``: Unix seconds, ISO 8601 (``2026-11-30T12:00:00Z``) or ``now`` -> Unix seconds.
 
@@ -120,21 +105,6 @@ def parse_listen(text: str, default_host: str, field: str = "--serve") -> tuple[
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"{field}: {text!r} is not HOST:PORT or PORT (example: 127.0.0.1:8123)")
     return host, int(port)
-
-
-class _Duration(click.ParamType):
-    name = "duration"
-
-    def convert(self, value, param, ctx):  # noqa: D102
-        if isinstance(value, (int, float)):
-            return float(value)
-        try:
-            return parse_duration(value, f"--{param.name.replace('_', '-')}" if param else "duration")
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-DURATION = _Duration()
 
 
 def _block_size(value: int | None) -> int | None:

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from kvpilot.cli import cli
-from kvpilot.commands.simulate import cache_config_labels, parse_duration, parse_end, parse_listen, vllm_shim
+from kvpilot.commands._common import parse_duration
+from kvpilot.commands.simulate import cache_config_labels, parse_end, parse_listen, vllm_shim
 
 
 @pytest.mark.parametrize("text, seconds", [("600", 600.0), ("90s", 90.0), ("10m", 600.0), ("1.5h", 5400.0),
