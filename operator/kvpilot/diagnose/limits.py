@@ -12,17 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-#: vLLM defaults (background.md §7, vLLM v0.30-v0.33 ``vllm/engine/arg_utils.py``):
-#: max_num_seqs 256, 1024 on >= 70 GiB non-A100 GPUs; max_num_batched_tokens 2048, 8192 on
-#: >= 70 GiB non-A100, 16384 on >= 160 GiB; gpu_memory_utilization 0.92; block size 16.
-DEFAULT_MAX_NUM_SEQS = 256
-LARGE_GPU_MAX_NUM_SEQS = 1024
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
-LARGE_GPU_MAX_NUM_BATCHED_TOKENS = 8192
-HUGE_GPU_MAX_NUM_BATCHED_TOKENS = 16384
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
-DEFAULT_BLOCK_SIZE = 16
-GIB = 2**30
+from kvpilot.kv.capacity import (  # vLLM's defaults and GPU tiers, one home (background.md §7)
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    is_large_gpu,
+    vllm_batch_defaults,
+)
 
 #: field -> (spec engine key (camelCase), cache_config_info label)
 _FIELDS: dict[str, tuple[str, str]] = {
@@ -109,10 +104,6 @@ def _convert(name: str, raw):
         return None
 
 
-def _is_large_gpu(gpu_memory_bytes: int | None, gpu_name: str | None) -> bool:
-    return bool(gpu_memory_bytes and gpu_memory_bytes >= 70 * GIB and "a100" not in (gpu_name or "").lower())
-
-
 def resolve_limits(spec_engine: Mapping | None = None, cli: Mapping | None = None,
                    cache_config: Mapping[str, str] | None = None, gpu_memory_bytes: int | None = None,
                    gpu_name: str | None = None) -> Limits:
@@ -147,11 +138,11 @@ def resolve_limits(spec_engine: Mapping | None = None, cli: Mapping | None = Non
     if "kv_cache_tokens" not in values and "num_gpu_blocks" in values:
         block = values.get("block_size", Limit(DEFAULT_BLOCK_SIZE)).value
         values["kv_cache_tokens"] = Limit(int(values["num_gpu_blocks"].value) * int(block), "derived")
-    large = _is_large_gpu(gpu_memory_bytes, gpu_name)
+    large = is_large_gpu(gpu_memory_bytes, gpu_name)
+    max_num_seqs, max_num_batched_tokens = vllm_batch_defaults(gpu_memory_bytes, gpu_name)
     defaults = {
-        "max_num_seqs": LARGE_GPU_MAX_NUM_SEQS if large else DEFAULT_MAX_NUM_SEQS,
-        "max_num_batched_tokens": (HUGE_GPU_MAX_NUM_BATCHED_TOKENS if gpu_memory_bytes and gpu_memory_bytes >= 160 * GIB
-                                   else LARGE_GPU_MAX_NUM_BATCHED_TOKENS if large else DEFAULT_MAX_NUM_BATCHED_TOKENS),
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
         "gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION,
         "block_size": DEFAULT_BLOCK_SIZE,
     }

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from kvpilot.engine.hardware import GiB, gpu_profile, model_profile
+from kvpilot.kv.capacity import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, vllm_batch_defaults
 
 
 @dataclass
@@ -34,7 +35,7 @@ class EngineConfig:
     4,864 tokens x 28,672 B loaded in ~8.5 ms (16 GB/s) and stored for +22.3 ms (6.25 GB/s).
     """
 
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     num_gpu_blocks: int | None = None
     kv_cache_tokens: int | None = None
     max_num_seqs: int | None = None
@@ -51,7 +52,7 @@ class EngineConfig:
     bytes_per_token: int | None = None
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.92
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     non_kv_reserve_bytes: int = int(1.35 * GiB)
     weight_bytes: int | None = None
     bandwidth_efficiency: float = 0.70
@@ -90,9 +91,7 @@ class EngineConfig:
         if self.max_num_seqs is not None and self.max_num_batched_tokens is not None:
             return self
         gpu = gpu_profile(self.gpu)
-        large = gpu.memory_bytes >= 70 * GiB and not gpu.name.startswith("a100")
-        seqs = 1024 if large else 256
-        budget = 16384 if gpu.memory_bytes >= 160 * GiB else 8192 if large else 2048
+        seqs, budget = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
         return dataclasses.replace(
             self,
             max_num_seqs=seqs if self.max_num_seqs is None else self.max_num_seqs,

@@ -26,6 +26,7 @@ from kvpilot.kv.capacity import (
     check_block_size,
     kv_memory_budget,
     startup_memory_check,
+    vllm_batch_defaults,
 )
 from kvpilot.kv.size import KVFootprint, bytes_per_token, footprint, kv_element_bytes
 from kvpilot.kv.spec import KVConfigError, KVSpec, kv_spec_from_config
@@ -34,5 +35,5 @@ __all__ = [
     "DEFAULT_BLOCK_SIZE", "DEFAULT_GPU_MEMORY_UTILIZATION", "DEFAULT_MAX_NUM_BATCHED_TOKENS",
     "DEFAULT_OVERHEAD_BYTES", "GIB", "KVCapacity", "KVConfigError", "KVFootprint", "KVSpec", "MemoryBudget",
     "StartupMemoryCheck", "VLLM_BLOCK_SIZES", "bytes_per_token", "capacity", "check_block_size", "footprint",
-    "kv_element_bytes", "kv_memory_budget", "kv_spec_from_config", "startup_memory_check",
+    "kv_element_bytes", "kv_memory_budget", "kv_spec_from_config", "startup_memory_check", "vllm_batch_defaults",
 ]

@@ -41,6 +41,14 @@ VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 #: vLLM's default ``--max-num-batched-tokens`` on < 70 GiB GPUs (background.md §7); bounds sliding-window blocks.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+#: vLLM's GPU-tier defaults beside it (background.md §7, ``EngineArgs._set_default_args`` in
+#: vllm/engine/arg_utils.py, v0.30-v0.33, OpenAI server usage context): ``--max-num-seqs`` 256, and
+#: on GPUs with >= 70 GiB that are not A100s 1024 sequences and 8192 batched tokens; 16384 batched
+#: tokens from 160 GiB.
+DEFAULT_MAX_NUM_SEQS = 256
+LARGE_GPU_MAX_NUM_SEQS = 1024
+LARGE_GPU_MAX_NUM_BATCHED_TOKENS = 8192
+HUGE_GPU_MAX_NUM_BATCHED_TOKENS = 16384
 #: Estimated non-weight, non-KV GPU memory of a vLLM instance (activation peak of the profiling run,
 #: CUDA context/NCCL "non-torch" memory, CUDA graphs), bytes. 1.35 GiB is what the reference deployment
 #: leaves after weights and KV (background.md §7/§9: Qwen2.5-1.5B-Instruct on an 8 GiB GPU at
@@ -49,6 +57,26 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 #: ~2 GiB at 20k tokens without chunked prefill) shows it varies with model and flags: pass the real value
 #: (``--overhead-memory``) when known.
 DEFAULT_OVERHEAD_BYTES = int(1.35 * GIB)
+
+
+def is_large_gpu(gpu_memory_bytes: int | None, gpu_name: str | None) -> bool:
+    """True for vLLM's large-GPU tier: >= 70 GiB of memory (bytes) and not an A100 (name, any case);
+    False when the memory is unknown. Source: as :data:`LARGE_GPU_MAX_NUM_SEQS`."""
+    return bool(gpu_memory_bytes and gpu_memory_bytes >= 70 * GIB and "a100" not in (gpu_name or "").lower())
+
+
+def vllm_batch_defaults(gpu_memory_bytes: int | None, gpu_name: str | None) -> tuple[int, int]:
+    """vLLM's default ``(max_num_seqs, max_num_batched_tokens)`` for a GPU of ``gpu_memory_bytes``
+    bytes called ``gpu_name`` (either may be None: unknown counts as the small tier).
+
+    256 and 2048; 1024 and 8192 on :func:`is_large_gpu`; the budget is 16384 from 160 GiB.
+    Source: as :data:`LARGE_GPU_MAX_NUM_SEQS`.
+    """
+    large = is_large_gpu(gpu_memory_bytes, gpu_name)
+    seqs = LARGE_GPU_MAX_NUM_SEQS if large else DEFAULT_MAX_NUM_SEQS
+    budget = (HUGE_GPU_MAX_NUM_BATCHED_TOKENS if gpu_memory_bytes and gpu_memory_bytes >= 160 * GIB
+              else LARGE_GPU_MAX_NUM_BATCHED_TOKENS if large else DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    return seqs, budget
 
 
 def _check_positive(value, name: str, *, integer: bool = True, upper: float | None = None):
@@ -364,7 +392,8 @@ def startup_memory_check(total_bytes: int | float, free_bytes: int | float,
 
 
 __all__ = [
-    "DEFAULT_BLOCK_SIZE", "DEFAULT_GPU_MEMORY_UTILIZATION", "DEFAULT_MAX_NUM_BATCHED_TOKENS",
-    "DEFAULT_OVERHEAD_BYTES", "GIB", "KVCapacity", "MemoryBudget", "StartupMemoryCheck", "VLLM_BLOCK_SIZES",
-    "capacity", "check_block_size", "kv_memory_budget", "startup_memory_check",
+    "DEFAULT_BLOCK_SIZE", "DEFAULT_GPU_MEMORY_UTILIZATION", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "DEFAULT_MAX_NUM_SEQS",
+    "DEFAULT_OVERHEAD_BYTES", "GIB", "HUGE_GPU_MAX_NUM_BATCHED_TOKENS", "KVCapacity", "LARGE_GPU_MAX_NUM_BATCHED_TOKENS",
+    "LARGE_GPU_MAX_NUM_SEQS", "MemoryBudget", "StartupMemoryCheck", "VLLM_BLOCK_SIZES",
+    "capacity", "check_block_size", "is_large_gpu", "kv_memory_budget", "startup_memory_check", "vllm_batch_defaults",
 ]
