@@ -100,15 +100,6 @@ class BlockPool:
         nxt[b] = prv[b] = -1
         self.num_free -= 1
 
-    def _append(self, b: int) -> None:
-        nxt, prv, tail = self._next, self._prev, self._tail
-        last = prv[tail]
-        nxt[last] = b
-        prv[b] = last
-        nxt[b] = tail
-        prv[tail] = b
-        self.num_free += 1
-
     def _prepend(self, blocks: Sequence[int]) -> None:
         nxt, prv = self._next, self._prev
         first = nxt[self._head]

@@ -142,10 +142,6 @@ def _positive_int(cfg: dict, name: str, *, where: str = "") -> int:
     return int(value)
 
 
-def _optional_int(cfg: dict, name: str, *, where: str = "") -> int | None:
-    return None if cfg.get(name) is None else _positive_int(cfg, name, where=where)
-
-
 def text_config(config: dict) -> tuple[dict, str]:
     """The language-model part of ``config``: its ``text_config`` when present (multimodal), else itself.
 

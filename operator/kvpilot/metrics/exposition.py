@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -183,11 +183,3 @@ def parse_exposition(text: str, default_timestamp: float | None = None) -> list[
         # The strict parser rejected the body as a whole (see module docstring): retry line by line.
         return _parse_linewise(text, openmetrics, default_timestamp)
     return _samples_from_families(families, openmetrics, counters_without_total, default_timestamp)
-
-
-def samples_by_name(samples: Iterable[Sample]) -> dict[str, list[Sample]]:
-    """Group samples by exposed name, keeping order within each name."""
-    out: dict[str, list[Sample]] = {}
-    for s in samples:
-        out.setdefault(s.name, []).append(s)
-    return out
