@@ -184,8 +184,10 @@ def model_dtype(config: dict) -> str:
     return "bfloat16"
 
 
-def _layer_kinds(cfg: dict, prefix: str, n: int) -> tuple[tuple[str, ...], int | None, list[str]]:
-    """Per-layer kinds, the sliding window and notes, from explicit or implicit layer patterns."""
+def _layer_kinds(cfg: dict, prefix: str, n: int,
+                 max_pos: object = None) -> tuple[tuple[str, ...], int | None, list[str]]:
+    """Per-layer kinds, the sliding window and notes, from explicit or implicit layer patterns
+    (``max_pos``: the model's ``max_position_embeddings`` as :func:`kv_spec_from_config` reads it)."""
     model_type = str(cfg.get("model_type") or "")
     window = cfg.get("sliding_window")
     notes: list[str] = []
@@ -230,10 +232,6 @@ def _layer_kinds(cfg: dict, prefix: str, n: int) -> tuple[tuple[str, ...], int |
         first = int(cfg["max_window_layers"])
         notes.append(f"layers >= max_window_layers ({first}) slide")
         return tuple(SLIDING if i >= first else FULL for i in range(n)), window, notes
-    # vLLM reads max_position_embeddings from the top-level config first, then the text config
-    # (ModelConfig max_model_len derivation, vllm/config/model.py).
-    max_pos = config.get("max_position_embeddings") if prefix else None
-    max_pos = cfg.get("max_position_embeddings") if max_pos is None else max_pos
     if isinstance(max_pos, int) and window >= max_pos:
         notes.append("sliding_window >= max_position_embeddings: every layer sees the whole context")
         return (FULL,) * n, None, notes
@@ -306,13 +304,13 @@ def kv_spec_from_config(config: dict) -> KVSpec:
             head_dim = hidden // heads
             if head_dim <= 0:
                 raise KVConfigError(f"{prefix}hidden_size", f"{hidden} is smaller than num_attention_heads {heads}")
-    kinds, window, notes = _layer_kinds(cfg, prefix, layers)
-    if FULL not in kinds and SLIDING not in kinds:
-        raise KVConfigError(f"{prefix}num_hidden_layers", "no attention layer found: no KV cache to size")
     # vLLM reads max_position_embeddings from the top-level config first, then the text config
     # (ModelConfig max_model_len derivation, vllm/config/model.py).
     max_pos = config.get("max_position_embeddings") if prefix else None
     max_pos = cfg.get("max_position_embeddings") if max_pos is None else max_pos
+    kinds, window, notes = _layer_kinds(cfg, prefix, layers, max_pos)
+    if FULL not in kinds and SLIDING not in kinds:
+        raise KVConfigError(f"{prefix}num_hidden_layers", "no attention layer found: no KV cache to size")
     return KVSpec(
         model_type=None if model_type is None else str(model_type),
         num_layers=layers,

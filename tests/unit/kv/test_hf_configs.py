@@ -141,3 +141,16 @@ def test_gemma3_default_context_from_gemma3_text_config_defaults():
     cap = capacity(hf_config("google__gemma-3-27b-it"))
     assert cap.max_model_len == 131_072  # transformers Gemma3TextConfig default max_position_embeddings
     assert "text_config.max_position_embeddings" in cap.spec.defaults_used
+
+
+def test_nested_text_config_sliding_window_without_layer_pattern():
+    # A multimodal-style config: text_config with a sliding_window but no layer pattern, and
+    # max_position_embeddings only at the top level (vLLM reads the top level first).
+    config = {"model_type": "x", "max_position_embeddings": 4096,
+              "text_config": {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                              "hidden_size": 256, "sliding_window": 1024}}
+    # window 1024 < 4096: every layer slides (Mistral/Phi-3 convention)
+    assert kv_spec_from_config(config).layer_kinds == ("sliding_attention", "sliding_attention")
+    # window 4096 >= top-level max_position_embeddings 4096: every layer sees the whole context
+    config["text_config"]["sliding_window"] = 4096
+    assert kv_spec_from_config(config).layer_kinds == ("full_attention", "full_attention")
