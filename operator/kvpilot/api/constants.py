@@ -8,3 +8,13 @@ PLURAL = "vllmservers"
 SINGULAR = "vllmserver"
 SHORT_NAMES = ["vllms"]
 CRD_NAME = f"{PLURAL}.{GROUP}"
+
+#: Labels kvpilot sets on the Pod and the Service (design.md "The pod"); ``podLabels`` may not override them.
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_SERVER = "kvpilot.dev/server"
+#: Pod annotations set by kvpilot (a model id such as ``Qwen/Qwen2.5-1.5B-Instruct`` is not a
+#: valid label value, so the model goes into an annotation; the spec hash the pod was made from).
+ANNOTATION_MODEL = "kvpilot.dev/model"
+ANNOTATION_SPEC_HASH = "kvpilot.dev/spec-hash"

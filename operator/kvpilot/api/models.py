@@ -26,6 +26,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from kvpilot.api.constants import LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_SERVER
 from kvpilot.api.errors import SpecError
 from kvpilot.api.flags import managed_flag_matches, refusal
 from kvpilot.api.quantity import QUANTITY_PATTERN, parse_quantity
@@ -44,12 +45,7 @@ VLLM_PORT = 8000
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
 
 #: Labels the renderer sets itself; ``podLabels`` may not override them.
-MANAGED_LABEL_KEYS = (
-    "app.kubernetes.io/name",
-    "app.kubernetes.io/instance",
-    "app.kubernetes.io/managed-by",
-    "kvpilot.dev/server",
-)
+MANAGED_LABEL_KEYS = (LABEL_NAME, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_SERVER)
 
 # Kubernetes name/label grammar (apimachinery validation: IsQualifiedName, IsValidLabelValue).
 _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

@@ -38,6 +38,7 @@ import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 from kvpilot.api import GROUP, PLURAL, VERSION, SpecError, VLLMServerSpec, parse_spec, spec_hash
+from kvpilot.api.constants import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, LABEL_SERVER
 from kvpilot.api.models import PreflightStatus
 from kvpilot.api.quantity import parse_quantity
 from kvpilot.controller import logic
@@ -49,7 +50,7 @@ from kvpilot.render import render_objects, vllm_command
 #: kopf keeps its progress and last-handled spec in annotations under this prefix (never in
 #: ``status``: a real API server prunes status fields the CRD does not declare).
 ANNOTATION_PREFIX = "kvpilot.dev"
-MANAGED_BY_SELECTOR = {"app.kubernetes.io/managed-by": "kvpilot"}
+MANAGED_BY_SELECTOR = {LABEL_MANAGED_BY: "kvpilot"}
 #: Upper bound of log bytes read to find the KV line (vLLM prints it within its first few
 #: hundred lines; 8 MiB is far beyond that and bounds the read).
 LOG_LIMIT_BYTES = 8 * 2**20
@@ -169,7 +170,7 @@ class Controller:
         return updated
 
     def _pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        pods = self.core.list_namespaced_pod(namespace, label_selector=f"{logic.SERVER_LABEL}={name}")
+        pods = self.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_SERVER}={name}")
         return [self.api.sanitize_for_serialization(p) for p in pods.items]
 
     def _ensure_service(self, service: dict[str, Any]) -> None:
@@ -351,7 +352,7 @@ class Controller:
         """Any change of a kvpilot pod: recompute its server's status (and read the KV line once Ready)."""
         pod = event.get("object") or {}
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        name = labels.get(logic.SERVER_LABEL)
+        name = labels.get(LABEL_SERVER)
         if not name or event.get("type") is None:
             return
         with self._lock(namespace, name):
@@ -363,7 +364,7 @@ class Controller:
             if status.get("phase") == "Invalid" and status.get("observedGeneration") == meta.get("generation"):
                 return
             pod_name = pod["metadata"]["name"]
-            digest = (pod["metadata"].get("annotations") or {}).get(logic.SPEC_HASH_ANNOTATION)
+            digest = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
             current = status.get("podName") == pod_name or (not status.get("podName")
                                                            and digest == status.get("specHash"))
             if not current or not status.get("specHash"):

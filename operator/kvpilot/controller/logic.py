@@ -18,16 +18,14 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvpilot.api import VLLM_PORT
+from kvpilot.api.constants import ANNOTATION_SPEC_HASH
+
 #: Phases after which the operator never starts a pod on its own (design.md: an expired or
 #: failed server stays, with its pod, until a person changes the spec or deletes it).
 ENDED_PHASES = ("Failed", "Expired")
 #: Lines of a termination message kept in ``status.message`` (the end says why vLLM exited).
 TERMINATION_LINES = 3
-#: Port of vLLM's OpenAI-compatible server (``vllm serve`` default ``--port``).
-VLLM_PORT = 8000
-#: Pod annotation holding the spec hash the pod was made from (written by kvpilot.render).
-SPEC_HASH_ANNOTATION = "kvpilot.dev/spec-hash"
-SERVER_LABEL = "kvpilot.dev/server"
 
 
 @dataclass(frozen=True)
@@ -277,7 +275,7 @@ def plan_pods(server: dict[str, Any], pods: list[dict[str, Any]], spec_hash: str
     owned = [p for p in pods
              if any(ref.get("uid") == uid for ref in (p.get("metadata") or {}).get("ownerReferences") or [])
              and not (p.get("metadata") or {}).get("deletionTimestamp")]
-    current = [p for p in owned if ((p["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)) == spec_hash]
+    current = [p for p in owned if ((p["metadata"].get("annotations") or {}).get(ANNOTATION_SPEC_HASH)) == spec_hash]
     stale = [p["metadata"]["name"] for p in owned if p not in current]
     current.sort(key=lambda p: (p["metadata"]["name"] != status.get("podName"),
                                 p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))

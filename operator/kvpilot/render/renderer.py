@@ -16,17 +16,15 @@ import yaml
 from jinja2 import Environment, PackageLoader, StrictUndefined, Undefined
 
 from kvpilot.api import API_VERSION, KIND, VLLM_PORT, SpecError, VLLMServerSpec, check_server_name, parse_spec, spec_hash
+from kvpilot.api.constants import (  # labels and annotations on the Pod and the Service (design.md "The pod")
+    ANNOTATION_MODEL,
+    ANNOTATION_SPEC_HASH,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_SERVER,
+)
 from kvpilot.api.quantity import format_bytes_quantity, format_gib, parse_quantity
-
-#: Labels on the Pod and the Service (design.md "The pod").
-LABEL_NAME = "app.kubernetes.io/name"
-LABEL_INSTANCE = "app.kubernetes.io/instance"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_SERVER = "kvpilot.dev/server"
-#: Pod annotations set by kvpilot (a model id such as ``Qwen/Qwen2.5-1.5B-Instruct`` is not a
-#: valid label value, so the model goes into an annotation).
-ANNOTATION_MODEL = "kvpilot.dev/model"
-ANNOTATION_SPEC_HASH = "kvpilot.dev/spec-hash"
 
 #: LMCache's documented default chunk size (tokens), "Configuring LMCache".
 LMCACHE_CHUNK_SIZE = 256

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvpilot.api.constants import GROUP, PLURAL, VERSION
-
-SERVER_LABEL = "kvpilot.dev/server"
+from kvpilot.api.constants import GROUP, LABEL_SERVER, PLURAL, VERSION
 
 
 @dataclass
@@ -78,10 +76,10 @@ def lookup_server(namespace: str, server: str = "", pod: str = "", kubeconfig: s
         with api:
             if not server and pod:
                 body = client.CoreV1Api(api).read_namespaced_pod(pod, namespace, _request_timeout=timeout)
-                server = (body.metadata.labels or {}).get(SERVER_LABEL, "")
+                server = (body.metadata.labels or {}).get(LABEL_SERVER, "")
                 info.name, info.pod = server, pod
                 if not server:
-                    info.notes.append(f"pod {namespace}/{pod} has no {SERVER_LABEL} label: not a kvpilot server")
+                    info.notes.append(f"pod {namespace}/{pod} has no {LABEL_SERVER} label: not a kvpilot server")
                     return info
             obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, server, _request_timeout=timeout)
