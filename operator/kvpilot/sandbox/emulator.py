@@ -93,6 +93,11 @@ def _status(code: int, reason: str, message: str, **details: Any) -> kmock.Respo
     })
 
 
+def _invalid(what: str, name: str, errors: list[str], kind: str) -> kmock.Response:
+    """422 ``Invalid``: ``<what> "<name>" is invalid: <error>; <error>`` (the API server's wording)."""
+    return _status(422, "Invalid", f'{what} "{name}" is invalid: ' + "; ".join(errors), name=name, kind=kind)
+
+
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     """Everything that counts for ``metadata.generation``: all but metadata and status."""
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
@@ -449,7 +454,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         kind = info.kind or res.plural
         errors = semantics.validate_metadata(body, dns1035_name=res.plural == "services" and not res.group)
         if errors:
-            return _status(422, "Invalid", f'{kind} "{name}" is invalid: ' + "; ".join(errors), name=name, kind=kind)
+            return _invalid(kind, name, errors, kind)
         async with self._lock:
             if ns is not None and self._get(NAMESPACES, None, ns) is None:
                 return _status(404, "NotFound", f'namespaces "{ns}" not found', name=ns, kind="namespaces")
@@ -467,8 +472,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             obj = self._prune(res, obj)
             errors = semantics.schema_errors(obj, self._schemas.get(res))
             if errors:
-                return _status(422, "Invalid", f'{kind}.{res.group} "{name}" is invalid: ' + "; ".join(errors),
-                               name=name, kind=kind)
+                return _invalid(f"{kind}.{res.group}", name, errors, kind)
             shown = await self._commit(res, ns, name, obj, "ADDED")
         return kmock.Response(status=201, payload=shown)
 
@@ -534,13 +538,11 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                               "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing "
                               "tolerations)")
             if errors:
-                return _status(422, "Invalid", f'{current["kind"]} "{name}" is invalid: ' + "; ".join(errors),
-                               name=name, kind=current["kind"])
+                return _invalid(current["kind"], name, errors, current["kind"])
             new = self._prune(res, new)
             errors = semantics.schema_errors(new, self._schemas.get(res))
             if errors:
-                return _status(422, "Invalid", f'{current["kind"]} "{name}" is invalid: ' + "; ".join(errors),
-                               name=name, kind=current["kind"])
+                return _invalid(current["kind"], name, errors, current["kind"])
             if new == current:
                 return current  # a write that changes nothing: same resourceVersion, no watch event
             if _spec_part(new) != _spec_part(current):
