@@ -40,6 +40,12 @@ def parse_size(text: str, field: str = "size") -> int:
     return int(round(float(number) * _UNITS[(unit or "").lower()]))
 
 
+def _option_name(param: click.Parameter | None, default: str) -> str:
+    """The option as the user typed it (``--kv-offload-cpu``), not its Python name (``kv_offload_cpu_bytes``);
+    ``default`` when there is no option (a direct ``convert`` call)."""
+    return max(param.opts, key=len) if param is not None and param.opts else default
+
+
 _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -65,7 +71,7 @@ class DurationParam(click.ParamType):
         if isinstance(value, (int, float)):
             return float(value)
         try:
-            return parse_duration(value, f"--{param.name.replace('_', '-')}" if param else "duration")
+            return parse_duration(value, _option_name(param, "duration"))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 
@@ -82,9 +88,7 @@ class SizeParam(click.ParamType):
         if isinstance(value, int):
             return value
         try:
-            # the option as the user typed it (--kv-offload-cpu), not its Python name (kv_offload_cpu_bytes)
-            field = max(param.opts, key=len) if param and param.opts else "size"
-            return parse_size(value, field=field)
+            return parse_size(value, field=_option_name(param, "size"))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 
