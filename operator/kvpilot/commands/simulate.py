@@ -119,14 +119,6 @@ def _block_size(value: int | None) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------- engine glue
-def _scenarios():
-    try:
-        from kvpilot.engine import scenarios
-    except ImportError as exc:  # the engine model lands separately (issue 4)
-        fail(f"the engine scenarios are not available ({exc})")
-    return scenarios
-
-
 def _call(what: str, fn: Callable[..., Any], *args, **kwargs) -> Any:
     """Run an engine-side call; its ValueError/KeyError (bad flag, unknown scenario) becomes exit 2."""
     try:
@@ -195,7 +187,7 @@ class Simulation:
                  horizon: float | None = None, endless: bool = False):
         from kvpilot.engine.exporter import VLLMMetrics
 
-        scenarios = _scenarios()
+        from kvpilot.engine import scenarios
         spec = _call(f"scenario {scenario}", scenarios.resolve, scenario, overrides or None)
         self._wl_spec = dict(spec.workload)
         stretch = self._wl_spec.get("type") == "poisson" and "duration" in self._wl_spec
@@ -395,7 +387,7 @@ def _vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, int | 
         else:
             rest.append(argv[i])
         i += 1
-    scenarios = _scenarios()
+    from kvpilot.engine import scenarios
     parse = getattr(scenarios, "from_vllm_args", None)
     if parse is None:
         from kvpilot.engine.vllm_args import from_vllm_args as parse
@@ -564,7 +556,7 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
     overrides.update(flags)
     scenario = scenario or overrides.pop("scenario", None) or ("healthy" if vllm_argv or trace else None)
     overrides.pop("scenario", None)
-    known = _scenarios().SCENARIOS
+    from kvpilot.engine.scenarios import SCENARIOS as known
     if not scenario:
         fail("SCENARIO: missing (one of: " + ", ".join(known) + ")")
     if scenario not in known:
@@ -589,7 +581,7 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
     name = model_name or overrides.get("served_model_name")
 
     if not serve_at and not record_to:
-        scenarios = _scenarios()
+        from kvpilot.engine import scenarios
         if duration is not None:
             # run for --duration simulated seconds; a Poisson workload keeps arriving that long
             overrides["duration"] = duration
