@@ -41,20 +41,34 @@ from tests.support.prom import PrometheusServer, backfill  # noqa: E402
 
 KVPILOT = ROOT / ".venv" / "bin" / "kvpilot"
 DOCTOR_VERSION = "0.6.0"
-DOCTOR_MAP = {"kv_cache_pressure": "kv_cache_exhaustion", "preemption_pressure": "kv_cache_exhaustion",
-              "queue_pressure": "compute_bound", "prefix_cache_efficiency": "prefix_cache_ineffective",
-              "low_throughput": "idle"}
-ORDER = ["kv-exhaustion", "max-num-seqs-cap", "token-budget-cap", "compute-bound", "prefix-thrash", "seed-lru",
-         "healthy", "idle"]
+DOCTOR_MAP = {
+    "kv_cache_pressure": "kv_cache_exhaustion",
+    "preemption_pressure": "kv_cache_exhaustion",
+    "queue_pressure": "compute_bound",
+    "prefix_cache_efficiency": "prefix_cache_ineffective",
+    "low_throughput": "idle",
+}
+ORDER = [
+    "kv-exhaustion",
+    "max-num-seqs-cap",
+    "token-budget-cap",
+    "compute-bound",
+    "prefix-thrash",
+    "seed-lru",
+    "healthy",
+    "idle",
+]
 
 
 def ensure_doctor(venv: Path) -> Path:
     """Create the venv and install vllm-doctor==0.6.0 unless already there; returns its executable."""
     exe = venv / "bin" / "vllm-doctor"
     if exe.exists():
-        out = subprocess.run([str(venv / "bin" / "python"), "-c",
-                              "import importlib.metadata as m; print(m.version('vllm-doctor'))"],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('vllm-doctor'))"],
+            capture_output=True,
+            text=True,
+        )
         if out.stdout.strip() == DOCTOR_VERSION:
             return exe
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -63,16 +77,39 @@ def ensure_doctor(venv: Path) -> Path:
 
 
 def run_kvpilot(url: str, end: float, flags: list[str]) -> str:
-    out = subprocess.run([str(KVPILOT), "diagnose", "--prometheus", url, "--no-kube", "--end", f"{end:.3f}",
-                          "--window", "300s", "-o", "json", *flags], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            str(KVPILOT),
+            "diagnose",
+            "--prometheus",
+            url,
+            "--no-kube",
+            "--end",
+            f"{end:.3f}",
+            "--window",
+            "300s",
+            "-o",
+            "json",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     doc = json.loads(out.stdout)
     return ",".join(t["verdict"] for t in doc["targets"])
 
 
 def run_doctor(exe: Path, url: str, home: Path) -> tuple[str, list[str]]:
     env = dict(os.environ, HOME=str(home))
-    out = subprocess.run([str(exe), "diagnose", url, "--since", "5m", "-o", "json"], capture_output=True, text=True,
-                         timeout=120, env=env, cwd=home)
+    out = subprocess.run(
+        [str(exe), "diagnose", url, "--since", "5m", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=home,
+    )
     if out.returncode != 0:
         return f"error: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}", []
     doc = json.loads(out.stdout)
@@ -87,8 +124,12 @@ def compare(exe: Path, workdir: Path) -> list[dict]:
         sdir = workdir / scenario
         sdir.mkdir()
         rec = sdir / "rec.om"
-        subprocess.run([str(KVPILOT), "simulate", scenario, "--record", str(rec), "--duration", "300s",
-                        "--interval", "10s"], check=True, capture_output=True, timeout=600)
+        subprocess.run(
+            [str(KVPILOT), "simulate", scenario, "--record", str(rec), "--duration", "300s", "--interval", "10s"],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
         stamps = [float(ln.rsplit(" ", 1)[1]) for ln in rec.read_text().splitlines() if ln and not ln.startswith("#")]
         end = max(stamps)
         backfill(rec, sdir / "data")
@@ -96,8 +137,17 @@ def compare(exe: Path, workdir: Path) -> list[dict]:
             kv_flags = run_kvpilot(prom.url, end, scenario_cli_args(scenario))
             kv_bare = run_kvpilot(prom.url, end, [])
             doctor, fired = run_doctor(exe, prom.url, sdir)
-        rows.append({"scenario": scenario, "expected": EXPECTED[scenario], "kvpilot": kv_flags, "kvpilot_bare": kv_bare,
-                     "doctor": doctor, "doctor_checks": fired, "age_s": time.time() - end})
+        rows.append(
+            {
+                "scenario": scenario,
+                "expected": EXPECTED[scenario],
+                "kvpilot": kv_flags,
+                "kvpilot_bare": kv_bare,
+                "doctor": doctor,
+                "doctor_checks": fired,
+                "age_s": time.time() - end,
+            }
+        )
     return rows
 
 
@@ -105,16 +155,23 @@ def table(rows: list[dict]) -> str:
     def mark(got: str, want: str) -> str:
         return "right" if got == want else "wrong"
 
-    lines = ["| scenario | expected | kvpilot (server's flags) | | kvpilot (no flags) | | vllm-doctor 0.6.0: fired checks "
-             "(most severe first) | vllm-doctor read as | |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| scenario | expected | kvpilot (server's flags) | | kvpilot (no flags) | | vllm-doctor 0.6.0: fired checks "
+        "(most severe first) | vllm-doctor read as | |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['scenario']} | `{r['expected']}` | `{r['kvpilot']}` | {mark(r['kvpilot'], r['expected'])} | "
-                     f"`{r['kvpilot_bare']}` | {mark(r['kvpilot_bare'], r['expected'])} | "
-                     f"{', '.join(r['doctor_checks']) or '(none)'} | `{r['doctor']}` | {mark(r['doctor'], r['expected'])} |")
+        lines.append(
+            f"| {r['scenario']} | `{r['expected']}` | `{r['kvpilot']}` | {mark(r['kvpilot'], r['expected'])} | "
+            f"`{r['kvpilot_bare']}` | {mark(r['kvpilot_bare'], r['expected'])} | "
+            f"{', '.join(r['doctor_checks']) or '(none)'} | `{r['doctor']}` | {mark(r['doctor'], r['expected'])} |"
+        )
     right = {k: sum(r[k] == r["expected"] for r in rows) for k in ("kvpilot", "kvpilot_bare", "doctor")}
     lines.append("")
-    lines.append(f"Right: kvpilot with the server's flags {right['kvpilot']}/{len(rows)}, kvpilot without flags "
-                 f"{right['kvpilot_bare']}/{len(rows)}, vllm-doctor {right['doctor']}/{len(rows)}.")
+    lines.append(
+        f"Right: kvpilot with the server's flags {right['kvpilot']}/{len(rows)}, kvpilot without flags "
+        f"{right['kvpilot_bare']}/{len(rows)}, vllm-doctor {right['doctor']}/{len(rows)}."
+    )
     return "\n".join(lines)
 
 

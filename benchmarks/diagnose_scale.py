@@ -31,13 +31,21 @@ sys.path.insert(0, str(ROOT))
 from tests.support.prom import PrometheusServer, backfill  # noqa: E402
 
 RECORDINGS = ROOT / "tests" / "fixtures" / "recordings"
-SCENARIOS = ["kv-exhaustion", "max-num-seqs-cap", "token-budget-cap", "compute-bound", "prefix-thrash", "healthy",
-             "idle", "seed-lru"]
+SCENARIOS = [
+    "kv-exhaustion",
+    "max-num-seqs-cap",
+    "token-budget-cap",
+    "compute-bound",
+    "prefix-thrash",
+    "healthy",
+    "idle",
+    "seed-lru",
+]
 END = 1_764_600_000.0
 
 
-def _families(path: Path) -> "collections.OrderedDict[str, tuple[list[str], list[str]]]":
-    """family -> (HELP/TYPE lines, sample lines), in file order."""
+def _families(path: Path) -> collections.OrderedDict[str, tuple[list[str], list[str]]]:
+    """Family -> (HELP/TYPE lines, sample lines), in file order."""
     out: collections.OrderedDict[str, tuple[list[str], list[str]]] = collections.OrderedDict()
     current = None
     for line in path.read_text().splitlines():
@@ -83,8 +91,14 @@ def _query_count(prom: PrometheusServer) -> int:
 
     with urllib.request.urlopen(prom.url + "/metrics", timeout=10) as r:
         samples = parse_exposition(r.read().decode())
-    return int(sum(s.value for s in samples if s.name == "prometheus_http_requests_total"
-                   and s.labels.get("handler") in ("/api/v1/query", "/api/v1/query_range")))
+    return int(
+        sum(
+            s.value
+            for s in samples
+            if s.name == "prometheus_http_requests_total"
+            and s.labels.get("handler") in ("/api/v1/query", "/api/v1/query_range")
+        )
+    )
 
 
 def run(pods: int, workdir: Path) -> dict:
@@ -97,20 +111,48 @@ def run(pods: int, workdir: Path) -> dict:
     filled = time.monotonic() - t
     with PrometheusServer(workdir / f"prom-{pods}", data_dir=workdir / f"data-{pods}") as prom:
         # warm-up query so the measured run does not pay for loading the blocks
-        prom.query("count(count by (pod) ({__name__=~\"vllm[:_]num_requests_running\"}))", at=END)
+        prom.query('count(count by (pod) ({__name__=~"vllm[:_]num_requests_running"}))', at=END)
         before = _query_count(prom)
         t = time.monotonic()
-        result = subprocess.run([str(ROOT / ".venv" / "bin" / "kvpilot"), "diagnose", "--prometheus", prom.url,
-                                 "--no-kube", "--end", str(END), "--window", "300s", "-n", "bench", "-o", "json",
-                                 "--timeout", "60s"], capture_output=True, text=True, timeout=600)
+        result = subprocess.run(
+            [
+                str(ROOT / ".venv" / "bin" / "kvpilot"),
+                "diagnose",
+                "--prometheus",
+                prom.url,
+                "--no-kube",
+                "--end",
+                str(END),
+                "--window",
+                "300s",
+                "-n",
+                "bench",
+                "-o",
+                "json",
+                "--timeout",
+                "60s",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         wall = time.monotonic() - t
         queries = _query_count(prom) - before
         result.output = result.stdout
         result.exit_code = result.returncode
     doc = json.loads(result.output)
     verdicts = collections.Counter(t["verdict"] for t in doc["targets"])
-    return {"pods": pods, "samples": samples, "build_s": built, "backfill_s": filled, "wall_s": wall,
-            "queries": queries, "targets": len(doc["targets"]), "verdicts": dict(verdicts), "exit": result.exit_code}
+    return {
+        "pods": pods,
+        "samples": samples,
+        "build_s": built,
+        "backfill_s": filled,
+        "wall_s": wall,
+        "queries": queries,
+        "targets": len(doc["targets"]),
+        "verdicts": dict(verdicts),
+        "exit": result.exit_code,
+    }
 
 
 def main() -> None:
@@ -120,12 +162,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kvpilot-scale-") as tmp:
         results = [run(max(1, args.pods // 10), Path(tmp)), run(args.pods, Path(tmp))]
     for r in results:
-        print(f"{r['pods']:>5} pods ({r['samples']:,} samples; backfill {r['backfill_s']:.1f} s): "
-              f"diagnose wall {r['wall_s']:.2f} s, {r['queries']} Prometheus queries, {r['targets']} targets, "
-              f"verdicts {r['verdicts']}")
+        print(
+            f"{r['pods']:>5} pods ({r['samples']:,} samples; backfill {r['backfill_s']:.1f} s): "
+            f"diagnose wall {r['wall_s']:.2f} s, {r['queries']} Prometheus queries, {r['targets']} targets, "
+            f"verdicts {r['verdicts']}"
+        )
     small, big = results
-    print(f"queries constant: {small['queries'] == big['queries']} ({small['queries']} for {small['pods']} pods, "
-          f"{big['queries']} for {big['pods']})")
+    print(
+        f"queries constant: {small['queries'] == big['queries']} ({small['queries']} for {small['pods']} pods, "
+        f"{big['queries']} for {big['pods']})"
+    )
     print(f"wall <= 5 s for {big['pods']} targets: {big['wall_s'] <= 5.0} ({big['wall_s']:.2f} s)")
 
 

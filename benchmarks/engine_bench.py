@@ -26,16 +26,23 @@ def bench_seed_lru(repeat: int = 5) -> None:
         rep = run_scenario("seed-lru")
         best = min(best, time.perf_counter() - t0)
     hits = [p["prefix_cache_hit_tokens"] for p in rep["passes"]]
-    print(f"seed-lru: best of {repeat}: {best * 1000:.1f} ms wall; hits {hits}; "
-          f"TTFT p50 ms {[p['ttft_p50_ms'] for p in rep['passes']]}")
+    print(
+        f"seed-lru: best of {repeat}: {best * 1000:.1f} ms wall; hits {hits}; "
+        f"TTFT p50 ms {[p['ttft_p50_ms'] for p in rep['passes']]}"
+    )
 
 
 def trace_engine(duration: float, rate: float) -> tuple[Engine, object]:
-    cfg = EngineConfig(gpu="h100-sxm", model="qwen2.5-1.5b", max_num_seqs=256,
-                       max_num_batched_tokens=8192, max_model_len=8192)
-    wl = poisson(rate, duration=duration, seed=42,
-                 prompt_len={"dist": "normal", "mean": 1000, "std": 200, "min": 100},
-                 output_len={"dist": "normal", "mean": 200, "std": 50, "min": 10})
+    cfg = EngineConfig(
+        gpu="h100-sxm", model="qwen2.5-1.5b", max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=8192
+    )
+    wl = poisson(
+        rate,
+        duration=duration,
+        seed=42,
+        prompt_len={"dist": "normal", "mean": 1000, "std": 200, "min": 100},
+        output_len={"dist": "normal", "mean": 200, "std": 50, "min": 10},
+    )
     return Engine(cfg, keep_finished=False), wl
 
 
@@ -45,11 +52,13 @@ def bench_trace(duration: float, rate: float, profile: bool) -> None:
     t0 = time.perf_counter()
     engine.run(wl)
     wall = time.perf_counter() - t0
-    print(f"trace: {n} requests over {duration:.0f} s at {rate:g} req/s -> simulated "
-          f"{engine.now:.1f} s in {wall:.2f} s wall = {engine.now / wall:.0f}x real time; "
-          f"{engine.num_steps} steps = {engine.num_steps / wall:,.0f} steps/s, "
-          f"{engine.num_finished / wall:,.0f} requests/s; preemptions {engine.num_preemptions}, "
-          f"generation tokens {engine.generation_tokens:,}")
+    print(
+        f"trace: {n} requests over {duration:.0f} s at {rate:g} req/s -> simulated "
+        f"{engine.now:.1f} s in {wall:.2f} s wall = {engine.now / wall:.0f}x real time; "
+        f"{engine.num_steps} steps = {engine.num_steps / wall:,.0f} steps/s, "
+        f"{engine.num_finished / wall:,.0f} requests/s; preemptions {engine.num_preemptions}, "
+        f"generation tokens {engine.generation_tokens:,}"
+    )
     if profile:
         engine, wl = trace_engine(duration, rate)
         prof = cProfile.Profile()

@@ -30,9 +30,12 @@ SERVER = {
     "apiVersion": "kvpilot.dev/v1alpha1",
     "kind": "VLLMServer",
     "metadata": {"name": "e2e"},
-    "spec": {"model": "Qwen/Qwen2.5-1.5B-Instruct",
-             "engine": {"gpuMemoryUtilization": 0.6, "maxModelLen": 8192, "maxNumSeqs": 4},
-             "resources": {"gpus": 1, "memory": "6Gi"}, "ttlSeconds": 600},
+    "spec": {
+        "model": "Qwen/Qwen2.5-1.5B-Instruct",
+        "engine": {"gpuMemoryUtilization": 0.6, "maxModelLen": 8192, "maxNumSeqs": 4},
+        "resources": {"gpus": 1, "memory": "6Gi"},
+        "ttlSeconds": 600,
+    },
 }
 if os.environ.get("KVPILOT_E2E_IMAGE"):  # e.g. a vLLM simulator image on GPU-less clusters
     SERVER["spec"]["image"] = os.environ["KVPILOT_E2E_IMAGE"]
@@ -70,13 +73,21 @@ def test_server_becomes_pod_and_service_and_reports_a_phase(configuration, names
     api = kubernetes.client.ApiClient(configuration)
     custom, core = kubernetes.client.CustomObjectsApi(api), kubernetes.client.CoreV1Api(api)
     with OperatorThread(configuration, namespaces=[namespace]):
-        server = custom.create_namespaced_custom_object("kvpilot.dev", "v1alpha1", namespace, "vllmservers",
-                                                        copy.deepcopy(SERVER))
-        pods = _wait(lambda: core.list_namespaced_pod(namespace, label_selector="kvpilot.dev/server=e2e").items,
-                     60, "the pod")
+        server = custom.create_namespaced_custom_object(
+            "kvpilot.dev", "v1alpha1", namespace, "vllmservers", copy.deepcopy(SERVER)
+        )
+        pods = _wait(
+            lambda: core.list_namespaced_pod(namespace, label_selector="kvpilot.dev/server=e2e").items, 60, "the pod"
+        )
         core.read_namespaced_service("e2e", namespace)
-        status = _wait(lambda: custom.get_namespaced_custom_object("kvpilot.dev", "v1alpha1", namespace,
-                                                                   "vllmservers", "e2e").get("status", {})
-                       .get("phase"), 60, "a phase")
+        status = _wait(
+            lambda: (
+                custom.get_namespaced_custom_object("kvpilot.dev", "v1alpha1", namespace, "vllmservers", "e2e")
+                .get("status", {})
+                .get("phase")
+            ),
+            60,
+            "a phase",
+        )
     assert pods[0].metadata.owner_references[0].uid == server["metadata"]["uid"]
     assert status in ("Pending", "Loading", "Ready")

@@ -22,8 +22,14 @@ EXAMPLES = REPO / "manifests" / "examples"
 
 
 def kvpilot(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kvpilot.cli", "render", *args], input=stdin,
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "kvpilot.cli", "render", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
 
 
 def pod_of(result: subprocess.CompletedProcess, fmt: str = "yaml") -> dict:
@@ -39,24 +45,44 @@ def test_experiment_shows_exactly_the_managed_flags_and_the_deadline():
     assert result.returncode == 0, result.stderr
     pod = pod_of(result)
     assert pod["spec"]["containers"][0]["command"] == [
-        "vllm", "serve", "Qwen/Qwen2.5-1.5B-Instruct",
-        "--gpu-memory-utilization", "0.6",
-        "--max-model-len", "8192",
-        "--max-num-seqs", "4",
+        "vllm",
+        "serve",
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        "--gpu-memory-utilization",
+        "0.6",
+        "--max-model-len",
+        "8192",
+        "--max-num-seqs",
+        "4",
         "--enable-prefix-caching",
-        "--port", "8000",
+        "--port",
+        "8000",
     ]
     assert "activeDeadlineSeconds: 3600" in result.stdout
-    assert pod["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "1", "memory": "6Gi"},
-                                                         "requests": {"memory": "6Gi"}}
+    assert pod["spec"]["containers"][0]["resources"] == {
+        "limits": {"nvidia.com/gpu": "1", "memory": "6Gi"},
+        "requests": {"memory": "6Gi"},
+    }
 
 
 def test_production_fp8_as_json():
     result = kvpilot(str(EXAMPLES / "production-fp8.yaml"), "-o", "json")
     assert result.returncode == 0, result.stderr
     command = pod_of(result, "json")["spec"]["containers"][0]["command"]
-    assert command[3:] == ["--gpu-memory-utilization", "0.93", "--max-model-len", "16384", "--max-num-seqs", "4",
-                           "--max-num-batched-tokens", "2048", "--kv-cache-dtype", "fp8", "--port", "8000"]
+    assert command[3:] == [
+        "--gpu-memory-utilization",
+        "0.93",
+        "--max-model-len",
+        "16384",
+        "--max-num-seqs",
+        "4",
+        "--max-num-batched-tokens",
+        "2048",
+        "--kv-cache-dtype",
+        "fp8",
+        "--port",
+        "8000",
+    ]
 
 
 def test_tensor_parallel_asks_for_two_gpus():
@@ -94,8 +120,11 @@ def test_stdin_and_multi_document(tmp_path):
     # Same spec, same hash (2c965c62...: sha256 of the example's set fields as sorted compact JSON,
     # worked out with sha256sum), so both pods end in -2c965 as the operator names them.
     assert [(i["kind"], i["metadata"]["name"]) for i in items] == [
-        ("Pod", "qwen-experiment-2c965"), ("Service", "qwen-experiment"), ("Pod", "second-2c965"),
-        ("Service", "second")]
+        ("Pod", "qwen-experiment-2c965"),
+        ("Service", "qwen-experiment"),
+        ("Pod", "second-2c965"),
+        ("Service", "second"),
+    ]
 
 
 def test_help_has_examples():
@@ -112,27 +141,48 @@ BAD = {
     "not-yaml.yaml": ("kind: VLLMServer\n  spec: [unclosed\n", "not valid YAML"),
     "empty.yaml": ("", "empty"),
     "wrong-kind.yaml": ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {}\n", "kind"),
-    "wrong-version.yaml": ("apiVersion: kvpilot.dev/v1\nkind: VLLMServer\nmetadata: {name: x}\nspec: {model: m}\n",
-                           "apiVersion"),
+    "wrong-version.yaml": (
+        "apiVersion: kvpilot.dev/v1\nkind: VLLMServer\nmetadata: {name: x}\nspec: {model: m}\n",
+        "apiVersion",
+    ),
     "scalar.yaml": ("just a string\n", "mapping"),
-    "bad-name.yaml": ("apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: Qwen}\nspec: {model: m}\n",
-                      "metadata.name"),
-    "no-model.yaml": ("apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\nspec: {}\n",
-                      "spec.model"),
-    "bad-seqs.yaml": ("apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
-                      "spec: {model: m, engine: {maxNumSeqs: -4}}\n", "spec.engine.maxNumSeqs"),
-    "bad-gmu.yaml": ("apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
-                     "spec: {model: m, engine: {gpuMemoryUtilization: 1.5}}\n", "spec.engine.gpuMemoryUtilization"),
-    "managed-flag.yaml": ("apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
-                          "spec: {model: m, engine: {extraArgs: ['--max_num_seqs=8']}}\n", "spec.engine.extraArgs[0]"),
-    "cross-field.yaml": ("apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
-                         "spec: {model: m, engine: {maxNumSeqs: 8, maxNumBatchedTokens: 4}}\n",
-                         "spec.engine.maxNumBatchedTokens"),
+    "bad-name.yaml": (
+        "apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: Qwen}\nspec: {model: m}\n",
+        "metadata.name",
+    ),
+    "no-model.yaml": (
+        "apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\nspec: {}\n",
+        "spec.model",
+    ),
+    "bad-seqs.yaml": (
+        "apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
+        "spec: {model: m, engine: {maxNumSeqs: -4}}\n",
+        "spec.engine.maxNumSeqs",
+    ),
+    "bad-gmu.yaml": (
+        "apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
+        "spec: {model: m, engine: {gpuMemoryUtilization: 1.5}}\n",
+        "spec.engine.gpuMemoryUtilization",
+    ),
+    "managed-flag.yaml": (
+        "apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
+        "spec: {model: m, engine: {extraArgs: ['--max_num_seqs=8']}}\n",
+        "spec.engine.extraArgs[0]",
+    ),
+    "cross-field.yaml": (
+        "apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
+        "spec: {model: m, engine: {maxNumSeqs: 8, maxNumBatchedTokens: 4}}\n",
+        "spec.engine.maxNumBatchedTokens",
+    ),
     "binary.yaml": (b"\xff\xfe\x00bad", "cannot read"),
-    "date-model.yaml": ("apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
-                        "spec: {model: 2024-01-01}\n", "spec.model"),
-    "list-engine.yaml": ("apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
-                         "spec: {model: m, engine: [1]}\n", "spec.engine"),
+    "date-model.yaml": (
+        "apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\nspec: {model: 2024-01-01}\n",
+        "spec.model",
+    ),
+    "list-engine.yaml": (
+        "apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\nspec: {model: m, engine: [1]}\n",
+        "spec.engine",
+    ),
 }
 
 

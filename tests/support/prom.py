@@ -47,7 +47,10 @@ def backfill(openmetrics_file: Path, data_dir: Path) -> str:
     data_dir.mkdir(parents=True, exist_ok=True)
     out = subprocess.run(
         [promtool, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics_file), str(data_dir)],
-        check=True, capture_output=True, text=True, timeout=120,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     return out.stdout + out.stderr
 
@@ -55,8 +58,15 @@ def backfill(openmetrics_file: Path, data_dir: Path) -> str:
 class PrometheusServer:
     """Context manager running a real ``prometheus`` on loopback with a fresh config."""
 
-    def __init__(self, workdir: Path, scrape_targets: list[str] | None = None, data_dir: Path | None = None,
-                 scrape_interval: str = "1s", job: str = "vllm", extra_args: list[str] | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        scrape_targets: list[str] | None = None,
+        data_dir: Path | None = None,
+        scrape_interval: str = "1s",
+        job: str = "vllm",
+        extra_args: list[str] | None = None,
+    ):
         self.binary = require_tool("prometheus")
         self.workdir = Path(workdir)
         self.port = free_port()
@@ -68,7 +78,7 @@ class PrometheusServer:
         self.extra_args = extra_args or []
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "PrometheusServer":
+    def __enter__(self) -> PrometheusServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = {"global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.scrape_interval}}
         if self.scrape_targets:
@@ -77,10 +87,17 @@ class PrometheusServer:
         cfg.write_text(yaml.safe_dump(config))
         self.log = open(self.workdir / "prometheus.log", "w")
         self.proc = subprocess.Popen(
-            [self.binary, f"--config.file={cfg}", f"--storage.tsdb.path={self.data_dir}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=3650d",
-             *self.extra_args],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                self.binary,
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={self.data_dir}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=3650d",
+                *self.extra_args,
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self._wait(lambda: self._get("/-/ready")[0] == 200, 30, "Prometheus did not become ready")
         return self

@@ -35,8 +35,12 @@ def test_unknown_names_do_not_match():
 
 def test_name_regex_matches_both_generations_and_escaping():
     rx = re.compile(name_regex("vllm:kv_cache_usage_perc") + "$")
-    for name in ["vllm:kv_cache_usage_perc", "vllm_kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                 "vllm_gpu_cache_usage_perc"]:
+    for name in [
+        "vllm:kv_cache_usage_perc",
+        "vllm_kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "vllm_gpu_cache_usage_perc",
+    ]:
         assert rx.match(name), name
     assert not rx.match("vllm:kv_cache_usage_perc_extra")
     counter = re.compile(name_regex("vllm:num_preemptions", "_total") + "$")
@@ -49,7 +53,9 @@ def test_names_for_version_follows_deprecation_policy():
     # shows), hidden from 0.11 (the C19 scrape of 0.11.0 lacks vllm:gpu_cache_usage_perc).
     assert names_for_version("vllm:kv_cache_usage_perc", "0.8.5") == ("vllm:gpu_cache_usage_perc",)
     assert names_for_version("vllm:kv_cache_usage_perc", "0.10.1") == (
-        "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+    )
     assert names_for_version("vllm:kv_cache_usage_perc", "0.11.0") == ("vllm:kv_cache_usage_perc",)
     assert names_for_version("vllm:prefix_cache_hits", "0.11.0") == ("vllm:prefix_cache_hits",)
     assert names_for_version("vllm:kv_cache_usage_perc", "0.33.0") == ("vllm:kv_cache_usage_perc",)

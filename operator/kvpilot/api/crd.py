@@ -23,8 +23,21 @@ from kvpilot.api.models import VLLMServerSpec, VLLMServerStatus
 
 #: JSON-Schema keywords a CRD schema keeps (others, e.g. ``title``, are dropped).
 _KEEP = {
-    "description", "type", "format", "enum", "pattern", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems", "required", "default",
+    "description",
+    "type",
+    "format",
+    "enum",
+    "pattern",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "required",
+    "default",
 }
 
 
@@ -107,7 +120,8 @@ def spec_schema() -> dict[str, Any]:
 
 def status_schema() -> dict[str, Any]:
     """The structural schema of ``status`` (from :class:`VLLMServerStatus`); every field the operator
-    writes is declared, because a real API server prunes undeclared status fields."""
+    writes is declared, because a real API server prunes undeclared status fields.
+    """
     return structural(VLLMServerStatus.model_json_schema(by_alias=True, mode="validation"))
 
 
@@ -131,41 +145,69 @@ def crd_manifest() -> dict[str, Any]:
             "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": SINGULAR,
-                "shortNames": list(SHORT_NAMES), "categories": ["kvpilot"],
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "categories": ["kvpilot"],
             },
-            "versions": [{
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": [
-                    {"name": "Model", "type": "string", "jsonPath": ".spec.model",
-                     "description": "Hugging Face model id or path."},
-                    {"name": "Phase", "type": "string", "jsonPath": ".status.phase",
-                     "description": "Pending, Loading, Ready, Failed, Expired or Invalid."},
-                    {"name": "KV Tokens", "type": "integer", "jsonPath": ".status.kvCacheTokens",
-                     "description": "KV cache capacity in tokens, from vLLM's startup log."},
-                    {"name": "Max Concurrency", "type": "number", "jsonPath": ".status.maxConcurrency",
-                     "description": "Requests of maxModelLen tokens that fit at once."},
-                    {"name": "Expires", "type": "date", "jsonPath": ".status.expiresAt",
-                     "description": "When the pod's activeDeadlineSeconds ends it."},
-                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                ],
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": "VLLMServer runs one vLLM OpenAI-compatible server as a bare GPU Pod plus a "
-                    "Service on port 8000; the pod ends itself after spec.ttlSeconds.",
-                    "required": ["spec"],
-                    "properties": {
-                        "apiVersion": {"type": "string", "description": "APIVersion: kvpilot.dev/v1alpha1."},
-                        "kind": {"type": "string", "description": "Kind: VLLMServer."},
-                        "metadata": {"type": "object"},
-                        "spec": spec,
-                        "status": status,
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {
+                            "name": "Model",
+                            "type": "string",
+                            "jsonPath": ".spec.model",
+                            "description": "Hugging Face model id or path.",
+                        },
+                        {
+                            "name": "Phase",
+                            "type": "string",
+                            "jsonPath": ".status.phase",
+                            "description": "Pending, Loading, Ready, Failed, Expired or Invalid.",
+                        },
+                        {
+                            "name": "KV Tokens",
+                            "type": "integer",
+                            "jsonPath": ".status.kvCacheTokens",
+                            "description": "KV cache capacity in tokens, from vLLM's startup log.",
+                        },
+                        {
+                            "name": "Max Concurrency",
+                            "type": "number",
+                            "jsonPath": ".status.maxConcurrency",
+                            "description": "Requests of maxModelLen tokens that fit at once.",
+                        },
+                        {
+                            "name": "Expires",
+                            "type": "date",
+                            "jsonPath": ".status.expiresAt",
+                            "description": "When the pod's activeDeadlineSeconds ends it.",
+                        },
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "VLLMServer runs one vLLM OpenAI-compatible server as a bare GPU Pod plus a "
+                            "Service on port 8000; the pod ends itself after spec.ttlSeconds.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string", "description": "APIVersion: kvpilot.dev/v1alpha1."},
+                                "kind": {"type": "string", "description": "Kind: VLLMServer."},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": status,
+                            },
+                        }
                     },
-                }},
-            }],
+                }
+            ],
         },
     }
 

@@ -117,8 +117,12 @@ def refusal(arg: str, matches: list[tuple[str, str]]) -> str:
         flag, field = matches[0]
         if name == flag or not flag.startswith("--"):
             return f"{arg!r} sets the managed flag {flag}; use {field} instead"
-        return (f"{arg!r} is a prefix of the managed flag {flag} (vLLM's argparse takes it as that flag, or "
-                f"refuses it as ambiguous if other vLLM flags share the prefix); use {field} instead")
+        return (
+            f"{arg!r} is a prefix of the managed flag {flag} (vLLM's argparse takes it as that flag, or "
+            f"refuses it as ambiguous if other vLLM flags share the prefix); use {field} instead"
+        )
     flags = ", ".join(flag for flag, _ in matches)
-    return (f"{arg!r} is ambiguous: a prefix of the managed flags {flags} (vLLM's argparse refuses an "
-            f"ambiguous prefix); spell an unmanaged flag in full, and set {' / '.join(fields)} instead")
+    return (
+        f"{arg!r} is ambiguous: a prefix of the managed flags {flags} (vLLM's argparse refuses an "
+        f"ambiguous prefix); spell an unmanaged flag in full, and set {' / '.join(fields)} instead"
+    )

@@ -78,8 +78,13 @@ Quantity = Annotated[
     str,
     BeforeValidator(_to_str),
     AfterValidator(_check_quantity),
-    WithJsonSchema({"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}],
-                    "pattern": QUANTITY_PATTERN}),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+        }
+    ),
 ]
 
 
@@ -97,7 +102,11 @@ class _Model(BaseModel):
     """camelCase on the wire, snake_case in Python; unknown fields are refused."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_default=True, strict=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        validate_default=True,
+        strict=True,
     )
 
 
@@ -105,29 +114,39 @@ class EngineSpec(_Model):
     """vLLM engine settings. Unset fields are left off the command line, so vLLM's own defaults apply."""
 
     gpu_memory_utilization: float | None = Field(
-        None, gt=0, le=1,
+        None,
+        gt=0,
+        le=1,
         description="Fraction of each GPU's memory this vLLM instance may use (0 < x <= 1); what weights and "
         "activations leave is the KV cache. Renders --gpu-memory-utilization. Unset: vLLM's default "
         "(0.92 from v0.20, 0.9 before).",
     )
     max_model_len: int | None = Field(
-        None, ge=1, le=MAX_TOKENS,
+        None,
+        ge=1,
+        le=MAX_TOKENS,
         description="Maximum tokens of one request (prompt + output). Renders --max-model-len. Unset: the "
         "model config's context length. Lower values let more requests share the KV cache.",
     )
     max_num_seqs: int | None = Field(
-        None, ge=1, le=MAX_NUM_SEQS,
+        None,
+        ge=1,
+        le=MAX_NUM_SEQS,
         description="Maximum number of requests running at once. Renders --max-num-seqs. Unset: vLLM's "
         "default (256; 1024 on >=70 GiB non-A100 GPUs).",
     )
     max_num_batched_tokens: int | None = Field(
-        None, ge=1, le=MAX_TOKENS,
+        None,
+        ge=1,
+        le=MAX_TOKENS,
         description="Token budget of one engine step. Renders --max-num-batched-tokens. Must be >= maxNumSeqs, "
         "and >= maxModelLen when chunked prefill is off. Unset: vLLM's default (2048; 8192 on >=70 GiB "
         "non-A100 GPUs).",
     )
     tensor_parallel_size: int | None = Field(
-        None, ge=1, le=MAX_GPUS,
+        None,
+        ge=1,
+        le=MAX_GPUS,
         description="Number of GPUs each layer is sharded over. Renders --tensor-parallel-size. Unset: 1. "
         "resources.gpus defaults to this value.",
     )
@@ -147,7 +166,8 @@ class EngineSpec(_Model):
         "fp8_inc, fp8_ds_mla. Renders --kv-cache-dtype. fp8 halves bytes per token.",
     )
     extra_args: list[str] = Field(
-        default_factory=list, max_length=256,
+        default_factory=list,
+        max_length=256,
         description="Further vLLM arguments, appended verbatim after the managed flags. Refuses the managed "
         "flags in any spelling (--max-num-seqs, --max_num_seqs, --max-num-seqs=8, argparse prefixes such as "
         "--max-num-s, -tp) and --port, --host, --model, --served-model-name, --kv-offloading-*: set the "
@@ -159,12 +179,16 @@ class ResourcesSpec(_Model):
     """GPUs, memory and cpu of the vLLM container."""
 
     gpus: int | None = Field(
-        None, ge=1, le=MAX_GPUS,
+        None,
+        ge=1,
+        le=MAX_GPUS,
         description="GPUs for the container (limit under gpuResourceName). Defaults to "
         "engine.tensorParallelSize (1 when unset); must be >= engine.tensorParallelSize.",
     )
     gpu_resource_name: str = Field(
-        "nvidia.com/gpu", min_length=1, max_length=253,
+        "nvidia.com/gpu",
+        min_length=1,
+        max_length=253,
         pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
         description="Extended resource name of a GPU (nvidia.com/gpu, amd.com/gpu, a MIG profile such as "
         "nvidia.com/mig-3g.20gb).",
@@ -196,10 +220,13 @@ class ModelCacheSpec(_Model):
         "not download the model again. Unset: an emptyDir (downloaded once per pod).",
     )
     size_limit: Quantity | None = Field(
-        None, description="sizeLimit of the emptyDir cache (ignored with claimName). Unset: no limit.",
+        None,
+        description="sizeLimit of the emptyDir cache (ignored with claimName). Unset: no limit.",
     )
     mount_path: str = Field(
-        "/root/.cache/huggingface", min_length=2, pattern=r"^/[^:]*$",
+        "/root/.cache/huggingface",
+        min_length=2,
+        pattern=r"^/[^:]*$",
         description="Where the cache is mounted; HF_HOME is set to this path.",
     )
 
@@ -209,7 +236,10 @@ class SecretKeyRef(_Model):
 
     name: ObjectName = Field(..., description="Secret name.")
     key: str = Field(
-        "token", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$",
+        "token",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z0-9]+$",
         description="Key in the Secret holding the Hugging Face token.",
     )
 
@@ -219,7 +249,10 @@ class ConfigMapKeyRef(_Model):
 
     name: ObjectName = Field(..., description="ConfigMap name.")
     key: str = Field(
-        "config.json", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$",
+        "config.json",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z0-9]+$",
         description="Key in the ConfigMap holding the model's config.json.",
     )
 
@@ -235,7 +268,8 @@ class KVOffloadSpec(_Model):
         "--kv-offloading-size, vLLM >= 0.11.1).",
     )
     cpu_memory: Quantity = Field(
-        ..., description="CPU memory for offloaded KV (e.g. 1536Mi), in total over all GPUs of the pod "
+        ...,
+        description="CPU memory for offloaded KV (e.g. 1536Mi), in total over all GPUs of the pod "
         "(LMCache gets cpuMemory / tensorParallelSize per worker). Added to the pod's memory request and limit.",
     )
 
@@ -243,12 +277,13 @@ class KVOffloadSpec(_Model):
 class EnvVar(_Model):
     """An environment variable of the vLLM container (the Kubernetes EnvVar shape)."""
 
-    name: str = Field(..., min_length=1, max_length=253, pattern=_ENV_NAME_RE.pattern,
-                      description="Variable name.")
-    value: str | None = Field(None, description="Literal value. Never put a token here: use hfTokenSecretRef "
-                              "or valueFrom.")
+    name: str = Field(..., min_length=1, max_length=253, pattern=_ENV_NAME_RE.pattern, description="Variable name.")
+    value: str | None = Field(
+        None, description="Literal value. Never put a token here: use hfTokenSecretRef or valueFrom."
+    )
     value_from: dict[str, Any] | None = Field(
-        None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        None,
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
         description="Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef).",
     )
 
@@ -260,78 +295,106 @@ class Toleration(_Model):
     operator: Literal["Exists", "Equal"] | None = Field(None, description="Exists or Equal (default Equal).")
     value: str | None = Field(None, description="Taint value for operator Equal.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        None, description="Taint effect to match; empty matches all effects.")
-    toleration_seconds: int | None = Field(None, description="For NoExecute: how long the pod stays bound "
-                                           "after the taint appears.")
+        None, description="Taint effect to match; empty matches all effects."
+    )
+    toleration_seconds: int | None = Field(
+        None, description="For NoExecute: how long the pod stays bound after the taint appears."
+    )
 
 
 class ProbesSpec(_Model):
     """Probe budgets. Loading a model refuses connections for minutes, so startup gets a long budget."""
 
     startup_timeout_seconds: int = Field(
-        1800, ge=60, le=MAX_TTL_SECONDS,
+        1800,
+        ge=60,
+        le=MAX_TTL_SECONDS,
         description="How long the startup probe (GET /health) may fail before the container is killed: "
         "download + load + compile + CUDA graph capture. failureThreshold = ceil(this / periodSeconds).",
     )
     period_seconds: int = Field(10, ge=1, le=300, description="periodSeconds of all three probes.")
     timeout_seconds: int = Field(5, ge=1, le=300, description="timeoutSeconds of all three probes.")
     readiness_failure_threshold: int = Field(
-        3, ge=1, le=100, description="failureThreshold of the readiness probe (GET /v1/models).")
+        3, ge=1, le=100, description="failureThreshold of the readiness probe (GET /v1/models)."
+    )
     liveness_failure_threshold: int = Field(
-        3, ge=3, le=100, description="failureThreshold of the liveness probe (GET /health); at least 3 so a "
-        "long engine step is not mistaken for a dead server.")
+        3,
+        ge=3,
+        le=100,
+        description="failureThreshold of the liveness probe (GET /health); at least 3 so a "
+        "long engine step is not mistaken for a dead server.",
+    )
 
 
 class VLLMServerSpec(_Model):
     """Desired state: one vLLM OpenAI-compatible server in one bare Pod, ending itself after ttlSeconds."""
 
     model: str = Field(
-        ..., min_length=1, max_length=1024, pattern=r"^\S+$",
+        ...,
+        min_length=1,
+        max_length=1024,
+        pattern=r"^\S+$",
         description="Hugging Face model id (Qwen/Qwen2.5-1.5B-Instruct) or a path inside the container. "
         "Renders `vllm serve <model>` and the annotation kvpilot.dev/model.",
     )
     served_model_name: str | None = Field(
-        None, min_length=1, max_length=1024, pattern=r"^\S+$",
+        None,
+        min_length=1,
+        max_length=1024,
+        pattern=r"^\S+$",
         description="Name clients use in the OpenAI API (the model_name label of vLLM's metrics). Renders "
         "--served-model-name. Unset: the model id.",
     )
     image: str = Field(
-        DEFAULT_IMAGE, min_length=1, max_length=1024, pattern=r"^\S+$",
+        DEFAULT_IMAGE,
+        min_length=1,
+        max_length=1024,
+        pattern=r"^\S+$",
         description=f"Container image with vLLM's `vllm` command. Default: {DEFAULT_IMAGE} (pinned).",
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
-        None, description="imagePullPolicy of the container. Unset: Kubernetes' default (IfNotPresent for a tag).")
+        None, description="imagePullPolicy of the container. Unset: Kubernetes' default (IfNotPresent for a tag)."
+    )
     engine: EngineSpec = Field(default_factory=EngineSpec, description="vLLM engine flags.")
     ttl_seconds: int = Field(
-        3600, ge=60, le=MAX_TTL_SECONDS,
+        3600,
+        ge=60,
+        le=MAX_TTL_SECONDS,
         description="Lifetime of the pod in seconds: becomes its activeDeadlineSeconds, so the kubelet ends it "
         "even when the operator is down. An expired server is never recreated automatically.",
     )
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="GPUs, memory and cpu.")
-    kv_offload: KVOffloadSpec | None = Field(None, description="KV cache offload to CPU memory (LMCache or vLLM "
-                                             "native). Unset: no offload.")
+    kv_offload: KVOffloadSpec | None = Field(
+        None, description="KV cache offload to CPU memory (LMCache or vLLM native). Unset: no offload."
+    )
     node_selector: dict[str, str] | None = Field(None, description="nodeSelector of the pod.")
     tolerations: list[Toleration] | None = Field(None, description="Tolerations of the pod.")
     affinity: dict[str, Any] | None = Field(
-        None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        None,
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
         description="Kubernetes Affinity of the pod (nodeAffinity, podAffinity, podAntiAffinity), copied as is.",
     )
     runtime_class_name: ObjectName | None = Field(None, description="runtimeClassName of the pod (e.g. nvidia).")
     priority_class_name: ObjectName | None = Field(None, description="priorityClassName of the pod.")
     service_account_name: ObjectName | None = Field(
-        None, description="serviceAccountName of the pod. Unset: the namespace's default account.")
+        None, description="serviceAccountName of the pod. Unset: the namespace's default account."
+    )
     shm_size: Quantity = Field(
-        "1Gi", description="sizeLimit of the memory-backed /dev/shm emptyDir (NCCL and PyTorch workers use it; "
+        "1Gi",
+        description="sizeLimit of the memory-backed /dev/shm emptyDir (NCCL and PyTorch workers use it; "
         "tensor parallelism needs more).",
     )
-    model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec,
-                                        description="Hugging Face cache volume (HF_HOME).")
+    model_cache: ModelCacheSpec = Field(
+        default_factory=ModelCacheSpec, description="Hugging Face cache volume (HF_HOME)."
+    )
     hf_token_secret_ref: SecretKeyRef | None = Field(
-        None, description="Secret key holding a Hugging Face token, exposed as HF_TOKEN through secretKeyRef "
+        None,
+        description="Secret key holding a Hugging Face token, exposed as HF_TOKEN through secretKeyRef "
         "(never inlined into args or env values).",
     )
     model_config_ref: ConfigMapKeyRef | None = Field(
-        None, description="ConfigMap key holding the model's config.json, for the KV-capacity pre-flight check "
+        None,
+        description="ConfigMap key holding the model's config.json, for the KV-capacity pre-flight check "
         "when the Hugging Face Hub is not reachable.",
     )
     preflight: Literal["warn", "enforce", "off"] = Field(
@@ -339,14 +402,18 @@ class VLLMServerSpec(_Model):
         description="KV-capacity pre-flight check: warn (condition and Event when one maxModelLen request cannot "
         "fit), enforce (also refuse to create the pod), off.",
     )
-    env: list[EnvVar] = Field(default_factory=list, max_length=256,
-                              description="Extra environment variables of the vLLM container.")
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=256, description="Extra environment variables of the vLLM container."
+    )
     pod_labels: dict[str, str] = Field(
-        default_factory=dict, description="Extra labels of the pod (the app.kubernetes.io/* and kvpilot.dev/server "
-        "labels are kvpilot's).")
+        default_factory=dict,
+        description="Extra labels of the pod (the app.kubernetes.io/* and kvpilot.dev/server labels are kvpilot's).",
+    )
     pod_annotations: dict[str, str] = Field(
-        default_factory=dict, description="Extra annotations of the pod (may override the prometheus.io/* "
-        "scrape annotations; kvpilot.dev/* annotations are kvpilot's).")
+        default_factory=dict,
+        description="Extra annotations of the pod (may override the prometheus.io/* "
+        "scrape annotations; kvpilot.dev/* annotations are kvpilot's).",
+    )
     probes: ProbesSpec = Field(default_factory=ProbesSpec, description="Probe budget overrides.")
 
     # ----------------------------------------------------------------------------- defaults
@@ -359,13 +426,13 @@ class VLLMServerSpec(_Model):
     # ----------------------------------------------------------------------------- cross-field rules
 
     @model_validator(mode="after")
-    def _cross_field_rules(self) -> "VLLMServerSpec":
+    def _cross_field_rules(self) -> VLLMServerSpec:
         check_cross_field_rules(self)
         return self
 
 
 def check_cross_field_rules(spec: VLLMServerSpec) -> None:
-    """vLLM's cross-field rules and kvpilot's own, checked before any pod exists.
+    """VLLM's cross-field rules and kvpilot's own, checked before any pod exists.
 
     Rules (sources: vLLM ``SchedulerConfig._verify_args``, ``vllm/config/scheduler.py`` v0.11–v0.33;
     background.md §7):
@@ -442,8 +509,11 @@ def _check_labels(spec: VLLMServerSpec) -> None:
         if not _QUALIFIED_NAME_RE.match(key) or len(key.split("/")[-1]) > 63:
             raise SpecError(where, f"{key!r} is not a valid label key")
         if len(value) > 63 or not _LABEL_VALUE_RE.match(value):
-            raise SpecError(where, f"{value!r} is not a valid label value (at most 63 of A-Z a-z 0-9 - _ . , "
-                            "starting and ending alphanumeric)")
+            raise SpecError(
+                where,
+                f"{value!r} is not a valid label value (at most 63 of A-Z a-z 0-9 - _ . , "
+                "starting and ending alphanumeric)",
+            )
     for key in spec.pod_annotations:
         if not _QUALIFIED_NAME_RE.match(key):
             raise SpecError(f"spec.podAnnotations.{key}", f"{key!r} is not a valid annotation key")
@@ -462,17 +532,25 @@ class Condition(_Model):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", strict=True)
 
-    type: str = Field(..., min_length=1, max_length=316,
-                      description="Condition type in CamelCase: Ready, Scheduled, Valid, KVCapacity, Expired.")
+    type: str = Field(
+        ...,
+        min_length=1,
+        max_length=316,
+        description="Condition type in CamelCase: Ready, Scheduled, Valid, KVCapacity, Expired.",
+    )
     status: Literal["True", "False", "Unknown"] = Field(..., description="True, False or Unknown.")
-    reason: str | None = Field(None, max_length=1024,
-                               description="Machine-readable CamelCase reason of the last transition.")
+    reason: str | None = Field(
+        None, max_length=1024, description="Machine-readable CamelCase reason of the last transition."
+    )
     message: str | None = Field(None, max_length=32768, description="Human-readable detail.")
     last_transition_time: str | None = Field(
-        None, json_schema_extra={"format": "date-time"},
-        description="When status last changed (RFC 3339); unchanged when only reason or message change.")
+        None,
+        json_schema_extra={"format": "date-time"},
+        description="When status last changed (RFC 3339); unchanged when only reason or message change.",
+    )
     observed_generation: int | None = Field(
-        None, ge=0, description="metadata.generation this condition was computed from.")
+        None, ge=0, description="metadata.generation this condition was computed from."
+    )
 
 
 class PreflightStatus(_Model):
@@ -486,9 +564,13 @@ class PreflightStatus(_Model):
     fits: bool | None = Field(None, description="Whether one request of maxModelLen fits.")
     max_model_len_that_fits: int | None = Field(None, ge=0, description="Largest maxModelLen that fits.")
     min_gpu_memory_utilization: float | None = Field(
-        None, ge=0, description="Smallest gpuMemoryUtilization that would fit one maxModelLen request.")
-    estimate: bool | None = Field(None, description="True when the model's allocator is more complex than the "
-                                  "formula (sliding window, hybrid layers): the numbers are an estimate.")
+        None, ge=0, description="Smallest gpuMemoryUtilization that would fit one maxModelLen request."
+    )
+    estimate: bool | None = Field(
+        None,
+        description="True when the model's allocator is more complex than the "
+        "formula (sliding window, hybrid layers): the numbers are an estimate.",
+    )
     gpu_memory: str | None = Field(None, description="GPU memory used for the estimate, and where it came from.")
     config_source: str | None = Field(None, description="Where config.json came from (Hub id or ConfigMap key).")
 
@@ -499,35 +581,63 @@ class VLLMServerStatus(_Model):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", strict=True)
 
     phase: Phase | None = Field(  # type: ignore[valid-type]
-        None, description="Pending (not scheduled or not started), Loading (container running, not ready), "
-        "Ready (serving), Failed, Expired (pod ended by its deadline), Invalid (spec refused; no pod).")
-    message: str | None = Field(None, description="Why the server is in this phase, in one line (unschedulable, "
-                                "OOM, KV too small, the invalid field).")
-    reason: str | None = Field(None, description="Machine-readable reason of the phase (e.g. Unschedulable, "
-                               "DeadlineExceeded, OOMKilled, InvalidSpec).")
+        None,
+        description="Pending (not scheduled or not started), Loading (container running, not ready), "
+        "Ready (serving), Failed, Expired (pod ended by its deadline), Invalid (spec refused; no pod).",
+    )
+    message: str | None = Field(
+        None,
+        description="Why the server is in this phase, in one line (unschedulable, "
+        "OOM, KV too small, the invalid field).",
+    )
+    reason: str | None = Field(
+        None,
+        description="Machine-readable reason of the phase (e.g. Unschedulable, "
+        "DeadlineExceeded, OOMKilled, InvalidSpec).",
+    )
     conditions: list[Condition] | None = Field(
-        None, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-        description="Conditions following the Kubernetes API conventions.")
+        None,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        description="Conditions following the Kubernetes API conventions.",
+    )
     observed_generation: int | None = Field(None, ge=0, description="metadata.generation last acted upon.")
-    spec_hash: str | None = Field(None, description="Hash of the spec the current pod was made from; a change "
-                                  "replaces the pod.")
+    spec_hash: str | None = Field(
+        None, description="Hash of the spec the current pod was made from; a change replaces the pod."
+    )
     pod_name: str | None = Field(None, description="Name of the vLLM pod.")
     pod_uid: str | None = Field(None, description="UID of the vLLM pod (tells a replaced pod from the old one).")
     service_name: str | None = Field(None, description="Name of the Service in front of the pod.")
-    endpoint: str | None = Field(None, description="OpenAI-compatible base URL inside the cluster "
-                                 "(http://<service>.<namespace>.svc:8000; the OpenAI API is under /v1).")
-    started_at: str | None = Field(None, json_schema_extra={"format": "date-time"},
-                                   description="When the pod started (RFC 3339).")
-    expires_at: str | None = Field(None, json_schema_extra={"format": "date-time"},
-                                   description="startedAt + ttlSeconds: when the kubelet ends the pod (RFC 3339).")
-    ready_at: str | None = Field(None, json_schema_extra={"format": "date-time"},
-                                 description="When the server first became Ready (RFC 3339).")
-    finished_at: str | None = Field(None, json_schema_extra={"format": "date-time"},
-                                    description="When the pod ended (RFC 3339).")
-    kv_cache_tokens: int | None = Field(None, ge=0, description="KV cache capacity in tokens, from vLLM's startup "
-                                        "log (GPU KV cache size) or vllm:cache_config_info.")
-    max_concurrency: float | None = Field(None, ge=0, description="Requests of maxModelLen tokens that fit at "
-                                          "once, from vLLM's startup log (Maximum concurrency …x).")
+    endpoint: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL inside the cluster "
+        "(http://<service>.<namespace>.svc:8000; the OpenAI API is under /v1).",
+    )
+    started_at: str | None = Field(
+        None, json_schema_extra={"format": "date-time"}, description="When the pod started (RFC 3339)."
+    )
+    expires_at: str | None = Field(
+        None,
+        json_schema_extra={"format": "date-time"},
+        description="startedAt + ttlSeconds: when the kubelet ends the pod (RFC 3339).",
+    )
+    ready_at: str | None = Field(
+        None, json_schema_extra={"format": "date-time"}, description="When the server first became Ready (RFC 3339)."
+    )
+    finished_at: str | None = Field(
+        None, json_schema_extra={"format": "date-time"}, description="When the pod ended (RFC 3339)."
+    )
+    kv_cache_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="KV cache capacity in tokens, from vLLM's startup "
+        "log (GPU KV cache size) or vllm:cache_config_info.",
+    )
+    max_concurrency: float | None = Field(
+        None,
+        ge=0,
+        description="Requests of maxModelLen tokens that fit at "
+        "once, from vLLM's startup log (Maximum concurrency …x).",
+    )
     command: list[str] | None = Field(None, description="The vllm serve command line of the current pod.")
     preflight: PreflightStatus | None = Field(None, description="KV-capacity pre-flight estimate.")
 

@@ -18,7 +18,8 @@ __all__ = ["SpecError", "parse_spec", "parse_resource", "spec_hash", "field_path
 def field_path(loc: tuple[Any, ...], root: str = "spec") -> str:
     """A pydantic error location as a camelCase field path: ``('engine', 'maxNumSeqs')`` ->
     ``spec.engine.maxNumSeqs``; list indexes in brackets: ``spec.engine.extraArgs[2]``; map keys
-    after a dot: ``spec.podLabels.team``. (Locations use the aliases, which are camelCase.)"""
+    after a dot: ``spec.podLabels.team``. (Locations use the aliases, which are camelCase.)
+    """
     path = root
     for part in loc:
         path += f"[{part}]" if isinstance(part, int) else f".{part}"
@@ -45,7 +46,7 @@ def _message(error: dict[str, Any]) -> str:
     if kind in {"model_type", "model_attributes_type", "dict_type"}:
         return f"must be a mapping (got {_shown(value)})"
     if kind == "value_error":
-        return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
+        return msg[len("Value error, ") :] if msg.startswith("Value error, ") else msg
     return f"{msg} (got {_shown(value)})"
 
 

@@ -12,9 +12,24 @@ EXIT_BAD_INPUT = 2
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|[KMGT]|B)?\s*$", re.IGNORECASE)
 _UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
-    "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30, "gib": 2**30, "ti": 2**40, "tib": 2**40,
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "ki": 2**10,
+    "kib": 2**10,
+    "mi": 2**20,
+    "mib": 2**20,
+    "gi": 2**30,
+    "gib": 2**30,
+    "ti": 2**40,
+    "tib": 2**40,
 }
 
 
@@ -42,7 +57,8 @@ def parse_size(text: str, field: str = "size") -> int:
 
 def _option_name(param: click.Parameter | None, default: str) -> str:
     """The option as the user typed it (``--kv-offload-cpu``), not its Python name (``kv_offload_cpu_bytes``);
-    ``default`` when there is no option (a direct ``convert`` call)."""
+    ``default`` when there is no option (a direct ``convert`` call).
+    """
     return max(param.opts, key=len) if param is not None and param.opts else default
 
 

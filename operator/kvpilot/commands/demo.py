@@ -113,8 +113,10 @@ def section_cluster(ctx: DemoContext) -> None:
     ctx.api = ctx.cluster.api_client()
     crd = kubernetes.client.ApiextensionsV1Api(ctx.api).create_custom_resource_definition(crd_manifest())
     kubernetes.client.CoreV1Api(ctx.api).create_namespace({"metadata": {"name": NAMESPACE}})
-    ctx.console.print(f"sandbox API (kmock, strict) at [cyan]{ctx.cluster.url}[/]; "
-                      f"CRD [cyan]{crd.metadata.name}[/] installed; namespace [cyan]{NAMESPACE}[/]")
+    ctx.console.print(
+        f"sandbox API (kmock, strict) at [cyan]{ctx.cluster.url}[/]; "
+        f"CRD [cyan]{crd.metadata.name}[/] installed; namespace [cyan]{NAMESPACE}[/]"
+    )
 
 
 def section_operator(ctx: DemoContext) -> None:
@@ -147,15 +149,22 @@ def _preflight_inputs(ctx: DemoContext) -> None:
     core = kubernetes.client.CoreV1Api(ctx.api)
     config = importlib.resources.files("kvpilot").joinpath("data/Qwen2.5-1.5B-Instruct.config.json").read_text()
     index = json.dumps({"metadata": {"total_size": MODEL_WEIGHTS_BYTES}, "weight_map": {}})
-    core.create_namespaced_config_map(NAMESPACE, {
-        "metadata": {"name": MODEL_CONFIG_MAP},
-        "data": {"config.json": config, "model.safetensors.index.json": index}})
+    core.create_namespaced_config_map(
+        NAMESPACE,
+        {
+            "metadata": {"name": MODEL_CONFIG_MAP},
+            "data": {"config.json": config, "model.safetensors.index.json": index},
+        },
+    )
     if ctx.cluster.get("v1/nodes", None, GPU_NODE) is None:
         core.create_node({"metadata": {"name": GPU_NODE, "labels": {"nvidia.com/gpu.memory": GPU_MEMORY_MIB}}})
     ctx.server["spec"]["modelConfigRef"] = {"name": MODEL_CONFIG_MAP}
-    ctx.console.print(f"(the demo adds spec.modelConfigRef -> ConfigMap {MODEL_CONFIG_MAP} holding the model's "
-                      f"config.json, and node {GPU_NODE} labelled nvidia.com/gpu.memory={GPU_MEMORY_MIB} MiB, so the "
-                      "operator's KV pre-flight can predict the capacity before vLLM reports it)", highlight=False)
+    ctx.console.print(
+        f"(the demo adds spec.modelConfigRef -> ConfigMap {MODEL_CONFIG_MAP} holding the model's "
+        f"config.json, and node {GPU_NODE} labelled nvidia.com/gpu.memory={GPU_MEMORY_MIB} MiB, so the "
+        "operator's KV pre-flight can predict the capacity before vLLM reports it)",
+        highlight=False,
+    )
 
 
 def section_apply(ctx: DemoContext) -> None:
@@ -167,24 +176,30 @@ def section_apply(ctx: DemoContext) -> None:
     name = ctx.server["metadata"]["name"]
     _preflight_inputs(ctx)
     kubernetes.client.CustomObjectsApi(ctx.api).create_namespaced_custom_object(
-        GROUP, VERSION, NAMESPACE, PLURAL, copy.deepcopy(ctx.server))
+        GROUP, VERSION, NAMESPACE, PLURAL, copy.deepcopy(ctx.server)
+    )
     started = time.monotonic()
     pod = wait_for(lambda: (ctx.cluster.list("v1/pods", NAMESPACE) or [None])[0], "the operator's pod")
     service = wait_for(lambda: ctx.cluster.get("v1/services", NAMESPACE, name), "the operator's service")
     ctx.pod_name = pod["metadata"]["name"]
     elapsed = time.monotonic() - started
     owner = pod["metadata"]["ownerReferences"][0]
-    ctx.console.print(f"vllmserver.kvpilot.dev/{name} created; in {elapsed:.2f} s the operator made "
-                      f"pod/{ctx.pod_name} and service/{service['metadata']['name']} "
-                      f"(owned by {owner['kind']}/{owner['name']})")
+    ctx.console.print(
+        f"vllmserver.kvpilot.dev/{name} created; in {elapsed:.2f} s the operator made "
+        f"pod/{ctx.pod_name} and service/{service['metadata']['name']} "
+        f"(owned by {owner['kind']}/{owner['name']})"
+    )
     ctx.console.print("[bold]vllm serve command line:[/]")
-    ctx.console.print("  " + " ".join(pod["spec"]["containers"][0]["command"]), markup=False, highlight=False,
-                      soft_wrap=True)
+    ctx.console.print(
+        "  " + " ".join(pod["spec"]["containers"][0]["command"]), markup=False, highlight=False, soft_wrap=True
+    )
     limits = pod["spec"]["containers"][0]["resources"]["limits"]
     limits = ", ".join(f"{k}={v}" for k, v in limits.items())
-    ctx.console.print(f"  limits {limits}; activeDeadlineSeconds {pod['spec']['activeDeadlineSeconds']} "
-                      f"(the pod ends itself after ttlSeconds), restartPolicy {pod['spec']['restartPolicy']}",
-                      highlight=False)
+    ctx.console.print(
+        f"  limits {limits}; activeDeadlineSeconds {pod['spec']['activeDeadlineSeconds']} "
+        f"(the pod ends itself after ttlSeconds), restartPolicy {pod['spec']['restartPolicy']}",
+        highlight=False,
+    )
 
 
 def section_kubelet(ctx: DemoContext) -> None:
@@ -196,8 +211,11 @@ def section_kubelet(ctx: DemoContext) -> None:
     name, pod = ctx.server["metadata"]["name"], ctx.pod_name
     steps = [
         ("scheduled the pod on gpu-node-1 (container creating)", lambda: kubelet.schedule(NAMESPACE, pod), "Pending"),
-        ("started the container; vLLM prints its startup log, loads the model",
-         lambda: kubelet.start(NAMESPACE, pod, log=STARTUP_LOG), "Loading"),
+        (
+            "started the container; vLLM prints its startup log, loads the model",
+            lambda: kubelet.start(NAMESPACE, pod, log=STARTUP_LOG),
+            "Loading",
+        ),
         ("readiness probe GET /v1/models passes", lambda: kubelet.ready(NAMESPACE, pod), "Ready"),
     ]
     for text, act, phase in steps:
@@ -205,23 +223,30 @@ def section_kubelet(ctx: DemoContext) -> None:
         wait_for(lambda: (ctx.server_object().get("status") or {}).get("phase") == phase, f"phase {phase}")
         ctx.console.print(f"[dim]kubelet (played):[/] {text} -> VLLMServer {name} is [bold]{phase}[/]")
     wait_for(lambda: (ctx.server_object().get("status") or {}).get("kvCacheTokens"), "kvCacheTokens from the log")
-    wait_for(lambda: any(c.get("type") == "KVCapacity" and c.get("status") != "Unknown"
-                         for c in (ctx.server_object().get("status") or {}).get("conditions") or []),
-             "the KV pre-flight with the node's GPU memory")
+    wait_for(
+        lambda: any(
+            c.get("type") == "KVCapacity" and c.get("status") != "Unknown"
+            for c in (ctx.server_object().get("status") or {}).get("conditions") or []
+        ),
+        "the KV pre-flight with the node's GPU memory",
+    )
     ctx.console.print("[dim]startup log line the operator read:[/]")
     kv_line = next(line for line in STARTUP_LOG.splitlines() if "KV cache size" in line)
     ctx.console.print("  " + kv_line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _age(timestamp: str | None) -> str:
-    """kubectl's short duration from ``timestamp`` to now (``0s``, ``4m2s``, ``1h0m``); ``in …`` if ahead."""
+    """Kubectl's short duration from ``timestamp`` to now (``0s``, ``4m2s``, ``1h0m``); ``in …`` if ahead."""
     if not timestamp:
         return ""
     then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     seconds = int((datetime.datetime.now(datetime.UTC) - then).total_seconds())
     ahead, seconds = seconds < 0, abs(seconds)
-    text = f"{seconds // 3600}h{seconds % 3600 // 60}m" if seconds >= 3600 else (
-        f"{seconds // 60}m{seconds % 60}s" if seconds >= 60 else f"{seconds}s")
+    text = (
+        f"{seconds // 3600}h{seconds % 3600 // 60}m"
+        if seconds >= 3600
+        else (f"{seconds // 60}m{seconds % 60}s" if seconds >= 60 else f"{seconds}s")
+    )
     return f"in {text}" if ahead else text
 
 
@@ -259,8 +284,20 @@ def section_status(ctx: DemoContext) -> None:
     details = Table(box=None, show_header=False)
     details.add_column(style="bold")
     details.add_column(overflow="fold")
-    for key in ("phase", "reason", "message", "endpoint", "podName", "serviceName", "kvCacheTokens",
-                "maxConcurrency", "startedAt", "readyAt", "expiresAt", "observedGeneration"):
+    for key in (
+        "phase",
+        "reason",
+        "message",
+        "endpoint",
+        "podName",
+        "serviceName",
+        "kvCacheTokens",
+        "maxConcurrency",
+        "startedAt",
+        "readyAt",
+        "expiresAt",
+        "observedGeneration",
+    ):
         if key in status:
             details.add_row(key, str(status[key]))
     for cond in status.get("conditions") or []:
@@ -275,8 +312,10 @@ def section_cleanup(ctx: DemoContext) -> None:
     _heading(ctx, "10. Clean up")
     name = ctx.server["metadata"]["name"]
     kubernetes.client.CustomObjectsApi(ctx.api).delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
-    wait_for(lambda: not ctx.cluster.list("v1/pods", NAMESPACE) and not ctx.cluster.list("v1/services", NAMESPACE),
-             "the pod and service to go")
+    wait_for(
+        lambda: not ctx.cluster.list("v1/pods", NAMESPACE) and not ctx.cluster.list("v1/services", NAMESPACE),
+        "the pod and service to go",
+    )
     ctx.console.print(f"deleted vllmserver/{name}; its pod and service went with it (owner references)")
 
 

@@ -46,34 +46,83 @@ class _DiagnoseCommand(click.Command):
 @click.option("--pod", default="", help="Pod name of the target.")
 @click.option("--model-name", default="", help="model_name label of the target.")
 @click.option("--window", default="5m", type=DURATION, show_default=True, help="Window to evaluate (90s, 5m, 1h).")
-@click.option("--end", type=float, default=None, help="Window end as Unix seconds (default: now; recordings: last sample).")
-@click.option("--max-num-seqs", type=click.IntRange(min=1), help="Configured --max-num-seqs (when no spec is readable).")
+@click.option(
+    "--end", type=float, default=None, help="Window end as Unix seconds (default: now; recordings: last sample)."
+)
+@click.option(
+    "--max-num-seqs", type=click.IntRange(min=1), help="Configured --max-num-seqs (when no spec is readable)."
+)
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1), help="Configured --max-num-batched-tokens.")
 @click.option("--max-model-len", type=click.IntRange(min=1), help="Configured --max-model-len.")
 @click.option("--kv-cache-tokens", type=click.IntRange(min=1), help="KV capacity in tokens ('GPU KV cache size').")
-@click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True),
-              help="Configured --gpu-memory-utilization.")
+@click.option(
+    "--gpu-memory-utilization",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    help="Configured --gpu-memory-utilization.",
+)
 @click.option("--kv-cache-dtype", help="Configured --kv-cache-dtype (auto, fp8, ...).")
 @click.option("--block-size", type=click.IntRange(min=1), help="KV block size in tokens.")
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="Configured --tensor-parallel-size.")
-@click.option("--gpu-memory", type=SIZE, help="GPU memory (80GiB): picks vLLM's defaults and sizes utilization changes.")
+@click.option(
+    "--gpu-memory", type=SIZE, help="GPU memory (80GiB): picks vLLM's defaults and sizes utilization changes."
+)
 @click.option("--gpu-name", help="GPU model (A100 keeps the small-GPU defaults).")
 @click.option("--model-config", type=click.Path(dir_okay=False), help="The model's config.json: KV bytes per token.")
-@click.option("--quick", is_flag=True, help="With --metrics-url: two scrapes a few seconds apart instead of the window.")
-@click.option("--scrape-interval", default="5s", type=DURATION, show_default=True,
-              help="Seconds between scrapes of --metrics-url.")
+@click.option(
+    "--quick", is_flag=True, help="With --metrics-url: two scrapes a few seconds apart instead of the window."
+)
+@click.option(
+    "--scrape-interval",
+    default="5s",
+    type=DURATION,
+    show_default=True,
+    help="Seconds between scrapes of --metrics-url.",
+)
 @click.option("--no-kube", is_flag=True, help="Do not read VLLMServer specs from a cluster.")
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: in-cluster, ~/.kube/config).")
+@click.option(
+    "--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: in-cluster, ~/.kube/config)."
+)
 @click.option("--context", help="kubeconfig context.")
 @click.option("--timeout", default="10s", type=DURATION, show_default=True, help="Timeout per request.")
 @click.option("-o", "--output", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
-@click.option("--watch", type=click.FloatRange(min=0, min_open=True), metavar="N",
-              help="Re-run every N seconds until interrupted.")
+@click.option(
+    "--watch",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="N",
+    help="Re-run every N seconds until interrupted.",
+)
 @click.option("--watch-count", type=click.IntRange(min=1), hidden=True, help="Stop --watch after this many runs.")
-def command(prometheus, metrics_url, recording, namespace, server, pod, model_name, window, end, max_num_seqs,
-            max_num_batched_tokens, max_model_len, kv_cache_tokens, gpu_memory_utilization, kv_cache_dtype,
-            block_size, tensor_parallel_size, gpu_memory, gpu_name, model_config, quick, scrape_interval, no_kube,
-            kubeconfig, context, timeout, output, watch, watch_count):
+def command(
+    prometheus,
+    metrics_url,
+    recording,
+    namespace,
+    server,
+    pod,
+    model_name,
+    window,
+    end,
+    max_num_seqs,
+    max_num_batched_tokens,
+    max_model_len,
+    kv_cache_tokens,
+    gpu_memory_utilization,
+    kv_cache_dtype,
+    block_size,
+    tensor_parallel_size,
+    gpu_memory,
+    gpu_name,
+    model_config,
+    quick,
+    scrape_interval,
+    no_kube,
+    kubeconfig,
+    context,
+    timeout,
+    output,
+    watch,
+    watch_count,
+):
     """Tell which limit binds a vLLM server - KV cache, max_num_seqs, token budget or compute - with numbers.
 
     Read-only: GETs Prometheus queries, /metrics, and (with --server/--pod and a namespace) the
@@ -105,16 +154,36 @@ def command(prometheus, metrics_url, recording, namespace, server, pod, model_na
         except (OSError, ValueError) as exc:
             click.echo(f"kvpilot: error: --model-config {model_config}: {exc}", err=True)
             sys.exit(EXIT_USAGE)
-    opts = Options(prometheus=prometheus or "", metrics_url=metrics_url or "", recording=recording or "",
-                   window_seconds=window, end=end, namespace=namespace, server=server, pod=pod,
-                   model_name=model_name,
-                   cli_limits={"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
-                               "max_model_len": max_model_len, "kv_cache_tokens": kv_cache_tokens,
-                               "gpu_memory_utilization": gpu_memory_utilization, "kv_cache_dtype": kv_cache_dtype,
-                               "block_size": block_size, "tensor_parallel_size": tensor_parallel_size},
-                   gpu_memory_bytes=gpu_memory, gpu_name=gpu_name, model_config=config, quick=quick,
-                   scrape_interval=scrape_interval, use_kube=not no_kube, kubeconfig=kubeconfig, context=context,
-                   timeout=timeout)
+    opts = Options(
+        prometheus=prometheus or "",
+        metrics_url=metrics_url or "",
+        recording=recording or "",
+        window_seconds=window,
+        end=end,
+        namespace=namespace,
+        server=server,
+        pod=pod,
+        model_name=model_name,
+        cli_limits={
+            "max_num_seqs": max_num_seqs,
+            "max_num_batched_tokens": max_num_batched_tokens,
+            "max_model_len": max_model_len,
+            "kv_cache_tokens": kv_cache_tokens,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "kv_cache_dtype": kv_cache_dtype,
+            "block_size": block_size,
+            "tensor_parallel_size": tensor_parallel_size,
+        },
+        gpu_memory_bytes=gpu_memory,
+        gpu_name=gpu_name,
+        model_config=config,
+        quick=quick,
+        scrape_interval=scrape_interval,
+        use_kube=not no_kube,
+        kubeconfig=kubeconfig,
+        context=context,
+        timeout=timeout,
+    )
     runs = 0
     code = EXIT_NO_DIAGNOSIS
     while True:

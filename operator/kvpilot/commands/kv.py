@@ -39,7 +39,8 @@ def _read_json(path: Path, what: str) -> object:
 
 def local_weights_bytes(folder: Path) -> int | None:
     """Total bytes of a local model folder's weights: the safetensors index's ``metadata.total_size``,
-    else the sum of ``*.safetensors`` file sizes; None when there are none."""
+    else the sum of ``*.safetensors`` file sizes; None when there are none.
+    """
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         data = _read_json(index, "model.safetensors.index.json")
@@ -52,7 +53,8 @@ def local_weights_bytes(folder: Path) -> int | None:
 
 def hub_weights_bytes(repo_id: str) -> int | None:
     """``metadata.total_size`` of a Hub model's ``model.safetensors.index.json``, or None when unavailable
-    (offline, single-file checkpoint, no index). Bounded in time (kvpilot.kv.hub.fetch_file)."""
+    (offline, single-file checkpoint, no index). Bounded in time (kvpilot.kv.hub.fetch_file).
+    """
     from kvpilot.kv.hub import HubUnavailable, fetch_file
 
     try:
@@ -82,9 +84,11 @@ def load_config(source: str) -> tuple[dict, Path | None]:
     try:
         downloaded = fetch_file(source, "config.json")  # one bounded request, no retry storm
     except HubUnavailable as exc:  # offline, gated, missing repo: one line, exit 2
-        fail(f"CONFIG: cannot fetch config.json of {source} from the Hugging Face Hub "
-             f"({exc}); download https://huggingface.co/{source}/resolve/main/config.json "
-             "and pass the file (or its folder)")
+        fail(
+            f"CONFIG: cannot fetch config.json of {source} from the Hugging Face Hub "
+            f"({exc}); download https://huggingface.co/{source}/resolve/main/config.json "
+            "and pass the file (or its folder)"
+        )
     return _read_json(downloaded, "CONFIG"), None
 
 
@@ -97,8 +101,10 @@ def _startup_rows(check: StartupMemoryCheck) -> list[tuple[str, str]]:
     verdict = "yes" if check.feasible else f"NO: vLLM refuses to start, short by {_gib(check.shortfall_bytes)}"
     return [
         ("free GPU memory at startup", f"{_gib(check.free_bytes)} of {_gib(check.total_bytes)}"),
-        ("requested at startup", f"{check.gpu_memory_utilization:g} × {_gib(check.total_bytes)} = "
-                                 f"{_gib(check.requested_bytes)}"),
+        (
+            "requested at startup",
+            f"{check.gpu_memory_utilization:g} × {_gib(check.total_bytes)} = {_gib(check.requested_bytes)}",
+        ),
         ("starts (free >= requested)", verdict),
         ("largest feasible gpu_memory_utilization", f"{check.max_feasible_utilization:.4f}"),
     ]
@@ -106,7 +112,8 @@ def _startup_rows(check: StartupMemoryCheck) -> list[tuple[str, str]]:
 
 def render_text(cap: KVCapacity, source: str, check: StartupMemoryCheck | None = None) -> None:
     """Print the capacity (and the startup free-memory check, when given) as a rich table with units
-    (GiB = 2^30 bytes)."""
+    (GiB = 2^30 bytes).
+    """
     from rich.console import Console
     from rich.table import Table
 
@@ -121,32 +128,49 @@ def render_text(cap: KVCapacity, source: str, check: StartupMemoryCheck | None =
         layers += f", {fp.state_layers} Mamba/linear"
     rows = [
         ("attention", f"{spec.attention.upper()}, {spec.num_layers} layers ({layers})"),
-        ("KV heads per GPU × head dim", f"{fp.kv_heads_per_gpu} × {spec.head_dim} ({spec.num_kv_heads} KV heads total)"),
+        (
+            "KV heads per GPU × head dim",
+            f"{fp.kv_heads_per_gpu} × {spec.head_dim} ({spec.num_kv_heads} KV heads total)",
+        ),
         ("KV element", f"{fp.element_bytes} byte(s) ({cap.inputs['kv_cache_dtype']}; model {spec.model_dtype})"),
         ("bytes per token (per GPU)", f"{cap.bytes_per_token:,} B ({cap.bytes_per_token / 1024:g} KiB)"),
     ]
     if fp.sliding_bytes_per_token:
         rows.append(("sliding layers per token", f"{fp.sliding_bytes_per_token:,} B (held for the window only)"))
     if cap.state_bytes_per_request:
-        rows.append(("fixed state per request", f"{cap.state_bytes_per_request:,} B ({_gib(cap.state_bytes_per_request)})"))
+        rows.append(
+            ("fixed state per request", f"{cap.state_bytes_per_request:,} B ({_gib(cap.state_bytes_per_request)})")
+        )
     rows.append((f"one request of {cap.max_model_len:,} tokens", _gib(cap.request_bytes)))
     if cap.kv_memory_bytes is not None:
         rows += [
             ("KV memory per GPU", f"{_gib(cap.kv_memory_bytes)} ({cap.inputs['memory_source']})"),
             ("KV tokens", f"{cap.kv_tokens:,}"),
-            (f"KV blocks (block size {cap.block_size})", f"{cap.kv_blocks:,} ({cap.usable_blocks:,} usable + 1 null block)"),
+            (
+                f"KV blocks (block size {cap.block_size})",
+                f"{cap.kv_blocks:,} ({cap.usable_blocks:,} usable + 1 null block)",
+            ),
             (f"max concurrency at {cap.max_model_len:,} tokens", f"{cap.max_concurrency:.2f}x"),
             ("one max_model_len request fits", "yes" if cap.fits else "NO: vLLM refuses to start"),
-            ("largest max_model_len that fits",
-             "no limit from KV" if cap.max_model_len_that_fits is None else f"{cap.max_model_len_that_fits:,}"),
+            (
+                "largest max_model_len that fits",
+                "no limit from KV" if cap.max_model_len_that_fits is None else f"{cap.max_model_len_that_fits:,}",
+            ),
         ]
         min_util = cap.min_gpu_memory_utilization_to_fit
         if min_util is not None:  # > 1: no utilization fits (a bigger GPU, more TP, or smaller weights)
-            rows.append(("smallest gpu_memory_utilization that fits",
-                         f"{min_util:.4f}" if min_util <= 1 else
-                         f"none: one request needs {min_util:.2f} x this GPU's memory"))
+            rows.append(
+                (
+                    "smallest gpu_memory_utilization that fits",
+                    f"{min_util:.4f}"
+                    if min_util <= 1
+                    else f"none: one request needs {min_util:.2f} x this GPU's memory",
+                )
+            )
         if cap.data_parallel_size > 1:
-            rows.append((f"KV tokens, {cap.data_parallel_size} DP replicas", f"{cap.kv_tokens * cap.data_parallel_size:,}"))
+            rows.append(
+                (f"KV tokens, {cap.data_parallel_size} DP replicas", f"{cap.kv_tokens * cap.data_parallel_size:,}")
+            )
     if check is not None:
         rows += _startup_rows(check)
     for name, value in rows:
@@ -169,35 +193,86 @@ Examples:
 """
 
 
-@click.command(name="kv", epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"],
-                                                            "max_content_width": 110})
+@click.command(
+    name="kv", epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110}
+)
 @click.argument("config", metavar="CONFIG")
-@click.option("--kv-cache-dtype", default="auto", show_default=True,
-              help="vLLM KV cache dtype: auto (= model dtype), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2, fp8_ds_mla.")
-@click.option("--tensor-parallel-size", "-tp", type=int, default=1, show_default=True,
-              help="GPUs per replica; divides KV heads (not MLA).")
-@click.option("--data-parallel-size", "-dp", type=int, default=1, show_default=True,
-              help="Replicas; never divides per-GPU KV.")
+@click.option(
+    "--kv-cache-dtype",
+    default="auto",
+    show_default=True,
+    help="vLLM KV cache dtype: auto (= model dtype), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2, fp8_ds_mla.",
+)
+@click.option(
+    "--tensor-parallel-size",
+    "-tp",
+    type=int,
+    default=1,
+    show_default=True,
+    help="GPUs per replica; divides KV heads (not MLA).",
+)
+@click.option(
+    "--data-parallel-size", "-dp", type=int, default=1, show_default=True, help="Replicas; never divides per-GPU KV."
+)
 @click.option("--max-model-len", type=int, default=None, help="Tokens of one request [default: the config's].")
 @click.option("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, show_default=True, help="Tokens per KV block.")
-@click.option("--gpu-memory-utilization", type=float, default=DEFAULT_GPU_MEMORY_UTILIZATION, show_default=True,
-              help="Fraction (0-1] of GPU memory vLLM may use.")
-@click.option("--max-num-batched-tokens", type=int, default=DEFAULT_MAX_NUM_BATCHED_TOKENS, show_default=True,
-              help="Token budget per step (bounds sliding-window blocks).")
-@click.option("--kv-memory", type=SIZE, default=None,
-              help="KV pool per GPU, as vLLM logs 'Available KV cache memory' (e.g. 2.89GiB).")
+@click.option(
+    "--gpu-memory-utilization",
+    type=float,
+    default=DEFAULT_GPU_MEMORY_UTILIZATION,
+    show_default=True,
+    help="Fraction (0-1] of GPU memory vLLM may use.",
+)
+@click.option(
+    "--max-num-batched-tokens",
+    type=int,
+    default=DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    show_default=True,
+    help="Token budget per step (bounds sliding-window blocks).",
+)
+@click.option(
+    "--kv-memory",
+    type=SIZE,
+    default=None,
+    help="KV pool per GPU, as vLLM logs 'Available KV cache memory' (e.g. 2.89GiB).",
+)
 @click.option("--gpu-memory", type=SIZE, default=None, help="Memory of one GPU (e.g. 24GiB, 80GB).")
-@click.option("--weights-memory", type=SIZE, default=None,
-              help="Weights per GPU [default: *.safetensors of a local model folder ÷ TP].")
-@click.option("--overhead-memory", type=SIZE, default=None,
-              help=f"Activations + CUDA context + graphs per GPU [default: {DEFAULT_OVERHEAD_BYTES / GIB:.2f}GiB, estimate].")
-@click.option("--free-gpu-memory", type=SIZE, default=None,
-              help="Free memory of one GPU when vLLM starts (needs --gpu-memory): vLLM refuses to start when it is "
-                   "below gpu_memory_utilization × total.")
+@click.option(
+    "--weights-memory",
+    type=SIZE,
+    default=None,
+    help="Weights per GPU [default: *.safetensors of a local model folder ÷ TP].",
+)
+@click.option(
+    "--overhead-memory",
+    type=SIZE,
+    default=None,
+    help=f"Activations + CUDA context + graphs per GPU [default: {DEFAULT_OVERHEAD_BYTES / GIB:.2f}GiB, estimate].",
+)
+@click.option(
+    "--free-gpu-memory",
+    type=SIZE,
+    default=None,
+    help="Free memory of one GPU when vLLM starts (needs --gpu-memory): vLLM refuses to start when it is "
+    "below gpu_memory_utilization × total.",
+)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def command(config, kv_cache_dtype, tensor_parallel_size, data_parallel_size, max_model_len, block_size,
-            gpu_memory_utilization, max_num_batched_tokens, kv_memory, gpu_memory, weights_memory,
-            overhead_memory, free_gpu_memory, output):
+def command(
+    config,
+    kv_cache_dtype,
+    tensor_parallel_size,
+    data_parallel_size,
+    max_model_len,
+    block_size,
+    gpu_memory_utilization,
+    max_num_batched_tokens,
+    kv_memory,
+    gpu_memory,
+    weights_memory,
+    overhead_memory,
+    free_gpu_memory,
+    output,
+):
     """KV bytes/token, capacity, concurrency and feasibility of a model, from its config.json.
 
     CONFIG is a config.json file, a folder holding one (its *.safetensors give the weight size), or a
@@ -225,19 +300,34 @@ def command(config, kv_cache_dtype, tensor_parallel_size, data_parallel_size, ma
     # The startup check needs only the totals; KV tokens from --gpu-memory need the weights too.
     kv_gpu_memory = None if check is not None and kv_memory is None and weights_memory is None else gpu_memory
     try:
-        cap = capacity(cfg, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
-                       data_parallel_size=data_parallel_size, max_model_len=max_model_len, block_size=block_size,
-                       max_num_batched_tokens=max_num_batched_tokens, kv_memory_bytes=kv_memory,
-                       gpu_memory_bytes=kv_gpu_memory, gpu_memory_utilization=gpu_memory_utilization,
-                       weights_bytes=weights_memory, overhead_bytes=overhead_memory)
+        cap = capacity(
+            cfg,
+            kv_cache_dtype=kv_cache_dtype,
+            tensor_parallel_size=tensor_parallel_size,
+            data_parallel_size=data_parallel_size,
+            max_model_len=max_model_len,
+            block_size=block_size,
+            max_num_batched_tokens=max_num_batched_tokens,
+            kv_memory_bytes=kv_memory,
+            gpu_memory_bytes=kv_gpu_memory,
+            gpu_memory_utilization=gpu_memory_utilization,
+            weights_bytes=weights_memory,
+            overhead_bytes=overhead_memory,
+        )
     except KVConfigError as exc:
         fail(str(exc))
     if output == "json":
         doc = cap.to_json()
         doc["startup_memory_check"] = None if check is None else check.to_json()
-        doc["inputs"].update({"config": config, "weights_source": weights_source,
-                              "gpu_memory_bytes": gpu_memory, "free_gpu_memory_bytes": free_gpu_memory,
-                              "hf_offline": os.environ.get("HF_HUB_OFFLINE")})
+        doc["inputs"].update(
+            {
+                "config": config,
+                "weights_source": weights_source,
+                "gpu_memory_bytes": gpu_memory,
+                "free_gpu_memory_bytes": free_gpu_memory,
+                "hf_offline": os.environ.get("HF_HUB_OFFLINE"),
+            }
+        )
         click.echo(json.dumps(doc, indent=2))
     else:
         render_text(cap, config, check)

@@ -19,21 +19,37 @@ else ~/.kube/config. The options are kopf's run options (kopf run --help).
 
 
 @click.command(name="operator", epilog=_EPILOG)
-@click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS",
-              help="Namespace to watch (repeatable; kopf globs such as 'llm-*' allowed).")
+@click.option(
+    "-n",
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    metavar="NS",
+    help="Namespace to watch (repeatable; kopf globs such as 'llm-*' allowed).",
+)
 @click.option("-A", "--all-namespaces", "clusterwide", is_flag=True, help="Watch every namespace.")
 @click.option("--standalone", is_flag=True, help="No peering: assume this is the only operator.")
 @click.option("-P", "--peering", "peering_name", metavar="NAME", help="kopf peering object name (for HA).")
 @click.option("-p", "--priority", type=int, default=None, help="Priority among peers (kopf's --priority).")
-@click.option("--liveness", "liveness_endpoint", metavar="URL",
-              help="Serve a liveness probe, e.g. http://0.0.0.0:8080/healthz.")
+@click.option(
+    "--liveness", "liveness_endpoint", metavar="URL", help="Serve a liveness probe, e.g. http://0.0.0.0:8080/healthz."
+)
 @click.option("--kubeconfig", metavar="FILE", help="Kubeconfig file (default: $KUBECONFIG).")
 @click.option("--context", metavar="NAME", help="Kubeconfig context.")
 @click.option("-v", "--verbose", is_flag=True, help="Log more.")
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings and errors only.")
-def command(namespaces: tuple[str, ...], clusterwide: bool, standalone: bool, peering_name: str | None,
-            priority: int | None, liveness_endpoint: str | None, kubeconfig: str | None, context: str | None,
-            verbose: bool, quiet: bool) -> None:
+def command(
+    namespaces: tuple[str, ...],
+    clusterwide: bool,
+    standalone: bool,
+    peering_name: str | None,
+    priority: int | None,
+    liveness_endpoint: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    verbose: bool,
+    quiet: bool,
+) -> None:
     """Run the VLLMServer operator (kopf run options pass through)."""
     if not namespaces and not clusterwide:
         fail("--namespace: say which namespace(s) to watch, or --all-namespaces")
@@ -50,6 +66,13 @@ def command(namespaces: tuple[str, ...], clusterwide: bool, standalone: bool, pe
         configuration = load_configuration(kubeconfig, context)
     except ClusterConfigError as exc:
         fail(f"--kubeconfig: {exc}")
-    run_operator(configuration, namespaces=namespaces, clusterwide=clusterwide, standalone=standalone,
-                 peering_name=peering_name, liveness_endpoint=liveness_endpoint, priority=priority,
-                 reload=lambda: load_configuration(kubeconfig, context))
+    run_operator(
+        configuration,
+        namespaces=namespaces,
+        clusterwide=clusterwide,
+        standalone=standalone,
+        peering_name=peering_name,
+        liveness_endpoint=liveness_endpoint,
+        priority=priority,
+        reload=lambda: load_configuration(kubeconfig, context),
+    )

@@ -53,10 +53,15 @@ def _documents(path: str, text: str) -> list[object]:
 
 @click.command(name="render", epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("file", metavar="FILE")
-@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
-              help="Output format.")
-@click.option("-n", "--namespace", default=None,
-              help="Namespace of the objects. Default: the VLLMServer's metadata.namespace, else 'default'.")
+@click.option(
+    "-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True, help="Output format."
+)
+@click.option(
+    "-n",
+    "--namespace",
+    default=None,
+    help="Namespace of the objects. Default: the VLLMServer's metadata.namespace, else 'default'.",
+)
 def command(file: str, output: str, namespace: str | None) -> None:
     """Preview, offline, the Pod and Service the operator makes of a VLLMServer (a v1 List)."""
     from kvpilot.api import SpecError, parse_resource

@@ -43,8 +43,8 @@ DEFAULT_SERVE_HOST = "127.0.0.1"
 #: seconds of simulated time between recording snapshots: 5 s keeps ``rate(...[1m])`` usable
 #: (12 points per minute) at 1/3 of the size of a 1 s scrape.
 DEFAULT_INTERVAL = 5.0
-DEFAULT_RECORD_DURATION = 600.0   # 10 minutes: testing-notes.md's backfill check used this length
-TICK_SECONDS = 0.05               # wall-clock granularity of the --serve simulation thread
+DEFAULT_RECORD_DURATION = 600.0  # 10 minutes: testing-notes.md's backfill check used this length
+TICK_SECONDS = 0.05  # wall-clock granularity of the --serve simulation thread
 
 #: Bounds of one run, so every run ends in bounded time and memory (a mistyped ``--arrival-rate 1e9``
 #: would otherwise generate 3e11 requests): requests/s (far above what one vLLM server serves), requests
@@ -150,8 +150,11 @@ def cache_config_labels(engine: Any, overrides: Mapping[str, Any]) -> dict[str, 
     blocks = None
     if config is not None and hasattr(config, "resolved_num_gpu_blocks"):
         blocks = int(config.resolved_num_gpu_blocks())
-    tokens = blocks * block_size if blocks else (_engine_value(engine, "kv_cache_tokens")
-                                                 or overrides.get("kv_cache_tokens"))
+    tokens = (
+        blocks * block_size
+        if blocks
+        else (_engine_value(engine, "kv_cache_tokens") or overrides.get("kv_cache_tokens"))
+    )
     labels: dict[str, str] = {"block_size": str(block_size)}
     if tokens:
         # vLLM: kv_cache_size_tokens = num_gpu_blocks * block_size (v1/core/kv_cache_utils.py)
@@ -167,8 +170,9 @@ def cache_config_labels(engine: Any, overrides: Mapping[str, Any]) -> dict[str, 
     if caching is None:
         caching = overrides.get("enable_prefix_caching", True)
     labels["enable_prefix_caching"] = str(bool(caching))
-    labels["cache_dtype"] = str(_engine_value(engine, "kv_cache_dtype", "cache_dtype")
-                                or overrides.get("kv_cache_dtype") or "auto")
+    labels["cache_dtype"] = str(
+        _engine_value(engine, "kv_cache_dtype", "cache_dtype") or overrides.get("kv_cache_dtype") or "auto"
+    )
     return labels
 
 
@@ -183,17 +187,23 @@ class Simulation:
             workload runs out, the next chunk of the same length starts where it ended (seed + 1).
     """
 
-    def __init__(self, scenario: str, overrides: dict[str, Any], vllm_version: str, model_name: str | None,
-                 horizon: float | None = None, endless: bool = False):
+    def __init__(
+        self,
+        scenario: str,
+        overrides: dict[str, Any],
+        vllm_version: str,
+        model_name: str | None,
+        horizon: float | None = None,
+        endless: bool = False,
+    ):
+        from kvpilot.engine import scenarios
         from kvpilot.engine.exporter import VLLMMetrics
 
-        from kvpilot.engine import scenarios
         spec = _call(f"scenario {scenario}", scenarios.resolve, scenario, overrides or None)
         self._wl_spec = dict(spec.workload)
         stretch = self._wl_spec.get("type") == "poisson" and "duration" in self._wl_spec
         if stretch and horizon and horizon > float(self._wl_spec["duration"]):
-            spec = _call(f"scenario {scenario}", scenarios.resolve, spec,
-                         {"workload": {"duration": float(horizon)}})
+            spec = _call(f"scenario {scenario}", scenarios.resolve, spec, {"workload": {"duration": float(horizon)}})
             self._wl_spec = dict(spec.workload)
         self._endless = endless and stretch
         self._chunk = 0
@@ -202,10 +212,17 @@ class Simulation:
         probe, _ = _call(f"scenario {scenario}", scenarios.build, spec)
         self.max_model_len = int(_engine_value(probe, "max_model_len") or 8192)
         self.model_name = str(model_name or _engine_value(probe, "served_model_name", "model") or "kvpilot/simulated")
-        self.metrics = _call("--vllm-version", VLLMMetrics, vllm_version=vllm_version, model_name=self.model_name,
-                             cache_config=cache_config_labels(probe, overrides), max_model_len=self.max_model_len)
-        self.engine, self.workload = _call(f"scenario {scenario}", scenarios.build, spec, metrics=self.metrics,
-                                           keep_finished=False)
+        self.metrics = _call(
+            "--vllm-version",
+            VLLMMetrics,
+            vllm_version=vllm_version,
+            model_name=self.model_name,
+            cache_config=cache_config_labels(probe, overrides),
+            max_model_len=self.max_model_len,
+        )
+        self.engine, self.workload = _call(
+            f"scenario {scenario}", scenarios.build, spec, metrics=self.metrics, keep_finished=False
+        )
         self._lock = threading.Lock()
 
     @property
@@ -217,8 +234,12 @@ class Simulation:
         from kvpilot.engine.workloads import from_dict
 
         self._chunk += 1
-        spec = {**self._wl_spec, "start": self.engine.now, "seed": int(self._wl_spec.get("seed", 0)) + self._chunk,
-                "id_prefix": f"req{self._chunk}"}
+        spec = {
+            **self._wl_spec,
+            "start": self.engine.now,
+            "seed": int(self._wl_spec.get("seed", 0)) + self._chunk,
+            "id_prefix": f"req{self._chunk}",
+        }
         self.workload = from_dict(spec)
 
     def advance_to(self, t: float) -> None:
@@ -272,11 +293,22 @@ def record(sim: Simulation, path: Path, duration: float, interval: float, end: f
 
 
 def _handler(sim: Simulation, version: str) -> type[BaseHTTPRequestHandler]:
-    models_body = json.dumps({
-        "object": "list",
-        "data": [{"id": sim.model_name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-                  "root": sim.model_name, "parent": None, "max_model_len": sim.max_model_len}],
-    }).encode()
+    models_body = json.dumps(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "id": sim.model_name,
+                    "object": "model",
+                    "created": int(time.time()),
+                    "owned_by": "vllm",
+                    "root": sim.model_name,
+                    "parent": None,
+                    "max_model_len": sim.max_model_len,
+                }
+            ],
+        }
+    ).encode()
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "kvpilot-simulate"
@@ -328,8 +360,10 @@ def serve(sim: Simulation, host: str, port: int, speed: float, duration: float |
     server_thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     server_thread.start()
     bound_host, bound_port = httpd.server_address[:2]
-    click.echo(f"serving http://{bound_host}:{bound_port} (model {sim.model_name}, vLLM {version}, "
-               f"speed {speed:g}x)", err=False)
+    click.echo(
+        f"serving http://{bound_host}:{bound_port} (model {sim.model_name}, vLLM {version}, speed {speed:g}x)",
+        err=False,
+    )
     sys.stdout.flush()
     wall0 = time.monotonic()
     try:
@@ -347,8 +381,13 @@ def serve(sim: Simulation, host: str, port: int, speed: float, duration: float |
 
 # ---------------------------------------------------------------------------------------------- overrides
 #: workload flags -> keys of the scenario's workload spec (kvpilot.engine.workloads.from_dict)
-_WORKLOAD_FLAGS = {"arrival_rate": "rate", "prompt_tokens": "prompt_len", "output_tokens": "output_len",
-                   "num_requests": "num_requests", "seed": "seed"}
+_WORKLOAD_FLAGS = {
+    "arrival_rate": "rate",
+    "prompt_tokens": "prompt_len",
+    "output_tokens": "output_len",
+    "num_requests": "num_requests",
+    "seed": "seed",
+}
 
 
 def _load_scenario_file(path: str) -> dict[str, Any]:
@@ -388,6 +427,7 @@ def _vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, int | 
             rest.append(argv[i])
         i += 1
     from kvpilot.engine import scenarios
+
     parse = getattr(scenarios, "from_vllm_args", None)
     if parse is None:
         from kvpilot.engine.vllm_args import from_vllm_args as parse
@@ -398,49 +438,103 @@ def _vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, int | 
 # ---------------------------------------------------------------------------------------------- command
 @click.command(name="simulate", epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("scenario", required=False)
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="Report format (report mode).")
-@click.option("--serve", "serve_at", metavar="[HOST:]PORT",
-              help=f"Serve /metrics, /health, /v1/models live (host defaults to {DEFAULT_SERVE_HOST}).")
-@click.option("--speed", type=float, default=1.0, show_default=True,
-              help=f"Simulated seconds per wall-clock second for --serve (at most {MAX_SPEED:g}).")
-@click.option("--record", "record_to", type=click.Path(dir_okay=False, writable=True),
-              help="Write a recording (OpenMetrics with timestamps) to FILE.")
-@click.option("--duration", type=DURATION, help="Simulated time: --record length (default 10m); "
-              "--serve stops after it (default: until stopped); at most 24h.")
-@click.option("--interval", type=DURATION, default=DEFAULT_INTERVAL, show_default=True,
-              help="Simulated seconds between recording snapshots.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Report format (report mode).",
+)
+@click.option(
+    "--serve",
+    "serve_at",
+    metavar="[HOST:]PORT",
+    help=f"Serve /metrics, /health, /v1/models live (host defaults to {DEFAULT_SERVE_HOST}).",
+)
+@click.option(
+    "--speed",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help=f"Simulated seconds per wall-clock second for --serve (at most {MAX_SPEED:g}).",
+)
+@click.option(
+    "--record",
+    "record_to",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write a recording (OpenMetrics with timestamps) to FILE.",
+)
+@click.option(
+    "--duration",
+    type=DURATION,
+    help="Simulated time: --record length (default 10m); --serve stops after it (default: until stopped); at most 24h.",
+)
+@click.option(
+    "--interval",
+    type=DURATION,
+    default=DEFAULT_INTERVAL,
+    show_default=True,
+    help="Simulated seconds between recording snapshots.",
+)
 @click.option("--end", help="Timestamp of the recording's last snapshot: Unix seconds or ISO 8601 (default now).")
 @click.option("--vllm-version", default=None, help="vLLM release whose metric names to expose (default 0.33.0).")
 @click.option("--model-name", "--served-model-name", "model_name", help="model_name label and /v1/models id.")
 @click.option("--scenario-file", type=click.Path(dir_okay=False), help="YAML mapping of scenario settings.")
-@click.option("--trace", "trace_file", metavar="FILE.jsonl",
-              help="Replay a JSON Lines trace (one request per line: arrival_time, prompt_tokens, output_len, "
-                   "prefix_group, prefix_len, request_id, cache_salt, lora_id, tag) on SCENARIO's engine "
-                   "(default healthy).")
+@click.option(
+    "--trace",
+    "trace_file",
+    metavar="FILE.jsonl",
+    help="Replay a JSON Lines trace (one request per line: arrival_time, prompt_tokens, output_len, "
+    "prefix_group, prefix_len, request_id, cache_salt, lora_id, tag) on SCENARIO's engine "
+    "(default healthy).",
+)
 @click.option("--vllm-args", help='vLLM\'s own command line, e.g. "serve MODEL --max-num-seqs 4".')
 @click.option("--max-num-seqs", type=click.IntRange(min=1))
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1))
 @click.option("--max-model-len", type=click.IntRange(min=1))
 @click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True))
 @click.option("--kv-cache-tokens", type=click.IntRange(min=1), help="KV capacity in tokens (overrides the GPU maths).")
-@click.option("--block-size", type=int, callback=lambda ctx, param, value: _block_size(value),
-              help="Tokens per KV block: one of vLLM's 1, 8, 16, 32, 64, 128, 256.")
+@click.option(
+    "--block-size",
+    type=int,
+    callback=lambda ctx, param, value: _block_size(value),
+    help="Tokens per KV block: one of vLLM's 1, 8, 16, 32, 64, 128, 256.",
+)
 @click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=None)
-@click.option("--arrival-rate", type=click.FloatRange(min=0, max=MAX_ARRIVAL_RATE),
-              help=f"Poisson arrivals, requests/s (at most {MAX_ARRIVAL_RATE:g}).")
+@click.option(
+    "--arrival-rate",
+    type=click.FloatRange(min=0, max=MAX_ARRIVAL_RATE),
+    help=f"Poisson arrivals, requests/s (at most {MAX_ARRIVAL_RATE:g}).",
+)
 @click.option("--prompt-tokens", type=click.IntRange(min=1), help="Mean prompt length, tokens.")
 @click.option("--output-tokens", type=click.IntRange(min=1), help="Mean output length, tokens.")
-@click.option("--num-requests", type=click.IntRange(min=0, max=MAX_REQUESTS),
-              help=f"Requests of the workload (at most {MAX_REQUESTS:,}).")
-@click.option("--kv-offload-cpu", "kv_offload_cpu_bytes", type=SIZE,
-              help="LMCache-like CPU KV tier size (e.g. 1.5GiB).")
+@click.option(
+    "--num-requests",
+    type=click.IntRange(min=0, max=MAX_REQUESTS),
+    help=f"Requests of the workload (at most {MAX_REQUESTS:,}).",
+)
+@click.option(
+    "--kv-offload-cpu", "kv_offload_cpu_bytes", type=SIZE, help="LMCache-like CPU KV tier size (e.g. 1.5GiB)."
+)
 @click.option("--gpu", help="GPU profile (e.g. H100, A100, L4, laptop-8gb).")
 @click.option("--seed", type=int)
-def command(scenario: str | None, output: str, serve_at: str | None, speed: float, record_to: str | None,
-            duration: float | None, interval: float, end: str | None, vllm_version: str | None,
-            model_name: str | None, scenario_file: str | None, vllm_args: str | None, trace_file: str | None,
-            **flags: Any) -> None:
+def command(
+    scenario: str | None,
+    output: str,
+    serve_at: str | None,
+    speed: float,
+    record_to: str | None,
+    duration: float | None,
+    interval: float,
+    end: str | None,
+    vllm_version: str | None,
+    model_name: str | None,
+    scenario_file: str | None,
+    vllm_args: str | None,
+    trace_file: str | None,
+    **flags: Any,
+) -> None:
     """Run the vLLM engine model: print results, --serve a live /metrics, or --record a timeline.
 
     SCENARIO is one of seed-lru, kv-exhaustion, max-num-seqs-cap, token-budget-cap, compute-bound,
@@ -452,9 +546,22 @@ def command(scenario: str | None, output: str, serve_at: str | None, speed: floa
         vllm_argv = shlex.split(vllm_args) if vllm_args else None
     except ValueError as exc:  # e.g. an unbalanced quote
         fail(f"--vllm-args: cannot split {vllm_args!r} like a shell would ({exc})")
-    run(scenario, output=output, serve_at=serve_at, speed=speed, record_to=record_to, duration=duration,
-        interval=interval, end=end, vllm_version=vllm_version, model_name=model_name,
-        scenario_file=scenario_file, vllm_argv=vllm_argv, flags=flags, trace_file=trace_file)
+    run(
+        scenario,
+        output=output,
+        serve_at=serve_at,
+        speed=speed,
+        record_to=record_to,
+        duration=duration,
+        interval=interval,
+        end=end,
+        vllm_version=vllm_version,
+        model_name=model_name,
+        scenario_file=scenario_file,
+        vllm_argv=vllm_argv,
+        flags=flags,
+        trace_file=trace_file,
+    )
 
 
 #: Simulated seconds a replayed trace keeps running after its last arrival (when --duration is not given).
@@ -479,10 +586,12 @@ def _load_trace_file(path: str) -> list[dict[str, Any]]:
     return items
 
 
-def _check_bounds(overrides: Mapping[str, Any], scenario: Any, duration: float | None,
-                  trace: list | None, from_cli: Mapping[str, Any]) -> None:
+def _check_bounds(
+    overrides: Mapping[str, Any], scenario: Any, duration: float | None, trace: list | None, from_cli: Mapping[str, Any]
+) -> None:
     """Refuse a run above :data:`MAX_ARRIVAL_RATE`, :data:`MAX_REQUESTS` or :data:`MAX_SIMULATED_SECONDS`
-    (exit 2 naming the option, or the ``--scenario-file`` key, that set it)."""
+    (exit 2 naming the option, or the ``--scenario-file`` key, that set it).
+    """
     if trace is not None and len(trace) > MAX_REQUESTS:
         fail(f"--trace: {len(trace):,} requests is above the maximum {MAX_REQUESTS:,} of one run")
     wl = {**(scenario.workload or {}), **(overrides.get("workload") or {})}
@@ -503,16 +612,30 @@ def _check_bounds(overrides: Mapping[str, Any], scenario: Any, duration: float |
         opt = "--num-requests" if "num_requests" in from_cli else "--scenario-file workload.num_requests"
         fail(f"{opt}: {count:,} requests is above the maximum {MAX_REQUESTS:,} of one run")
     if rate is not None and count is None and rate * seconds > MAX_REQUESTS:
-        fail(f"{rate_opt}: {rate:g} requests/s for {seconds:g} s is {rate * seconds:,.0f} requests, above the "
-             f"maximum {MAX_REQUESTS:,} of one run (lower the rate or --duration)")
+        fail(
+            f"{rate_opt}: {rate:g} requests/s for {seconds:g} s is {rate * seconds:,.0f} requests, above the "
+            f"maximum {MAX_REQUESTS:,} of one run (lower the rate or --duration)"
+        )
 
 
-def run(scenario: str | None, *, output: str = "text", serve_at: str | None = None, speed: float = 1.0,
-        record_to: str | None = None, duration: float | None = None, interval: float = DEFAULT_INTERVAL,
-        end: str | None = None, vllm_version: str | None = None, model_name: str | None = None,
-        scenario_file: str | None = None, vllm_argv: list[str] | None = None,
-        flags: Mapping[str, Any] | None = None, default_host: str = DEFAULT_SERVE_HOST,
-        trace_file: str | None = None) -> None:
+def run(
+    scenario: str | None,
+    *,
+    output: str = "text",
+    serve_at: str | None = None,
+    speed: float = 1.0,
+    record_to: str | None = None,
+    duration: float | None = None,
+    interval: float = DEFAULT_INTERVAL,
+    end: str | None = None,
+    vllm_version: str | None = None,
+    model_name: str | None = None,
+    scenario_file: str | None = None,
+    vllm_argv: list[str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+    default_host: str = DEFAULT_SERVE_HOST,
+    trace_file: str | None = None,
+) -> None:
     """The command's body (shared with :func:`vllm_shim`); exits 2 with one line on bad input."""
     from kvpilot.engine.exporter import DEFAULT_VLLM_VERSION
     from kvpilot.metrics.catalog import version_tuple
@@ -557,6 +680,7 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
     scenario = scenario or overrides.pop("scenario", None) or ("healthy" if vllm_argv or trace else None)
     overrides.pop("scenario", None)
     from kvpilot.engine.scenarios import SCENARIOS as known
+
     if not scenario:
         fail("SCENARIO: missing (one of: " + ", ".join(known) + ")")
     if scenario not in known:
@@ -565,8 +689,7 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
         base = dict(known[scenario].workload)
         if "rate" in workload and base.get("type") != "poisson":
             # e.g. --arrival-rate on idle or seed-lru: switch to Poisson arrivals for the scenario's time
-            workload = {"type": "poisson", "duration": known[scenario].duration or DEFAULT_RECORD_DURATION,
-                        **workload}
+            workload = {"type": "poisson", "duration": known[scenario].duration or DEFAULT_RECORD_DURATION, **workload}
         overrides["workload"] = {**overrides.get("workload", {}), **workload}
     if trace is not None:
         overrides["workload"] = {"type": "trace", "requests": trace}
@@ -582,6 +705,7 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
 
     if not serve_at and not record_to:
         from kvpilot.engine import scenarios
+
         if duration is not None:
             # run for --duration simulated seconds; a Poisson workload keeps arriving that long
             overrides["duration"] = duration
@@ -598,8 +722,10 @@ def run(scenario: str | None, *, output: str = "text", serve_at: str | None = No
             lines, first, last = record(sim, Path(record_to), total, interval, end_ts)
         except OSError as exc:
             fail(f"--record: cannot write {record_to}: {exc.strerror or exc}")
-        click.echo(f"wrote {lines} samples to {record_to}: {scenario}, {total:g} simulated s every {interval:g} s, "
-                   f"timestamps {first:.0f}..{last:.0f}")
+        click.echo(
+            f"wrote {lines} samples to {record_to}: {scenario}, {total:g} simulated s every {interval:g} s, "
+            f"timestamps {first:.0f}..{last:.0f}"
+        )
         return
     listen_host, listen_port = listen
     serve(sim, host or listen_host, port if port is not None else listen_port, speed, duration, version)
@@ -649,6 +775,12 @@ def vllm_shim(argv: list[str] | None = None) -> None:
         duration_s = parse_duration(duration, "KVPILOT_DURATION") if duration else None
     except ValueError as exc:
         fail(f"KVPILOT_SPEED/KVPILOT_DURATION: {exc}")
-    run(os.environ.get("KVPILOT_SCENARIO", "healthy"), serve_at=f"{VLLM_DEFAULT_HOST}:{VLLM_DEFAULT_PORT}",
-        speed=speed, duration=duration_s, vllm_version=os.environ.get("KVPILOT_VLLM_VERSION"),
-        vllm_argv=argv, default_host=VLLM_DEFAULT_HOST)
+    run(
+        os.environ.get("KVPILOT_SCENARIO", "healthy"),
+        serve_at=f"{VLLM_DEFAULT_HOST}:{VLLM_DEFAULT_PORT}",
+        speed=speed,
+        duration=duration_s,
+        vllm_version=os.environ.get("KVPILOT_VLLM_VERSION"),
+        vllm_argv=argv,
+        default_host=VLLM_DEFAULT_HOST,
+    )

@@ -68,14 +68,16 @@ def now_rfc3339() -> str:
 
 
 def make_settings(settings: kopf.OperatorSettings | None = None) -> kopf.OperatorSettings:
-    """kopf settings for kvpilot: progress and diff-base in ``kvpilot.dev/…`` annotations (status
+    """Kopf settings for kvpilot: progress and diff-base in ``kvpilot.dev/…`` annotations (status
     keeps only CRD-declared fields), kopf's own log lines not posted as Events (only warnings),
     watches of pods filtered server-side by ``app.kubernetes.io/managed-by=kvpilot``; no
-    finalizers (no delete handler: owner references delete the pod and service)."""
+    finalizers (no delete handler: owner references delete the pod and service).
+    """
     settings = settings or kopf.OperatorSettings()
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     # Only kvpilot's pods, filtered by the API server (not every pod of the cluster in memory).
@@ -84,7 +86,7 @@ def make_settings(settings: kopf.OperatorSettings | None = None) -> kopf.Operato
 
 
 def connection_info(configuration: kubernetes.client.Configuration) -> kopf.ConnectionInfo:
-    """kopf's connection from a kubernetes-client ``Configuration`` (so both talk to one cluster)."""
+    """Kopf's connection from a kubernetes-client ``Configuration`` (so both talk to one cluster)."""
     token = None
     auth = (configuration.api_key or {}).get("authorization") or (configuration.api_key or {}).get("BearerToken")
     if auth:
@@ -142,29 +144,52 @@ class Controller:
             return server
         meta = server["metadata"]
         updated = self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": patch})
+            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": patch}
+        )
         if logic.is_transition(old, new):
             logger.info(f"{meta['name']}: {old.get('phase')} -> {new.get('phase')} ({new.get('reason')})")
-            kopf.event(server, type=logic.event_type(new), reason=new.get("phase") or "Unknown",
-                       message=f"{new.get('reason')}: {new.get('message')}"[:1024])
+            kopf.event(
+                server,
+                type=logic.event_type(new),
+                reason=new.get("phase") or "Unknown",
+                message=f"{new.get('reason')}: {new.get('message')}"[:1024],
+            )
         return updated
 
-    def _write_kv_condition(self, server: dict[str, Any], condition: dict[str, Any], warning: str | None,
-                            now: str, numbers: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _write_kv_condition(
+        self,
+        server: dict[str, Any],
+        condition: dict[str, Any],
+        warning: str | None,
+        now: str,
+        numbers: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Set the KVCapacity condition and ``status.preflight`` (Warning Event when the condition
-        turns False) and return the server."""
+        turns False) and return the server.
+        """
         old = server.get("status") or {}
-        conditions = logic.set_condition(old.get("conditions"), condition["type"], condition["status"],
-                                         condition["reason"], condition["message"], now=now,
-                                         generation=server["metadata"].get("generation"))
+        conditions = logic.set_condition(
+            old.get("conditions"),
+            condition["type"],
+            condition["status"],
+            condition["reason"],
+            condition["message"],
+            now=now,
+            generation=server["metadata"].get("generation"),
+        )
         numbers = numbers or None
         if conditions == old.get("conditions") and numbers == old.get("preflight"):
             return server
         meta = server["metadata"]
         before = next((c for c in old.get("conditions") or [] if c["type"] == condition["type"]), {})
         updated = self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"],
-            {"status": {"conditions": conditions, "preflight": numbers}})
+            GROUP,
+            VERSION,
+            meta["namespace"],
+            PLURAL,
+            meta["name"],
+            {"status": {"conditions": conditions, "preflight": numbers}},
+        )
         if warning and before.get("status") != "False":
             kopf.event(server, type="Warning", reason=condition["reason"], message=warning[:1024])
         return updated
@@ -185,8 +210,9 @@ class Controller:
     def _kv_from_log(self, pod: dict[str, Any], logger: logging.Logger) -> tuple[int, float | None] | None:
         meta = pod["metadata"]
         try:
-            text = self.core.read_namespaced_pod_log(meta["name"], meta["namespace"], container="vllm",
-                                                     limit_bytes=LOG_LIMIT_BYTES)
+            text = self.core.read_namespaced_pod_log(
+                meta["name"], meta["namespace"], container="vllm", limit_bytes=LOG_LIMIT_BYTES
+            )
         except ApiException as exc:
             logger.warning(f"could not read the log of pod {meta['name']}: {exc.status} {exc.reason}")
             return None
@@ -211,8 +237,9 @@ class Controller:
                 return None, None, f"ConfigMap {ref.name} has no key {ref.key}"
             try:
                 config = json.loads(data[ref.key])
-                index = json.loads(data["model.safetensors.index.json"]) if "model.safetensors.index.json" in data \
-                    else None
+                index = (
+                    json.loads(data["model.safetensors.index.json"]) if "model.safetensors.index.json" in data else None
+                )
             except ValueError as exc:
                 return None, None, f"ConfigMap {ref.name}: not JSON: {exc}"
             weights = (index or {}).get("metadata", {}).get("total_size")
@@ -229,7 +256,8 @@ class Controller:
     @staticmethod
     def _from_hub(model: str) -> tuple[dict | None, int | None, str]:
         """config.json and the safetensors parameter bytes from the Hub, each request bounded by
-        :func:`kvpilot.kv.hub.hub_timeout` seconds with no retry (HF_HUB_OFFLINE honoured)."""
+        :func:`kvpilot.kv.hub.hub_timeout` seconds with no retry (HF_HUB_OFFLINE honoured).
+        """
         from kvpilot.kv.hub import HubUnavailable, fetch_file, hub_timeout, quiet_hub
 
         try:
@@ -246,8 +274,11 @@ class Controller:
             with quiet_hub():
                 info = HfApi().model_info(model, timeout=hub_timeout())
             params = getattr(info, "safetensors", None)
-            weights = sum(count * _DTYPE_BYTES.get(dtype, 2) for dtype, count in params.parameters.items()) \
-                if params is not None else None
+            weights = (
+                sum(count * _DTYPE_BYTES.get(dtype, 2) for dtype, count in params.parameters.items())
+                if params is not None
+                else None
+            )
         except Exception:  # noqa: BLE001 - unknown weights: the pre-flight reports it
             weights = None
         return config, weights, f"the Hub ({model})"
@@ -255,7 +286,8 @@ class Controller:
     def _gpu_memory(self, spec: VLLMServerSpec, pods: list[dict[str, Any]]) -> tuple[int | None, str | None]:
         """``(bytes of one GPU, where from)``: ``spec.resources.gpuMemory``, else the label
         ``nvidia.com/gpu.memory`` (MiB, NVIDIA GPU feature discovery) of the node a pod runs on;
-        ``(None, None)`` when neither is known (no pod scheduled yet, no label, unreadable node)."""
+        ``(None, None)`` when neither is known (no pod scheduled yet, no label, unreadable node).
+        """
         if spec.resources.gpu_memory is not None:
             quantity = spec.resources.gpu_memory
             return int(parse_quantity(quantity)), f"{quantity} (spec.resources.gpuMemory)"
@@ -271,22 +303,33 @@ class Controller:
                 return None, None
         return None, None
 
-    def preflight(self, namespace: str, spec: VLLMServerSpec,
-                  pods: list[dict[str, Any]]) -> tuple[dict, str | None, dict[str, Any]]:
+    def preflight(
+        self, namespace: str, spec: VLLMServerSpec, pods: list[dict[str, Any]]
+    ) -> tuple[dict, str | None, dict[str, Any]]:
         """The ``KVCapacity`` condition (kvpilot.kv.preflight), a warning when one request of
         ``maxModelLen`` cannot fit, and the numbers for ``status.preflight`` (camelCase; empty when
-        not computed); Unknown when the model config or GPU memory is not known."""
+        not computed); Unknown when the model config or GPU memory is not known.
+        """
         config, weights, source = self._model_files(namespace, spec)
         if config is None:
-            return {"type": "KVCapacity", "status": "Unknown", "reason": "NoModelConfig",
-                    "message": f"KV capacity not computed: model config.json not available ({source})"}, None, {}
+            return (
+                {
+                    "type": "KVCapacity",
+                    "status": "Unknown",
+                    "reason": "NoModelConfig",
+                    "message": f"KV capacity not computed: model config.json not available ({source})",
+                },
+                None,
+                {},
+            )
         gpu_memory, gpu_source = self._gpu_memory(spec, pods)
         engine = spec.engine.model_dump(by_alias=True, exclude_none=True) if spec.engine else {}
         result = kv_preflight(config, engine, gpu_memory_bytes=gpu_memory, weights_bytes=weights)
         numbers = {}
         if result.numbers:
-            numbers = PreflightStatus(**result.numbers, config_source=source,
-                                      gpu_memory=gpu_source).model_dump(by_alias=True, exclude_none=True)
+            numbers = PreflightStatus(**result.numbers, config_source=source, gpu_memory=gpu_source).model_dump(
+                by_alias=True, exclude_none=True
+            )
         return result.condition, result.warning, numbers
 
     # ------------------------------------------------------------------ VLLMServer handlers
@@ -308,8 +351,13 @@ class Controller:
             if spec.preflight == "enforce":  # the verdict decides whether a pod may exist: before it
                 server, warning, condition = self._preflight_status(server, spec, pods, now)
                 if warning:
-                    self._write_status(server, logic.invalid_status(
-                        server, f"spec.engine.maxModelLen: {warning}", now=now, reason=condition["reason"]), logger)
+                    self._write_status(
+                        server,
+                        logic.invalid_status(
+                            server, f"spec.engine.maxModelLen: {warning}", now=now, reason=condition["reason"]
+                        ),
+                        logger,
+                    )
                     raise kopf.PermanentError(f"pre-flight refused the spec: {warning}")
             self._ensure_service(service)
             plan = logic.plan_pods(server, pods, digest)
@@ -320,30 +368,62 @@ class Controller:
                 except ApiException as exc:
                     if exc.status != 404:
                         raise
-                kopf.event(server, type="Normal", reason="PodReplaced",
-                           message=f"deleted pod {stale}: it was made from an older spec (or is a duplicate)")
+                kopf.event(
+                    server,
+                    type="Normal",
+                    reason="PodReplaced",
+                    message=f"deleted pod {stale}: it was made from an older spec (or is a duplicate)",
+                )
             pod = plan.keep
             if plan.create:
                 created = self.core.create_namespaced_pod(namespace, pod_obj)
                 pod = self.api.sanitize_for_serialization(created)
-                kopf.event(server, type="Normal", reason="PodCreated",
-                           message=f"created pod {pod['metadata']['name']} for spec {digest}")
-            status = logic.server_status(server, pod, now=now, service_name=service["metadata"]["name"],
-                                         spec_hash=digest, command=vllm_command(spec))
+                kopf.event(
+                    server,
+                    type="Normal",
+                    reason="PodCreated",
+                    message=f"created pod {pod['metadata']['name']} for spec {digest}",
+                )
+            status = logic.server_status(
+                server,
+                pod,
+                now=now,
+                service_name=service["metadata"]["name"],
+                spec_hash=digest,
+                command=vllm_command(spec),
+            )
             if pod is None and not plan.create:  # ended with this spec: stays ended, no new pod
-                status.update({k: v for k, v in (server.get("status") or {}).items()
-                               if k in ("phase", "reason", "message", "podName", "podUid", "startedAt",
-                                        "expiresAt", "finishedAt", "kvCacheTokens", "maxConcurrency")})
+                status.update(
+                    {
+                        k: v
+                        for k, v in (server.get("status") or {}).items()
+                        if k
+                        in (
+                            "phase",
+                            "reason",
+                            "message",
+                            "podName",
+                            "podUid",
+                            "startedAt",
+                            "expiresAt",
+                            "finishedAt",
+                            "kvCacheTokens",
+                            "maxConcurrency",
+                        )
+                    }
+                )
             server = self._write_status(server, status, logger)
             if spec.preflight == "warn":
                 # After the pod exists: a slow or unreachable Hub (bounded by kvpilot.kv.hub) never
                 # delays the pod; the condition and its Warning Event follow.
                 self._preflight_status(server, spec, [pod] if pod else [], now)
 
-    def _preflight_status(self, server: dict[str, Any], spec: VLLMServerSpec, pods: list[dict[str, Any]],
-                          now: str) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
+    def _preflight_status(
+        self, server: dict[str, Any], spec: VLLMServerSpec, pods: list[dict[str, Any]], now: str
+    ) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
         """Compute the pre-flight and write ``KVCapacity`` and ``status.preflight``; returns
-        ``(server as updated, warning or None, condition)``."""
+        ``(server as updated, warning or None, condition)``.
+        """
         condition, warning, numbers = self.preflight(server["metadata"]["namespace"], spec, pods)
         return self._write_kv_condition(server, condition, warning, now, numbers), warning, condition
 
@@ -365,20 +445,36 @@ class Controller:
                 return
             pod_name = pod["metadata"]["name"]
             digest = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
-            current = status.get("podName") == pod_name or (not status.get("podName")
-                                                           and digest == status.get("specHash"))
+            current = status.get("podName") == pod_name or (
+                not status.get("podName") and digest == status.get("specHash")
+            )
             if not current or not status.get("specHash"):
                 return  # an old pod being replaced, or the server handler has not run yet
             now = now_rfc3339()
             if event["type"] == "DELETED":
-                new = logic.server_status(server, None, now=now, service_name=status.get("serviceName") or name,
-                                          spec_hash=status["specHash"], command=status.get("command"))
+                new = logic.server_status(
+                    server,
+                    None,
+                    now=now,
+                    service_name=status.get("serviceName") or name,
+                    spec_hash=status["specHash"],
+                    command=status.get("command"),
+                )
                 if status.get("phase") not in logic.ENDED_PHASES:  # an ended server stays Expired/Failed
-                    new.update(phase="Failed", reason="PodDeleted",
-                               message=f"pod {pod_name} was deleted; change the spec or delete the VLLMServer")
-                    new["conditions"] = logic.set_condition(new["conditions"], "Ready", "False", "PodDeleted",
-                                                            new["message"], now=now,
-                                                            generation=meta.get("generation"))
+                    new.update(
+                        phase="Failed",
+                        reason="PodDeleted",
+                        message=f"pod {pod_name} was deleted; change the spec or delete the VLLMServer",
+                    )
+                    new["conditions"] = logic.set_condition(
+                        new["conditions"],
+                        "Ready",
+                        "False",
+                        "PodDeleted",
+                        new["message"],
+                        now=now,
+                        generation=meta.get("generation"),
+                    )
                 self._write_status(server, new, logger)
                 return
             report = logic.pod_report(pod)
@@ -386,8 +482,15 @@ class Controller:
             same_pod = status.get("podUid") == pod["metadata"].get("uid")
             if report.ready and not (same_pod and status.get("kvCacheTokens") is not None):
                 kv = self._kv_from_log(pod, logger)
-            new = logic.server_status(server, pod, now=now, service_name=status.get("serviceName") or name,
-                                      spec_hash=status["specHash"], command=status.get("command"), kv=kv)
+            new = logic.server_status(
+                server,
+                pod,
+                now=now,
+                service_name=status.get("serviceName") or name,
+                spec_hash=status["specHash"],
+                command=status.get("command"),
+                kv=kv,
+            )
             server = self._write_status(server, new, logger)
             if self._waits_for_node_gpu_memory(server, pod):
                 # The pod has a node now: its nvidia.com/gpu.memory label gives the GPU memory the
@@ -398,19 +501,29 @@ class Controller:
     def _waits_for_node_gpu_memory(self, server: dict[str, Any], pod: dict[str, Any]) -> bool:
         """True when the server's ``KVCapacity`` is Unknown for lack of inputs (reason
         ``InsufficientInputs``: GPU memory unknown), its spec gives no ``resources.gpuMemory``,
-        the pre-flight is on, and ``pod`` was just scheduled (``spec.nodeName``) and not checked yet."""
+        the pre-flight is on, and ``pod`` was just scheduled (``spec.nodeName``) and not checked yet.
+        """
         spec = server.get("spec") or {}
-        kv = next((c for c in (server.get("status") or {}).get("conditions") or [] if c.get("type") == "KVCapacity"),
-                  None)
-        return bool(kv and kv.get("status") == "Unknown" and kv.get("reason") == "InsufficientInputs"
-                    and spec.get("preflight", "warn") != "off"
-                    and not (spec.get("resources") or {}).get("gpuMemory")
-                    and (pod.get("spec") or {}).get("nodeName")
-                    and pod["metadata"].get("uid") not in self._preflighted_pods)
+        kv = next(
+            (c for c in (server.get("status") or {}).get("conditions") or [] if c.get("type") == "KVCapacity"), None
+        )
+        return bool(
+            kv
+            and kv.get("status") == "Unknown"
+            and kv.get("reason") == "InsufficientInputs"
+            and spec.get("preflight", "warn") != "off"
+            and not (spec.get("resources") or {}).get("gpuMemory")
+            and (pod.get("spec") or {}).get("nodeName")
+            and pod["metadata"].get("uid") not in self._preflighted_pods
+        )
 
 
-def build_registry(configuration: kubernetes.client.Configuration, *, hub: bool = True,
-                   reload: Callable[[], kubernetes.client.Configuration] | None = None) -> kopf.OperatorRegistry:
+def build_registry(
+    configuration: kubernetes.client.Configuration,
+    *,
+    hub: bool = True,
+    reload: Callable[[], kubernetes.client.Configuration] | None = None,
+) -> kopf.OperatorRegistry:
     """A kopf registry with the VLLMServer operator's handlers, talking to ``configuration``'s cluster.
 
     Args:

@@ -74,8 +74,11 @@ def pod_report(pod: dict[str, Any], ttl_seconds: int | None = None) -> PodReport
     terminated = next((s["terminated"] for s in _container_states(pod) if s.get("terminated")), None)
     if phase == "Failed" and status.get("reason") == "DeadlineExceeded":
         ttl = f" (ttlSeconds={ttl_seconds})" if ttl_seconds else ""
-        return PodReport("Expired", "DeadlineExceeded",
-                         f"pod ended by its deadline{ttl}; it stays for inspection, change the spec to start anew")
+        return PodReport(
+            "Expired",
+            "DeadlineExceeded",
+            f"pod ended by its deadline{ttl}; it stays for inspection, change the spec to start anew",
+        )
     if phase in ("Failed", "Succeeded"):
         if terminated:
             reason = terminated.get("reason") or "Error"
@@ -91,8 +94,9 @@ def pod_report(pod: dict[str, Any], ttl_seconds: int | None = None) -> PodReport
         return PodReport("Loading", "Loading", "container running; vLLM is loading the model (not ready yet)")
     scheduled = _condition(pod, "PodScheduled")
     if scheduled.get("status") == "False":
-        return PodReport("Pending", scheduled.get("reason") or "Unschedulable",
-                         scheduled.get("message") or "waiting for a node")
+        return PodReport(
+            "Pending", scheduled.get("reason") or "Unschedulable", scheduled.get("message") or "waiting for a node"
+        )
     waiting = next((s["waiting"] for s in _container_states(pod) if s.get("waiting")), None)
     if waiting:
         reason = waiting.get("reason") or "ContainerCreating"
@@ -100,13 +104,24 @@ def pod_report(pod: dict[str, Any], ttl_seconds: int | None = None) -> PodReport
     if phase == "Unknown":
         return PodReport("Pending", "PodUnknown", "the pod's node stopped reporting")
     if scheduled.get("status") == "True":
-        return PodReport("Pending", "Scheduled", f"on node {(pod.get('spec') or {}).get('nodeName') or '?'}; "
-                                                 "waiting for the kubelet to start the container")
+        return PodReport(
+            "Pending",
+            "Scheduled",
+            f"on node {(pod.get('spec') or {}).get('nodeName') or '?'}; waiting for the kubelet to start the container",
+        )
     return PodReport("Pending", "Scheduling", "waiting for the scheduler")
 
 
-def set_condition(conditions: list[dict[str, Any]] | None, type_: str, status: str, reason: str, message: str,
-                  *, now: str, generation: int | None) -> list[dict[str, Any]]:
+def set_condition(
+    conditions: list[dict[str, Any]] | None,
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    *,
+    now: str,
+    generation: int | None,
+) -> list[dict[str, Any]]:
     """Return ``conditions`` with condition ``type_`` set (API conventions).
 
     ``lastTransitionTime`` is ``now`` only when the condition is new or its ``status`` changed;
@@ -114,8 +129,7 @@ def set_condition(conditions: list[dict[str, Any]] | None, type_: str, status: s
     """
     out = [dict(c) for c in conditions or [] if c.get("type") != type_]
     old = next((c for c in conditions or [] if c.get("type") == type_), None)
-    since = old["lastTransitionTime"] if old and old.get("status") == status and old.get("lastTransitionTime") \
-        else now
+    since = old["lastTransitionTime"] if old and old.get("status") == status and old.get("lastTransitionTime") else now
     new = {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
     if generation is not None:
         new["observedGeneration"] = generation
@@ -142,9 +156,16 @@ def endpoint(service: str, namespace: str) -> str:
     return f"http://{service}.{namespace}.svc:{VLLM_PORT}"
 
 
-def server_status(server: dict[str, Any], pod: dict[str, Any] | None, *, now: str, service_name: str,
-                  spec_hash: str, command: list[str] | None = None,
-                  kv: tuple[int, float | None] | None = None) -> dict[str, Any]:
+def server_status(
+    server: dict[str, Any],
+    pod: dict[str, Any] | None,
+    *,
+    now: str,
+    service_name: str,
+    spec_hash: str,
+    command: list[str] | None = None,
+    kv: tuple[int, float | None] | None = None,
+) -> dict[str, Any]:
     """The VLLMServer ``status`` for its current pod (every key declared in the CRD's status schema).
 
     Args:
@@ -169,8 +190,9 @@ def server_status(server: dict[str, Any], pod: dict[str, Any] | None, *, now: st
     if command:
         status["command"] = list(command)
     conditions = old.get("conditions")
-    conditions = set_condition(conditions, "Valid", "True", "SpecValid", "spec accepted", now=now,
-                               generation=generation)
+    conditions = set_condition(
+        conditions, "Valid", "True", "SpecValid", "spec accepted", now=now, generation=generation
+    )
     if pod is None:
         phase = old.get("phase") if old.get("phase") in ENDED_PHASES and old.get("specHash") == spec_hash else None
         if phase:  # an ended server whose pod a person removed: it stays ended
@@ -192,8 +214,9 @@ def server_status(server: dict[str, Any], pod: dict[str, Any] | None, *, now: st
             status["readyAt"] = old["readyAt"]
         elif report.ready:
             status["readyAt"] = rfc3339(_condition(pod, "Ready").get("lastTransitionTime") or now)
-        finished = next((s["terminated"].get("finishedAt") for s in _container_states(pod) if s.get("terminated")),
-                        None)
+        finished = next(
+            (s["terminated"].get("finishedAt") for s in _container_states(pod) if s.get("terminated")), None
+        )
         if report.phase in ENDED_PHASES:
             status["finishedAt"] = rfc3339(finished or (old.get("finishedAt") if same_pod else None) or now)
         if kv is not None:
@@ -207,8 +230,15 @@ def server_status(server: dict[str, Any], pod: dict[str, Any] | None, *, now: st
     status.update(phase=report.phase, reason=report.reason, message=report.message)
     if report.ready:
         status["endpoint"] = endpoint(service_name, namespace)
-    conditions = set_condition(conditions, "Ready", "True" if report.ready else "False", report.reason,
-                               report.message, now=now, generation=generation)
+    conditions = set_condition(
+        conditions,
+        "Ready",
+        "True" if report.ready else "False",
+        report.reason,
+        report.message,
+        now=now,
+        generation=generation,
+    )
     status["conditions"] = conditions
     return {k: v for k, v in status.items() if v is not None}
 
@@ -217,16 +247,23 @@ def invalid_status(server: dict[str, Any], field_message: str, *, now: str, reas
     """Status of a refused spec: phase Invalid, ``Valid=False`` and ``Ready=False`` naming the field."""
     old = server.get("status") or {}
     generation = (server.get("metadata") or {}).get("generation")
-    conditions = set_condition(old.get("conditions"), "Valid", "False", reason, field_message, now=now,
-                               generation=generation)
+    conditions = set_condition(
+        old.get("conditions"), "Valid", "False", reason, field_message, now=now, generation=generation
+    )
     conditions = set_condition(conditions, "Ready", "False", reason, field_message, now=now, generation=generation)
-    return {"phase": "Invalid", "reason": reason, "message": field_message, "observedGeneration": generation,
-            "conditions": conditions}
+    return {
+        "phase": "Invalid",
+        "reason": reason,
+        "message": field_message,
+        "observedGeneration": generation,
+        "conditions": conditions,
+    }
 
 
 def status_patch(old: dict[str, Any] | None, new: dict[str, Any], keep: tuple[str, ...] = ()) -> dict[str, Any]:
     """A JSON merge patch turning status ``old`` into ``new`` (removed keys become ``None``),
-    empty when nothing changes; keys in ``keep`` (e.g. ``preflight``) are never removed."""
+    empty when nothing changes; keys in ``keep`` (e.g. ``preflight``) are never removed.
+    """
     old = old or {}
     patch = {k: v for k, v in new.items() if old.get(k) != v}
     patch.update({k: None for k in old if k not in new and k not in keep})
@@ -272,13 +309,21 @@ def plan_pods(server: dict[str, Any], pods: list[dict[str, Any]], spec_hash: str
     """
     uid = (server.get("metadata") or {}).get("uid")
     status = server.get("status") or {}
-    owned = [p for p in pods
-             if any(ref.get("uid") == uid for ref in (p.get("metadata") or {}).get("ownerReferences") or [])
-             and not (p.get("metadata") or {}).get("deletionTimestamp")]
+    owned = [
+        p
+        for p in pods
+        if any(ref.get("uid") == uid for ref in (p.get("metadata") or {}).get("ownerReferences") or [])
+        and not (p.get("metadata") or {}).get("deletionTimestamp")
+    ]
     current = [p for p in owned if ((p["metadata"].get("annotations") or {}).get(ANNOTATION_SPEC_HASH)) == spec_hash]
     stale = [p["metadata"]["name"] for p in owned if p not in current]
-    current.sort(key=lambda p: (p["metadata"]["name"] != status.get("podName"),
-                                p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
+    current.sort(
+        key=lambda p: (
+            p["metadata"]["name"] != status.get("podName"),
+            p["metadata"].get("creationTimestamp", ""),
+            p["metadata"]["name"],
+        )
+    )
     plan = PodPlan(delete=stale + [p["metadata"]["name"] for p in current[1:]])
     if current:
         plan.keep = current[0]

@@ -34,24 +34,36 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     path = kubeconfig or os.environ.get("KUBECONFIG")
     try:
         if path:
-            kubernetes.config.load_kube_config(config_file=path.split(os.pathsep)[0], context=context,
-                                               client_configuration=configuration)
+            kubernetes.config.load_kube_config(
+                config_file=path.split(os.pathsep)[0], context=context, client_configuration=configuration
+            )
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             kubernetes.config.load_incluster_config(client_configuration=configuration)
         else:
             kubernetes.config.load_kube_config(context=context, client_configuration=configuration)
     except (kubernetes.config.ConfigException, OSError, TypeError) as exc:
-        source = path or ("the in-cluster service account" if os.environ.get("KUBERNETES_SERVICE_HOST")
-                          else "~/.kube/config")
+        source = path or (
+            "the in-cluster service account" if os.environ.get("KUBERNETES_SERVICE_HOST") else "~/.kube/config"
+        )
         raise ClusterConfigError(f"no usable cluster configuration in {source}: {exc}") from None
     return configuration
 
 
-def run_operator(configuration: kubernetes.client.Configuration, *, namespaces: Collection[str] = (),
-                 clusterwide: bool = False, standalone: bool = False, peering_name: str | None = None,
-                 liveness_endpoint: str | None = None, priority: int | None = None,
-                 stop_flag: Any = None, ready_flag: Any = None, loop: asyncio.AbstractEventLoop | None = None,
-                 hub: bool = True, reload: Callable[[], kubernetes.client.Configuration] | None = None) -> None:
+def run_operator(
+    configuration: kubernetes.client.Configuration,
+    *,
+    namespaces: Collection[str] = (),
+    clusterwide: bool = False,
+    standalone: bool = False,
+    peering_name: str | None = None,
+    liveness_endpoint: str | None = None,
+    priority: int | None = None,
+    stop_flag: Any = None,
+    ready_flag: Any = None,
+    loop: asyncio.AbstractEventLoop | None = None,
+    hub: bool = True,
+    reload: Callable[[], kubernetes.client.Configuration] | None = None,
+) -> None:
     """Run the operator until stopped (kopf's ``run`` with kvpilot's registry and settings).
 
     Arguments are kopf's run options (``kopf run --help``); ``stop_flag``/``ready_flag`` are
@@ -59,10 +71,19 @@ def run_operator(configuration: kubernetes.client.Configuration, *, namespaces: 
     pre-flight fetch model configs from the Hugging Face Hub; ``reload`` re-reads the cluster
     configuration when kopf must log in again (expired credentials).
     """
-    kopf.run(registry=build_registry(configuration, hub=hub, reload=reload), settings=make_settings(), namespaces=list(namespaces),
-             clusterwide=clusterwide, standalone=standalone, peering_name=peering_name,
-             liveness_endpoint=liveness_endpoint, priority=priority, stop_flag=stop_flag,
-             ready_flag=ready_flag, loop=loop)
+    kopf.run(
+        registry=build_registry(configuration, hub=hub, reload=reload),
+        settings=make_settings(),
+        namespaces=list(namespaces),
+        clusterwide=clusterwide,
+        standalone=standalone,
+        peering_name=peering_name,
+        liveness_endpoint=liveness_endpoint,
+        priority=priority,
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+        loop=loop,
+    )
 
 
 class OperatorThread:
@@ -75,8 +96,9 @@ class OperatorThread:
             ...  # create VLLMServers, wait for pods
     """
 
-    def __init__(self, configuration: kubernetes.client.Configuration, *, namespaces: Collection[str],
-                 timeout: float = 10.0) -> None:
+    def __init__(
+        self, configuration: kubernetes.client.Configuration, *, namespaces: Collection[str], timeout: float = 10.0
+    ) -> None:
         self.configuration = configuration
         self.namespaces = list(namespaces)
         self.timeout = timeout
@@ -88,8 +110,15 @@ class OperatorThread:
     def _main(self) -> None:
         loop = asyncio.new_event_loop()
         try:
-            run_operator(self.configuration, namespaces=self.namespaces, standalone=True,
-                         stop_flag=self._stop, ready_flag=self._ready, loop=loop, hub=False)
+            run_operator(
+                self.configuration,
+                namespaces=self.namespaces,
+                standalone=True,
+                stop_flag=self._stop,
+                ready_flag=self._ready,
+                loop=loop,
+                hub=False,
+            )
         except BaseException as exc:  # reported by __exit__
             self.error = exc
             self._ready.set()

@@ -28,8 +28,7 @@ import re
 from dataclasses import dataclass
 
 _SIZE_RE = re.compile(r"(?:^|[\s\]])(?P<device>[A-Za-z][A-Za-z0-9_-]*) KV cache size: (?P<tokens>\d[\d,]*) tokens")
-_CONCURRENCY_RE = re.compile(
-    r"Maximum concurrency for (?P<len>\d[\d,]*) tokens per request: (?P<conc>\d+(?:\.\d+)?)x")
+_CONCURRENCY_RE = re.compile(r"Maximum concurrency for (?P<len>\d[\d,]*) tokens per request: (?P<conc>\d+(?:\.\d+)?)x")
 
 
 @dataclass(frozen=True)

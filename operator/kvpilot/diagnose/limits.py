@@ -32,8 +32,15 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "enable_prefix_caching": ("enablePrefixCaching", "enable_prefix_caching"),
     "tensor_parallel_size": ("tensorParallelSize", ""),
 }
-_INT = {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "num_gpu_blocks",
-        "kv_cache_tokens", "tensor_parallel_size"}
+_INT = {
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "block_size",
+    "num_gpu_blocks",
+    "kv_cache_tokens",
+    "tensor_parallel_size",
+}
 _FLOAT = {"gpu_memory_utilization"}
 _BOOL = {"enable_prefix_caching"}
 
@@ -80,11 +87,20 @@ class Limits:
     def describe(self) -> str:
         """One sentence: ``max_num_seqs 4 (cli), max_num_batched_tokens 2048 (default), ...``."""
         parts = []
-        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_tokens",
-                     "gpu_memory_utilization", "kv_cache_dtype", "block_size"):
+        for name in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_model_len",
+            "kv_cache_tokens",
+            "gpu_memory_utilization",
+            "kv_cache_dtype",
+            "block_size",
+        ):
             lim: Limit = getattr(self, name)
             if lim.value is not None:
-                value = f"{lim.value:,}" if isinstance(lim.value, int) and not isinstance(lim.value, bool) else lim.value
+                value = (
+                    f"{lim.value:,}" if isinstance(lim.value, int) and not isinstance(lim.value, bool) else lim.value
+                )
                 parts.append(f"{name} {value} ({lim.source})")
         return "Limits: " + (", ".join(parts) if parts else "none known") + "."
 
@@ -104,9 +120,13 @@ def _convert(name: str, raw):
         return None
 
 
-def resolve_limits(spec_engine: Mapping | None = None, cli: Mapping | None = None,
-                   cache_config: Mapping[str, str] | None = None, gpu_memory_bytes: int | None = None,
-                   gpu_name: str | None = None) -> Limits:
+def resolve_limits(
+    spec_engine: Mapping | None = None,
+    cli: Mapping | None = None,
+    cache_config: Mapping[str, str] | None = None,
+    gpu_memory_bytes: int | None = None,
+    gpu_name: str | None = None,
+) -> Limits:
     """Resolve every limit with its source.
 
     Args:
@@ -127,9 +147,11 @@ def resolve_limits(spec_engine: Mapping | None = None, cli: Mapping | None = Non
     spec_engine, cli, cache_config = spec_engine or {}, cli or {}, cache_config or {}
     values: dict[str, Limit] = {}
     for name, (spec_key, info_label) in _FIELDS.items():
-        for source, raw in (("spec", spec_engine.get(spec_key) if spec_key else None),
-                            ("cli", cli.get(name)),
-                            ("cache_config_info", cache_config.get(info_label) if info_label else None)):
+        for source, raw in (
+            ("spec", spec_engine.get(spec_key) if spec_key else None),
+            ("cli", cli.get(name)),
+            ("cache_config_info", cache_config.get(info_label) if info_label else None),
+        ):
             value = _convert(name, raw)
             if value is not None:
                 values[name] = Limit(value, source)

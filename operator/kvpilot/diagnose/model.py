@@ -10,8 +10,16 @@ from dataclasses import dataclass, field
 
 #: the verdict vocabulary of design.md (lowercase)
 VERDICTS: tuple[str, ...] = (
-    "kv_cache_exhaustion", "max_num_seqs_cap", "token_budget_cap", "compute_bound", "prefix_cache_ineffective",
-    "healthy", "idle", "no_data", "target_down", "metrics_schema_mismatch",
+    "kv_cache_exhaustion",
+    "max_num_seqs_cap",
+    "token_budget_cap",
+    "compute_bound",
+    "prefix_cache_ineffective",
+    "healthy",
+    "idle",
+    "no_data",
+    "target_down",
+    "metrics_schema_mismatch",
 )
 SEVERITIES: tuple[str, ...] = ("ok", "warning", "critical", "unknown")
 
@@ -22,7 +30,8 @@ EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_NO_DIAGNOSIS, EXIT_USAGE = 0, 1, 2, 3
 @dataclass
 class Recommendation:
     """A flag change: ``flag`` (``--max-num-seqs``), ``current``/``suggested`` (as text or number),
-    ``expected_effect`` (one sentence with numbers)."""
+    ``expected_effect`` (one sentence with numbers).
+    """
 
     flag: str
     current: str | float | int | None
@@ -31,8 +40,12 @@ class Recommendation:
 
     def to_json(self) -> dict:
         """The ``recommendations[]`` object of the JSON schema."""
-        return {"flag": self.flag, "current": self.current, "suggested": self.suggested,
-                "expected_effect": self.expected_effect}
+        return {
+            "flag": self.flag,
+            "current": self.current,
+            "suggested": self.suggested,
+            "expected_effect": self.expected_effect,
+        }
 
 
 @dataclass
@@ -55,8 +68,13 @@ class Finding:
 
     def to_json(self) -> dict:
         """The finding as in ``findings[]`` (verdict, severity, confidence, evidence, recommendations)."""
-        return {"verdict": self.verdict, "severity": self.severity, "confidence": round(self.confidence, 3),
-                "evidence": list(self.evidence), "recommendations": [r.to_json() for r in self.recommendations]}
+        return {
+            "verdict": self.verdict,
+            "severity": self.severity,
+            "confidence": round(self.confidence, 3),
+            "evidence": list(self.evidence),
+            "recommendations": [r.to_json() for r in self.recommendations],
+        }
 
 
 @dataclass
@@ -100,8 +118,12 @@ class Report:
 
     def to_json(self) -> dict:
         """design.md's ``diagnose -o json`` document."""
-        return {"source": self.source, "window_seconds": self.window_seconds,
-                "targets": [t.to_json() for t in self.targets], "notes": list(self.notes)}
+        return {
+            "source": self.source,
+            "window_seconds": self.window_seconds,
+            "targets": [t.to_json() for t in self.targets],
+            "notes": list(self.notes),
+        }
 
     def exit_code(self) -> int:
         """0 no bottleneck, 1 warning, 2 critical, 3 could not diagnose (nothing but unknowns)."""

@@ -37,8 +37,9 @@ def in_range(points: Sequence[Point], end: float, window: float) -> list[Point]:
     return [(t, v) for t, v in points if start <= t <= end]
 
 
-def extrapolated_delta(points: Sequence[Point], range_start: float, range_end: float,
-                       is_counter: bool = True, is_rate: bool = False) -> float | None:
+def extrapolated_delta(
+    points: Sequence[Point], range_start: float, range_end: float, is_counter: bool = True, is_rate: bool = False
+) -> float | None:
     """Prometheus's ``extrapolatedRate`` (2.42): ``increase`` (``is_rate=False``) or ``rate`` of a range.
 
     Args:

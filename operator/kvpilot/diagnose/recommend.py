@@ -107,12 +107,16 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
             target = min(MAX_SUGGESTED_UTILIZATION, round(util + 0.1, 2))
         if bpt and gpu:
             extra = (target - util) * gpu / bpt
-            effect = (f"+{_fmt(extra)} KV tokens: ({target:.2f} - {util:.2f}) x {gpu / 2**30:.0f} GiB / {bpt:,} B per token"
-                      + (f" ({_fmt(kv_tokens)} -> {_fmt(kv_tokens + extra)})" if kv_tokens else "")
-                      + "; startup may fail if the GPU cannot spare it.")
+            effect = (
+                f"+{_fmt(extra)} KV tokens: ({target:.2f} - {util:.2f}) x {gpu / 2**30:.0f} GiB / {bpt:,} B per token"
+                + (f" ({_fmt(kv_tokens)} -> {_fmt(kv_tokens + extra)})" if kv_tokens else "")
+                + "; startup may fail if the GPU cannot spare it."
+            )
         else:
-            effect = (f"+{target - util:.2f} x GPU memory for KV (give --gpu-memory and --model-config to count tokens); "
-                      "startup may fail if the GPU cannot spare it.")
+            effect = (
+                f"+{target - util:.2f} x GPU memory for KV (give --gpu-memory and --model-config to count tokens); "
+                "startup may fail if the GPU cannot spare it."
+            )
         out.append(Recommendation("--gpu-memory-utilization", util, target, effect))
     dtype = str(lim.value("kv_cache_dtype") or "auto")
     if not dtype.startswith("fp8"):
@@ -120,6 +124,7 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
             model_dtype = "bfloat16"
             if inputs.model_config:
                 from kvpilot.kv.spec import model_dtype as _model_dtype
+
                 model_dtype = _model_dtype(inputs.model_config)
             factor = kv_element_bytes(dtype, model_dtype) / kv_element_bytes("fp8", model_dtype)
         except (KVConfigError, KeyError):
@@ -128,7 +133,9 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
             effect = f"{factor:g}x KV tokens per byte"
             if kv_tokens:
                 effect += f": {_fmt(kv_tokens)} -> {_fmt(kv_tokens * factor)} tokens"
-            out.append(Recommendation("--kv-cache-dtype", dtype, "fp8", effect + " (small accuracy cost; check quality)."))
+            out.append(
+                Recommendation("--kv-cache-dtype", dtype, "fp8", effect + " (small accuracy cost; check quality).")
+            )
     tp_rec = _tensor_parallel(inputs, kv_tokens)
     if tp_rec:
         out.append(tp_rec)
@@ -136,11 +143,15 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
     if kv_tokens and per_request:
         safe = int(kv_tokens // per_request)
         if safe >= 1 and (n_seqs is None or safe < n_seqs) and (running_max is None or safe < running_max):
-            effect = (f"at most {safe} requests of {_fmt(per_request)} tokens fit in {_fmt(kv_tokens)} KV tokens "
-                      f"(floor({_fmt(kv_tokens)} / {_fmt(per_request)}))")
+            effect = (
+                f"at most {safe} requests of {_fmt(per_request)} tokens fit in {_fmt(kv_tokens)} KV tokens "
+                f"(floor({_fmt(kv_tokens)} / {_fmt(per_request)}))"
+            )
             if demand:
-                effect += f"; the observed peak of {_fmt(running_max)} running needs {_fmt(demand)} tokens, " \
-                          f"{demand / kv_tokens:.2f}x the capacity"
+                effect += (
+                    f"; the observed peak of {_fmt(running_max)} running needs {_fmt(demand)} tokens, "
+                    f"{demand / kv_tokens:.2f}x the capacity"
+                )
             out.append(Recommendation("--max-num-seqs", n_seqs, safe, effect + ": fewer preemptions, no recompute."))
     return out
 
@@ -202,9 +213,15 @@ def _tensor_parallel(inputs: Inputs, kv_tokens: int | None) -> Recommendation | 
     effect = f"{now:,} -> {then:,} B per KV token on each GPU (the KV heads split over {2 * tp} GPUs)"
     if kv_tokens:
         effect += f": at least {_fmt(kv_tokens)} x {ratio:g} = {_fmt(kv_tokens * ratio)} KV tokens"
-    effect += (", more as each GPU holds 1/" + str(2 * tp) + " of the weights; needs " + str(2 * tp)
-               + " GPUs with a fast interconnect (all-reduce every layer)"
-               + ("" if known else "; current size unknown, assumed 1 (pass --tensor-parallel-size)") + ".")
+    effect += (
+        ", more as each GPU holds 1/"
+        + str(2 * tp)
+        + " of the weights; needs "
+        + str(2 * tp)
+        + " GPUs with a fast interconnect (all-reduce every layer)"
+        + ("" if known else "; current size unknown, assumed 1 (pass --tensor-parallel-size)")
+        + "."
+    )
     return Recommendation("--tensor-parallel-size", tp if known else None, 2 * tp, effect)
 
 
@@ -234,9 +251,11 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
         arrival = served + trend
         keep_up = n_seqs * arrival / served
         need = keep_up * (1 + DRAIN_MARGIN)
-        how = (f"the queue grows: arrivals {served:.2f} served + {trend:.2f} queued = {arrival:.2f} req/s; "
-               f"{n_seqs} slots x {arrival:.2f} / {served:.2f} = {keep_up:.1f} slots keep up (Little's law), "
-               f"+{DRAIN_MARGIN:.0%} to drain the backlog = {need:.1f}")
+        how = (
+            f"the queue grows: arrivals {served:.2f} served + {trend:.2f} queued = {arrival:.2f} req/s; "
+            f"{n_seqs} slots x {arrival:.2f} / {served:.2f} = {keep_up:.1f} slots keep up (Little's law), "
+            f"+{DRAIN_MARGIN:.0%} to drain the backlog = {need:.1f}"
+        )
     elif growing:
         need = 2 * n_seqs
         how = f"the queue grows and the completion rate is unknown: 2 x {n_seqs} = {need}"
@@ -259,15 +278,27 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
             return []  # KV holds no more requests than now: raising the cap would trade the queue for preemptions
         if suggested > bound:
             suggested = max(n_seqs + 1, capture_sizes_around(bound)[0])
-            how += (f"; bounded by KV: {KV_FILL:.0%} of the pool / {share * 100:.2f} % per request = {bound} "
-                    f"-> {suggested}")
-        how += f"; KV usage rises to about {min(1.0, suggested * share) * 100:.1f} % ({suggested} x {share * 100:.2f} %)"
-    out = [Recommendation("--max-num-seqs", n_seqs, suggested,
-                          how + "; per-token latency rises a little as more requests share each step.")]
+            how += (
+                f"; bounded by KV: {KV_FILL:.0%} of the pool / {share * 100:.2f} % per request = {bound} -> {suggested}"
+            )
+        how += (
+            f"; KV usage rises to about {min(1.0, suggested * share) * 100:.1f} % ({suggested} x {share * 100:.2f} %)"
+        )
+    out = [
+        Recommendation(
+            "--max-num-seqs",
+            n_seqs,
+            suggested,
+            how + "; per-token latency rises a little as more requests share each step.",
+        )
+    ]
     budget = lim.value("max_num_batched_tokens")
     if budget and budget < suggested:
-        out.append(Recommendation("--max-num-batched-tokens", budget, suggested,
-                                  "vLLM requires max_num_batched_tokens >= max_num_seqs."))
+        out.append(
+            Recommendation(
+                "--max-num-batched-tokens", budget, suggested, "vLLM requires max_num_batched_tokens >= max_num_seqs."
+            )
+        )
     return out
 
 
@@ -275,9 +306,15 @@ def _budget_cap(inputs: Inputs) -> list[Recommendation]:
     budget = inputs.limits.value("max_num_batched_tokens")
     if not budget:
         return []
-    return [Recommendation("--max-num-batched-tokens", budget, budget * 2,
-                           f"up to {budget * 2:,} tokens per step (2x): waiting prompts prefill in fewer steps, lower "
-                           "TTFT; inter-token latency of co-scheduled decodes rises (background.md §7).")]
+    return [
+        Recommendation(
+            "--max-num-batched-tokens",
+            budget,
+            budget * 2,
+            f"up to {budget * 2:,} tokens per step (2x): waiting prompts prefill in fewer steps, lower "
+            "TTFT; inter-token latency of co-scheduled decodes rises (background.md §7).",
+        )
+    ]
 
 
 def _compute_bound(inputs: Inputs) -> list[Recommendation]:
@@ -286,10 +323,16 @@ def _compute_bound(inputs: Inputs) -> list[Recommendation]:
     if not served or not offered or offered <= served:
         return []
     replicas = math.ceil(offered / served)
-    return [Recommendation("replicas (scale out)", 1, replicas,
-                           f"offered {_fmt(offered)} prompt tok/s / served {_fmt(served)} per replica = "
-                           f"{offered / served:.2f}: {replicas} replicas keep up. Scale on waiting depth or prompt-token "
-                           "rate, not KV usage; a larger token budget or more slots will not help.")]
+    return [
+        Recommendation(
+            "replicas (scale out)",
+            1,
+            replicas,
+            f"offered {_fmt(offered)} prompt tok/s / served {_fmt(served)} per replica = "
+            f"{offered / served:.2f}: {replicas} replicas keep up. Scale on waiting depth or prompt-token "
+            "rate, not KV usage; a larger token budget or more slots will not help.",
+        )
+    ]
 
 
 def _prefix(inputs: Inputs) -> list[Recommendation]:
@@ -297,9 +340,15 @@ def _prefix(inputs: Inputs) -> list[Recommendation]:
     kv_tokens, queries = lim.value("kv_cache_tokens"), s.get("prefix_queries_increase")
     written = queries - (s.get("prefix_hits_increase") or 0.0) if queries else None
     if kv_tokens and written and written > kv_tokens:  # the cache turned over: LRU evicted reused prefixes
-        return [Recommendation("--kv-transfer-config (KV offload to CPU, e.g. LMCache)", None, "enabled",
-                               f"keeps about {queries / kv_tokens:.1f}x the GPU KV capacity of reused prefixes reachable: "
-                               "background.md §9 measured pass-2 TTFT 576 ms -> 48.6 ms with 1.5 GB of CPU cache.")]
+        return [
+            Recommendation(
+                "--kv-transfer-config (KV offload to CPU, e.g. LMCache)",
+                None,
+                "enabled",
+                f"keeps about {queries / kv_tokens:.1f}x the GPU KV capacity of reused prefixes reachable: "
+                "background.md §9 measured pass-2 TTFT 576 ms -> 48.6 ms with 1.5 GB of CPU cache.",
+            )
+        ]
     return []
 
 

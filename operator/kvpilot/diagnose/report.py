@@ -15,9 +15,21 @@ from rich.table import Table
 from kvpilot.diagnose.model import Diagnosis, Finding, Report
 
 #: signals shown in text/markdown (JSON has all)
-_KEY_SIGNALS = ("running_avg", "running_max", "waiting_avg", "waiting_trend_per_s", "kv_usage_avg", "kv_usage_max",
-                "kv_admission_ceiling", "preemptions_increase", "prompt_tokens_per_s", "generation_tokens_per_s",
-                "prefix_hit_rate", "budget_full_step_share", "ttft_p99_s")
+_KEY_SIGNALS = (
+    "running_avg",
+    "running_max",
+    "waiting_avg",
+    "waiting_trend_per_s",
+    "kv_usage_avg",
+    "kv_usage_max",
+    "kv_admission_ceiling",
+    "preemptions_increase",
+    "prompt_tokens_per_s",
+    "generation_tokens_per_s",
+    "prefix_hit_rate",
+    "budget_full_step_share",
+    "ttft_p99_s",
+)
 _SEVERITY_STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unknown": "magenta"}
 
 
@@ -28,8 +40,13 @@ def to_json(report: Report) -> str:
 
 def _target_name(d: Diagnosis) -> str:
     t = d.target
-    where = "/".join(x for x in (t.get("namespace"), t.get("pod")) if x) or t.get("instance") or t.get("job") \
-        or t.get("server") or "(recording)"
+    where = (
+        "/".join(x for x in (t.get("namespace"), t.get("pod")) if x)
+        or t.get("instance")
+        or t.get("job")
+        or t.get("server")
+        or "(recording)"
+    )
     extra = " ".join(x for x in (t.get("model_name") or "", f"engine {t['engine']}" if t.get("engine") else "") if x)
     return f"{where} {extra}".strip()
 
@@ -52,8 +69,10 @@ def to_text(report: Report, width: int = 110, color: bool = False) -> str:
     for d in report.targets:
         style = _SEVERITY_STYLE.get(d.severity, "")
         console.print()
-        console.print(f"[bold]{_target_name(d)}[/bold]: [{style}]{d.verdict}[/{style}] "
-                      f"(severity {d.severity}, confidence {d.confidence:.2f})")
+        console.print(
+            f"[bold]{_target_name(d)}[/bold]: [{style}]{d.verdict}[/{style}] "
+            f"(severity {d.severity}, confidence {d.confidence:.2f})"
+        )
         for line in d.evidence:
             console.print(f"  - {line}")
         if d.recommendations:

@@ -90,8 +90,11 @@ def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
         shares.append(prompt / kv_tokens)
     share = max(shares) if shares else 0.0
     ceiling = min(1.0, max(0.5, 1.0 - 2.0 * share))
-    how = (f"admission ceiling {ceiling:.3f} = 1 - 2 x {share:.4f} (one request's share of KV)"
-           if shares else "admission ceiling 1.0 (no running requests to size a request's share)")
+    how = (
+        f"admission ceiling {ceiling:.3f} = 1 - 2 x {share:.4f} (one request's share of KV)"
+        if shares
+        else "admission ceiling 1.0 (no running requests to size a request's share)"
+    )
     return ceiling, how
 
 
@@ -139,16 +142,17 @@ def compute_knee(limits: Limits) -> tuple[float, str]:
     if limits.gpu_name:
         try:
             gpu = gpu_profile(limits.gpu_name)
-            return gpu.peak_flops / gpu.bandwidth, f"{gpu.name}: {gpu.peak_flops / 1e12:g} TFLOP/s / " \
-                                                   f"{gpu.bandwidth / 1e12:g} TB/s"
+            return (
+                gpu.peak_flops / gpu.bandwidth,
+                f"{gpu.name}: {gpu.peak_flops / 1e12:g} TFLOP/s / {gpu.bandwidth / 1e12:g} TB/s",
+            )
         except ValueError:
             pass
     knee = max(g.peak_flops / g.bandwidth for g in GPU_PROFILES.values())
     return knee, "GPU unknown: the largest knee of kvpilot's GPU profiles"
 
 
-def budget_binds(share: float | None, tokens_per_step: float | None, budget: int | None,
-                 knee: float = 403.0) -> bool:
+def budget_binds(share: float | None, tokens_per_step: float | None, budget: int | None, knee: float = 403.0) -> bool:
     """True when the token budget, not compute, limits the steps.
 
     The steps are full (:func:`steps_full`) and the budget is below twice the compute knee
@@ -159,8 +163,13 @@ def budget_binds(share: float | None, tokens_per_step: float | None, budget: int
     return steps_full(share, tokens_per_step, budget) and budget is not None and budget < 2 * knee
 
 
-def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None,
-                    queries: list[str] | None = None, model_config: dict | None = None) -> Diagnosis:
+def diagnose_target(
+    signals: Signals,
+    limits: Limits,
+    target: dict | None = None,
+    queries: list[str] | None = None,
+    model_config: dict | None = None,
+) -> Diagnosis:
     """Diagnose one target.
 
     Args:
@@ -188,8 +197,14 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
     out_signals["budget_full_step_share"] = share
     ceiling, ceiling_how = kv_ceiling(signals, limits)
     out_signals["kv_admission_ceiling"] = ceiling
-    diag = Diagnosis(verdict="healthy", severity="ok", confidence=0.8, target=dict(target or {}),
-                     signals=out_signals, queries=list(queries or []))
+    diag = Diagnosis(
+        verdict="healthy",
+        severity="ok",
+        confidence=0.8,
+        target=dict(target or {}),
+        signals=out_signals,
+        queries=list(queries or []),
+    )
     findings: list[Finding] = []
 
     schema = _schema_finding(signals)
@@ -198,20 +213,35 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
 
     run_avg, run_max, wait_avg, wait_max = s("running_avg"), s("running_max"), s("waiting_avg"), s("waiting_max")
     if run_avg is None and wait_avg is None:
-        primary = Finding("no_data", "unknown", 1.0, [
-            f"No vllm:num_requests_running or vllm:num_requests_waiting sample (any spelling) in the last "
-            f"{_n(window)} s; nothing to diagnose."])
+        primary = Finding(
+            "no_data",
+            "unknown",
+            1.0,
+            [
+                f"No vllm:num_requests_running or vllm:num_requests_waiting sample (any spelling) in the last "
+                f"{_n(window)} s; nothing to diagnose."
+            ],
+        )
         return _finish(diag, primary, findings, signals)
 
     samples, age = s("samples_in_window"), s("last_sample_age_s")
     if samples:
         interval = window / samples
         if age is None or age > 3 * interval:
-            last = "no sample at the window's end (series marked stale or older than 5 m)" if age is None \
+            last = (
+                "no sample at the window's end (series marked stale or older than 5 m)"
+                if age is None
                 else f"the last sample is {_n(age, 1)} s old"
-            primary = Finding("target_down", "critical", 0.9, [
-                f"The target's series stopped: {last}, while it reported every {_n(interval, 1)} s on average "
-                f"({_n(samples)} samples in {_n(window)} s); a live target is at most 3 intervals behind."])
+            )
+            primary = Finding(
+                "target_down",
+                "critical",
+                0.9,
+                [
+                    f"The target's series stopped: {last}, while it reported every {_n(interval, 1)} s on average "
+                    f"({_n(samples)} samples in {_n(window)} s); a live target is at most 3 intervals behind."
+                ],
+            )
             return _finish(diag, primary, findings, signals)
 
     kv_avg, kv_max = s("kv_usage_avg"), s("kv_usage_max")
@@ -231,102 +261,170 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
     # no KV shortage in evidence; with the KV gauge missing this rests on preemptions alone (confidence drops)
     kv_room = not at_ceiling and preempt < 1
     kv_known = kv_max is not None
-    if not pinned and limits.max_num_seqs.source == "default" and queued and kv_room and run_max \
-            and s("running_min") == run_max and (s("samples_in_window") or 0) >= 3:
+    if (
+        not pinned
+        and limits.max_num_seqs.source == "default"
+        and queued
+        and kv_room
+        and run_max
+        and s("running_min") == run_max
+        and (s("samples_in_window") or 0) >= 3
+    ):
         # max_num_seqs unknown: running flat at one value while requests wait and KV has room is a cap.
         n_seqs, pinned, free_slots = int(run_max), True, False
         inferred_cap = True
     else:
         inferred_cap = False
 
-    evidence_queue = (f"{_n(wait_avg, 1)} requests waiting on average (max {_n(wait_max)}, "
-                      f"trend {_n(trend, 3)} req/s = {_n(growth, 1)} over {_n(window)} s)")
+    evidence_queue = (
+        f"{_n(wait_avg, 1)} requests waiting on average (max {_n(wait_max)}, "
+        f"trend {_n(trend, 3)} req/s = {_n(growth, 1)} over {_n(window)} s)"
+    )
     inputs = Inputs(signals=signals, limits=limits, model_config=model_config)
 
     if preempt >= 1 or (queued and (at_ceiling or capacity_blocked)):
         ev = []
         if preempt >= 1:
             total = s("preemptions_last")
-            ev.append(f"{_n(preempt, 0)} preemptions in the window ({_n(s('preemptions_per_s'), 2)}/s"
-                      + (f"; vllm:num_preemptions_total reached {_n(total)}" if total is not None else "")
-                      + "): running requests needed KV blocks and none were free, so vLLM freed and will "
-                        "recompute them (background.md §6).")
+            ev.append(
+                f"{_n(preempt, 0)} preemptions in the window ({_n(s('preemptions_per_s'), 2)}/s"
+                + (f"; vllm:num_preemptions_total reached {_n(total)}" if total is not None else "")
+                + "): running requests needed KV blocks and none were free, so vLLM freed and will "
+                "recompute them (background.md §6)."
+            )
         if kv_max is not None:
             ev.append(f"KV cache usage peaked at {_pct(kv_max)} (average {_pct(kv_avg)}); {ceiling_how}.")
         if capacity_blocked:
-            ev.append(f"{_n(cap_wait, 1)} requests on average waited for KV capacity "
-                      f"(vllm:num_requests_waiting_by_reason{{reason=\"capacity\"}}) while only {_n(run_avg, 1)} of "
-                      f"{_n(n_seqs)} sequence slots were used: the KV admission ceiling binds below 1.0.")
+            ev.append(
+                f"{_n(cap_wait, 1)} requests on average waited for KV capacity "
+                f'(vllm:num_requests_waiting_by_reason{{reason="capacity"}}) while only {_n(run_avg, 1)} of '
+                f"{_n(n_seqs)} sequence slots were used: the KV admission ceiling binds below 1.0."
+            )
         if queued:
             ev.append(evidence_queue + ".")
         if pinned:
-            ev.append(f"Running requests also sat at max_num_seqs ({_n(run_avg, 1)} of {_n(n_seqs)}), but the "
-                      "KV shortage binds first: raising max_num_seqs would add preemptions.")
+            ev.append(
+                f"Running requests also sat at max_num_seqs ({_n(run_avg, 1)} of {_n(n_seqs)}), but the "
+                "KV shortage binds first: raising max_num_seqs would add preemptions."
+            )
         severity = "critical" if preempt >= 1 and (queued or growing) else "warning"
         conf = 0.95 if preempt >= 1 and at_ceiling else 0.85
         primary = Finding("kv_cache_exhaustion", severity, conf, ev, recommend("kv_cache_exhaustion", inputs))
     elif pinned and queued and kv_room:
-        source = ("inferred: running never left this value while requests waited; vLLM's default would be "
-                  f"{_n(limits.value('max_num_seqs'))} - pass --max-num-seqs or --server to confirm"
-                  if inferred_cap else limits.max_num_seqs.source)
-        ev = [f"Running requests pinned at max_num_seqs: average {_n(run_avg, 2)}, max {_n(run_max)} of "
-              f"{_n(n_seqs)} ({source}).", evidence_queue + ".",
-              (f"KV cache has room: usage peaked at {_pct(kv_max)} ({ceiling_how}), no preemptions." if kv_known else
-               "KV usage unknown (no KV gauge in any spelling); no preemptions, so no sign of a KV shortage.")]
+        source = (
+            "inferred: running never left this value while requests waited; vLLM's default would be "
+            f"{_n(limits.value('max_num_seqs'))} - pass --max-num-seqs or --server to confirm"
+            if inferred_cap
+            else limits.max_num_seqs.source
+        )
+        ev = [
+            f"Running requests pinned at max_num_seqs: average {_n(run_avg, 2)}, max {_n(run_max)} of "
+            f"{_n(n_seqs)} ({source}).",
+            evidence_queue + ".",
+            (
+                f"KV cache has room: usage peaked at {_pct(kv_max)} ({ceiling_how}), no preemptions."
+                if kv_known
+                else "KV usage unknown (no KV gauge in any spelling); no preemptions, so no sign of a KV shortage."
+            ),
+        ]
         ev.extend(_kv_headroom_evidence(signals, limits))
-        primary = Finding("max_num_seqs_cap", "critical" if growing else "warning",
-                          (0.6 if inferred_cap else 0.9 if limits.max_num_seqs.source != "default" else 0.7)
-                          - (0 if kv_known else 0.2), ev,
-                          recommend("max_num_seqs_cap", inputs, max_num_seqs=n_seqs))
+        primary = Finding(
+            "max_num_seqs_cap",
+            "critical" if growing else "warning",
+            (0.6 if inferred_cap else 0.9 if limits.max_num_seqs.source != "default" else 0.7)
+            - (0 if kv_known else 0.2),
+            ev,
+            recommend("max_num_seqs_cap", inputs, max_num_seqs=n_seqs),
+        )
     elif budget_binds(share, s("tokens_per_step_avg"), budget, knee) and queued and free_slots and kv_room:
-        ev = [f"max_num_batched_tokens = {_n(budget)} ({limits.max_num_batched_tokens.source}) fills the steps: "
-              + (f"{_pct(share)} of engine steps carried more than {_n(share_edge)} tokens (the budget's bucket of "
-                 "vllm:iteration_tokens_total; buckets are coarse, so 'full' means within one bucket)"
-                 if share is not None else "")
-              + ("; " if share is not None and s("tokens_per_step_avg") is not None else "")
-              + (f"steps averaged {_n(s('tokens_per_step_avg'), 0)} tokens "
-                 f"({_pct(s('tokens_per_step_avg') / budget)} of the budget)"
-                 if s("tokens_per_step_avg") is not None else "") + ".",
-              evidence_queue + ".",
-              f"The budget is below twice the step size at which compute binds ({_n(knee, 0)} tokens; {knee_how}): "
-              "a bigger budget adds tokens to each step at little extra step time.",
-              f"Running {_n(run_avg, 1)} on average, below max_num_seqs {_n(n_seqs)}; KV usage peaked at "
-              f"{_pct(kv_max)}, no preemptions."]
-        primary = Finding("token_budget_cap", "critical" if growing else "warning", 0.8 if kv_known else 0.6, ev,
-                          recommend("token_budget_cap", inputs))
+        ev = [
+            f"max_num_batched_tokens = {_n(budget)} ({limits.max_num_batched_tokens.source}) fills the steps: "
+            + (
+                f"{_pct(share)} of engine steps carried more than {_n(share_edge)} tokens (the budget's bucket of "
+                "vllm:iteration_tokens_total; buckets are coarse, so 'full' means within one bucket)"
+                if share is not None
+                else ""
+            )
+            + ("; " if share is not None and s("tokens_per_step_avg") is not None else "")
+            + (
+                f"steps averaged {_n(s('tokens_per_step_avg'), 0)} tokens "
+                f"({_pct(s('tokens_per_step_avg') / budget)} of the budget)"
+                if s("tokens_per_step_avg") is not None
+                else ""
+            )
+            + ".",
+            evidence_queue + ".",
+            f"The budget is below twice the step size at which compute binds ({_n(knee, 0)} tokens; {knee_how}): "
+            "a bigger budget adds tokens to each step at little extra step time.",
+            f"Running {_n(run_avg, 1)} on average, below max_num_seqs {_n(n_seqs)}; KV usage peaked at "
+            f"{_pct(kv_max)}, no preemptions.",
+        ]
+        primary = Finding(
+            "token_budget_cap",
+            "critical" if growing else "warning",
+            0.8 if kv_known else 0.6,
+            ev,
+            recommend("token_budget_cap", inputs),
+        )
     elif queued and (growing or (wait_avg or 0) >= 1):
-        ev = [evidence_queue + ".",
-              f"No configured limit binds: running {_n(run_avg, 1)} on average of max_num_seqs {_n(n_seqs)} "
-              f"({limits.max_num_seqs.source}); KV usage peaked at {_pct(kv_max)} ({ceiling_how}); "
-              f"{_n(preempt, 0)} preemptions"
-              + (f"; {_pct(share)} of steps near max_num_batched_tokens {_n(budget)}" if share is not None else "")
-              + (f"; steps averaged {_n(s('tokens_per_step_avg'), 0)} tokens of the {_n(budget)}-token budget"
-                 if s("tokens_per_step_avg") is not None and budget else "")
-              + ("; token-budget use unknown (no vllm:iteration_tokens_total)"
-                 if share is None and s("tokens_per_step_avg") is None else "") + "."]
+        ev = [
+            evidence_queue + ".",
+            f"No configured limit binds: running {_n(run_avg, 1)} on average of max_num_seqs {_n(n_seqs)} "
+            f"({limits.max_num_seqs.source}); KV usage peaked at {_pct(kv_max)} ({ceiling_how}); "
+            f"{_n(preempt, 0)} preemptions"
+            + (f"; {_pct(share)} of steps near max_num_batched_tokens {_n(budget)}" if share is not None else "")
+            + (
+                f"; steps averaged {_n(s('tokens_per_step_avg'), 0)} tokens of the {_n(budget)}-token budget"
+                if s("tokens_per_step_avg") is not None and budget
+                else ""
+            )
+            + (
+                "; token-budget use unknown (no vllm:iteration_tokens_total)"
+                if share is None and s("tokens_per_step_avg") is None
+                else ""
+            )
+            + ".",
+        ]
         if full and budget:
-            ev.append(f"Steps are full at max_num_batched_tokens {_n(budget)}, but that is past the compute knee of "
-                      f"{_n(knee, 0)} tokens per step ({knee_how}; background.md §1): each step is compute-bound, so a "
-                      "larger budget makes steps longer, not the engine faster.")
+            ev.append(
+                f"Steps are full at max_num_batched_tokens {_n(budget)}, but that is past the compute knee of "
+                f"{_n(knee, 0)} tokens per step ({knee_how}; background.md §1): each step is compute-bound, so a "
+                "larger budget makes steps longer, not the engine faster."
+            )
         served, offered = s("prompt_tokens_per_s"), s("offered_prompt_tokens_per_s")
         if served is not None:
             line = f"Served {_n(served, 0)} prompt tok/s"
             if offered is not None:
-                line += (f"; offered ≈ {_n(offered, 0)} prompt tok/s (served + {_n(trend, 3)} req/s queue growth x "
-                         f"{_n(s('prompt_tokens_per_request'), 0)} prompt tokens per request)")
+                line += (
+                    f"; offered ≈ {_n(offered, 0)} prompt tok/s (served + {_n(trend, 3)} req/s queue growth x "
+                    f"{_n(s('prompt_tokens_per_request'), 0)} prompt tokens per request)"
+                )
             ev.append(line + ": the engine computes as fast as it can; more budget or slots will not help.")
         # unknown limits that could be what binds: the budget, and max_num_seqs when running sat flat
-        flat = run_max is not None and s("running_min") is not None and run_max == s("running_min") \
+        flat = (
+            run_max is not None
+            and s("running_min") is not None
+            and run_max == s("running_min")
             and (s("samples_in_window") or 0) >= 3
-        guessed = [name for name in ("max_num_seqs", "max_num_batched_tokens")
-                   if getattr(limits, name).source == "default" and (name != "max_num_seqs" or flat)]
+        )
+        guessed = [
+            name
+            for name in ("max_num_seqs", "max_num_batched_tokens")
+            if getattr(limits, name).source == "default" and (name != "max_num_seqs" or flat)
+        ]
         if guessed:
-            ev.append(f"{' and '.join(guessed)} unknown (vLLM's default assumed): a cap at the running count "
-                      f"(max {_n(run_max)}) or a small token budget would look the same; pass the server's flags "
-                      "(--max-num-seqs, --max-num-batched-tokens) or --server to tell them apart.")
-        primary = Finding("compute_bound", "critical" if growing else "warning",
-                          (0.8 if kv_max is not None else 0.6) - (0.3 if guessed else 0.0), ev,
-                          recommend("compute_bound", inputs))
+            ev.append(
+                f"{' and '.join(guessed)} unknown (vLLM's default assumed): a cap at the running count "
+                f"(max {_n(run_max)}) or a small token budget would look the same; pass the server's flags "
+                "(--max-num-seqs, --max-num-batched-tokens) or --server to tell them apart."
+            )
+        primary = Finding(
+            "compute_bound",
+            "critical" if growing else "warning",
+            (0.8 if kv_max is not None else 0.6) - (0.3 if guessed else 0.0),
+            ev,
+            recommend("compute_bound", inputs),
+        )
     else:
         prefix = _prefix_finding(signals, limits)
         unknown = [name for name, value in (("running", run_max), ("waiting", wait_max)) if value is None]
@@ -334,18 +432,30 @@ def diagnose_target(signals: Signals, limits: Limits, target: dict | None = None
             primary = prefix
         elif unknown:
             # one of the two gauges is missing (or its query failed): a queue or load cannot be ruled out
-            primary = Finding("no_data", "unknown", 0.9, [
-                f"{' and '.join(unknown).capitalize()} unknown in the last {_n(window)} s (no "
-                f"vllm:num_requests_{'running' if unknown[0] == 'running' else 'waiting'} value in any spelling, or "
-                f"its query failed) while running averaged {_n(run_avg, 1)} and waiting {_n(wait_avg, 1)}: "
-                "a queue cannot be ruled out, so the server is not called healthy or idle."])
+            primary = Finding(
+                "no_data",
+                "unknown",
+                0.9,
+                [
+                    f"{' and '.join(unknown).capitalize()} unknown in the last {_n(window)} s (no "
+                    f"vllm:num_requests_{'running' if unknown[0] == 'running' else 'waiting'} value in any spelling, or "
+                    f"its query failed) while running averaged {_n(run_avg, 1)} and waiting {_n(wait_avg, 1)}: "
+                    "a queue cannot be ruled out, so the server is not called healthy or idle."
+                ],
+            )
         elif (run_max or 0) == 0 and (wait_max or 0) == 0:
-            primary = Finding("idle", "ok", 0.9, [
-                f"No request ran or waited in the last {_n(window)} s (running and waiting both 0)."])
+            primary = Finding(
+                "idle",
+                "ok",
+                0.9,
+                [f"No request ran or waited in the last {_n(window)} s (running and waiting both 0)."],
+            )
         else:
-            ev = [f"Running {_n(run_avg, 1)} on average (max {_n(run_max)}) of max_num_seqs {_n(n_seqs)}; "
-                  f"{_n(wait_avg, 1)} waiting on average; KV usage peaked at {_pct(kv_max)}; "
-                  f"{_n(preempt, 0)} preemptions."]
+            ev = [
+                f"Running {_n(run_avg, 1)} on average (max {_n(run_max)}) of max_num_seqs {_n(n_seqs)}; "
+                f"{_n(wait_avg, 1)} waiting on average; KV usage peaked at {_pct(kv_max)}; "
+                f"{_n(preempt, 0)} preemptions."
+            ]
             ev.extend(_latency_evidence(signals))
             primary = Finding("healthy", "ok", 0.8 if kv_max is not None else 0.6, ev)
         return _finish(diag, primary, findings, signals)
@@ -361,8 +471,11 @@ def _finish(diag: Diagnosis, primary: Finding, findings: list[Finding], signals:
     diag.verdict, diag.severity, diag.confidence = primary.verdict, primary.severity, primary.confidence
     rejected = [f"{name} ignored: {why}; treated as unknown." for name, why in sorted(signals.rejected.items())]
     if rejected:
-        rejected.insert(0, "Impossible values were discarded (vLLM's KV usage is a fraction 0-1, request counts are "
-                           "never negative): is another exporter's series matched by the vllm[:_] name?")
+        rejected.insert(
+            0,
+            "Impossible values were discarded (vLLM's KV usage is a fraction 0-1, request counts are "
+            "never negative): is another exporter's series matched by the vllm[:_] name?",
+        )
     diag.evidence, diag.recommendations = primary.evidence + rejected, primary.recommendations
     diag.findings = findings
     return diag
@@ -371,13 +484,18 @@ def _finish(diag: Diagnosis, primary: Finding, findings: list[Finding], signals:
 def _latency_evidence(signals: Signals) -> list[str]:
     out = []
     # what one observation of each histogram is: a request's first token, or one gap between output tokens
-    for name, label, unit in (("ttft_p99_s", "p99 TTFT", "requests"), ("ttft_p50_s", "p50 TTFT", "requests"),
-                              ("itl_p99_s", "p99 ITL", "inter-token gaps"),
-                              ("queue_time_p99_s", "p99 queue time", "requests")):
+    for name, label, unit in (
+        ("ttft_p99_s", "p99 TTFT", "requests"),
+        ("ttft_p50_s", "p50 TTFT", "requests"),
+        ("itl_p99_s", "p99 ITL", "inter-token gaps"),
+        ("queue_time_p99_s", "p99 queue time", "requests"),
+    ):
         q = signals.quantiles.get(name)
         if q is not None:
-            out.append(f"{label} in {q.bounds_text('s')} (Prometheus interpolates {_n(q.value, 3)} s; "
-                       f"histogram quantiles are only as fine as the bucket edges; {_n(q.observations, 0)} {unit}).")
+            out.append(
+                f"{label} in {q.bounds_text('s')} (Prometheus interpolates {_n(q.value, 3)} s; "
+                f"histogram quantiles are only as fine as the bucket edges; {_n(q.observations, 0)} {unit})."
+            )
     return out
 
 
@@ -386,11 +504,15 @@ def _kv_headroom_evidence(signals: Signals, limits: Limits) -> list[str]:
     out = []
     kv_avg, run_avg = signals.get("kv_usage_avg"), signals.get("running_avg")
     if kv_avg and run_avg:
-        out.append(f"Each running request holds about {_pct(kv_avg / run_avg)} of KV: the pool holds "
-                   f"{_n(1 / (kv_avg / run_avg), 0)} such requests, {_n((1 / kv_avg), 1)}x the current use.")
+        out.append(
+            f"Each running request holds about {_pct(kv_avg / run_avg)} of KV: the pool holds "
+            f"{_n(1 / (kv_avg / run_avg), 0)} such requests, {_n((1 / kv_avg), 1)}x the current use."
+        )
     if kv_tokens and max_len:
-        out.append(f"KV capacity {_n(kv_tokens)} tokens ({limits.kv_cache_tokens.source}) holds "
-                   f"{_n(math.floor(kv_tokens / max_len))} requests of max_model_len {_n(max_len)}.")
+        out.append(
+            f"KV capacity {_n(kv_tokens)} tokens ({limits.kv_cache_tokens.source}) holds "
+            f"{_n(math.floor(kv_tokens / max_len))} requests of max_model_len {_n(max_len)}."
+        )
     return out
 
 
@@ -406,9 +528,11 @@ def _schema_finding(signals: Signals) -> Finding | None:
         if group:
             pairs = ", ".join(f"{used} for {family}" for family, used in sorted(group.items()))
             one = len(group) == 1
-            ev.append(f"{len(group)} metric famil{'y exists' if one else 'ies exist'} here only under "
-                      f"{kind} names: {pairs}. Dashboards and alert rules written for the other spelling see no "
-                      "data (kvpilot matches vllm[:_] and both generations, so its numbers are unaffected).")
+            ev.append(
+                f"{len(group)} metric famil{'y exists' if one else 'ies exist'} here only under "
+                f"{kind} names: {pairs}. Dashboards and alert rules written for the other spelling see no "
+                "data (kvpilot matches vllm[:_] and both generations, so its numbers are unaffected)."
+            )
     return Finding("metrics_schema_mismatch", "warning", 0.95, ev)
 
 
@@ -438,20 +562,31 @@ def _prefix_finding(signals: Signals, limits: Limits) -> Finding | None:
     rate = adjusted / queries
     if rate >= LOW_HIT_RATE:
         return None
-    ev = [f"Prefix cache hit rate {_pct(rate)}: {_n(hits, 0)} of {_n(queries, 0)} queried tokens hit in the window"
-          + (f" (discounted {_n(min(hits, recompute), 0)} hits that preemption recompute of {_n(preempt, 0)} requests "
-             "would produce)" if recompute > 0 and hits > 0 else "") + "."]
+    ev = [
+        f"Prefix cache hit rate {_pct(rate)}: {_n(hits, 0)} of {_n(queries, 0)} queried tokens hit in the window"
+        + (
+            f" (discounted {_n(min(hits, recompute), 0)} hits that preemption recompute of {_n(preempt, 0)} requests "
+            "would produce)"
+            if recompute > 0 and hits > 0
+            else ""
+        )
+        + "."
+    ]
     primary = False
     ext_q, ext_h = s("external_prefix_queries_increase"), s("external_prefix_hits_increase")
     if ext_h and ext_h > hits:
-        ev.append(f"The external KV cache hit {_n(ext_h, 0)} of {_n(ext_q, 0)} tokens: the traffic does repeat, but "
-                  "the GPU cache had evicted it.")
+        ev.append(
+            f"The external KV cache hit {_n(ext_h, 0)} of {_n(ext_q, 0)} tokens: the traffic does repeat, but "
+            "the GPU cache had evicted it."
+        )
         primary = True
     if per_request and per_request < block:
-        ev.append(f"Prompts average {_n(per_request, 0)} tokens, shorter than one {_n(block)}-token block "
-                  f"(block_size, {limits.block_size.source}): only full blocks are cached, so no prompt can hit, "
-                  "whatever it shares (hits = 0 with queries > 0 is not proof of no sharing). Shorten the "
-                  "cache's match unit or lengthen the shared prefix to at least one block.")
+        ev.append(
+            f"Prompts average {_n(per_request, 0)} tokens, shorter than one {_n(block)}-token block "
+            f"(block_size, {limits.block_size.source}): only full blocks are cached, so no prompt can hit, "
+            "whatever it shares (hits = 0 with queries > 0 is not proof of no sharing). Shorten the "
+            "cache's match unit or lengthen the shared prefix to at least one block."
+        )
         primary = True
     kv_tokens = limits.value("kv_cache_tokens")
     # LRU can only have evicted a reused prefix if the cache turned over in the window: the tokens that
@@ -459,17 +594,29 @@ def _prefix_finding(signals: Signals, limits: Limits) -> Finding | None:
     # too, so a hot shared prefix on busy traffic would look like thrash over any long enough window.
     written = queries - hits
     if kv_tokens and written > kv_tokens and 0 < rate < LRU_THRASH_HIT_RATE:
-        remembered = (f"; the cache holds the new tokens of only the last {_n(kv_tokens / (written / finished), 0)} "
-                      "requests" if finished and finished > 0 else "")
-        ev.append(f"{_n(written, 0)} prompt tokens missed the cache and were written to it in the window, "
-                  f"{_n(written / kv_tokens, 1)}x the KV capacity of {_n(kv_tokens)} tokens{remembered}: traffic that "
-                  "reuses prefixes further apart than that always finds them evicted under LRU (background.md §9: a "
-                  "cyclic re-read of 2.3x the capacity hit 0 tokens). Offload KV to CPU (LMCache) or reorder "
-                  "requests so reuse comes sooner.")
+        remembered = (
+            f"; the cache holds the new tokens of only the last {_n(kv_tokens / (written / finished), 0)} requests"
+            if finished and finished > 0
+            else ""
+        )
+        ev.append(
+            f"{_n(written, 0)} prompt tokens missed the cache and were written to it in the window, "
+            f"{_n(written / kv_tokens, 1)}x the KV capacity of {_n(kv_tokens)} tokens{remembered}: traffic that "
+            "reuses prefixes further apart than that always finds them evicted under LRU (background.md §9: a "
+            "cyclic re-read of 2.3x the capacity hit 0 tokens). Offload KV to CPU (LMCache) or reorder "
+            "requests so reuse comes sooner."
+        )
         primary = True
     if not primary:
         return None  # a low hit rate alone may just be traffic without shared prefixes
-    ev.append("If requests are meant to share prefixes, also look for variable tokens (timestamps, request ids) at "
-              "the front of prompts: one differing early token changes every later block hash (background.md §5).")
-    return Finding("prefix_cache_ineffective", "warning", 0.7, ev,
-                   recommend("prefix_cache_ineffective", Inputs(signals=signals, limits=limits)))
+    ev.append(
+        "If requests are meant to share prefixes, also look for variable tokens (timestamps, request ids) at "
+        "the front of prompts: one differing early token changes every later block hash (background.md §5)."
+    )
+    return Finding(
+        "prefix_cache_ineffective",
+        "warning",
+        0.7,
+        ev,
+        recommend("prefix_cache_ineffective", Inputs(signals=signals, limits=limits)),
+    )

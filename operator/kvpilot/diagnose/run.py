@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import re
 import time
-from urllib.parse import urlsplit
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from kvpilot.diagnose.limits import resolve_limits
 from kvpilot.diagnose.model import Diagnosis, Report
 from kvpilot.diagnose.rules import diagnose_target
 from kvpilot.diagnose.signals import SIGNAL_DEFS, Signals, TargetKey, compute_signals
 from kvpilot.diagnose.sources import SourceError
+
 
 @dataclass
 class Options:
@@ -59,8 +60,13 @@ class Options:
 
 
 def _target_json(key: TargetKey, server: str, instance: str = "") -> dict:
-    out = {"namespace": key.namespace, "pod": key.pod, "server": server, "model_name": key.model_name,
-           "engine": key.engine}
+    out = {
+        "namespace": key.namespace,
+        "pod": key.pod,
+        "server": server,
+        "model_name": key.model_name,
+        "engine": key.engine,
+    }
     if key.instance or instance:
         out["instance"] = key.instance or instance
     if key.job:
@@ -77,6 +83,7 @@ def _select(signals: dict[TargetKey, Signals], opts: Options, pod: str) -> dict[
         if opts.server and not pod and k.pod and not re.fullmatch(re.escape(opts.server) + r"(-.*)?", k.pod):
             return False
         return not (opts.model_name and k.model_name != opts.model_name)
+
     return {k: v for k, v in signals.items() if keep(k)}
 
 
@@ -96,8 +103,10 @@ def run(opts: Options) -> Report:
     pod = opts.pod
     if opts.use_kube and opts.namespace and (opts.server or opts.pod):
         from kvpilot.diagnose.sources.kube import lookup_server
-        info = lookup_server(opts.namespace, opts.server, opts.pod, opts.kubeconfig, opts.context,
-                             timeout=min(opts.timeout, 5.0))
+
+        info = lookup_server(
+            opts.namespace, opts.server, opts.pod, opts.kubeconfig, opts.context, timeout=min(opts.timeout, 5.0)
+        )
         engine_spec, pod = info.engine, pod or info.pod
         notes.extend(info.notes)
         if info.engine:
@@ -105,10 +114,14 @@ def run(opts: Options) -> Report:
     queries: list[str]
     if opts.prometheus:
         from kvpilot.diagnose.sources.prometheus import PrometheusSource, Selectors
+
         end = opts.end if opts.end is not None else time.time()
-        selectors = Selectors(namespace=opts.namespace, pod=pod,
-                              pod_regex=f"{re.escape(opts.server)}(-.*)?" if opts.server and not pod else "",
-                              model_name=opts.model_name)
+        selectors = Selectors(
+            namespace=opts.namespace,
+            pod=pod,
+            pod_regex=f"{re.escape(opts.server)}(-.*)?" if opts.server and not pod else "",
+            model_name=opts.model_name,
+        )
         result = PrometheusSource(opts.prometheus, timeout=opts.timeout).fetch(opts.window_seconds, end, selectors)
         signals, queries = result.signals, result.queries
         notes.extend(result.notes)
@@ -117,17 +130,26 @@ def run(opts: Options) -> Report:
     else:
         if opts.metrics_url:
             from kvpilot.diagnose.sources.scrape import scrape_series
-            samples, scrapes = scrape_series(opts.metrics_url, opts.window_seconds, opts.scrape_interval,
-                                             quick=opts.quick, quick_gap_seconds=opts.quick_gap,
-                                             timeout=opts.timeout)
+
+            samples, scrapes = scrape_series(
+                opts.metrics_url,
+                opts.window_seconds,
+                opts.scrape_interval,
+                quick=opts.quick,
+                quick_gap_seconds=opts.quick_gap,
+                timeout=opts.timeout,
+            )
             source = f"metrics-url {opts.metrics_url}"
             if opts.quick:
-                notes.append(f"--quick: two scrapes {opts.quick_gap:g} s apart; rates cover seconds, not the "
-                             f"window, and trends are two-point slopes.")
+                notes.append(
+                    f"--quick: two scrapes {opts.quick_gap:g} s apart; rates cover seconds, not the "
+                    f"window, and trends are two-point slopes."
+                )
             else:
                 notes.append(f"{scrapes} scrapes every {opts.scrape_interval:g} s.")
         elif opts.recording:
             from kvpilot.diagnose.sources.recording import load_recording
+
             samples = load_recording(opts.recording)
             source = f"recording {opts.recording}"
         else:
@@ -151,13 +173,36 @@ def run(opts: Options) -> Report:
         diag.evidence.extend(limits.notes)
         report.targets.append(diag)
     if not report.targets:
-        selectors = ", ".join(f"{k}={v}" for k, v in (("namespace", opts.namespace), ("server", opts.server),
-                                                        ("pod", pod), ("model_name", opts.model_name)) if v)
-        report.targets.append(Diagnosis(
-            verdict="no_data", severity="unknown", confidence=1.0,
-            target={"namespace": opts.namespace, "pod": pod, "server": opts.server, "model_name": opts.model_name,
-                    "engine": ""},
-            evidence=[f"No vLLM series (vllm[:_]..., either generation) in the last {opts.window_seconds:g} s"
-                      + (f" matching {selectors}" if selectors else "") + " from " + source + "."],
-            queries=queries))
+        selectors = ", ".join(
+            f"{k}={v}"
+            for k, v in (
+                ("namespace", opts.namespace),
+                ("server", opts.server),
+                ("pod", pod),
+                ("model_name", opts.model_name),
+            )
+            if v
+        )
+        report.targets.append(
+            Diagnosis(
+                verdict="no_data",
+                severity="unknown",
+                confidence=1.0,
+                target={
+                    "namespace": opts.namespace,
+                    "pod": pod,
+                    "server": opts.server,
+                    "model_name": opts.model_name,
+                    "engine": "",
+                },
+                evidence=[
+                    f"No vLLM series (vllm[:_]..., either generation) in the last {opts.window_seconds:g} s"
+                    + (f" matching {selectors}" if selectors else "")
+                    + " from "
+                    + source
+                    + "."
+                ],
+                queries=queries,
+            )
+        )
     return report

@@ -48,7 +48,7 @@ class TargetKey:
     engine: str = ""
 
     @classmethod
-    def from_labels(cls, labels: Mapping[str, str]) -> "TargetKey":
+    def from_labels(cls, labels: Mapping[str, str]) -> TargetKey:
         """The key of a series from its labels (other labels ignored)."""
         return cls(**{k: str(labels.get(k, "")) for k in TARGET_LABELS})
 
@@ -145,7 +145,7 @@ def spellings(family: str) -> tuple[str, ...]:
     """
     out: list[str] = []
     for name in exposed_names(family):
-        out.extend((name, "vllm_" + name[len(PREFIX):]))
+        out.extend((name, "vllm_" + name[len(PREFIX) :]))
     return tuple(out)
 
 
@@ -234,7 +234,7 @@ class _Series:
 
 
 def _index(samples: Iterable) -> dict[TargetKey, dict[tuple[str, str], dict[tuple, _Series]]]:
-    """target -> (exposed family, suffix) -> series labels -> series."""
+    """Target -> (exposed family, suffix) -> series labels -> series."""
     out: dict[TargetKey, dict[tuple[str, str], dict[tuple, _Series]]] = defaultdict(lambda: defaultdict(dict))
     for s in samples:
         if s.timestamp is None:
@@ -288,8 +288,11 @@ class CacheConfigIndex:
         return {}
 
 
-def compute_signals(samples: Iterable, window_seconds: float, end: float | None = None,
-                    ) -> dict[TargetKey, Signals]:
+def compute_signals(
+    samples: Iterable,
+    window_seconds: float,
+    end: float | None = None,
+) -> dict[TargetKey, Signals]:
     """Signals per target from timestamped samples (a recording, or repeated scrapes).
 
     Args:
@@ -333,9 +336,14 @@ def compute_signals(samples: Iterable, window_seconds: float, end: float | None 
                 values[sd.name] = result
         if not any(v is not None for v in values.values()) and not buckets:
             continue  # only info series or series outside the window
-        signals = Signals(values=values, buckets=buckets, spelling=spelling,
-                          cache_config=configs.get(target),
-                          window_seconds=window_seconds, end=end)
+        signals = Signals(
+            values=values,
+            buckets=buckets,
+            spelling=spelling,
+            cache_config=configs.get(target),
+            window_seconds=window_seconds,
+            end=end,
+        )
         out[target] = finish_signals(signals)
     return out
 
@@ -402,9 +410,11 @@ def finish_signals(signals: Signals) -> Signals:
     per_request = prompt / finished if prompt is not None and finished else None
     v["prompt_tokens_per_request"] = per_request
     trend = v.get("waiting_trend_per_s")
-    v["offered_prompt_tokens_per_s"] = (prompt + max(0.0, trend) * per_request
-                                        if prompt is not None and per_request is not None and trend is not None
-                                        else None)
+    v["offered_prompt_tokens_per_s"] = (
+        prompt + max(0.0, trend) * per_request
+        if prompt is not None and per_request is not None and trend is not None
+        else None
+    )
     tokens, steps = v.get("iteration_tokens_sum_increase"), v.get("iteration_steps_increase")
     v["tokens_per_step_avg"] = tokens / steps if tokens is not None and steps else None
     last = v.get("last_sample_time")

@@ -19,6 +19,16 @@ from kvpilot.engine.request import Request
 from kvpilot.engine.vllm_args import from_vllm_args, parse_vllm_args
 
 __all__ = [
-    "GPU_PROFILES", "MODEL_PROFILES", "BlockPool", "CostModel", "Engine", "EngineConfig",
-    "MetricsSink", "Request", "StepOutput", "Workload", "from_vllm_args", "parse_vllm_args",
+    "GPU_PROFILES",
+    "MODEL_PROFILES",
+    "BlockPool",
+    "CostModel",
+    "Engine",
+    "EngineConfig",
+    "MetricsSink",
+    "Request",
+    "StepOutput",
+    "Workload",
+    "from_vllm_args",
+    "parse_vllm_args",
 ]

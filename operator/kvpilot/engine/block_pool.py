@@ -64,8 +64,19 @@ class BlockPool:
     """
 
     __slots__ = (
-        "num_blocks", "block_size", "enable_caching", "ref_cnt", "block_hash",
-        "_prev", "_next", "_head", "_tail", "num_free", "_cached", "_dups", "num_evictions",
+        "num_blocks",
+        "block_size",
+        "enable_caching",
+        "ref_cnt",
+        "block_hash",
+        "_prev",
+        "_next",
+        "_head",
+        "_tail",
+        "num_free",
+        "_cached",
+        "_dups",
+        "num_evictions",
     )
 
     def __init__(self, num_blocks: int, block_size: int = 16, enable_caching: bool = True) -> None:
@@ -222,8 +233,7 @@ class BlockPool:
         else:
             self._cached[h] = b
 
-    def cache_blocks(self, blocks: Sequence[int], hashes: Sequence[BlockHash], start: int,
-                     end: int) -> None:
+    def cache_blocks(self, blocks: Sequence[int], hashes: Sequence[BlockHash], start: int, end: int) -> None:
         """:meth:`cache_block` for ``blocks[k], hashes[k]``, ``start <= k < end``."""
         if not self.enable_caching:
             return

@@ -95,8 +95,8 @@ class EngineConfig:
         return dataclasses.replace(
             self,
             max_num_seqs=seqs if self.max_num_seqs is None else self.max_num_seqs,
-            max_num_batched_tokens=(budget if self.max_num_batched_tokens is None
-                                    else self.max_num_batched_tokens))
+            max_num_batched_tokens=(budget if self.max_num_batched_tokens is None else self.max_num_batched_tokens),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field (JSON-able)."""
@@ -131,17 +131,24 @@ class EngineConfig:
             value = int(getattr(self, given))
             blocks = value if given == "num_gpu_blocks" else value // self.block_size
             if blocks < 2:  # block 0 is the null block (background.md §4): at least one usable block
-                raise ValueError(f"{given}: {value} gives {blocks} block(s) of {self.block_size} tokens; "
-                                 "at least 2 are needed (the null block and one usable block)")
+                raise ValueError(
+                    f"{given}: {value} gives {blocks} block(s) of {self.block_size} tokens; "
+                    "at least 2 are needed (the null block and one usable block)"
+                )
             return blocks
         gpu = gpu_profile(self.gpu)
         tp = max(1, self.tensor_parallel_size)
-        kv_bytes = (gpu.memory_bytes * self.gpu_memory_utilization
-                    - self.resolved_weight_bytes() / tp - self.non_kv_reserve_bytes)
+        kv_bytes = (
+            gpu.memory_bytes * self.gpu_memory_utilization
+            - self.resolved_weight_bytes() / tp
+            - self.non_kv_reserve_bytes
+        )
         blocks = int(kv_bytes // (self.resolved_bytes_per_token() * self.block_size))
         if blocks < 2:
-            raise ValueError("gpu_memory_utilization: no available memory for the cache blocks "
-                             f"({kv_bytes / GiB:.2f} GiB left after weights and activations)")
+            raise ValueError(
+                "gpu_memory_utilization: no available memory for the cache blocks "
+                f"({kv_bytes / GiB:.2f} GiB left after weights and activations)"
+            )
         return blocks
 
     def kv_cache_tokens_resolved(self) -> int:
@@ -149,7 +156,7 @@ class EngineConfig:
         return self.resolved_num_gpu_blocks() * self.block_size
 
     def validate(self) -> None:
-        """vLLM's own checks (vllm/config SchedulerConfig and the startup KV check).
+        """VLLM's own checks (vllm/config SchedulerConfig and the startup KV check).
 
         Raises:
             ValueError: ``"<field>: <reason>"`` for non-positive sizes, ``max_num_batched_tokens <
@@ -160,24 +167,34 @@ class EngineConfig:
         if self.max_num_seqs is None or self.max_num_batched_tokens is None:
             self.resolved().validate()
             return
-        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                     "offload_chunk_tokens", "tensor_parallel_size"):
+        for name in (
+            "block_size",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_model_len",
+            "offload_chunk_tokens",
+            "tensor_parallel_size",
+        ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(f"gpu_memory_utilization: must be in (0, 1], got "
-                             f"{self.gpu_memory_utilization}")
+            raise ValueError(f"gpu_memory_utilization: must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.kv_offload_cpu_bytes < 0:
             raise ValueError("kv_offload_cpu_bytes: must be >= 0")
         if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(f"max_num_batched_tokens: {self.max_num_batched_tokens} must be >= "
-                             f"max_num_seqs ({self.max_num_seqs})")
+            raise ValueError(
+                f"max_num_batched_tokens: {self.max_num_batched_tokens} must be >= max_num_seqs ({self.max_num_seqs})"
+            )
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            raise ValueError(f"max_num_batched_tokens: {self.max_num_batched_tokens} is smaller "
-                             f"than max_model_len ({self.max_model_len}) and chunked prefill is off")
+            raise ValueError(
+                f"max_num_batched_tokens: {self.max_num_batched_tokens} is smaller "
+                f"than max_model_len ({self.max_model_len}) and chunked prefill is off"
+            )
         if self.offload_chunk_tokens % self.block_size:
-            raise ValueError(f"offload_chunk_tokens: {self.offload_chunk_tokens} must be a "
-                             f"multiple of block_size ({self.block_size})")
+            raise ValueError(
+                f"offload_chunk_tokens: {self.offload_chunk_tokens} must be a "
+                f"multiple of block_size ({self.block_size})"
+            )
         gpu_profile(self.gpu)
         model_profile(self.model)
         blocks = self.resolved_num_gpu_blocks()
@@ -187,7 +204,8 @@ class EngineConfig:
                 f"max_model_len: to serve at least one request with the model's max seq len "
                 f"({self.max_model_len}), {need} blocks are needed, which is larger than the "
                 f"available KV cache ({blocks - 1} usable blocks = {(blocks - 1) * self.block_size}"
-                f" tokens); the estimated maximum model length is {(blocks - 1) * self.block_size}")
+                f" tokens); the estimated maximum model length is {(blocks - 1) * self.block_size}"
+            )
 
 
 def _coerce(name: str, value: Any, typ: Any) -> Any:

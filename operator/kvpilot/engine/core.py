@@ -46,18 +46,38 @@ _NEVER = 1 << 62  # a token count no request reaches
 class MetricsSink(Protocol):
     """What the engine calls on its metrics exporter (``kvpilot.engine.exporter.VLLMMetrics``)."""
 
-    def set_queue(self, *, running: int, waiting: int, waiting_capacity: int,
-                  waiting_deferred: int, kv_cache_usage: float) -> None:
+    def set_queue(
+        self, *, running: int, waiting: int, waiting_capacity: int, waiting_deferred: int, kv_cache_usage: float
+    ) -> None:
         """Gauges after each step; ``kv_cache_usage`` 0-1 as ``BlockPool.get_usage``."""
 
-    def record_step(self, *, num_tokens: int, prompt_tokens: int, generation_tokens: int,
-                    preemptions: int, prefix_queries: int, prefix_hits: int,
-                    external_queries: int = 0, external_hits: int = 0) -> None:
+    def record_step(
+        self,
+        *,
+        num_tokens: int,
+        prompt_tokens: int,
+        generation_tokens: int,
+        preemptions: int,
+        prefix_queries: int,
+        prefix_hits: int,
+        external_queries: int = 0,
+        external_hits: int = 0,
+    ) -> None:
         """Per-step counters (tokens; preemptions as a count)."""
 
-    def record_request(self, *, ttft: float, itls: Sequence[float], e2e: float, queue_time: float,
-                       prefill_time: float, decode_time: float, prompt_tokens: int,
-                       generation_tokens: int, finished_reason: str) -> None:
+    def record_request(
+        self,
+        *,
+        ttft: float,
+        itls: Sequence[float],
+        e2e: float,
+        queue_time: float,
+        prefill_time: float,
+        decode_time: float,
+        prompt_tokens: int,
+        generation_tokens: int,
+        finished_reason: str,
+    ) -> None:
         """One finished request (seconds, tokens)."""
 
 
@@ -113,8 +133,9 @@ class Engine:
     ``external_queries``, ``external_hits``, ``prompt_tokens``, ``generation_tokens``.
     """
 
-    def __init__(self, config: EngineConfig | None = None, metrics: MetricsSink | None = None,
-                 keep_finished: bool = True) -> None:
+    def __init__(
+        self, config: EngineConfig | None = None, metrics: MetricsSink | None = None, keep_finished: bool = True
+    ) -> None:
         config = (config or EngineConfig()).resolved()
         config.validate()
         self.config = config
@@ -126,18 +147,25 @@ class Engine:
         self.num_gpu_blocks = config.resolved_num_gpu_blocks()
         self.bytes_per_token = config.resolved_bytes_per_token()
         self.pool = BlockPool(self.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
-        self.cost = CostModel(gpu_profile(config.gpu), model_profile(config.model),
-                              bytes_per_token=self.bytes_per_token,
-                              tensor_parallel_size=config.tensor_parallel_size,
-                              bandwidth_efficiency=config.bandwidth_efficiency,
-                              compute_efficiency=config.compute_efficiency,
-                              overhead=config.step_overhead,
-                              weight_bytes=config.resolved_weight_bytes())
+        self.cost = CostModel(
+            gpu_profile(config.gpu),
+            model_profile(config.model),
+            bytes_per_token=self.bytes_per_token,
+            tensor_parallel_size=config.tensor_parallel_size,
+            bandwidth_efficiency=config.bandwidth_efficiency,
+            compute_efficiency=config.compute_efficiency,
+            overhead=config.step_overhead,
+            weight_bytes=config.resolved_weight_bytes(),
+        )
         self.offload: CPUOffloadTier | None = None
         if config.kv_offload_cpu_bytes > 0:
-            self.offload = CPUOffloadTier(config.kv_offload_cpu_bytes, config.offload_chunk_tokens,
-                                          self.bytes_per_token, config.offload_load_bandwidth,
-                                          config.offload_store_bandwidth)
+            self.offload = CPUOffloadTier(
+                config.kv_offload_cpu_bytes,
+                config.offload_chunk_tokens,
+                self.bytes_per_token,
+                config.offload_load_bandwidth,
+                config.offload_store_bandwidth,
+            )
         self.now = 0.0
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
@@ -195,8 +223,10 @@ class Engine:
         """
         mml = self.config.max_model_len
         if request.prompt_len >= mml:
-            raise ValueError(f"prompt_len: request {request.request_id!r} has {request.prompt_len}"
-                             f" prompt tokens, max_model_len is {mml}")
+            raise ValueError(
+                f"prompt_len: request {request.request_id!r} has {request.prompt_len}"
+                f" prompt tokens, max_model_len is {mml}"
+            )
         if request.prompt_len + request.output_len > mml:
             request.max_output = mml - request.prompt_len
             request.finish_reason = "length"
@@ -323,8 +353,9 @@ class Engine:
 
         num_tokens = cfg.max_num_batched_tokens - budget
         if not scheduled:
-            return self._emit(StepOutput(start, 0.0, 0, 0, 0, 0, preempted, 0, 0, 0, 0,
-                                         len(running), len(waiting), pool.usage()))
+            return self._emit(
+                StepOutput(start, 0.0, 0, 0, 0, 0, preempted, 0, 0, 0, 0, len(running), len(waiting), pool.usage())
+            )
 
         # 3. offload stores (full prompt chunks completed by this step), then the step time
         store_tokens = 0
@@ -355,8 +386,7 @@ class Engine:
             c = req.num_computed
             if c >= req.next_full:  # never true with caching off (next_full is huge)
                 full = c // bs
-                pool.cache_blocks(req.blocks, req.ensure_hashes(full, bs), req.num_cached_blocks,
-                                  full)
+                pool.cache_blocks(req.blocks, req.ensure_hashes(full, bs), req.num_cached_blocks, full)
                 req.num_cached_blocks = full
                 req.next_full = (full + 1) * bs
             if c >= req.total:
@@ -386,22 +416,46 @@ class Engine:
         self.external_hits += step_eh
         self.prompt_tokens += prompt_done
         self.generation_tokens += gen
-        out = StepOutput(start, dt, num_tokens, len(scheduled), prompt_done, gen, preempted,
-                         step_pq, step_ph, step_eq, step_eh, len(running), len(waiting),
-                         pool.usage(), finished)
+        out = StepOutput(
+            start,
+            dt,
+            num_tokens,
+            len(scheduled),
+            prompt_done,
+            gen,
+            preempted,
+            step_pq,
+            step_ph,
+            step_eq,
+            step_eh,
+            len(running),
+            len(waiting),
+            pool.usage(),
+            finished,
+        )
         return self._emit(out)
 
     def _emit(self, out: StepOutput) -> StepOutput:
         m = self.metrics
         if m is not None:
             if out.num_scheduled or out.preemptions:
-                m.record_step(num_tokens=out.num_tokens, prompt_tokens=out.prompt_tokens,
-                              generation_tokens=out.generation_tokens,
-                              preemptions=out.preemptions, prefix_queries=out.prefix_queries,
-                              prefix_hits=out.prefix_hits, external_queries=out.external_queries,
-                              external_hits=out.external_hits)
-            m.set_queue(running=out.running, waiting=out.waiting, waiting_capacity=out.waiting,
-                        waiting_deferred=0, kv_cache_usage=out.kv_cache_usage)
+                m.record_step(
+                    num_tokens=out.num_tokens,
+                    prompt_tokens=out.prompt_tokens,
+                    generation_tokens=out.generation_tokens,
+                    preemptions=out.preemptions,
+                    prefix_queries=out.prefix_queries,
+                    prefix_hits=out.prefix_hits,
+                    external_queries=out.external_queries,
+                    external_hits=out.external_hits,
+                )
+            m.set_queue(
+                running=out.running,
+                waiting=out.waiting,
+                waiting_capacity=out.waiting,
+                waiting_deferred=0,
+                kv_cache_usage=out.kv_cache_usage,
+            )
         return out
 
     def _preempt(self, req: Request) -> None:
@@ -428,17 +482,27 @@ class Engine:
         if m is not None:
             first = req.first_token_time if req.first_token_time is not None else now
             sched = req.scheduled_time if req.scheduled_time is not None else now
-            m.record_request(ttft=first - req.arrival_time, itls=req.itls,
-                             e2e=now - req.arrival_time, queue_time=sched - req.arrival_time,
-                             prefill_time=first - sched, decode_time=now - first,
-                             prompt_tokens=req.prompt_len, generation_tokens=req.num_output,
-                             finished_reason=req.finished_reason or "length")
+            m.record_request(
+                ttft=first - req.arrival_time,
+                itls=req.itls,
+                e2e=now - req.arrival_time,
+                queue_time=sched - req.arrival_time,
+                prefill_time=first - sched,
+                decode_time=now - first,
+                prompt_tokens=req.prompt_len,
+                generation_tokens=req.num_output,
+                finished_reason=req.finished_reason or "length",
+            )
 
     # ------------------------------------------------------------------ driving
-    def run(self, workload: Workload | Iterable[Request], until: float | None = None,
-            max_steps: int | None = None,
-            on_step: Callable[[Engine, StepOutput | None], None] | None = None,
-            tick: float | None = None) -> Engine:
+    def run(
+        self,
+        workload: Workload | Iterable[Request],
+        until: float | None = None,
+        max_steps: int | None = None,
+        on_step: Callable[[Engine, StepOutput | None], None] | None = None,
+        tick: float | None = None,
+    ) -> Engine:
         """Feed ``workload`` and step until it is done and the engine is empty.
 
         Args:
@@ -483,13 +547,15 @@ class Engine:
                 on_step(self, out)
         return self
 
-    def _idle_to(self, target: float, tick: float | None,
-                 on_step: Callable[[Engine, StepOutput | None], None] | None) -> None:
+    def _idle_to(
+        self, target: float, tick: float | None, on_step: Callable[[Engine, StepOutput | None], None] | None
+    ) -> None:
         while self.now < target:
             nxt = target if tick is None else min(target, self.now + tick)
             self.now = nxt
             if self.metrics is not None:
-                self.metrics.set_queue(running=0, waiting=0, waiting_capacity=0,
-                                       waiting_deferred=0, kv_cache_usage=self.pool.usage())
+                self.metrics.set_queue(
+                    running=0, waiting=0, waiting_capacity=0, waiting_deferred=0, kv_cache_usage=self.pool.usage()
+                )
             if on_step is not None:
                 on_step(self, None)

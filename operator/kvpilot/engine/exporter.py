@@ -37,9 +37,9 @@ __all__ = ["VLLMMetrics", "DEFAULT_VLLM_VERSION", "request_token_buckets"]
 #: the vLLM release the project's background is written against (background.md, v0.33.0 source).
 DEFAULT_VLLM_VERSION = "0.33.0"
 
-ENGINE_LABEL_SINCE = (0, 8, 3)        # vLLM PR #13923
-PREFIX_TOKENS_SINCE = (0, 9, 0)       # vLLM PR #18003: prefix counters in tokens, blocks before
-KV_SIZE_LABELS_SINCE = (0, 24)        # background.md §2: kv_cache_size_tokens, kv_cache_max_concurrency labels
+ENGINE_LABEL_SINCE = (0, 8, 3)  # vLLM PR #13923
+PREFIX_TOKENS_SINCE = (0, 9, 0)  # vLLM PR #18003: prefix counters in tokens, blocks before
+KV_SIZE_LABELS_SINCE = (0, 24)  # background.md §2: kv_cache_size_tokens, kv_cache_max_concurrency labels
 KV_SIZE_LABELS = ("kv_cache_size_tokens", "kv_cache_max_concurrency")
 
 # HELP texts of the legacy families as real servers printed them (fixtures production-stack-318 for
@@ -89,7 +89,7 @@ def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
     exponent = 0
     while True:
         for m in (1, 2, 5):
-            value = m * 10 ** exponent
+            value = m * 10**exponent
             if value > max_model_len:
                 return tuple(out)
             out.append(float(value))
@@ -99,7 +99,7 @@ def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
 class _Flush:
     """A collector with no metrics: collecting it applies :class:`VLLMMetrics`' buffered updates."""
 
-    def __init__(self, owner: "VLLMMetrics"):
+    def __init__(self, owner: VLLMMetrics):
         self._owner = owner
 
     def describe(self) -> list:
@@ -131,9 +131,16 @@ class VLLMMetrics:
         ValueError: unparsable ``vllm_version`` or ``block_size``.
     """
 
-    def __init__(self, *, vllm_version: str = DEFAULT_VLLM_VERSION, model_name: str, engine: str = "0",
-                 cache_config: Mapping[str, str], registry: CollectorRegistry | None = None,
-                 max_model_len: int = 8192):
+    def __init__(
+        self,
+        *,
+        vllm_version: str = DEFAULT_VLLM_VERSION,
+        model_name: str,
+        engine: str = "0",
+        cache_config: Mapping[str, str],
+        registry: CollectorRegistry | None = None,
+        max_model_len: int = 8192,
+    ):
         v = version_tuple(vllm_version)
         if len(v) < 2:
             raise ValueError(f"vllm_version: {vllm_version!r} is not a version such as 0.10.1")
@@ -260,8 +267,9 @@ class VLLMMetrics:
             child.observe(value)
 
     # ------------------------------------------------------------------ engine calls
-    def set_queue(self, *, running: int, waiting: int, waiting_capacity: int, waiting_deferred: int,
-                  kv_cache_usage: float) -> None:
+    def set_queue(
+        self, *, running: int, waiting: int, waiting_capacity: int, waiting_deferred: int, kv_cache_usage: float
+    ) -> None:
         """Set the scheduler gauges after a step.
 
         Args:
@@ -279,9 +287,18 @@ class VLLMMetrics:
             self._set("vllm:num_requests_waiting_by_reason", waiting_deferred, "deferred")
             self._set("vllm:kv_cache_usage_perc", kv_cache_usage)
 
-    def record_step(self, *, num_tokens: int, prompt_tokens: int, generation_tokens: int, preemptions: int,
-                    prefix_queries: int, prefix_hits: int, external_queries: int = 0,
-                    external_hits: int = 0) -> None:
+    def record_step(
+        self,
+        *,
+        num_tokens: int,
+        prompt_tokens: int,
+        generation_tokens: int,
+        preemptions: int,
+        prefix_queries: int,
+        prefix_hits: int,
+        external_queries: int = 0,
+        external_hits: int = 0,
+    ) -> None:
         """Account for one engine step.
 
         Args:
@@ -296,9 +313,16 @@ class VLLMMetrics:
         Raises:
             ValueError: a negative count.
         """
-        counts = {"num_tokens": num_tokens, "prompt_tokens": prompt_tokens, "generation_tokens": generation_tokens,
-                  "preemptions": preemptions, "prefix_queries": prefix_queries, "prefix_hits": prefix_hits,
-                  "external_queries": external_queries, "external_hits": external_hits}
+        counts = {
+            "num_tokens": num_tokens,
+            "prompt_tokens": prompt_tokens,
+            "generation_tokens": generation_tokens,
+            "preemptions": preemptions,
+            "prefix_queries": prefix_queries,
+            "prefix_hits": prefix_hits,
+            "external_queries": external_queries,
+            "external_hits": external_hits,
+        }
         for field_name, count in counts.items():  # validate before touching any counter
             if count < 0:
                 raise ValueError(f"{field_name}: must be >= 0, got {count}")
@@ -325,9 +349,19 @@ class VLLMMetrics:
             out.append(self._prefix_tokens[key] // self.block_size - before // self.block_size)
         return out[0], out[1]
 
-    def record_request(self, *, ttft: float, itls: Sequence[float], e2e: float, queue_time: float,
-                       prefill_time: float, decode_time: float, prompt_tokens: int, generation_tokens: int,
-                       finished_reason: str) -> None:
+    def record_request(
+        self,
+        *,
+        ttft: float,
+        itls: Sequence[float],
+        e2e: float,
+        queue_time: float,
+        prefill_time: float,
+        decode_time: float,
+        prompt_tokens: int,
+        generation_tokens: int,
+        finished_reason: str,
+    ) -> None:
         """Account for one finished request (seconds and tokens).
 
         Args:

@@ -44,7 +44,8 @@ class GPUProfile:
 @dataclass(frozen=True)
 class ModelProfile:
     """One model's shape: parameters, layers, query heads, head dim, KV bytes per token (bf16), KV
-    heads (``num_key_value_heads``, for tensor-parallel division)."""
+    heads (``num_key_value_heads``, for tensor-parallel division).
+    """
 
     name: str
     params: float
@@ -63,49 +64,95 @@ class ModelProfile:
 
 GPU_PROFILES: dict[str, GPUProfile] = {
     "h100-sxm": GPUProfile(
-        "h100-sxm", 80 * GiB, 3.35e12, 989e12,
+        "h100-sxm",
+        80 * GiB,
+        3.35e12,
+        989e12,
         "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3, 3.35 TB/s, BF16 1,979 TFLOPS "
-        "with sparsity = 989 dense; background.md §1"),
+        "with sparsity = 989 dense; background.md §1",
+    ),
     "a100-80gb": GPUProfile(
-        "a100-80gb", 80 * GiB, 2.039e12, 312e12,
-        "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TFLOPS "
-        "dense (624 with sparsity)"),
+        "a100-80gb",
+        80 * GiB,
+        2.039e12,
+        312e12,
+        "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TFLOPS dense (624 with sparsity)",
+    ),
     "l4": GPUProfile(
-        "l4", 24 * GiB, 300e9, 121e12,
-        "NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, BF16 242 TFLOPS with sparsity = 121 dense"),
+        "l4",
+        24 * GiB,
+        300e9,
+        121e12,
+        "NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, BF16 242 TFLOPS with sparsity = 121 dense",
+    ),
     "laptop-8gb": GPUProfile(
-        "laptop-8gb", 8 * GiB, 256e9, 40.1e12,
+        "laptop-8gb",
+        8 * GiB,
+        256e9,
+        40.1e12,
         "NVIDIA GeForce RTX 4070 Laptop GPU (8 GB GDDR6, 128-bit, 16 Gbps = 256 GB/s; 36 SMs, "
         "boost up to 2,175 MHz); dense FP16/BF16 tensor FLOPS with FP32 accumulate derived as "
         "36 SM x 2.175 GHz x 512 FLOP/clk/SM, the per-SM rate of the Ada whitepaper's RTX 4090 "
-        "(165.2 TFLOPS / 128 SM / 2.52 GHz); the GPU of background.md §9 is an unnamed 8 GB one"),
+        "(165.2 TFLOPS / 128 SM / 2.52 GHz); the GPU of background.md §9 is an unnamed 8 GB one",
+    ),
     "laptop-896gbs": GPUProfile(
-        "laptop-896gbs", 24 * GiB, 896e9, 100e12,
+        "laptop-896gbs",
+        24 * GiB,
+        896e9,
+        100e12,
         "GeForce RTX 5090 Laptop GPU class: 24 GB GDDR7, 896 GB/s (background.md §1's example); "
         "tensor peak an approximation (not from a datasheet): only decode, memory-bound, is "
-        "checked against it"),
+        "checked against it",
+    ),
 }
 
 MODEL_PROFILES: dict[str, ModelProfile] = {
     "qwen2.5-1.5b": ModelProfile(
-        "qwen2.5-1.5b", 1.54e9, 28, 12, 128, 28_672,
+        "qwen2.5-1.5b",
+        1.54e9,
+        28,
+        12,
+        128,
+        28_672,
         "Qwen/Qwen2.5-1.5B-Instruct config.json (28 layers, 12 heads, 2 KV heads, hidden 1536) and "
-        "model card (1.54B parameters); 28,672 B/token: background.md §2", 2),
+        "model card (1.54B parameters); 28,672 B/token: background.md §2",
+        2,
+    ),
     "qwen2.5-7b": ModelProfile(
-        "qwen2.5-7b", 7.61e9, 28, 28, 128, 57_344,
+        "qwen2.5-7b",
+        7.61e9,
+        28,
+        28,
+        128,
+        57_344,
         "Qwen/Qwen2.5-7B-Instruct config.json (28 layers, 28 heads, 4 KV heads, hidden 3584) and "
-        "model card (7.61B parameters); 57,344 B/token: background.md §2", 4),
+        "model card (7.61B parameters); 57,344 B/token: background.md §2",
+        4,
+    ),
     "llama-3.1-8b": ModelProfile(
-        "llama-3.1-8b", 8.03e9, 32, 32, 128, 131_072,
+        "llama-3.1-8b",
+        8.03e9,
+        32,
+        32,
+        128,
+        131_072,
         "meta-llama/Llama-3.1-8B-Instruct config.json (32 layers, 32 heads, 8 KV heads, hidden "
-        "4096); 8.03B parameters (model card); 2 x 32 x 8 x 128 x 2 = 131,072 B/token", 8),
+        "4096); 8.03B parameters (model card); 2 x 32 x 8 x 128 x 2 = 131,072 B/token",
+        8,
+    ),
 }
 
 
 #: Other spellings of the profile names (case-insensitive).
-GPU_ALIASES = {"h100": "h100-sxm", "h100-80gb": "h100-sxm", "a100": "a100-80gb",
-               "a100-80g": "a100-80gb", "laptop": "laptop-8gb", "rtx-4070-laptop": "laptop-8gb",
-               "rtx-5090-laptop": "laptop-896gbs"}
+GPU_ALIASES = {
+    "h100": "h100-sxm",
+    "h100-80gb": "h100-sxm",
+    "a100": "a100-80gb",
+    "a100-80g": "a100-80gb",
+    "laptop": "laptop-8gb",
+    "rtx-4070-laptop": "laptop-8gb",
+    "rtx-5090-laptop": "laptop-896gbs",
+}
 
 
 def gpu_profile(name: str) -> GPUProfile:
@@ -139,13 +186,30 @@ class CostModel:
         seconds per step; ``weight_bytes``: override of the model's bf16 weight bytes.
     """
 
-    __slots__ = ("mem_bw", "compute", "weight_time", "kv_time_per_token", "flop_per_token",
-                 "attn_flop", "overhead", "gpu", "model")
+    __slots__ = (
+        "mem_bw",
+        "compute",
+        "weight_time",
+        "kv_time_per_token",
+        "flop_per_token",
+        "attn_flop",
+        "overhead",
+        "gpu",
+        "model",
+    )
 
-    def __init__(self, gpu: GPUProfile, model: ModelProfile, *, bytes_per_token: int,
-                 tensor_parallel_size: int = 1, bandwidth_efficiency: float = 0.70,
-                 compute_efficiency: float = 0.78, overhead: float = 1.5e-3,
-                 weight_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        gpu: GPUProfile,
+        model: ModelProfile,
+        *,
+        bytes_per_token: int,
+        tensor_parallel_size: int = 1,
+        bandwidth_efficiency: float = 0.70,
+        compute_efficiency: float = 0.78,
+        overhead: float = 1.5e-3,
+        weight_bytes: int | None = None,
+    ) -> None:
         tp = max(1, tensor_parallel_size)
         self.gpu, self.model = gpu, model
         self.mem_bw = gpu.bandwidth * bandwidth_efficiency * tp

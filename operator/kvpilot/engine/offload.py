@@ -29,8 +29,14 @@ class CPUOffloadTier:
         load_bandwidth, store_bandwidth: bytes/s CPU->GPU and GPU->CPU.
     """
 
-    def __init__(self, capacity_bytes: int, chunk_tokens: int, bytes_per_token: int,
-                 load_bandwidth: float, store_bandwidth: float) -> None:
+    def __init__(
+        self,
+        capacity_bytes: int,
+        chunk_tokens: int,
+        bytes_per_token: int,
+        load_bandwidth: float,
+        store_bandwidth: float,
+    ) -> None:
         self.chunk_tokens = chunk_tokens
         self.capacity_chunks = int(capacity_bytes // (chunk_tokens * bytes_per_token))
         self.load_time_per_token = bytes_per_token / load_bandwidth

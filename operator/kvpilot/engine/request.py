@@ -39,18 +39,52 @@ class Request:
     """
 
     __slots__ = (
-        "request_id", "prompt_len", "output_len", "arrival_time", "segments", "extra_keys", "tag",
-        "finish_reason", "max_output", "num_output", "num_computed", "blocks", "capacity",
-        "block_hashes", "_seg_i", "_seg_start", "num_cached_blocks", "num_stored_chunks",
-        "num_preemptions", "scheduled_time", "first_token_time", "last_token_time", "finish_time",
-        "itls", "prefix_hit_tokens", "external_hit_tokens", "finished_reason", "lora_id",
-        "cache_salt", "total", "next_full", "num_hit",
+        "request_id",
+        "prompt_len",
+        "output_len",
+        "arrival_time",
+        "segments",
+        "extra_keys",
+        "tag",
+        "finish_reason",
+        "max_output",
+        "num_output",
+        "num_computed",
+        "blocks",
+        "capacity",
+        "block_hashes",
+        "_seg_i",
+        "_seg_start",
+        "num_cached_blocks",
+        "num_stored_chunks",
+        "num_preemptions",
+        "scheduled_time",
+        "first_token_time",
+        "last_token_time",
+        "finish_time",
+        "itls",
+        "prefix_hit_tokens",
+        "external_hit_tokens",
+        "finished_reason",
+        "lora_id",
+        "cache_salt",
+        "total",
+        "next_full",
+        "num_hit",
     )
 
-    def __init__(self, request_id: str, prompt_len: int, output_len: int, arrival_time: float = 0.0,
-                 segments: Sequence[tuple[object, int]] | None = None, lora_id: int | None = None,
-                 cache_salt: str | None = None, tag: str | None = None,
-                 finish_reason: str = "length") -> None:
+    def __init__(
+        self,
+        request_id: str,
+        prompt_len: int,
+        output_len: int,
+        arrival_time: float = 0.0,
+        segments: Sequence[tuple[object, int]] | None = None,
+        lora_id: int | None = None,
+        cache_salt: str | None = None,
+        tag: str | None = None,
+        finish_reason: str = "length",
+    ) -> None:
         if prompt_len < 1:
             raise ValueError(f"prompt_len must be >= 1, got {prompt_len}")
         if output_len < 1:
@@ -59,8 +93,7 @@ class Request:
             segments = ((request_id, prompt_len),)
         segs = tuple((k, int(n)) for k, n in segments)
         if sum(n for _, n in segs) != prompt_len or any(n < 1 for _, n in segs):
-            raise ValueError(f"segments of {request_id!r} must be positive and sum to prompt_len "
-                             f"{prompt_len}")
+            raise ValueError(f"segments of {request_id!r} must be positive and sum to prompt_len {prompt_len}")
         self.request_id = request_id
         self.prompt_len = prompt_len
         self.output_len = output_len
@@ -142,5 +175,7 @@ class Request:
         return hashes
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return (f"Request({self.request_id!r}, prompt={self.prompt_len}, out={self.num_output}/"
-                f"{self.max_output}, computed={self.num_computed})")
+        return (
+            f"Request({self.request_id!r}, prompt={self.prompt_len}, out={self.num_output}/"
+            f"{self.max_output}, computed={self.num_computed})"
+        )

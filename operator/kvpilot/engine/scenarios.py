@@ -31,8 +31,17 @@ from kvpilot.engine.hardware import GiB
 from kvpilot.engine.vllm_args import from_vllm_args
 from kvpilot.engine.workloads import from_dict as workload_from_dict
 
-__all__ = ["SCENARIOS", "Scenario", "build", "from_vllm_args", "get_scenario", "report", "resolve",
-           "run_scenario", "scenario_from_dict"]
+__all__ = [
+    "SCENARIOS",
+    "Scenario",
+    "build",
+    "from_vllm_args",
+    "get_scenario",
+    "report",
+    "resolve",
+    "run_scenario",
+    "scenario_from_dict",
+]
 
 
 @dataclass(frozen=True)
@@ -55,70 +64,137 @@ class Scenario:
     duration: float | None = 300.0
 
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario(
-        "seed-lru",
-        "background.md §9: 10 documents of 5,033 tokens sent one at a time, in order, again, then "
-        "reversed, into a 21,520-token KV cache: prefix hits 0, 0, 21,488 (LRU collapse).",
-        {"gpu": "laptop-8gb", "model": "qwen2.5-1.5b", "kv_cache_tokens": 21520,
-         "gpu_memory_utilization": 0.60, "max_model_len": 8192, "max_num_seqs": 4,
-         "enable_prefix_caching": True},
-        {"type": "document_scan", "num_docs": 10, "doc_tokens": 5033, "output_len": 1},
-        None),
-    Scenario(
-        "kv-exhaustion",
-        "A 32,768-token KV cache under long outputs: usage pinned near 1, preemptions and the "
-        "waiting queue grow.",
-        {"gpu": "l4", "model": "qwen2.5-1.5b", "kv_cache_tokens": 32768, "max_model_len": 8192,
-         "max_num_seqs": 256, "max_num_batched_tokens": 2048},
-        {"type": "poisson", "rate": 4.0, "duration": 300.0, "seed": 1,
-         "prompt_len": {"dist": "uniform", "min": 1000, "max": 2000},
-         "output_len": {"dist": "uniform", "min": 400, "max": 800}}),
-    Scenario(
-        "max-num-seqs-cap",
-        "--max-num-seqs 4 on an H100: four requests run, the rest wait, the KV cache stays almost "
-        "empty.",
-        {"gpu": "h100-sxm", "model": "qwen2.5-1.5b", "max_num_seqs": 4, "max_model_len": 8192},
-        {"type": "poisson", "rate": 5.0, "duration": 300.0, "seed": 2,
-         "prompt_len": {"dist": "uniform", "min": 300, "max": 700}, "output_len": 500}),
-    Scenario(
-        "token-budget-cap",
-        "--max-num-batched-tokens 256 with 2,000-token prompts: every step is full at the budget, "
-        "few requests run, KV has room, the queue grows.",
-        {"gpu": "h100-sxm", "model": "qwen2.5-7b", "max_num_seqs": 128,
-         "max_num_batched_tokens": 256, "max_model_len": 8192},
-        {"type": "poisson", "rate": 20.0, "duration": 300.0, "seed": 3,
-         "prompt_len": {"dist": "uniform", "min": 1800, "max": 2200}, "output_len": 32}),
-    Scenario(
-        "compute-bound",
-        "Prefill-heavy traffic (6,000-token prompts, 2 output tokens, 9 req/s) on an H100 with a "
-        "65,000-token budget: prefill compute saturates, no flag binds (like fixture case C12).",
-        {"gpu": "h100-sxm", "model": "llama-3.1-8b", "max_num_seqs": 256,
-         "max_num_batched_tokens": 65000, "max_model_len": 16384},
-        {"type": "poisson", "rate": 9.0, "duration": 300.0, "seed": 4, "prompt_len": 6000,
-         "output_len": 2}),
-    Scenario(
-        "prefix-thrash",
-        "Prefix caching on, 100 shared 3,000-token prefixes reused at random: a 300,000-token "
-        "working set in a 49,152-token cache, so few hits.",
-        {"gpu": "h100-sxm", "model": "qwen2.5-1.5b", "kv_cache_tokens": 49152,
-         "max_model_len": 8192, "enable_prefix_caching": True},
-        {"type": "poisson", "rate": 4.0, "duration": 300.0, "seed": 5, "prefix_groups": 100,
-         "prefix_len": 3000, "prompt_len": 3200, "output_len": 100}),
-    Scenario(
-        "healthy",
-        "2 req/s of chat traffic sharing a 500-token system prompt on an H100 with default "
-        "flags: nothing waits, KV usage low, good prefix hits.",
-        {"gpu": "h100-sxm", "model": "qwen2.5-7b", "max_model_len": 8192},
-        {"type": "poisson", "rate": 2.0, "duration": 300.0, "seed": 6, "prefix_groups": 1,
-         "prefix_len": 500, "prompt_len": {"dist": "uniform", "min": 700, "max": 1300},
-         "output_len": {"dist": "uniform", "min": 100, "max": 300}}),
-    Scenario(
-        "idle",
-        "A server with no traffic: every gauge at zero, counters flat.",
-        {"gpu": "h100-sxm", "model": "qwen2.5-7b", "max_model_len": 8192},
-        {"type": "idle"}),
-)}
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "seed-lru",
+            "background.md §9: 10 documents of 5,033 tokens sent one at a time, in order, again, then "
+            "reversed, into a 21,520-token KV cache: prefix hits 0, 0, 21,488 (LRU collapse).",
+            {
+                "gpu": "laptop-8gb",
+                "model": "qwen2.5-1.5b",
+                "kv_cache_tokens": 21520,
+                "gpu_memory_utilization": 0.60,
+                "max_model_len": 8192,
+                "max_num_seqs": 4,
+                "enable_prefix_caching": True,
+            },
+            {"type": "document_scan", "num_docs": 10, "doc_tokens": 5033, "output_len": 1},
+            None,
+        ),
+        Scenario(
+            "kv-exhaustion",
+            "A 32,768-token KV cache under long outputs: usage pinned near 1, preemptions and the waiting queue grow.",
+            {
+                "gpu": "l4",
+                "model": "qwen2.5-1.5b",
+                "kv_cache_tokens": 32768,
+                "max_model_len": 8192,
+                "max_num_seqs": 256,
+                "max_num_batched_tokens": 2048,
+            },
+            {
+                "type": "poisson",
+                "rate": 4.0,
+                "duration": 300.0,
+                "seed": 1,
+                "prompt_len": {"dist": "uniform", "min": 1000, "max": 2000},
+                "output_len": {"dist": "uniform", "min": 400, "max": 800},
+            },
+        ),
+        Scenario(
+            "max-num-seqs-cap",
+            "--max-num-seqs 4 on an H100: four requests run, the rest wait, the KV cache stays almost empty.",
+            {"gpu": "h100-sxm", "model": "qwen2.5-1.5b", "max_num_seqs": 4, "max_model_len": 8192},
+            {
+                "type": "poisson",
+                "rate": 5.0,
+                "duration": 300.0,
+                "seed": 2,
+                "prompt_len": {"dist": "uniform", "min": 300, "max": 700},
+                "output_len": 500,
+            },
+        ),
+        Scenario(
+            "token-budget-cap",
+            "--max-num-batched-tokens 256 with 2,000-token prompts: every step is full at the budget, "
+            "few requests run, KV has room, the queue grows.",
+            {
+                "gpu": "h100-sxm",
+                "model": "qwen2.5-7b",
+                "max_num_seqs": 128,
+                "max_num_batched_tokens": 256,
+                "max_model_len": 8192,
+            },
+            {
+                "type": "poisson",
+                "rate": 20.0,
+                "duration": 300.0,
+                "seed": 3,
+                "prompt_len": {"dist": "uniform", "min": 1800, "max": 2200},
+                "output_len": 32,
+            },
+        ),
+        Scenario(
+            "compute-bound",
+            "Prefill-heavy traffic (6,000-token prompts, 2 output tokens, 9 req/s) on an H100 with a "
+            "65,000-token budget: prefill compute saturates, no flag binds (like fixture case C12).",
+            {
+                "gpu": "h100-sxm",
+                "model": "llama-3.1-8b",
+                "max_num_seqs": 256,
+                "max_num_batched_tokens": 65000,
+                "max_model_len": 16384,
+            },
+            {"type": "poisson", "rate": 9.0, "duration": 300.0, "seed": 4, "prompt_len": 6000, "output_len": 2},
+        ),
+        Scenario(
+            "prefix-thrash",
+            "Prefix caching on, 100 shared 3,000-token prefixes reused at random: a 300,000-token "
+            "working set in a 49,152-token cache, so few hits.",
+            {
+                "gpu": "h100-sxm",
+                "model": "qwen2.5-1.5b",
+                "kv_cache_tokens": 49152,
+                "max_model_len": 8192,
+                "enable_prefix_caching": True,
+            },
+            {
+                "type": "poisson",
+                "rate": 4.0,
+                "duration": 300.0,
+                "seed": 5,
+                "prefix_groups": 100,
+                "prefix_len": 3000,
+                "prompt_len": 3200,
+                "output_len": 100,
+            },
+        ),
+        Scenario(
+            "healthy",
+            "2 req/s of chat traffic sharing a 500-token system prompt on an H100 with default "
+            "flags: nothing waits, KV usage low, good prefix hits.",
+            {"gpu": "h100-sxm", "model": "qwen2.5-7b", "max_model_len": 8192},
+            {
+                "type": "poisson",
+                "rate": 2.0,
+                "duration": 300.0,
+                "seed": 6,
+                "prefix_groups": 1,
+                "prefix_len": 500,
+                "prompt_len": {"dist": "uniform", "min": 700, "max": 1300},
+                "output_len": {"dist": "uniform", "min": 100, "max": 300},
+            },
+        ),
+        Scenario(
+            "idle",
+            "A server with no traffic: every gauge at zero, counters flat.",
+            {"gpu": "h100-sxm", "model": "qwen2.5-7b", "max_model_len": 8192},
+            {"type": "idle"},
+        ),
+    )
+}
 
 _SCENARIO_KEYS = {"flags", "workload", "duration", "description", "name"}
 
@@ -134,8 +210,9 @@ def scenario_from_dict(spec: dict[str, Any], base: Scenario | None = None) -> Sc
     """
     unknown = set(spec) - _SCENARIO_KEYS
     if unknown:
-        raise ValueError(f"scenario: unknown key(s) {', '.join(sorted(unknown))} "
-                         f"(known: {', '.join(sorted(_SCENARIO_KEYS))})")
+        raise ValueError(
+            f"scenario: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(_SCENARIO_KEYS))})"
+        )
     base = base or Scenario("custom", "custom scenario", {}, {"type": "idle"}, 300.0)
     flags = spec.get("flags") or {}
     wl = spec.get("workload")
@@ -151,9 +228,13 @@ def scenario_from_dict(spec: dict[str, Any], base: Scenario | None = None) -> Sc
         else:
             workload = copy.deepcopy(wl)
     duration = spec.get("duration", base.duration)
-    return Scenario(str(spec.get("name", base.name)),
-                    str(spec.get("description", base.description)), merged_flags, workload,
-                    None if duration is None else float(duration))
+    return Scenario(
+        str(spec.get("name", base.name)),
+        str(spec.get("description", base.description)),
+        merged_flags,
+        workload,
+        None if duration is None else float(duration),
+    )
 
 
 def get_scenario(name: str) -> Scenario:
@@ -165,8 +246,13 @@ def get_scenario(name: str) -> Scenario:
 
 
 #: CLI workload knobs -> keys of the Poisson workload spec.
-_WORKLOAD_KNOBS = {"arrival_rate": "rate", "prompt_tokens": "prompt_len",
-                   "output_tokens": "output_len", "num_requests": "num_requests", "seed": "seed"}
+_WORKLOAD_KNOBS = {
+    "arrival_rate": "rate",
+    "prompt_tokens": "prompt_len",
+    "output_tokens": "output_len",
+    "num_requests": "num_requests",
+    "seed": "seed",
+}
 
 
 def resolve(name: str | Scenario, overrides: dict[str, Any] | None = None) -> Scenario:
@@ -204,8 +290,10 @@ def resolve(name: str | Scenario, overrides: dict[str, Any] | None = None) -> Sc
         wl = dict(spec.get("workload") or sc.workload)
         if wl.get("type") != "poisson":
             if "rate" not in knobs:
-                raise ValueError(f"arrival_rate: scenario {sc.name!r} has a {wl.get('type')} "
-                                 "workload; give --arrival-rate to replace it with Poisson arrivals")
+                raise ValueError(
+                    f"arrival_rate: scenario {sc.name!r} has a {wl.get('type')} "
+                    "workload; give --arrival-rate to replace it with Poisson arrivals"
+                )
             wl = {"type": "poisson", "duration": sc.duration or 300.0}
         wl.update(knobs)
         if wl.get("rate", 1) <= 0 or wl.get("num_requests", 1) == 0:
@@ -214,8 +302,12 @@ def resolve(name: str | Scenario, overrides: dict[str, Any] | None = None) -> Sc
     return scenario_from_dict(spec, base=sc)
 
 
-def build(name: str | Scenario, overrides: dict[str, Any] | None = None,
-          metrics: MetricsSink | None = None, keep_finished: bool = True) -> tuple[Engine, Any]:
+def build(
+    name: str | Scenario,
+    overrides: dict[str, Any] | None = None,
+    metrics: MetricsSink | None = None,
+    keep_finished: bool = True,
+) -> tuple[Engine, Any]:
     """``(Engine, Workload)`` for scenario ``name`` (or a :class:`Scenario`) with overrides.
 
     Raises:
@@ -227,10 +319,13 @@ def build(name: str | Scenario, overrides: dict[str, Any] | None = None,
     return engine, workload_from_dict(sc.workload)
 
 
-def run_scenario(name: str | Scenario, overrides: dict[str, Any] | None = None,
-                 metrics: MetricsSink | None = None,
-                 on_step: Callable[[Engine, StepOutput | None], None] | None = None,
-                 tick: float | None = None) -> dict[str, Any]:
+def run_scenario(
+    name: str | Scenario,
+    overrides: dict[str, Any] | None = None,
+    metrics: MetricsSink | None = None,
+    on_step: Callable[[Engine, StepOutput | None], None] | None = None,
+    tick: float | None = None,
+) -> dict[str, Any]:
     """Run a scenario for its duration and report (JSON-able dict).
 
     Keys: ``scenario``, ``description``, ``config`` (every engine field), ``kv_cache_tokens``,
@@ -275,8 +370,9 @@ def _pct(values: list[float], q: float) -> float | None:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
-def report(engine: Engine, sc: Scenario, peaks: dict[str, Any] | None = None,
-           steps_at_budget: int = 0) -> dict[str, Any]:
+def report(
+    engine: Engine, sc: Scenario, peaks: dict[str, Any] | None = None, steps_at_budget: int = 0
+) -> dict[str, Any]:
     """The JSON-able report of :func:`run_scenario` for an engine that has run ``sc``."""
     fin = engine.finished
     ttft = [r.first_token_time - r.arrival_time for r in fin if r.first_token_time is not None]
@@ -293,8 +389,10 @@ def report(engine: Engine, sc: Scenario, peaks: dict[str, Any] | None = None,
         "usable_blocks": engine.usable_blocks,
         "simulated_seconds": round(engine.now, 6),
         "steps": engine.num_steps,
-        "requests": {"arrived": engine.num_finished + engine.num_running + engine.num_waiting,
-                     "finished": engine.num_finished},
+        "requests": {
+            "arrived": engine.num_finished + engine.num_running + engine.num_waiting,
+            "finished": engine.num_finished,
+        },
         "counters": {
             "preemptions": engine.num_preemptions,
             "prefix_cache_queries": q,
@@ -305,16 +403,28 @@ def report(engine: Engine, sc: Scenario, peaks: dict[str, Any] | None = None,
             "prompt_tokens": engine.prompt_tokens,
             "generation_tokens": engine.generation_tokens,
         },
-        "final": {"running": engine.num_running, "waiting": engine.num_waiting,
-                  "kv_cache_usage": round(engine.kv_cache_usage, 6)},
+        "final": {
+            "running": engine.num_running,
+            "waiting": engine.num_waiting,
+            "kv_cache_usage": round(engine.kv_cache_usage, 6),
+        },
         "peaks": peaks or {},
         "steps_at_budget": round(steps_at_budget / engine.num_steps, 6) if engine.num_steps else 0.0,
-        "latency_s": {k: (None if v is None else round(v, 6)) for k, v in {
-            "ttft_p50": _pct(ttft, 0.5), "ttft_p95": _pct(ttft, 0.95), "itl_p50": _pct(itl, 0.5),
-            "e2e_p50": _pct(e2e, 0.5), "queue_p50": _pct(queue, 0.5)}.items()},
-        "throughput": {"requests_per_s": round(engine.num_finished / t, 6),
-                       "prompt_tokens_per_s": round(engine.prompt_tokens / t, 3),
-                       "generation_tokens_per_s": round(engine.generation_tokens / t, 3)},
+        "latency_s": {
+            k: (None if v is None else round(v, 6))
+            for k, v in {
+                "ttft_p50": _pct(ttft, 0.5),
+                "ttft_p95": _pct(ttft, 0.95),
+                "itl_p50": _pct(itl, 0.5),
+                "e2e_p50": _pct(e2e, 0.5),
+                "queue_p50": _pct(queue, 0.5),
+            }.items()
+        },
+        "throughput": {
+            "requests_per_s": round(engine.num_finished / t, 6),
+            "prompt_tokens_per_s": round(engine.prompt_tokens / t, 3),
+            "generation_tokens_per_s": round(engine.generation_tokens / t, 3),
+        },
     }
     tags: dict[str, list[Any]] = {}
     for r in fin:
@@ -330,8 +440,7 @@ def report(engine: Engine, sc: Scenario, peaks: dict[str, Any] | None = None,
             }
             if engine.offload is not None:
                 p["external_prefix_cache_hit_tokens"] = sum(r.external_hit_tokens for r in reqs)
-            p["ttft_p50_ms"] = round(1000 * _pct(
-                [r.first_token_time - r.arrival_time for r in reqs], 0.5), 1)
+            p["ttft_p50_ms"] = round(1000 * _pct([r.first_token_time - r.arrival_time for r in reqs], 0.5), 1)
             passes.append(p)
         out["passes"] = passes
     if engine.offload is not None:

@@ -30,7 +30,7 @@ MODEL_IDS = {
 
 
 def human_readable_int(text: str) -> int:
-    """vLLM's integer parser: ``1k`` = 1,000, ``1K`` = 1,024, ``m``/``M``, ``g``/``G`` likewise.
+    """VLLM's integer parser: ``1k`` = 1,000, ``1K`` = 1,024, ``m``/``M``, ``g``/``G`` likewise.
 
     Raises:
         ValueError: not an integer.
@@ -58,8 +58,7 @@ class VLLMArgs:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vllm", add_help=False, allow_abbrev=False,
-                                exit_on_error=False)
+    p = argparse.ArgumentParser(prog="vllm", add_help=False, allow_abbrev=False, exit_on_error=False)
     p.add_argument("positional", nargs="*")
     p.add_argument("--model")
     p.add_argument("--max-num-seqs", "--max_num_seqs", type=human_readable_int)
@@ -70,10 +69,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--num-gpu-blocks-override", "--num_gpu_blocks_override", type=int)
     p.add_argument("--kv-cache-dtype", "--kv_cache_dtype")
     p.add_argument("--tensor-parallel-size", "--tensor_parallel_size", "-tp", type=int)
-    p.add_argument("--enable-prefix-caching", "--enable_prefix_caching",
-                   action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--enable-chunked-prefill", "--enable_chunked_prefill",
-                   action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument(
+        "--enable-prefix-caching", "--enable_prefix_caching", action=argparse.BooleanOptionalAction, default=None
+    )
+    p.add_argument(
+        "--enable-chunked-prefill", "--enable_chunked_prefill", action=argparse.BooleanOptionalAction, default=None
+    )
     p.add_argument("--served-model-name", "--served_model_name", nargs="+")
     p.add_argument("--kv-offloading-size", "--kv_offloading_size", type=float)
     p.add_argument("--host")
@@ -135,14 +136,15 @@ def parse_vllm_args(argv: list[str]) -> VLLMArgs:
         if profile:
             out.overrides["model"] = profile
         else:
-            out.notes.append(f"model {model!r} has no profile; using the default model profile "
-                             f"(known: {', '.join(sorted(set(MODEL_IDS)))})")
+            out.notes.append(
+                f"model {model!r} has no profile; using the default model profile "
+                f"(known: {', '.join(sorted(set(MODEL_IDS)))})"
+            )
     served = ns.served_model_name[0] if ns.served_model_name else model
     if served:
         out.overrides["served_model_name"] = served
     if ns.host is not None or ns.port is not None:
-        out.notes.append(f"--host/--port are for the server, not the engine model "
-                         f"(host={ns.host}, port={ns.port})")
+        out.notes.append(f"--host/--port are for the server, not the engine model (host={ns.host}, port={ns.port})")
     if unknown:
         out.notes.append(f"ignored flags the engine model does not use: {' '.join(unknown)}")
     return out

@@ -65,8 +65,9 @@ class ClosedLoop:
         ValueError: ``concurrency < 1`` or ``think_time < 0``.
     """
 
-    def __init__(self, requests: Sequence[Request], concurrency: int = 1, think_time: float = 0.0,
-                 start: float = 0.0) -> None:
+    def __init__(
+        self, requests: Sequence[Request], concurrency: int = 1, think_time: float = 0.0, start: float = 0.0
+    ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
         if think_time < 0:
@@ -144,8 +145,7 @@ def sample_length(spec: int | dict[str, Any], rng: random.Random, field: str = "
         elif kind == "exponential":
             v = rng.expovariate(1.0 / float(spec["mean"]))
         else:
-            raise ValueError(f"{field}: unknown distribution {kind!r} "
-                             "(fixed, uniform, normal, lognormal, exponential)")
+            raise ValueError(f"{field}: unknown distribution {kind!r} (fixed, uniform, normal, lognormal, exponential)")
     except KeyError as exc:
         raise ValueError(f"{field}: distribution {kind!r} needs {exc.args[0]!r}") from None
     if "min" in spec:
@@ -155,10 +155,19 @@ def sample_length(spec: int | dict[str, Any], rng: random.Random, field: str = "
     return max(1, int(round(v)))
 
 
-def poisson(rate: float, *, duration: float | None = None, num_requests: int | None = None,
-            prompt_len: int | dict[str, Any] = 1000, output_len: int | dict[str, Any] = 200,
-            seed: int = 0, prefix_groups: int = 0, prefix_len: int = 0, start: float = 0.0,
-            id_prefix: str = "req") -> OpenLoop:
+def poisson(
+    rate: float,
+    *,
+    duration: float | None = None,
+    num_requests: int | None = None,
+    prompt_len: int | dict[str, Any] = 1000,
+    output_len: int | dict[str, Any] = 200,
+    seed: int = 0,
+    prefix_groups: int = 0,
+    prefix_len: int = 0,
+    start: float = 0.0,
+    id_prefix: str = "req",
+) -> OpenLoop:
     """Poisson arrivals at ``rate`` requests/s for ``duration`` s or ``num_requests`` requests.
 
     Shared prefixes: with ``prefix_groups`` > 0 each request picks a group uniformly and its
@@ -194,9 +203,13 @@ def poisson(rate: float, *, duration: float | None = None, num_requests: int | N
     return OpenLoop(reqs)
 
 
-def document_scan(num_docs: int = 10, doc_tokens: int = 5033,
-                  passes: Sequence[str] = ("first", "second", "reversed"), output_len: int = 1,
-                  concurrency: int = 1) -> ClosedLoop:
+def document_scan(
+    num_docs: int = 10,
+    doc_tokens: int = 5033,
+    passes: Sequence[str] = ("first", "second", "reversed"),
+    output_len: int = 1,
+    concurrency: int = 1,
+) -> ClosedLoop:
     """background.md §9: documents with no shared prefix, sent one at a time, pass by pass.
 
     Pass names ``first``/``second`` (or any name not starting with ``rev``) send documents
@@ -207,14 +220,26 @@ def document_scan(num_docs: int = 10, doc_tokens: int = 5033,
     for name in passes:
         order = range(num_docs - 1, -1, -1) if name.startswith("rev") else range(num_docs)
         for d in order:
-            reqs.append(Request(f"{name}-doc-{d}", doc_tokens, output_len,
-                                segments=((f"doc-{d}", doc_tokens),), tag=name))
+            reqs.append(
+                Request(f"{name}-doc-{d}", doc_tokens, output_len, segments=((f"doc-{d}", doc_tokens),), tag=name)
+            )
     return ClosedLoop(reqs, concurrency=concurrency)
 
 
-_TRACE_FIELDS = ("arrival_time", "timestamp", "prompt_tokens", "prompt_len", "output_len",
-                 "output_tokens", "prefix_group", "prefix_len", "request_id", "cache_salt",
-                 "lora_id", "tag")
+_TRACE_FIELDS = (
+    "arrival_time",
+    "timestamp",
+    "prompt_tokens",
+    "prompt_len",
+    "output_len",
+    "output_tokens",
+    "prefix_group",
+    "prefix_len",
+    "request_id",
+    "cache_salt",
+    "lora_id",
+    "tag",
+)
 
 
 def load_trace(lines: Iterable[str]) -> OpenLoop:
@@ -229,8 +254,9 @@ def load_trace(lines: Iterable[str]) -> OpenLoop:
     Raises:
         ValueError: ``"trace line N: <field>: <reason>"``.
     """
-    return OpenLoop(_trace_request(obj, f"trace line {lineno}", f"trace-{lineno}")
-                    for lineno, obj in _trace_objects(lines))
+    return OpenLoop(
+        _trace_request(obj, f"trace line {lineno}", f"trace-{lineno}") for lineno, obj in _trace_objects(lines)
+    )
 
 
 def trace_requests(lines: Iterable[str]) -> list[dict[str, Any]]:
@@ -291,8 +317,16 @@ def _trace_request(obj: dict[str, Any], where: str, default_id: str) -> Request:
         if plen >= p:
             raise ValueError(f"{where}: prefix_len: {plen} must be smaller than the prompt ({p})")
         segments = ((f"prefix-{group}", plen), (rid, p - plen))
-    return Request(rid, p, o, arrival_time=t, segments=segments, cache_salt=obj.get("cache_salt"),
-                   lora_id=obj.get("lora_id"), tag=obj.get("tag"))
+    return Request(
+        rid,
+        p,
+        o,
+        arrival_time=t,
+        segments=segments,
+        cache_salt=obj.get("cache_salt"),
+        lora_id=obj.get("lora_id"),
+        tag=obj.get("tag"),
+    )
 
 
 def from_dict(spec: dict[str, Any] | None) -> Any:
@@ -333,9 +367,7 @@ def from_dict(spec: dict[str, Any] | None) -> Any:
             items = spec.get("requests")
             if not isinstance(items, list):
                 raise ValueError(f"workload.requests: a trace needs a list of requests, got {items!r}")
-            return OpenLoop(_trace_request(o, f"workload.requests[{i}]", f"trace-{i}")
-                            for i, o in enumerate(items))
+            return OpenLoop(_trace_request(o, f"workload.requests[{i}]", f"trace-{i}") for i, o in enumerate(items))
     except TypeError as exc:
         raise ValueError(f"workload: {exc}") from None
-    raise ValueError(f"workload.type: {kind!r} is not one of poisson, closed_loop, "
-                     "document_scan, trace, idle")
+    raise ValueError(f"workload.type: {kind!r} is not one of poisson, closed_loop, document_scan, trace, idle")

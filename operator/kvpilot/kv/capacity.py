@@ -61,12 +61,13 @@ DEFAULT_OVERHEAD_BYTES = int(1.35 * GIB)
 
 def is_large_gpu(gpu_memory_bytes: int | None, gpu_name: str | None) -> bool:
     """True for vLLM's large-GPU tier: >= 70 GiB of memory (bytes) and not an A100 (name, any case);
-    False when the memory is unknown. Source: as :data:`LARGE_GPU_MAX_NUM_SEQS`."""
+    False when the memory is unknown. Source: as :data:`LARGE_GPU_MAX_NUM_SEQS`.
+    """
     return bool(gpu_memory_bytes and gpu_memory_bytes >= 70 * GIB and "a100" not in (gpu_name or "").lower())
 
 
 def vllm_batch_defaults(gpu_memory_bytes: int | None, gpu_name: str | None) -> tuple[int, int]:
-    """vLLM's default ``(max_num_seqs, max_num_batched_tokens)`` for a GPU of ``gpu_memory_bytes``
+    """VLLM's default ``(max_num_seqs, max_num_batched_tokens)`` for a GPU of ``gpu_memory_bytes``
     bytes called ``gpu_name`` (either may be None: unknown counts as the small tier).
 
     256 and 2048; 1024 and 8192 on :func:`is_large_gpu`; the budget is 16384 from 160 GiB.
@@ -74,8 +75,13 @@ def vllm_batch_defaults(gpu_memory_bytes: int | None, gpu_name: str | None) -> t
     """
     large = is_large_gpu(gpu_memory_bytes, gpu_name)
     seqs = LARGE_GPU_MAX_NUM_SEQS if large else DEFAULT_MAX_NUM_SEQS
-    budget = (HUGE_GPU_MAX_NUM_BATCHED_TOKENS if gpu_memory_bytes and gpu_memory_bytes >= 160 * GIB
-              else LARGE_GPU_MAX_NUM_BATCHED_TOKENS if large else DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    budget = (
+        HUGE_GPU_MAX_NUM_BATCHED_TOKENS
+        if gpu_memory_bytes and gpu_memory_bytes >= 160 * GIB
+        else LARGE_GPU_MAX_NUM_BATCHED_TOKENS
+        if large
+        else DEFAULT_MAX_NUM_BATCHED_TOKENS
+    )
     return seqs, budget
 
 
@@ -95,8 +101,7 @@ def check_block_size(value: object, name: str = "--block-size") -> int:
     """
     size = _check_positive(value, name)
     if size not in VLLM_BLOCK_SIZES:
-        raise KVConfigError(name, f"{size} is not a vLLM block size (one of "
-                                  f"{', '.join(map(str, VLLM_BLOCK_SIZES))})")
+        raise KVConfigError(name, f"{size} is not a vLLM block size (one of {', '.join(map(str, VLLM_BLOCK_SIZES))})")
     return size
 
 
@@ -120,10 +125,14 @@ class MemoryBudget:
     non_kv_bytes: int | None = None
 
 
-def kv_memory_budget(*, kv_memory_bytes: int | None = None, gpu_memory_bytes: int | None = None,
-                     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-                     weights_bytes: int | None = None,
-                     overhead_bytes: int | None = DEFAULT_OVERHEAD_BYTES) -> MemoryBudget | None:
+def kv_memory_budget(
+    *,
+    kv_memory_bytes: int | None = None,
+    gpu_memory_bytes: int | None = None,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    weights_bytes: int | None = None,
+    overhead_bytes: int | None = DEFAULT_OVERHEAD_BYTES,
+) -> MemoryBudget | None:
     """The KV memory of one GPU: given (``kv_memory_bytes``) or ``floor(total × util) − weights − overhead``.
 
     Returns None when neither ``kv_memory_bytes`` nor ``gpu_memory_bytes`` is given. A negative result
@@ -134,21 +143,34 @@ def kv_memory_budget(*, kv_memory_bytes: int | None = None, gpu_memory_bytes: in
             budget is derived from ``--gpu-memory``; negative sizes.
     """
     util = _check_positive(gpu_memory_utilization, "--gpu-memory-utilization", integer=False, upper=1.0)
-    for value, name in ((kv_memory_bytes, "--kv-memory"), (gpu_memory_bytes, "--gpu-memory"),
-                        (weights_bytes, "--weights-memory"), (overhead_bytes, "--overhead-memory")):
+    for value, name in (
+        (kv_memory_bytes, "--kv-memory"),
+        (gpu_memory_bytes, "--gpu-memory"),
+        (weights_bytes, "--weights-memory"),
+        (overhead_bytes, "--overhead-memory"),
+    ):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise KVConfigError(name, f"must be a size >= 0 bytes, got {value!r}")
     if gpu_memory_bytes is not None:
         _check_positive(gpu_memory_bytes, "--gpu-memory")
     if kv_memory_bytes is not None:
         non_kv = None if gpu_memory_bytes is None else int(gpu_memory_bytes * util) - kv_memory_bytes
-        return MemoryBudget(kv_memory_bytes, "kv-memory", gpu_memory_bytes, util if gpu_memory_bytes else None,
-                            weights_bytes, None, non_kv)
+        return MemoryBudget(
+            kv_memory_bytes,
+            "kv-memory",
+            gpu_memory_bytes,
+            util if gpu_memory_bytes else None,
+            weights_bytes,
+            None,
+            non_kv,
+        )
     if gpu_memory_bytes is None:
         return None
     if weights_bytes is None:
-        raise KVConfigError("--weights-memory", "needed with --gpu-memory (or give --kv-memory, or a local model "
-                            "folder holding *.safetensors)")
+        raise KVConfigError(
+            "--weights-memory",
+            "needed with --gpu-memory (or give --kv-memory, or a local model folder holding *.safetensors)",
+        )
     overhead = DEFAULT_OVERHEAD_BYTES if overhead_bytes is None else overhead_bytes
     non_kv = weights_bytes + overhead
     kv = max(0, int(gpu_memory_bytes * util) - non_kv)
@@ -200,7 +222,8 @@ class KVCapacity:
 
     def to_json(self) -> dict:
         """design.md's ``kvpilot kv -o json`` object: ``bytes_per_token``, ``kv_tokens``, ``kv_blocks``,
-        ``max_concurrency``, ``fits``, ``max_model_len_that_fits``, more figures, and ``inputs``."""
+        ``max_concurrency``, ``fits``, ``max_model_len_that_fits``, more figures, and ``inputs``.
+        """
         return {
             "bytes_per_token": self.bytes_per_token,
             "kv_tokens": self.kv_tokens,
@@ -256,12 +279,21 @@ def _max_len_that_fits(fp: KVFootprint, blocks: int, block_size: int, mnbt: int)
     return lo
 
 
-def capacity(config: dict | KVSpec, *, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1,
-             data_parallel_size: int = 1, max_model_len: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-             max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS, kv_memory_bytes: int | None = None,
-             gpu_memory_bytes: int | None = None,
-             gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-             weights_bytes: int | None = None, overhead_bytes: int | None = None) -> KVCapacity:
+def capacity(
+    config: dict | KVSpec,
+    *,
+    kv_cache_dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+    data_parallel_size: int = 1,
+    max_model_len: int | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    kv_memory_bytes: int | None = None,
+    gpu_memory_bytes: int | None = None,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    weights_bytes: int | None = None,
+    overhead_bytes: int | None = None,
+) -> KVCapacity:
     """KV capacity of a model on one GPU, with vLLM's rounding (module docstring for sources).
 
     Args:
@@ -293,36 +325,59 @@ def capacity(config: dict | KVSpec, *, kv_cache_dtype: str = "auto", tensor_para
     fp = footprint(spec, kv_cache_dtype, tensor_parallel_size)
     notes = list(spec.notes)
     if spec.max_position_embeddings is not None and max_model_len > spec.max_position_embeddings:
-        notes.append(f"max_model_len {max_model_len} exceeds the config's max_position_embeddings "
-                     f"{spec.max_position_embeddings}: vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
-                     "(or rope scaling extends the context)")
-    budget = kv_memory_budget(kv_memory_bytes=kv_memory_bytes, gpu_memory_bytes=gpu_memory_bytes,
-                              gpu_memory_utilization=gpu_memory_utilization, weights_bytes=weights_bytes,
-                              overhead_bytes=overhead_bytes)
+        notes.append(
+            f"max_model_len {max_model_len} exceeds the config's max_position_embeddings "
+            f"{spec.max_position_embeddings}: vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+            "(or rope scaling extends the context)"
+        )
+    budget = kv_memory_budget(
+        kv_memory_bytes=kv_memory_bytes,
+        gpu_memory_bytes=gpu_memory_bytes,
+        gpu_memory_utilization=gpu_memory_utilization,
+        weights_bytes=weights_bytes,
+        overhead_bytes=overhead_bytes,
+    )
     request_bytes = fp.request_bytes(max_model_len, block_size, mnbt)
     estimate = fp.estimate
     if fp.estimate:
-        notes.append("estimate: vLLM's hybrid KV cache manager groups and pads layers; "
-                     "sliding-window and Mamba/linear-attention state are modelled as a fixed per-request term")
-    inputs = {"kv_cache_dtype": kv_cache_dtype, "tensor_parallel_size": tensor_parallel_size,
-              "data_parallel_size": dp, "max_model_len": max_model_len, "block_size": block_size,
-              "max_num_batched_tokens": mnbt, "kv_memory_bytes": kv_memory_bytes,
-              "gpu_memory_bytes": gpu_memory_bytes, "gpu_memory_utilization": gpu_memory_utilization,
-              "weights_bytes": weights_bytes,
-              "overhead_bytes": None if budget is None or budget.source != "gpu-memory" else budget.overhead_bytes,
-              "memory_source": None if budget is None else budget.source}
-    result = dict(spec=spec, fp=fp, max_model_len=max_model_len, block_size=block_size, data_parallel_size=dp,
-                  bytes_per_token=fp.bytes_per_token,
-                  state_bytes_per_request=request_bytes - ceil_div(max_model_len, block_size) * block_size
-                  * fp.bytes_per_token,
-                  request_bytes=request_bytes, inputs=inputs)
+        notes.append(
+            "estimate: vLLM's hybrid KV cache manager groups and pads layers; "
+            "sliding-window and Mamba/linear-attention state are modelled as a fixed per-request term"
+        )
+    inputs = {
+        "kv_cache_dtype": kv_cache_dtype,
+        "tensor_parallel_size": tensor_parallel_size,
+        "data_parallel_size": dp,
+        "max_model_len": max_model_len,
+        "block_size": block_size,
+        "max_num_batched_tokens": mnbt,
+        "kv_memory_bytes": kv_memory_bytes,
+        "gpu_memory_bytes": gpu_memory_bytes,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "weights_bytes": weights_bytes,
+        "overhead_bytes": None if budget is None or budget.source != "gpu-memory" else budget.overhead_bytes,
+        "memory_source": None if budget is None else budget.source,
+    }
+    result = dict(
+        spec=spec,
+        fp=fp,
+        max_model_len=max_model_len,
+        block_size=block_size,
+        data_parallel_size=dp,
+        bytes_per_token=fp.bytes_per_token,
+        state_bytes_per_request=request_bytes - ceil_div(max_model_len, block_size) * block_size * fp.bytes_per_token,
+        request_bytes=request_bytes,
+        inputs=inputs,
+    )
     if budget is None:
         return KVCapacity(**result, estimate=estimate, notes=tuple(notes))
     if budget.source == "gpu-memory":
         estimate = True
-        notes.append(f"KV memory derived: {budget.gpu_memory_bytes / GIB:.2f} GiB × {budget.gpu_memory_utilization}"
-                     f" − weights {budget.weights_bytes / GIB:.2f} GiB − overhead {budget.overhead_bytes / GIB:.2f} GiB"
-                     " (estimate)")
+        notes.append(
+            f"KV memory derived: {budget.gpu_memory_bytes / GIB:.2f} GiB × {budget.gpu_memory_utilization}"
+            f" − weights {budget.weights_bytes / GIB:.2f} GiB − overhead {budget.overhead_bytes / GIB:.2f} GiB"
+            " (estimate)"
+        )
     block_bytes = block_size * fp.slot_bytes_per_token
     blocks = budget.kv_memory_bytes // block_bytes
     per_request = _blocks_for(fp, max_model_len, block_size, mnbt)
@@ -333,14 +388,24 @@ def capacity(config: dict | KVSpec, *, kv_cache_dtype: str = "auto", tensor_para
     if blocks == 0:
         notes.append("No available memory for the cache blocks (vLLM refuses to start)")
     elif not fits:
-        notes.append(f"one request of max_model_len {max_model_len} needs {request_bytes / GIB:.2f} GiB of KV, "
-                     f"more than the {budget.kv_memory_bytes / GIB:.2f} GiB available: vLLM refuses to start")
+        notes.append(
+            f"one request of max_model_len {max_model_len} needs {request_bytes / GIB:.2f} GiB of KV, "
+            f"more than the {budget.kv_memory_bytes / GIB:.2f} GiB available: vLLM refuses to start"
+        )
     return KVCapacity(
-        **result, budget=budget, kv_memory_bytes=budget.kv_memory_bytes, kv_blocks=blocks,
-        usable_blocks=max(0, blocks - 1), kv_tokens=blocks * block_size,
-        max_concurrency=blocks / per_request, fits=fits,
+        **result,
+        budget=budget,
+        kv_memory_bytes=budget.kv_memory_bytes,
+        kv_blocks=blocks,
+        usable_blocks=max(0, blocks - 1),
+        kv_tokens=blocks * block_size,
+        max_concurrency=blocks / per_request,
+        fits=fits,
         max_model_len_that_fits=_max_len_that_fits(fp, blocks, block_size, mnbt),
-        min_gpu_memory_utilization_to_fit=min_util, estimate=estimate, notes=tuple(notes))
+        min_gpu_memory_utilization_to_fit=min_util,
+        estimate=estimate,
+        notes=tuple(notes),
+    )
 
 
 @dataclass(frozen=True)
@@ -361,14 +426,20 @@ class StartupMemoryCheck:
 
     def to_json(self) -> dict:
         """``kvpilot kv -o json``'s ``startup_memory_check`` object: the fields above (bytes, ratio 0–1)."""
-        return {"total_bytes": self.total_bytes, "free_bytes": self.free_bytes,
-                "gpu_memory_utilization": self.gpu_memory_utilization, "requested_bytes": self.requested_bytes,
-                "feasible": self.feasible, "shortfall_bytes": self.shortfall_bytes,
-                "max_feasible_utilization": self.max_feasible_utilization}
+        return {
+            "total_bytes": self.total_bytes,
+            "free_bytes": self.free_bytes,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "requested_bytes": self.requested_bytes,
+            "feasible": self.feasible,
+            "shortfall_bytes": self.shortfall_bytes,
+            "max_feasible_utilization": self.max_feasible_utilization,
+        }
 
 
-def startup_memory_check(total_bytes: int | float, free_bytes: int | float,
-                         gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> StartupMemoryCheck:
+def startup_memory_check(
+    total_bytes: int | float, free_bytes: int | float, gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+) -> StartupMemoryCheck:
     """Would vLLM start, given the GPU's free memory at startup?
 
     Source: vLLM's GPU worker raises "Free memory on device … on startup is less than desired GPU memory
@@ -385,15 +456,34 @@ def startup_memory_check(total_bytes: int | float, free_bytes: int | float,
         raise KVConfigError("--free-gpu-memory", f"must be a size >= 0 bytes, got {free_bytes!r}")
     requested = util * total_bytes
     return StartupMemoryCheck(
-        total_bytes=total_bytes, free_bytes=free_bytes, gpu_memory_utilization=util,
-        requested_bytes=requested, feasible=free_bytes >= requested,
+        total_bytes=total_bytes,
+        free_bytes=free_bytes,
+        gpu_memory_utilization=util,
+        requested_bytes=requested,
+        feasible=free_bytes >= requested,
         shortfall_bytes=max(0.0, requested - free_bytes),
-        max_feasible_utilization=min(1.0, free_bytes / total_bytes))
+        max_feasible_utilization=min(1.0, free_bytes / total_bytes),
+    )
 
 
 __all__ = [
-    "DEFAULT_BLOCK_SIZE", "DEFAULT_GPU_MEMORY_UTILIZATION", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "DEFAULT_MAX_NUM_SEQS",
-    "DEFAULT_OVERHEAD_BYTES", "GIB", "HUGE_GPU_MAX_NUM_BATCHED_TOKENS", "KVCapacity", "LARGE_GPU_MAX_NUM_BATCHED_TOKENS",
-    "LARGE_GPU_MAX_NUM_SEQS", "MemoryBudget", "StartupMemoryCheck", "VLLM_BLOCK_SIZES",
-    "capacity", "check_block_size", "is_large_gpu", "kv_memory_budget", "startup_memory_check", "vllm_batch_defaults",
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "DEFAULT_MAX_NUM_BATCHED_TOKENS",
+    "DEFAULT_MAX_NUM_SEQS",
+    "DEFAULT_OVERHEAD_BYTES",
+    "GIB",
+    "HUGE_GPU_MAX_NUM_BATCHED_TOKENS",
+    "KVCapacity",
+    "LARGE_GPU_MAX_NUM_BATCHED_TOKENS",
+    "LARGE_GPU_MAX_NUM_SEQS",
+    "MemoryBudget",
+    "StartupMemoryCheck",
+    "VLLM_BLOCK_SIZES",
+    "capacity",
+    "check_block_size",
+    "is_large_gpu",
+    "kv_memory_budget",
+    "startup_memory_check",
+    "vllm_batch_defaults",
 ]

@@ -28,7 +28,8 @@ class HubUnavailable(Exception):
 
 def hub_timeout() -> float:
     """Seconds per Hub request: ``HF_HUB_ETAG_TIMEOUT`` when set to a positive number, else
-    :data:`DEFAULT_HUB_TIMEOUT_SECONDS`."""
+    :data:`DEFAULT_HUB_TIMEOUT_SECONDS`.
+    """
     try:
         value = float(os.environ.get("HF_HUB_ETAG_TIMEOUT", ""))
     except ValueError:

@@ -52,18 +52,39 @@ class Preflight:
     numbers: dict
 
 
-def kv_capacity_condition(config: dict, engine: dict | None = None, *, gpu_memory_bytes: int | None = None,
-                          weights_bytes: int | None = None, overhead_bytes: int | None = None,
-                          kv_memory_bytes: int | None = None, block_size: int = 16) -> tuple[dict, str | None]:
+def kv_capacity_condition(
+    config: dict,
+    engine: dict | None = None,
+    *,
+    gpu_memory_bytes: int | None = None,
+    weights_bytes: int | None = None,
+    overhead_bytes: int | None = None,
+    kv_memory_bytes: int | None = None,
+    block_size: int = 16,
+) -> tuple[dict, str | None]:
     """``(condition, warning)`` of :func:`kv_preflight` (same arguments)."""
-    result = kv_preflight(config, engine, gpu_memory_bytes=gpu_memory_bytes, weights_bytes=weights_bytes,
-                          overhead_bytes=overhead_bytes, kv_memory_bytes=kv_memory_bytes, block_size=block_size)
+    result = kv_preflight(
+        config,
+        engine,
+        gpu_memory_bytes=gpu_memory_bytes,
+        weights_bytes=weights_bytes,
+        overhead_bytes=overhead_bytes,
+        kv_memory_bytes=kv_memory_bytes,
+        block_size=block_size,
+    )
     return result.condition, result.warning
 
 
-def kv_preflight(config: dict, engine: dict | None = None, *, gpu_memory_bytes: int | None = None,
-                 weights_bytes: int | None = None, overhead_bytes: int | None = None,
-                 kv_memory_bytes: int | None = None, block_size: int = 16) -> Preflight:
+def kv_preflight(
+    config: dict,
+    engine: dict | None = None,
+    *,
+    gpu_memory_bytes: int | None = None,
+    weights_bytes: int | None = None,
+    overhead_bytes: int | None = None,
+    kv_memory_bytes: int | None = None,
+    block_size: int = 16,
+) -> Preflight:
     """The ``KVCapacity`` condition for a VLLMServer, a warning when vLLM would refuse to start, and the numbers.
 
     Args:
@@ -91,31 +112,47 @@ def kv_preflight(config: dict, engine: dict | None = None, *, gpu_memory_bytes: 
     kwargs.setdefault("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
     if kv_memory_bytes is None and (gpu_memory_bytes is None or weights_bytes is None):
         missing = "GPU memory" if gpu_memory_bytes is None else "model weight size"
-        return Preflight(_condition("Unknown", "InsufficientInputs", f"KV capacity not computed: {missing} unknown"),
-                         None, {})
+        return Preflight(
+            _condition("Unknown", "InsufficientInputs", f"KV capacity not computed: {missing} unknown"), None, {}
+        )
     try:
-        cap = capacity(config, gpu_memory_bytes=gpu_memory_bytes, weights_bytes=weights_bytes,
-                       overhead_bytes=overhead_bytes, kv_memory_bytes=kv_memory_bytes, block_size=block_size,
-                       **kwargs)
+        cap = capacity(
+            config,
+            gpu_memory_bytes=gpu_memory_bytes,
+            weights_bytes=weights_bytes,
+            overhead_bytes=overhead_bytes,
+            kv_memory_bytes=kv_memory_bytes,
+            block_size=block_size,
+            **kwargs,
+        )
     except KVConfigError as exc:
         return Preflight(_condition("Unknown", "InvalidModelConfig", f"KV capacity not computed: {exc}"), None, {})
     est = " (estimate)" if cap.estimate else ""
-    figures = (f"{cap.bytes_per_token:,} B/token per GPU; {cap.kv_memory_bytes / GIB:.2f} GiB KV = "
-               f"{cap.kv_tokens:,} tokens; max concurrency {cap.max_concurrency:.2f}x at {cap.max_model_len:,} "
-               f"tokens{est}")
-    numbers = {"bytes_per_token": cap.bytes_per_token, "kv_tokens": cap.kv_tokens,
-               "max_concurrency": cap.max_concurrency, "fits": cap.fits,
-               "max_model_len_that_fits": cap.max_model_len_that_fits,
-               "min_gpu_memory_utilization": cap.min_gpu_memory_utilization_to_fit, "estimate": cap.estimate}
+    figures = (
+        f"{cap.bytes_per_token:,} B/token per GPU; {cap.kv_memory_bytes / GIB:.2f} GiB KV = "
+        f"{cap.kv_tokens:,} tokens; max concurrency {cap.max_concurrency:.2f}x at {cap.max_model_len:,} "
+        f"tokens{est}"
+    )
+    numbers = {
+        "bytes_per_token": cap.bytes_per_token,
+        "kv_tokens": cap.kv_tokens,
+        "max_concurrency": cap.max_concurrency,
+        "fits": cap.fits,
+        "max_model_len_that_fits": cap.max_model_len_that_fits,
+        "min_gpu_memory_utilization": cap.min_gpu_memory_utilization_to_fit,
+        "estimate": cap.estimate,
+    }
     if cap.fits:
         return Preflight(_condition("True", "Fits", figures), None, numbers)
     reason = "NoKVMemory" if cap.kv_blocks == 0 else "MaxModelLenExceedsKV"
     fix = [f"maxModelLen <= {cap.max_model_len_that_fits:,}"] if cap.max_model_len_that_fits else []
     if cap.min_gpu_memory_utilization_to_fit is not None and cap.min_gpu_memory_utilization_to_fit <= 1:
         fix.append(f"gpuMemoryUtilization >= {cap.min_gpu_memory_utilization_to_fit:.3f}")
-    message = (f"one request of maxModelLen {cap.max_model_len:,} needs {cap.request_bytes / GIB:.2f} GiB KV, "
-               f"more than {cap.kv_memory_bytes / GIB:.2f} GiB available: vLLM would refuse to start; "
-               f"{figures}" + (f"; try {' or '.join(fix)}" if fix else ""))
+    message = (
+        f"one request of maxModelLen {cap.max_model_len:,} needs {cap.request_bytes / GIB:.2f} GiB KV, "
+        f"more than {cap.kv_memory_bytes / GIB:.2f} GiB available: vLLM would refuse to start; "
+        f"{figures}" + (f"; try {' or '.join(fix)}" if fix else "")
+    )
     return Preflight(_condition("False", reason, message), message, numbers)
 
 

@@ -70,8 +70,11 @@ def kv_element_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
         return 1
     if name in KV_CACHE_DTYPES:
         return KV_CACHE_DTYPES[name]
-    raise KVConfigError("--kv-cache-dtype", f"unknown KV cache dtype {kv_cache_dtype!r} "
-                        "(known: auto, bfloat16, float16, float32, fp8, fp8_e4m3, fp8_e5m2, fp8_ds_mla)")
+    raise KVConfigError(
+        "--kv-cache-dtype",
+        f"unknown KV cache dtype {kv_cache_dtype!r} "
+        "(known: auto, bfloat16, float16, float32, fp8, fp8_e4m3, fp8_e5m2, fp8_ds_mla)",
+    )
 
 
 def _check_tp(tensor_parallel_size: int) -> int:
@@ -183,15 +186,21 @@ def footprint(spec: KVSpec, kv_cache_dtype: str = "auto", tensor_parallel_size: 
     """
     tp = _check_tp(tensor_parallel_size)
     if spec.num_attention_heads % tp:
-        raise KVConfigError("--tensor-parallel-size", f"{tp} does not divide num_attention_heads "
-                            f"{spec.num_attention_heads}: vLLM refuses to start (attention heads must be "
-                            "divisible by the tensor parallel size)")
+        raise KVConfigError(
+            "--tensor-parallel-size",
+            f"{tp} does not divide num_attention_heads "
+            f"{spec.num_attention_heads}: vLLM refuses to start (attention heads must be "
+            "divisible by the tensor parallel size)",
+        )
     kv = spec.num_kv_heads
-    if (kv % tp if kv >= tp else tp % kv):
+    if kv % tp if kv >= tp else tp % kv:
         # vLLM's attention layers (vllm/model_executor/models/llama.py, qwen2.py …): KV heads are split
         # when there are at least TP of them, else replicated, and either way evenly
-        raise KVConfigError("--tensor-parallel-size", f"{tp} and the {kv} KV heads (num_key_value_heads) do not "
-                            "divide one another: vLLM cannot split or replicate them evenly")
+        raise KVConfigError(
+            "--tensor-parallel-size",
+            f"{tp} and the {kv} KV heads (num_key_value_heads) do not "
+            "divide one another: vLLM cannot split or replicate them evenly",
+        )
     per_layer = layer_bytes_per_token(spec, kv_cache_dtype, tensor_parallel_size)
     full, sliding = spec.count(FULL), spec.count(SLIDING)
     state_layers = spec.count(MAMBA) + spec.count(LINEAR)

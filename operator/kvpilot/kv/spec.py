@@ -184,10 +184,12 @@ def model_dtype(config: dict) -> str:
     return "bfloat16"
 
 
-def _layer_kinds(cfg: dict, prefix: str, n: int,
-                 max_pos: object = None) -> tuple[tuple[str, ...], int | None, list[str]]:
+def _layer_kinds(
+    cfg: dict, prefix: str, n: int, max_pos: object = None
+) -> tuple[tuple[str, ...], int | None, list[str]]:
     """Per-layer kinds, the sliding window and notes, from explicit or implicit layer patterns
-    (``max_pos``: the model's ``max_position_embeddings`` as :func:`kv_spec_from_config` reads it)."""
+    (``max_pos``: the model's ``max_position_embeddings`` as :func:`kv_spec_from_config` reads it).
+    """
     model_type = str(cfg.get("model_type") or "")
     window = cfg.get("sliding_window")
     notes: list[str] = []
@@ -195,8 +197,13 @@ def _layer_kinds(cfg: dict, prefix: str, n: int,
         types = cfg["layer_types"]
         if len(types) != n:
             raise KVConfigError(f"{prefix}layer_types", f"has {len(types)} entries for {n} layers")
-        mapping = {"full_attention": FULL, "sliding_attention": SLIDING, "linear_attention": LINEAR,
-                   "mamba": MAMBA, "chunked_attention": FULL}
+        mapping = {
+            "full_attention": FULL,
+            "sliding_attention": SLIDING,
+            "linear_attention": LINEAR,
+            "mamba": MAMBA,
+            "chunked_attention": FULL,
+        }
         kinds = tuple(mapping.get(str(t), FULL) for t in types)
         notes.append("layer pattern from layer_types")
         return kinds, (window if SLIDING in kinds else None), notes
@@ -247,17 +254,29 @@ def _state_spec(cfg: dict, prefix: str, kinds: tuple[str, ...], dtype: str) -> S
     ssm_dtype = str(ssm_name) if ssm_name in DTYPE_BYTES else dtype
     g = lambda name: _positive_int(cfg, name, where=prefix)  # noqa: E731
     if model_type == "qwen3_next" or LINEAR in kinds:
-        params = {"num_k_heads": g("linear_num_key_heads"), "num_v_heads": g("linear_num_value_heads"),
-                  "head_k_dim": g("linear_key_head_dim"), "head_v_dim": g("linear_value_head_dim"),
-                  "conv_kernel": g("linear_conv_kernel_dim")}
+        params = {
+            "num_k_heads": g("linear_num_key_heads"),
+            "num_v_heads": g("linear_num_value_heads"),
+            "head_k_dim": g("linear_key_head_dim"),
+            "head_v_dim": g("linear_value_head_dim"),
+            "conv_kernel": g("linear_conv_kernel_dim"),
+        }
         return StateSpec("gated_delta_net", params, dtype, ssm_dtype)
     if model_type == "jamba":
-        params = {"intermediate_size": g("mamba_expand") * g("hidden_size"), "state_size": g("mamba_d_state"),
-                  "conv_kernel": g("mamba_d_conv")}
+        params = {
+            "intermediate_size": g("mamba_expand") * g("hidden_size"),
+            "state_size": g("mamba_d_state"),
+            "conv_kernel": g("mamba_d_conv"),
+        }
         return StateSpec("mamba1", params, dtype, ssm_dtype)
     if model_type == "nemotron_h":
-        params = {"num_heads": g("mamba_num_heads"), "head_dim": g("mamba_head_dim"), "n_groups": g("n_groups"),
-                  "state_size": g("ssm_state_size"), "conv_kernel": g("conv_kernel")}
+        params = {
+            "num_heads": g("mamba_num_heads"),
+            "head_dim": g("mamba_head_dim"),
+            "n_groups": g("n_groups"),
+            "state_size": g("ssm_state_size"),
+            "conv_kernel": g("conv_kernel"),
+        }
         params["intermediate_size"] = params["num_heads"] * params["head_dim"]
         return StateSpec("mamba2", params, dtype, ssm_dtype)
     raise KVConfigError(f"{prefix}model_type", f"Mamba/linear-attention layers of {model_type!r} are not modelled")
@@ -289,7 +308,8 @@ def kv_spec_from_config(config: dict) -> KVSpec:
     is_mla = cfg.get("kv_lora_rank") is not None
     if is_mla:
         head_dim = _positive_int(cfg, "kv_lora_rank", where=prefix) + _positive_int(
-            cfg, "qk_rope_head_dim", where=prefix)
+            cfg, "qk_rope_head_dim", where=prefix
+        )
         kv_heads = 1
     else:
         kv_heads = heads
@@ -324,8 +344,10 @@ def kv_spec_from_config(config: dict) -> KVSpec:
         state=_state_spec(cfg, prefix, kinds, dtype),
         max_position_embeddings=int(max_pos) if isinstance(max_pos, (int, float)) and max_pos > 0 else None,
         defaults_used=tuple(defaults_used),
-        notes=tuple(notes + ([f"defaults from transformers {model_type} config: {', '.join(defaults_used)}"]
-                             if defaults_used else [])),
+        notes=tuple(
+            notes
+            + ([f"defaults from transformers {model_type} config: {', '.join(defaults_used)}"] if defaults_used else [])
+        ),
     )
 
 
@@ -335,6 +357,17 @@ def ceil_div(a: int, b: int) -> int:
 
 
 __all__ = [
-    "DTYPE_BYTES", "FULL", "KVConfigError", "KVSpec", "LINEAR", "MAMBA", "NONE", "SLIDING", "StateSpec",
-    "ceil_div", "kv_spec_from_config", "model_dtype", "text_config",
+    "DTYPE_BYTES",
+    "FULL",
+    "KVConfigError",
+    "KVSpec",
+    "LINEAR",
+    "MAMBA",
+    "NONE",
+    "SLIDING",
+    "StateSpec",
+    "ceil_div",
+    "kv_spec_from_config",
+    "model_dtype",
+    "text_config",
 ]

@@ -52,58 +52,194 @@ class MetricSpec:
 
 #: Histogram bucket edges vLLM uses (v0.10–v0.33 ``loggers.py``); read ``le`` from the data when
 #: diagnosing, since versions differ. Seconds unless stated.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-               20.0, 40.0, 80.0)
-REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                           120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+REQUEST_LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 #: tokens per engine step (``vllm:iteration_tokens_total``), 1…16384 as background.md §8 states.
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 CATALOG: tuple[MetricSpec, ...] = (
     MetricSpec("vllm:num_requests_running", "gauge", "requests", "Number of requests in model execution batches."),
     MetricSpec("vllm:num_requests_waiting", "gauge", "requests", "Number of requests waiting to be processed."),
-    MetricSpec("vllm:num_requests_waiting_by_reason", "gauge", "requests",
-               "Number of waiting requests by reason (capacity: no KV room; deferred).", since="0.20.0",
-               labels=("reason",)),
-    MetricSpec("vllm:kv_cache_usage_perc", "gauge", "ratio",
-               "KV-cache usage. 1 means 100 percent usage (cached but evictable blocks count as free).",
-               legacy=("vllm:gpu_cache_usage_perc",), since="0.9.2", legacy_until="0.11.0",
-               note="0.9–0.11 may carry a pid label"),
+    MetricSpec(
+        "vllm:num_requests_waiting_by_reason",
+        "gauge",
+        "requests",
+        "Number of waiting requests by reason (capacity: no KV room; deferred).",
+        since="0.20.0",
+        labels=("reason",),
+    ),
+    MetricSpec(
+        "vllm:kv_cache_usage_perc",
+        "gauge",
+        "ratio",
+        "KV-cache usage. 1 means 100 percent usage (cached but evictable blocks count as free).",
+        legacy=("vllm:gpu_cache_usage_perc",),
+        since="0.9.2",
+        legacy_until="0.11.0",
+        note="0.9–0.11 may carry a pid label",
+    ),
     MetricSpec("vllm:num_preemptions", "counter", "events", "Cumulative number of preemptions."),
-    MetricSpec("vllm:prefix_cache_queries", "counter", "tokens", "Prefix cache queries (tokens queried).",
-               legacy=("vllm:gpu_prefix_cache_queries",), since="0.9.2", legacy_until="0.11.0",
-               note="counted blocks before vLLM 0.9.0, tokens after"),
-    MetricSpec("vllm:prefix_cache_hits", "counter", "tokens", "Prefix cache hits (tokens hit).",
-               legacy=("vllm:gpu_prefix_cache_hits",), since="0.9.2", legacy_until="0.11.0",
-               note="counted blocks before vLLM 0.9.0, tokens after"),
-    MetricSpec("vllm:external_prefix_cache_queries", "counter", "tokens",
-               "External (KV connector, e.g. LMCache) prefix cache queries, in tokens.", since="0.11.0"),
-    MetricSpec("vllm:external_prefix_cache_hits", "counter", "tokens",
-               "External (KV connector, e.g. LMCache) prefix cache hits, in tokens.", since="0.11.0"),
+    MetricSpec(
+        "vllm:prefix_cache_queries",
+        "counter",
+        "tokens",
+        "Prefix cache queries (tokens queried).",
+        legacy=("vllm:gpu_prefix_cache_queries",),
+        since="0.9.2",
+        legacy_until="0.11.0",
+        note="counted blocks before vLLM 0.9.0, tokens after",
+    ),
+    MetricSpec(
+        "vllm:prefix_cache_hits",
+        "counter",
+        "tokens",
+        "Prefix cache hits (tokens hit).",
+        legacy=("vllm:gpu_prefix_cache_hits",),
+        since="0.9.2",
+        legacy_until="0.11.0",
+        note="counted blocks before vLLM 0.9.0, tokens after",
+    ),
+    MetricSpec(
+        "vllm:external_prefix_cache_queries",
+        "counter",
+        "tokens",
+        "External (KV connector, e.g. LMCache) prefix cache queries, in tokens.",
+        since="0.11.0",
+    ),
+    MetricSpec(
+        "vllm:external_prefix_cache_hits",
+        "counter",
+        "tokens",
+        "External (KV connector, e.g. LMCache) prefix cache hits, in tokens.",
+        since="0.11.0",
+    ),
     MetricSpec("vllm:prompt_tokens", "counter", "tokens", "Number of prefill tokens processed."),
     MetricSpec("vllm:generation_tokens", "counter", "tokens", "Number of generation tokens processed."),
-    MetricSpec("vllm:request_success", "counter", "requests", "Count of successfully processed requests.",
-               labels=("finished_reason",)),
+    MetricSpec(
+        "vllm:request_success",
+        "counter",
+        "requests",
+        "Count of successfully processed requests.",
+        labels=("finished_reason",),
+    ),
     MetricSpec("vllm:iteration_tokens_total", "histogram", "tokens", "Histogram of number of tokens per engine_step."),
-    MetricSpec("vllm:request_prompt_tokens", "histogram", "tokens", "Number of prefill tokens processed.",
-               note="per request; buckets 1, 2, 5, 10, 20, 50, ... up to max_model_len (build_1_2_5_buckets)"),
-    MetricSpec("vllm:request_generation_tokens", "histogram", "tokens", "Number of generation tokens processed.",
-               note="per request; buckets 1, 2, 5, 10, 20, 50, ... up to max_model_len (build_1_2_5_buckets)"),
+    MetricSpec(
+        "vllm:request_prompt_tokens",
+        "histogram",
+        "tokens",
+        "Number of prefill tokens processed.",
+        note="per request; buckets 1, 2, 5, 10, 20, 50, ... up to max_model_len (build_1_2_5_buckets)",
+    ),
+    MetricSpec(
+        "vllm:request_generation_tokens",
+        "histogram",
+        "tokens",
+        "Number of generation tokens processed.",
+        note="per request; buckets 1, 2, 5, 10, 20, 50, ... up to max_model_len (build_1_2_5_buckets)",
+    ),
     MetricSpec("vllm:time_to_first_token_seconds", "histogram", "seconds", "Histogram of time to first token."),
-    MetricSpec("vllm:inter_token_latency_seconds", "histogram", "seconds", "Histogram of inter-token latency.",
-               legacy=("vllm:time_per_output_token_seconds",), since="0.10.0", legacy_until="0.15.0"),
+    MetricSpec(
+        "vllm:inter_token_latency_seconds",
+        "histogram",
+        "seconds",
+        "Histogram of inter-token latency.",
+        legacy=("vllm:time_per_output_token_seconds",),
+        since="0.10.0",
+        legacy_until="0.15.0",
+    ),
     MetricSpec("vllm:e2e_request_latency_seconds", "histogram", "seconds", "Histogram of e2e request latency."),
-    MetricSpec("vllm:request_queue_time_seconds", "histogram", "seconds",
-               "Histogram of time spent in WAITING phase for request."),
-    MetricSpec("vllm:request_prefill_time_seconds", "histogram", "seconds",
-               "Histogram of time spent in PREFILL phase for request."),
-    MetricSpec("vllm:request_decode_time_seconds", "histogram", "seconds",
-               "Histogram of time spent in DECODE phase for request."),
-    MetricSpec("vllm:cache_config_info", "info", "", "Information of the LLMEngine CacheConfig.",
-               note="labels = cache config (block_size, num_gpu_blocks, gpu_memory_utilization, ...); "
-                    "kv_cache_size_tokens and kv_cache_max_concurrency since v0.24; no model_name label"),
+    MetricSpec(
+        "vllm:request_queue_time_seconds",
+        "histogram",
+        "seconds",
+        "Histogram of time spent in WAITING phase for request.",
+    ),
+    MetricSpec(
+        "vllm:request_prefill_time_seconds",
+        "histogram",
+        "seconds",
+        "Histogram of time spent in PREFILL phase for request.",
+    ),
+    MetricSpec(
+        "vllm:request_decode_time_seconds",
+        "histogram",
+        "seconds",
+        "Histogram of time spent in DECODE phase for request.",
+    ),
+    MetricSpec(
+        "vllm:cache_config_info",
+        "info",
+        "",
+        "Information of the LLMEngine CacheConfig.",
+        note="labels = cache config (block_size, num_gpu_blocks, gpu_memory_utilization, ...); "
+        "kv_cache_size_tokens and kv_cache_max_concurrency since v0.24; no model_name label",
+    ),
 )
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
@@ -142,7 +278,7 @@ def _unescape(name: str) -> tuple[str, bool]:
     if name.startswith("vllm:"):
         return name, False
     if name.startswith("vllm_"):
-        return "vllm:" + name[len("vllm_"):], True
+        return "vllm:" + name[len("vllm_") :], True
     return name, False
 
 
@@ -183,7 +319,7 @@ def name_regex(canonical: str, suffix: str = "") -> str:
     ``vllm[:_](kv_cache_usage_perc|gpu_cache_usage_perc)``, for use as
     ``{__name__=~"<regex>"}``; ``suffix="_total"`` appends the counter suffix.
     """
-    bodies = [n[len(PREFIX):] for n in exposed_names(canonical)]
+    bodies = [n[len(PREFIX) :] for n in exposed_names(canonical)]
     inner = bodies[0] if len(bodies) == 1 else "(" + "|".join(re.escape(b) for b in bodies) + ")"
     return f"vllm[:_]{inner}{re.escape(suffix)}"
 

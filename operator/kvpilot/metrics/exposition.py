@@ -83,8 +83,11 @@ class Sample:
         if not isinstance(other, Sample):
             return NotImplemented
         same_value = self.value == other.value or (math.isnan(self.value) and math.isnan(other.value))
-        return (self.name, dict(self.labels), self.timestamp) == (other.name, dict(other.labels),
-                                                                  other.timestamp) and same_value
+        return (self.name, dict(self.labels), self.timestamp) == (
+            other.name,
+            dict(other.labels),
+            other.timestamp,
+        ) and same_value
 
     @property
     def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -120,11 +123,12 @@ def _to_seconds(ts) -> float | None:
     return None if ts is None else float(ts)
 
 
-def _samples_from_families(families, openmetrics: bool, counters_without_total: set[str],
-                           default_timestamp: float | None) -> list[Sample]:
+def _samples_from_families(
+    families, openmetrics: bool, counters_without_total: set[str], default_timestamp: float | None
+) -> list[Sample]:
     out: list[Sample] = []
     for family in families:
-        munged = (not openmetrics and family.type == "counter" and family.name in counters_without_total)
+        munged = not openmetrics and family.type == "counter" and family.name in counters_without_total
         for s in family.samples:
             name = s.name
             if munged and name == family.name + "_total":

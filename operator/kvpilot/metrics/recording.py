@@ -107,8 +107,9 @@ def recording_text(snapshots: Iterable[Snapshot], include_created: bool = False)
     return _om_generate(_Families(families), escaping=ALLOWUTF8).decode("utf-8")
 
 
-def write_recording(snapshots: Iterable[Snapshot], fp: TextIO | str | os.PathLike,
-                    include_created: bool = False) -> int:
+def write_recording(
+    snapshots: Iterable[Snapshot], fp: TextIO | str | os.PathLike, include_created: bool = False
+) -> int:
     """Write a recording (OpenMetrics with timestamps, ending ``# EOF``).
 
     Args:

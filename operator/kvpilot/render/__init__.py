@@ -22,7 +22,18 @@ from kvpilot.render.renderer import (
 )
 
 __all__ = [
-    "ANNOTATION_MODEL", "ANNOTATION_SPEC_HASH", "LABEL_INSTANCE", "LABEL_MANAGED_BY", "LABEL_NAME",
-    "LABEL_SERVER", "container_resources", "managed_labels", "owner_references", "pod_name", "render_objects",
-    "render_pod", "render_service", "vllm_command",
+    "ANNOTATION_MODEL",
+    "ANNOTATION_SPEC_HASH",
+    "LABEL_INSTANCE",
+    "LABEL_MANAGED_BY",
+    "LABEL_NAME",
+    "LABEL_SERVER",
+    "container_resources",
+    "managed_labels",
+    "owner_references",
+    "pod_name",
+    "render_objects",
+    "render_pod",
+    "render_service",
+    "vllm_command",
 ]

@@ -15,7 +15,16 @@ from typing import Any
 import yaml
 from jinja2 import Environment, PackageLoader, StrictUndefined, Undefined
 
-from kvpilot.api import API_VERSION, KIND, VLLM_PORT, SpecError, VLLMServerSpec, check_server_name, parse_spec, spec_hash
+from kvpilot.api import (
+    API_VERSION,
+    KIND,
+    VLLM_PORT,
+    SpecError,
+    VLLMServerSpec,
+    check_server_name,
+    parse_spec,
+    spec_hash,
+)
 from kvpilot.api.constants import (  # labels and annotations on the Pod and the Service (design.md "The pod")
     ANNOTATION_MODEL,
     ANNOTATION_SPEC_HASH,
@@ -136,14 +145,16 @@ def owner_references(owner: dict[str, Any] | None) -> list[dict[str, Any]]:
         raise SpecError("metadata.uid", "the owner has no uid (is it an object read from the API?)")
     if not meta.get("name"):
         raise SpecError("metadata.name", "the owner has no name")
-    return [{
-        "apiVersion": owner.get("apiVersion", API_VERSION),
-        "kind": owner.get("kind", KIND),
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }]
+    return [
+        {
+            "apiVersion": owner.get("apiVersion", API_VERSION),
+            "kind": owner.get("kind", KIND),
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
 
 
 def container_resources(spec: VLLMServerSpec) -> dict[str, dict[str, str]]:
@@ -158,8 +169,11 @@ def container_resources(spec: VLLMServerSpec) -> dict[str, dict[str, str]]:
     limits: dict[str, str] = {spec.resources.gpu_resource_name: str(spec.gpu_count)}
     offload = parse_quantity(spec.kv_offload.cpu_memory) if spec.kv_offload is not None else 0
     if spec.resources.memory is not None:
-        memory = spec.resources.memory if not offload else format_bytes_quantity(
-            parse_quantity(spec.resources.memory) + offload)
+        memory = (
+            spec.resources.memory
+            if not offload
+            else format_bytes_quantity(parse_quantity(spec.resources.memory) + offload)
+        )
         requests["memory"] = limits["memory"] = memory
     elif offload:
         requests["memory"] = format_bytes_quantity(offload)
@@ -207,7 +221,8 @@ def pod_name(server_name: str, digest: str) -> str:
 def render_pod(name: str, namespace: str, spec: VLLMServerSpec, owner: dict[str, Any] | None = None) -> dict[str, Any]:
     """The vLLM Pod (a dict ready for the API) named :func:`pod_name`, see :func:`render_objects`.
 
-    ``name`` is the VLLMServer's name (labels, ``app.kubernetes.io/instance``)."""
+    ``name`` is the VLLMServer's name (labels, ``app.kubernetes.io/instance``).
+    """
     labels = dict(spec.pod_labels)
     labels.update(managed_labels(name))
     annotations = {

@@ -106,13 +106,27 @@ class SandboxCluster:
     def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
         """Write a kubeconfig for this API (context ``kvpilot-sandbox``) and return its path."""
         path = Path(path)
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "kvpilot-sandbox",
-            "clusters": [{"name": "kvpilot-sandbox", "cluster": {"server": self.url}}],
-            "users": [{"name": "kvpilot-sandbox", "user": {"token": "sandbox"}}],
-            "contexts": [{"name": "kvpilot-sandbox", "context": {
-                "cluster": "kvpilot-sandbox", "user": "kvpilot-sandbox", "namespace": namespace}}],
-        }))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "kvpilot-sandbox",
+                    "clusters": [{"name": "kvpilot-sandbox", "cluster": {"server": self.url}}],
+                    "users": [{"name": "kvpilot-sandbox", "user": {"token": "sandbox"}}],
+                    "contexts": [
+                        {
+                            "name": "kvpilot-sandbox",
+                            "context": {
+                                "cluster": "kvpilot-sandbox",
+                                "user": "kvpilot-sandbox",
+                                "namespace": namespace,
+                            },
+                        }
+                    ],
+                }
+            )
+        )
         return path
 
     # ------------------------------------------------------------------ direct state access
@@ -123,6 +137,7 @@ class SandboxCluster:
         async def read() -> dict[str, Any] | None:
             async with self.emulator._lock:
                 return self.emulator._get(res, namespace, name)
+
         return self.call(read)
 
     def list(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -131,16 +146,21 @@ class SandboxCluster:
 
         async def read() -> list[dict[str, Any]]:
             async with self.emulator._lock:
-                return [o for o in self.emulator._live(res)
-                        if namespace is None or o["metadata"].get("namespace") == namespace]
+                return [
+                    o
+                    for o in self.emulator._live(res)
+                    if namespace is None or o["metadata"].get("namespace") == namespace
+                ]
+
         return self.call(read)
 
     def set_pod_log(self, namespace: str, name: str, text: str) -> None:
         """What the pod's container printed (served by ``pods/NAME/log`` once it runs)."""
         self.emulator.pod_logs[(namespace, name)] = text
 
-    def set_pod_status(self, namespace: str, name: str, status: dict[str, Any],
-                       spec_changes: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    def set_pod_status(
+        self, namespace: str, name: str, status: dict[str, Any], spec_changes: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
         """Write a pod's status as the kubelet does (a MODIFIED event when it changed)."""
         return self.call(self.emulator.write_status, PODS, namespace, name, copy.deepcopy(status), spec_changes)
 
@@ -156,8 +176,15 @@ class Kubelet:
         self.cluster = cluster
         self.node = node
 
-    def _apply(self, namespace: str, name: str, build: Callable[..., dict[str, Any]], *args: Any,
-               spec_changes: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any] | None:
+    def _apply(
+        self,
+        namespace: str,
+        name: str,
+        build: Callable[..., dict[str, Any]],
+        *args: Any,
+        spec_changes: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any] | None:
         pod = self.cluster.get("v1/pods", namespace, name)
         if pod is None:
             return None

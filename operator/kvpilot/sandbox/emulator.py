@@ -87,10 +87,19 @@ def now_rfc3339() -> str:
 
 def _status(code: int, reason: str, message: str, **details: Any) -> kmock.Response:
     """A Kubernetes ``Status`` failure response (what the kubernetes client turns into ApiException)."""
-    return kmock.Response(status=code, payload={
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "details": details, "code": code,
-    })
+    return kmock.Response(
+        status=code,
+        payload={
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "details": details,
+            "code": code,
+        },
+    )
 
 
 def _invalid(what: str, name: str, errors: list[str], kind: str) -> kmock.Response:
@@ -143,9 +152,21 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         async with self._lock:
             for ns in DEFAULT_NAMESPACES:
                 if (NAMESPACES, None, ns) not in self.objects:
-                    await self._commit(NAMESPACES, None, ns, self._new_object(
-                        NAMESPACES, None, {"metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]},
-                                           "status": {"phase": "Active"}}), "ADDED")
+                    await self._commit(
+                        NAMESPACES,
+                        None,
+                        ns,
+                        self._new_object(
+                            NAMESPACES,
+                            None,
+                            {
+                                "metadata": {"name": ns},
+                                "spec": {"finalizers": ["kubernetes"]},
+                                "status": {"phase": "Active"},
+                            },
+                        ),
+                        "ADDED",
+                    )
         return entered
 
     # ------------------------------------------------------------------ request parsing
@@ -189,8 +210,13 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         action = None
         if p.is_resource:
             if method == "GET":
-                action = (enums.action.WATCH if raw_request.query.get("watch") in ("true", "1") else
-                          enums.action.FETCH if p.name else enums.action.LIST)
+                action = (
+                    enums.action.WATCH
+                    if raw_request.query.get("watch") in ("true", "1")
+                    else enums.action.FETCH
+                    if p.name
+                    else enums.action.LIST
+                )
             elif method == "POST" and not p.name:
                 action = enums.action.CREATE
             elif method in ("PATCH", "PUT") and p.name:
@@ -198,10 +224,21 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             elif method == "DELETE" and p.name:
                 action = enums.action.DELETE
         return rendering.Request(
-            id=id, raw_request=raw_request, url=raw_request.url, method=raw_request.method,
-            params=dict(raw_request.query), headers=dict(raw_request.headers),
-            cookies=dict(raw_request.cookies), data=data, body=body, text=text, action=action,
-            resource=resource, namespace=p.namespace, name=p.name, subresource=p.subresource,
+            id=id,
+            raw_request=raw_request,
+            url=raw_request.url,
+            method=raw_request.method,
+            params=dict(raw_request.query),
+            headers=dict(raw_request.headers),
+            cookies=dict(raw_request.cookies),
+            data=data,
+            body=body,
+            text=text,
+            action=action,
+            resource=resource,
+            namespace=p.namespace,
+            name=p.name,
+            subresource=p.subresource,
         )
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
@@ -213,11 +250,18 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         ``text/plain`` log) would otherwise stick to every later answer of that reaction. This
         also skips ``KubernetesEmulator._handle``'s as-posted object tracking.
         """
-        serve = {
-            enums.action.LIST: self._serve_list, enums.action.WATCH: self._serve_watch,
-            enums.action.FETCH: self._serve_fetch, enums.action.CREATE: self._serve_create,
-            enums.action.UPDATE: self._serve_update, enums.action.DELETE: self._serve_delete,
-        }.get(request.action) if request.resource is not None and request.resource.plural else None
+        serve = (
+            {
+                enums.action.LIST: self._serve_list,
+                enums.action.WATCH: self._serve_watch,
+                enums.action.FETCH: self._serve_fetch,
+                enums.action.CREATE: self._serve_create,
+                enums.action.UPDATE: self._serve_update,
+                enums.action.DELETE: self._serve_delete,
+            }.get(request.action)
+            if request.resource is not None and request.resource.plural
+            else None
+        )
         if serve is None:
             return await apps.RawHandler._handle(self, request)
         result = serve(request)
@@ -260,10 +304,18 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
         return obj
 
-    async def _commit(self, res: Any, ns: str | None, name: str, obj: dict[str, Any] | None, kind: str,
-                      last: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def _commit(
+        self,
+        res: Any,
+        ns: str | None,
+        name: str,
+        obj: dict[str, Any] | None,
+        kind: str,
+        last: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Store a new state (``obj``) or a deletion (``obj=None``, ``last`` = final state) and
-        publish the watch event. Call with ``self._lock`` held."""
+        publish the watch event. Call with ``self._lock`` held.
+        """
         self._rv += 1
         shown = copy.deepcopy(obj if obj is not None else last)
         shown["metadata"]["resourceVersion"] = str(self._rv)
@@ -283,16 +335,20 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         return copy.deepcopy(shown)
 
     def _selectors(self, request: rendering.Request) -> tuple[list, list]:
-        return (semantics.parse_label_selector(request.params.get("labelSelector")),
-                semantics.parse_field_selector(request.params.get("fieldSelector")))
+        return (
+            semantics.parse_label_selector(request.params.get("labelSelector")),
+            semantics.parse_field_selector(request.params.get("fieldSelector")),
+        )
 
     @staticmethod
     def _selected(obj: dict[str, Any], request: rendering.Request, labels: list, fields: list) -> bool:
         meta = obj.get("metadata", {})
-        return ((request.namespace is None or meta.get("namespace") == request.namespace)
-                and (request.name is None or meta.get("name") == request.name)
-                and semantics.match_labels(meta.get("labels"), labels)
-                and semantics.match_fields(obj, fields))
+        return (
+            (request.namespace is None or meta.get("namespace") == request.namespace)
+            and (request.name is None or meta.get("name") == request.name)
+            and semantics.match_labels(meta.get("labels"), labels)
+            and semantics.match_fields(obj, fields)
+        )
 
     def _prune(self, res: Any, obj: dict[str, Any]) -> dict[str, Any]:
         schema = self._schemas.get(res)
@@ -319,10 +375,12 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 continue
             res = kmock.resource(spec["group"], version["name"], names["plural"])
             self.resources[res] = kmock.ResourceInfo(
-                kind=names.get("kind"), singular=names.get("singular") or names.get("kind", "").lower(),
+                kind=names.get("kind"),
+                singular=names.get("singular") or names.get("kind", "").lower(),
                 namespaced=spec.get("scope", "Namespaced") == "Namespaced",
                 verbs={"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"},
-                shortnames=names.get("shortNames", []), categories=names.get("categories", []),
+                shortnames=names.get("shortNames", []),
+                categories=names.get("categories", []),
                 subresources={"status"} if "status" in (version.get("subresources") or {}) else set(),
             )
             self._schemas[res] = (version.get("schema") or {}).get("openAPIV3Schema")
@@ -334,10 +392,20 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             "acceptedNames": crd.get("spec", {}).get("names", {}),
             "storedVersions": [v["name"] for v in crd.get("spec", {}).get("versions", []) if v.get("storage")],
             "conditions": [
-                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-                 "message": "no conflicts found", "lastTransitionTime": now},
-                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-                 "message": "the initial names have been accepted", "lastTransitionTime": now},
+                {
+                    "type": "NamesAccepted",
+                    "status": "True",
+                    "reason": "NoConflicts",
+                    "message": "no conflicts found",
+                    "lastTransitionTime": now,
+                },
+                {
+                    "type": "Established",
+                    "status": "True",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                    "lastTransitionTime": now,
+                },
             ],
         }
 
@@ -352,9 +420,12 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             items = [o for o in self._live(request.resource) if self._selected(o, request, labels, fields)]
             rv = self._rv
         res = request.resource
-        return {"apiVersion": f"{res.group}/{res.version}" if res.group else res.version,
-                "kind": f"{info.kind or res.plural.capitalize()}List",
-                "metadata": {"resourceVersion": str(rv)}, "items": items}
+        return {
+            "apiVersion": f"{res.group}/{res.version}" if res.group else res.version,
+            "kind": f"{info.kind or res.plural.capitalize()}List",
+            "metadata": {"resourceVersion": str(rv)},
+            "items": items,
+        }
 
     async def _serve_fetch(self, request: rendering.Request) -> Any:
         self._known(request)
@@ -373,16 +444,16 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         containers = [c["name"] for c in pod.get("spec", {}).get("containers", [])]
         container = request.params.get("container") or (containers[0] if len(containers) == 1 else None)
         if container is None:
-            return _status(400, "BadRequest", f"a container name must be specified for pod {name}, "
-                                              f"choose one of: {containers}")
+            return _status(
+                400, "BadRequest", f"a container name must be specified for pod {name}, choose one of: {containers}"
+            )
         if container not in containers:
             return _status(400, "BadRequest", f"container {container} is not valid for pod {name}")
         statuses = {s.get("name"): s for s in pod.get("status", {}).get("containerStatuses") or []}
         state = statuses.get(container, {}).get("state") or {}
         if "running" not in state and "terminated" not in state:
             waiting = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
-            return _status(400, "BadRequest",
-                           f'container "{container}" in pod "{name}" is waiting to start: {waiting}')
+            return _status(400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start: {waiting}')
         text = self.pod_logs.get((pod["metadata"].get("namespace"), name), "")
         if "tailLines" in request.params:
             lines = text.splitlines(keepends=True)
@@ -411,13 +482,26 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             if since in ("", "0") or initial_events:
                 backlog = [{"type": "ADDED", "object": o} for o in self._live(res)]
                 if initial_events:
-                    backlog.append({"type": "BOOKMARK", "object": {
-                        "kind": self._known(request).kind, "apiVersion": f"{res.group}/{res.version}".lstrip("/"),
-                        "metadata": {"resourceVersion": str(self._rv),
-                                     "annotations": {"k8s.io/initial-events-end": "true"}}}})
+                    backlog.append(
+                        {
+                            "type": "BOOKMARK",
+                            "object": {
+                                "kind": self._known(request).kind,
+                                "apiVersion": f"{res.group}/{res.version}".lstrip("/"),
+                                "metadata": {
+                                    "resourceVersion": str(self._rv),
+                                    "annotations": {"k8s.io/initial-events-end": "true"},
+                                },
+                            },
+                        }
+                    )
             elif int(since) < self._history_floor.get(res, 0):
-                backlog = [{"type": "ERROR", "object": _status(
-                    410, "Expired", f"too old resource version: {since} ({self._rv})").payload}]
+                backlog = [
+                    {
+                        "type": "ERROR",
+                        "object": _status(410, "Expired", f"too old resource version: {since} ({self._rv})").payload,
+                    }
+                ]
             else:
                 backlog = [copy.deepcopy(ev) for rv, ev in self._history.get(res, ()) if rv > int(since)]
         try:
@@ -445,8 +529,11 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         ns = None
         if info.namespaced:
             if request.namespace and meta.get("namespace") and meta["namespace"] != request.namespace:
-                return _status(400, "BadRequest", "the namespace of the provided object does not match the "
-                                                  "namespace sent on the request")
+                return _status(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                )
             ns = request.namespace or meta.get("namespace") or "default"
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
@@ -486,21 +573,28 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 new = jsonpatch.apply_patch(current, body)
             except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
                 # kopf relies on this 422 for its resourceVersion `test` (kmock 0.8 answers 500)
-                return _status(422, "Invalid", f"the server rejected our request due to an error in our "
-                                               f"request: {exc}")
+                return _status(422, "Invalid", f"the server rejected our request due to an error in our request: {exc}")
         elif content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
             new = semantics.merge_patch(current, body)
         else:
-            return _status(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
-                                                        f"accepted media types include: application/json-patch+json, "
-                                                        f"application/merge-patch+json (got {content_type!r})")
+            return _status(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - "
+                f"accepted media types include: application/json-patch+json, "
+                f"application/merge-patch+json (got {content_type!r})",
+            )
         if not isinstance(new, dict):
             return _status(422, "Invalid", "the patched object is not a JSON object")
         wanted_rv = (body.get("metadata") or {}).get("resourceVersion") if isinstance(body, dict) else None
         if wanted_rv and wanted_rv != current["metadata"].get("resourceVersion"):
-            return _status(409, "Conflict", f'Operation cannot be fulfilled on {request.resource.plural} '
-                                            f'"{current["metadata"]["name"]}": the object has been modified; '
-                                            f'please apply your changes to the latest version and try again')
+            return _status(
+                409,
+                "Conflict",
+                f"Operation cannot be fulfilled on {request.resource.plural} "
+                f'"{current["metadata"]["name"]}": the object has been modified; '
+                f"please apply your changes to the latest version and try again",
+            )
         return new
 
     async def _serve_update(self, request: rendering.Request) -> Any:
@@ -523,8 +617,15 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 if new.get("status") is None:
                     new.pop("status", None)
             meta = new.setdefault("metadata", {})
-            for field in ("name", "namespace", "uid", "creationTimestamp", "generation", "resourceVersion",
-                          "deletionTimestamp"):
+            for field in (
+                "name",
+                "namespace",
+                "uid",
+                "creationTimestamp",
+                "generation",
+                "resourceVersion",
+                "deletionTimestamp",
+            ):
                 if field in current["metadata"]:
                     meta[field] = current["metadata"][field]
                 else:
@@ -532,11 +633,14 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             new["apiVersion"], new["kind"] = current["apiVersion"], current["kind"]
             errors = semantics.validate_metadata(new, dns1035_name=res.plural == "services" and not res.group)
             if res == PODS and _pod_spec_without_mutables(new.get("spec")) != _pod_spec_without_mutables(
-                    current.get("spec")):
-                errors.append("spec: Forbidden: pod updates may not change fields other than "
-                              "`spec.containers[*].image`, `spec.initContainers[*].image`, "
-                              "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing "
-                              "tolerations)")
+                current.get("spec")
+            ):
+                errors.append(
+                    "spec: Forbidden: pod updates may not change fields other than "
+                    "`spec.containers[*].image`, `spec.initContainers[*].image`, "
+                    "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing "
+                    "tolerations)"
+                )
             if errors:
                 return _invalid(current["kind"], name, errors, current["kind"])
             new = self._prune(res, new)
@@ -553,10 +657,12 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 return await self._delete_now(res, ns, name, new)
             return await self._commit(res, ns, name, new, "MODIFIED")
 
-    async def _delete_now(self, res: Any, ns: str | None, name: str, last: dict[str, Any],
-                          orphan: bool = False) -> dict[str, Any]:
+    async def _delete_now(
+        self, res: Any, ns: str | None, name: str, last: dict[str, Any], orphan: bool = False
+    ) -> dict[str, Any]:
         """Remove an object and, like the garbage collector, its dependents (unless ``orphan``,
-        ``propagationPolicy: Orphan``). Lock held."""
+        ``propagationPolicy: Orphan``). Lock held.
+        """
         shown = await self._commit(res, ns, name, None, "DELETED", last=last)
         uid = last["metadata"].get("uid")
         for (r, n, nm), obj in list(self.objects.items()):
@@ -574,8 +680,9 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 self._schemas.pop(gone, None)
         return shown
 
-    async def _mark_or_delete(self, res: Any, ns: str | None, name: str, obj: dict[str, Any],
-                              orphan: bool = False) -> dict[str, Any]:
+    async def _mark_or_delete(
+        self, res: Any, ns: str | None, name: str, obj: dict[str, Any], orphan: bool = False
+    ) -> dict[str, Any]:
         meta = obj["metadata"]
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
@@ -597,11 +704,13 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             return await self._mark_or_delete(res, ns, name, current, orphan=policy == "Orphan")
 
     # ------------------------------------------------------------------ for the kubelet stand-in
-    async def write_status(self, res: Any, ns: str | None, name: str, status: dict[str, Any],
-                           spec_changes: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    async def write_status(
+        self, res: Any, ns: str | None, name: str, status: dict[str, Any], spec_changes: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
         """Replace an object's ``status`` (and merge ``spec_changes``, e.g. the scheduler's
         ``nodeName``) as the control plane's own components do; None when the object is gone.
-        Emits MODIFIED only when something changed."""
+        Emits MODIFIED only when something changed.
+        """
         async with self._lock:
             current = self._get(res, ns, name)
             if current is None:

@@ -18,14 +18,17 @@ import copy
 from typing import Any
 
 #: The scheduler's message when no node has a free GPU (format of the scheduler's FitError).
-UNSCHEDULABLE_GPU = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: " \
-                    "3 No preemption victims found for incoming pod."
+UNSCHEDULABLE_GPU = (
+    "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: "
+    "3 No preemption victims found for incoming pod."
+)
 #: kubelet's message for a pod past ``activeDeadlineSeconds`` (pkg/kubelet/active_deadline.go).
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 
 
-def _condition(type_: str, status: bool, now: str, reason: str | None = None,
-               message: str | None = None) -> dict[str, Any]:
+def _condition(
+    type_: str, status: bool, now: str, reason: str | None = None, message: str | None = None
+) -> dict[str, Any]:
     cond = {"type": type_, "status": "True" if status else "False", "lastProbeTime": None, "lastTransitionTime": now}
     if reason:
         cond["reason"] = reason
@@ -35,9 +38,18 @@ def _condition(type_: str, status: bool, now: str, reason: str | None = None,
 
 
 def _containers(pod: dict[str, Any], state: dict[str, Any], *, ready: bool, started: bool) -> list[dict[str, Any]]:
-    return [{"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": ready, "started": started,
-             "restartCount": 0, "state": copy.deepcopy(state)}
-            for c in pod.get("spec", {}).get("containers", [])]
+    return [
+        {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "ready": ready,
+            "started": started,
+            "restartCount": 0,
+            "state": copy.deepcopy(state),
+        }
+        for c in pod.get("spec", {}).get("containers", [])
+    ]
 
 
 def _base(pod: dict[str, Any]) -> dict[str, Any]:
@@ -50,20 +62,29 @@ def _base(pod: dict[str, Any]) -> dict[str, Any]:
 
 def unschedulable(pod: dict[str, Any], now: str, message: str = UNSCHEDULABLE_GPU) -> dict[str, Any]:
     """The scheduler found no node: phase Pending, ``PodScheduled=False`` reason ``Unschedulable``."""
-    return {**_base(pod), "phase": "Pending",
-            "conditions": [_condition("PodScheduled", False, now, "Unschedulable", message)]}
+    return {
+        **_base(pod),
+        "phase": "Pending",
+        "conditions": [_condition("PodScheduled", False, now, "Unschedulable", message)],
+    }
 
 
 def scheduled(pod: dict[str, Any], now: str) -> dict[str, Any]:
     """Bound to a node, image pulling: Pending, containers waiting ``ContainerCreating``, startTime set."""
-    return {**_base(pod), "phase": "Pending", "startTime": _base(pod).get("startTime", now),
-            "hostIP": "10.0.0.7", "podIP": "10.244.1.23",
-            "conditions": [_condition("Initialized", True, now), _condition("ContainersReady", False, now,
-                                                                           "ContainersNotReady"),
-                           _condition("Ready", False, now, "ContainersNotReady"),
-                           _condition("PodScheduled", True, now)],
-            "containerStatuses": _containers(pod, {"waiting": {"reason": "ContainerCreating"}},
-                                             ready=False, started=False)}
+    return {
+        **_base(pod),
+        "phase": "Pending",
+        "startTime": _base(pod).get("startTime", now),
+        "hostIP": "10.0.0.7",
+        "podIP": "10.244.1.23",
+        "conditions": [
+            _condition("Initialized", True, now),
+            _condition("ContainersReady", False, now, "ContainersNotReady"),
+            _condition("Ready", False, now, "ContainersNotReady"),
+            _condition("PodScheduled", True, now),
+        ],
+        "containerStatuses": _containers(pod, {"waiting": {"reason": "ContainerCreating"}}, ready=False, started=False),
+    }
 
 
 def running(pod: dict[str, Any], now: str, *, ready: bool = False) -> dict[str, Any]:
@@ -72,31 +93,56 @@ def running(pod: dict[str, Any], now: str, *, ready: bool = False) -> dict[str, 
     started_at = now
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         started_at = (cs.get("state", {}).get("running") or {}).get("startedAt", started_at)
-    status.update(phase="Running", containerStatuses=_containers(
-        pod, {"running": {"startedAt": started_at}}, ready=ready, started=True))
+    status.update(
+        phase="Running",
+        containerStatuses=_containers(pod, {"running": {"startedAt": started_at}}, ready=ready, started=True),
+    )
     reason = None if ready else "ContainersNotReady"
-    status["conditions"] = [_condition("Initialized", True, now), _condition("ContainersReady", ready, now, reason),
-                            _condition("Ready", ready, now, reason), _condition("PodScheduled", True, now)]
+    status["conditions"] = [
+        _condition("Initialized", True, now),
+        _condition("ContainersReady", ready, now, reason),
+        _condition("Ready", ready, now, reason),
+        _condition("PodScheduled", True, now),
+    ]
     return status
 
 
-def terminated(pod: dict[str, Any], now: str, *, exit_code: int, reason: str, message: str = "",
-               pod_reason: str | None = None, pod_message: str | None = None) -> dict[str, Any]:
+def terminated(
+    pod: dict[str, Any],
+    now: str,
+    *,
+    exit_code: int,
+    reason: str,
+    message: str = "",
+    pod_reason: str | None = None,
+    pod_message: str | None = None,
+) -> dict[str, Any]:
     """The container ended (``restartPolicy: Never``): phase Failed (or Succeeded for exit 0).
 
     ``message`` is the container's termination message (with
     ``FallbackToLogsOnError``, the tail of its log when the file is empty).
     """
     status = running(pod, now)
-    term = {"exitCode": exit_code, "reason": reason, "startedAt": status["containerStatuses"][0]["state"]
-            ["running"]["startedAt"] if status.get("containerStatuses") else now, "finishedAt": now}
+    term = {
+        "exitCode": exit_code,
+        "reason": reason,
+        "startedAt": status["containerStatuses"][0]["state"]["running"]["startedAt"]
+        if status.get("containerStatuses")
+        else now,
+        "finishedAt": now,
+    }
     if message:
         term["message"] = message
-    status.update(phase="Succeeded" if exit_code == 0 else "Failed",
-                  containerStatuses=_containers(pod, {"terminated": term}, ready=False, started=False))
-    status["conditions"] = [_condition("Initialized", True, now),
-                            _condition("ContainersReady", False, now, "PodFailed"),
-                            _condition("Ready", False, now, "PodFailed"), _condition("PodScheduled", True, now)]
+    status.update(
+        phase="Succeeded" if exit_code == 0 else "Failed",
+        containerStatuses=_containers(pod, {"terminated": term}, ready=False, started=False),
+    )
+    status["conditions"] = [
+        _condition("Initialized", True, now),
+        _condition("ContainersReady", False, now, "PodFailed"),
+        _condition("Ready", False, now, "PodFailed"),
+        _condition("PodScheduled", True, now),
+    ]
     if pod_reason:
         status["reason"] = pod_reason
     if pod_message:
@@ -106,6 +152,8 @@ def terminated(pod: dict[str, Any], now: str, *, exit_code: int, reason: str, me
 
 def deadline_exceeded(pod: dict[str, Any], now: str) -> dict[str, Any]:
     """``activeDeadlineSeconds`` passed: the kubelet kills the container (SIGKILL → 137) and the
-    pod ends Failed with reason ``DeadlineExceeded``."""
-    return terminated(pod, now, exit_code=137, reason="Error", pod_reason="DeadlineExceeded",
-                      pod_message=DEADLINE_MESSAGE)
+    pod ends Failed with reason ``DeadlineExceeded``.
+    """
+    return terminated(
+        pod, now, exit_code=137, reason="Error", pod_reason="DeadlineExceeded", pod_message=DEADLINE_MESSAGE
+    )

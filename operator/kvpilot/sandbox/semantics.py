@@ -209,33 +209,42 @@ def validate_metadata(obj: dict[str, Any], *, dns1035_name: bool = False) -> lis
     name = meta.get("name") or ""
     if dns1035_name:
         if len(name) > 63 or not _DNS1035_LABEL_RE.match(name):
-            errors.append(f"metadata.name: Invalid value: {name!r}: a DNS-1035 label must consist of lower case "
-                          "alphanumeric characters or '-', start with an alphabetic character, and end with an "
-                          "alphanumeric character")
+            errors.append(
+                f"metadata.name: Invalid value: {name!r}: a DNS-1035 label must consist of lower case "
+                "alphanumeric characters or '-', start with an alphabetic character, and end with an "
+                "alphanumeric character"
+            )
     elif len(name) > 253 or not _DNS1123_SUBDOMAIN_RE.match(name):
-        errors.append(f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of "
-                      "lower case alphanumeric characters, '-' or '.', and must start and end with an "
-                      "alphanumeric character")
+        errors.append(
+            f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of "
+            "lower case alphanumeric characters, '-' or '.', and must start and end with an "
+            "alphanumeric character"
+        )
     for key, value in (meta.get("labels") or {}).items():
         prefix, _, short = key.rpartition("/")
-        if (prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN_RE.match(prefix))) or len(short) > 63 \
-                or not _QUALIFIED_NAME_RE.match(short):
-            errors.append(f"metadata.labels: Invalid value: {key!r}: name part must consist of alphanumeric "
-                          "characters, '-', '_' or '.', and must start and end with an alphanumeric character")
+        if (
+            (prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN_RE.match(prefix)))
+            or len(short) > 63
+            or not _QUALIFIED_NAME_RE.match(short)
+        ):
+            errors.append(
+                f"metadata.labels: Invalid value: {key!r}: name part must consist of alphanumeric "
+                "characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+            )
         if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE_RE.match(value):
             errors.append(f"metadata.labels: Invalid value: {value!r}: {LABEL_VALUE_MESSAGE}")
     for i, ref in enumerate(meta.get("ownerReferences") or []):
         for field in ("apiVersion", "kind", "name", "uid"):
             if not ref.get(field):
-                errors.append(f"metadata.ownerReferences[{i}].{field}: Invalid value: \"\": "
-                              f"{field} must not be empty")
+                errors.append(f'metadata.ownerReferences[{i}].{field}: Invalid value: "": {field} must not be empty')
     return errors
 
 
 # ----------------------------------------------------------------------------- patching
 def merge_patch(target: Any, patch: Any) -> Any:
     """Apply an RFC 7386 JSON merge patch: mappings merge recursively, ``null`` deletes a key,
-    anything else (lists included) replaces. Returns a new value; inputs are not modified."""
+    anything else (lists included) replaces. Returns a new value; inputs are not modified.
+    """
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     result = copy.deepcopy(target) if isinstance(target, dict) else {}

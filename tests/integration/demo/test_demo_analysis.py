@@ -51,8 +51,14 @@ def test_diagnose_section_names_each_scenario_s_bottleneck():
     # the verdict each scenario is built to produce (shared with the diagnose tests)
     assert ctx.extra["diagnoses"] == {name: EXPECTED[name] for name in demo_analysis.DIAGNOSED}
     assert set(ctx.extra["diagnoses"].values()) == {
-        "kv_cache_exhaustion", "max_num_seqs_cap", "token_budget_cap", "compute_bound",
-        "prefix_cache_ineffective", "healthy", "idle"}
+        "kv_cache_exhaustion",
+        "max_num_seqs_cap",
+        "token_budget_cap",
+        "compute_bound",
+        "prefix_cache_ineffective",
+        "healthy",
+        "idle",
+    }
     assert "--max-num-seqs 4 ->" in text  # the cap scenario runs with max_num_seqs 4
 
 

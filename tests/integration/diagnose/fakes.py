@@ -66,7 +66,7 @@ class LoopbackServer:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "LoopbackServer":
+    def __enter__(self) -> LoopbackServer:
         self.thread.start()
         return self
 
@@ -95,8 +95,10 @@ def proxy_to(upstream: str) -> Callable[[str, str, dict, bytes], Response]:
 
 def prom_vector(rows: list[tuple[dict, str]], at: float = 0.0, warnings: list[str] | None = None) -> dict:
     """A Prometheus ``/api/v1/query`` success body with ``rows`` of ``(labels, value-string)``."""
-    body = {"status": "success", "data": {"resultType": "vector",
-                                          "result": [{"metric": m, "value": [at, v]} for m, v in rows]}}
+    body = {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [{"metric": m, "value": [at, v]} for m, v in rows]},
+    }
     if warnings:
         body["warnings"] = warnings
     return body
@@ -106,10 +108,16 @@ def kubeconfig(path, server_url: str) -> str:
     """Write a kubeconfig pointing at ``server_url`` (no auth) and return its path."""
     import yaml
 
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "loop",
-        "clusters": [{"name": "loop", "cluster": {"server": server_url}}],
-        "contexts": [{"name": "loop", "context": {"cluster": "loop", "user": "u", "namespace": "llm"}}],
-        "users": [{"name": "u", "user": {}}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "loop",
+                "clusters": [{"name": "loop", "cluster": {"server": server_url}}],
+                "contexts": [{"name": "loop", "context": {"cluster": "loop", "user": "u", "namespace": "llm"}}],
+                "users": [{"name": "u", "user": {}}],
+            }
+        )
+    )
     return str(path)

@@ -27,8 +27,14 @@ def scenario_cli_args(name: str) -> list[str]:
     """``--max-num-seqs N --max-num-batched-tokens B --max-model-len L --gpu-memory BYTES --gpu-name G``."""
     engine, _ = build(SCENARIOS[name])
     cfg = engine.config
-    args = ["--max-num-seqs", str(cfg.max_num_seqs), "--max-num-batched-tokens", str(cfg.max_num_batched_tokens),
-            "--max-model-len", str(cfg.max_model_len)]
+    args = [
+        "--max-num-seqs",
+        str(cfg.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(cfg.max_num_batched_tokens),
+        "--max-model-len",
+        str(cfg.max_model_len),
+    ]
     gpu = SCENARIOS[name].flags.get("gpu")
     if gpu:
         args += ["--gpu-memory", str(gpu_profile(gpu).memory_bytes), "--gpu-name", gpu]

@@ -33,9 +33,24 @@ def _poll(predicate, timeout: float, what: str):
 def simulated_server(tmp_path):
     port = free_port()
     log = open(tmp_path / "simulate.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "kvpilot.cli", "simulate", "max-num-seqs-cap", "--serve",
-                             f"127.0.0.1:{port}", "--speed", "10", "--duration", "3000s"],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvpilot.cli",
+            "simulate",
+            "max-num-seqs-cap",
+            "--serve",
+            f"127.0.0.1:{port}",
+            "--speed",
+            "10",
+            "--duration",
+            "3000s",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}/metrics"
 
     def up() -> bool:
@@ -83,9 +98,22 @@ def test_live_prometheus_scraping_the_simulator(tmp_path, simulated_server):
             return float(rows[0]["value"][1]) if rows else None
 
         end = _poll(newest, 30, "no running sample to end the window at")
-        result = CliRunner().invoke(cli, ["diagnose", "--prometheus", prom.url, "--no-kube", "--window", "12s",
-                                          "--end", f"{end:.3f}", "-o", "json",
-                                          *scenario_cli_args("max-num-seqs-cap")])
+        result = CliRunner().invoke(
+            cli,
+            [
+                "diagnose",
+                "--prometheus",
+                prom.url,
+                "--no-kube",
+                "--window",
+                "12s",
+                "--end",
+                f"{end:.3f}",
+                "-o",
+                "json",
+                *scenario_cli_args("max-num-seqs-cap"),
+            ],
+        )
         stored = prom.query('count({__name__=~"vllm_num_requests_running"})')
     doc = json.loads(result.output)
     assert len(doc["targets"]) == 1, doc
@@ -93,21 +121,46 @@ def test_live_prometheus_scraping_the_simulator(tmp_path, simulated_server):
     assert target["verdict"] == "max_num_seqs_cap", target["evidence"]
     assert target["target"]["instance"] == f"127.0.0.1:{port}" and target["target"]["job"] == "vllm"
     assert target["signals"]["running_max"] == 4
-    escaped = any("escaped" in " ".join(f["evidence"]) for f in target["findings"]
-                  if f["verdict"] == "metrics_schema_mismatch")
+    escaped = any(
+        "escaped" in " ".join(f["evidence"]) for f in target["findings"] if f["verdict"] == "metrics_schema_mismatch"
+    )
     assert escaped == bool(stored)  # the finding appears exactly when Prometheus holds the escaped names
 
 
 def test_live_metrics_url_scraped_over_a_window(simulated_server):
     url = f"http://127.0.0.1:{simulated_server}/metrics"
-    result = CliRunner().invoke(cli, ["diagnose", "--metrics-url", url, "--no-kube", "--window", "4s",
-                                      "--scrape-interval", "1s", "-o", "json", *scenario_cli_args("max-num-seqs-cap")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "diagnose",
+            "--metrics-url",
+            url,
+            "--no-kube",
+            "--window",
+            "4s",
+            "--scrape-interval",
+            "1s",
+            "-o",
+            "json",
+            *scenario_cli_args("max-num-seqs-cap"),
+        ],
+    )
     doc = json.loads(result.output)
     assert doc["targets"][0]["verdict"] == "max_num_seqs_cap"
     assert any(n.startswith("5 scrapes every 1 s") for n in doc["notes"])  # floor(4 / 1) + 1
-    quick = CliRunner().invoke(cli, ["diagnose", "--metrics-url", url, "--no-kube", "--quick", "-o", "json",
-                                     *scenario_cli_args("max-num-seqs-cap")])
+    quick = CliRunner().invoke(
+        cli,
+        [
+            "diagnose",
+            "--metrics-url",
+            url,
+            "--no-kube",
+            "--quick",
+            "-o",
+            "json",
+            *scenario_cli_args("max-num-seqs-cap"),
+        ],
+    )
     qdoc = json.loads(quick.output)
     assert qdoc["targets"][0]["verdict"] == "max_num_seqs_cap"
     assert any("--quick: two scrapes" in n for n in qdoc["notes"]) and qdoc["window_seconds"] < 10
-

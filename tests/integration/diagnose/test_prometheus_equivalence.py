@@ -23,11 +23,14 @@ pytestmark = pytest.mark.prometheus
 RECORDINGS = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 SCENARIO_END = 1_764_600_000.0
 # (recording, end, window): cases over their timeline's span (PROVENANCE.md), scenarios over 5 m
-CASES = [("case_C11.om", 1_764_500_195.0, 165.0), ("case_C12.om", 1_764_500_180.0, 180.0),
-         ("case_C14.om", 1_764_500_120.0, 120.0), ("case_C17.om", 1_764_500_004.0, 4.0),
-         ("scenario_kv-exhaustion_v0.10.1.om", SCENARIO_END, 120.0)]
-SCENARIOS = [(p.name, SCENARIO_END, 300.0) for p in sorted(RECORDINGS.glob("scenario_*.om"))
-             if "v0.10.1" not in p.name]
+CASES = [
+    ("case_C11.om", 1_764_500_195.0, 165.0),
+    ("case_C12.om", 1_764_500_180.0, 180.0),
+    ("case_C14.om", 1_764_500_120.0, 120.0),
+    ("case_C17.om", 1_764_500_004.0, 4.0),
+    ("scenario_kv-exhaustion_v0.10.1.om", SCENARIO_END, 120.0),
+]
+SCENARIOS = [(p.name, SCENARIO_END, 300.0) for p in sorted(RECORDINGS.glob("scenario_*.om")) if "v0.10.1" not in p.name]
 
 
 def _same(a, b) -> bool:
@@ -52,16 +55,22 @@ def _compare(recording: Path, end: float, window: float, tmp_path: Path) -> None
         assert set(result.signals) == set(replay) and replay
         for key, from_prom in result.signals.items():
             mine = replay[key]
-            diffs = {n: (v, mine.values.get(n)) for n, v in from_prom.values.items() if not _same(v, mine.values.get(n))}
+            diffs = {
+                n: (v, mine.values.get(n)) for n, v in from_prom.values.items() if not _same(v, mine.values.get(n))
+            }
             assert diffs == {}, f"{recording.name}: signals differ (prometheus, replay): {diffs}"
             assert set(from_prom.values) == set(mine.values)
             assert from_prom.spelling == mine.spelling
             assert from_prom.cache_config == mine.cache_config
-            assert {k: (q.lower, q.upper) for k, q in from_prom.quantiles.items()} == \
-                   {k: (q.lower, q.upper) for k, q in mine.quantiles.items()}
+            assert {k: (q.lower, q.upper) for k, q in from_prom.quantiles.items()} == {
+                k: (q.lower, q.upper) for k, q in mine.quantiles.items()
+            }
         # kvpilot's histogram_quantile against PromQL's own, on the same bucket increases
-        rows = prom.query("histogram_quantile(0.99, sum by (le) (increase({__name__=~\"vllm[:_]time_to_first_token_"
-                          f"seconds_bucket\"}}[{int(window)}s])))", at=end)
+        rows = prom.query(
+            'histogram_quantile(0.99, sum by (le) (increase({__name__=~"vllm[:_]time_to_first_token_'
+            f'seconds_bucket"}}[{int(window)}s])))',
+            at=end,
+        )
         buckets = next(iter(replay.values())).buckets.get("ttft")
         if rows and buckets and rows[0]["value"][1] != "NaN":
             assert histogram_quantile(0.99, buckets).value == pytest.approx(float(rows[0]["value"][1]), rel=0.02)
@@ -82,8 +91,9 @@ def test_a_single_regex_over_both_generations_is_refused_by_prometheus(tmp_path)
     backfill(RECORDINGS / "scenario_kv-exhaustion_v0.10.1.om", tmp_path / "data")
     with PrometheusServer(tmp_path, data_dir=tmp_path / "data") as prom:
         with pytest.raises(RuntimeError, match="same labelset"):
-            prom.query('avg_over_time({__name__=~"vllm[:_](kv_cache_usage_perc|gpu_cache_usage_perc)"}[120s])',
-                       at=SCENARIO_END)
+            prom.query(
+                'avg_over_time({__name__=~"vllm[:_](kv_cache_usage_perc|gpu_cache_usage_perc)"}[120s])', at=SCENARIO_END
+            )
         # and a 2.42 range includes its start: 13 samples every 10 s in [end-120, end]
         rows = prom.query("count_over_time(vllm:num_requests_running[120s])", at=SCENARIO_END)
         assert rows[0]["value"][1] == "13"

@@ -20,10 +20,24 @@ END = 1_764_600_000.0
 WINDOW = 300.0
 TARGET = {"namespace": "llm", "pod": "qwen-0", "model_name": "m", "engine": "0"}
 #: a max_num_seqs-capped server: running pinned at 4, 10 waiting and growing, KV 5 %
-VALUES = {"running_avg": "4", "running_max": "4", "running_min": "4", "running_last": "4",
-          "samples_in_window": "30", "last_sample_time": str(END - 5), "waiting_avg": "10", "waiting_max": "16",
-          "waiting_last": "16", "waiting_trend_per_s": "0.05", "kv_usage_avg": "0.05", "kv_usage_max": "0.06",
-          "kv_usage_last": "0.05", "preemptions_increase": "0", "preemptions_per_s": "0", "preemptions_last": "0"}
+VALUES = {
+    "running_avg": "4",
+    "running_max": "4",
+    "running_min": "4",
+    "running_last": "4",
+    "samples_in_window": "30",
+    "last_sample_time": str(END - 5),
+    "waiting_avg": "10",
+    "waiting_max": "16",
+    "waiting_last": "16",
+    "waiting_trend_per_s": "0.05",
+    "kv_usage_avg": "0.05",
+    "kv_usage_max": "0.06",
+    "kv_usage_last": "0.05",
+    "preemptions_increase": "0",
+    "preemptions_per_s": "0",
+    "preemptions_last": "0",
+}
 BY_QUERY = {signal_query(sd, WINDOW): sd for sd in SIGNAL_DEFS}
 
 
@@ -52,8 +66,26 @@ def scripted(fail=lambda name: None, override: dict | None = None, duplicate: bo
 
 
 def run(url, *extra):
-    return CliRunner().invoke(cli, ["diagnose", "--prometheus", url, "--no-kube", "--end", str(END),
-                                    "--window", "300s", "--max-num-seqs", "4", "--timeout", "1s", "-o", "json", *extra])
+    return CliRunner().invoke(
+        cli,
+        [
+            "diagnose",
+            "--prometheus",
+            url,
+            "--no-kube",
+            "--end",
+            str(END),
+            "--window",
+            "300s",
+            "--max-num-seqs",
+            "4",
+            "--timeout",
+            "1s",
+            "-o",
+            "json",
+            *extra,
+        ],
+    )
 
 
 def test_scripted_prometheus_gives_the_verdict():
@@ -65,8 +97,13 @@ def test_scripted_prometheus_gives_the_verdict():
     # the report lists the PromQL it used (design.md: "queries")
     queries = doc["targets"][0]["queries"]
     assert len(queries) == len(SIGNAL_DEFS) + 1 and all("vllm" in q for q in queries)
-    assert any(q.startswith('label_replace(max by (namespace, pod, instance, job, model_name, engine) '
-                            '(avg_over_time({__name__="vllm:num_requests_running"}[300s]))') for q in queries)
+    assert any(
+        q.startswith(
+            "label_replace(max by (namespace, pod, instance, job, model_name, engine) "
+            '(avg_over_time({__name__="vllm:num_requests_running"}[300s]))'
+        )
+        for q in queries
+    )
     # one query per signal plus cache_config_info, all at the explicit time
     assert len(prom.requests) == len(SIGNAL_DEFS) + 1
 
@@ -118,8 +155,9 @@ def test_partial_results_keep_the_verdict_and_say_what_failed():
 
 
 def test_nan_and_inf_values_are_unknowns():
-    with LoopbackServer(scripted(override={"kv_usage_avg": "NaN", "kv_usage_max": "+Inf", "waiting_avg": "NaN"})) \
-            as prom:
+    with LoopbackServer(
+        scripted(override={"kv_usage_avg": "NaN", "kv_usage_max": "+Inf", "waiting_avg": "NaN"})
+    ) as prom:
         result = run(prom.url)
     doc = json.loads(result.output)
     signals = doc["targets"][0]["signals"]

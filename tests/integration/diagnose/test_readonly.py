@@ -20,17 +20,32 @@ pytestmark = pytest.mark.prometheus
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 END = 1_764_600_000.0
-SERVER = {"apiVersion": "kvpilot.dev/v1alpha1", "kind": "VLLMServer",
-          "metadata": {"name": "qwen", "namespace": "llm", "uid": "u1"},
-          "spec": {"model": "Qwen/Qwen2.5-1.5B-Instruct",
-                   "engine": {"maxNumSeqs": 4, "maxNumBatchedTokens": 2048, "maxModelLen": 8192}},
-          "status": {"phase": "Ready", "podName": "qwen-0"}}
-POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "qwen-0", "namespace": "llm",
-                                                       "labels": {"kvpilot.dev/server": "qwen"}},
-       "spec": {"containers": [{"name": "vllm", "image": "vllm"}]}}
+SERVER = {
+    "apiVersion": "kvpilot.dev/v1alpha1",
+    "kind": "VLLMServer",
+    "metadata": {"name": "qwen", "namespace": "llm", "uid": "u1"},
+    "spec": {
+        "model": "Qwen/Qwen2.5-1.5B-Instruct",
+        "engine": {"maxNumSeqs": 4, "maxNumBatchedTokens": 2048, "maxModelLen": 8192},
+    },
+    "status": {"phase": "Ready", "podName": "qwen-0"},
+}
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "qwen-0", "namespace": "llm", "labels": {"kvpilot.dev/server": "qwen"}},
+    "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+}
 #: Prometheus HTTP API endpoints that only read (https://prometheus.io/docs/prometheus/latest/querying/api/)
-READ_ENDPOINTS = {"/api/v1/query", "/api/v1/query_range", "/api/v1/series", "/api/v1/labels", "/api/v1/metadata",
-                  "/api/v1/targets", "/api/v1/status/buildinfo"}
+READ_ENDPOINTS = {
+    "/api/v1/query",
+    "/api/v1/query_range",
+    "/api/v1/series",
+    "/api/v1/labels",
+    "/api/v1/metadata",
+    "/api/v1/targets",
+    "/api/v1/status/buildinfo",
+}
 
 
 def kube_api(method, path, query, body):
@@ -56,12 +71,31 @@ def labelled_recording(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("selector", [["--server", "qwen"], ["--pod", "qwen-0"]])
 def test_full_run_sends_only_reads(tmp_path, selector):
     backfill(labelled_recording(tmp_path), tmp_path / "data")
-    with PrometheusServer(tmp_path, data_dir=tmp_path / "data") as prom, \
-            LoopbackServer(proxy_to(prom.url)) as proxy, LoopbackServer(kube_api) as kube:
+    with (
+        PrometheusServer(tmp_path, data_dir=tmp_path / "data") as prom,
+        LoopbackServer(proxy_to(prom.url)) as proxy,
+        LoopbackServer(kube_api) as kube,
+    ):
         config = kubeconfig(tmp_path / "kubeconfig", kube.url)
-        result = CliRunner().invoke(cli, ["diagnose", "--prometheus", proxy.url, "-n", "llm", *selector,
-                                          "--kubeconfig", config, "--end", str(END), "--window", "300s",
-                                          "-o", "json"])
+        result = CliRunner().invoke(
+            cli,
+            [
+                "diagnose",
+                "--prometheus",
+                proxy.url,
+                "-n",
+                "llm",
+                *selector,
+                "--kubeconfig",
+                config,
+                "--end",
+                str(END),
+                "--window",
+                "300s",
+                "-o",
+                "json",
+            ],
+        )
     doc = json.loads(result.output)
     target = doc["targets"][0]
     # the run did its job: limits from the spec, the right verdict for pod llm/qwen-0
@@ -79,7 +113,23 @@ def test_unreachable_cluster_falls_back_and_says_so(tmp_path):
     from tests.support.prom import free_port
 
     config = kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{free_port()}")
-    result = CliRunner().invoke(cli, ["diagnose", "--recording", str(RECORDINGS / "scenario_idle.om"), "-n", "llm",
-                                      "--server", "qwen", "--kubeconfig", config, "--timeout", "2s", "-o", "json"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "diagnose",
+            "--recording",
+            str(RECORDINGS / "scenario_idle.om"),
+            "-n",
+            "llm",
+            "--server",
+            "qwen",
+            "--kubeconfig",
+            config,
+            "--timeout",
+            "2s",
+            "-o",
+            "json",
+        ],
+    )
     doc = json.loads(result.output)
     assert any("VLLMServer llm/qwen not read" in n for n in doc["notes"])

@@ -15,11 +15,13 @@ from tests.integration.diagnose.fakes import LoopbackServer
 def exposition(n: int, escaped: bool) -> str:
     """A vLLM-like body; request n: preemptions 50 x n, waiting 2 x n, 4 running, a pid-labelled KV gauge."""
     p = "vllm_" if escaped else "vllm:"
-    return (f'{p}num_requests_running{{engine="0",model_name="m"}} 4.0\n'
-            f'{p}num_requests_waiting{{engine="0",model_name="m"}} {2 * n}.0\n'
-            f'{p}gpu_cache_usage_perc{{engine="0",model_name="m",pid="7"}} 0.5\n'
-            f'{p}num_preemptions_total{{engine="0",model_name="m"}} {50 * n}.0\n'
-            f'{p}num_preemptions_created{{engine="0",model_name="m"}} 1.7e9\n')
+    return (
+        f'{p}num_requests_running{{engine="0",model_name="m"}} 4.0\n'
+        f'{p}num_requests_waiting{{engine="0",model_name="m"}} {2 * n}.0\n'
+        f'{p}gpu_cache_usage_perc{{engine="0",model_name="m",pid="7"}} 0.5\n'
+        f'{p}num_preemptions_total{{engine="0",model_name="m"}} {50 * n}.0\n'
+        f'{p}num_preemptions_created{{engine="0",model_name="m"}} 1.7e9\n'
+    )
 
 
 @pytest.mark.parametrize("escaped", [False, True])
@@ -32,8 +34,13 @@ def test_scrapes_form_a_timeline(escaped):
 
     clock = itertools.count(1_000_000, 10)  # every clock() call advances 10 s
     with LoopbackServer(handle) as server:
-        samples, scrapes = scrape_series(server.url + "/metrics", window_seconds=30, interval_seconds=10,
-                                         clock=lambda: float(next(clock)), sleep=sleeps.append)
+        samples, scrapes = scrape_series(
+            server.url + "/metrics",
+            window_seconds=30,
+            interval_seconds=10,
+            clock=lambda: float(next(clock)),
+            sleep=sleeps.append,
+        )
     # floor(30 / 10) + 1 = 4 scrapes, one GET each, sleeping between them (never after the last)
     assert scrapes == 4 and len(server.requests) == 4 and len(sleeps) == 3
     sig = next(iter(compute_signals(samples, 60.0).values()))

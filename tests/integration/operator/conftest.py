@@ -1,5 +1,6 @@
 """Fixtures for the operator on the sandbox API: one kmock server per module, a namespace per test,
-the real kopf operator in a thread (kopf's ``KopfRunner``), and bounded polling instead of sleeps."""
+the real kopf operator in a thread (kopf's ``KopfRunner``), and bounded polling instead of sleeps.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxCluster
 @pytest.fixture(autouse=True)
 def _no_real_cluster(cluster: SandboxCluster, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The kubernetes client read KUBECONFIG at import: point its default at the sandbox so
-    nothing in these tests can reach a real cluster by accident."""
+    nothing in these tests can reach a real cluster by accident.
+    """
     path = cluster.write_kubeconfig(tmp_path / "kubeconfig")
     monkeypatch.setenv("KUBECONFIG", str(path))
     monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))
@@ -64,6 +66,11 @@ def operator(cluster: SandboxCluster, namespace: str) -> Callable[[], KopfRunner
     """A factory of kopf runners of the real operator, watching the test's namespace."""
 
     def start() -> KopfRunner:
-        return KopfRunner(["run", "--standalone", "--namespace", namespace],
-                          registry=build_registry(cluster.configuration(), hub=False), settings=make_settings(), timeout=10)
+        return KopfRunner(
+            ["run", "--standalone", "--namespace", namespace],
+            registry=build_registry(cluster.configuration(), hub=False),
+            settings=make_settings(),
+            timeout=10,
+        )
+
     return start

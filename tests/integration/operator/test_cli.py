@@ -24,8 +24,10 @@ def test_demo_prints_command_line_phase_and_kv_tokens():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     # background.md §7: the experiment's flags, exactly as the operator renders them
-    assert ("vllm serve Qwen/Qwen2.5-1.5B-Instruct --gpu-memory-utilization 0.6 --max-model-len 8192 "
-            "--max-num-seqs 4 --enable-prefix-caching --port 8000") in out
+    assert (
+        "vllm serve Qwen/Qwen2.5-1.5B-Instruct --gpu-memory-utilization 0.6 --max-model-len 8192 "
+        "--max-num-seqs 4 --enable-prefix-caching --port 8000"
+    ) in out
     assert "21520" in out  # kvCacheTokens, read back from the played startup log (21,520 tokens)
     assert "2.63" in out  # 21,520 / 8,192 = 2.627 -> vLLM prints 2.63x
     row = next(line for line in out.splitlines() if line.strip().startswith("qwen-experiment "))
@@ -49,11 +51,17 @@ def test_operator_command_reads_kubeconfig_and_runs(cluster, namespace, tmp_path
     kubeconfig = cluster.write_kubeconfig(tmp_path / "config")
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HF_HUB_OFFLINE": "1"}  # no network in tests
     env.pop("KUBERNETES_SERVICE_HOST", None)
-    proc = subprocess.Popen([KVPILOT, "operator", "--namespace", namespace, "--standalone", "--quiet"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [KVPILOT, "operator", "--namespace", namespace, "--standalone", "--quiet"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         kubernetes.client.CustomObjectsApi(cluster.api_client()).create_namespaced_custom_object(
-            *SERVERS, namespace, "vllmservers", copy.deepcopy(EXPERIMENT))
+            *SERVERS, namespace, "vllmservers", copy.deepcopy(EXPERIMENT)
+        )
         pod = wait_for(lambda: (cluster.list("v1/pods", namespace) or [None])[0], timeout=30, what="the pod")
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -64,8 +72,9 @@ def test_operator_command_reads_kubeconfig_and_runs(cluster, namespace, tmp_path
 
 
 def test_operator_command_refuses_bad_options_in_one_line():
-    result = subprocess.run([KVPILOT, "operator", "--all-namespaces", "--namespace", "x"], capture_output=True,
-                            text=True, timeout=30)
+    result = subprocess.run(
+        [KVPILOT, "operator", "--all-namespaces", "--namespace", "x"], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == "kvpilot: error: --all-namespaces: cannot be combined with --namespace"
 

@@ -30,13 +30,18 @@ EXPERIMENT = {
 
 # A vLLM v0.30+ startup log: process prefixes, the device-prefixed one-line KV report, and many
 # lines after it (a short tail would miss it).
-VLLM_LOG = "\n".join(
-    ["INFO 11-30 12:00:00 [__init__.py:216] Automatically detected platform cuda."]
-    + ["(EngineCore_DP0 pid=312) INFO 11-30 12:00:41 [gpu_worker.py:298] Available KV cache memory: 0.58 GiB",
-       "(EngineCore_DP0 pid=312) INFO 11-30 12:00:41 [kv_cache_utils.py:1087] GPU KV cache size: 21,520 tokens, "
-       "Maximum concurrency for 8,192 tokens per request: 2.63x"]
-    + [f"(APIServer pid=1) INFO 11-30 12:01:{i % 60:02d} [launcher.py:46] Route: /v1/route{i}" for i in range(80)]
-) + "\n"
+VLLM_LOG = (
+    "\n".join(
+        ["INFO 11-30 12:00:00 [__init__.py:216] Automatically detected platform cuda."]
+        + [
+            "(EngineCore_DP0 pid=312) INFO 11-30 12:00:41 [gpu_worker.py:298] Available KV cache memory: 0.58 GiB",
+            "(EngineCore_DP0 pid=312) INFO 11-30 12:00:41 [kv_cache_utils.py:1087] GPU KV cache size: 21,520 tokens, "
+            "Maximum concurrency for 8,192 tokens per request: 2.63x",
+        ]
+        + [f"(APIServer pid=1) INFO 11-30 12:01:{i % 60:02d} [launcher.py:46] Route: /v1/route{i}" for i in range(80)]
+    )
+    + "\n"
+)
 
 
 def _custom(api):
@@ -44,8 +49,9 @@ def _custom(api):
 
 
 def _create(api, namespace: str, body: dict | None = None) -> dict:
-    return _custom(api).create_namespaced_custom_object(*SERVERS, namespace, "vllmservers",
-                                                        copy.deepcopy(body or EXPERIMENT))
+    return _custom(api).create_namespaced_custom_object(
+        *SERVERS, namespace, "vllmservers", copy.deepcopy(body or EXPERIMENT)
+    )
 
 
 def _server(cluster, namespace: str, name: str = "qwen") -> dict:
@@ -88,10 +94,12 @@ def test_create_makes_pod_and_service_owned_by_the_server(cluster, api, namespac
         server = _create(api, namespace)
         pod = _one_pod(cluster, namespace)
         service = wait_for(lambda: cluster.get("v1/services", namespace, "qwen"), what="the service")
-        status = wait_for(lambda: _status(cluster, namespace).get("podName") and _status(cluster, namespace),
-                          what="status.podName")
-        _wait_event(cluster, namespace, lambda e: e["reason"] == "PodCreated" and pod["metadata"]["name"]
-                    in e["message"])
+        status = wait_for(
+            lambda: _status(cluster, namespace).get("podName") and _status(cluster, namespace), what="status.podName"
+        )
+        _wait_event(
+            cluster, namespace, lambda e: e["reason"] == "PodCreated" and pod["metadata"]["name"] in e["message"]
+        )
     uid = server["metadata"]["uid"]
     for obj in (pod, service):
         refs = obj["metadata"]["ownerReferences"]
@@ -128,16 +136,25 @@ def test_spec_change_replaces_the_pod(cluster, api, namespace, operator):
     with operator():
         _create(api, namespace)
         old = _one_pod(cluster, namespace)
-        _custom(api).patch_namespaced_custom_object(*SERVERS, namespace, "vllmservers", "qwen",
-                                                    {"spec": {"engine": {"maxNumSeqs": 8}}})
-        new = wait_for(lambda: [p for p in _pods(cluster, namespace)
-                                if p["metadata"]["uid"] != old["metadata"]["uid"]], what="a new pod")[0]
+        _custom(api).patch_namespaced_custom_object(
+            *SERVERS, namespace, "vllmservers", "qwen", {"spec": {"engine": {"maxNumSeqs": 8}}}
+        )
+        new = wait_for(
+            lambda: [p for p in _pods(cluster, namespace) if p["metadata"]["uid"] != old["metadata"]["uid"]],
+            what="a new pod",
+        )[0]
         wait_for(lambda: len(_pods(cluster, namespace)) == 1, what="the old pod gone")
-        status = wait_for(lambda: _status(cluster, namespace).get("observedGeneration") == 2
-                          and _status(cluster, namespace).get("podName") == new["metadata"]["name"]
-                          and _status(cluster, namespace), what="status of generation 2")
-        _wait_event(cluster, namespace, lambda e: e["reason"] == "PodReplaced"
-                    and old["metadata"]["name"] in e["message"])
+        status = wait_for(
+            lambda: (
+                _status(cluster, namespace).get("observedGeneration") == 2
+                and _status(cluster, namespace).get("podName") == new["metadata"]["name"]
+                and _status(cluster, namespace)
+            ),
+            what="status of generation 2",
+        )
+        _wait_event(
+            cluster, namespace, lambda e: e["reason"] == "PodReplaced" and old["metadata"]["name"] in e["message"]
+        )
     command = new["spec"]["containers"][0]["command"]
     assert command[command.index("--max-num-seqs") + 1] == "8"
     assert status["command"] == command
@@ -150,8 +167,10 @@ def test_expired_server_keeps_its_pod_and_is_not_recreated(cluster, api, namespa
         pod = _started_pod(cluster, api, namespace, kubelet)
         name = pod["metadata"]["name"]
         kubelet.deadline_exceeded(namespace, name)
-        status = wait_for(lambda: _status(cluster, namespace).get("phase") == "Expired"
-                          and _status(cluster, namespace), what="phase Expired")
+        status = wait_for(
+            lambda: _status(cluster, namespace).get("phase") == "Expired" and _status(cluster, namespace),
+            what="phase Expired",
+        )
         assert status["reason"] == "DeadlineExceeded"
         _wait_event(cluster, namespace, lambda e: e["reason"] == "Expired" and e["type"] == "Warning")
     # Restart the operator (resume); the Service's return proves it ran.
@@ -162,10 +181,13 @@ def test_expired_server_keeps_its_pod_and_is_not_recreated(cluster, api, namespa
         assert [p["metadata"]["uid"] for p in pods] == [pod["metadata"]["uid"]]  # kept, not recreated
         assert _status(cluster, namespace)["phase"] == "Expired"
         # A person changes the spec: that does make a new pod.
-        _custom(api).patch_namespaced_custom_object(*SERVERS, namespace, "vllmservers", "qwen",
-                                                    {"spec": {"ttlSeconds": 7200}})
-        new = wait_for(lambda: [p for p in _pods(cluster, namespace)
-                                if p["metadata"]["uid"] != pod["metadata"]["uid"]], what="a new pod")[0]
+        _custom(api).patch_namespaced_custom_object(
+            *SERVERS, namespace, "vllmservers", "qwen", {"spec": {"ttlSeconds": 7200}}
+        )
+        new = wait_for(
+            lambda: [p for p in _pods(cluster, namespace) if p["metadata"]["uid"] != pod["metadata"]["uid"]],
+            what="a new pod",
+        )[0]
     assert new["spec"]["activeDeadlineSeconds"] == 7200
 
 
@@ -174,11 +196,18 @@ def test_invalid_spec_is_reported_without_a_pod_or_retries(cluster, api, namespa
     body["spec"]["engine"]["extraArgs"] = ["--max-num-seqs=8"]  # a managed flag: refused
     with operator():
         _create(api, namespace, body)
-        status = wait_for(lambda: _status(cluster, namespace).get("phase") == "Invalid"
-                          and _status(cluster, namespace), what="phase Invalid")
-        server = wait_for(lambda: "kvpilot.dev/last-handled-configuration" in (
-            _server(cluster, namespace)["metadata"].get("annotations") or {}) and _server(cluster, namespace),
-            what="the handled spec recorded")
+        status = wait_for(
+            lambda: _status(cluster, namespace).get("phase") == "Invalid" and _status(cluster, namespace),
+            what="phase Invalid",
+        )
+        server = wait_for(
+            lambda: (
+                "kvpilot.dev/last-handled-configuration"
+                in (_server(cluster, namespace)["metadata"].get("annotations") or {})
+                and _server(cluster, namespace)
+            ),
+            what="the handled spec recorded",
+        )
         _wait_event(cluster, namespace, lambda e: e["type"] == "Warning" and "spec.engine.extraArgs" in e["message"])
     assert "spec.engine.extraArgs" in status["message"]
     valid = [c for c in status["conditions"] if c["type"] == "Valid"]
@@ -197,8 +226,10 @@ def test_ready_pod_log_fills_kv_capacity(cluster, api, namespace, operator, kube
         name = _started_pod(cluster, api, namespace, kubelet, log=VLLM_LOG)["metadata"]["name"]
         wait_for(lambda: _status(cluster, namespace).get("phase") == "Loading", what="phase Loading")
         kubelet.ready(namespace, name)
-        status = wait_for(lambda: _status(cluster, namespace).get("kvCacheTokens")
-                          and _status(cluster, namespace), what="kvCacheTokens")
+        status = wait_for(
+            lambda: _status(cluster, namespace).get("kvCacheTokens") and _status(cluster, namespace),
+            what="kvCacheTokens",
+        )
         for phase in ("Loading", "Ready"):
             _wait_event(cluster, namespace, lambda e, phase=phase: e["reason"] == phase)
     assert status["phase"] == "Ready"
@@ -216,30 +247,43 @@ def test_unschedulable_pod_shows_the_schedulers_reason(cluster, api, namespace, 
         _create(api, namespace)
         name = _one_pod(cluster, namespace)["metadata"]["name"]
         kubelet.unschedulable(namespace, name, message=message)
-        status = wait_for(lambda: _status(cluster, namespace).get("reason") == "Unschedulable"
-                          and _status(cluster, namespace), what="reason Unschedulable")
-        _wait_event(cluster, namespace, lambda e: e["type"] == "Warning"
-                    and "Insufficient nvidia.com/gpu" in e["message"])
+        status = wait_for(
+            lambda: _status(cluster, namespace).get("reason") == "Unschedulable" and _status(cluster, namespace),
+            what="reason Unschedulable",
+        )
+        _wait_event(
+            cluster, namespace, lambda e: e["type"] == "Warning" and "Insufficient nvidia.com/gpu" in e["message"]
+        )
     assert status["phase"] == "Pending"
     assert status["message"] == message
 
 
-def test_failed_start_reports_the_termination_message_and_is_not_restarted(cluster, api, namespace, operator,
-                                                                           kubelet):
-    tail = ("ValueError: To serve at least one request with the model's max seq len (32768), (0.88 GiB KV cache "
-            "is needed, which is larger than the available KV cache memory (0.58 GiB).")
+def test_failed_start_reports_the_termination_message_and_is_not_restarted(cluster, api, namespace, operator, kubelet):
+    tail = (
+        "ValueError: To serve at least one request with the model's max seq len (32768), (0.88 GiB KV cache "
+        "is needed, which is larger than the available KV cache memory (0.58 GiB)."
+    )
     with operator():
         pod = _started_pod(cluster, api, namespace, kubelet)
         name = pod["metadata"]["name"]
         kubelet.fail(namespace, name, exit_code=1, reason="Error", message=f"Traceback:\n  line\n  line\n{tail}\n")
-        status = wait_for(lambda: _status(cluster, namespace).get("phase") == "Failed"
-                          and _status(cluster, namespace), what="phase Failed")
+        status = wait_for(
+            lambda: _status(cluster, namespace).get("phase") == "Failed" and _status(cluster, namespace),
+            what="phase Failed",
+        )
         # a label edit (not a spec change) re-runs the update handler: still no second pod
-        _custom(api).patch_namespaced_custom_object(*SERVERS, namespace, "vllmservers", "qwen",
-                                                    {"metadata": {"labels": {"team": "ml"}}})
-        wait_for(lambda: "team" in str(_server(cluster, namespace)["metadata"]["annotations"]
-                                       .get("kvpilot.dev/last-handled-configuration")),
-                 what="the update handled")
+        _custom(api).patch_namespaced_custom_object(
+            *SERVERS, namespace, "vllmservers", "qwen", {"metadata": {"labels": {"team": "ml"}}}
+        )
+        wait_for(
+            lambda: (
+                "team"
+                in str(
+                    _server(cluster, namespace)["metadata"]["annotations"].get("kvpilot.dev/last-handled-configuration")
+                )
+            ),
+            what="the update handled",
+        )
         pods = _pods(cluster, namespace)
     assert status["reason"] == "Error"
     assert status["message"].startswith("vLLM exited with code 1 (Error)") and status["message"].endswith(tail)
@@ -250,9 +294,10 @@ def _model_config_map(api, namespace: str, fixtures_dir) -> None:
     config = (fixtures_dir / "hf-configs" / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text()
     # Qwen2.5-1.5B-Instruct in bf16: 1,543,714,304 parameters x 2 bytes (its safetensors index total_size)
     index = json.dumps({"metadata": {"total_size": 3_087_428_608}, "weight_map": {}})
-    kubernetes.client.CoreV1Api(api).create_namespaced_config_map(namespace, {
-        "metadata": {"name": "qwen-config"},
-        "data": {"config.json": config, "model.safetensors.index.json": index}})
+    kubernetes.client.CoreV1Api(api).create_namespaced_config_map(
+        namespace,
+        {"metadata": {"name": "qwen-config"}, "data": {"config.json": config, "model.safetensors.index.json": index}},
+    )
 
 
 def test_preflight_sets_kv_capacity_condition(cluster, api, namespace, operator, fixtures_dir):
@@ -263,8 +308,13 @@ def test_preflight_sets_kv_capacity_condition(cluster, api, namespace, operator,
     with operator():
         _create(api, namespace, body)
         _one_pod(cluster, namespace)
-        status = wait_for(lambda: any(c["type"] == "KVCapacity" for c in _status(cluster, namespace)
-                                      .get("conditions", [])) and _status(cluster, namespace), what="KVCapacity")
+        status = wait_for(
+            lambda: (
+                any(c["type"] == "KVCapacity" for c in _status(cluster, namespace).get("conditions", []))
+                and _status(cluster, namespace)
+            ),
+            what="KVCapacity",
+        )
     kv = next(c for c in status["conditions"] if c["type"] == "KVCapacity")
     assert (kv["status"], kv["reason"]) == ("True", "Fits")
     # 2 (K,V) x 28 layers x 2 KV heads x 128 head_dim x 2 bytes (bf16) = 28,672 bytes per token
@@ -288,10 +338,16 @@ def test_preflight_enforce_refuses_a_spec_that_cannot_start(cluster, api, namesp
     # the 0.875 GiB one 32,768-token request needs (background.md §2): vLLM would refuse to start.
     with operator():
         _create(api, namespace, body)
-        status = wait_for(lambda: _status(cluster, namespace).get("phase") == "Invalid"
-                          and _status(cluster, namespace), what="phase Invalid")
-        events = wait_for(lambda: [e for e in _events(cluster, namespace) if e["type"] == "Warning"
-                                   and "refuse to start" in e["message"]], what="the warning event")
+        status = wait_for(
+            lambda: _status(cluster, namespace).get("phase") == "Invalid" and _status(cluster, namespace),
+            what="phase Invalid",
+        )
+        events = wait_for(
+            lambda: [
+                e for e in _events(cluster, namespace) if e["type"] == "Warning" and "refuse to start" in e["message"]
+            ],
+            what="the warning event",
+        )
     kv = next(c for c in status["conditions"] if c["type"] == "KVCapacity")
     assert kv["status"] == "False" and kv["reason"] in ("MaxModelLenExceedsKV", "NoKVMemory")
     assert status["reason"] == kv["reason"] and "spec.engine.maxModelLen" in status["message"]
@@ -305,18 +361,22 @@ def test_fixing_an_invalid_spec_starts_the_server(cluster, api, namespace, opera
         _create(api, namespace, body)
         wait_for(lambda: _status(cluster, namespace).get("phase") == "Invalid", what="phase Invalid")
         assert "spec.engine.maxNumBatchedTokens" in _status(cluster, namespace)["message"]
-        _custom(api).patch_namespaced_custom_object(*SERVERS, namespace, "vllmservers", "qwen",
-                                                    {"spec": {"engine": {"maxNumBatchedTokens": 8192}}})
+        _custom(api).patch_namespaced_custom_object(
+            *SERVERS, namespace, "vllmservers", "qwen", {"spec": {"engine": {"maxNumBatchedTokens": 8192}}}
+        )
         _one_pod(cluster, namespace)
-        status = wait_for(lambda: _status(cluster, namespace).get("phase") == "Pending"
-                          and _status(cluster, namespace), what="phase Pending")
+        status = wait_for(
+            lambda: _status(cluster, namespace).get("phase") == "Pending" and _status(cluster, namespace),
+            what="phase Pending",
+        )
     valid = next(c for c in status["conditions"] if c["type"] == "Valid")
     assert valid["status"] == "True" and valid["observedGeneration"] == 2
 
 
 def test_a_silent_hub_never_delays_the_pod(cluster, api, namespace, monkeypatch):
     """With ``preflight: warn`` the pod comes first: a Hub that never answers (a loopback socket that
-    accepts connections but sends nothing) delays only the KVCapacity condition, never the pod."""
+    accepts connections but sends nothing) delays only the KVCapacity condition, never the pod.
+    """
     import socket
 
     import huggingface_hub.constants
@@ -333,24 +393,33 @@ def test_a_silent_hub_never_delays_the_pod(cluster, api, namespace, monkeypatch)
         monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
         monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "30")  # the Hub would hold the handler 30 s per request
-        with KopfRunner(["run", "--standalone", "--namespace", namespace],
-                        registry=build_registry(cluster.configuration(), hub=True), settings=make_settings(),
-                        timeout=10):
+        with KopfRunner(
+            ["run", "--standalone", "--namespace", namespace],
+            registry=build_registry(cluster.configuration(), hub=True),
+            settings=make_settings(),
+            timeout=10,
+        ):
             _create(api, namespace, body)
             # 10 s < the 30 s the Hub request may take: the pod must not wait for it.
             pod = wait(lambda: (_pods(cluster, namespace) or [None])[0], timeout=10, what="the pod")
             silent.close()  # the pending request is reset: the lookup fails now
-            kv = wait(lambda: next((c for c in _status(cluster, namespace).get("conditions", [])
-                                    if c["type"] == "KVCapacity"), None), what="KVCapacity")
+            kv = wait(
+                lambda: next(
+                    (c for c in _status(cluster, namespace).get("conditions", []) if c["type"] == "KVCapacity"), None
+                ),
+                what="KVCapacity",
+            )
     assert pod["metadata"]["name"].startswith("qwen-")
     assert (kv["status"], kv["reason"]) == ("Unknown", "NoModelConfig")
     assert "the Hub" in kv["message"]
 
 
-def test_preflight_reads_the_gpu_memory_label_once_the_pod_is_scheduled(cluster, api, namespace, operator,
-                                                                      kubelet, fixtures_dir):
+def test_preflight_reads_the_gpu_memory_label_once_the_pod_is_scheduled(
+    cluster, api, namespace, operator, kubelet, fixtures_dir
+):
     """No spec.resources.gpuMemory: KVCapacity is Unknown until the pod lands on a node, then the node's
-    nvidia.com/gpu.memory label (MiB, NVIDIA GPU feature discovery) gives the GPU memory."""
+    nvidia.com/gpu.memory label (MiB, NVIDIA GPU feature discovery) gives the GPU memory.
+    """
     _model_config_map(api, namespace, fixtures_dir)
     core = kubernetes.client.CoreV1Api(api)
     if cluster.get("v1/nodes", None, kubelet.node) is None:  # the node the sandbox's Kubelet schedules onto

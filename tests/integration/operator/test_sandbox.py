@@ -1,6 +1,7 @@
 """The sandbox API behaves like a real API server where the operator's tests depend on it.
 
-One test per gap of testing-notes.md, through the kubernetes client (as the operator talks)."""
+One test per gap of testing-notes.md, through the kubernetes client (as the operator talks).
+"""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from tests.integration.operator.test_operator import EXPERIMENT
 
 
 def _pod(name: str, labels: dict | None = None) -> dict:
-    return {"metadata": {"name": name, "labels": labels or {}},
-            "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.33.0"}]}}
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.33.0"}]},
+    }
 
 
 def test_create_fills_server_side_metadata(api, namespace):
@@ -48,9 +51,14 @@ def test_failed_json_patch_test_is_422_and_changes_nothing(api, namespace, clust
     core.create_namespaced_pod(namespace, _pod("c"))
     before = cluster.get("v1/pods", namespace, "c")
     with pytest.raises(ApiException) as exc:
-        core.patch_namespaced_pod("c", namespace, [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": "0"},
-            {"op": "add", "path": "/metadata/labels/x", "value": "y"}])
+        core.patch_namespaced_pod(
+            "c",
+            namespace,
+            [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "0"},
+                {"op": "add", "path": "/metadata/labels/x", "value": "y"},
+            ],
+        )
     assert exc.value.status == 422
     assert cluster.get("v1/pods", namespace, "c") == before
 
@@ -58,15 +66,18 @@ def test_failed_json_patch_test_is_422_and_changes_nothing(api, namespace, clust
 def test_generation_bumps_on_spec_changes_only_and_noop_writes_keep_the_version(api, namespace, cluster):
     custom = kubernetes.client.CustomObjectsApi(api)
     created = custom.create_namespaced_custom_object(*SERVERS, namespace, "vllmservers", copy.deepcopy(EXPERIMENT))
-    labelled = custom.patch_namespaced_custom_object(*SERVERS, namespace, "vllmservers", "qwen",
-                                                     {"metadata": {"labels": {"team": "ml"}}})
+    labelled = custom.patch_namespaced_custom_object(
+        *SERVERS, namespace, "vllmservers", "qwen", {"metadata": {"labels": {"team": "ml"}}}
+    )
     assert labelled["metadata"]["generation"] == 1
     assert int(labelled["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
-    same = custom.patch_namespaced_custom_object(*SERVERS, namespace, "vllmservers", "qwen",
-                                                 {"metadata": {"labels": {"team": "ml"}}})
+    same = custom.patch_namespaced_custom_object(
+        *SERVERS, namespace, "vllmservers", "qwen", {"metadata": {"labels": {"team": "ml"}}}
+    )
     assert same["metadata"]["resourceVersion"] == labelled["metadata"]["resourceVersion"]
-    changed = custom.patch_namespaced_custom_object(*SERVERS, namespace, "vllmservers", "qwen",
-                                                    {"spec": {"ttlSeconds": 600}})
+    changed = custom.patch_namespaced_custom_object(
+        *SERVERS, namespace, "vllmservers", "qwen", {"spec": {"ttlSeconds": 600}}
+    )
     assert changed["metadata"]["generation"] == 2
 
 
@@ -76,12 +87,17 @@ def test_status_only_through_the_subresource_and_pruned_to_the_schema(api, names
     body["status"] = {"phase": "Ready"}
     created = custom.create_namespaced_custom_object(*SERVERS, namespace, "vllmservers", body)
     assert "status" not in created  # status is ignored on create
-    main = custom.patch_namespaced_custom_object(*SERVERS, namespace, "vllmservers", "qwen",
-                                                 {"status": {"phase": "Ready"}})
+    main = custom.patch_namespaced_custom_object(
+        *SERVERS, namespace, "vllmservers", "qwen", {"status": {"phase": "Ready"}}
+    )
     assert "status" not in main  # ...and through the main endpoint
     patched = custom.patch_namespaced_custom_object_status(
-        *SERVERS, namespace, "vllmservers", "qwen",
-        {"status": {"phase": "Ready", "kopf": {"progress": {}}, "somethingElse": 1}, "spec": {"ttlSeconds": 60}})
+        *SERVERS,
+        namespace,
+        "vllmservers",
+        "qwen",
+        {"status": {"phase": "Ready", "kopf": {"progress": {}}, "somethingElse": 1}, "spec": {"ttlSeconds": 60}},
+    )
     assert patched["status"] == {"phase": "Ready"}  # undeclared fields pruned
     assert patched["spec"]["ttlSeconds"] == 3600 and patched["metadata"]["generation"] == 1
 
@@ -89,15 +105,18 @@ def test_status_only_through_the_subresource_and_pruned_to_the_schema(api, names
 def test_watch_resumes_after_resource_version_without_replaying(api, namespace):
     core = kubernetes.client.CoreV1Api(api)
     core.create_namespaced_pod(namespace, _pod("w"))
-    seen = core.patch_namespaced_pod("w", namespace, {"metadata": {"labels": {"v": "1"}}},
-                                     _content_type="application/merge-patch+json")
-    newer = core.patch_namespaced_pod("w", namespace, {"metadata": {"labels": {"v": "2"}}},
-                                      _content_type="application/merge-patch+json")
+    seen = core.patch_namespaced_pod(
+        "w", namespace, {"metadata": {"labels": {"v": "1"}}}, _content_type="application/merge-patch+json"
+    )
+    newer = core.patch_namespaced_pod(
+        "w", namespace, {"metadata": {"labels": {"v": "2"}}}, _content_type="application/merge-patch+json"
+    )
     core.create_namespaced_pod(namespace, _pod("z"))
     stream = watch.Watch()
     events = []
-    for event in stream.stream(core.list_namespaced_pod, namespace, resource_version=seen.metadata.resource_version,
-                               _request_timeout=10):
+    for event in stream.stream(
+        core.list_namespaced_pod, namespace, resource_version=seen.metadata.resource_version, _request_timeout=10
+    ):
         events.append((event["type"], event["object"].metadata.name, event["object"].metadata.resource_version))
         if len(events) == 2:
             stream.stop()
@@ -139,8 +158,9 @@ def test_pod_spec_is_immutable(api, namespace):
     core = kubernetes.client.CoreV1Api(api)
     core.create_namespaced_pod(namespace, _pod("i"))
     with pytest.raises(ApiException) as exc:
-        core.patch_namespaced_pod("i", namespace, {"spec": {"restartPolicy": "Always"}},
-                                  _content_type="application/merge-patch+json")
+        core.patch_namespaced_pod(
+            "i", namespace, {"spec": {"restartPolicy": "Always"}}, _content_type="application/merge-patch+json"
+        )
     assert exc.value.status == 422 and "Forbidden" in exc.value.body
 
 
@@ -148,15 +168,17 @@ def test_deleting_an_owner_deletes_dependents_and_finalizers_hold_deletion(api, 
     core = kubernetes.client.CoreV1Api(api)
     owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner", "finalizers": ["x/y"]}})
     dependent = _pod("d")
-    dependent["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
-                                                 "uid": owner.metadata.uid}]
+    dependent["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}
+    ]
     core.create_namespaced_pod(namespace, dependent)
     core.delete_namespaced_config_map("owner", namespace)
     held = cluster.get("v1/configmaps", namespace, "owner")
     assert held["metadata"]["deletionTimestamp"]  # the finalizer holds it
     assert cluster.get("v1/pods", namespace, "d") is not None
-    core.patch_namespaced_config_map("owner", namespace, {"metadata": {"finalizers": None}},
-                                     _content_type="application/merge-patch+json")
+    core.patch_namespaced_config_map(
+        "owner", namespace, {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
+    )
     assert cluster.get("v1/configmaps", namespace, "owner") is None
     assert cluster.get("v1/pods", namespace, "d") is None
 
@@ -173,7 +195,8 @@ def test_strict_mode_reports_requests_to_unknown_resources():
         with SandboxCluster(strict=True) as sandbox:
             with pytest.raises(ApiException) as answer:
                 kubernetes.client.CustomObjectsApi(sandbox.api_client()).list_namespaced_custom_object(
-                    "nope.dev", "v1", "default", "things")
+                    "nope.dev", "v1", "default", "things"
+                )
             assert answer.value.status == 404  # the client got a 404; the sandbox re-raises on exit
 
 
@@ -181,8 +204,9 @@ def test_custom_resources_are_validated_against_the_crd_schema(api, namespace):
     body = copy.deepcopy(EXPERIMENT)
     body["spec"]["engine"]["gpuMemoryUtilization"] = 1.5  # the CRD bounds it: 0 < x <= 1
     with pytest.raises(ApiException) as exc:
-        kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(*SERVERS, namespace, "vllmservers",
-                                                                                body)
+        kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(
+            *SERVERS, namespace, "vllmservers", body
+        )
     assert exc.value.status == 422 and "spec.engine.gpuMemoryUtilization" in exc.value.body
 
 
@@ -190,8 +214,9 @@ def test_orphan_propagation_keeps_dependents(api, namespace, cluster):
     core = kubernetes.client.CoreV1Api(api)
     owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner2"}})
     dependent = _pod("o")
-    dependent["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner2",
-                                                 "uid": owner.metadata.uid}]
+    dependent["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner2", "uid": owner.metadata.uid}
+    ]
     core.create_namespaced_pod(namespace, dependent)
     core.delete_namespaced_config_map("owner2", namespace, propagation_policy="Orphan")
     assert cluster.get("v1/configmaps", namespace, "owner2") is None

@@ -15,8 +15,10 @@ from tests.support.waiting import stop_process
 BIN = Path(sys.executable).parent
 
 #: the Accept header Prometheus 2.42 sends (scrape/scrape.go, scrapeAcceptHeader)
-PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-                     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
 
 
 def get(url: str, accept: str | None = None, timeout: float = 5) -> tuple[int, dict, bytes]:
@@ -42,11 +44,12 @@ class Server:
         self.timeout = timeout
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log = open(self.workdir / "server.log", "w")
-        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env=self.env)
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=self.env
+        )
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

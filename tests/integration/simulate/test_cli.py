@@ -1,5 +1,6 @@
 """`kvpilot simulate` end to end in-process: the founding-experiment contract, vLLM's command line,
-scenario files, --vllm-version through a recording, --help."""
+scenario files, --vllm-version through a recording, --help.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ def test_seed_lru_contract():
     assert out["kv_cache_tokens"] == 21520
     assert out["usable_blocks"] == 1344
     assert [(p["name"], p["prefix_cache_hit_tokens"]) for p in out["passes"]] == [
-        ("first", 0), ("second", 0), ("reversed", 21488)]
+        ("first", 0),
+        ("second", 0),
+        ("reversed", 21488),
+    ]
 
 
 def test_seed_lru_with_cpu_offload_contract():
@@ -37,8 +41,14 @@ def test_seed_lru_with_cpu_offload_contract():
 
 
 def test_vllm_args_set_the_engine_flags():
-    out = _json(["--vllm-args", "serve Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 4 --gpu-memory-utilization 0.6",
-                 "--duration", "60"])
+    out = _json(
+        [
+            "--vllm-args",
+            "serve Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 4 --gpu-memory-utilization 0.6",
+            "--duration",
+            "60",
+        ]
+    )
     assert out["scenario"] == "healthy"
     assert out["config"]["max_num_seqs"] == 4
     assert out["config"]["gpu_memory_utilization"] == 0.6
@@ -51,7 +61,7 @@ def test_scenario_file_and_cli_flags(tmp_path):
     out = _json(["--scenario-file", str(path)])
     assert out["scenario"] == "max-num-seqs-cap"
     assert out["config"]["max_num_seqs"] == 2
-    assert out["peaks"]["running"] == 2          # the cap from the file binds
+    assert out["peaks"]["running"] == 2  # the cap from the file binds
     # a command-line flag wins over the file
     out = _json(["--scenario-file", str(path), "--max-num-seqs", "3"])
     assert out["peaks"]["running"] == 3
@@ -66,8 +76,21 @@ def test_arrival_rate_and_duration_in_report_mode():
 
 def test_old_vllm_version_recording_uses_old_names_and_blocks(tmp_path):
     path = tmp_path / "old.om"
-    result = CliRunner().invoke(cli, ["simulate", "seed-lru", "--vllm-version", "0.8.0", "--record", str(path),
-                                      "--duration", "60s", "--end", "1700000000"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "simulate",
+            "seed-lru",
+            "--vllm-version",
+            "0.8.0",
+            "--record",
+            str(path),
+            "--duration",
+            "60s",
+            "--end",
+            "1700000000",
+        ],
+    )
     assert result.exit_code == 0, result.output
     samples = read_recording(path)
     names = {s.name for s in samples}
@@ -83,12 +106,17 @@ def test_old_vllm_version_recording_uses_old_names_and_blocks(tmp_path):
 
 def test_v010_recording_has_both_generations(tmp_path):
     path = tmp_path / "v010.om"
-    result = CliRunner().invoke(cli, ["simulate", "idle", "--vllm-version", "0.10.1", "--record", str(path),
-                                      "--duration", "30s"])
+    result = CliRunner().invoke(
+        cli, ["simulate", "idle", "--vllm-version", "0.10.1", "--record", str(path), "--duration", "30s"]
+    )
     assert result.exit_code == 0, result.output
     names = {s.name for s in read_recording(path)}
-    assert {"vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total",
-            "vllm:prefix_cache_hits_total"} <= names
+    assert {
+        "vllm:gpu_cache_usage_perc",
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_prefix_cache_hits_total",
+        "vllm:prefix_cache_hits_total",
+    } <= names
 
 
 def test_help_has_examples():
@@ -125,8 +153,12 @@ def test_trace_replay_end_to_end(tmp_path):
 
     trace = tmp_path / "requests.jsonl"
     trace.write_text(TRACE)
-    proc = subprocess.run([sys.executable, "-m", "kvpilot.cli", "simulate", "--trace", str(trace), "-o", "json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvpilot.cli", "simulate", "--trace", str(trace), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["scenario"] == "healthy"  # the default engine for a trace
@@ -149,16 +181,21 @@ def test_trace_runs_past_the_scenarios_time_to_its_last_arrival(tmp_path):
     assert out["counters"]["prompt_tokens"] == 550  # 500 + 50
 
 
-@pytest.mark.parametrize("line, words", [
-    ('{"arrival_time": 1, "prompt_tokens": "many"}', ["trace line 3", "prompt_tokens", "not a number"]),
-    ('{"prompt_tokens": 10}', ["trace line 3", "arrival_time", "required"]),
-    ('{"arrival_time": 1, "prompt_tokens": 0}', ["trace line 3", "prompt_tokens", ">= 1"]),
-    ('{"arrival_time": 1, "prompt_tokens": 10, "output_len": 0}', ["trace line 3", "output_len"]),
-    ('{"arrival_time": 1, "prompt_tokens": 10, "prefix_group": "g", "prefix_len": 10}',
-     ["trace line 3", "prefix_len"]),
-    ("not json", ["trace line 3", "not JSON"]),
-    ("[1, 2]", ["trace line 3", "expected an object"]),
-])
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ('{"arrival_time": 1, "prompt_tokens": "many"}', ["trace line 3", "prompt_tokens", "not a number"]),
+        ('{"prompt_tokens": 10}', ["trace line 3", "arrival_time", "required"]),
+        ('{"arrival_time": 1, "prompt_tokens": 0}', ["trace line 3", "prompt_tokens", ">= 1"]),
+        ('{"arrival_time": 1, "prompt_tokens": 10, "output_len": 0}', ["trace line 3", "output_len"]),
+        (
+            '{"arrival_time": 1, "prompt_tokens": 10, "prefix_group": "g", "prefix_len": 10}',
+            ["trace line 3", "prefix_len"],
+        ),
+        ("not json", ["trace line 3", "not JSON"]),
+        ("[1, 2]", ["trace line 3", "expected an object"]),
+    ],
+)
 def test_bad_trace_line_exits_2_naming_line_and_field(tmp_path, line, words):
     trace = tmp_path / "bad.jsonl"
     trace.write_text('{"arrival_time": 0, "prompt_tokens": 10}\n\n' + line + "\n")

@@ -17,16 +17,24 @@ from kvpilot.cli import cli
 from kvpilot.metrics.recording import read_recording
 from tests.support.prom import PrometheusServer, backfill
 
-END = 1_800_000_000          # 2027-01-15T08:00:00Z, a fixed end so timestamps are known
-DURATION = 300               # 5 simulated minutes, one snapshot every 5 s -> 61 snapshots
+END = 1_800_000_000  # 2027-01-15T08:00:00Z, a fixed end so timestamps are known
+DURATION = 300  # 5 simulated minutes, one snapshot every 5 s -> 61 snapshots
 INTERVAL = 5
 
 FLAGS = {
     "max-num-seqs-cap": ["--max-num-seqs", "4"],
     "kv-exhaustion": ["--kv-cache-tokens", "32768", "--max-num-seqs", "256"],
     "token-budget-cap": ["--max-num-batched-tokens", "256", "--max-num-seqs", "128"],
-    "compute-bound": ["--max-num-batched-tokens", "65000", "--max-num-seqs", "256", "--arrival-rate", "9",
-                      "--prompt-tokens", "6000"],
+    "compute-bound": [
+        "--max-num-batched-tokens",
+        "65000",
+        "--max-num-seqs",
+        "256",
+        "--arrival-rate",
+        "9",
+        "--prompt-tokens",
+        "6000",
+    ],
     "prefix-thrash": ["--enable-prefix-caching"],
     "healthy": [],
     "idle": [],
@@ -40,8 +48,22 @@ def recordings(tmp_path_factory):
     base = tmp_path_factory.mktemp("recordings")
     for scenario, flags in FLAGS.items():
         path = base / f"{scenario}.om"
-        result = CliRunner().invoke(cli, ["simulate", scenario, "--record", str(path), "--duration", f"{DURATION}s",
-                                          "--interval", f"{INTERVAL}s", "--end", str(END), *flags])
+        result = CliRunner().invoke(
+            cli,
+            [
+                "simulate",
+                scenario,
+                "--record",
+                str(path),
+                "--duration",
+                f"{DURATION}s",
+                "--interval",
+                f"{INTERVAL}s",
+                "--end",
+                str(END),
+                *flags,
+            ],
+        )
         assert result.exit_code == 0, result.output
         out[scenario] = path
     return out
@@ -73,7 +95,7 @@ class Series:
 
 
 def second_half(values):
-    return values[len(values) // 2:]
+    return values[len(values) // 2 :]
 
 
 def test_timestamps_end_at_end_every_interval(recordings):
@@ -107,12 +129,12 @@ def test_kv_exhaustion_signature(recordings):
     preemptions = rec.values("vllm:num_preemptions_total")
     running = rec.values("vllm:num_requests_running")
     waiting = rec.values("vllm:num_requests_waiting")
-    assert min(kv) >= 0.85                     # pinned near the ceiling
+    assert min(kv) >= 0.85  # pinned near the ceiling
     assert max(kv) <= 1.0
     half = len(preemptions) // 2
-    assert preemptions[-1] > preemptions[half] > 0   # preemptions keep growing
+    assert preemptions[-1] > preemptions[half] > 0  # preemptions keep growing
     assert waiting[-1] > waiting[half] > 0
-    assert max(running) < 256                  # the cap is not what binds
+    assert max(running) < 256  # the cap is not what binds
 
 
 def test_token_budget_cap_signature(recordings):
@@ -123,8 +145,8 @@ def test_token_budget_cap_signature(recordings):
     # mass of the tokens-per-step histogram in the budget bucket (128, 256]: at least 90 % of steps
     assert count > 0
     assert (at_most_256 - at_most_128) / count >= 0.9
-    assert max(rec.values("vllm:num_requests_running")) < 128      # cap not reached
-    assert max(rec.values("vllm:kv_cache_usage_perc")) < 0.5        # KV has room
+    assert max(rec.values("vllm:num_requests_running")) < 128  # cap not reached
+    assert max(rec.values("vllm:kv_cache_usage_perc")) < 0.5  # KV has room
     waiting = rec.values("vllm:num_requests_waiting")
     assert waiting[-1] > waiting[len(waiting) // 2] > 0
 
@@ -132,9 +154,9 @@ def test_token_budget_cap_signature(recordings):
 def test_compute_bound_signature(recordings):
     rec = Series(recordings["compute-bound"])
     waiting = rec.values("vllm:num_requests_waiting")
-    assert waiting[-1] > waiting[len(waiting) // 2] > 0                 # the queue grows ...
-    assert max(rec.values("vllm:num_requests_running")) < 256 / 4      # ... far below the cap
-    assert max(rec.values("vllm:kv_cache_usage_perc")) < 0.5           # ... with KV room
+    assert waiting[-1] > waiting[len(waiting) // 2] > 0  # the queue grows ...
+    assert max(rec.values("vllm:num_requests_running")) < 256 / 4  # ... far below the cap
+    assert max(rec.values("vllm:kv_cache_usage_perc")) < 0.5  # ... with KV room
     assert rec.last("vllm:num_preemptions_total") == 0
     # offered 9 req/s x 6,000 prompt tokens = 54,000 tokens/s; prefill compute serves less
     served = rec.last("vllm:prompt_tokens_total") / DURATION
@@ -151,13 +173,13 @@ def test_prefix_thrash_signature(recordings):
     # the working set (300,000 tokens) far exceeds the cache, so the hit rate collapses
     assert queries > 0
     assert hits / queries < 0.3
-    assert hits % 16 == 0                       # hits come in whole 16-token blocks
+    assert hits % 16 == 0  # hits come in whole 16-token blocks
 
 
 def test_healthy_signature(recordings):
     rec = Series(recordings["healthy"])
     waiting = rec.values("vllm:num_requests_waiting")
-    assert max(waiting) <= 1 and waiting[-1] == 0      # nothing queues (at most a request in passing)
+    assert max(waiting) <= 1 and waiting[-1] == 0  # nothing queues (at most a request in passing)
     assert rec.finished() > 0
     assert max(rec.values("vllm:kv_cache_usage_perc")) < 0.5
     assert rec.last("vllm:num_preemptions_total") == 0
@@ -192,7 +214,7 @@ def test_backfilled_prometheus_returns_the_recorded_values(recordings, tmp_path)
     path = recordings["kv-exhaustion"]
     rec = Series(path)
     backfill(path, tmp_path / "data")
-    at = END - 150    # the snapshot in the middle: index 30 of 61
+    at = END - 150  # the snapshot in the middle: index 30 of 61
     expected = {
         "vllm:num_requests_waiting": rec.values("vllm:num_requests_waiting")[30],
         "vllm:num_preemptions_total": rec.values("vllm:num_preemptions_total")[30],

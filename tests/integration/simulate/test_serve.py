@@ -19,28 +19,58 @@ from tests.support.prom import PrometheusServer, free_port
 
 pytestmark = pytest.mark.prometheus
 
-GAUGES = ["vllm_num_requests_running", "vllm_num_requests_waiting", "vllm_num_requests_waiting_by_reason",
-          "vllm_kv_cache_usage_perc", "vllm_cache_config_info"]
-COUNTERS = ["vllm_num_preemptions", "vllm_prefix_cache_queries", "vllm_prefix_cache_hits",
-            "vllm_external_prefix_cache_queries", "vllm_external_prefix_cache_hits", "vllm_prompt_tokens",
-            "vllm_generation_tokens", "vllm_request_success"]
-HISTOGRAMS = ["vllm_iteration_tokens_total", "vllm_time_to_first_token_seconds", "vllm_inter_token_latency_seconds",
-              "vllm_e2e_request_latency_seconds", "vllm_request_queue_time_seconds",
-              "vllm_request_prefill_time_seconds", "vllm_request_decode_time_seconds", "vllm_request_prompt_tokens",
-              "vllm_request_generation_tokens"]
-EXPECTED_033 = (set(GAUGES) | {c + "_total" for c in COUNTERS}
-                | {h + s for h in HISTOGRAMS for s in ("_bucket", "_count", "_sum")})
+GAUGES = [
+    "vllm_num_requests_running",
+    "vllm_num_requests_waiting",
+    "vllm_num_requests_waiting_by_reason",
+    "vllm_kv_cache_usage_perc",
+    "vllm_cache_config_info",
+]
+COUNTERS = [
+    "vllm_num_preemptions",
+    "vllm_prefix_cache_queries",
+    "vllm_prefix_cache_hits",
+    "vllm_external_prefix_cache_queries",
+    "vllm_external_prefix_cache_hits",
+    "vllm_prompt_tokens",
+    "vllm_generation_tokens",
+    "vllm_request_success",
+]
+HISTOGRAMS = [
+    "vllm_iteration_tokens_total",
+    "vllm_time_to_first_token_seconds",
+    "vllm_inter_token_latency_seconds",
+    "vllm_e2e_request_latency_seconds",
+    "vllm_request_queue_time_seconds",
+    "vllm_request_prefill_time_seconds",
+    "vllm_request_decode_time_seconds",
+    "vllm_request_prompt_tokens",
+    "vllm_request_generation_tokens",
+]
+EXPECTED_033 = (
+    set(GAUGES) | {c + "_total" for c in COUNTERS} | {h + s for h in HISTOGRAMS for s in ("_bucket", "_count", "_sum")}
+)
 
 
 def _series(result: list[dict]) -> set[tuple]:
-    return {tuple(sorted((k, v) for k, v in r["metric"].items() if k not in ("job", "instance")))
-            for r in result}
+    return {tuple(sorted((k, v) for k, v in r["metric"].items() if k not in ("job", "instance"))) for r in result}
 
 
 def test_serve_scraped_by_prometheus_stores_every_series(tmp_path):
     port = free_port()
-    argv = [str(BIN / "kvpilot"), "simulate", "healthy", "--serve", f"127.0.0.1:{port}", "--speed", "5",
-            "--duration", "2h", "--model-name", "Qwen/Qwen2.5-1.5B-Instruct"]
+    argv = [
+        str(BIN / "kvpilot"),
+        "simulate",
+        "healthy",
+        "--serve",
+        f"127.0.0.1:{port}",
+        "--speed",
+        "5",
+        "--duration",
+        "2h",
+        "--model-name",
+        "Qwen/Qwen2.5-1.5B-Instruct",
+    ]
     with Server(argv, port, tmp_path / "sim") as sim:
         # a plain GET (no Accept) gets the 0.0.4 text format with colon names
         status, headers, body = get(sim.url + "/metrics")
@@ -57,11 +87,10 @@ def test_serve_scraped_by_prometheus_stores_every_series(tmp_path):
             stored = prom.query('{__name__=~"vllm[:_].+", job="vllm"}')
             names = {r["metric"]["__name__"] for r in stored}
             assert EXPECTED_033 <= names, sorted(EXPECTED_033 - names)
-            assert not any(":" in n for n in names)   # only the escaped spelling is stored
+            assert not any(":" in n for n in names)  # only the escaped spelling is stored
             # every series of one direct scrape (same Accept header) is in Prometheus
             _, _, body = get(sim.url + "/metrics", accept=PROMETHEUS_ACCEPT)
-            scraped = {tuple(sorted({"__name__": s.name, **s.labels}.items()))
-                       for s in parse_exposition(body.decode())}
+            scraped = {tuple(sorted({"__name__": s.name, **s.labels}.items())) for s in parse_exposition(body.decode())}
             missing = scraped - _series(stored)
             assert not missing, sorted(missing)[:5]
             # labels as vLLM sets them
@@ -77,7 +106,7 @@ def test_serve_scraped_by_prometheus_stores_every_series(tmp_path):
         assert status == 200
         assert json.loads(body)["data"][0]["id"] == "Qwen/Qwen2.5-1.5B-Instruct"
         assert get(sim.url + "/nope")[0] == 404
-    assert sim.proc.returncode == 0     # SIGTERM stops it cleanly
+    assert sim.proc.returncode == 0  # SIGTERM stops it cleanly
 
 
 def test_serve_stops_after_duration(tmp_path):
@@ -85,11 +114,20 @@ def test_serve_stops_after_duration(tmp_path):
     # must outlast Server's wait for the first /health 200 on a loaded machine (at 10x it was 2 s,
     # and a first poll delayed that long would find the process already gone).
     port = free_port()
-    argv = [str(BIN / "kvpilot"), "simulate", "idle", "--serve", f"127.0.0.1:{port}", "--speed", "4",
-            "--duration", "20s"]
+    argv = [
+        str(BIN / "kvpilot"),
+        "simulate",
+        "idle",
+        "--serve",
+        f"127.0.0.1:{port}",
+        "--speed",
+        "4",
+        "--duration",
+        "20s",
+    ]
     with Server(argv, port, tmp_path / "sim") as sim:
         assert sim.proc.wait(timeout=60) == 0
-    assert get(sim.url + "/health", timeout=1)[0] == 0   # nothing listens any more
+    assert get(sim.url + "/health", timeout=1)[0] == 0  # nothing listens any more
 
 
 def _running(url: str) -> float:
@@ -103,8 +141,17 @@ def test_vllm_shim_serves_health_models_and_metrics(tmp_path):
     port = free_port()
     # vLLM's own command line; --max-num-seqs 3 differs from the scenario's 4, so the cap seen must
     # come from these flags. KVPILOT_* pick the scenario and run it 20x faster than real time.
-    argv = [str(BIN / "vllm"), "serve", "acme/tiny-model", "--max-num-seqs", "3", "--host", "127.0.0.1",
-            "--port", str(port)]
+    argv = [
+        str(BIN / "vllm"),
+        "serve",
+        "acme/tiny-model",
+        "--max-num-seqs",
+        "3",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     env = {"KVPILOT_SCENARIO": "max-num-seqs-cap", "KVPILOT_SPEED": "20", "KVPILOT_DURATION": "1h"}
     with Server(argv, port, tmp_path / "shim", env=env) as shim:
         status, _, body = get(shim.url + "/health")

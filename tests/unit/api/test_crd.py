@@ -50,7 +50,11 @@ def test_names_group_version_scope_and_subresource():
     assert crd["spec"]["scope"] == "Namespaced"
     names = crd["spec"]["names"]
     assert (names["kind"], names["plural"], names["singular"], names["shortNames"]) == (
-        "VLLMServer", "vllmservers", "vllmserver", ["vllms"])
+        "VLLMServer",
+        "vllmservers",
+        "vllmserver",
+        ["vllms"],
+    )
     v = version()
     assert (v["name"], v["served"], v["storage"], v["subresources"]) == ("v1alpha1", True, True, {"status": {}})
 
@@ -123,13 +127,31 @@ def test_every_status_field_is_declared():
     status = schema()["properties"]["status"]["properties"]
     for field in VLLMServerStatus.model_fields.values():
         assert field.alias in status, field.alias
-    expected = {"phase", "conditions", "observedGeneration", "podName", "serviceName", "endpoint", "startedAt",
-                "expiresAt", "kvCacheTokens", "maxConcurrency", "message", "specHash"}
+    expected = {
+        "phase",
+        "conditions",
+        "observedGeneration",
+        "podName",
+        "serviceName",
+        "endpoint",
+        "startedAt",
+        "expiresAt",
+        "kvCacheTokens",
+        "maxConcurrency",
+        "message",
+        "specHash",
+    }
     assert expected <= set(status)
     assert status["phase"]["enum"] == ["Pending", "Loading", "Ready", "Failed", "Expired", "Invalid"]
     cond = status["conditions"]["items"]
-    assert set(cond["properties"]) == {"type", "status", "reason", "message", "lastTransitionTime",
-                                       "observedGeneration"}
+    assert set(cond["properties"]) == {
+        "type",
+        "status",
+        "reason",
+        "message",
+        "lastTransitionTime",
+        "observedGeneration",
+    }
     assert cond["required"] == ["type", "status"]
     assert status["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
 
@@ -163,19 +185,27 @@ def test_examples_validate_against_the_crd_schema(path):
     ],
 )
 def test_the_schema_itself_rejects_bad_values(patch):
-    doc = {"apiVersion": "kvpilot.dev/v1alpha1", "kind": "VLLMServer", "metadata": {"name": "x"},
-           "spec": {"model": "m", **patch}}
+    doc = {
+        "apiVersion": "kvpilot.dev/v1alpha1",
+        "kind": "VLLMServer",
+        "metadata": {"name": "x"},
+        "spec": {"model": "m", **patch},
+    }
     assert list(_validator().iter_errors(doc))
 
 
 def test_structural_conversion_rules():
     defs = {"Inner": {"type": "object", "title": "Inner", "properties": {"a": {"type": "integer", "title": "A"}}}}
     node = {"anyOf": [{"$ref": "#/$defs/Inner"}, {"type": "null"}], "default": None, "description": "d"}
-    assert structural(node, defs) == {"description": "d", "type": "object",
-                                      "properties": {"a": {"type": "integer"}}}
+    assert structural(node, defs) == {"description": "d", "type": "object", "properties": {"a": {"type": "integer"}}}
     assert structural({"type": "number", "exclusiveMinimum": 0}) == {
-        "type": "number", "exclusiveMinimum": True, "minimum": 0}
+        "type": "number",
+        "exclusiveMinimum": True,
+        "minimum": 0,
+    }
     assert structural({"type": "object", "additionalProperties": True}) == {
-        "type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
     with pytest.raises(ValueError):
         structural({"anyOf": [{"type": "integer"}, {"type": "boolean"}]})

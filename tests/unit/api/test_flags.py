@@ -55,15 +55,30 @@ def test_managed_flags_are_refused_in_every_spelling(arg, flag):
 
 def test_the_message_points_at_the_field_to_use():
     err = refused(["--max_num_seqs=8"])
-    assert str(err) == ("spec.engine.extraArgs[0]: '--max_num_seqs=8' sets the managed flag --max-num-seqs; "
-                        "use spec.engine.maxNumSeqs instead")
+    assert str(err) == (
+        "spec.engine.extraArgs[0]: '--max_num_seqs=8' sets the managed flag --max-num-seqs; "
+        "use spec.engine.maxNumSeqs instead"
+    )
 
 
 @pytest.mark.parametrize(
     "arg",
-    ["--enforce-eager", "--max-log-len", "--max-num-partial-prefills=2", "--disable-log-requests", "8",
-     "-0.5", "--", "--swap-space=4", "--kv-transfer-config", "--model-impl=vllm", "--trust-remote-code",
-     "--dtype=half", "--quantization", "-q"],
+    [
+        "--enforce-eager",
+        "--max-log-len",
+        "--max-num-partial-prefills=2",
+        "--disable-log-requests",
+        "8",
+        "-0.5",
+        "--",
+        "--swap-space=4",
+        "--kv-transfer-config",
+        "--model-impl=vllm",
+        "--trust-remote-code",
+        "--dtype=half",
+        "--quantization",
+        "-q",
+    ],
 )
 def test_unmanaged_arguments_pass(arg):
     assert managed_flag(arg) is None
@@ -73,15 +88,22 @@ def test_unmanaged_arguments_pass(arg):
 def test_kv_transfer_config_is_managed_only_with_kv_offload():
     assert managed_flag("--kv-transfer-config") is None
     assert managed_flag("--kv-transfer-config", kv_offload=True) == ("--kv-transfer-config", "spec.kvOffload")
-    err = refused(['--kv-transfer-config={"kv_connector":"NixlConnector"}'],
-                  kvOffload={"backend": "lmcache", "cpuMemory": "1Gi"})
+    err = refused(
+        ['--kv-transfer-config={"kv_connector":"NixlConnector"}'], kvOffload={"backend": "lmcache", "cpuMemory": "1Gi"}
+    )
     assert err.field == "spec.engine.extraArgs[0]"
 
 
 @pytest.mark.parametrize(
     "arg, name",
-    [("--max_num_seqs=8", "--max-num-seqs"), ("-tp=2", "-tp"), ("8", None), ("--", None), ("-1", None),
-     ("--a b", "--a")],
+    [
+        ("--max_num_seqs=8", "--max-num-seqs"),
+        ("-tp=2", "-tp"),
+        ("8", None),
+        ("--", None),
+        ("-1", None),
+        ("--a b", "--a"),
+    ],
 )
 def test_option_name(arg, name):
     assert option_name(arg) == name

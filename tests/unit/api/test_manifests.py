@@ -29,10 +29,19 @@ def test_manifest_validates_strictly(path, kube_version):
 
 def test_expected_files_exist():
     names = {f"{p.parent.name}/{p.name}" for p in K8S_FILES}
-    assert {"crd/vllmservers.yaml", "rbac/clusterrole.yaml", "rbac/clusterrolebinding.yaml",
-            "rbac/serviceaccount.yaml", "operator/deployment.yaml", "operator/namespace.yaml"} <= names
+    assert {
+        "crd/vllmservers.yaml",
+        "rbac/clusterrole.yaml",
+        "rbac/clusterrolebinding.yaml",
+        "rbac/serviceaccount.yaml",
+        "operator/deployment.yaml",
+        "operator/namespace.yaml",
+    } <= names
     assert {p.name for p in (MANIFESTS / "examples").glob("*.yaml")} == {
-        "experiment.yaml", "production-fp8.yaml", "tensor-parallel.yaml"}
+        "experiment.yaml",
+        "production-fp8.yaml",
+        "tensor-parallel.yaml",
+    }
 
 
 def rules() -> dict[tuple[str, str], set[str]]:
@@ -81,8 +90,9 @@ def test_binding_points_at_the_operator_account():
     (account,) = docs(MANIFESTS / "rbac" / "serviceaccount.yaml")
     (deployment,) = docs(MANIFESTS / "operator" / "deployment.yaml")
     assert binding["roleRef"]["name"] == "kvpilot-operator"
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
-                                    "namespace": account["metadata"]["namespace"]}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": account["metadata"]["namespace"]}
+    ]
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
     assert deployment["metadata"]["namespace"] == account["metadata"]["namespace"]
 

@@ -12,7 +12,7 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "crd-reference.md"
 
 
 def field_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
-    """camelCase paths of every field (nested models included), e.g. ``engine.maxNumSeqs``."""
+    """CamelCase paths of every field (nested models included), e.g. ``engine.maxNumSeqs``."""
     out = []
     for field in model.model_fields.values():
         path = f"{prefix}{field.alias}"

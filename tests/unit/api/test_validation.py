@@ -38,12 +38,22 @@ def test_defaults_of_a_minimal_spec():
     assert s.model_cache.mount_path == "/root/.cache/huggingface"
     assert s.model_cache.claim_name is None
     e = s.engine
-    assert (e.gpu_memory_utilization, e.max_model_len, e.max_num_seqs, e.max_num_batched_tokens,
-            e.tensor_parallel_size, e.enable_prefix_caching, e.enable_chunked_prefill, e.kv_cache_dtype) == (
-        None, None, None, None, None, None, None, None)
+    assert (
+        e.gpu_memory_utilization,
+        e.max_model_len,
+        e.max_num_seqs,
+        e.max_num_batched_tokens,
+        e.tensor_parallel_size,
+        e.enable_prefix_caching,
+        e.enable_chunked_prefill,
+        e.kv_cache_dtype,
+    ) == (None, None, None, None, None, None, None, None)
     assert e.extra_args == []
     assert (s.probes.startup_timeout_seconds, s.probes.period_seconds, s.probes.liveness_failure_threshold) == (
-        1800, 10, 3)
+        1800,
+        10,
+        3,
+    )
 
 
 def test_gpus_default_to_tensor_parallel_size():
@@ -238,8 +248,12 @@ def test_pod_annotation_rules(key):
 
 
 def test_valid_pod_labels_and_annotations():
-    s = parse_spec(spec(podLabels={"team": "ml", "example.com/tier": "gpu-a"},
-                        podAnnotations={"example.com/note": "Qwen/Qwen2.5 any text"}))
+    s = parse_spec(
+        spec(
+            podLabels={"team": "ml", "example.com/tier": "gpu-a"},
+            podAnnotations={"example.com/note": "Qwen/Qwen2.5 any text"},
+        )
+    )
     assert s.pod_labels["example.com/tier"] == "gpu-a"
 
 

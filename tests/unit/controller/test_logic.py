@@ -10,25 +10,33 @@ LATER = "2026-11-30T12:05:00Z"
 
 
 def _pod(name="qwen-abcde", uid="pod-1", spec_hash="abcde12345", owner="srv-1", status=None, deadline=3600):
-    return {"metadata": {"name": name, "uid": uid, "creationTimestamp": NOW,
-                         "annotations": {"kvpilot.dev/spec-hash": spec_hash},
-                         "ownerReferences": [{"uid": owner, "kind": "VLLMServer", "name": "qwen"}]},
-            "spec": {"activeDeadlineSeconds": deadline, "containers": [{"name": "vllm", "image": "img"}]},
-            "status": status or {"phase": "Pending"}}
+    return {
+        "metadata": {
+            "name": name,
+            "uid": uid,
+            "creationTimestamp": NOW,
+            "annotations": {"kvpilot.dev/spec-hash": spec_hash},
+            "ownerReferences": [{"uid": owner, "kind": "VLLMServer", "name": "qwen"}],
+        },
+        "spec": {"activeDeadlineSeconds": deadline, "containers": [{"name": "vllm", "image": "img"}]},
+        "status": status or {"phase": "Pending"},
+    }
 
 
 def _server(status=None, generation=1):
-    return {"metadata": {"name": "qwen", "namespace": "ns", "uid": "srv-1", "generation": generation},
-            "status": status or {}}
+    return {
+        "metadata": {"name": "qwen", "namespace": "ns", "uid": "srv-1", "generation": generation},
+        "status": status or {},
+    }
 
 
 # ----------------------------------------------------------------------------- pod_report
 def test_pod_phases():
     pod = _pod()
     assert logic.pod_report(pod).phase == "Pending"
-    assert logic.pod_report({**pod, "status": kubelet.unschedulable(pod, NOW, "0/3 nodes are available: 3 "
-                                                                              "Insufficient nvidia.com/gpu.")}) \
-        == logic.PodReport("Pending", "Unschedulable", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    assert logic.pod_report(
+        {**pod, "status": kubelet.unschedulable(pod, NOW, "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")}
+    ) == logic.PodReport("Pending", "Unschedulable", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
     assert logic.pod_report({**pod, "status": kubelet.scheduled(pod, NOW)}).reason == "ContainerCreating"
     bound = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
     assert logic.pod_report({**pod, "status": bound}).reason == "Scheduled"
@@ -69,8 +77,15 @@ def test_last_transition_time_changes_only_with_status():
 def test_ready_status_has_endpoint_times_and_kv():
     pod = _pod()
     pod["status"] = kubelet.running(pod, "2026-11-30T11:00:00Z", ready=True)
-    status = logic.server_status(_server(), pod, now=NOW, service_name="qwen", spec_hash="abcde12345",
-                                 command=["vllm", "serve", "m"], kv=(21520, 2.63))
+    status = logic.server_status(
+        _server(),
+        pod,
+        now=NOW,
+        service_name="qwen",
+        spec_hash="abcde12345",
+        command=["vllm", "serve", "m"],
+        kv=(21520, 2.63),
+    )
     assert status["phase"] == "Ready" and status["endpoint"] == "http://qwen.ns.svc:8000"
     assert status["startedAt"] == "2026-11-30T11:00:00Z"
     assert status["expiresAt"] == "2026-11-30T12:00:00Z"  # 11:00 + 3600 s
@@ -94,8 +109,7 @@ def test_rfc3339_accepts_the_clients_offset_form():
 def test_status_patch_is_empty_when_nothing_changes():
     status = {"phase": "Ready", "kvCacheTokens": 1}
     assert logic.status_patch(status, dict(status)) == {}
-    assert logic.status_patch({"phase": "Ready", "preflight": {"x": 1}}, {"phase": "Ready"},
-                              keep=("preflight",)) == {}
+    assert logic.status_patch({"phase": "Ready", "preflight": {"x": 1}}, {"phase": "Ready"}, keep=("preflight",)) == {}
 
 
 # ----------------------------------------------------------------------------- plan
@@ -127,4 +141,3 @@ def test_plan_ignores_pods_it_does_not_own_and_removes_duplicates():
     server = _server({"podName": "qwen-b"})
     plan = logic.plan_pods(server, [foreign, first, second], "abcde12345")
     assert plan.keep is second and plan.delete == ["qwen-a"] and not plan.create
-

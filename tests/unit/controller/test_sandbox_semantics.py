@@ -17,17 +17,24 @@ from kvpilot.sandbox.semantics import (
 )
 
 
-@pytest.mark.parametrize("path, expected", [
-    ("/api/v1/namespaces", ApiPath("", "v1", "namespaces")),
-    ("/api/v1/namespaces/default", ApiPath("", "v1", "namespaces", None, "default")),
-    ("/api/v1/namespaces/ns/pods/p/log", ApiPath("", "v1", "pods", "ns", "p", "log")),
-    ("/apis/kvpilot.dev/v1alpha1/namespaces/ns/vllmservers/x/status",
-     ApiPath("kvpilot.dev", "v1alpha1", "vllmservers", "ns", "x", "status")),
-    ("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-     ApiPath("apiextensions.k8s.io", "v1", "customresourcedefinitions")),
-    ("/apis/kvpilot.dev/v1alpha1", ApiPath("kvpilot.dev", "v1alpha1")),
-    ("/version", ApiPath()),
-])
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        ("/api/v1/namespaces", ApiPath("", "v1", "namespaces")),
+        ("/api/v1/namespaces/default", ApiPath("", "v1", "namespaces", None, "default")),
+        ("/api/v1/namespaces/ns/pods/p/log", ApiPath("", "v1", "pods", "ns", "p", "log")),
+        (
+            "/apis/kvpilot.dev/v1alpha1/namespaces/ns/vllmservers/x/status",
+            ApiPath("kvpilot.dev", "v1alpha1", "vllmservers", "ns", "x", "status"),
+        ),
+        (
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            ApiPath("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
+        ),
+        ("/apis/kvpilot.dev/v1alpha1", ApiPath("kvpilot.dev", "v1alpha1")),
+        ("/version", ApiPath()),
+    ],
+)
 def test_parse_api_path(path, expected):
     assert parse_api_path(path) == expected
 
@@ -68,13 +75,25 @@ def test_merge_patch_rfc7386():
 
 
 def test_prune_to_structural_schema():
-    schema = {"type": "object", "properties": {
-        "phase": {"type": "string"},
-        "conditions": {"type": "array", "items": {"type": "object", "properties": {"type": {"type": "string"}}}},
-        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-    }}
-    value = {"phase": "Ready", "kopf": {"progress": {}}, "conditions": [{"type": "Ready", "extra": 1}],
-             "labels": {"a": "b"}, "free": {"anything": {"goes": 1}}}
-    assert prune(value, schema) == {"phase": "Ready", "conditions": [{"type": "Ready"}], "labels": {"a": "b"},
-                                    "free": {"anything": {"goes": 1}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "phase": {"type": "string"},
+            "conditions": {"type": "array", "items": {"type": "object", "properties": {"type": {"type": "string"}}}},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        },
+    }
+    value = {
+        "phase": "Ready",
+        "kopf": {"progress": {}},
+        "conditions": [{"type": "Ready", "extra": 1}],
+        "labels": {"a": "b"},
+        "free": {"anything": {"goes": 1}},
+    }
+    assert prune(value, schema) == {
+        "phase": "Ready",
+        "conditions": [{"type": "Ready"}],
+        "labels": {"a": "b"},
+        "free": {"anything": {"goes": 1}},
+    }

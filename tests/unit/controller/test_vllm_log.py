@@ -1,5 +1,6 @@
 """The KV-capacity line in every vLLM log format (lines written by hand from background.md §2 and
-the format strings of vllm/v1/core/kv_cache_utils.py)."""
+the format strings of vllm/v1/core/kv_cache_utils.py).
+"""
 
 from __future__ import annotations
 
@@ -15,21 +16,30 @@ INFO 11-30 12:00:00 [gpu_worker.py:276] Available KV cache memory: 0.58 GiB
 INFO 11-30 12:00:00 [kv_cache_utils.py:1087] GPU KV cache size: 21,520 tokens
 INFO 11-30 12:00:00 [kv_cache_utils.py:1091] Maximum concurrency for 8,192 tokens per request: 2.63x
 """
-ONE_LINE_V028 = ("INFO 11-30 12:00:00 [kv_cache_utils.py:1134] GPU KV cache size: 21,520 tokens, "
-                 "Maximum concurrency for 8,192 tokens per request: 2.63x\n")
-ENGINE_PREFIX_V030 = ("(EngineCore_DP0 pid=123) INFO 11-30 12:00:00 [kv_cache_utils.py:1245] GPU KV cache size: "
-                      "21,520 tokens, Maximum concurrency for 8,192 tokens per request: 2.63x\n")
+ONE_LINE_V028 = (
+    "INFO 11-30 12:00:00 [kv_cache_utils.py:1134] GPU KV cache size: 21,520 tokens, "
+    "Maximum concurrency for 8,192 tokens per request: 2.63x\n"
+)
+ENGINE_PREFIX_V030 = (
+    "(EngineCore_DP0 pid=123) INFO 11-30 12:00:00 [kv_cache_utils.py:1245] GPU KV cache size: "
+    "21,520 tokens, Maximum concurrency for 8,192 tokens per request: 2.63x\n"
+)
 
 
-@pytest.mark.parametrize("log", [TWO_LINES_V027, ONE_LINE_V028, ENGINE_PREFIX_V030],
-                         ids=["two-lines-v0.27", "one-line-v0.28", "engine-prefix-v0.30"])
+@pytest.mark.parametrize(
+    "log",
+    [TWO_LINES_V027, ONE_LINE_V028, ENGINE_PREFIX_V030],
+    ids=["two-lines-v0.27", "one-line-v0.28", "engine-prefix-v0.30"],
+)
 def test_every_format_gives_the_same_numbers(log):
     assert parse_kv_cache_report(log) == EXPECTED
 
 
 def test_device_prefix_other_than_gpu():
-    line = "(EngineCore_DP0 pid=9) INFO XPU KV cache size: 131,072 tokens, Maximum concurrency for 32,768 " \
-           "tokens per request: 4.00x"
+    line = (
+        "(EngineCore_DP0 pid=9) INFO XPU KV cache size: 131,072 tokens, Maximum concurrency for 32,768 "
+        "tokens per request: 4.00x"
+    )
     assert parse_kv_cache_report(line) == KVCacheReport(131072, 4.0, 32768, "XPU")
 
 
@@ -48,7 +58,8 @@ def test_size_line_without_concurrency_line():
     assert parse_kv_cache_report("GPU KV cache size: 1,024 tokens\n") == KVCacheReport(1024, None, None, "GPU")
 
 
-@pytest.mark.parametrize("log", ["", "INFO Loading weights took 3.1 seconds\n",
-                                 "Maximum concurrency for 8,192 tokens per request: 2.63x\n"])
+@pytest.mark.parametrize(
+    "log", ["", "INFO Loading weights took 3.1 seconds\n", "Maximum concurrency for 8,192 tokens per request: 2.63x\n"]
+)
 def test_no_report_yet(log):
     assert parse_kv_cache_report(log) is None

@@ -44,10 +44,14 @@ def test_c11_kv_exhaustion_with_preemptions():
     c = case("C11")
     exp = c["expected"]
     # timeline 30..195 s -> window 165 s; flags: max_num_seqs 256, max_model_len 8192, GB200 (>= 70 GiB)
-    d = diagnose_case("C11", 165.0, {"max_num_seqs": c["flags"]["max_num_seqs"],
-                                     "max_model_len": c["flags"]["max_model_len"]},
-                      gpu_memory=186 * GIB, gpu_name="GB200",
-                      model_config=json.loads((FIXTURES / "hf-configs" / "Qwen__Qwen2.5-7B-Instruct.json").read_text()))
+    d = diagnose_case(
+        "C11",
+        165.0,
+        {"max_num_seqs": c["flags"]["max_num_seqs"], "max_model_len": c["flags"]["max_model_len"]},
+        gpu_memory=186 * GIB,
+        gpu_name="GB200",
+        model_config=json.loads((FIXTURES / "hf-configs" / "Qwen__Qwen2.5-7B-Instruct.json").read_text()),
+    )
     assert d.verdict == "kv_cache_exhaustion" and d.severity == "critical"
     assert d.confidence >= exp["confidence"] - 0.05
     # preemptions counter reached 1,065 (expected.preemptions_total); increase 1065 - 60 = 1005 over the window
@@ -72,8 +76,13 @@ def test_c12_compute_bound_offered_vs_served():
     c = case("C12")
     exp = c["expected"]
     tol = exp["tolerance_pct"] / 100
-    d = diagnose_case("C12", 180.0, {"max_num_batched_tokens": c["flags"]["max_num_batched_tokens"]},
-                      gpu_memory=80 * GIB, gpu_name="H100")
+    d = diagnose_case(
+        "C12",
+        180.0,
+        {"max_num_batched_tokens": c["flags"]["max_num_batched_tokens"]},
+        gpu_memory=80 * GIB,
+        gpu_name="H100",
+    )
     assert d.verdict == "compute_bound"
     assert d.confidence >= exp["confidence"] - 0.05
     # served: 7,020,000 prompt tokens over 180 s = 39,000 tok/s
@@ -135,9 +144,12 @@ def _v011_samples(kv_name: str, kv: float, waiting: list[float]) -> list[Sample]
     out = []
     for i, w in enumerate(waiting):
         t = 1_000_000.0 + 10 * i
-        out += [Sample(kv_name, labels, kv, t), Sample("vllm:num_requests_running", labels, 8, t),
-                Sample("vllm:num_requests_waiting", labels, w, t),
-                Sample("vllm:num_preemptions_total", labels, 3 * i, t)]
+        out += [
+            Sample(kv_name, labels, kv, t),
+            Sample("vllm:num_requests_running", labels, 8, t),
+            Sample("vllm:num_requests_waiting", labels, w, t),
+            Sample("vllm:num_preemptions_total", labels, 3 * i, t),
+        ]
     return out
 
 
@@ -162,13 +174,16 @@ def test_c19_old_or_escaped_names_only_give_the_verdict_and_a_schema_finding():
         assert schema and kv_name in " ".join(schema[0].evidence)
         # one sentence per kind of name with a count, not one per family (4 families here: KV, running, waiting,
         # preemptions; only the KV gauge has the odd name)
-        assert len(schema[0].evidence) == 1 and schema[0].evidence[0].startswith("1 metric family exists here only under")
+        assert len(schema[0].evidence) == 1 and schema[0].evidence[0].startswith(
+            "1 metric family exists here only under"
+        )
 
 
 def test_c19_missing_kv_series_is_unknown_not_zero():
     """Neither KV name present: KV usage is unknown (null), and no rule claims KV room from it."""
-    samples = [s for s in _v011_samples("vllm:kv_cache_usage_perc", 0.99, [0, 0, 0, 0])
-               if s.name != "vllm:kv_cache_usage_perc"]
+    samples = [
+        s for s in _v011_samples("vllm:kv_cache_usage_perc", 0.99, [0, 0, 0, 0]) if s.name != "vllm:kv_cache_usage_perc"
+    ]
     sig = next(iter(compute_signals(samples, 30.0).values()))
     d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 256}))
     assert d.signals["kv_usage_avg"] is None

@@ -28,10 +28,12 @@ def test_gpu_memory_utilization_arithmetic():
     # 10,480 x 28,672 B = 300,482,560 B = 0.03498 of 8 GiB -> 0.60 + 0.035 = 0.635 -> rounded up to 0.64.
     # extra = (0.64 - 0.60) x 8 GiB / 28,672 B = 343,597,383.68 / 28,672 = 11,983.7 tokens
     config = json.loads((FIXTURES / "hf-configs" / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text())
-    sig = signals(running_max=4.0, prompt_tokens_per_s=6000.0, generation_tokens_per_s=2000.0,
-                  requests_finished_per_s=1.0)
-    limits = resolve_limits(cache_config={"gpu_memory_utilization": "0.6", "kv_cache_size_tokens": "21520"},
-                            gpu_memory_bytes=8 * GIB)
+    sig = signals(
+        running_max=4.0, prompt_tokens_per_s=6000.0, generation_tokens_per_s=2000.0, requests_finished_per_s=1.0
+    )
+    limits = resolve_limits(
+        cache_config={"gpu_memory_utilization": "0.6", "kv_cache_size_tokens": "21520"}, gpu_memory_bytes=8 * GIB
+    )
     recs = {r.flag: r for r in recommend("kv_cache_exhaustion", Inputs(sig, limits, config))}
     util = recs["--gpu-memory-utilization"]
     assert (util.current, util.suggested) == (0.6, 0.64)
@@ -48,19 +50,39 @@ def test_tensor_parallel_quantified_from_the_kv_heads():
     # on one GPU; TP 2 splits the 2 KV heads: 14,336 B -> the same KV memory holds 21,520 x 2 = 43,040 tokens
     config = json.loads((FIXTURES / "hf-configs" / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text())
     sig = signals(running_max=4.0)
-    tp1 = {r.flag: r for r in recommend("kv_cache_exhaustion", Inputs(sig, resolve_limits(
-        cli={"tensor_parallel_size": 1}, cache_config={"kv_cache_size_tokens": "21520"}), config))}
+    tp1 = {
+        r.flag: r
+        for r in recommend(
+            "kv_cache_exhaustion",
+            Inputs(
+                sig,
+                resolve_limits(cli={"tensor_parallel_size": 1}, cache_config={"kv_cache_size_tokens": "21520"}),
+                config,
+            ),
+        )
+    }
     r = tp1["--tensor-parallel-size"]
     assert (r.current, r.suggested) == (1, 2)
     assert "28,672 -> 14,336 B" in r.expected_effect and "21,520 x 2 = 43,040" in r.expected_effect
     # TP 2 -> 4: 2 KV heads on 4 GPUs are replicated, 14,336 B per token either way: no gain, no advice
-    tp2 = recommend("kv_cache_exhaustion", Inputs(sig, resolve_limits(
-        cli={"tensor_parallel_size": 2}, cache_config={"kv_cache_size_tokens": "21520"}), config))
+    tp2 = recommend(
+        "kv_cache_exhaustion",
+        Inputs(
+            sig, resolve_limits(cli={"tensor_parallel_size": 2}, cache_config={"kv_cache_size_tokens": "21520"}), config
+        ),
+    )
     assert "--tensor-parallel-size" not in {x.flag for x in tp2}
     # unknown TP: assumed 1 and said so, current null
-    unknown = {x.flag: x for x in recommend("kv_cache_exhaustion", Inputs(sig, resolve_limits(
-        cache_config={"kv_cache_size_tokens": "21520"}), config))}
-    assert unknown["--tensor-parallel-size"].current is None and "assumed 1" in unknown["--tensor-parallel-size"].expected_effect
+    unknown = {
+        x.flag: x
+        for x in recommend(
+            "kv_cache_exhaustion", Inputs(sig, resolve_limits(cache_config={"kv_cache_size_tokens": "21520"}), config)
+        )
+    }
+    assert (
+        unknown["--tensor-parallel-size"].current is None
+        and "assumed 1" in unknown["--tensor-parallel-size"].expected_effect
+    )
 
 
 def test_utilization_is_not_suggested_from_a_guessed_default():
@@ -79,8 +101,12 @@ def test_seqs_cap_suggestion_bounded_by_kv_room_and_budget():
     # 0.9 / 0.05 = 18 fit -> rounded down to the CUDA-graph batch size 16 (multiples of 8);
     # the budget of 8 is below 16: raised too (vLLM requires max_num_batched_tokens >= max_num_seqs)
     sig = signals(running_avg=8.0, waiting_avg=100.0, kv_usage_avg=0.4)
-    recs = {r.flag: r for r in recommend("max_num_seqs_cap", Inputs(sig, resolve_limits(
-        cli={"max_num_seqs": 8, "max_num_batched_tokens": 8})))}
+    recs = {
+        r.flag: r
+        for r in recommend(
+            "max_num_seqs_cap", Inputs(sig, resolve_limits(cli={"max_num_seqs": 8, "max_num_batched_tokens": 8}))
+        )
+    }
     assert (recs["--max-num-seqs"].current, recs["--max-num-seqs"].suggested) == (8, 16)
     assert "18" in recs["--max-num-seqs"].expected_effect and "80.0 %" in recs["--max-num-seqs"].expected_effect
     assert (recs["--max-num-batched-tokens"].current, recs["--max-num-batched-tokens"].suggested) == (8, 16)
@@ -91,8 +117,9 @@ def test_seqs_cap_on_a_growing_queue_sizes_for_the_arrival_rate_not_the_backlog(
     # Admitting the backlog would say 404. Little's law: each slot completes 1 / 4 = 0.25 req/s,
     # arrivals = 1 served + 1 queued = 2 req/s -> 4 x 2 / 1 = 8 slots keep up; x 1.25 to drain the
     # backlog = 10 -> CUDA-graph batch size 16. KV: 0.5 % per request -> 0.9 / 0.005 = 180 fit.
-    sig = signals(running_avg=4.0, waiting_avg=400.0, waiting_trend_per_s=1.0, requests_finished_per_s=1.0,
-                  kv_usage_avg=0.02)
+    sig = signals(
+        running_avg=4.0, waiting_avg=400.0, waiting_trend_per_s=1.0, requests_finished_per_s=1.0, kv_usage_avg=0.02
+    )
     recs = {r.flag: r for r in recommend("max_num_seqs_cap", Inputs(sig, resolve_limits(cli={"max_num_seqs": 4})))}
     r = recs["--max-num-seqs"]
     assert (r.current, r.suggested) == (4, 16)
@@ -104,29 +131,57 @@ def test_seqs_cap_kv_bound_uses_the_full_request_footprint():
     # 4 running at 2 % of KV each (8 % in all) look like room for 0.9 / 0.02 = 45, but each request
     # ends at 6,000 prompt + 2,000 generated = 8,000 tokens of a 100,000-token pool = 8 %:
     # 0.9 / 0.08 = 11.25 -> 11 fit -> CUDA-graph batch size 8, although 4 + 60 waiting = 64 would queue.
-    sig = signals(running_avg=4.0, waiting_avg=60.0, kv_usage_avg=0.08, prompt_tokens_per_s=6000.0,
-                  generation_tokens_per_s=2000.0, requests_finished_per_s=1.0)
-    recs = {r.flag: r for r in recommend("max_num_seqs_cap", Inputs(sig, resolve_limits(
-        cli={"max_num_seqs": 4, "kv_cache_tokens": 100_000})))}
+    sig = signals(
+        running_avg=4.0,
+        waiting_avg=60.0,
+        kv_usage_avg=0.08,
+        prompt_tokens_per_s=6000.0,
+        generation_tokens_per_s=2000.0,
+        requests_finished_per_s=1.0,
+    )
+    recs = {
+        r.flag: r
+        for r in recommend(
+            "max_num_seqs_cap", Inputs(sig, resolve_limits(cli={"max_num_seqs": 4, "kv_cache_tokens": 100_000}))
+        )
+    }
     assert (recs["--max-num-seqs"].current, recs["--max-num-seqs"].suggested) == (4, 8)
 
 
 def test_seqs_cap_no_raise_when_kv_holds_no_more():
     # 4 running, requests of 30,000 tokens in a 100,000-token pool: 0.9 / 0.3 = 3 < 4: no increase
-    sig = signals(running_avg=4.0, waiting_avg=10.0, kv_usage_avg=0.2, prompt_tokens_per_s=29000.0,
-                  generation_tokens_per_s=1000.0, requests_finished_per_s=1.0)
-    recs = recommend("max_num_seqs_cap", Inputs(sig, resolve_limits(cli={"max_num_seqs": 4, "kv_cache_tokens": 100_000})))
+    sig = signals(
+        running_avg=4.0,
+        waiting_avg=10.0,
+        kv_usage_avg=0.2,
+        prompt_tokens_per_s=29000.0,
+        generation_tokens_per_s=1000.0,
+        requests_finished_per_s=1.0,
+    )
+    recs = recommend(
+        "max_num_seqs_cap", Inputs(sig, resolve_limits(cli={"max_num_seqs": 4, "kv_cache_tokens": 100_000}))
+    )
     assert all(r.flag != "--max-num-seqs" for r in recs)
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
 def test_recommendations_never_contradict_the_verdict(scenario):
-    args = ["diagnose", "--recording", str(FIXTURES / "recordings" / f"scenario_{scenario}.om"), "--no-kube",
-            "-o", "json", *scenario_cli_args(scenario)]
+    args = [
+        "diagnose",
+        "--recording",
+        str(FIXTURES / "recordings" / f"scenario_{scenario}.om"),
+        "--no-kube",
+        "-o",
+        "json",
+        *scenario_cli_args(scenario),
+    ]
     target = json.loads(CliRunner().invoke(cli, args).output)["targets"][0]
     for r in target["recommendations"]:
-        up = isinstance(r["current"], (int, float)) and isinstance(r["suggested"], (int, float)) \
+        up = (
+            isinstance(r["current"], (int, float))
+            and isinstance(r["suggested"], (int, float))
             and r["suggested"] > r["current"]
+        )
         if target["verdict"] == "kv_cache_exhaustion":
             assert not (r["flag"] == "--max-num-seqs" and up)
             assert r["flag"] != "--max-num-batched-tokens" or not up

@@ -30,14 +30,27 @@ def test_json_output_validates_against_the_schema(recording):
 
 
 def test_schema_rejects_what_the_contract_forbids():
-    good = Report("recording x", 300.0, [Diagnosis("healthy", "ok", 0.8, target={
-        "namespace": "", "pod": "", "server": "", "model_name": "m", "engine": "0"}, signals={"a": 1.0, "b": None})])
+    good = Report(
+        "recording x",
+        300.0,
+        [
+            Diagnosis(
+                "healthy",
+                "ok",
+                0.8,
+                target={"namespace": "", "pod": "", "server": "", "model_name": "m", "engine": "0"},
+                signals={"a": 1.0, "b": None},
+            )
+        ],
+    )
     jsonschema.validate(good.to_json(), SCHEMA)
-    for mutate in (lambda d: d["targets"][0].update(verdict="slow"),
-                   lambda d: d["targets"][0].update(severity="bad"),
-                   lambda d: d["targets"][0].update(confidence=1.5),
-                   lambda d: d["targets"][0]["signals"].update(c="NaN"),
-                   lambda d: d["targets"][0]["target"].pop("engine")):
+    for mutate in (
+        lambda d: d["targets"][0].update(verdict="slow"),
+        lambda d: d["targets"][0].update(severity="bad"),
+        lambda d: d["targets"][0].update(confidence=1.5),
+        lambda d: d["targets"][0]["signals"].update(c="NaN"),
+        lambda d: d["targets"][0]["target"].pop("engine"),
+    ):
         doc = good.to_json()
         mutate(doc)
         with pytest.raises(jsonschema.ValidationError):
@@ -54,8 +67,13 @@ def test_text_and_markdown_show_verdict_evidence_and_bucket_bounds():
     text = invoke("--recording", str(RECORDINGS / "scenario_healthy.om")).output
     assert "healthy" in text and "p99 TTFT in (0.02, 0.04] s" in text
     # ITL observations are gaps between output tokens, not requests
-    itl = next(e for e in json.loads(invoke("--recording", str(RECORDINGS / "scenario_healthy.om"), "-o", "json").output)
-               ["targets"][0]["evidence"] if e.startswith("p99 ITL"))
+    itl = next(
+        e
+        for e in json.loads(invoke("--recording", str(RECORDINGS / "scenario_healthy.om"), "-o", "json").output)[
+            "targets"
+        ][0]["evidence"]
+        if e.startswith("p99 ITL")
+    )
     assert itl.endswith("inter-token gaps).") and "requests" not in itl
     md = invoke("--recording", str(RECORDINGS / "scenario_kv-exhaustion.om"), "-o", "markdown").output
     assert md.startswith("# kvpilot diagnose") and "### `kv_cache_exhaustion`" in md
@@ -81,23 +99,31 @@ def test_series_that_stop_give_target_down(tmp_path):
     assert result.exit_code == 2
 
 
-@pytest.mark.parametrize("args,needle", [
-    ((), "exactly one source"),
-    (("--recording", "a", "--prometheus", "http://x"), "exactly one source"),
-    (("--recording", "a", "--window", "5 minutes"), "--window"),
-    (("--recording", "a", "-o", "yaml"), "yaml"),
-    (("--recording", "a", "--max-num-seqs", "0"), "--max-num-seqs"),
-    (("--recording", "a", "--quick"), "--quick"),
-    (("--prometheus", "prometheus:9090"), "--prometheus"),  # a malformed URL is a bad option, not an unreachable source
-    (("--metrics-url", "10.0.0.7:8000/metrics", "--quick"), "--metrics-url"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        ((), "exactly one source"),
+        (("--recording", "a", "--prometheus", "http://x"), "exactly one source"),
+        (("--recording", "a", "--window", "5 minutes"), "--window"),
+        (("--recording", "a", "-o", "yaml"), "yaml"),
+        (("--recording", "a", "--max-num-seqs", "0"), "--max-num-seqs"),
+        (("--recording", "a", "--quick"), "--quick"),
+        (
+            ("--prometheus", "prometheus:9090"),
+            "--prometheus",
+        ),  # a malformed URL is a bad option, not an unreachable source
+        (("--metrics-url", "10.0.0.7:8000/metrics", "--quick"), "--metrics-url"),
+    ],
+)
 def test_usage_errors_exit_64(args, needle):
     result = invoke(*args)
     assert result.exit_code == 64 and needle in result.output
 
 
-@pytest.mark.parametrize("content", [None, "not a recording\n", "# TYPE x gauge\nx{a=\"1\" 3 1\n# EOF\n",
-                                     "vllm:num_requests_running 1\n# EOF\n"])
+@pytest.mark.parametrize(
+    "content",
+    [None, "not a recording\n", '# TYPE x gauge\nx{a="1" 3 1\n# EOF\n', "vllm:num_requests_running 1\n# EOF\n"],
+)
 def test_unreadable_input_exits_3_with_one_line(tmp_path, content):
     path = tmp_path / "r.om"
     if content is not None:

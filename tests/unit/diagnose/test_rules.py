@@ -19,8 +19,13 @@ WINDOW = 300.0
 
 def make(**values) -> Signals:
     """Signals of a live target (30 samples, last one fresh) with ``values`` set."""
-    base = {"samples_in_window": 30.0, "last_sample_time": 1000.0, "preemptions_increase": 0.0,
-            "running_min": values.get("running_avg"), "running_max": values.get("running_avg")}
+    base = {
+        "samples_in_window": 30.0,
+        "last_sample_time": 1000.0,
+        "preemptions_increase": 0.0,
+        "running_min": values.get("running_avg"),
+        "running_max": values.get("running_avg"),
+    }
     base.update(values)
     sig = Signals(values=base, window_seconds=WINDOW, end=1000.0)
     buckets = base.pop("iteration_buckets", None)
@@ -39,22 +44,39 @@ def test_target_down_when_the_series_stopped():
     d = diagnose_target(make(running_avg=1, waiting_avg=0, last_sample_time=900.0), resolve_limits())
     assert d.verdict == "target_down" and "100 s old" in d.evidence[0]
     # 25 s old is within 3 intervals: alive
-    assert diagnose_target(make(running_avg=1, waiting_avg=0, waiting_max=0, last_sample_time=975.0),
-                           resolve_limits()).verdict != "target_down"
+    assert (
+        diagnose_target(
+            make(running_avg=1, waiting_avg=0, waiting_max=0, last_sample_time=975.0), resolve_limits()
+        ).verdict
+        != "target_down"
+    )
 
 
 def test_idle_and_healthy():
-    assert diagnose_target(make(running_avg=0, running_max=0, waiting_avg=0, waiting_max=0),
-                           resolve_limits()).verdict == "idle"
-    d = diagnose_target(make(running_avg=3, waiting_avg=0, waiting_max=0, kv_usage_avg=0.1, kv_usage_max=0.2),
-                        resolve_limits(cli={"max_num_seqs": 8}))
+    assert (
+        diagnose_target(make(running_avg=0, running_max=0, waiting_avg=0, waiting_max=0), resolve_limits()).verdict
+        == "idle"
+    )
+    d = diagnose_target(
+        make(running_avg=3, waiting_avg=0, waiting_max=0, kv_usage_avg=0.1, kv_usage_max=0.2),
+        resolve_limits(cli={"max_num_seqs": 8}),
+    )
     assert (d.verdict, d.severity) == ("healthy", "ok")
 
 
 def test_kv_shortage_wins_over_running_at_max_num_seqs():
     # running == max_num_seqs == 4 AND preemptions with KV at 1.0: still a KV shortage (issue 5 item 4)
-    sig = make(running_avg=4, running_max=4, waiting_avg=6, waiting_max=9, waiting_trend_per_s=0.02,
-               kv_usage_avg=0.97, kv_usage_max=1.0, preemptions_increase=12, preemptions_per_s=0.04)
+    sig = make(
+        running_avg=4,
+        running_max=4,
+        waiting_avg=6,
+        waiting_max=9,
+        waiting_trend_per_s=0.02,
+        kv_usage_avg=0.97,
+        kv_usage_max=1.0,
+        preemptions_increase=12,
+        preemptions_per_s=0.04,
+    )
     d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 4}))
     assert d.verdict == "kv_cache_exhaustion"
     assert "binds first" in " ".join(d.evidence)
@@ -64,8 +86,16 @@ def test_kv_shortage_wins_over_running_at_max_num_seqs():
 def test_kv_ceiling_below_one_from_capacity_waiting_with_free_slots():
     # 10 running use 60 % of KV: 6 % each -> ceiling 1 - 2 x 0.06 = 0.88; KV peaked at 0.9 >= 0.88,
     # 5 requests wait for capacity while 246 of 256 slots are free: the ceiling binds well below 1.0
-    sig = make(running_avg=10, running_max=10, waiting_avg=5, waiting_max=7, waiting_trend_per_s=0.0,
-               kv_usage_avg=0.6, kv_usage_max=0.9, waiting_capacity_avg=5)
+    sig = make(
+        running_avg=10,
+        running_max=10,
+        waiting_avg=5,
+        waiting_max=7,
+        waiting_trend_per_s=0.0,
+        kv_usage_avg=0.6,
+        kv_usage_max=0.9,
+        waiting_capacity_avg=5,
+    )
     ceiling, _ = kv_ceiling(sig, resolve_limits())
     assert ceiling == 0.88
     d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 256}))
@@ -85,14 +115,20 @@ def test_max_num_seqs_cap_threshold_scales_with_the_limit():
     # pinned means running_avg >= max_num_seqs - 0.5: 3.6 of 4 is pinned, 250 of 256 is not
     sig4 = make(running_avg=3.6, running_max=4, waiting_avg=5, waiting_max=8, kv_usage_avg=0.05, kv_usage_max=0.06)
     assert diagnose_target(sig4, resolve_limits(cli={"max_num_seqs": 4})).verdict == "max_num_seqs_cap"
-    sig256 = make(running_avg=250, running_max=256, waiting_avg=5, waiting_max=8, kv_usage_avg=0.3,
-                  kv_usage_max=0.35)
+    sig256 = make(running_avg=250, running_max=256, waiting_avg=5, waiting_max=8, kv_usage_avg=0.3, kv_usage_max=0.35)
     assert diagnose_target(sig256, resolve_limits(cli={"max_num_seqs": 256})).verdict == "compute_bound"
 
 
 def test_max_num_seqs_cap_inferred_from_a_flat_running_gauge_when_unconfigured():
-    sig = make(running_avg=8, running_min=8, running_max=8, waiting_avg=20, waiting_max=30, kv_usage_avg=0.04,
-               kv_usage_max=0.05)
+    sig = make(
+        running_avg=8,
+        running_min=8,
+        running_max=8,
+        waiting_avg=20,
+        waiting_max=30,
+        kv_usage_avg=0.04,
+        kv_usage_max=0.05,
+    )
     d = diagnose_target(sig, resolve_limits())  # max_num_seqs unknown -> default 256
     assert d.verdict == "max_num_seqs_cap" and d.confidence < 0.7 and "inferred" in d.evidence[0]
 
@@ -100,9 +136,18 @@ def test_max_num_seqs_cap_inferred_from_a_flat_running_gauge_when_unconfigured()
 def test_token_budget_cap_needs_full_steps():
     # budget 512: steps in (256, 512] -> 95 of 100 -> share 0.95; mean 500 tokens = 98 % of the budget
     buckets = [(256.0, 5.0), (512.0, 100.0), (math.inf, 100.0)]
-    sig = make(running_avg=6, running_max=8, waiting_avg=40, waiting_max=60, waiting_trend_per_s=0.2,
-               kv_usage_avg=0.1, kv_usage_max=0.12, iteration_buckets=buckets,
-               iteration_tokens_sum_increase=50000.0, iteration_steps_increase=100.0)
+    sig = make(
+        running_avg=6,
+        running_max=8,
+        waiting_avg=40,
+        waiting_max=60,
+        waiting_trend_per_s=0.2,
+        kv_usage_avg=0.1,
+        kv_usage_max=0.12,
+        iteration_buckets=buckets,
+        iteration_tokens_sum_increase=50000.0,
+        iteration_steps_increase=100.0,
+    )
     d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 128, "max_num_batched_tokens": 512}))
     assert d.verdict == "token_budget_cap"
     r = d.recommendations[0]
@@ -124,11 +169,21 @@ def test_steps_full_and_the_compute_knee():
 
 
 def test_full_steps_past_the_knee_are_compute_bound():
-    sig = make(running_avg=11, running_max=13, running_min=9, waiting_avg=200, waiting_max=400,
-               waiting_trend_per_s=1.5, kv_usage_avg=0.13, kv_usage_max=0.15,
-               iteration_tokens_sum_increase=64000.0 * 100, iteration_steps_increase=100.0)
-    d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 256, "max_num_batched_tokens": 65000},
-                                            gpu_name="H100"))
+    sig = make(
+        running_avg=11,
+        running_max=13,
+        running_min=9,
+        waiting_avg=200,
+        waiting_max=400,
+        waiting_trend_per_s=1.5,
+        kv_usage_avg=0.13,
+        kv_usage_max=0.15,
+        iteration_tokens_sum_increase=64000.0 * 100,
+        iteration_steps_increase=100.0,
+    )
+    d = diagnose_target(
+        sig, resolve_limits(cli={"max_num_seqs": 256, "max_num_batched_tokens": 65000}, gpu_name="H100")
+    )
     assert d.verdict == "compute_bound" and "past the compute knee of 295" in " ".join(d.evidence)
 
 
@@ -152,8 +207,17 @@ def test_hot_shared_prefix_over_a_long_window_is_not_thrash():
     # prompt, hit rate 49.9 % (570,478 of 1,143,356), KV capacity 1,087,424 tokens. Queried tokens exceed the
     # capacity (1.05x) only because the window is long; the tokens written to the cache (1,143,356 - 570,478
     # = 572,878) fill half of it: nothing was evicted, LRU cannot have cost a hit.
-    sig = make(running_avg=3.3, running_max=6, waiting_avg=0, waiting_max=0, kv_usage_avg=0.002, kv_usage_max=0.004,
-               prefix_queries_increase=1143356.0, prefix_hits_increase=570478.0, requests_finished_increase=1150.0)
+    sig = make(
+        running_avg=3.3,
+        running_max=6,
+        waiting_avg=0,
+        waiting_max=0,
+        kv_usage_avg=0.002,
+        kv_usage_max=0.004,
+        prefix_queries_increase=1143356.0,
+        prefix_hits_increase=570478.0,
+        requests_finished_increase=1150.0,
+    )
     d = diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": 1087424, "max_num_seqs": 1024}))
     assert d.verdict == "healthy" and not d.findings
 
@@ -163,32 +227,62 @@ def test_shared_prefix_traffic_turning_the_cache_over_is_not_thrash():
     # on ~1,000-token prompts hits 49.7 %, and the tokens written (2,370,000 - 1,177,890 = 1,192,110) exceed
     # the 1,087,424-token cache (1.1x). Turnover alone is circumstantial; a hit rate near the shared share
     # of the prompt is what a hot prefix gives, not thrash (which drives hits towards 0, §9).
-    sig = make(running_avg=3.3, running_max=6, waiting_avg=0, waiting_max=0, kv_usage_avg=0.002, kv_usage_max=0.004,
-               prefix_queries_increase=2370000.0, prefix_hits_increase=1177890.0, requests_finished_increase=2370.0)
+    sig = make(
+        running_avg=3.3,
+        running_max=6,
+        waiting_avg=0,
+        waiting_max=0,
+        kv_usage_avg=0.002,
+        kv_usage_max=0.004,
+        prefix_queries_increase=2370000.0,
+        prefix_hits_increase=1177890.0,
+        requests_finished_increase=2370.0,
+    )
     d = diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": 1087424, "max_num_seqs": 1024}))
     assert d.verdict == "healthy" and not d.findings
     # the same turnover with 12 % hits (the prefix-thrash scenario's rate) is thrash
-    thrash = make(running_avg=3.3, running_max=6, waiting_avg=0, waiting_max=0, kv_usage_avg=0.9,
-                  kv_usage_max=0.95, prefix_queries_increase=2370000.0, prefix_hits_increase=284400.0,
-                  requests_finished_increase=2370.0)
+    thrash = make(
+        running_avg=3.3,
+        running_max=6,
+        waiting_avg=0,
+        waiting_max=0,
+        kv_usage_avg=0.9,
+        kv_usage_max=0.95,
+        prefix_queries_increase=2370000.0,
+        prefix_hits_increase=284400.0,
+        requests_finished_increase=2370.0,
+    )
     d = diagnose_target(thrash, resolve_limits(cli={"kv_cache_tokens": 1087424, "max_num_seqs": 1024}))
     assert d.verdict == "prefix_cache_ineffective"
 
 
 def test_preemption_recompute_hits_are_discounted():
     # 100 hits of 1,000 queried (10 %) but 2 preemptions x 50 prompt tokens/request could produce them all
-    sig = make(running_avg=2, running_max=2, waiting_avg=0, waiting_max=0, kv_usage_avg=0.5, kv_usage_max=0.6,
-               prefix_queries_increase=1000.0, prefix_hits_increase=100.0, preemptions_increase=2.0,
-               requests_finished_increase=20.0)
+    sig = make(
+        running_avg=2,
+        running_max=2,
+        waiting_avg=0,
+        waiting_max=0,
+        kv_usage_avg=0.5,
+        kv_usage_max=0.6,
+        prefix_queries_increase=1000.0,
+        prefix_hits_increase=100.0,
+        preemptions_increase=2.0,
+        requests_finished_increase=20.0,
+    )
     d = diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": 100, "block_size": 64}))
     prefix = [f for f in [d, *d.findings] if f.verdict == "prefix_cache_ineffective"]
     assert prefix and "0.0 %" in prefix[0].evidence[0] and "preemption recompute" in prefix[0].evidence[0]
 
 
 def test_limit_sources_in_precedence_order():
-    lim = resolve_limits({"maxNumSeqs": 8}, {"max_num_seqs": 4, "max_num_batched_tokens": 1024},
-                         {"num_gpu_blocks": "100", "block_size": "16", "gpu_memory_utilization": "0.6"},
-                         gpu_memory_bytes=80 * 2**30, gpu_name="H100")
+    lim = resolve_limits(
+        {"maxNumSeqs": 8},
+        {"max_num_seqs": 4, "max_num_batched_tokens": 1024},
+        {"num_gpu_blocks": "100", "block_size": "16", "gpu_memory_utilization": "0.6"},
+        gpu_memory_bytes=80 * 2**30,
+        gpu_name="H100",
+    )
     assert lim.max_num_seqs == Limit(8, "spec")
     assert lim.max_num_batched_tokens == Limit(1024, "cli")
     assert lim.gpu_memory_utilization == Limit(0.6, "cache_config_info")

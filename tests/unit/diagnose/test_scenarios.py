@@ -23,8 +23,15 @@ OK = {"healthy", "idle"}
 def test_scenario_recording_gets_its_verdict(scenario):
     import json
 
-    args = ["diagnose", "--recording", str(RECORDINGS / f"scenario_{scenario}.om"), "--no-kube", "-o", "json",
-            *scenario_cli_args(scenario)]
+    args = [
+        "diagnose",
+        "--recording",
+        str(RECORDINGS / f"scenario_{scenario}.om"),
+        "--no-kube",
+        "-o",
+        "json",
+        *scenario_cli_args(scenario),
+    ]
     result = CliRunner().invoke(cli, args)
     report = json.loads(result.output)
     verdicts = [t["verdict"] for t in report["targets"]]
@@ -37,8 +44,15 @@ def test_seed_lru_reproduces_the_reference_hits():
     """background.md §9: 0, 0, 21,488 hit tokens over three passes -> 21,488 in the window."""
     import json
 
-    args = ["diagnose", "--recording", str(RECORDINGS / "scenario_seed-lru.om"), "--no-kube", "-o", "json",
-            *scenario_cli_args("seed-lru")]
+    args = [
+        "diagnose",
+        "--recording",
+        str(RECORDINGS / "scenario_seed-lru.om"),
+        "--no-kube",
+        "-o",
+        "json",
+        *scenario_cli_args("seed-lru"),
+    ]
     target = json.loads(CliRunner().invoke(cli, args).output)["targets"][0]
     assert target["signals"]["prefix_hits_increase"] == 21488
     assert "21,520 tokens" in " ".join(target["evidence"])  # the KV capacity it is compared with

@@ -48,8 +48,10 @@ def test_escaped_colon_names_are_read():
     s = only(compute_signals(samples, 10.0))
     assert s.get("kv_usage_avg") == pytest.approx(0.6)
     assert s.spelling["vllm:kv_cache_usage_perc"] == "vllm_kv_cache_usage_perc"
-    assert legacy_or_escaped(s) == {"vllm:kv_cache_usage_perc": "vllm_kv_cache_usage_perc",
-                                    "vllm:num_requests_running": "vllm_num_requests_running"}
+    assert legacy_or_escaped(s) == {
+        "vllm:kv_cache_usage_perc": "vllm_kv_cache_usage_perc",
+        "vllm:num_requests_running": "vllm_num_requests_running",
+    }
 
 
 def test_new_name_wins_over_legacy_when_both_exist():
@@ -61,8 +63,9 @@ def test_new_name_wins_over_legacy_when_both_exist():
 
 
 def test_legacy_only_names_are_read_and_flagged():
-    samples = series("vllm:gpu_prefix_cache_queries_total", [0, 100]) + series("vllm:gpu_prefix_cache_hits_total",
-                                                                               [0, 25])
+    samples = series("vllm:gpu_prefix_cache_queries_total", [0, 100]) + series(
+        "vllm:gpu_prefix_cache_hits_total", [0, 25]
+    )
     s = only(compute_signals(samples, 10.0))
     assert s.get("prefix_hit_rate") == pytest.approx(0.25)  # 25 / 100, units cancel (blocks before 0.9)
     assert set(legacy_or_escaped(s)) == {"vllm:prefix_cache_queries", "vllm:prefix_cache_hits"}
@@ -70,8 +73,9 @@ def test_legacy_only_names_are_read_and_flagged():
 
 def test_counter_without_total_suffix_is_not_a_counter_sample():
     # rules querying vllm:num_preemptions (no _total) match nothing: the family's samples end in _total
-    s = only(compute_signals(series("vllm:num_preemptions", [0, 5]) + series("vllm:num_requests_running", [1, 1]),
-                             10.0))
+    s = only(
+        compute_signals(series("vllm:num_preemptions", [0, 5]) + series("vllm:num_requests_running", [1, 1]), 10.0)
+    )
     assert s.get("preemptions_increase") is None
 
 
@@ -103,8 +107,11 @@ def test_exact_duplicate_series_count_once():
 
 
 def test_nan_and_inf_become_unknown_not_numbers():
-    samples = series("vllm:kv_cache_usage_perc", [math.nan, math.nan]) + \
-        series("vllm:num_requests_waiting", [math.inf, 1.0]) + series("vllm:num_requests_running", [1, 1])
+    samples = (
+        series("vllm:kv_cache_usage_perc", [math.nan, math.nan])
+        + series("vllm:num_requests_waiting", [math.inf, 1.0])
+        + series("vllm:num_requests_running", [1, 1])
+    )
     s = only(compute_signals(samples, 10.0))
     assert s.get("kv_usage_avg") is None and s.get("kv_usage_max") is None
     assert s.get("waiting_avg") is None  # avg over +Inf is +Inf -> unknown
@@ -126,7 +133,11 @@ def test_histogram_quantile_with_bucket_bounds_and_sum_before_bucket():
 
 def test_spellings_cover_both_generations_both_escapings():
     assert spellings("vllm:kv_cache_usage_perc") == (
-        "vllm:kv_cache_usage_perc", "vllm_kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm_gpu_cache_usage_perc")
+        "vllm:kv_cache_usage_perc",
+        "vllm_kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "vllm_gpu_cache_usage_perc",
+    )
 
 
 def test_target_down_inputs_last_sample_age():
@@ -166,19 +177,29 @@ def test_impossible_values_are_unknowns_and_never_evidence():
     from kvpilot.diagnose.limits import resolve_limits
     from kvpilot.diagnose.rules import diagnose_target
 
-    samples = (series("vllm_kv_cache_usage_perc", [45.0] * 4) + series("vllm:num_requests_running", [4] * 4)
-               + series("vllm:num_requests_waiting", [10] * 4) + series("vllm:num_preemptions_total", [0] * 4))
+    samples = (
+        series("vllm_kv_cache_usage_perc", [45.0] * 4)
+        + series("vllm:num_requests_running", [4] * 4)
+        + series("vllm:num_requests_waiting", [10] * 4)
+        + series("vllm:num_preemptions_total", [0] * 4)
+    )
     s = only(compute_signals(samples, 30.0))
     assert s.get("kv_usage_max") is None and s.get("kv_usage_avg") is None and "kv_usage" in s.rejected
     d = diagnose_target(s, resolve_limits(cli={"max_num_seqs": 4}))
     assert d.verdict == "max_num_seqs_cap" and d.confidence < 0.9
     assert any("kv_usage ignored: 45 is outside 0-1" in e for e in d.evidence)
     # negative request counts: nothing usable, so no verdict rather than "healthy"
-    neg = only(compute_signals(series("vllm:num_requests_running", [-4] * 4)
-                               + series("vllm:num_requests_waiting", [-1] * 4), 30.0))
+    neg = only(
+        compute_signals(
+            series("vllm:num_requests_running", [-4] * 4) + series("vllm:num_requests_waiting", [-1] * 4), 30.0
+        )
+    )
     assert neg.get("running_avg") is None and neg.get("waiting_max") is None
     assert diagnose_target(neg, resolve_limits(cli={"max_num_seqs": 4})).verdict == "no_data"
     # exactly full (1.0) is a fraction, kept
-    full = only(compute_signals(series("vllm:kv_cache_usage_perc", [1.0] * 4) + series("vllm:num_requests_running",
-                                                                                      [4] * 4), 30.0))
+    full = only(
+        compute_signals(
+            series("vllm:kv_cache_usage_perc", [1.0] * 4) + series("vllm:num_requests_running", [4] * 4), 30.0
+        )
+    )
     assert full.get("kv_usage_max") == 1.0 and not full.rejected

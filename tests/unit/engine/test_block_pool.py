@@ -98,8 +98,7 @@ def _check_invariants(pool: BlockPool, held: list[list[int]]) -> None:
         assert pool.block_hash[b] == h
 
 
-ops = st.lists(st.tuples(st.sampled_from(["alloc", "free", "hit"]), st.integers(0, 6),
-                         st.integers(0, 3)), max_size=60)
+ops = st.lists(st.tuples(st.sampled_from(["alloc", "free", "hit"]), st.integers(0, 6), st.integers(0, 3)), max_size=60)
 
 
 @settings(max_examples=150, deadline=None)
@@ -121,7 +120,7 @@ def test_pool_invariants(ops, num_blocks):
         elif op == "hit":
             hashes = [(prefix, i) for i in range(k)]
             hit = pool.lookup(hashes, len(hashes))
-            assert [pool.block_hash[b] for b in hit] == hashes[:len(hit)]
+            assert [pool.block_hash[b] for b in hit] == hashes[: len(hit)]
             pool.touch(hit)
             held.append(hit)
         _check_invariants(pool, held)

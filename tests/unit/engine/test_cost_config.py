@@ -13,14 +13,18 @@ GIB = 2**30
 def test_decode_is_weight_reads_over_bandwidth_background_s1():
     # background.md §1: 16.2 GB of weights on a 896 GB/s GPU at 70 %: 16.2e9 / (896e9 * 0.7)
     # = 25.83 ms per token -> 38.7 tok/s (measured 39).
-    cm = CostModel(gpu_profile("laptop-896gbs"), model_profile("qwen2.5-7b"), bytes_per_token=0,
-                   overhead=0.0, weight_bytes=int(16.2e9))
+    cm = CostModel(
+        gpu_profile("laptop-896gbs"),
+        model_profile("qwen2.5-7b"),
+        bytes_per_token=0,
+        overhead=0.0,
+        weight_bytes=int(16.2e9),
+    )
     assert 1 / cm.step_time(1, 0, 1) == pytest.approx(38.7, rel=0.01)
 
 
 def test_h100_step_time_by_hand():
-    cm = CostModel(gpu_profile("H100"), model_profile("qwen2.5-7b"), bytes_per_token=57344,
-                   overhead=0.0015)
+    cm = CostModel(gpu_profile("H100"), model_profile("qwen2.5-7b"), bytes_per_token=57344, overhead=0.0015)
     # decode of one request with 1,000 tokens of context:
     # weights 7.61e9 * 2 B / (3.35e12 * 0.7) = 6.4904 ms; KV 1,000 * 57,344 / 2.345e12 = 0.0245 ms
     expected = 0.0015 + 15.22e9 / 2.345e12 + 1000 * 57344 / 2.345e12
@@ -28,8 +32,7 @@ def test_h100_step_time_by_hand():
     # a 4,096-token prefill is compute-bound: 2 * 7.61e9 * 4096 FLOP + attention
     # 4 * 28 layers * 28 heads * 128 * (4096 * 4097 / 2) over 989e12 * 0.78
     flops = 2 * 7.61e9 * 4096 + 4 * 28 * 28 * 128 * (4096 * 4097 / 2)
-    assert cm.step_time(4096, 4096, 4096 * 4097 / 2) == pytest.approx(
-        0.0015 + flops / (989e12 * 0.78), rel=1e-9)
+    assert cm.step_time(4096, 4096, 4096 * 4097 / 2) == pytest.approx(0.0015 + flops / (989e12 * 0.78), rel=1e-9)
 
 
 def test_gpu_aliases_and_unknown_profile():
@@ -49,8 +52,7 @@ def test_derived_capacity_close_to_the_logged_experiment():
     # 8 GiB * 0.60 = 5,153,960,755 B; minus weights 1.54e9 * 2 = 3.08e9 B; minus the 1.35 GiB
     # reserve (1,449,551,462 B) = 624,409,293 B; / (28,672 B * 16) = 1,361 blocks = 21,776 tokens,
     # 1.2 % above the 21,520 vLLM logged (background.md §9).
-    cfg = EngineConfig(gpu="laptop-8gb", model="qwen2.5-1.5b", gpu_memory_utilization=0.60,
-                       max_model_len=8192)
+    cfg = EngineConfig(gpu="laptop-8gb", model="qwen2.5-1.5b", gpu_memory_utilization=0.60, max_model_len=8192)
     assert cfg.resolved_num_gpu_blocks() == 1361
     assert cfg.kv_cache_tokens_resolved() == pytest.approx(21520, rel=0.02)
 
@@ -59,8 +61,7 @@ def test_bytes_per_token_fp8_and_tensor_parallel():
     assert EngineConfig(model="qwen2.5-7b").resolved_bytes_per_token() == 57344
     assert EngineConfig(model="qwen2.5-7b", kv_cache_dtype="fp8").resolved_bytes_per_token() == 28672
     # TP 8 with 4 KV heads: heads replicated, divide by min(8, 4) = 4
-    assert EngineConfig(model="qwen2.5-7b",
-                        tensor_parallel_size=8).resolved_bytes_per_token() == 57344 // 4
+    assert EngineConfig(model="qwen2.5-7b", tensor_parallel_size=8).resolved_bytes_per_token() == 57344 // 4
 
 
 def test_from_dict_names_bad_fields():
@@ -72,16 +73,23 @@ def test_from_dict_names_bad_fields():
         EngineConfig.from_dict({"max_num_seqs": "many"})
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"max_num_seqs": 512, "max_num_batched_tokens": 256}, "^max_num_batched_tokens: 256 must be"),
-    ({"enable_chunked_prefill": False, "max_num_batched_tokens": 2048, "max_model_len": 8192},
-     "^max_num_batched_tokens: 2048 is smaller than max_model_len"),
-    ({"kv_cache_tokens": 4096, "max_model_len": 8192}, "^max_model_len: to serve at least one"),
-    ({"gpu_memory_utilization": 1.5}, "^gpu_memory_utilization: must be in"),
-    ({"offload_chunk_tokens": 100}, "^offload_chunk_tokens: 100 must be a multiple"),
-    ({"gpu": "laptop-8gb", "model": "llama-3.1-8b", "max_model_len": 2048},
-     "^gpu_memory_utilization: no available memory"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"max_num_seqs": 512, "max_num_batched_tokens": 256}, "^max_num_batched_tokens: 256 must be"),
+        (
+            {"enable_chunked_prefill": False, "max_num_batched_tokens": 2048, "max_model_len": 8192},
+            "^max_num_batched_tokens: 2048 is smaller than max_model_len",
+        ),
+        ({"kv_cache_tokens": 4096, "max_model_len": 8192}, "^max_model_len: to serve at least one"),
+        ({"gpu_memory_utilization": 1.5}, "^gpu_memory_utilization: must be in"),
+        ({"offload_chunk_tokens": 100}, "^offload_chunk_tokens: 100 must be a multiple"),
+        (
+            {"gpu": "laptop-8gb", "model": "llama-3.1-8b", "max_model_len": 2048},
+            "^gpu_memory_utilization: no available memory",
+        ),
+    ],
+)
 def test_validate_rejects_like_vllm(fields, message):
     with pytest.raises(ValueError, match=message):
         EngineConfig(**fields).validate()
@@ -89,8 +97,10 @@ def test_validate_rejects_like_vllm(fields, message):
 
 def test_batch_defaults_depend_on_the_gpu_like_vllm():
     # background.md §7: 256 / 2048; 1024 / 8192 on >= 70 GiB GPUs that are not A100s
-    assert (EngineConfig(gpu="l4").resolved().max_num_seqs,
-            EngineConfig(gpu="l4").resolved().max_num_batched_tokens) == (256, 2048)
+    assert (
+        EngineConfig(gpu="l4").resolved().max_num_seqs,
+        EngineConfig(gpu="l4").resolved().max_num_batched_tokens,
+    ) == (256, 2048)
     h100 = EngineConfig(gpu="h100-sxm").resolved()
     assert (h100.max_num_seqs, h100.max_num_batched_tokens) == (1024, 8192)
     a100 = EngineConfig(gpu="a100-80gb").resolved()
@@ -99,11 +109,14 @@ def test_batch_defaults_depend_on_the_gpu_like_vllm():
     assert (mixed.max_num_seqs, mixed.max_num_batched_tokens) == (4, 8192)
 
 
-@pytest.mark.parametrize("profile, config_file", [
-    ("qwen2.5-1.5b", "Qwen__Qwen2.5-1.5B-Instruct.json"),
-    ("qwen2.5-7b", "Qwen__Qwen2.5-7B-Instruct.json"),
-    ("llama-3.1-8b", "meta-llama__Llama-3.1-8B-Instruct.json"),
-])
+@pytest.mark.parametrize(
+    "profile, config_file",
+    [
+        ("qwen2.5-1.5b", "Qwen__Qwen2.5-1.5B-Instruct.json"),
+        ("qwen2.5-7b", "Qwen__Qwen2.5-7B-Instruct.json"),
+        ("llama-3.1-8b", "meta-llama__Llama-3.1-8B-Instruct.json"),
+    ],
+)
 def test_model_profiles_match_their_config_json(fixtures_dir, profile, config_file):
     import json
 
@@ -120,12 +133,15 @@ def test_model_profiles_match_their_config_json(fixtures_dir, profile, config_fi
     assert kv.bytes_per_token(cfg) == p.bytes_per_token
 
 
-@pytest.mark.parametrize("fields, message", [
-    # 1 token // 16 = 0 blocks: not even the null block; the message must not report negative capacity
-    ({"kv_cache_tokens": 1}, "^kv_cache_tokens: 1 "),
-    ({"kv_cache_tokens": 31}, "^kv_cache_tokens: 31 "),   # 1 block: the null block only, nothing usable
-    ({"num_gpu_blocks": 1}, "^num_gpu_blocks: 1 "),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        # 1 token // 16 = 0 blocks: not even the null block; the message must not report negative capacity
+        ({"kv_cache_tokens": 1}, "^kv_cache_tokens: 1 "),
+        ({"kv_cache_tokens": 31}, "^kv_cache_tokens: 31 "),  # 1 block: the null block only, nothing usable
+        ({"num_gpu_blocks": 1}, "^num_gpu_blocks: 1 "),
+    ],
+)
 def test_kv_cache_smaller_than_two_blocks_is_refused(fields, message):
     with pytest.raises(ValueError, match=message) as info:
         EngineConfig(**fields).validate()

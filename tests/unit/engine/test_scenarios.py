@@ -23,8 +23,7 @@ def _timeline(name, overrides=None):
         if out is not None:
             steps.append(out)
         if not samples or eng.now - samples[-1][0] >= 1.0:
-            samples.append((eng.now, eng.num_running, eng.num_waiting, eng.kv_cache_usage,
-                            eng.num_preemptions))
+            samples.append((eng.now, eng.num_running, eng.num_waiting, eng.kv_cache_usage, eng.num_preemptions))
 
     engine.run(workload, until=sc.duration, on_step=on_step, tick=1.0)
     return engine, samples, steps
@@ -36,8 +35,16 @@ def _window(samples, lo, hi):
 
 
 def test_every_scenario_is_listed_with_a_description():
-    assert set(SCENARIOS) == {"seed-lru", "kv-exhaustion", "max-num-seqs-cap", "token-budget-cap",
-                              "compute-bound", "prefix-thrash", "healthy", "idle"}
+    assert set(SCENARIOS) == {
+        "seed-lru",
+        "kv-exhaustion",
+        "max-num-seqs-cap",
+        "token-budget-cap",
+        "compute-bound",
+        "prefix-thrash",
+        "healthy",
+        "idle",
+    }
     for sc in SCENARIOS.values():
         assert sc.description and "\n" not in sc.description
 

@@ -41,8 +41,14 @@ def test_running_requests_are_served_before_new_prefills():
 
 def test_full_pool_preempts_the_newest_request_and_admits_nobody_that_step():
     # 7 blocks of 16 tokens = 6 usable. A and B have 47-token prompts: 3 blocks each.
-    eng = _engine(num_gpu_blocks=7, block_size=16, max_model_len=96, max_num_batched_tokens=256,
-                  max_num_seqs=4, enable_prefix_caching=False)
+    eng = _engine(
+        num_gpu_blocks=7,
+        block_size=16,
+        max_model_len=96,
+        max_num_batched_tokens=256,
+        max_num_seqs=4,
+        enable_prefix_caching=False,
+    )
     a, b, c = Request("a", 47, 40), Request("b", 47, 40), Request("c", 16, 2)
     eng.add_request(a)
     eng.add_request(b)
@@ -60,8 +66,14 @@ def test_full_pool_preempts_the_newest_request_and_admits_nobody_that_step():
 
 
 def test_preempted_request_recomputes_and_rehits_its_own_blocks():
-    eng = _engine(num_gpu_blocks=7, block_size=16, max_model_len=96, max_num_batched_tokens=256,
-                  max_num_seqs=4, enable_prefix_caching=True)
+    eng = _engine(
+        num_gpu_blocks=7,
+        block_size=16,
+        max_model_len=96,
+        max_num_batched_tokens=256,
+        max_num_seqs=4,
+        enable_prefix_caching=True,
+    )
     a, b = Request("a", 47, 8), Request("b", 47, 8)
     eng.add_request(a)
     eng.add_request(b)
@@ -81,10 +93,16 @@ def test_preempted_request_recomputes_and_rehits_its_own_blocks():
 def test_max_num_seqs_is_never_exceeded(cap, rate, seed):
     eng = _engine(max_num_seqs=cap, kv_cache_tokens=8192, max_model_len=2048)
     seen = []
-    eng.run(poisson(rate, num_requests=30, seed=seed, prompt_len={"dist": "uniform", "min": 10,
-                                                                    "max": 600},
-                    output_len={"dist": "uniform", "min": 1, "max": 50}),
-            on_step=lambda e, out: seen.append(out.running if out else 0))
+    eng.run(
+        poisson(
+            rate,
+            num_requests=30,
+            seed=seed,
+            prompt_len={"dist": "uniform", "min": 10, "max": 600},
+            output_len={"dist": "uniform", "min": 1, "max": 50},
+        ),
+        on_step=lambda e, out: seen.append(out.running if out else 0),
+    )
     assert max(seen) <= cap
     assert eng.num_finished == 30
 
@@ -93,8 +111,15 @@ def test_max_num_seqs_is_never_exceeded(cap, rate, seed):
 @given(seed=st.integers(0, 10**6), blocks=st.integers(40, 200))
 def test_prefix_hits_are_whole_blocks_and_leave_the_last_token(seed, blocks):
     eng = _engine(num_gpu_blocks=blocks, block_size=16, max_model_len=512)
-    wl = poisson(20.0, num_requests=40, seed=seed, prefix_groups=3, prefix_len=100,
-                 prompt_len={"dist": "uniform", "min": 101, "max": 300}, output_len=5)
+    wl = poisson(
+        20.0,
+        num_requests=40,
+        seed=seed,
+        prefix_groups=3,
+        prefix_len=100,
+        prompt_len={"dist": "uniform", "min": 101, "max": 300},
+        output_len=5,
+    )
     eng.run(wl)
     for r in eng.finished:
         assert r.prefix_hit_tokens % 16 == 0
@@ -121,8 +146,7 @@ class FakeSink:
 def test_metrics_sink_receives_consistent_values():
     sink = FakeSink()
     eng = Engine(EngineConfig(gpu="l4", kv_cache_tokens=4096, max_model_len=2048), metrics=sink)
-    eng.run(poisson(5.0, num_requests=40, seed=3, prompt_len=700, output_len=60, prefix_groups=2,
-                    prefix_len=320))
+    eng.run(poisson(5.0, num_requests=40, seed=3, prompt_len=700, output_len=60, prefix_groups=2, prefix_len=320))
     assert sum(s["generation_tokens"] for s in sink.steps) == eng.generation_tokens == 40 * 60
     assert sum(s["prompt_tokens"] for s in sink.steps) == 40 * 700
     assert sum(s["preemptions"] for s in sink.steps) == eng.num_preemptions
@@ -140,15 +164,28 @@ def test_metrics_sink_receives_consistent_values():
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10**6), blocks=st.integers(8, 40), caching=st.booleans(),
-       budget=st.sampled_from([16, 64, 512]))
+@given(
+    seed=st.integers(0, 10**6), blocks=st.integers(8, 40), caching=st.booleans(), budget=st.sampled_from([16, 64, 512])
+)
 def test_engine_keeps_the_pool_consistent_under_preemption(seed, blocks, caching, budget):
     # tiny pools force preemptions; shared prefixes force block sharing (ref counts > 1)
-    eng = _engine(num_gpu_blocks=blocks, block_size=4, max_model_len=4 * (blocks - 1),
-                  max_num_batched_tokens=budget, max_num_seqs=8, enable_prefix_caching=caching)
-    wl = poisson(50.0, num_requests=25, seed=seed, prefix_groups=2, prefix_len=6,
-                 prompt_len={"dist": "uniform", "min": 7, "max": 2 * (blocks - 1)},
-                 output_len={"dist": "uniform", "min": 1, "max": 2 * (blocks - 1)})
+    eng = _engine(
+        num_gpu_blocks=blocks,
+        block_size=4,
+        max_model_len=4 * (blocks - 1),
+        max_num_batched_tokens=budget,
+        max_num_seqs=8,
+        enable_prefix_caching=caching,
+    )
+    wl = poisson(
+        50.0,
+        num_requests=25,
+        seed=seed,
+        prefix_groups=2,
+        prefix_len=6,
+        prompt_len={"dist": "uniform", "min": 7, "max": 2 * (blocks - 1)},
+        output_len={"dist": "uniform", "min": 1, "max": 2 * (blocks - 1)},
+    )
 
     def check(e, out):
         pool = e.pool

@@ -34,8 +34,7 @@ def test_poisson_must_be_bounded_and_positive():
 
 
 def test_shared_prefix_groups_share_segments():
-    reqs = poisson(10.0, num_requests=50, seed=1, prefix_groups=2, prefix_len=64,
-                   prompt_len=100).requests
+    reqs = poisson(10.0, num_requests=50, seed=1, prefix_groups=2, prefix_len=64, prompt_len=100).requests
     keys = {r.segments[0] for r in reqs}
     assert keys == {("prefix-0", 64), ("prefix-1", 64)}
 
@@ -47,8 +46,7 @@ def test_length_distributions():
     assert sample_length(37, rng) == 37
     draws = [sample_length({"dist": "uniform", "min": 5, "max": 9}, rng) for _ in range(200)]
     assert min(draws) == 5 and max(draws) == 9
-    clipped = [sample_length({"dist": "normal", "mean": 10, "std": 100, "min": 1, "max": 20}, rng)
-               for _ in range(200)]
+    clipped = [sample_length({"dist": "normal", "mean": 10, "std": 100, "min": 1, "max": 20}, rng) for _ in range(200)]
     assert all(1 <= x <= 20 for x in clipped)
     with pytest.raises(ValueError, match="^prompt_len: unknown distribution 'zipf'"):
         sample_length({"dist": "zipf"}, rng, "prompt_len")
@@ -59,8 +57,13 @@ def test_length_distributions():
 def test_document_scan_orders_and_tags():
     wl = document_scan(num_docs=3, doc_tokens=40, passes=("first", "reversed"))
     assert [r.request_id for r in wl.requests] == [
-        "first-doc-0", "first-doc-1", "first-doc-2",
-        "reversed-doc-2", "reversed-doc-1", "reversed-doc-0"]
+        "first-doc-0",
+        "first-doc-1",
+        "first-doc-2",
+        "reversed-doc-2",
+        "reversed-doc-1",
+        "reversed-doc-0",
+    ]
     assert wl.requests[0].segments[0] == wl.requests[5].segments[0] == ("doc-0", 40)
 
 
@@ -95,8 +98,7 @@ def test_trace_fields_and_errors():
     with pytest.raises(ValueError, match="^trace line 2: not JSON"):
         load_trace(["", "{nope"])
     with pytest.raises(ValueError, match="prefix_len: 50 must be smaller"):
-        load_trace(['{"arrival_time": 0, "prompt_tokens": 50, "prefix_group": "g", '
-                    '"prefix_len": 50}'])
+        load_trace(['{"arrival_time": 0, "prompt_tokens": 50, "prefix_group": "g", "prefix_len": 50}'])
 
 
 def test_workload_from_dict():
@@ -111,15 +113,37 @@ def test_workload_from_dict():
 
 
 def test_from_vllm_args_maps_the_flags():
-    argv = ["serve", "Qwen/Qwen2.5-1.5B-Instruct", "--max-num-seqs", "4",
-            "--gpu-memory-utilization", "0.6", "--max-model-len", "8192",
-            "--max-num-batched-tokens=2048", "--no-enable-prefix-caching", "--kv-cache-dtype",
-            "fp8", "--tensor-parallel-size", "2", "--block-size", "32", "--trust-remote-code",
-            "--swap-space", "4"]
+    argv = [
+        "serve",
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        "--max-num-seqs",
+        "4",
+        "--gpu-memory-utilization",
+        "0.6",
+        "--max-model-len",
+        "8192",
+        "--max-num-batched-tokens=2048",
+        "--no-enable-prefix-caching",
+        "--kv-cache-dtype",
+        "fp8",
+        "--tensor-parallel-size",
+        "2",
+        "--block-size",
+        "32",
+        "--trust-remote-code",
+        "--swap-space",
+        "4",
+    ]
     assert from_vllm_args(argv) == {
-        "max_num_seqs": 4, "gpu_memory_utilization": 0.6, "max_model_len": 8192,
-        "max_num_batched_tokens": 2048, "enable_prefix_caching": False, "kv_cache_dtype": "fp8",
-        "tensor_parallel_size": 2, "block_size": 32, "model": "qwen2.5-1.5b",
+        "max_num_seqs": 4,
+        "gpu_memory_utilization": 0.6,
+        "max_model_len": 8192,
+        "max_num_batched_tokens": 2048,
+        "enable_prefix_caching": False,
+        "kv_cache_dtype": "fp8",
+        "tensor_parallel_size": 2,
+        "block_size": 32,
+        "model": "qwen2.5-1.5b",
         "served_model_name": "Qwen/Qwen2.5-1.5B-Instruct",
     }
     parsed = parse_vllm_args(["vllm"] + argv)
@@ -127,10 +151,24 @@ def test_from_vllm_args_maps_the_flags():
 
 
 def test_from_vllm_args_other_spellings_and_errors():
-    got = from_vllm_args(["serve", "my/model", "--max_num_seqs=8", "--enable-prefix-caching",
-                          "--served-model-name", "chat", "--kv-offloading-size", "1.5"])
-    assert got == {"max_num_seqs": 8, "enable_prefix_caching": True, "served_model_name": "chat",
-                   "kv_offload_cpu_bytes": int(1.5 * 2**30)}
+    got = from_vllm_args(
+        [
+            "serve",
+            "my/model",
+            "--max_num_seqs=8",
+            "--enable-prefix-caching",
+            "--served-model-name",
+            "chat",
+            "--kv-offloading-size",
+            "1.5",
+        ]
+    )
+    assert got == {
+        "max_num_seqs": 8,
+        "enable_prefix_caching": True,
+        "served_model_name": "chat",
+        "kv_offload_cpu_bytes": int(1.5 * 2**30),
+    }
     notes = parse_vllm_args(["serve", "my/model"]).notes
     assert any("'my/model' has no profile" in n for n in notes)
     with pytest.raises(ValueError, match="^--max-num-seqs: "):
@@ -140,12 +178,15 @@ def test_from_vllm_args_other_spellings_and_errors():
     assert from_vllm_args(["--max-model-len", "32K"]) == {"max_model_len": 32768}
 
 
-@pytest.mark.parametrize(("spec", "field"), [
-    # a key a trace does not take (e.g. a file path) must not silently give an empty workload
-    ({"type": "trace", "path": "trace.jsonl"}, "^workload.path: "),
-    ({"type": "trace"}, "^workload.requests: "),
-    ({"type": "trace", "requests": "r.jsonl"}, "^workload.requests: "),
-])
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        # a key a trace does not take (e.g. a file path) must not silently give an empty workload
+        ({"type": "trace", "path": "trace.jsonl"}, "^workload.path: "),
+        ({"type": "trace"}, "^workload.requests: "),
+        ({"type": "trace", "requests": "r.jsonl"}, "^workload.requests: "),
+    ],
+)
 def test_trace_from_dict_refuses_what_would_replay_nothing(spec, field):
     with pytest.raises(ValueError, match=field):
         from_dict(spec)

@@ -1,6 +1,7 @@
 """The KV cases of tests/fixtures/cases (copied from ../shared/fixtures/cases; each file's ``source`` names the
 public thread): each reproduces its ``expected`` numbers within its ``tolerance_pct``. Inputs are what the
-case's log lines state (e.g. ``kv_cache_size=2.89GiB``), never the expected outputs."""
+case's log lines state (e.g. ``kv_cache_size=2.89GiB``), never the expected outputs.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +13,17 @@ from kvpilot.kv import capacity, startup_memory_check
 
 from .conftest import GIB, case
 
-CONFIG_FIELDS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "head_dim",
-                 "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+CONFIG_FIELDS = (
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "hidden_size",
+    "head_dim",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+)
 
 
 def config_of(c: dict) -> dict:
@@ -32,8 +42,14 @@ def test_c01_llama31_8b_max_len_29000_does_not_fit():
     c = case("C01")
     exp, tol = c["expected"], c["expected"]["tolerance_pct"]
     # log: total_gpu_memory=23.58GiB kv_cache_size=2.89GiB gpu_memory_utilization=0.90, max_model_len 29000
-    cap = capacity(config_of(c), kv_memory_bytes=round(2.89 * GIB), gpu_memory_bytes=round(23.58 * GIB),
-                   gpu_memory_utilization=0.9, max_model_len=29_000, block_size=16)
+    cap = capacity(
+        config_of(c),
+        kv_memory_bytes=round(2.89 * GIB),
+        gpu_memory_bytes=round(23.58 * GIB),
+        gpu_memory_utilization=0.9,
+        max_model_len=29_000,
+        block_size=16,
+    )
     assert cap.bytes_per_token == exp["kv_bytes_per_token"]
     assert cap.block_size * cap.bytes_per_token == exp["block_bytes"]
     assert close(cap.kv_tokens, exp["capacity_tokens"], tol)
@@ -50,8 +66,14 @@ def test_c01_same_pool_from_gpu_memory_minus_profiled_usage():
     c = case("C01")
     exp, tol = c["expected"], c["expected"]["tolerance_pct"]
     # log: peak_torch_memory=17.98GiB (weights + activations) non_torch_memory=0.35GiB
-    cap = capacity(config_of(c), gpu_memory_bytes=round(23.58 * GIB), gpu_memory_utilization=0.9,
-                   weights_bytes=round(17.98 * GIB), overhead_bytes=round(0.35 * GIB), max_model_len=29_000)
+    cap = capacity(
+        config_of(c),
+        gpu_memory_bytes=round(23.58 * GIB),
+        gpu_memory_utilization=0.9,
+        weights_bytes=round(17.98 * GIB),
+        overhead_bytes=round(0.35 * GIB),
+        max_model_len=29_000,
+    )
     assert close(cap.kv_tokens, exp["capacity_tokens"], tol)
     assert cap.fits is False
 
@@ -94,11 +116,21 @@ def test_c06_r1_distill_qwen14b_tp2():
     assert cap.fits is False
     assert cap.request_bytes / GIB == exp["required_gib_per_gpu"]
     assert close(cap.max_model_len_that_fits, exp["fixes"]["max_model_len_le"], tol)
-    fp8 = capacity(config_of(c), tensor_parallel_size=2, kv_memory_bytes=round(kv_gib * GIB), kv_cache_dtype="fp8",
-                   max_model_len=131_072)
+    fp8 = capacity(
+        config_of(c),
+        tensor_parallel_size=2,
+        kv_memory_bytes=round(kv_gib * GIB),
+        kv_cache_dtype="fp8",
+        max_model_len=131_072,
+    )
     assert close(fp8.kv_tokens, exp["fixes"]["fp8_kv_capacity_tokens"], tol)
-    dp = capacity(config_of(c), tensor_parallel_size=2, data_parallel_size=2, kv_memory_bytes=round(kv_gib * GIB),
-                  max_model_len=131_072)
+    dp = capacity(
+        config_of(c),
+        tensor_parallel_size=2,
+        data_parallel_size=2,
+        kv_memory_bytes=round(kv_gib * GIB),
+        max_model_len=131_072,
+    )
     assert dp.bytes_per_token == cap.bytes_per_token and dp.kv_tokens == cap.kv_tokens
 
 
@@ -120,8 +152,9 @@ def test_c20a_free_memory_below_utilization_target():
     exp = c["expected"]
     # log: "Free memory on device cuda:1 (19.77/22.05 GiB) on startup is less than desired GPU memory
     # utilization (0.9, 19.84 GiB)."
-    check = startup_memory_check(total_bytes=22.05 * GIB, free_bytes=19.77 * GIB,
-                                 gpu_memory_utilization=c["flags"]["gpu_memory_utilization"])
+    check = startup_memory_check(
+        total_bytes=22.05 * GIB, free_bytes=19.77 * GIB, gpu_memory_utilization=c["flags"]["gpu_memory_utilization"]
+    )
     assert check.feasible is False
     assert round(check.requested_bytes / GIB, 3) == exp["requested_gib"]
     assert round(check.free_bytes / GIB, 2) == exp["free_gib"]

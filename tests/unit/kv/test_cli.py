@@ -22,12 +22,32 @@ def run(*args: str):
 
 
 def test_json_keys_and_numbers():
-    result = run(LLAMA, "--kv-memory", "2.89GiB", "--max-model-len", "29000", "--gpu-memory", "23.58GiB",
-                 "--gpu-memory-utilization", "0.9", "-o", "json")
+    result = run(
+        LLAMA,
+        "--kv-memory",
+        "2.89GiB",
+        "--max-model-len",
+        "29000",
+        "--gpu-memory",
+        "23.58GiB",
+        "--gpu-memory-utilization",
+        "0.9",
+        "-o",
+        "json",
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    assert {"bytes_per_token", "kv_tokens", "kv_blocks", "max_concurrency", "fits", "max_model_len_that_fits",
-            "min_gpu_memory_utilization_to_fit", "estimate", "inputs"} <= set(doc)
+    assert {
+        "bytes_per_token",
+        "kv_tokens",
+        "kv_blocks",
+        "max_concurrency",
+        "fits",
+        "max_model_len_that_fits",
+        "min_gpu_memory_utilization_to_fit",
+        "estimate",
+        "inputs",
+    } <= set(doc)
     assert doc["bytes_per_token"] == 2 * 32 * 8 * 128 * 2
     # floor(2.89 GiB / (16 x 131,072 B)) = floor(1479.68) = 1,479 blocks
     assert doc["kv_blocks"] == 1479 and doc["kv_tokens"] == 1479 * 16
@@ -47,9 +67,18 @@ def test_text_output_has_units():
 def test_help_has_examples_and_vllm_spellings():
     result = run("--help")
     assert result.exit_code == 0
-    for flag in ("--kv-cache-dtype", "--tensor-parallel-size", "--data-parallel-size", "--max-model-len",
-                 "--block-size", "--gpu-memory-utilization", "--kv-memory", "--gpu-memory", "--weights-memory",
-                 "Examples:"):
+    for flag in (
+        "--kv-cache-dtype",
+        "--tensor-parallel-size",
+        "--data-parallel-size",
+        "--max-model-len",
+        "--block-size",
+        "--gpu-memory-utilization",
+        "--kv-memory",
+        "--gpu-memory",
+        "--weights-memory",
+        "Examples:",
+    ):
         assert flag in result.output
 
 
@@ -57,8 +86,19 @@ def test_folder_with_safetensors_gives_weights(tmp_path):
     (tmp_path / "config.json").write_text((HF_CONFIGS / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text())
     with open(tmp_path / "model.safetensors", "wb") as f:
         f.truncate(3 * GIB)  # sparse file: 3 GiB of "weights"
-    result = run(str(tmp_path), "--gpu-memory", "8GiB", "--gpu-memory-utilization", "0.6",
-                 "--overhead-memory", "1GiB", "--max-model-len", "8192", "-o", "json")
+    result = run(
+        str(tmp_path),
+        "--gpu-memory",
+        "8GiB",
+        "--gpu-memory-utilization",
+        "0.6",
+        "--overhead-memory",
+        "1GiB",
+        "--max-model-len",
+        "8192",
+        "-o",
+        "json",
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     # 0.6 x 8 GiB - 3 GiB - 1 GiB = 0.8 GiB; / (16 x 28,672 B) blocks
@@ -75,28 +115,51 @@ def test_safetensors_index_total_size_divided_by_tp(tmp_path):
     assert json.loads(result.output)["inputs"]["weights_bytes"] == 15_231_233_024 // 2
 
 
-@pytest.mark.parametrize(("config", "args", "field"), [
-    ({"num_attention_heads": 32, "hidden_size": 4096}, [], "num_hidden_layers"),
-    ({"num_hidden_layers": 32, "num_attention_heads": 0, "hidden_size": 4096}, [], "num_attention_heads"),
-    ({"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 0, "hidden_size": 4096}, [],
-     "num_key_value_heads"),
-    ({"num_hidden_layers": "many", "num_attention_heads": 32, "hidden_size": 4096}, [], "num_hidden_layers"),
-    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "torch_dtype": "bfloat17"}, [],
-     "torch_dtype"),
-    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
-     ["--kv-cache-dtype", "int3"],
-     "--kv-cache-dtype"),
-    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8}, [], "--max-model-len"),
-    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
-     ["--gpu-memory", "8GiB"], "--weights-memory"),
-    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
-     ["--gpu-memory-utilization", "1.5", "--kv-memory", "1GiB"], "--gpu-memory-utilization"),
-    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
-     ["--kv-memory", "lots"], "--kv-memory"),
-    ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
-     ["--tensor-parallel-size", "0"], "--tensor-parallel-size"),
-    ([1, 2, 3], [], "config.json"),
-])
+@pytest.mark.parametrize(
+    ("config", "args", "field"),
+    [
+        ({"num_attention_heads": 32, "hidden_size": 4096}, [], "num_hidden_layers"),
+        ({"num_hidden_layers": 32, "num_attention_heads": 0, "hidden_size": 4096}, [], "num_attention_heads"),
+        (
+            {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 0, "hidden_size": 4096},
+            [],
+            "num_key_value_heads",
+        ),
+        ({"num_hidden_layers": "many", "num_attention_heads": 32, "hidden_size": 4096}, [], "num_hidden_layers"),
+        (
+            {"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "torch_dtype": "bfloat17"},
+            [],
+            "torch_dtype",
+        ),
+        (
+            {"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
+            ["--kv-cache-dtype", "int3"],
+            "--kv-cache-dtype",
+        ),
+        ({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8}, [], "--max-model-len"),
+        (
+            {"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
+            ["--gpu-memory", "8GiB"],
+            "--weights-memory",
+        ),
+        (
+            {"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
+            ["--gpu-memory-utilization", "1.5", "--kv-memory", "1GiB"],
+            "--gpu-memory-utilization",
+        ),
+        (
+            {"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
+            ["--kv-memory", "lots"],
+            "--kv-memory",
+        ),
+        (
+            {"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
+            ["--tensor-parallel-size", "0"],
+            "--tensor-parallel-size",
+        ),
+        ([1, 2, 3], [], "config.json"),
+    ],
+)
 def test_bad_input_exits_2_naming_the_field(tmp_path, config, args, field):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
@@ -122,8 +185,13 @@ def test_non_json_and_missing_file(tmp_path):
 
 def test_offline_hub_id_names_what_to_download(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "kvpilot.cli", "kv", "someorg/some-model"], capture_output=True,
-                          text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvpilot.cli", "kv", "someorg/some-model"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "https://huggingface.co/someorg/some-model/resolve/main/config.json" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -141,8 +209,13 @@ def _hub_at(tmp_path, endpoint: str, **extra: str) -> dict:
 def _kv_hub(env: dict) -> subprocess.CompletedProcess:
     # The subprocess timeout bounds the run: without a bound, huggingface_hub retries the metadata
     # request 5 times with backoff (1+2+4+8+8 s of sleeps) and logs ~10 warnings, > 23 s in all.
-    return subprocess.run([sys.executable, "-m", "kvpilot.cli", "kv", "someorg/some-model"], capture_output=True,
-                          text=True, env=env, timeout=20)
+    return subprocess.run(
+        [sys.executable, "-m", "kvpilot.cli", "kv", "someorg/some-model"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=20,
+    )
 
 
 def test_unreachable_hub_fails_at_once_with_one_line(tmp_path):
@@ -191,12 +264,23 @@ def test_hub_id_downloads_config_and_weight_index(tmp_path, monkeypatch):
     monkeypatch.delenv("HF_HUB_ETAG_TIMEOUT", raising=False)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
     monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", fake_metadata)
-    result = run("Qwen/Qwen2.5-7B-Instruct", "--gpu-memory", "24GiB", "--overhead-memory", "1GiB",
-                 "--max-model-len", "8192", "-o", "json")
+    result = run(
+        "Qwen/Qwen2.5-7B-Instruct",
+        "--gpu-memory",
+        "24GiB",
+        "--overhead-memory",
+        "1GiB",
+        "--max-model-len",
+        "8192",
+        "-o",
+        "json",
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    assert calls == [("Qwen/Qwen2.5-7B-Instruct", "config.json"),
-                     ("Qwen/Qwen2.5-7B-Instruct", "model.safetensors.index.json")]
+    assert calls == [
+        ("Qwen/Qwen2.5-7B-Instruct", "config.json"),
+        ("Qwen/Qwen2.5-7B-Instruct", "model.safetensors.index.json"),
+    ]
     assert doc["bytes_per_token"] == 2 * 28 * 4 * 128 * 2
     assert doc["kv_memory_bytes"] == int(0.92 * 24 * GIB) - 15_231_233_024 - GIB
 
@@ -254,8 +338,17 @@ def test_c20a_free_gpu_memory_through_the_cli_text():
 
 def test_enough_free_gpu_memory_starts():
     # 0.85 x 22.05 = 18.7425 GiB requested <= 19.77 GiB free: it starts, nothing short.
-    result = run(LLAMA, "--gpu-memory", "22.05GiB", "--free-gpu-memory", "19.77GiB",
-                 "--gpu-memory-utilization", "0.85", "-o", "json")
+    result = run(
+        LLAMA,
+        "--gpu-memory",
+        "22.05GiB",
+        "--free-gpu-memory",
+        "19.77GiB",
+        "--gpu-memory-utilization",
+        "0.85",
+        "-o",
+        "json",
+    )
     assert result.exit_code == 0, result.output
     check = json.loads(result.output)["startup_memory_check"]
     assert check["feasible"] is True and check["shortfall_bytes"] == 0

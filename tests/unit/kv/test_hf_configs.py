@@ -1,6 +1,7 @@
 """Every copied Hugging Face config: KV bytes per token (per GPU, TP 1, --kv-cache-dtype auto), worked out by
 hand from the config's fields (arithmetic written out; comments name the fields), plus the fixed per-request
-state of sliding / hybrid models."""
+state of sliding / hybrid models.
+"""
 
 from __future__ import annotations
 
@@ -41,17 +42,26 @@ EXPECTED = {
     "microsoft__Phi-3-mini-4k-instruct": (0, 2 * 32 * 32 * (3072 // 32) * 2, 0),
     # Qwen3-Next: full_attention_interval 4 -> 12 full layers (kv 2, head_dim 256); 36 Gated DeltaNet layers:
     # conv (4-1) x (2*16*128 + 32*128) + state 32 x 128 x 128, bf16
-    "Qwen__Qwen3-Next-80B-A3B-Instruct": (2 * 12 * 2 * 256 * 2, 0, 36 * ((4 - 1) * (2 * 16 * 128 + 32 * 128)
-                                                                      + 32 * 128 * 128) * 2),
-    "Qwen__Qwen3-Next-80B-A3B-Thinking": (2 * 12 * 2 * 256 * 2, 0, 36 * ((4 - 1) * (2 * 16 * 128 + 32 * 128)
-                                                                      + 32 * 128 * 128) * 2),
+    "Qwen__Qwen3-Next-80B-A3B-Instruct": (
+        2 * 12 * 2 * 256 * 2,
+        0,
+        36 * ((4 - 1) * (2 * 16 * 128 + 32 * 128) + 32 * 128 * 128) * 2,
+    ),
+    "Qwen__Qwen3-Next-80B-A3B-Thinking": (
+        2 * 12 * 2 * 256 * 2,
+        0,
+        36 * ((4 - 1) * (2 * 16 * 128 + 32 * 128) + 32 * 128 * 128) * 2,
+    ),
     # Jamba: attention on layers 4, 12, 20, 28 (kv 8, head dim 4096/32); 28 Mamba-1 layers:
     # d_inner = mamba_expand 2 x hidden 4096; conv (d_conv 4 - 1) x d_inner + ssm d_inner x d_state 16, bf16
     "ai21labs__Jamba-v0.1": (2 * 4 * 8 * (4096 // 32) * 2, 0, 28 * ((4 - 1) * (2 * 4096) + (2 * 4096) * 16) * 2),
     # Nemotron-3-Nano: 6 '*' attention layers (kv 2, head_dim 128); 23 'M' Mamba-2 layers:
     # conv (4-1) x (64*64 + 2*8*128) in bf16 + ssm 64 x 64 x 128 in mamba_ssm_cache_dtype float32
-    "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": (2 * 6 * 2 * 128 * 2, 0,
-                                                    23 * ((4 - 1) * (64 * 64 + 2 * 8 * 128) * 2 + 64 * 64 * 128 * 4)),
+    "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": (
+        2 * 6 * 2 * 128 * 2,
+        0,
+        23 * ((4 - 1) * (64 * 64 + 2 * 8 * 128) * 2 + 64 * 64 * 128 * 4),
+    ),
 }
 
 
@@ -85,11 +95,14 @@ def test_mla_is_not_divided_by_tensor_parallel():
     assert bytes_per_token(cfg, kv_cache_dtype="fp8_ds_mla") == 61 * 656
 
 
-@pytest.mark.parametrize(("tp", "expected"), [
-    (1, 2 * 28 * 4 * 128 * 2),
-    (2, 2 * 28 * (4 // 2) * 128 * 2),
-    (4, 2 * 28 * (4 // 4) * 128 * 2),
-])
+@pytest.mark.parametrize(
+    ("tp", "expected"),
+    [
+        (1, 2 * 28 * 4 * 128 * 2),
+        (2, 2 * 28 * (4 // 2) * 128 * 2),
+        (4, 2 * 28 * (4 // 4) * 128 * 2),
+    ],
+)
 def test_tensor_parallel_divides_by_min_tp_kv_heads(tp, expected):
     assert bytes_per_token(hf_config("Qwen__Qwen2.5-7B-Instruct"), tensor_parallel_size=tp) == expected
 
@@ -97,17 +110,21 @@ def test_tensor_parallel_divides_by_min_tp_kv_heads(tp, expected):
 def test_kv_heads_are_replicated_when_tp_exceeds_them():
     # Llama-3.1-8B: 32 query heads, 8 KV heads; TP 16 divides 32 and is a multiple of 8: one KV head per GPU,
     # total / min(16, 8) = 2 x 32 x 8 x 128 x 2 / 8
-    assert bytes_per_token(hf_config("meta-llama__Llama-3.1-8B-Instruct"), tensor_parallel_size=16) == \
-        2 * 32 * 1 * 128 * 2
+    assert (
+        bytes_per_token(hf_config("meta-llama__Llama-3.1-8B-Instruct"), tensor_parallel_size=16) == 2 * 32 * 1 * 128 * 2
+    )
 
 
-@pytest.mark.parametrize(("model", "tp", "field"), [
-    # Qwen2.5-7B has 28 query heads: TP 8 does not divide them (vLLM: "Total number of attention heads (28)
-    # must be divisible by tensor parallel size (8)")
-    ("Qwen__Qwen2.5-7B-Instruct", 8, "num_attention_heads"),
-    # ... TP 14 divides the 28 heads but not the 4 KV heads' replication (14 % 4 = 2)
-    ("Qwen__Qwen2.5-7B-Instruct", 14, "num_key_value_heads"),
-])
+@pytest.mark.parametrize(
+    ("model", "tp", "field"),
+    [
+        # Qwen2.5-7B has 28 query heads: TP 8 does not divide them (vLLM: "Total number of attention heads (28)
+        # must be divisible by tensor parallel size (8)")
+        ("Qwen__Qwen2.5-7B-Instruct", 8, "num_attention_heads"),
+        # ... TP 14 divides the 28 heads but not the 4 KV heads' replication (14 % 4 = 2)
+        ("Qwen__Qwen2.5-7B-Instruct", 14, "num_key_value_heads"),
+    ],
+)
 def test_tensor_parallel_vllm_refuses(model, tp, field):
     with pytest.raises(KVConfigError, match=field):
         bytes_per_token(hf_config(model), tensor_parallel_size=tp)
@@ -146,9 +163,17 @@ def test_gemma3_default_context_from_gemma3_text_config_defaults():
 def test_nested_text_config_sliding_window_without_layer_pattern():
     # A multimodal-style config: text_config with a sliding_window but no layer pattern, and
     # max_position_embeddings only at the top level (vLLM reads the top level first).
-    config = {"model_type": "x", "max_position_embeddings": 4096,
-              "text_config": {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                              "hidden_size": 256, "sliding_window": 1024}}
+    config = {
+        "model_type": "x",
+        "max_position_embeddings": 4096,
+        "text_config": {
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "hidden_size": 256,
+            "sliding_window": 1024,
+        },
+    }
     # window 1024 < 4096: every layer slides (Mistral/Phi-3 convention)
     assert kv_spec_from_config(config).layer_kinds == ("sliding_attention", "sliding_attention")
     # window 4096 >= top-level max_position_embeddings 4096: every layer sees the whole context

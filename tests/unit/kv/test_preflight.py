@@ -13,8 +13,13 @@ LLAMA = hf_config("meta-llama__Llama-3.1-8B-Instruct")
 
 
 def test_fits_gives_true_condition_and_no_warning():
-    cond, warning = kv_capacity_condition(LLAMA, {"maxModelLen": 8192, "gpuMemoryUtilization": 0.9},
-                                          gpu_memory_bytes=80 * GIB, weights_bytes=15 * GIB, overhead_bytes=2 * GIB)
+    cond, warning = kv_capacity_condition(
+        LLAMA,
+        {"maxModelLen": 8192, "gpuMemoryUtilization": 0.9},
+        gpu_memory_bytes=80 * GIB,
+        weights_bytes=15 * GIB,
+        overhead_bytes=2 * GIB,
+    )
     assert cond["type"] == "KVCapacity" and cond["status"] == "True" and cond["reason"] == "Fits"
     assert warning is None
     # 0.9 x 80 GiB - 17 GiB = 55 GiB; / (16 x 131,072 B) = 28,160 blocks = 450,560 tokens
@@ -22,8 +27,9 @@ def test_fits_gives_true_condition_and_no_warning():
 
 
 def test_max_model_len_too_long_warns_with_fixes():
-    cond, warning = kv_capacity_condition(LLAMA, {"gpuMemoryUtilization": 0.9}, gpu_memory_bytes=24 * GIB,
-                                          weights_bytes=15 * GIB, overhead_bytes=2 * GIB)
+    cond, warning = kv_capacity_condition(
+        LLAMA, {"gpuMemoryUtilization": 0.9}, gpu_memory_bytes=24 * GIB, weights_bytes=15 * GIB, overhead_bytes=2 * GIB
+    )
     # default maxModelLen = max_position_embeddings 131,072 -> 16 GiB of KV; 0.9 x 24 - 17 = 4.6 GiB available
     assert cond["status"] == "False" and cond["reason"] == "MaxModelLenExceedsKV"
     assert warning == cond["message"]
@@ -31,8 +37,9 @@ def test_max_model_len_too_long_warns_with_fixes():
 
 
 def test_no_memory_left():
-    cond, warning = kv_capacity_condition(LLAMA, {"maxModelLen": 4096}, gpu_memory_bytes=16 * GIB,
-                                          weights_bytes=15 * GIB)
+    cond, warning = kv_capacity_condition(
+        LLAMA, {"maxModelLen": 4096}, gpu_memory_bytes=16 * GIB, weights_bytes=15 * GIB
+    )
     assert cond["status"] == "False" and cond["reason"] == "NoKVMemory" and warning
 
 
@@ -54,8 +61,13 @@ def test_numbers_match_the_api_preflight_status_fields():
     from kvpilot.api.models import PreflightStatus
     from kvpilot.kv.preflight import kv_preflight
 
-    result = kv_preflight(LLAMA, {"maxModelLen": 8192, "gpuMemoryUtilization": 0.9}, gpu_memory_bytes=80 * GIB,
-                          weights_bytes=15 * GIB, overhead_bytes=2 * GIB)
+    result = kv_preflight(
+        LLAMA,
+        {"maxModelLen": 8192, "gpuMemoryUtilization": 0.9},
+        gpu_memory_bytes=80 * GIB,
+        weights_bytes=15 * GIB,
+        overhead_bytes=2 * GIB,
+    )
     status = PreflightStatus(**result.numbers)
     assert status.kv_tokens == 28_160 * 16
     assert status.bytes_per_token == 2 * 32 * 8 * 128 * 2

@@ -7,14 +7,19 @@ from hypothesis import strategies as st
 
 from kvpilot.kv import bytes_per_token, capacity
 
-dense = st.fixed_dictionaries({
-    "num_hidden_layers": st.integers(1, 128),
-    "num_attention_heads": st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128]),
-    "hidden_size": st.sampled_from([512, 1024, 2048, 4096, 8192]),
-    "torch_dtype": st.sampled_from(["bfloat16", "float16"]),
-    "max_position_embeddings": st.integers(16, 1 << 20),
-}).flatmap(lambda c: st.sampled_from([h for h in (1, 2, 4, 8, 16, 32, 64, 128) if h <= c["num_attention_heads"]])
-           .map(lambda kv: {**c, "num_key_value_heads": kv}))
+dense = st.fixed_dictionaries(
+    {
+        "num_hidden_layers": st.integers(1, 128),
+        "num_attention_heads": st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128]),
+        "hidden_size": st.sampled_from([512, 1024, 2048, 4096, 8192]),
+        "torch_dtype": st.sampled_from(["bfloat16", "float16"]),
+        "max_position_embeddings": st.integers(16, 1 << 20),
+    }
+).flatmap(
+    lambda c: st.sampled_from([h for h in (1, 2, 4, 8, 16, 32, 64, 128) if h <= c["num_attention_heads"]]).map(
+        lambda kv: {**c, "num_key_value_heads": kv}
+    )
+)
 tp = st.sampled_from([1, 2, 4, 8, 16])
 
 
@@ -59,11 +64,23 @@ def test_data_parallel_never_divides(cfg, memory, max_len):
 @given(dense, st.integers(1 << 30, 1 << 37), st.floats(0.3, 0.95), st.integers(1, 1 << 16))
 def test_min_utilization_is_the_boundary(cfg, gpu, util, max_len):
     weights = int(gpu * 0.2)
-    cap = capacity(cfg, gpu_memory_bytes=gpu, gpu_memory_utilization=util, weights_bytes=weights,
-                   overhead_bytes=0, max_model_len=max_len)
+    cap = capacity(
+        cfg,
+        gpu_memory_bytes=gpu,
+        gpu_memory_utilization=util,
+        weights_bytes=weights,
+        overhead_bytes=0,
+        max_model_len=max_len,
+    )
     needed = cap.min_gpu_memory_utilization_to_fit
     if needed <= 1:
-        at = capacity(cfg, gpu_memory_bytes=gpu, gpu_memory_utilization=min(1.0, needed + 1e-9),
-                      weights_bytes=weights, overhead_bytes=0, max_model_len=max_len)
+        at = capacity(
+            cfg,
+            gpu_memory_bytes=gpu,
+            gpu_memory_utilization=min(1.0, needed + 1e-9),
+            weights_bytes=weights,
+            overhead_bytes=0,
+            max_model_len=max_len,
+        )
         assert at.fits
     assert cap.fits == (needed <= util + 1e-12)

@@ -9,17 +9,24 @@ from kvpilot.kv import bytes_per_token, capacity
 from .conftest import GIB, hf_config
 
 MHA_7B = {  # Qwen2.5-7B-Instruct with H_kv = heads = 28 (background.md §2, last row)
-    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 28, "hidden_size": 3584,
-    "torch_dtype": "bfloat16", "max_position_embeddings": 32768,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 28,
+    "hidden_size": 3584,
+    "torch_dtype": "bfloat16",
+    "max_position_embeddings": 32768,
 }
 
 
-@pytest.mark.parametrize(("config", "expected_bytes", "expected_gib_32k"), [
-    (hf_config("Qwen__Qwen2.5-1.5B-Instruct"), 28_672, 0.875),
-    (hf_config("Qwen__Qwen2.5-7B-Instruct"), 57_344, 1.75),
-    (hf_config("Qwen__Qwen2.5-72B-Instruct"), 327_680, 10),
-    (MHA_7B, 401_408, 12.25),
-])
+@pytest.mark.parametrize(
+    ("config", "expected_bytes", "expected_gib_32k"),
+    [
+        (hf_config("Qwen__Qwen2.5-1.5B-Instruct"), 28_672, 0.875),
+        (hf_config("Qwen__Qwen2.5-7B-Instruct"), 57_344, 1.75),
+        (hf_config("Qwen__Qwen2.5-72B-Instruct"), 327_680, 10),
+        (MHA_7B, 401_408, 12.25),
+    ],
+)
 def test_reference_bytes_per_token_and_32k_request(config, expected_bytes, expected_gib_32k):
     assert bytes_per_token(config) == expected_bytes
     cap = capacity(config, max_model_len=32_768)
@@ -27,9 +34,15 @@ def test_reference_bytes_per_token_and_32k_request(config, expected_bytes, expec
 
 
 def test_reference_kib_column():
-    assert [bytes_per_token(c) / 1024 for c in (hf_config("Qwen__Qwen2.5-1.5B-Instruct"),
-                                                 hf_config("Qwen__Qwen2.5-7B-Instruct"),
-                                                 hf_config("Qwen__Qwen2.5-72B-Instruct"), MHA_7B)] == [28, 56, 320, 392]
+    assert [
+        bytes_per_token(c) / 1024
+        for c in (
+            hf_config("Qwen__Qwen2.5-1.5B-Instruct"),
+            hf_config("Qwen__Qwen2.5-7B-Instruct"),
+            hf_config("Qwen__Qwen2.5-72B-Instruct"),
+            MHA_7B,
+        )
+    ] == [28, 56, 320, 392]
 
 
 def test_lmcache_cross_check_4864_tokens():
@@ -55,15 +68,20 @@ def test_fp8_is_one_byte():
     assert bytes_per_token(hf_config("Qwen__Qwen2.5-7B-Instruct"), kv_cache_dtype="fp8_e5m2") == 28_672
 
 
-
 def test_reference_deployment_from_gpu_memory_with_the_default_overhead():
     """background.md §7/§9: Qwen2.5-1.5B, 8 GiB GPU, utilization 0.60 -> vLLM logged 21,520 KV tokens.
 
     The default overhead (1.35 GiB) is calibrated on this deployment, so this checks the derivation's
-    arithmetic and the documented default, not an independent prediction."""
+    arithmetic and the documented default, not an independent prediction.
+    """
     weights = 1_543_714_304 * 2  # parameters of Qwen2.5-1.5B (tied embeddings) x 2 bytes
-    cap = capacity(hf_config("Qwen__Qwen2.5-1.5B-Instruct"), gpu_memory_bytes=8 * GIB, gpu_memory_utilization=0.60,
-                   weights_bytes=weights, max_model_len=8192)
+    cap = capacity(
+        hf_config("Qwen__Qwen2.5-1.5B-Instruct"),
+        gpu_memory_bytes=8 * GIB,
+        gpu_memory_utilization=0.60,
+        weights_bytes=weights,
+        max_model_len=8192,
+    )
     assert cap.kv_memory_bytes == int(0.6 * 8 * GIB) - weights - int(1.35 * GIB)
     assert abs(cap.kv_tokens - 21_520) / 21_520 < 0.005
     assert cap.estimate is True

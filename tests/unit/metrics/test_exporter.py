@@ -1,5 +1,6 @@
 """VLLMMetrics: per-version names, labels, units and exposition (expected sets written by hand
-from background.md §8, the rename notes of the catalog and the captures in tests/fixtures/metrics)."""
+from background.md §8, the rename notes of the catalog and the captures in tests/fixtures/metrics).
+"""
 
 from __future__ import annotations
 
@@ -8,16 +9,32 @@ import pytest
 from kvpilot.engine.exporter import VLLMMetrics, request_token_buckets
 from kvpilot.metrics.exposition import parse_exposition
 
-CACHE = {"block_size": "16", "num_gpu_blocks": "1345", "gpu_memory_utilization": "0.6",
-         "enable_prefix_caching": "True", "kv_cache_size_tokens": "21520", "kv_cache_max_concurrency": "2.63"}
+CACHE = {
+    "block_size": "16",
+    "num_gpu_blocks": "1345",
+    "gpu_memory_utilization": "0.6",
+    "enable_prefix_caching": "True",
+    "kv_cache_size_tokens": "21520",
+    "kv_cache_max_concurrency": "2.63",
+}
 
 # Present in every V1 release modelled (0.8 on), as TYPE names of the 0.0.4 text format.
 COMMON = {
-    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_preemptions_total",
-    "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
-    "vllm:iteration_tokens_total", "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
-    "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
-    "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:cache_config_info",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:num_preemptions_total",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:request_success_total",
+    "vllm:iteration_tokens_total",
+    "vllm:time_to_first_token_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds",
+    "vllm:request_prompt_tokens",
+    "vllm:request_generation_tokens",
+    "vllm:cache_config_info",
 }
 OLD_KV_PREFIX = {"vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total"}
 NEW_KV_PREFIX = {"vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"}
@@ -30,9 +47,9 @@ EXPECTED = {
     "0.8.0": COMMON | OLD_KV_PREFIX | TPOT,
     "0.8.3": COMMON | OLD_KV_PREFIX | TPOT,
     "0.9.0": COMMON | OLD_KV_PREFIX | TPOT,
-    "0.10.1": COMMON | OLD_KV_PREFIX | NEW_KV_PREFIX | TPOT | ITL,   # both generations side by side
-    "0.11.0": COMMON | NEW_KV_PREFIX | EXTERNAL | TPOT | ITL,         # old KV/prefix names hidden
-    "0.15.0": COMMON | NEW_KV_PREFIX | EXTERNAL | ITL,                # time_per_output_token removed
+    "0.10.1": COMMON | OLD_KV_PREFIX | NEW_KV_PREFIX | TPOT | ITL,  # both generations side by side
+    "0.11.0": COMMON | NEW_KV_PREFIX | EXTERNAL | TPOT | ITL,  # old KV/prefix names hidden
+    "0.15.0": COMMON | NEW_KV_PREFIX | EXTERNAL | ITL,  # time_per_output_token removed
     "0.20.0": COMMON | NEW_KV_PREFIX | EXTERNAL | ITL | BY_REASON,
     "0.33.0": COMMON | NEW_KV_PREFIX | EXTERNAL | ITL | BY_REASON,
 }
@@ -49,8 +66,11 @@ def _text(m: VLLMMetrics) -> str:
 
 
 def _type_names(text: str) -> set[str]:
-    return {line.split()[2] for line in text.splitlines()
-            if line.startswith("# TYPE") and not line.split()[2].endswith("_created")}
+    return {
+        line.split()[2]
+        for line in text.splitlines()
+        if line.startswith("# TYPE") and not line.split()[2].endswith("_created")
+    }
 
 
 @pytest.mark.parametrize("version", sorted(EXPECTED))
@@ -83,8 +103,11 @@ def test_cache_config_info_labels_by_version():
 
 
 def _value(m: VLLMMetrics, name: str, **labels) -> float:
-    hits = [s.value for s in parse_exposition(_text(m))
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    hits = [
+        s.value
+        for s in parse_exposition(_text(m))
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
     assert len(hits) == 1, (name, labels, hits)
     return hits[0]
 
@@ -95,8 +118,9 @@ def test_prefix_counters_in_blocks_before_090():
     for version, queries, hits in [("0.8.5", 5.0, 4.0), ("0.9.0", 80.0, 64.0)]:
         m = _metrics(version)
         for _ in range(2):
-            m.record_step(num_tokens=40, prompt_tokens=40, generation_tokens=0, preemptions=0,
-                          prefix_queries=40, prefix_hits=32)
+            m.record_step(
+                num_tokens=40, prompt_tokens=40, generation_tokens=0, preemptions=0, prefix_queries=40, prefix_hits=32
+            )
         assert _value(m, "vllm:gpu_prefix_cache_queries_total") == queries
         assert _value(m, "vllm:gpu_prefix_cache_hits_total") == hits
 
@@ -104,10 +128,17 @@ def test_prefix_counters_in_blocks_before_090():
 def test_step_and_queue_accounting_033():
     m = _metrics("0.33.0")
     m.set_queue(running=4, waiting=7, waiting_capacity=5, waiting_deferred=2, kv_cache_usage=0.25)
-    m.record_step(num_tokens=2048, prompt_tokens=2044, generation_tokens=4, preemptions=1,
-                  prefix_queries=2044, prefix_hits=1024, external_queries=1020, external_hits=512)
-    m.record_step(num_tokens=4, prompt_tokens=0, generation_tokens=4, preemptions=2,
-                  prefix_queries=0, prefix_hits=0)
+    m.record_step(
+        num_tokens=2048,
+        prompt_tokens=2044,
+        generation_tokens=4,
+        preemptions=1,
+        prefix_queries=2044,
+        prefix_hits=1024,
+        external_queries=1020,
+        external_hits=512,
+    )
+    m.record_step(num_tokens=4, prompt_tokens=0, generation_tokens=4, preemptions=2, prefix_queries=0, prefix_hits=0)
     assert _value(m, "vllm:num_requests_running") == 4
     assert _value(m, "vllm:num_requests_waiting") == 7
     assert _value(m, "vllm:num_requests_waiting_by_reason", reason="capacity") == 5
@@ -127,8 +158,17 @@ def test_step_and_queue_accounting_033():
 
 def test_record_request_histograms_and_success():
     m = _metrics("0.10.1")
-    m.record_request(ttft=0.3, itls=[0.02, 0.03, 0.2], e2e=1.2, queue_time=0.1, prefill_time=0.2,
-                     decode_time=0.9, prompt_tokens=30, generation_tokens=4, finished_reason="length")
+    m.record_request(
+        ttft=0.3,
+        itls=[0.02, 0.03, 0.2],
+        e2e=1.2,
+        queue_time=0.1,
+        prefill_time=0.2,
+        decode_time=0.9,
+        prompt_tokens=30,
+        generation_tokens=4,
+        finished_reason="length",
+    )
     # TTFT 0.3 s: above the 0.25 edge, inside 0.5
     assert _value(m, "vllm:time_to_first_token_seconds_bucket", le="0.25") == 0
     assert _value(m, "vllm:time_to_first_token_seconds_bucket", le="0.5") == 1
@@ -173,6 +213,7 @@ def test_bad_version_and_block_size():
 def test_negative_counts_rejected():
     m = _metrics("0.33.0")
     with pytest.raises(ValueError, match="preemptions"):
-        m.record_step(num_tokens=1, prompt_tokens=5, generation_tokens=1, preemptions=-1,
-                      prefix_queries=0, prefix_hits=0)
+        m.record_step(
+            num_tokens=1, prompt_tokens=5, generation_tokens=1, preemptions=-1, prefix_queries=0, prefix_hits=0
+        )
     assert _value(m, "vllm:prompt_tokens_total") == 0  # nothing applied

@@ -1,5 +1,6 @@
 """parse_exposition on every real capture (values read off each file by eye) and on the
-real-world oddities of issue 5 item 2 written out by hand."""
+real-world oddities of issue 5 item 2 written out by hand.
+"""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def test_multi_api_server_sum_before_bucket():
     # old and new ITL names side by side
     assert _find(samples, "vllm:time_per_output_token_seconds_count", engine="1")[0].value == 243.0
     assert _find(samples, "vllm:inter_token_latency_seconds_sum", engine="0")[0].value == pytest.approx(
-        13.223765562288463)
+        13.223765562288463
+    )
     assert _find(samples, "vllm:inter_token_latency_seconds_bucket", engine="0", le="0.025")[0].value == 954.0
     inf = _find(samples, "vllm:request_decode_time_seconds_bucket", engine="1", le="+Inf")
     assert inf[0].value == 1.0
@@ -117,8 +119,12 @@ vllm_gpu_cache_usage_perc{engine="0",model_name="m",pid="4242"} 0.25
 def test_openmetrics_with_escaped_sample_names_and_colon_help():
     assert is_openmetrics(ESCAPED_OM)
     samples = parse_exposition(ESCAPED_OM)
-    assert [s.name for s in samples] == ["vllm_num_requests_running", "vllm_num_preemptions_total",
-                                         "vllm_num_preemptions_created", "vllm_gpu_cache_usage_perc"]
+    assert [s.name for s in samples] == [
+        "vllm_num_requests_running",
+        "vllm_num_preemptions_total",
+        "vllm_num_preemptions_created",
+        "vllm_gpu_cache_usage_perc",
+    ]
     assert samples[0].value == 4.0
     assert samples[1].value == 7.0
     assert samples[3].labels["pid"] == "4242" and samples[3].value == 0.25
@@ -152,7 +158,12 @@ def test_openmetrics_refused_by_strict_parser_falls_back_linewise():
     )
     samples = parse_exposition(text)
     assert [(s.labels["engine"], s.timestamp) for s in samples] == [
-        ("0", 1700000000.0), ("1", 1700000000.0), ("0", 1700000001.0), ("0", 1700000001.0), ("1", 1700000001.0)]
+        ("0", 1700000000.0),
+        ("1", 1700000000.0),
+        ("0", 1700000001.0),
+        ("0", 1700000001.0),
+        ("1", 1700000001.0),
+    ]
     assert [s.value for s in samples[:4]] == [1.0, 2.0, 3.0, 3.0]
     assert math.isnan(samples[4].value)
 
@@ -176,7 +187,7 @@ def test_malformed_type_comment_is_tolerated():
 
 
 def test_truncated_line_raises_with_line_number():
-    text = "ok_metric 1\n" 'vllm:cache_config_info{block_size="16",user_specified_b\n'
+    text = 'ok_metric 1\nvllm:cache_config_info{block_size="16",user_specified_b\n'
     with pytest.raises(ExpositionError) as info:
         parse_exposition(text)
     assert info.value.line_no == 2

@@ -17,8 +17,9 @@ def _snapshots():
     reg = CollectorRegistry()
     running = Gauge("vllm:num_requests_running", "Running.", ["model_name", "engine"], registry=reg)
     pre = Counter("vllm:num_preemptions", "Preemptions.", ["model_name", "engine"], registry=reg)
-    hist = Histogram("vllm:iteration_tokens_total", "Tokens per step.", ["model_name", "engine"],
-                     buckets=(1, 8, 16), registry=reg)
+    hist = Histogram(
+        "vllm:iteration_tokens_total", "Tokens per step.", ["model_name", "engine"], buckets=(1, 8, 16), registry=reg
+    )
     snaps = []
     # t=0: running 2 (engines 0 and 1 get 2 and 5), preemptions 0, one step of 8 tokens
     # t=1: running 3, preemptions 1, one more step of 12 tokens
@@ -54,7 +55,7 @@ def test_format_is_openmetrics_families_contiguous_series_contiguous():
     assert "# TYPE vllm:num_preemptions counter" in lines
     # histogram at t=1.5: buckets 1/8/16/+Inf hold 0/1/2/2 (observations 8 and 12), count 2, sum 20
     i = lines.index('vllm:iteration_tokens_total_bucket{engine="0",le="1.0",model_name="m"} 0.0 1700000001.5')
-    assert lines[i:i + 6] == [
+    assert lines[i : i + 6] == [
         'vllm:iteration_tokens_total_bucket{engine="0",le="1.0",model_name="m"} 0.0 1700000001.5',
         'vllm:iteration_tokens_total_bucket{engine="0",le="8.0",model_name="m"} 1.0 1700000001.5',
         'vllm:iteration_tokens_total_bucket{engine="0",le="16.0",model_name="m"} 2.0 1700000001.5',

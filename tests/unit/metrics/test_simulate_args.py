@@ -1,5 +1,6 @@
 """`kvpilot simulate` argument handling that needs no engine: durations, --end, --serve address,
-cache_config labels, and one-line exit-2 errors."""
+cache_config labels, and one-line exit-2 errors.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from kvpilot.commands._common import parse_duration
 from kvpilot.commands.simulate import cache_config_labels, parse_end, parse_listen, vllm_shim
 
 
-@pytest.mark.parametrize("text, seconds", [("600", 600.0), ("90s", 90.0), ("10m", 600.0), ("1.5h", 5400.0),
-                                           ("500ms", 0.5)])
+@pytest.mark.parametrize(
+    "text, seconds", [("600", 600.0), ("90s", 90.0), ("10m", 600.0), ("1.5h", 5400.0), ("500ms", 0.5)]
+)
 def test_parse_duration(text, seconds):
     assert parse_duration(text, "--duration") == seconds
 
@@ -49,21 +51,36 @@ def test_parse_listen():
 
 def test_cache_config_labels_from_engine_config():
     # §9: 1,345 blocks of 16 tokens = 21,520 tokens; max concurrency for 8,192 tokens = 2.63 (vLLM's log line)
-    config = SimpleNamespace(block_size=16, resolved_num_gpu_blocks=lambda: 1345, max_model_len=8192,
-                             gpu_memory_utilization=0.6, enable_prefix_caching=True, kv_cache_dtype="auto")
+    config = SimpleNamespace(
+        block_size=16,
+        resolved_num_gpu_blocks=lambda: 1345,
+        max_model_len=8192,
+        gpu_memory_utilization=0.6,
+        enable_prefix_caching=True,
+        kv_cache_dtype="auto",
+    )
     labels = cache_config_labels(SimpleNamespace(config=config), {})
-    assert labels == {"block_size": "16", "num_gpu_blocks": "1345", "kv_cache_size_tokens": "21520",
-                      "kv_cache_max_concurrency": "2.63", "gpu_memory_utilization": "0.6",
-                      "enable_prefix_caching": "True", "cache_dtype": "auto"}
+    assert labels == {
+        "block_size": "16",
+        "num_gpu_blocks": "1345",
+        "kv_cache_size_tokens": "21520",
+        "kv_cache_max_concurrency": "2.63",
+        "gpu_memory_utilization": "0.6",
+        "enable_prefix_caching": "True",
+        "cache_dtype": "auto",
+    }
 
 
-@pytest.mark.parametrize("argv, field", [
-    (["simulate", "healthy", "--serve", "x:y"], "--serve"),
-    (["simulate", "healthy", "--duration", "soon"], "--duration"),
-    (["simulate", "healthy", "--max-num-seqs", "0"], "--max-num-seqs"),
-    (["simulate", "healthy", "--serve", "1", "--record", "f.om"], "--serve and --record"),
-    (["simulate", "healthy", "--kv-offload-cpu", "lots"], "--kv-offload-cpu"),
-])
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["simulate", "healthy", "--serve", "x:y"], "--serve"),
+        (["simulate", "healthy", "--duration", "soon"], "--duration"),
+        (["simulate", "healthy", "--max-num-seqs", "0"], "--max-num-seqs"),
+        (["simulate", "healthy", "--serve", "1", "--record", "f.om"], "--serve and --record"),
+        (["simulate", "healthy", "--kv-offload-cpu", "lots"], "--kv-offload-cpu"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(argv, field):
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 2, result.output
@@ -111,16 +128,21 @@ def test_size_error_names_the_option_as_typed():
     assert "--kv-offload-cpu-bytes" not in result.output
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["serve", "--help"],
-                                  ["serve", "Qwen/Qwen2.5-1.5B-Instruct", "-h"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["-h"], ["serve", "--help"], ["serve", "Qwen/Qwen2.5-1.5B-Instruct", "-h"]]
+)
 def test_vllm_shim_help_prints_usage_and_exits_0(argv):
     import subprocess
     import sys
 
     # The console script runs the shim in its own process: --help must print usage and exit 0, as
     # vllm --help does, never start serving (the subprocess timeout bounds that).
-    proc = subprocess.run([sys.executable, "-c", "from kvpilot.commands.simulate import vllm_shim; vllm_shim()",
-                           *argv], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from kvpilot.commands.simulate import vllm_shim; vllm_shim()", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: vllm serve MODEL")
     assert "KVPILOT_SCENARIO" in proc.stdout and proc.stderr == ""
@@ -130,9 +152,11 @@ def test_simulate_refuses_a_block_size_vllm_refuses(tmp_path):
     # vllm/config/cache.py: BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]
     scenario = tmp_path / "s.yaml"
     scenario.write_text("block_size: 7\n")
-    for argv, where in ((["simulate", "healthy", "--block-size", "7"], "'--block-size'"),
-                        (["simulate", "--vllm-args", "serve m --block-size 7"], "--block-size"),
-                        (["simulate", "healthy", "--scenario-file", str(scenario)], "block_size")):
+    for argv, where in (
+        (["simulate", "healthy", "--block-size", "7"], "'--block-size'"),
+        (["simulate", "--vllm-args", "serve m --block-size 7"], "--block-size"),
+        (["simulate", "healthy", "--scenario-file", str(scenario)], "block_size"),
+    ):
         result = CliRunner().invoke(cli, argv)
         assert result.exit_code == 2, (argv, result.output)
         assert where in result.output and "7" in result.output, (argv, result.output)
@@ -140,14 +164,17 @@ def test_simulate_refuses_a_block_size_vllm_refuses(tmp_path):
         assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--arrival-rate", "1e9"], ["--arrival-rate", "1000"]),  # was an unbounded run (3e11 requests)
-    # 1,000 requests/s x 2,000 s = 2,000,000 requests > the 1,000,000 of one run
-    (["--arrival-rate", "1000", "--duration", "2000"], ["--arrival-rate", "2,000,000", "1,000,000"]),
-    (["--num-requests", "2000000"], ["--num-requests", "1000000"]),
-    (["--duration", "25h"], ["--duration", "86400"]),  # 25 h = 90,000 s > one day
-    (["--serve", "127.0.0.1:0", "--speed", "1e6"], ["--speed", "1000"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--arrival-rate", "1e9"], ["--arrival-rate", "1000"]),  # was an unbounded run (3e11 requests)
+        # 1,000 requests/s x 2,000 s = 2,000,000 requests > the 1,000,000 of one run
+        (["--arrival-rate", "1000", "--duration", "2000"], ["--arrival-rate", "2,000,000", "1,000,000"]),
+        (["--num-requests", "2000000"], ["--num-requests", "1000000"]),
+        (["--duration", "25h"], ["--duration", "86400"]),  # 25 h = 90,000 s > one day
+        (["--serve", "127.0.0.1:0", "--speed", "1e6"], ["--speed", "1000"]),
+    ],
+)
 def test_runs_above_the_documented_bounds_are_refused_naming_the_option(args, words):
     result = CliRunner().invoke(cli, ["simulate", "healthy", *args])
     assert result.exit_code == 2, result.output

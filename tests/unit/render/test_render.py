@@ -19,8 +19,11 @@ from kvpilot.render.renderer import _environment
 KUBE_VERSIONS = ["1.30", kubernetes_validate.latest_version()]
 
 MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
-OWNER = {"apiVersion": "kvpilot.dev/v1alpha1", "kind": "VLLMServer",
-         "metadata": {"name": "qwen", "namespace": "llm", "uid": "1234-abcd"}}
+OWNER = {
+    "apiVersion": "kvpilot.dev/v1alpha1",
+    "kind": "VLLMServer",
+    "metadata": {"name": "qwen", "namespace": "llm", "uid": "1234-abcd"},
+}
 
 
 def render(owner=None, **fields):
@@ -51,10 +54,22 @@ def test_minimal_spec_renders_no_managed_flag():
 
 
 def test_experiment_flags():
-    assert cmd(engine={"gpuMemoryUtilization": 0.60, "maxModelLen": 8192, "maxNumSeqs": 4,
-                       "enablePrefixCaching": True}) == [
-        "vllm", "serve", MODEL, "--gpu-memory-utilization", "0.6", "--max-model-len", "8192",
-        "--max-num-seqs", "4", "--enable-prefix-caching", "--port", "8000"]
+    assert cmd(
+        engine={"gpuMemoryUtilization": 0.60, "maxModelLen": 8192, "maxNumSeqs": 4, "enablePrefixCaching": True}
+    ) == [
+        "vllm",
+        "serve",
+        MODEL,
+        "--gpu-memory-utilization",
+        "0.6",
+        "--max-model-len",
+        "8192",
+        "--max-num-seqs",
+        "4",
+        "--enable-prefix-caching",
+        "--port",
+        "8000",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -80,15 +95,42 @@ def test_each_engine_field_renders_its_flag_only(engine, flags):
 
 def test_served_model_name_and_extra_args():
     assert cmd(servedModelName="qwen", engine={"extraArgs": ["--enforce-eager", "--swap-space", "4"]}) == [
-        "vllm", "serve", MODEL, "--served-model-name", "qwen", "--port", "8000",
-        "--enforce-eager", "--swap-space", "4"]
+        "vllm",
+        "serve",
+        MODEL,
+        "--served-model-name",
+        "qwen",
+        "--port",
+        "8000",
+        "--enforce-eager",
+        "--swap-space",
+        "4",
+    ]
 
 
 def test_production_fp8_flags():
-    assert cmd(engine={"gpuMemoryUtilization": 0.93, "maxModelLen": 16384, "maxNumSeqs": 4,
-                       "maxNumBatchedTokens": 2048, "kvCacheDtype": "fp8"})[3:] == [
-        "--gpu-memory-utilization", "0.93", "--max-model-len", "16384", "--max-num-seqs", "4",
-        "--max-num-batched-tokens", "2048", "--kv-cache-dtype", "fp8", "--port", "8000"]
+    assert cmd(
+        engine={
+            "gpuMemoryUtilization": 0.93,
+            "maxModelLen": 16384,
+            "maxNumSeqs": 4,
+            "maxNumBatchedTokens": 2048,
+            "kvCacheDtype": "fp8",
+        }
+    )[3:] == [
+        "--gpu-memory-utilization",
+        "0.93",
+        "--max-model-len",
+        "16384",
+        "--max-num-seqs",
+        "4",
+        "--max-num-batched-tokens",
+        "2048",
+        "--kv-cache-dtype",
+        "fp8",
+        "--port",
+        "8000",
+    ]
 
 
 def test_command_is_the_container_command():
@@ -106,14 +148,24 @@ def test_pod_defaults():
     # SHA-256 of the set fields as sorted compact JSON; by hand:
     # printf '%s' '{"model":"Qwen/Qwen2.5-1.5B-Instruct"}' | sha256sum -> 661e08a2405e9727...
     assert (pod["apiVersion"], pod["kind"], pod["metadata"]["name"], pod["metadata"]["namespace"]) == (
-        "v1", "Pod", "qwen-661e0", "llm")
+        "v1",
+        "Pod",
+        "qwen-661e0",
+        "llm",
+    )
     assert pod["metadata"]["annotations"]["kvpilot.dev/spec-hash"] == "661e08a2405e9727"
     assert spec["restartPolicy"] == "Never"
     assert spec["activeDeadlineSeconds"] == 3600
     assert spec["enableServiceLinks"] is False
     assert spec["automountServiceAccountToken"] is False
-    for absent in ("serviceAccountName", "runtimeClassName", "priorityClassName", "nodeSelector",
-                   "tolerations", "affinity"):
+    for absent in (
+        "serviceAccountName",
+        "runtimeClassName",
+        "priorityClassName",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+    ):
         assert absent not in spec, absent
     c = container(pod)
     assert c["name"] == "vllm"
@@ -129,9 +181,11 @@ def test_pod_name_is_the_operators_and_changes_with_the_spec():
     # printf '%s' '{"engine":{"enablePrefixCaching":true,"gpuMemoryUtilization":0.6,"maxModelLen":8192,
     # "maxNumSeqs":4},"model":"Qwen/Qwen2.5-1.5B-Instruct","resources":{"gpus":1,"memory":"6Gi"},
     # "ttlSeconds":3600}' | sha256sum -> 2c965c62...: the founding experiment's spec.
-    pod, service = render(engine={"gpuMemoryUtilization": 0.6, "maxModelLen": 8192, "maxNumSeqs": 4,
-                                  "enablePrefixCaching": True},
-                          resources={"gpus": 1, "memory": "6Gi"}, ttlSeconds=3600)
+    pod, service = render(
+        engine={"gpuMemoryUtilization": 0.6, "maxModelLen": 8192, "maxNumSeqs": 4, "enablePrefixCaching": True},
+        resources={"gpus": 1, "memory": "6Gi"},
+        ttlSeconds=3600,
+    )
     assert pod["metadata"]["name"] == "qwen-2c965"
     assert service["metadata"]["name"] == "qwen"  # the Service keeps the server's name
     assert pod["metadata"]["labels"]["kvpilot.dev/server"] == "qwen"
@@ -149,10 +203,15 @@ def test_image_and_pull_policy():
 
 
 def test_labels_and_annotations():
-    pod, service = render(podLabels={"team": "ml"},
-                          podAnnotations={"example.com/owner": "alice", "prometheus.io/scrape": "false"})
-    managed = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": "qwen",
-               "app.kubernetes.io/managed-by": "kvpilot", "kvpilot.dev/server": "qwen"}
+    pod, service = render(
+        podLabels={"team": "ml"}, podAnnotations={"example.com/owner": "alice", "prometheus.io/scrape": "false"}
+    )
+    managed = {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": "qwen",
+        "app.kubernetes.io/managed-by": "kvpilot",
+        "kvpilot.dev/server": "qwen",
+    }
     assert pod["metadata"]["labels"] == {**managed, "team": "ml"}
     assert service["metadata"]["labels"] == managed
     ann = pod["metadata"]["annotations"]
@@ -167,7 +226,10 @@ def test_labels_and_annotations():
 def test_prometheus_scrape_annotations_by_default():
     ann = render()[0]["metadata"]["annotations"]
     assert (ann["prometheus.io/scrape"], ann["prometheus.io/port"], ann["prometheus.io/path"]) == (
-        "true", "8000", "/metrics")
+        "true",
+        "8000",
+        "/metrics",
+    )
 
 
 def test_spec_hash_annotation_follows_the_spec():
@@ -178,16 +240,32 @@ def test_spec_hash_annotation_follows_the_spec():
 
 def test_scheduling_fields():
     tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "gpu.product", "operator": "In", "values": ["L4"]}]}]}}}
-    pod, _ = render(nodeSelector={"nvidia.com/gpu.present": "true"}, tolerations=tolerations, affinity=affinity,
-                    runtimeClassName="nvidia", priorityClassName="gpu-experiments", serviceAccountName="vllm")
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "gpu.product", "operator": "In", "values": ["L4"]}]}
+                ]
+            }
+        }
+    }
+    pod, _ = render(
+        nodeSelector={"nvidia.com/gpu.present": "true"},
+        tolerations=tolerations,
+        affinity=affinity,
+        runtimeClassName="nvidia",
+        priorityClassName="gpu-experiments",
+        serviceAccountName="vllm",
+    )
     spec = pod["spec"]
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert spec["tolerations"] == tolerations
     assert spec["affinity"] == affinity
     assert (spec["runtimeClassName"], spec["priorityClassName"], spec["serviceAccountName"]) == (
-        "nvidia", "gpu-experiments", "vllm")
+        "nvidia",
+        "gpu-experiments",
+        "vllm",
+    )
     assert "automountServiceAccountToken" not in spec
 
 
@@ -237,8 +315,11 @@ def test_lmcache_offload():
 
 
 def test_lmcache_size_is_per_tensor_parallel_worker():
-    pod, _ = render(engine={"tensorParallelSize": 2}, resources={"memory": "24Gi"},
-                    kvOffload={"backend": "lmcache", "cpuMemory": "3Gi"})
+    pod, _ = render(
+        engine={"tensorParallelSize": 2},
+        resources={"memory": "24Gi"},
+        kvOffload={"backend": "lmcache", "cpuMemory": "3Gi"},
+    )
     # 3 GiB over 2 ranks = 1.5 GiB per LMCache engine; the pod gets the whole 3Gi: 24Gi + 3Gi = 27Gi
     assert env_of(pod)["LMCACHE_MAX_LOCAL_CPU_SIZE"]["value"] == "1.5"
     assert container(pod)["resources"]["limits"]["memory"] == "27Gi"
@@ -250,8 +331,9 @@ def test_native_offload_size_is_the_total():
 
 
 def test_lmcache_chunk_size_can_be_set_by_env():
-    pod, _ = render(kvOffload={"backend": "lmcache", "cpuMemory": "1Gi"},
-                    env=[{"name": "LMCACHE_CHUNK_SIZE", "value": "512"}])
+    pod, _ = render(
+        kvOffload={"backend": "lmcache", "cpuMemory": "1Gi"}, env=[{"name": "LMCACHE_CHUNK_SIZE", "value": "512"}]
+    )
     chunk = [e for e in container(pod)["env"] if e["name"] == "LMCACHE_CHUNK_SIZE"]
     assert chunk == [{"name": "LMCACHE_CHUNK_SIZE", "value": "512"}]
 
@@ -304,8 +386,10 @@ def test_model_cache_empty_dir_size_limit():
 
 def test_hf_token_only_through_secret_key_ref():
     pod, _ = render(hfTokenSecretRef={"name": "hf-token", "key": "HF_TOKEN"})
-    assert env_of(pod)["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {
-        "secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}}
+    assert env_of(pod)["HF_TOKEN"] == {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}},
+    }
     assert "value" not in env_of(pod)["HF_TOKEN"]
     assert not any("hf-token" in a or "HF_TOKEN" in a for a in container(pod)["command"])
     default_key = env_of(render(hfTokenSecretRef={"name": "hf"})[0])["HF_TOKEN"]
@@ -317,8 +401,10 @@ def test_no_hf_token_without_a_secret_ref():
 
 
 def test_env_is_passed_through_after_kvpilots_own():
-    env = [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"},
-           {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    env = [
+        {"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"},
+        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
     names = [e["name"] for e in container(render(env=env)[0])["env"]]
     assert names == ["HF_HOME", "VLLM_LOGGING_LEVEL", "NODE"]
     assert container(render(env=env)[0])["env"][1:] == env
@@ -329,17 +415,38 @@ def test_env_is_passed_through_after_kvpilots_own():
 
 def test_probes_defaults():
     c = container(render()[0])
-    assert c["startupProbe"] == {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10,
-                                 "timeoutSeconds": 5, "failureThreshold": 180}  # 1800 s / 10 s
-    assert c["readinessProbe"] == {"httpGet": {"path": "/v1/models", "port": "http"}, "periodSeconds": 10,
-                                   "timeoutSeconds": 5, "failureThreshold": 3}
-    assert c["livenessProbe"] == {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10,
-                                  "timeoutSeconds": 5, "failureThreshold": 3}
+    assert c["startupProbe"] == {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+        "failureThreshold": 180,
+    }  # 1800 s / 10 s
+    assert c["readinessProbe"] == {
+        "httpGet": {"path": "/v1/models", "port": "http"},
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+        "failureThreshold": 3,
+    }
+    assert c["livenessProbe"] == {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+        "failureThreshold": 3,
+    }
 
 
 def test_probe_overrides():
-    c = container(render(probes={"startupTimeoutSeconds": 1000, "periodSeconds": 15, "timeoutSeconds": 8,
-                                 "readinessFailureThreshold": 2, "livenessFailureThreshold": 6})[0])
+    c = container(
+        render(
+            probes={
+                "startupTimeoutSeconds": 1000,
+                "periodSeconds": 15,
+                "timeoutSeconds": 8,
+                "readinessFailureThreshold": 2,
+                "livenessFailureThreshold": 6,
+            }
+        )[0]
+    )
     assert c["startupProbe"]["failureThreshold"] == 67  # ceil(1000 / 15) = ceil(66.7)
     assert c["startupProbe"]["periodSeconds"] == c["livenessProbe"]["periodSeconds"] == 15
     assert c["readinessProbe"]["timeoutSeconds"] == 8
@@ -362,8 +469,16 @@ def test_service_on_port_8000_selects_the_pod():
 
 
 def test_owner_references_on_both_objects():
-    expected = [{"apiVersion": "kvpilot.dev/v1alpha1", "kind": "VLLMServer", "name": "qwen", "uid": "1234-abcd",
-                 "controller": True, "blockOwnerDeletion": True}]
+    expected = [
+        {
+            "apiVersion": "kvpilot.dev/v1alpha1",
+            "kind": "VLLMServer",
+            "name": "qwen",
+            "uid": "1234-abcd",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
     pod, service = render(owner=OWNER)
     assert pod["metadata"]["ownerReferences"] == expected
     assert service["metadata"]["ownerReferences"] == expected
@@ -409,31 +524,59 @@ def test_strings_cannot_inject_yaml():
 
 
 FULL = {
-    "model": MODEL, "servedModelName": "qwen", "image": "vllm/vllm-openai:v0.33.0", "imagePullPolicy": "IfNotPresent",
-    "engine": {"gpuMemoryUtilization": 0.9, "maxModelLen": 8192, "maxNumSeqs": 8, "maxNumBatchedTokens": 8192,
-               "tensorParallelSize": 2, "enablePrefixCaching": False, "enableChunkedPrefill": False,
-               "kvCacheDtype": "fp8_e4m3", "extraArgs": ["--enforce-eager"]},
+    "model": MODEL,
+    "servedModelName": "qwen",
+    "image": "vllm/vllm-openai:v0.33.0",
+    "imagePullPolicy": "IfNotPresent",
+    "engine": {
+        "gpuMemoryUtilization": 0.9,
+        "maxModelLen": 8192,
+        "maxNumSeqs": 8,
+        "maxNumBatchedTokens": 8192,
+        "tensorParallelSize": 2,
+        "enablePrefixCaching": False,
+        "enableChunkedPrefill": False,
+        "kvCacheDtype": "fp8_e4m3",
+        "extraArgs": ["--enforce-eager"],
+    },
     "ttlSeconds": 7200,
     "resources": {"gpus": 2, "gpuResourceName": "nvidia.com/gpu", "memory": "24Gi", "cpu": "8", "gpuMemory": "24Gi"},
     "kvOffload": {"backend": "lmcache", "cpuMemory": "4Gi"},
     "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}},
-    "runtimeClassName": "nvidia", "priorityClassName": "high", "serviceAccountName": "vllm",
-    "shmSize": "4Gi", "modelCache": {"claimName": "hf-cache"}, "hfTokenSecretRef": {"name": "hf"},
-    "modelConfigRef": {"name": "qwen-config"}, "preflight": "enforce",
+    "affinity": {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}
+            ]
+        }
+    },
+    "runtimeClassName": "nvidia",
+    "priorityClassName": "high",
+    "serviceAccountName": "vllm",
+    "shmSize": "4Gi",
+    "modelCache": {"claimName": "hf-cache"},
+    "hfTokenSecretRef": {"name": "hf"},
+    "modelConfigRef": {"name": "qwen-config"},
+    "preflight": "enforce",
     "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "INFO"}],
-    "podLabels": {"team": "ml"}, "podAnnotations": {"example.com/a": "b"},
+    "podLabels": {"team": "ml"},
+    "podAnnotations": {"example.com/a": "b"},
     "probes": {"startupTimeoutSeconds": 3600},
 }
 
 
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
-@pytest.mark.parametrize("body", [{"model": MODEL}, FULL,
-                                  {"model": MODEL, "kvOffload": {"backend": "native", "cpuMemory": "2Gi"}},
-                                  {"model": MODEL, "modelCache": {"sizeLimit": "20Gi"}}],
-                         ids=["minimal", "full", "native-offload", "cache-limit"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": MODEL},
+        FULL,
+        {"model": MODEL, "kvOffload": {"backend": "native", "cpuMemory": "2Gi"}},
+        {"model": MODEL, "modelCache": {"sizeLimit": "20Gi"}},
+    ],
+    ids=["minimal", "full", "native-offload", "cache-limit"],
+)
 def test_rendered_objects_validate_strictly(body, kube_version):
     for obj in render_objects("qwen", "llm", parse_spec(body), owner=OWNER):
         kubernetes_validate.validate(obj, kube_version, strict=True)
@@ -478,16 +621,22 @@ def engines(draw):
 @given(engines())
 def test_any_valid_engine_renders_exactly_its_flags(engine):
     command = cmd(engine=engine)
-    flags = {"gpuMemoryUtilization": "--gpu-memory-utilization", "maxModelLen": "--max-model-len",
-             "maxNumSeqs": "--max-num-seqs", "maxNumBatchedTokens": "--max-num-batched-tokens",
-             "tensorParallelSize": "--tensor-parallel-size"}
+    flags = {
+        "gpuMemoryUtilization": "--gpu-memory-utilization",
+        "maxModelLen": "--max-model-len",
+        "maxNumSeqs": "--max-num-seqs",
+        "maxNumBatchedTokens": "--max-num-batched-tokens",
+        "tensorParallelSize": "--tensor-parallel-size",
+    }
     for field, flag in flags.items():
         if field in engine:
             assert command[command.index(flag) + 1] == str(engine[field])
         else:
             assert flag not in command
-    for field, on, off in (("enablePrefixCaching", "--enable-prefix-caching", "--no-enable-prefix-caching"),
-                           ("enableChunkedPrefill", "--enable-chunked-prefill", "--no-enable-chunked-prefill")):
+    for field, on, off in (
+        ("enablePrefixCaching", "--enable-prefix-caching", "--no-enable-prefix-caching"),
+        ("enableChunkedPrefill", "--enable-chunked-prefill", "--no-enable-chunked-prefill"),
+    ):
         expected = {True: [on], False: [off], None: []}[engine.get(field)]
         assert [a for a in command if a in (on, off)] == expected
     pod, service = render_objects("qwen", "llm", {"model": MODEL, "engine": engine})

@@ -42,12 +42,19 @@ def _api_client(kubeconfig: str | None, context: str | None):
         except config.ConfigException:
             return config.new_client_from_config()
     except Exception as exc:  # kubernetes raises ConfigException, OSError, TypeError for bad files
-        raise LookupError(f"no Kubernetes configuration ({type(exc).__name__}: {str(exc).splitlines()[0][:150]})") \
-            from None
+        raise LookupError(
+            f"no Kubernetes configuration ({type(exc).__name__}: {str(exc).splitlines()[0][:150]})"
+        ) from None
 
 
-def lookup_server(namespace: str, server: str = "", pod: str = "", kubeconfig: str | None = None,
-                  context: str | None = None, timeout: float = 5.0) -> ServerInfo:
+def lookup_server(
+    namespace: str,
+    server: str = "",
+    pod: str = "",
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    timeout: float = 5.0,
+) -> ServerInfo:
     """Find the VLLMServer behind ``--server`` or ``--pod`` (GET only).
 
     Args:
@@ -82,7 +89,8 @@ def lookup_server(namespace: str, server: str = "", pod: str = "", kubeconfig: s
                     info.notes.append(f"pod {namespace}/{pod} has no {LABEL_SERVER} label: not a kvpilot server")
                     return info
             obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, server, _request_timeout=timeout)
+                GROUP, VERSION, namespace, PLURAL, server, _request_timeout=timeout
+            )
     except ApiException as exc:
         info.notes.append(f"VLLMServer {namespace}/{server or pod} not read: HTTP {exc.status} {exc.reason}")
         return info

@@ -34,13 +34,29 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from kvpilot.diagnose import promql
-from kvpilot.diagnose.signals import SIGNAL_DEFS, TARGET_LABELS, CacheConfigIndex, SignalDef, Signals, TargetKey, \
-    finish_signals, spellings
+from kvpilot.diagnose.signals import (
+    SIGNAL_DEFS,
+    TARGET_LABELS,
+    CacheConfigIndex,
+    SignalDef,
+    Signals,
+    TargetKey,
+    finish_signals,
+    spellings,
+)
 from kvpilot.diagnose.sources import SourceError, request_failure_reason
 
-_FUNCTIONS = {"avg": "avg_over_time", "max": "max_over_time", "min": "min_over_time", "last": "last_over_time",
-              "count": "count_over_time", "deriv": "deriv", "rate": "rate", "increase": "increase",
-              "buckets": "increase"}
+_FUNCTIONS = {
+    "avg": "avg_over_time",
+    "max": "max_over_time",
+    "min": "min_over_time",
+    "last": "last_over_time",
+    "count": "count_over_time",
+    "deriv": "deriv",
+    "rate": "rate",
+    "increase": "increase",
+    "buckets": "increase",
+}
 NAME_LABEL = "kvpilot_name"
 
 
@@ -126,8 +142,7 @@ class PrometheusSource:
         self.workers = workers
         # No retries on 5xx (the default retries 3 times with back-off): a failing Prometheus is
         # reported, not hammered.
-        self.client = PrometheusConnect(url=self.url, retry=Retry(total=0, status_forcelist=[]),
-                                        timeout=timeout)
+        self.client = PrometheusConnect(url=self.url, retry=Retry(total=0, status_forcelist=[]), timeout=timeout)
 
     def _query(self, query: str, at: float) -> list[dict]:
         try:
@@ -170,14 +185,16 @@ class PrometheusSource:
             raise errors[0]
         notes = []
         if errors:
-            notes.append(f"{len(errors)} of {len(results)} Prometheus queries failed (their signals are unknown): "
-                         f"{errors[0]}")
+            notes.append(
+                f"{len(errors)} of {len(results)} Prometheus queries failed (their signals are unknown): {errors[0]}"
+            )
         per_target: dict[TargetKey, Signals] = {}
 
         def signals_for(key: TargetKey) -> Signals:
             if key not in per_target:
-                per_target[key] = Signals(values={sd.name: None for sd in defs if sd.fn != "buckets"},
-                                          window_seconds=window_seconds, end=end)
+                per_target[key] = Signals(
+                    values={sd.name: None for sd in defs if sd.fn != "buckets"}, window_seconds=window_seconds, end=end
+                )
             return per_target[key]
 
         keys: dict[tuple, TargetKey] = {}
@@ -212,8 +229,9 @@ class PrometheusSource:
             for key, rows_ in bucket_rows.items():
                 signals_for(key).buckets[sd.name] = sorted(rows_)
         config_rows = results[-1]
-        configs = CacheConfigIndex([] if isinstance(config_rows, SourceError) else
-                                   [r.get("metric", {}) for r in config_rows])
+        configs = CacheConfigIndex(
+            [] if isinstance(config_rows, SourceError) else [r.get("metric", {}) for r in config_rows]
+        )
         out: dict[TargetKey, Signals] = {}
         for key, sig in per_target.items():
             sig.cache_config = configs.get(key)

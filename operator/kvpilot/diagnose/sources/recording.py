@@ -21,5 +21,6 @@ def load_recording(path: str | Path) -> list[Sample]:
     except ExpositionError as exc:
         raise SourceError(f"--recording {path}: not a readable recording: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SourceError(f"--recording {path}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}") \
-            from None
+        raise SourceError(
+            f"--recording {path}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"
+        ) from None

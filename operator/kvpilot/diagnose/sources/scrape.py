@@ -37,10 +37,16 @@ def scrape_once(url: str, timeout: float = 10.0, session: requests.Session | Non
     return response.text
 
 
-def scrape_series(url: str, window_seconds: float, interval_seconds: float = 5.0, quick: bool = False,
-                  quick_gap_seconds: float = 3.0, timeout: float = 10.0,
-                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-                  ) -> tuple[list[Sample], int]:
+def scrape_series(
+    url: str,
+    window_seconds: float,
+    interval_seconds: float = 5.0,
+    quick: bool = False,
+    quick_gap_seconds: float = 3.0,
+    timeout: float = 10.0,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[list[Sample], int]:
     """Scrape ``url`` every ``interval_seconds`` for ``window_seconds`` (or twice when ``quick``).
 
     Args:
