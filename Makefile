@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install lint crd clean
+.PHONY: demo test install lint crd clean vllm-ref
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/pytest tests
+
+# vLLM 0.29.0's own scheduler and stat logger (CPU), for the `vllm_ref` test tier; cached in
+# ${KVPILOT_VLLM_VENV:-$HOME/.cache/kvpilot/vllm-0.29.0}.
+vllm-ref:
+	tests/reference/install-vllm.sh
 
 crd: $(STAMP)
 	$(BIN)/python -m kvpilot.api.crd > manifests/crd/vllmservers.yaml

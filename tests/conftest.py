@@ -35,6 +35,25 @@ def require_tool(name: str) -> str:
     pytest.skip(message)
 
 
+VLLM_VENV_DEFAULT = Path.home() / ".cache" / "kvpilot" / "vllm-0.29.0"
+
+
+def require_vllm_python() -> str:
+    """Return the python of the vLLM 0.29.0 reference venv; skip without it, or fail under CI.
+
+    Located through env ``KVPILOT_VLLM_PYTHON`` (default: ``bin/python`` of
+    ``${KVPILOT_VLLM_VENV:-~/.cache/kvpilot/vllm-0.29.0}``); ``make vllm-ref`` creates it.
+    """
+    venv = Path(os.environ.get("KVPILOT_VLLM_VENV") or VLLM_VENV_DEFAULT)
+    path = os.environ.get("KVPILOT_VLLM_PYTHON") or str(venv / "bin" / "python")
+    if os.access(path, os.X_OK):
+        return path
+    message = f"the vLLM reference python {path} is missing (make vllm-ref creates it)"
+    if in_ci():
+        pytest.fail(message + "; CI=true, so a missing tool is a failure")
+    pytest.skip(message)
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     """The directory holding test data copied from ../shared/fixtures (each with provenance)."""
