@@ -6,15 +6,22 @@ import click
 
 from kvpilot.commands._common import fail
 
+DEFAULT_PORT = 8081  # kvpilot.controller.metrics.DEFAULT_PORT (not imported: kopf loads only when run)
+DEFAULT_PATH = "/metrics"
+
 _EPILOG = """\b
 Examples:
   kvpilot operator --namespace llm                 watch one namespace
   kvpilot operator --all-namespaces --peering kvpilot   cluster-wide, HA via kopf peering
   kvpilot operator -n llm --standalone --liveness http://0.0.0.0:8080/healthz
+  kvpilot operator -n llm --metrics-port 9100 --metrics-path /metrics   limits and reconcile metrics
+  kvpilot operator -n llm --metrics-port 0                             no /metrics
 
 \b
 The cluster comes from --kubeconfig, else $KUBECONFIG, else the in-cluster service account,
-else ~/.kube/config. The options are kopf's run options (kopf run --help).
+else ~/.kube/config. The options are kopf's run options (kopf run --help), and --metrics-*:
+the operator serves each VLLMServer's limits, phase and expiry and its reconcile counters
+(docs/alerting.md); scrape it with honor_labels: true.
 """
 
 
@@ -34,6 +41,15 @@ else ~/.kube/config. The options are kopf's run options (kopf run --help).
 @click.option(
     "--liveness", "liveness_endpoint", metavar="URL", help="Serve a liveness probe, e.g. http://0.0.0.0:8080/healthz."
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="Port of the operator's /metrics (0: do not serve).",
+)
+@click.option("--metrics-host", default="0.0.0.0", show_default=True, help="Address /metrics listens on.")
+@click.option("--metrics-path", default=DEFAULT_PATH, show_default=True, help="Path of the metrics endpoint.")
 @click.option("--kubeconfig", metavar="FILE", help="Kubeconfig file (default: $KUBECONFIG).")
 @click.option("--context", metavar="NAME", help="Kubeconfig context.")
 @click.option("-v", "--verbose", is_flag=True, help="Log more.")
@@ -45,6 +61,9 @@ def command(
     peering_name: str | None,
     priority: int | None,
     liveness_endpoint: str | None,
+    metrics_port: int,
+    metrics_host: str,
+    metrics_path: str,
     kubeconfig: str | None,
     context: str | None,
     verbose: bool,
@@ -57,8 +76,11 @@ def command(
         fail("--all-namespaces: cannot be combined with --namespace")
     if standalone and peering_name:
         fail("--peering: cannot be combined with --standalone")
+    if not metrics_path.startswith("/"):
+        fail(f"--metrics-path: must start with '/', got {metrics_path!r}")
     import kopf
 
+    from kvpilot.controller.metrics import OperatorMetrics
     from kvpilot.controller.runner import ClusterConfigError, load_configuration, run_operator
 
     kopf.configure(verbose=verbose, quiet=quiet)
@@ -66,6 +88,12 @@ def command(
         configuration = load_configuration(kubeconfig, context)
     except ClusterConfigError as exc:
         fail(f"--kubeconfig: {exc}")
+    metrics = OperatorMetrics()
+    if metrics_port:
+        try:
+            metrics.serve(metrics_host, metrics_port, metrics_path)
+        except OSError as exc:
+            fail(f"--metrics-port: cannot listen on {metrics_host}:{metrics_port}: {exc.strerror or exc}")
     run_operator(
         configuration,
         namespaces=namespaces,
@@ -75,4 +103,5 @@ def command(
         liveness_endpoint=liveness_endpoint,
         priority=priority,
         reload=lambda: load_configuration(kubeconfig, context),
+        metrics=metrics,
     )

@@ -42,6 +42,7 @@ from kvpilot.api.constants import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, LABEL_
 from kvpilot.api.models import PreflightStatus
 from kvpilot.api.quantity import parse_quantity
 from kvpilot.controller import logic
+from kvpilot.controller.metrics import OperatorMetrics
 from kvpilot.controller.vllm_log import parse_kv_cache_report
 from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_preflight
 from kvpilot.kv.spec import KVConfigError
@@ -523,6 +524,7 @@ def build_registry(
     *,
     hub: bool = True,
     reload: Callable[[], kubernetes.client.Configuration] | None = None,
+    metrics: OperatorMetrics | None = None,
 ) -> kopf.OperatorRegistry:
     """A kopf registry with the VLLMServer operator's handlers, talking to ``configuration``'s cluster.
 
@@ -533,6 +535,8 @@ def build_registry(
             Hub (off for the offline sandbox; a ``modelConfigRef`` ConfigMap always works).
         reload: how to load the configuration again when kopf logs in anew (its credentials were
             refused: an expired token); None keeps ``configuration``.
+        metrics: where the handlers count and time their runs and the VLLMServers' limits are
+            kept for ``/metrics`` (:mod:`kvpilot.controller.metrics`); None: a fresh, unserved one.
     """
     registry = kopf.OperatorRegistry()
     controller = Controller(configuration, hub=hub)
@@ -543,8 +547,12 @@ def build_registry(
             controller.use(reload())
         return connection_info(controller.configuration)
 
+    metrics = metrics or OperatorMetrics()
     kopf.on.login(registry=registry)(login)
+    reconcile = metrics.timed("reconcile", controller.reconcile_server)
     for decorator in (kopf.on.create, kopf.on.resume, kopf.on.update):
-        decorator(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(controller.reconcile_server)
-    kopf.on.event("v1", "pods", registry=registry, labels=MANAGED_BY_SELECTOR)(controller.on_pod_event)
+        decorator(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(reconcile)
+    on_pod = metrics.timed("pod_event", controller.on_pod_event)
+    kopf.on.event("v1", "pods", registry=registry, labels=MANAGED_BY_SELECTOR)(on_pod)
+    kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, id="metrics")(metrics.on_server_event)
     return registry

@@ -17,6 +17,7 @@ import kubernetes.client
 import kubernetes.config
 
 from kvpilot.controller.handlers import build_registry, make_settings
+from kvpilot.controller.metrics import OperatorMetrics
 
 
 class ClusterConfigError(Exception):
@@ -63,16 +64,18 @@ def run_operator(
     loop: asyncio.AbstractEventLoop | None = None,
     hub: bool = True,
     reload: Callable[[], kubernetes.client.Configuration] | None = None,
+    metrics: OperatorMetrics | None = None,
 ) -> None:
     """Run the operator until stopped (kopf's ``run`` with kvpilot's registry and settings).
 
     Arguments are kopf's run options (``kopf run --help``); ``stop_flag``/``ready_flag`` are
     ``threading.Event`` (or asyncio) flags as :func:`kopf.run` takes them; ``hub`` lets the KV
     pre-flight fetch model configs from the Hugging Face Hub; ``reload`` re-reads the cluster
-    configuration when kopf must log in again (expired credentials).
+    configuration when kopf must log in again (expired credentials); ``metrics`` receives the
+    handlers' counters and the servers' limits (serve it with :meth:`OperatorMetrics.serve`).
     """
     kopf.run(
-        registry=build_registry(configuration, hub=hub, reload=reload),
+        registry=build_registry(configuration, hub=hub, reload=reload, metrics=metrics),
         settings=make_settings(),
         namespaces=list(namespaces),
         clusterwide=clusterwide,
