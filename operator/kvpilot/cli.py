@@ -8,8 +8,18 @@ Thin by design: each subcommand lives in its own module under :mod:`kvpilot.comm
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 import click
+
+from kvpilot.text.safe import one_line
+
+#: Exit status of an unexpected error inside kvpilot (a bug): ``EX_SOFTWARE`` of BSD's
+#: ``sysexits.h``, beside diagnose's ``EX_USAGE`` (64) and never one of its verdict codes (0-3).
+EXIT_INTERNAL_ERROR = 70
+#: Set to 1 to see the traceback of an unexpected error instead of the one-line report.
+DEBUG_ENV = "KVPILOT_DEBUG"
 
 #: subcommand name -> (module under kvpilot.commands, attribute, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -56,8 +66,24 @@ def cli() -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    cli(prog_name="kvpilot")
+    """Console-script entry point.
+
+    Any exception a command did not turn into its own one-line error (a bug) ends here: one line
+    on stderr naming the exception, "report this", and exit status :data:`EXIT_INTERNAL_ERROR`
+    (70), so automation never reads a crash as a verdict. ``KVPILOT_DEBUG=1`` re-raises it.
+    """
+    try:
+        cli(prog_name="kvpilot")
+    except Exception as exc:  # noqa: BLE001 - the CLI boundary: every unexpected error, one line
+        if os.environ.get(DEBUG_ENV) == "1":
+            raise
+        detail = one_line(exc, limit=300)
+        click.echo(
+            f"kvpilot: internal error: {type(exc).__name__}{': ' + detail if detail else ''}"
+            f" (a bug in kvpilot: please report this with the command line; {DEBUG_ENV}=1 shows the traceback)",
+            err=True,
+        )
+        sys.exit(EXIT_INTERNAL_ERROR)
 
 
 if __name__ == "__main__":  # pragma: no cover

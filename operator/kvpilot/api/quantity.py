@@ -18,6 +18,10 @@ QUANTITY_PATTERN = (
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
+#: The largest magnitude a Quantity may represent: 2^63-1 (apimachinery resource.Quantity: "No matter
+#: which of the three exponent forms is used, no quantity may represent a number greater than
+#: 2^63-1 in magnitude"; the API server caps larger values, kvpilot refuses them).
+MAX_QUANTITY = Decimal(2**63 - 1)
 _NUMBER_RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)$")
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -47,7 +51,8 @@ def parse_quantity(text: str | int) -> Decimal:
     ``"16G"`` -> 16000000000, ``2`` -> 2.
 
     Raises:
-        ValueError: when ``text`` is not a quantity.
+        ValueError: when ``text`` is not a quantity, or its magnitude exceeds :data:`MAX_QUANTITY`
+            (checked before any arithmetic, so ``1e9999999`` is refused, never a ``decimal.Overflow``).
     """
     text = str(text).strip()
     if not is_quantity(text):
@@ -58,10 +63,20 @@ def parse_quantity(text: str | int) -> Decimal:
     except InvalidOperation as exc:  # pragma: no cover - excluded by the pattern
         raise ValueError(f"{text!r} is not a Kubernetes quantity") from exc
     if suffix in _BINARY:
-        return value * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return value * _DECIMAL[suffix]
-    return value * (Decimal(10) ** int(suffix[1:]))  # exponent form, e.g. 1e3
+        result = value * _BINARY[suffix]
+    elif suffix in _DECIMAL:
+        result = value * _DECIMAL[suffix]
+    else:  # exponent form, e.g. 1e3: bound the exponent before computing 10**exponent
+        exponent = Decimal(suffix[1:])
+        digits = value.adjusted() if value else 0
+        if value and digits + exponent > 18:  # 2^63-1 has 19 digits (adjusted exponent 18)
+            raise ValueError(f"{text!r} is larger than a Kubernetes quantity may be (2^63-1)")
+        if exponent != int(exponent) or exponent < -30:
+            raise ValueError(f"{text!r} has an exponent kvpilot does not accept (a whole number >= -30)")
+        result = value * (Decimal(10) ** int(exponent))
+    if abs(result) > MAX_QUANTITY:
+        raise ValueError(f"{text!r} is larger than a Kubernetes quantity may be (2^63-1)")
+    return result
 
 
 def format_bytes_quantity(n_bytes: int | Decimal) -> str:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -26,15 +27,28 @@ from kvpilot.kv import (
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
+def _refuse_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not a JSON number (RFC 8259 section 6)")
+
+
 def _read_json(path: Path, what: str) -> object:
+    """The JSON document at ``path``; exits 2 naming ``what`` when it is unreadable, not UTF-8,
+    not JSON (``NaN``/``Infinity`` included: RFC 8259 has no such numbers) or nested too deeply.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         fail(f"{what}: cannot read {path}: {exc.strerror or exc}")
+    except UnicodeDecodeError as exc:
+        fail(f"{what}: {path} is not UTF-8 text (byte {exc.start}: {exc.reason})")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         fail(f"{what}: {path} is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})")
+    except ValueError as exc:
+        fail(f"{what}: {path} is not valid JSON ({exc})")
+    except RecursionError:
+        fail(f"{what}: {path} is nested too deeply to be a model config")
 
 
 def local_weights_bytes(folder: Path) -> int | None:

@@ -22,6 +22,7 @@ Pure: takes the parsed JSON (a ``dict``), does no I/O. Every rule names its sour
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 FULL = "full_attention"
@@ -135,10 +136,32 @@ def _positive_int(cfg: dict, name: str, *, where: str = "") -> int:
     label = f"{where}{name}"
     if value is None:
         raise KVConfigError(label, "missing from config.json")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value != int(value)
+    ):
         raise KVConfigError(label, f"must be a whole number, got {value!r}")
     if int(value) <= 0:
         raise KVConfigError(label, f"must be > 0, got {value!r}")
+    return int(value)
+
+
+def _whole_number(cfg: dict, name: str, default: int, *, where: str = "") -> int:
+    """``cfg[name]`` as a whole number >= 0 (``default`` when absent or null); KVConfigError naming it else."""
+    value = cfg.get(name)
+    if value is None:
+        return default
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value != int(value)
+    ):
+        raise KVConfigError(f"{where}{name}", f"must be a whole number, got {value!r}")
+    if value < 0:
+        raise KVConfigError(f"{where}{name}", f"must be >= 0, got {value!r}")
     return int(value)
 
 
@@ -213,7 +236,7 @@ def _layer_kinds(
         return tuple(FULL if (i + 1) % interval == 0 else LINEAR for i in range(n)), None, notes
     if model_type == "jamba":
         period = _positive_int(cfg, "attn_layer_period", where=prefix)
-        offset = int(cfg.get("attn_layer_offset") or 0)
+        offset = _whole_number(cfg, "attn_layer_offset", 0, where=prefix)
         notes.append(f"Jamba: attention where layer % {period} == {offset}, Mamba elsewhere")
         return tuple(FULL if i % period == offset else MAMBA for i in range(n)), None, notes
     if model_type == "nemotron_h" and isinstance(cfg.get("hybrid_override_pattern"), str):
@@ -232,11 +255,11 @@ def _layer_kinds(
         notes.append("Gemma-2: even layers sliding, odd layers full (transformers Gemma2Config)")
         return tuple(SLIDING if i % 2 == 0 else FULL for i in range(n)), window, notes
     if model_type in ("gemma3", "gemma3_text"):
-        pattern = int(cfg.get("sliding_window_pattern") or 6)
+        pattern = _whole_number(cfg, "sliding_window_pattern", 6, where=prefix) or 6
         notes.append(f"Gemma-3: every {pattern}th layer full, others sliding (sliding_window_pattern)")
         return tuple(FULL if (i + 1) % pattern == 0 else SLIDING for i in range(n)), window, notes
     if cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
-        first = int(cfg["max_window_layers"])
+        first = _whole_number(cfg, "max_window_layers", 0, where=prefix)
         notes.append(f"layers >= max_window_layers ({first}) slide")
         return tuple(SLIDING if i >= first else FULL for i in range(n)), window, notes
     if isinstance(max_pos, int) and window >= max_pos:

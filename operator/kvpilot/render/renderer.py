@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -41,15 +42,24 @@ LMCACHE_CHUNK_SIZE = 256
 LMCACHE_KV_TRANSFER_CONFIG = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 
 
+#: Characters JSON carries verbatim in a string but a YAML 1.1 reader refuses (outside YAML's
+#: ``c-printable``: DEL, C1 controls, surrogates, U+FEFF/U+FFFE/U+FFFF) or folds into a space inside
+#: a double-quoted scalar (the line breaks U+0085, U+2028, U+2029): YAML 1.1 spec, sections 5.1 and 5.4.
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
+
+
 def _tojson(value: Any) -> str:
-    """JSON for a template value (JSON is YAML, so no string can change the document's shape).
+    r"""JSON for a template value (JSON is YAML, so no string can change the document's shape).
 
     Replaces Jinja2's HTML-escaping ``tojson``; an undefined variable raises ``UndefinedError``
-    (``StrictUndefined``) instead of reaching ``json.dumps``.
+    (``StrictUndefined``) instead of reaching ``json.dumps``. Characters in :data:`_YAML_UNSAFE`
+    are written as ``\uXXXX`` escapes (valid JSON and YAML), so ``yaml.safe_load`` returns every
+    string exactly as given: U+007F never raises, U+0085 never becomes a space.
     """
     if isinstance(value, Undefined):
         value._fail_with_undefined_error()
-    return json.dumps(value, ensure_ascii=False, sort_keys=False)
+    text = json.dumps(value, ensure_ascii=False, sort_keys=False)
+    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 @lru_cache(maxsize=1)

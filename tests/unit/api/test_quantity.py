@@ -51,3 +51,31 @@ def test_format_bytes_quantity(n, text):
 def test_format_gib(n, text):
     # 10**9 / 2**30 = 0.93132257… -> 0.9313
     assert format_gib(n) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1e9999999",  # was decimal.Overflow: 10**9999999 exceeds Decimal's Emax (999999)
+        "1e-9999999",
+        "9.3e18",  # 9.3e18 > 2^63-1 = 9223372036854775807
+        "8Ei",  # 8 * 2^60 = 2^63 > 2^63-1
+        "1" + "0" * 400,  # a 401-digit number
+    ],
+)
+def test_quantities_beyond_apimachinerys_bound_are_value_errors(text):
+    with pytest.raises(ValueError, match="quantity|exponent"):
+        parse_quantity(text)
+
+
+def test_largest_quantity_is_accepted():
+    assert parse_quantity("7Ei") == 7 * 2**60  # 8070450532247928832 < 2^63-1
+    assert parse_quantity("9223372036854775807") == 2**63 - 1
+
+
+def test_absurd_quantity_in_a_spec_names_the_field():
+    from kvpilot.api import SpecError, parse_spec
+
+    with pytest.raises(SpecError) as info:
+        parse_spec({"model": "m", "resources": {"memory": "1e9999999"}})
+    assert info.value.field == "spec.resources.memory"

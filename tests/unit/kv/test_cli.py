@@ -376,3 +376,30 @@ def test_block_size_32_is_accepted():
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert doc["kv_blocks"] == 739 and doc["kv_tokens"] == 23_648
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b'{"num_hidden_layers": NaN}', "NaN is not a JSON number"),  # RFC 8259 has no NaN/Infinity
+        (b'{"num_hidden_layers": Infinity}', "Infinity is not a JSON number"),
+        (b'{"model_type": "\xff\xfe"}', "not UTF-8"),
+        (b"[" * 100_000, "nested too deeply"),  # was RecursionError
+    ],
+)
+def test_unreadable_configs_exit_2_naming_the_file(tmp_path, content, words):
+    path = tmp_path / "config.json"
+    path.write_bytes(content)
+    result = run(str(path), "--kv-memory", "2GiB")
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "Traceback" not in result.output
+
+
+def test_string_max_window_layers_names_the_field(tmp_path):
+    config = json.loads((HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json").read_text())
+    config.update(use_sliding_window=True, sliding_window=4096, max_window_layers="x")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = run(str(path), "--kv-memory", "2GiB")
+    assert result.exit_code == 2, result.output
+    assert "max_window_layers: must be a whole number, got 'x'" in result.output

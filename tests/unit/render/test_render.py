@@ -642,3 +642,19 @@ def test_any_valid_engine_renders_exactly_its_flags(engine):
     pod, service = render_objects("qwen", "llm", {"model": MODEL, "engine": engine})
     assert container(pod)["resources"]["limits"]["nvidia.com/gpu"] == str(engine.get("tensorParallelSize", 1))
     kubernetes_validate.validate(pod, "1.37", strict=True)
+
+
+@pytest.mark.parametrize("char", ["\x7f", "\x85", "\u2028", "\u2029", "\x9b", "\ufeff", "\U0001f600"])
+def test_characters_json_allows_reach_the_pod_unchanged(char):
+    """The renderer's YAML read-back never refuses (U+007F raised yaml.ReaderError) or folds
+    (U+0085/U+2028 became a space) a character JSON allows.
+    """
+    value = f"a{char}b"
+    model = "org/m" + ("" if char.isspace() else char) + "x"  # spec.model refuses whitespace (pattern ^\\S+$)
+    pod, _ = render_objects(
+        "s", "default", {"model": model, "env": [{"name": "A", "value": value}], "podAnnotations": {"x": value}}
+    )
+    container = pod["spec"]["containers"][0]
+    assert container["command"][2] == model
+    assert container["env"][-1] == {"name": "A", "value": value}
+    assert pod["metadata"]["annotations"]["x"] == value

@@ -1,0 +1,150 @@
+"""External strings made safe to print: terminal control characters removed, secrets redacted.
+
+Every string kvpilot did not write itself (a label value from a ``/metrics`` body or a recording, a
+Prometheus error, a VLLMServer field, a vLLM log line) passes through here before it reaches a
+terminal, a Markdown report, a ``status`` field, a Kubernetes Event or a log line.
+
+Control characters: Unicode general category ``Cc`` (C0 ``U+0000``-``U+001F``, ``DEL`` ``U+007F``
+and C1 ``U+0080``-``U+009F``, which include ``ESC`` and the 8-bit ``CSI``), the line and paragraph
+separators ``U+2028``/``U+2029`` and the bidirectional embedding/override/isolate controls
+``U+202A``-``U+202E``, ``U+2066``-``U+2069`` (the "Trojan Source" characters, CVE-2021-42574).
+ECMA-48 escape sequences are removed whole (``ESC [ 31 m`` leaves nothing behind, not ``[31m``).
+
+Secrets (:func:`redact`): a value is replaced by ``[REDACTED]`` when it matches a published token
+format (Hugging Face ``hf_``, OpenAI ``sk-``, GitHub ``ghp_``/``github_pat_``, Slack ``xox?-``,
+AWS access key ids ``AKIA``, JSON Web Tokens, ``Bearer`` credentials), follows ``--api-key`` (vLLM's
+``--api-key``, ``vllm/entrypoints/openai/cli_args.py``) or is the literal value of a variable whose
+name ends in ``_TOKEN``, ``_KEY``, ``_SECRET`` or ``_PASSWORD`` (``HF_TOKEN=hf_…``).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+
+REDACTED = "[REDACTED]"
+
+#: ECMA-48 sequences: CSI (``ESC [`` or 8-bit ``U+009B``) parameters/intermediates/final byte, OSC
+#: (``ESC ]`` … BEL or ST) and two-character ``ESC x`` sequences.
+_ESCAPE_RE = re.compile(
+    r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?"
+    r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[\x20-\x7e]?"
+)
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_SEPARATORS = frozenset("\u2028\u2029")
+
+#: Published token formats (each a prefix plus enough random characters not to match prose).
+_TOKEN_PATTERNS = (
+    r"hf_[A-Za-z0-9]{20,}",  # Hugging Face user access tokens
+    r"sk-(?:proj-|ant-)?[A-Za-z0-9_\-]{16,}",  # OpenAI / Anthropic API keys
+    r"gh[pousr]_[A-Za-z0-9]{30,}",  # GitHub tokens
+    r"github_pat_[A-Za-z0-9_]{30,}",
+    r"xox[abposr]-[A-Za-z0-9\-]{10,}",  # Slack tokens
+    r"(?:AKIA|ASIA)[0-9A-Z]{16}",  # AWS access key ids
+    r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JSON Web Tokens
+    r"glpat-[A-Za-z0-9_\-]{20,}",  # GitLab personal access tokens
+)
+_TOKEN_RE = re.compile(r"(?<![A-Za-z0-9_])(?:" + "|".join(_TOKEN_PATTERNS) + r")")
+#: ``Bearer <credential>`` (RFC 6750) and ``--api-key <value>`` / ``--api-key=<value>``.
+_BEARER_RE = re.compile(r"(?i)(\bbearer\s+)(?!\[REDACTED\])[A-Za-z0-9._~+/\-]+=*")
+_API_KEY_RE = re.compile(r"(--api-key(?:=|\s+))(?!\[REDACTED\])(\"[^\"]*\"|'[^']*'|\S+)")
+#: ``NAME_TOKEN=value`` / ``NAME_KEY: value`` / JSON ``"NAME_TOKEN": "value"``.
+_SECRET_NAME = r"(?:[A-Z0-9_]*_)?(?:TOKEN|KEY|SECRET|PASSWORD|APIKEY)"
+_ASSIGN_RE = re.compile(
+    r"(\b" + _SECRET_NAME + r"[\"']?\s*[=:]\s*)(?!\[REDACTED\])(\"[^\"]*\"|'[^']*'|[^\s,;}\]]+)",
+)
+_SECRET_NAME_RE = re.compile(r"^" + _SECRET_NAME + r"$")
+
+
+def is_secret_name(name: str) -> bool:
+    """True for an environment variable name that holds a secret by convention (case-insensitive).
+
+    ``HF_TOKEN``, ``HUGGING_FACE_HUB_TOKEN``, ``OPENAI_API_KEY``, ``AWS_SECRET_ACCESS_KEY``,
+    ``DB_PASSWORD`` -> True; ``LMCACHE_CHUNK_SIZE``, ``KEYS`` -> False.
+    """
+    return bool(_SECRET_NAME_RE.match(name.upper()))
+
+
+def contains_secret(text: str) -> bool:
+    """True when ``text`` contains something :func:`redact` would replace."""
+    return redact(text) != text
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret-looking value replaced by ``[REDACTED]`` (see the module docstring).
+
+    Example: ``"--api-key sk-abc… HF_TOKEN=hf_x…"`` -> ``"--api-key [REDACTED] HF_TOKEN=[REDACTED]"``.
+    """
+    text = _API_KEY_RE.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _ASSIGN_RE.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _BEARER_RE.sub(lambda m: m.group(1) + REDACTED, text)
+    return _TOKEN_RE.sub(REDACTED, text)
+
+
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """An argument vector with secrets redacted: the element after ``--api-key``, the value of
+    ``--api-key=…`` and any element :func:`redact` changes (``["--api-key", "x"]`` ->
+    ``["--api-key", "[REDACTED]"]``).
+    """
+    out: list[str] = []
+    after_key = False
+    for arg in argv:
+        arg = str(arg)
+        if after_key:
+            out.append(REDACTED)
+        elif arg.startswith("--api-key="):
+            out.append("--api-key=" + REDACTED)
+        else:
+            out.append(redact(arg))
+        after_key = arg == "--api-key"
+    return out
+
+
+def _is_control(ch: str) -> bool:
+    return unicodedata.category(ch) == "Cc" or ch in _BIDI or ch in _SEPARATORS
+
+
+def strip_controls(text: str, *, keep_newlines: bool = False) -> str:
+    r"""``text`` without escape sequences and control characters (see the module docstring).
+
+    A tab becomes a space; a newline (``\n``) is kept only with ``keep_newlines``, otherwise it
+    becomes a space, like every other line break (``\r``, ``U+0085``, ``U+2028``).
+    """
+    text = _ESCAPE_RE.sub("", str(text))
+    out = []
+    for ch in text:
+        if ch == "\n" and keep_newlines:
+            out.append(ch)
+        elif ch in "\t\n\r\x0b\x0c\x85\u2028\u2029":
+            out.append(" ")
+        elif not _is_control(ch):
+            out.append(ch)
+    return "".join(out)
+
+
+def safe(text: object, *, keep_newlines: bool = False) -> str:
+    """An external string ready to print: secrets redacted, then control characters removed."""
+    return strip_controls(redact(str(text)), keep_newlines=keep_newlines)
+
+
+def one_line(text: object, limit: int | None = None) -> str:
+    """:func:`safe` on one line, runs of whitespace collapsed, cut to ``limit`` characters (``…``)."""
+    line = " ".join(safe(text).split(" "))
+    line = re.sub(r" {2,}", " ", line).strip()
+    if limit is not None and len(line) > limit:
+        line = line[: max(limit - 1, 0)] + "…"
+    return line
+
+
+#: The CommonMark ASCII punctuation that can open or close inline markup, a heading or a table
+#: cell (backslash-escapable, CommonMark spec section 2.4).
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~])")
+
+
+def markdown_text(text: object) -> str:
+    r""":func:`one_line` with Markdown markup characters backslash-escaped (CommonMark §2.4), so a
+    label cannot split a heading, open a link or a table cell: ``a|b`` -> ``a\|b``.
+    """
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", one_line(text))

@@ -1,0 +1,105 @@
+"""kvpilot.text.safe: control characters and escape sequences removed, secrets redacted, Markdown escaped."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvpilot.text.safe import (
+    REDACTED,
+    contains_secret,
+    is_secret_name,
+    markdown_text,
+    one_line,
+    redact,
+    redact_argv,
+    safe,
+    strip_controls,
+)
+
+HF = "hf_" + "a1B2c3D4e5F6g7H8i9J0kLmN"  # the shape of a Hugging Face token: hf_ + 24+ letters/digits
+OPENAI = "sk-" + "proj-" + "x" * 40
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a\x1b[31mred\x1b[0m b", "ared b"),  # CSI SGR removed whole, not leaving "[31m"
+        ("\x1b]0;owned\x07title", "title"),  # OSC (window title) removed up to BEL
+        ("\x1b]8;;http://x\x1b\\link", "link"),  # OSC 8 hyperlink up to ST
+        ("x\x9b2Jy", "xy"),  # 8-bit CSI (U+009B) ED
+        ("del\x7fete", "delete"),  # DEL
+        ("bidi\u202eevil\u2066", "bidievil"),  # Trojan-Source overrides/isolates
+        ("a\tb\rc\nd\u2028e\x85f", "a b c d e f"),  # line breaks and tabs become spaces
+        ("nul\x00bell\x07", "nulbell"),
+        ("plain ünïcode 中文 🙂", "plain ünïcode 中文 🙂"),  # printable text unchanged
+    ],
+)
+def test_strip_controls(text, expected):
+    assert strip_controls(text) == expected
+
+
+def test_keep_newlines_keeps_only_newlines():
+    assert strip_controls("a\nb\x1b[2Kc\r", keep_newlines=True) == "a\nbc "
+
+
+@given(st.text())
+def test_no_control_character_survives(text):
+    out = safe(text)
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in out)
+    assert not set(out) & set("\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+@given(st.text())
+def test_redact_is_idempotent(text):
+    once = redact(text)
+    assert redact(once) == once
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (f"token {HF} leaked", f"token {REDACTED} leaked"),
+        (f"--api-key {OPENAI} --port 8000", f"--api-key {REDACTED} --port 8000"),
+        ("--api-key=abc123", f"--api-key={REDACTED}"),
+        ("HF_TOKEN=literal-value other", f"HF_TOKEN={REDACTED} other"),
+        ('{"OPENAI_API_KEY": "v"}', f'{{"OPENAI_API_KEY": {REDACTED}}}'),
+        ("Authorization: Bearer abc.def-ghi", f"Authorization: Bearer {REDACTED}"),
+        ("ghp_" + "A" * 36, REDACTED),
+        ("AKIA" + "ABCDEFGHIJKLMNOP", REDACTED),
+        # prose and kvpilot's own numbers are untouched
+        ("max_tokens=5 kv_cache_tokens: 123 sk-short", "max_tokens=5 kv_cache_tokens: 123 sk-short"),
+    ],
+)
+def test_redact(text, expected):
+    assert redact(text) == expected
+
+
+def test_redact_argv():
+    argv = ["vllm", "serve", "m", "--api-key", "s3cret", "--api-key=s3cret2", "--hf-token", HF]
+    out = redact_argv(argv)
+    assert out == ["vllm", "serve", "m", "--api-key", REDACTED, f"--api-key={REDACTED}", "--hf-token", REDACTED]
+    assert "s3cret" not in " ".join(out)
+
+
+def test_secret_names():
+    for name in (
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "OPENAI_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "DB_PASSWORD",
+        "hf_token",
+    ):
+        assert is_secret_name(name), name
+    for name in ("LMCACHE_CHUNK_SIZE", "KEYS", "MAX_TOKENS", "HF_HOME"):
+        assert not is_secret_name(name), name
+    assert contains_secret(f"x {HF}") and not contains_secret("vllm serve Qwen/Qwen3-8B")
+
+
+def test_one_line_and_markdown():
+    assert one_line("a\n\n  b\x1b[1m c", limit=None) == "a b c"
+    assert one_line("x" * 10, limit=5) == "xxxx…"
+    # a newline cannot end a heading, | cannot open a table cell, [..](..) cannot become a link
+    assert markdown_text("pod\n# injected | [x](http://e)") == "pod \\# injected \\| \\[x\\](http://e)"
