@@ -34,6 +34,7 @@ from kvpilot.diagnose.promql import share_above
 from kvpilot.diagnose.recommend import Inputs, recommend
 from kvpilot.diagnose.signals import Signals, legacy_or_escaped
 from kvpilot.engine.hardware import GPU_PROFILES, gpu_profile
+from kvpilot.text.numbers import fig, number, percent
 
 #: share of engine steps in the token budget's bucket (or above) from which the budget binds: a
 #: majority of steps. The bucket is found from max_num_batched_tokens (promql.share_above).
@@ -53,19 +54,6 @@ LOW_HIT_RATE = 0.5
 #: 0 tokens on a cyclic re-read). Half of :data:`LOW_HIT_RATE` keeps the §9 and prefix-thrash cases
 #: (0-15 %) and leaves shared-prefix traffic alone.
 LRU_THRASH_HIT_RATE = LOW_HIT_RATE / 2
-
-
-def _n(x: float | None, digits: int = 2) -> str:
-    """Format a number for evidence: thousands separators, trailing zeros dropped."""
-    if x is None:
-        return "unknown"
-    if abs(x - round(x)) < 1e-9 and abs(x) < 1e15:
-        return f"{int(round(x)):,}"
-    return f"{x:,.{digits}f}".rstrip("0").rstrip(".")
-
-
-def _pct(x: float | None) -> str:
-    return "unknown" if x is None else f"{x * 100:.1f} %"
 
 
 def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
@@ -219,7 +207,7 @@ def diagnose_target(
             1.0,
             [
                 f"No vllm:num_requests_running or vllm:num_requests_waiting sample (any spelling) in the last "
-                f"{_n(window)} s; nothing to diagnose."
+                f"{fig(window)} s; nothing to diagnose."
             ],
         )
         return _finish(diag, primary, findings, signals)
@@ -231,15 +219,15 @@ def diagnose_target(
             last = (
                 "no sample at the window's end (series marked stale or older than 5 m)"
                 if age is None
-                else f"the last sample is {_n(age, 1)} s old"
+                else f"the last sample is {fig(age, 1)} s old"
             )
             primary = Finding(
                 "target_down",
                 "critical",
                 0.9,
                 [
-                    f"The target's series stopped: {last}, while it reported every {_n(interval, 1)} s on average "
-                    f"({_n(samples)} samples in {_n(window)} s); a live target is at most 3 intervals behind."
+                    f"The target's series stopped: {last}, while it reported every {fig(interval, 1)} s on average "
+                    f"({fig(samples)} samples in {fig(window)} s); a live target is at most 3 intervals behind."
                 ],
             )
             return _finish(diag, primary, findings, signals)
@@ -277,8 +265,8 @@ def diagnose_target(
         inferred_cap = False
 
     evidence_queue = (
-        f"{_n(wait_avg, 1)} requests waiting on average (max {_n(wait_max)}, "
-        f"trend {_n(trend, 3)} req/s = {_n(growth, 1)} over {_n(window)} s)"
+        f"{fig(wait_avg, 1)} requests waiting on average (max {fig(wait_max)}, "
+        f"trend {fig(trend, 3)} req/s = {fig(growth, 1)} over {fig(window)} s)"
     )
     inputs = Inputs(signals=signals, limits=limits, model_config=model_config)
 
@@ -287,24 +275,24 @@ def diagnose_target(
         if preempt >= 1:
             total = s("preemptions_last")
             ev.append(
-                f"{_n(preempt, 0)} preemptions in the window ({_n(s('preemptions_per_s'), 2)}/s"
-                + (f"; vllm:num_preemptions_total reached {_n(total)}" if total is not None else "")
+                f"{number(preempt)} preemptions in the window ({fig(s('preemptions_per_s'))}/s"
+                + (f"; vllm:num_preemptions_total reached {fig(total)}" if total is not None else "")
                 + "): running requests needed KV blocks and none were free, so vLLM freed and will "
                 "recompute them (background.md §6)."
             )
         if kv_max is not None:
-            ev.append(f"KV cache usage peaked at {_pct(kv_max)} (average {_pct(kv_avg)}); {ceiling_how}.")
+            ev.append(f"KV cache usage peaked at {percent(kv_max)} (average {percent(kv_avg)}); {ceiling_how}.")
         if capacity_blocked:
             ev.append(
-                f"{_n(cap_wait, 1)} requests on average waited for KV capacity "
-                f'(vllm:num_requests_waiting_by_reason{{reason="capacity"}}) while only {_n(run_avg, 1)} of '
-                f"{_n(n_seqs)} sequence slots were used: the KV admission ceiling binds below 1.0."
+                f"{fig(cap_wait, 1)} requests on average waited for KV capacity "
+                f'(vllm:num_requests_waiting_by_reason{{reason="capacity"}}) while only {fig(run_avg, 1)} of '
+                f"{fig(n_seqs)} sequence slots were used: the KV admission ceiling binds below 1.0."
             )
         if queued:
             ev.append(evidence_queue + ".")
         if pinned:
             ev.append(
-                f"Running requests also sat at max_num_seqs ({_n(run_avg, 1)} of {_n(n_seqs)}), but the "
+                f"Running requests also sat at max_num_seqs ({fig(run_avg, 1)} of {fig(n_seqs)}), but the "
                 "KV shortage binds first: raising max_num_seqs would add preemptions."
             )
         severity = "critical" if preempt >= 1 and (queued or growing) else "warning"
@@ -313,16 +301,16 @@ def diagnose_target(
     elif pinned and queued and kv_room:
         source = (
             "inferred: running never left this value while requests waited; vLLM's default would be "
-            f"{_n(limits.value('max_num_seqs'))} - pass --max-num-seqs or --server to confirm"
+            f"{fig(limits.value('max_num_seqs'))} - pass --max-num-seqs or --server to confirm"
             if inferred_cap
             else limits.max_num_seqs.source
         )
         ev = [
-            f"Running requests pinned at max_num_seqs: average {_n(run_avg, 2)}, max {_n(run_max)} of "
-            f"{_n(n_seqs)} ({source}).",
+            f"Running requests pinned at max_num_seqs: average {fig(run_avg)}, max {fig(run_max)} of "
+            f"{fig(n_seqs)} ({source}).",
             evidence_queue + ".",
             (
-                f"KV cache has room: usage peaked at {_pct(kv_max)} ({ceiling_how}), no preemptions."
+                f"KV cache has room: usage peaked at {percent(kv_max)} ({ceiling_how}), no preemptions."
                 if kv_known
                 else "KV usage unknown (no KV gauge in any spelling); no preemptions, so no sign of a KV shortage."
             ),
@@ -338,26 +326,26 @@ def diagnose_target(
         )
     elif budget_binds(share, s("tokens_per_step_avg"), budget, knee) and queued and free_slots and kv_room:
         ev = [
-            f"max_num_batched_tokens = {_n(budget)} ({limits.max_num_batched_tokens.source}) fills the steps: "
+            f"max_num_batched_tokens = {fig(budget)} ({limits.max_num_batched_tokens.source}) fills the steps: "
             + (
-                f"{_pct(share)} of engine steps carried more than {_n(share_edge)} tokens (the budget's bucket of "
+                f"{percent(share)} of engine steps carried more than {fig(share_edge)} tokens (the budget's bucket of "
                 "vllm:iteration_tokens_total; buckets are coarse, so 'full' means within one bucket)"
                 if share is not None
                 else ""
             )
             + ("; " if share is not None and s("tokens_per_step_avg") is not None else "")
             + (
-                f"steps averaged {_n(s('tokens_per_step_avg'), 0)} tokens "
-                f"({_pct(s('tokens_per_step_avg') / budget)} of the budget)"
+                f"steps averaged {number(s('tokens_per_step_avg'))} tokens "
+                f"({percent(s('tokens_per_step_avg') / budget)} of the budget)"
                 if s("tokens_per_step_avg") is not None
                 else ""
             )
             + ".",
             evidence_queue + ".",
-            f"The budget is below twice the step size at which compute binds ({_n(knee, 0)} tokens; {knee_how}): "
+            f"The budget is below twice the step size at which compute binds ({number(knee)} tokens; {knee_how}): "
             "a bigger budget adds tokens to each step at little extra step time.",
-            f"Running {_n(run_avg, 1)} on average, below max_num_seqs {_n(n_seqs)}; KV usage peaked at "
-            f"{_pct(kv_max)}, no preemptions.",
+            f"Running {fig(run_avg, 1)} on average, below max_num_seqs {fig(n_seqs)}; KV usage peaked at "
+            f"{percent(kv_max)}, no preemptions.",
         ]
         primary = Finding(
             "token_budget_cap",
@@ -369,12 +357,12 @@ def diagnose_target(
     elif queued and (growing or (wait_avg or 0) >= 1):
         ev = [
             evidence_queue + ".",
-            f"No configured limit binds: running {_n(run_avg, 1)} on average of max_num_seqs {_n(n_seqs)} "
-            f"({limits.max_num_seqs.source}); KV usage peaked at {_pct(kv_max)} ({ceiling_how}); "
-            f"{_n(preempt, 0)} preemptions"
-            + (f"; {_pct(share)} of steps near max_num_batched_tokens {_n(budget)}" if share is not None else "")
+            f"No configured limit binds: running {fig(run_avg, 1)} on average of max_num_seqs {fig(n_seqs)} "
+            f"({limits.max_num_seqs.source}); KV usage peaked at {percent(kv_max)} ({ceiling_how}); "
+            f"{number(preempt)} preemptions"
+            + (f"; {percent(share)} of steps near max_num_batched_tokens {fig(budget)}" if share is not None else "")
             + (
-                f"; steps averaged {_n(s('tokens_per_step_avg'), 0)} tokens of the {_n(budget)}-token budget"
+                f"; steps averaged {number(s('tokens_per_step_avg'))} tokens of the {fig(budget)}-token budget"
                 if s("tokens_per_step_avg") is not None and budget
                 else ""
             )
@@ -387,17 +375,17 @@ def diagnose_target(
         ]
         if full and budget:
             ev.append(
-                f"Steps are full at max_num_batched_tokens {_n(budget)}, but that is past the compute knee of "
-                f"{_n(knee, 0)} tokens per step ({knee_how}; background.md §1): each step is compute-bound, so a "
+                f"Steps are full at max_num_batched_tokens {fig(budget)}, but that is past the compute knee of "
+                f"{number(knee)} tokens per step ({knee_how}; background.md §1): each step is compute-bound, so a "
                 "larger budget makes steps longer, not the engine faster."
             )
         served, offered = s("prompt_tokens_per_s"), s("offered_prompt_tokens_per_s")
         if served is not None:
-            line = f"Served {_n(served, 0)} prompt tok/s"
+            line = f"Served {number(served)} prompt tok/s"
             if offered is not None:
                 line += (
-                    f"; offered ≈ {_n(offered, 0)} prompt tok/s (served + {_n(trend, 3)} req/s queue growth x "
-                    f"{_n(s('prompt_tokens_per_request'), 0)} prompt tokens per request)"
+                    f"; offered ≈ {number(offered)} prompt tok/s (served + {fig(trend, 3)} req/s queue growth x "
+                    f"{number(s('prompt_tokens_per_request'))} prompt tokens per request)"
                 )
             ev.append(line + ": the engine computes as fast as it can; more budget or slots will not help.")
         # unknown limits that could be what binds: the budget, and max_num_seqs when running sat flat
@@ -415,7 +403,7 @@ def diagnose_target(
         if guessed:
             ev.append(
                 f"{' and '.join(guessed)} unknown (vLLM's default assumed): a cap at the running count "
-                f"(max {_n(run_max)}) or a small token budget would look the same; pass the server's flags "
+                f"(max {fig(run_max)}) or a small token budget would look the same; pass the server's flags "
                 "(--max-num-seqs, --max-num-batched-tokens) or --server to tell them apart."
             )
         primary = Finding(
@@ -437,9 +425,10 @@ def diagnose_target(
                 "unknown",
                 0.9,
                 [
-                    f"{' and '.join(unknown).capitalize()} unknown in the last {_n(window)} s (no "
-                    f"vllm:num_requests_{'running' if unknown[0] == 'running' else 'waiting'} value in any spelling, or "
-                    f"its query failed) while running averaged {_n(run_avg, 1)} and waiting {_n(wait_avg, 1)}: "
+                    f"{' and '.join(unknown).capitalize()} unknown in the last {fig(window)} s (no "
+                    f"vllm:num_requests_{'running' if unknown[0] == 'running' else 'waiting'} value in any "
+                    "spelling, or "
+                    f"its query failed) while running averaged {fig(run_avg, 1)} and waiting {fig(wait_avg, 1)}: "
                     "a queue cannot be ruled out, so the server is not called healthy or idle."
                 ],
             )
@@ -448,13 +437,13 @@ def diagnose_target(
                 "idle",
                 "ok",
                 0.9,
-                [f"No request ran or waited in the last {_n(window)} s (running and waiting both 0)."],
+                [f"No request ran or waited in the last {fig(window)} s (running and waiting both 0)."],
             )
         else:
             ev = [
-                f"Running {_n(run_avg, 1)} on average (max {_n(run_max)}) of max_num_seqs {_n(n_seqs)}; "
-                f"{_n(wait_avg, 1)} waiting on average; KV usage peaked at {_pct(kv_max)}; "
-                f"{_n(preempt, 0)} preemptions."
+                f"Running {fig(run_avg, 1)} on average (max {fig(run_max)}) of max_num_seqs {fig(n_seqs)}; "
+                f"{fig(wait_avg, 1)} waiting on average; KV usage peaked at {percent(kv_max)}; "
+                f"{number(preempt)} preemptions."
             ]
             ev.extend(_latency_evidence(signals))
             primary = Finding("healthy", "ok", 0.8 if kv_max is not None else 0.6, ev)
@@ -493,8 +482,8 @@ def _latency_evidence(signals: Signals) -> list[str]:
         q = signals.quantiles.get(name)
         if q is not None:
             out.append(
-                f"{label} in {q.bounds_text('s')} (Prometheus interpolates {_n(q.value, 3)} s; "
-                f"histogram quantiles are only as fine as the bucket edges; {_n(q.observations, 0)} {unit})."
+                f"{label} in {q.bounds_text('s')} (Prometheus interpolates {fig(q.value, 3)} s; "
+                f"histogram quantiles are only as fine as the bucket edges; {number(q.observations)} {unit})."
             )
     return out
 
@@ -505,13 +494,13 @@ def _kv_headroom_evidence(signals: Signals, limits: Limits) -> list[str]:
     kv_avg, run_avg = signals.get("kv_usage_avg"), signals.get("running_avg")
     if kv_avg and run_avg:
         out.append(
-            f"Each running request holds about {_pct(kv_avg / run_avg)} of KV: the pool holds "
-            f"{_n(1 / (kv_avg / run_avg), 0)} such requests, {_n((1 / kv_avg), 1)}x the current use."
+            f"Each running request holds about {percent(kv_avg / run_avg)} of KV: the pool holds "
+            f"{number(1 / (kv_avg / run_avg))} such requests, {fig((1 / kv_avg), 1)}x the current use."
         )
     if kv_tokens and max_len:
         out.append(
-            f"KV capacity {_n(kv_tokens)} tokens ({limits.kv_cache_tokens.source}) holds "
-            f"{_n(math.floor(kv_tokens / max_len))} requests of max_model_len {_n(max_len)}."
+            f"KV capacity {fig(kv_tokens)} tokens ({limits.kv_cache_tokens.source}) holds "
+            f"{fig(math.floor(kv_tokens / max_len))} requests of max_model_len {fig(max_len)}."
         )
     return out
 
@@ -563,9 +552,9 @@ def _prefix_finding(signals: Signals, limits: Limits) -> Finding | None:
     if rate >= LOW_HIT_RATE:
         return None
     ev = [
-        f"Prefix cache hit rate {_pct(rate)}: {_n(hits, 0)} of {_n(queries, 0)} queried tokens hit in the window"
+        f"Prefix cache hit rate {percent(rate)}: {number(hits)} of {number(queries)} queried tokens hit in the window"
         + (
-            f" (discounted {_n(min(hits, recompute), 0)} hits that preemption recompute of {_n(preempt, 0)} requests "
+            f" (discounted {number(min(hits, recompute))} hits that preemption recompute of {number(preempt)} requests "
             "would produce)"
             if recompute > 0 and hits > 0
             else ""
@@ -576,13 +565,13 @@ def _prefix_finding(signals: Signals, limits: Limits) -> Finding | None:
     ext_q, ext_h = s("external_prefix_queries_increase"), s("external_prefix_hits_increase")
     if ext_h and ext_h > hits:
         ev.append(
-            f"The external KV cache hit {_n(ext_h, 0)} of {_n(ext_q, 0)} tokens: the traffic does repeat, but "
+            f"The external KV cache hit {number(ext_h)} of {number(ext_q)} tokens: the traffic does repeat, but "
             "the GPU cache had evicted it."
         )
         primary = True
     if per_request and per_request < block:
         ev.append(
-            f"Prompts average {_n(per_request, 0)} tokens, shorter than one {_n(block)}-token block "
+            f"Prompts average {number(per_request)} tokens, shorter than one {fig(block)}-token block "
             f"(block_size, {limits.block_size.source}): only full blocks are cached, so no prompt can hit, "
             "whatever it shares (hits = 0 with queries > 0 is not proof of no sharing). Shorten the "
             "cache's match unit or lengthen the shared prefix to at least one block."
@@ -595,13 +584,13 @@ def _prefix_finding(signals: Signals, limits: Limits) -> Finding | None:
     written = queries - hits
     if kv_tokens and written > kv_tokens and 0 < rate < LRU_THRASH_HIT_RATE:
         remembered = (
-            f"; the cache holds the new tokens of only the last {_n(kv_tokens / (written / finished), 0)} requests"
+            f"; the cache holds the new tokens of only the last {number(kv_tokens / (written / finished))} requests"
             if finished and finished > 0
             else ""
         )
         ev.append(
-            f"{_n(written, 0)} prompt tokens missed the cache and were written to it in the window, "
-            f"{_n(written / kv_tokens, 1)}x the KV capacity of {_n(kv_tokens)} tokens{remembered}: traffic that "
+            f"{number(written)} prompt tokens missed the cache and were written to it in the window, "
+            f"{fig(written / kv_tokens, 1)}x the KV capacity of {fig(kv_tokens)} tokens{remembered}: traffic that "
             "reuses prefixes further apart than that always finds them evicted under LRU (background.md §9: a "
             "cyclic re-read of 2.3x the capacity hit 0 tokens). Offload KV to CPU (LMCache) or reorder "
             "requests so reuse comes sooner."
