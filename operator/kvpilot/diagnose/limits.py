@@ -18,6 +18,7 @@ from kvpilot.kv.capacity import (  # vLLM's defaults and GPU tiers, one home (ba
     is_large_gpu,
     vllm_batch_defaults,
 )
+from kvpilot.text.numbers import fig
 
 #: field -> (spec engine key (camelCase), cache_config_info label)
 _FIELDS: dict[str, tuple[str, str]] = {
@@ -98,9 +99,7 @@ class Limits:
         ):
             lim: Limit = getattr(self, name)
             if lim.value is not None:
-                value = (
-                    f"{lim.value:,}" if isinstance(lim.value, int) and not isinstance(lim.value, bool) else lim.value
-                )
+                value = fig(lim.value, 4) if isinstance(lim.value, (int, float)) else lim.value
                 parts.append(f"{name} {value} ({lim.source})")
         return "Limits: " + (", ".join(parts) if parts else "none known") + "."
 

@@ -32,6 +32,7 @@ from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Recommendation
 from kvpilot.diagnose.signals import Signals
 from kvpilot.kv import KVConfigError, bytes_per_token, kv_element_bytes
+from kvpilot.text.numbers import count, fig, gib, number, percent, times
 
 #: highest --gpu-memory-utilization kvpilot suggests (background.md §7: 0.95 failed at startup on WSL2)
 MAX_SUGGESTED_UTILIZATION = 0.95
@@ -49,10 +50,6 @@ class Inputs:
     signals: Signals
     limits: Limits
     model_config: dict | None = None
-
-
-def _fmt(x: float) -> str:
-    return f"{int(round(x)):,}"
 
 
 def kv_bytes_per_token(inputs: Inputs) -> int | None:
@@ -108,13 +105,15 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
         if bpt and gpu:
             extra = (target - util) * gpu / bpt
             effect = (
-                f"+{_fmt(extra)} KV tokens: ({target:.2f} - {util:.2f}) x {gpu / 2**30:.0f} GiB / {bpt:,} B per token"
-                + (f" ({_fmt(kv_tokens)} -> {_fmt(kv_tokens + extra)})" if kv_tokens else "")
+                f"+{count(extra)} KV tokens: ({number(target, 2)} - {number(util, 2)}) x {gib(gpu, 0)} / "
+                f"{count(bpt, 'B')} per token"
+                + (f" ({count(kv_tokens)} -> {count(kv_tokens + extra)})" if kv_tokens else "")
                 + "; startup may fail if the GPU cannot spare it."
             )
         else:
             effect = (
-                f"+{target - util:.2f} x GPU memory for KV (give --gpu-memory and --model-config to count tokens); "
+                f"+{number(target - util, 2)} x GPU memory for KV (give --gpu-memory and --model-config to count "
+                "tokens); "
                 "startup may fail if the GPU cannot spare it."
             )
         out.append(Recommendation("--gpu-memory-utilization", util, target, effect))
@@ -130,9 +129,9 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
         except (KVConfigError, KeyError):
             factor = None
         if factor and factor > 1:
-            effect = f"{factor:g}x KV tokens per byte"
+            effect = f"{times(factor, 2)} KV tokens per byte"
             if kv_tokens:
-                effect += f": {_fmt(kv_tokens)} -> {_fmt(kv_tokens * factor)} tokens"
+                effect += f": {count(kv_tokens)} -> {count(kv_tokens * factor)} tokens"
             out.append(
                 Recommendation("--kv-cache-dtype", dtype, "fp8", effect + " (small accuracy cost; check quality).")
             )
@@ -144,13 +143,13 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
         safe = int(kv_tokens // per_request)
         if safe >= 1 and (n_seqs is None or safe < n_seqs) and (running_max is None or safe < running_max):
             effect = (
-                f"at most {safe} requests of {_fmt(per_request)} tokens fit in {_fmt(kv_tokens)} KV tokens "
-                f"(floor({_fmt(kv_tokens)} / {_fmt(per_request)}))"
+                f"at most {safe} requests of {count(per_request)} tokens fit in {count(kv_tokens)} KV tokens "
+                f"(floor({count(kv_tokens)} / {count(per_request)}))"
             )
             if demand:
                 effect += (
-                    f"; the observed peak of {_fmt(running_max)} running needs {_fmt(demand)} tokens, "
-                    f"{demand / kv_tokens:.2f}x the capacity"
+                    f"; the observed peak of {count(running_max)} running needs {count(demand)} tokens, "
+                    f"{times(demand / kv_tokens, 2)} the capacity"
                 )
             out.append(Recommendation("--max-num-seqs", n_seqs, safe, effect + ": fewer preemptions, no recompute."))
     return out
@@ -210,9 +209,9 @@ def _tensor_parallel(inputs: Inputs, kv_tokens: int | None) -> Recommendation | 
     if then >= now:
         return None
     ratio = now / then
-    effect = f"{now:,} -> {then:,} B per KV token on each GPU (the KV heads split over {2 * tp} GPUs)"
+    effect = f"{count(now)} -> {count(then, 'B')} per KV token on each GPU (the KV heads split over {2 * tp} GPUs)"
     if kv_tokens:
-        effect += f": at least {_fmt(kv_tokens)} x {ratio:g} = {_fmt(kv_tokens * ratio)} KV tokens"
+        effect += f": at least {count(kv_tokens)} x {fig(ratio, 3)} = {count(kv_tokens * ratio)} KV tokens"
     effect += (
         ", more as each GPU holds 1/"
         + str(2 * tp)
@@ -252,16 +251,20 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
         keep_up = n_seqs * arrival / served
         need = keep_up * (1 + DRAIN_MARGIN)
         how = (
-            f"the queue grows: arrivals {served:.2f} served + {trend:.2f} queued = {arrival:.2f} req/s; "
-            f"{n_seqs} slots x {arrival:.2f} / {served:.2f} = {keep_up:.1f} slots keep up (Little's law), "
-            f"+{DRAIN_MARGIN:.0%} to drain the backlog = {need:.1f}"
+            f"the queue grows: arrivals {number(served, 2)} served + {number(trend, 2)} queued = "
+            f"{number(arrival, 2, 'req/s')}; {count(n_seqs)} slots x {number(arrival, 2)} / {number(served, 2)} = "
+            f"{number(keep_up, 1)} slots keep up (Little's law), +{percent(DRAIN_MARGIN, 0)} to drain the backlog = "
+            f"{number(need, 1)}"
         )
     elif growing:
         need = 2 * n_seqs
-        how = f"the queue grows and the completion rate is unknown: 2 x {n_seqs} = {need}"
+        how = f"the queue grows and the completion rate is unknown: 2 x {count(n_seqs)} = {count(need)}"
     else:
         need = run_avg + wait_avg
-        how = f"a standing queue: {run_avg:.0f} running + {wait_avg:.0f} waiting = {need:.0f} admitted at once"
+        how = (
+            f"a standing queue: {number(run_avg, 1)} running + {number(wait_avg, 1)} waiting = "
+            f"{number(need, 1)} admitted at once"
+        )
     demand = max(n_seqs + 1, math.ceil(need - 1e-9))
     suggested = capture_sizes_around(demand)[1]
     how += f"; rounded up to vLLM's CUDA-graph batch size {suggested}" if suggested != demand else ""
@@ -279,11 +282,12 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
         if suggested > bound:
             suggested = max(n_seqs + 1, capture_sizes_around(bound)[0])
             how += (
-                f"; bounded by KV: {KV_FILL:.0%} of the pool / {share * 100:.2f} % per request = {bound} -> {suggested}"
+                f"; bounded by KV: {percent(KV_FILL, 0)} of the pool / {percent(share, 2)} per request = "
+                f"{count(bound)} "
+                f"-> {count(suggested)}"
             )
-        how += (
-            f"; KV usage rises to about {min(1.0, suggested * share) * 100:.1f} % ({suggested} x {share * 100:.2f} %)"
-        )
+        rises = percent(min(1.0, suggested * share))
+        how += f"; KV usage rises to about {rises} ({count(suggested)} x {percent(share, 2)})"
     out = [
         Recommendation(
             "--max-num-seqs",
@@ -311,7 +315,7 @@ def _budget_cap(inputs: Inputs) -> list[Recommendation]:
             "--max-num-batched-tokens",
             budget,
             budget * 2,
-            f"up to {budget * 2:,} tokens per step (2x): waiting prompts prefill in fewer steps, lower "
+            f"up to {count(budget * 2)} tokens per step (2x): waiting prompts prefill in fewer steps, lower "
             "TTFT; inter-token latency of co-scheduled decodes rises (background.md §7).",
         )
     ]
@@ -328,9 +332,9 @@ def _compute_bound(inputs: Inputs) -> list[Recommendation]:
             "replicas (scale out)",
             1,
             replicas,
-            f"offered {_fmt(offered)} prompt tok/s / served {_fmt(served)} per replica = "
-            f"{offered / served:.2f}: {replicas} replicas keep up. Scale on waiting depth or prompt-token "
-            "rate, not KV usage; a larger token budget or more slots will not help.",
+            f"offered {count(offered)} prompt tok/s / served {count(served)} per replica = "
+            f"{number(offered / served, 2)}: {count(replicas)} replicas keep up. Scale on waiting depth or "
+            "prompt-token rate, not KV usage; a larger token budget or more slots will not help.",
         )
     ]
 
@@ -345,8 +349,10 @@ def _prefix(inputs: Inputs) -> list[Recommendation]:
                 "--kv-transfer-config (KV offload to CPU, e.g. LMCache)",
                 None,
                 "enabled",
-                f"keeps about {queries / kv_tokens:.1f}x the GPU KV capacity of reused prefixes reachable: "
-                "background.md §9 measured pass-2 TTFT 576 ms -> 48.6 ms with 1.5 GB of CPU cache.",
+                f"the window's prompts wrote {count(written, 'tokens')} to the cache, {times(written / kv_tokens)} "
+                f"the GPU KV capacity of {count(kv_tokens, 'tokens')}, so LRU evicted prefixes before they were "
+                "reused; a CPU KV cache sized to the reused prefixes (at most that many tokens) keeps them "
+                "reachable, and a hit costs a transfer instead of a prefill.",
             )
         ]
     return []

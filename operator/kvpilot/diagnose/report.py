@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvpilot.diagnose.model import Diagnosis, Finding, Report
+from kvpilot.text.numbers import fig, number, significant
 
 #: signals shown in text/markdown (JSON has all)
 _KEY_SIGNALS = (
@@ -52,18 +53,27 @@ def _target_name(d: Diagnosis) -> str:
 
 
 def _fmt_signal(value) -> str:
+    return "-" if value is None else significant(value)
+
+
+def _flag_value(value) -> str:
+    """A recommendation's current/suggested value as a user would type it: ``8192``, ``0.93``, ``not set``."""
     if value is None:
-        return "-"
-    if abs(value) >= 100 or value == int(value):
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
+        return "not set"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return number(value, grouping=False) if float(value).is_integer() else fig(value, 4)
+    return str(value)
 
 
 def to_text(report: Report, width: int = 110, color: bool = False) -> str:
     """Terminal rendering: one block per target (verdict, evidence, recommendations, findings)."""
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False)
-    console.print(f"[bold]kvpilot diagnose[/bold]  source: {report.source}  window: {report.window_seconds:g} s")
+    console.print(
+        f"[bold]kvpilot diagnose[/bold]  source: {report.source}  window: {fig(report.window_seconds, 3, 's')}"
+    )
     for note in report.notes:
         console.print(f"  note: {note}")
     for d in report.targets:
@@ -71,7 +81,7 @@ def to_text(report: Report, width: int = 110, color: bool = False) -> str:
         console.print()
         console.print(
             f"[bold]{_target_name(d)}[/bold]: [{style}]{d.verdict}[/{style}] "
-            f"(severity {d.severity}, confidence {d.confidence:.2f})"
+            f"(severity {d.severity}, confidence {number(d.confidence, 2)})"
         )
         for line in d.evidence:
             console.print(f"  - {line}")
@@ -80,7 +90,7 @@ def to_text(report: Report, width: int = 110, color: bool = False) -> str:
             for col in ("flag", "current", "suggested", "expected effect"):
                 table.add_column(col, overflow="fold")
             for r in d.recommendations:
-                table.add_row(r.flag, str(r.current), str(r.suggested), r.expected_effect)
+                table.add_row(r.flag, _flag_value(r.current), _flag_value(r.suggested), r.expected_effect)
             console.print(table)
         for f in d.findings:
             console.print(f"  also: {f.verdict} ({f.severity})")
@@ -95,17 +105,20 @@ def to_text(report: Report, width: int = 110, color: bool = False) -> str:
 
 
 def _md_finding(f: Finding, level: str) -> list[str]:
-    lines = [f"{level} `{f.verdict}` - severity {f.severity}, confidence {f.confidence:.2f}", ""]
+    lines = [f"{level} `{f.verdict}` - severity {f.severity}, confidence {number(f.confidence, 2)}", ""]
     lines += [f"- {e}" for e in f.evidence]
     if f.recommendations:
         lines += ["", "| flag | current | suggested | expected effect |", "|---|---|---|---|"]
-        lines += [f"| `{r.flag}` | {r.current} | {r.suggested} | {r.expected_effect} |" for r in f.recommendations]
+        lines += [
+            f"| `{r.flag}` | {_flag_value(r.current)} | {_flag_value(r.suggested)} | {r.expected_effect} |"
+            for r in f.recommendations
+        ]
     return lines + [""]
 
 
 def to_markdown(report: Report) -> str:
     """``-o markdown``: a heading per target, evidence bullets, a recommendations table."""
-    lines = ["# kvpilot diagnose", "", f"Source: {report.source}; window {report.window_seconds:g} s.", ""]
+    lines = ["# kvpilot diagnose", "", f"Source: {report.source}; window {fig(report.window_seconds, 3, 's')}.", ""]
     lines += [f"> {n}" for n in report.notes]
     if report.notes:
         lines.append("")

@@ -6,8 +6,8 @@ Rules (docs/diagnosis.md, "Numbers"):
   binary value (Python's ``format`` mini-language, the same rounding as :func:`round`);
 - ``trim=True`` drops trailing zeros of the *fraction only* (``2.50`` -> ``2.5``, ``3.00`` -> ``3``),
   never digits of the integer part;
-- a unit follows after a space (``12.5 s``, ``4.00 GiB``); ``x`` (a multiple) and ``%`` follow the
-  same rule, so every figure reads as ``<number> <unit>``;
+- a unit follows after a space (``12.5 s``, ``4.00 GiB``, ``12.3 %``); a multiple is written with
+  its ``x`` glued on (``6.1x``), as vLLM's own log does ("Maximum concurrency ... 2.56x");
 - ``None``, NaN and -inf print as :data:`UNKNOWN`, +inf as :data:`UNBOUNDED`: no ``None``,
   ``nan`` or Python repr ever reaches a user;
 - ``-0`` prints as ``0``.
@@ -100,8 +100,9 @@ def percent(ratio: float | None, decimals: int = 1) -> str:
 
 
 def times(ratio: float | None, decimals: int = 1) -> str:
-    """A multiple: ``6.1`` -> ``6.1 x`` (how many times one quantity holds another)."""
-    return number(ratio, decimals, "x")
+    """A multiple, written the usual way with the ``x`` glued on: ``6.1`` -> ``6.1x``."""
+    text = number(ratio, decimals)
+    return f"{text}x" if _finite(ratio) else text
 
 
 def gib(n_bytes: float | int | None, decimals: int = 2) -> str:

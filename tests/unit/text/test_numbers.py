@@ -39,7 +39,7 @@ def test_units_and_helpers():
     assert count(16384, "tokens") == "16,384 tokens"
     assert percent(0.1234) == "12.3 %"
     assert percent(1.0, 0) == "100 %"
-    assert times(6.125, 2) == "6.12 x"
+    assert times(6.125, 2) == "6.12x"
     assert gib(3 * 2**30) == "3.00 GiB"
     assert number(8192, grouping=False) == "8192"
     # significant: 3 figures in fixed point, never 1.23e-05
