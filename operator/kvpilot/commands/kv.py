@@ -23,6 +23,7 @@ from kvpilot.kv import (
     capacity,
     startup_memory_check,
 )
+from kvpilot.text.numbers import count, fig, gib, number, significant, times
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -107,7 +108,7 @@ def load_config(source: str) -> tuple[dict, Path | None]:
 
 
 def _gib(value: int | float | None) -> str:
-    return "-" if value is None else f"{value / GIB:.4f} GiB"
+    return "-" if value is None else gib(value, 4)
 
 
 def _startup_rows(check: StartupMemoryCheck) -> list[tuple[str, str]]:
@@ -117,10 +118,10 @@ def _startup_rows(check: StartupMemoryCheck) -> list[tuple[str, str]]:
         ("free GPU memory at startup", f"{_gib(check.free_bytes)} of {_gib(check.total_bytes)}"),
         (
             "requested at startup",
-            f"{check.gpu_memory_utilization:g} × {_gib(check.total_bytes)} = {_gib(check.requested_bytes)}",
+            f"{fig(check.gpu_memory_utilization, 4)} × {_gib(check.total_bytes)} = {_gib(check.requested_bytes)}",
         ),
         ("starts (free >= requested)", verdict),
-        ("largest feasible gpu_memory_utilization", f"{check.max_feasible_utilization:.4f}"),
+        ("largest feasible gpu_memory_utilization", number(check.max_feasible_utilization, 4)),
     ]
 
 
@@ -137,7 +138,7 @@ def render_text(cap: KVCapacity, source: str, check: StartupMemoryCheck | None =
     table.add_column("value")
     layers = f"{fp.full_layers} full"
     if fp.sliding_layers:
-        layers += f", {fp.sliding_layers} sliding (window {spec.sliding_window:,})"
+        layers += f", {fp.sliding_layers} sliding (window {count(spec.sliding_window)})"
     if fp.state_layers:
         layers += f", {fp.state_layers} Mamba/linear"
     rows = [
@@ -147,28 +148,36 @@ def render_text(cap: KVCapacity, source: str, check: StartupMemoryCheck | None =
             f"{fp.kv_heads_per_gpu} × {spec.head_dim} ({spec.num_kv_heads} KV heads total)",
         ),
         ("KV element", f"{fp.element_bytes} byte(s) ({cap.inputs['kv_cache_dtype']}; model {spec.model_dtype})"),
-        ("bytes per token (per GPU)", f"{cap.bytes_per_token:,} B ({cap.bytes_per_token / 1024:g} KiB)"),
+        (
+            "bytes per token (per GPU)",
+            f"{count(cap.bytes_per_token, 'B')} ({significant(cap.bytes_per_token / 1024, 6)} KiB)",
+        ),
     ]
     if fp.sliding_bytes_per_token:
-        rows.append(("sliding layers per token", f"{fp.sliding_bytes_per_token:,} B (held for the window only)"))
+        rows.append(
+            ("sliding layers per token", f"{count(fp.sliding_bytes_per_token, 'B')} (held for the window only)")
+        )
     if cap.state_bytes_per_request:
         rows.append(
-            ("fixed state per request", f"{cap.state_bytes_per_request:,} B ({_gib(cap.state_bytes_per_request)})")
+            (
+                "fixed state per request",
+                f"{count(cap.state_bytes_per_request, 'B')} ({_gib(cap.state_bytes_per_request)})",
+            )
         )
-    rows.append((f"one request of {cap.max_model_len:,} tokens", _gib(cap.request_bytes)))
+    rows.append((f"one request of {count(cap.max_model_len)} tokens", _gib(cap.request_bytes)))
     if cap.kv_memory_bytes is not None:
         rows += [
             ("KV memory per GPU", f"{_gib(cap.kv_memory_bytes)} ({cap.inputs['memory_source']})"),
-            ("KV tokens", f"{cap.kv_tokens:,}"),
+            ("KV tokens", count(cap.kv_tokens)),
             (
                 f"KV blocks (block size {cap.block_size})",
-                f"{cap.kv_blocks:,} ({cap.usable_blocks:,} usable + 1 null block)",
+                f"{count(cap.kv_blocks)} ({count(cap.usable_blocks)} usable + 1 null block)",
             ),
-            (f"max concurrency at {cap.max_model_len:,} tokens", f"{cap.max_concurrency:.2f}x"),
+            (f"max concurrency at {count(cap.max_model_len)} tokens", f"{times(cap.max_concurrency, 2)}"),
             ("one max_model_len request fits", "yes" if cap.fits else "NO: vLLM refuses to start"),
             (
                 "largest max_model_len that fits",
-                "no limit from KV" if cap.max_model_len_that_fits is None else f"{cap.max_model_len_that_fits:,}",
+                "no limit from KV" if cap.max_model_len_that_fits is None else count(cap.max_model_len_that_fits),
             ),
         ]
         min_util = cap.min_gpu_memory_utilization_to_fit
@@ -176,14 +185,14 @@ def render_text(cap: KVCapacity, source: str, check: StartupMemoryCheck | None =
             rows.append(
                 (
                     "smallest gpu_memory_utilization that fits",
-                    f"{min_util:.4f}"
+                    number(min_util, 4)
                     if min_util <= 1
-                    else f"none: one request needs {min_util:.2f} x this GPU's memory",
+                    else f"none: one request needs {number(min_util, 2)} x this GPU's memory",
                 )
             )
         if cap.data_parallel_size > 1:
             rows.append(
-                (f"KV tokens, {cap.data_parallel_size} DP replicas", f"{cap.kv_tokens * cap.data_parallel_size:,}")
+                (f"KV tokens, {cap.data_parallel_size} DP replicas", count(cap.kv_tokens * cap.data_parallel_size))
             )
     if check is not None:
         rows += _startup_rows(check)
@@ -261,7 +270,8 @@ Examples:
     "--overhead-memory",
     type=SIZE,
     default=None,
-    help=f"Activations + CUDA context + graphs per GPU [default: {DEFAULT_OVERHEAD_BYTES / GIB:.2f}GiB, estimate].",
+    help=f"Activations + CUDA context + graphs per GPU [default: {number(DEFAULT_OVERHEAD_BYTES / GIB, 2)}GiB, "
+    "estimate].",
 )
 @click.option(
     "--free-gpu-memory",

@@ -16,6 +16,7 @@ from typing import Any
 
 from kvpilot.engine.hardware import GiB, gpu_profile, model_profile
 from kvpilot.kv.capacity import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, vllm_batch_defaults
+from kvpilot.text.numbers import gib
 
 
 @dataclass
@@ -147,7 +148,7 @@ class EngineConfig:
         if blocks < 2:
             raise ValueError(
                 "gpu_memory_utilization: no available memory for the cache blocks "
-                f"({kv_bytes / GiB:.2f} GiB left after weights and activations)"
+                f"({gib(kv_bytes)} left after weights and activations)"
             )
         return blocks
 

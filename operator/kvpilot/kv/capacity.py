@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from kvpilot.kv.size import KVFootprint, footprint
 from kvpilot.kv.spec import KVConfigError, KVSpec, ceil_div, kv_spec_from_config
+from kvpilot.text.numbers import gib
 
 GIB = 2**30
 #: vLLM's default ``--block-size`` for CUDA attention backends (CacheConfig), background.md §4.
@@ -374,8 +375,8 @@ def capacity(
     if budget.source == "gpu-memory":
         estimate = True
         notes.append(
-            f"KV memory derived: {budget.gpu_memory_bytes / GIB:.2f} GiB × {budget.gpu_memory_utilization}"
-            f" − weights {budget.weights_bytes / GIB:.2f} GiB − overhead {budget.overhead_bytes / GIB:.2f} GiB"
+            f"KV memory derived: {gib(budget.gpu_memory_bytes)} × {budget.gpu_memory_utilization}"
+            f" − weights {gib(budget.weights_bytes)} − overhead {gib(budget.overhead_bytes)}"
             " (estimate)"
         )
     block_bytes = block_size * fp.slot_bytes_per_token
@@ -389,8 +390,8 @@ def capacity(
         notes.append("No available memory for the cache blocks (vLLM refuses to start)")
     elif not fits:
         notes.append(
-            f"one request of max_model_len {max_model_len} needs {request_bytes / GIB:.2f} GiB of KV, "
-            f"more than the {budget.kv_memory_bytes / GIB:.2f} GiB available: vLLM refuses to start"
+            f"one request of max_model_len {max_model_len} needs {gib(request_bytes)} of KV, "
+            f"more than the {gib(budget.kv_memory_bytes)} available: vLLM refuses to start"
         )
     return KVCapacity(
         **result,

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvpilot.kv.capacity import DEFAULT_GPU_MEMORY_UTILIZATION, GIB, capacity
+from kvpilot.kv.capacity import DEFAULT_GPU_MEMORY_UTILIZATION, capacity
 from kvpilot.kv.spec import KVConfigError
+from kvpilot.text.numbers import count, gib, number, times
 
 CONDITION_TYPE = "KVCapacity"
 #: vLLMServer ``spec.engine`` keys (camelCase, design.md) → :func:`kvpilot.kv.capacity.capacity` arguments.
@@ -129,8 +130,8 @@ def kv_preflight(
         return Preflight(_condition("Unknown", "InvalidModelConfig", f"KV capacity not computed: {exc}"), None, {})
     est = " (estimate)" if cap.estimate else ""
     figures = (
-        f"{cap.bytes_per_token:,} B/token per GPU; {cap.kv_memory_bytes / GIB:.2f} GiB KV = "
-        f"{cap.kv_tokens:,} tokens; max concurrency {cap.max_concurrency:.2f}x at {cap.max_model_len:,} "
+        f"{count(cap.bytes_per_token, 'B')}/token per GPU; {gib(cap.kv_memory_bytes)} KV = "
+        f"{count(cap.kv_tokens)} tokens; max concurrency {times(cap.max_concurrency, 2)} at {count(cap.max_model_len)} "
         f"tokens{est}"
     )
     numbers = {
@@ -145,12 +146,12 @@ def kv_preflight(
     if cap.fits:
         return Preflight(_condition("True", "Fits", figures), None, numbers)
     reason = "NoKVMemory" if cap.kv_blocks == 0 else "MaxModelLenExceedsKV"
-    fix = [f"maxModelLen <= {cap.max_model_len_that_fits:,}"] if cap.max_model_len_that_fits else []
+    fix = [f"maxModelLen <= {count(cap.max_model_len_that_fits)}"] if cap.max_model_len_that_fits else []
     if cap.min_gpu_memory_utilization_to_fit is not None and cap.min_gpu_memory_utilization_to_fit <= 1:
-        fix.append(f"gpuMemoryUtilization >= {cap.min_gpu_memory_utilization_to_fit:.3f}")
+        fix.append(f"gpuMemoryUtilization >= {number(cap.min_gpu_memory_utilization_to_fit, 3)}")
     message = (
-        f"one request of maxModelLen {cap.max_model_len:,} needs {cap.request_bytes / GIB:.2f} GiB KV, "
-        f"more than {cap.kv_memory_bytes / GIB:.2f} GiB available: vLLM would refuse to start; "
+        f"one request of maxModelLen {count(cap.max_model_len)} needs {gib(cap.request_bytes)} KV, "
+        f"more than {gib(cap.kv_memory_bytes)} available: vLLM would refuse to start; "
         f"{figures}" + (f"; try {' or '.join(fix)}" if fix else "")
     )
     return Preflight(_condition("False", reason, message), message, numbers)
