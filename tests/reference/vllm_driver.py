@@ -76,10 +76,47 @@ SEG_STRIDE = 1 << 24  # prompt tokens of segment j: j * SEG_STRIDE + position
 STOP_TOKEN = 7  # the stop token id of "stop" requests (no prompt segment id range starts below SEG_STRIDE)
 
 
-def _imports():
+def _imports() -> dict:
+    """VLLM's classes, imported only inside the vLLM venv (after the stdout redirection above)."""
+    import torch
+    from prometheus_client import REGISTRY
+    from vllm import SamplingParams
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine import EngineCoreRequest
+    from vllm.v1.engine.output_processor import OutputProcessor
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
+    from vllm.v1.metrics.stats import IterationStats
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+    from vllm.v1.structured_output import StructuredOutputManager
 
-
-    return locals()
+    return {
+        "torch": torch,
+        "REGISTRY": REGISTRY,
+        "SamplingParams": SamplingParams,
+        "CacheConfig": CacheConfig,
+        "ModelConfig": ModelConfig,
+        "SchedulerConfig": SchedulerConfig,
+        "VllmConfig": VllmConfig,
+        "get_hash_fn_by_name": get_hash_fn_by_name,
+        "get_request_block_hasher": get_request_block_hasher,
+        "init_none_hash": init_none_hash,
+        "Scheduler": Scheduler,
+        "EngineCoreRequest": EngineCoreRequest,
+        "OutputProcessor": OutputProcessor,
+        "FullAttentionSpec": FullAttentionSpec,
+        "KVCacheConfig": KVCacheConfig,
+        "KVCacheGroupSpec": KVCacheGroupSpec,
+        "PrometheusStatLogger": PrometheusStatLogger,
+        "IterationStats": IterationStats,
+        "ModelRunnerOutput": ModelRunnerOutput,
+        "Request": Request,
+        "StructuredOutputManager": StructuredOutputManager,
+    }
 
 
 V: dict = {}
