@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import kopf
 import kubernetes.client
@@ -41,7 +41,7 @@ from kvpilot.api import GROUP, PLURAL, VERSION, SpecError, VLLMServerSpec, parse
 from kvpilot.api.constants import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, LABEL_SERVER
 from kvpilot.api.models import PreflightStatus
 from kvpilot.api.quantity import parse_quantity
-from kvpilot.controller import logic
+from kvpilot.controller import failures, logic
 from kvpilot.controller.metrics import OperatorMetrics
 from kvpilot.controller.vllm_log import parse_kv_cache_report
 from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_preflight
@@ -108,8 +108,15 @@ def connection_info(configuration: kubernetes.client.Configuration) -> kopf.Conn
 class Controller:
     """The handlers' shared state: one API client and a lock per VLLMServer."""
 
-    def __init__(self, configuration: kubernetes.client.Configuration, *, hub: bool = True) -> None:
+    def __init__(
+        self,
+        configuration: kubernetes.client.Configuration,
+        *,
+        hub: bool = True,
+        retry_policy: failures.RetryPolicy | None = None,
+    ) -> None:
         self.hub = hub
+        self.retry_policy = retry_policy or failures.RetryPolicy()
         self._hub_cache: dict[str, tuple[float, tuple[dict | None, int | None, str]]] = {}
         #: uids of pods whose node's GPU-memory label the pre-flight has already read.
         self._preflighted_pods: set[str] = set()
@@ -199,14 +206,53 @@ class Controller:
         pods = self.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_SERVER}={name}")
         return [self.api.sanitize_for_serialization(p) for p in pods.items]
 
-    def _ensure_service(self, service: dict[str, Any]) -> None:
+    def _ensure_service(self, service: dict[str, Any], server: dict[str, Any]) -> None:
+        """Create the Service unless this server's already exists (one it does not own is a conflict)."""
         meta = service["metadata"]
         try:
-            self.core.read_namespaced_service(meta["name"], meta["namespace"])
+            self._adopt(self.core.read_namespaced_service, service, server, "service")
+            return
         except ApiException as exc:
             if exc.status != 404:
                 raise
+        try:
             self.core.create_namespaced_service(meta["namespace"], service)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            self._adopt(self.core.read_namespaced_service, service, server, "service")  # created meanwhile
+
+    def _create_pod(self, pod: dict[str, Any], server: dict[str, Any]) -> dict[str, Any] | None:
+        """Create ``pod``; None when its name is taken (409: the caller adopts or reports the holder)."""
+        try:
+            created = self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            return None
+        return self.api.sanitize_for_serialization(created)
+
+    def _adopt(self, read: Callable[..., Any], wanted: dict[str, Any], server: dict[str, Any], kind: str) -> dict:
+        """The existing object named like ``wanted`` when this server owns it (an earlier attempt
+        created it: adopted); otherwise the 409 is re-raised with ``conflict_owner`` naming the holder.
+
+        Raises:
+            ApiException: 404 when there is no such object; 409 with ``conflict_owner`` set when
+                another owner (or nobody) holds the name.
+        """
+        meta = wanted["metadata"]
+        existing = self.api.sanitize_for_serialization(read(meta["name"], meta["namespace"]))
+        if existing is None:  # pragma: no cover - the client raises 404 instead
+            raise ApiException(status=404, reason="NotFound")
+        refs = (existing.get("metadata") or {}).get("ownerReferences") or []
+        uid = server["metadata"].get("uid")
+        if any(ref.get("uid") == uid for ref in refs):
+            return existing
+        holder = next((f"{ref.get('kind')} {ref.get('name')}" for ref in refs if ref.get("controller")), None)
+        conflict = ApiException(status=409, reason="Conflict")
+        conflict.body = json.dumps({"message": f'{kind} "{meta["name"]}" already exists and is not this server\'s'})
+        conflict.conflict_owner = holder or "no controller"  # type: ignore[attr-defined]
+        raise conflict
 
     def _kv_from_log(self, pod: dict[str, Any], logger: logging.Logger) -> tuple[int, float | None] | None:
         meta = pod["metadata"]
@@ -334,90 +380,143 @@ class Controller:
         return result.condition, result.warning, numbers
 
     # ------------------------------------------------------------------ VLLMServer handlers
-    def reconcile_server(self, body: Any, namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
-        """create/resume/update: validate, ensure Service and Pod, write status (idempotent)."""
+    def reconcile_server(
+        self, body: Any, namespace: str, name: str, logger: logging.Logger, retry: int = 0, **_: Any
+    ) -> None:
+        """create/resume/update: validate, ensure Service and Pod, write status (idempotent).
+
+        Never stuck: any exception is classified (:func:`kvpilot.controller.failures.classify`)
+        into a phase, a ``Ready=False`` condition with its reason and a Warning Event, then a
+        :class:`kopf.PermanentError` (the spec or the cluster must change) or a
+        :class:`kopf.TemporaryError` with the policy's exponential, bounded backoff.
+        """
+        step = ["reading the VLLMServer"]
+        server: dict[str, Any] | None = None
         with self._lock(namespace, name):
-            server = self._read_server(namespace, name)
-            if server is None:
-                return
-            now = now_rfc3339()
             try:
-                spec = parse_spec(server.get("spec"))
-            except SpecError as exc:
-                self._write_status(server, logic.invalid_status(server, str(exc), now=now), logger)
-                raise kopf.PermanentError(f"invalid spec: {exc}") from None
-            digest = spec_hash(spec)
+                server = self._read_server(namespace, name)
+                if server is None:
+                    return
+                self._reconcile(server, namespace, name, logger, step)
+            except kopf.PermanentError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every failure ends in a phase, an Event and retry-or-stop
+                self._fail(server or body, exc, step[0], retry, logger)
+
+    def _fail(self, server: Any, exc: Exception, step: str, retry: int, logger: logging.Logger) -> NoReturn:
+        """Report a failed reconcile (status, Warning Event, log) and raise kopf's retry-or-stop."""
+        failure = failures.classify(
+            exc, step=step, retry=retry, policy=self.retry_policy, conflict_owner=getattr(exc, "conflict_owner", None)
+        )
+        server = dict(server or {})
+        logger.warning(f"{(server.get('metadata') or {}).get('name')}: {failure.reason}: {failure.message}")
+        if server.get("metadata", {}).get("uid"):
+            try:  # best effort: the status write may be what is failing
+                self._write_status(server, failures.failure_status(server, failure, now=now_rfc3339()), logger)
+            except Exception as write_exc:  # noqa: BLE001 - already failing; the Event and the log carry it
+                logger.warning(f"could not write the failure status: {type(write_exc).__name__}")
+            kopf.event(server, type="Warning", reason=failure.reason, message=failure.message[:1024])
+        if failure.permanent:
+            raise kopf.PermanentError(failure.message) from None
+        raise kopf.TemporaryError(failure.message, delay=failure.delay) from None
+
+    def _reconcile(
+        self, server: dict[str, Any], namespace: str, name: str, logger: logging.Logger, step: list[str]
+    ) -> None:
+        """The reconcile proper; ``step[0]`` names what it is doing (for a failure's message)."""
+        now = now_rfc3339()
+        step[0] = "validating and rendering the spec"
+        try:
+            spec = parse_spec(server.get("spec"))
             pod_obj, service = render_objects(name, namespace, spec, owner=server)  # pod named <name>-<hash[:5]>
-            pods = self._pods(namespace, name)
-            if spec.preflight == "enforce":  # the verdict decides whether a pod may exist: before it
-                server, warning, condition = self._preflight_status(server, spec, pods, now)
-                if warning:
-                    self._write_status(
-                        server,
-                        logic.invalid_status(
-                            server, f"spec.engine.maxModelLen: {warning}", now=now, reason=condition["reason"]
-                        ),
-                        logger,
-                    )
-                    raise kopf.PermanentError(f"pre-flight refused the spec: {warning}")
-            self._ensure_service(service)
-            plan = logic.plan_pods(server, pods, digest)
-            for stale in plan.delete:
-                logger.info(f"deleting pod {stale} (spec changed or duplicate)")
+        except SpecError as exc:
+            step[0] = "writing the Invalid status"
+            self._write_status(server, logic.invalid_status(server, str(exc), now=now), logger)
+            raise kopf.PermanentError(f"invalid spec: {exc}") from None
+        digest = spec_hash(spec)
+        step[0] = "listing the server's pods"
+        pods = self._pods(namespace, name)
+        if spec.preflight == "enforce":  # the verdict decides whether a pod may exist: before it
+            server, warning, condition = self._preflight_status(server, spec, pods, now)
+            if warning:
+                self._write_status(
+                    server,
+                    logic.invalid_status(
+                        server, f"spec.engine.maxModelLen: {warning}", now=now, reason=condition["reason"]
+                    ),
+                    logger,
+                )
+                raise kopf.PermanentError(f"pre-flight refused the spec: {warning}")
+        step[0] = f"creating service {service['metadata']['name']}"
+        self._ensure_service(service, server)
+        plan = logic.plan_pods(server, pods, digest)
+        for stale in plan.delete:
+            logger.info(f"deleting pod {stale} (spec changed or duplicate)")
+            step[0] = f"deleting pod {stale}"
+            try:
+                self.core.delete_namespaced_pod(stale, namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            kopf.event(
+                server,
+                type="Normal",
+                reason="PodReplaced",
+                message=f"deleted pod {stale}: it was made from an older spec (or is a duplicate)",
+            )
+        pod = plan.keep
+        if plan.create:
+            step[0] = f"creating pod {pod_obj['metadata']['name']}"
+            pod = self._create_pod(pod_obj, server)
+            if pod is None:  # the name is taken: ours from an earlier attempt (adopt it), or a conflict
                 try:
-                    self.core.delete_namespaced_pod(stale, namespace)
+                    pod = self._adopt(self.core.read_namespaced_pod, pod_obj, server, "pod")
                 except ApiException as exc:
                     if exc.status != 404:
                         raise
-                kopf.event(
-                    server,
-                    type="Normal",
-                    reason="PodReplaced",
-                    message=f"deleted pod {stale}: it was made from an older spec (or is a duplicate)",
-                )
-            pod = plan.keep
-            if plan.create:
-                created = self.core.create_namespaced_pod(namespace, pod_obj)
-                pod = self.api.sanitize_for_serialization(created)
+                    raise ApiException(status=409, reason="Conflict: the pod was deleted meanwhile") from None
+            else:
                 kopf.event(
                     server,
                     type="Normal",
                     reason="PodCreated",
                     message=f"created pod {pod['metadata']['name']} for spec {digest}",
                 )
-            status = logic.server_status(
-                server,
-                pod,
-                now=now,
-                service_name=service["metadata"]["name"],
-                spec_hash=digest,
-                command=vllm_command(spec),
+        status = logic.server_status(
+            server,
+            pod,
+            now=now,
+            service_name=service["metadata"]["name"],
+            spec_hash=digest,
+            command=vllm_command(spec),
+        )
+        if pod is None and not plan.create:  # ended with this spec: stays ended, no new pod
+            status.update(
+                {
+                    k: v
+                    for k, v in (server.get("status") or {}).items()
+                    if k
+                    in (
+                        "phase",
+                        "reason",
+                        "message",
+                        "podName",
+                        "podUid",
+                        "startedAt",
+                        "expiresAt",
+                        "finishedAt",
+                        "kvCacheTokens",
+                        "maxConcurrency",
+                    )
+                }
             )
-            if pod is None and not plan.create:  # ended with this spec: stays ended, no new pod
-                status.update(
-                    {
-                        k: v
-                        for k, v in (server.get("status") or {}).items()
-                        if k
-                        in (
-                            "phase",
-                            "reason",
-                            "message",
-                            "podName",
-                            "podUid",
-                            "startedAt",
-                            "expiresAt",
-                            "finishedAt",
-                            "kvCacheTokens",
-                            "maxConcurrency",
-                        )
-                    }
-                )
-            server = self._write_status(server, status, logger)
-            if spec.preflight == "warn":
-                # After the pod exists: a slow or unreachable Hub (bounded by kvpilot.kv.hub) never
-                # delays the pod; the condition and its Warning Event follow.
-                self._preflight_status(server, spec, [pod] if pod else [], now)
+        step[0] = "writing the status"
+        server = self._write_status(server, status, logger)
+        step[0] = "running the KV pre-flight"
+        if spec.preflight == "warn":
+            # After the pod exists: a slow or unreachable Hub (bounded by kvpilot.kv.hub) never
+            # delays the pod; the condition and its Warning Event follow.
+            self._preflight_status(server, spec, [pod] if pod else [], now)
 
     def _preflight_status(
         self, server: dict[str, Any], spec: VLLMServerSpec, pods: list[dict[str, Any]], now: str
@@ -525,6 +624,7 @@ def build_registry(
     hub: bool = True,
     reload: Callable[[], kubernetes.client.Configuration] | None = None,
     metrics: OperatorMetrics | None = None,
+    retry_policy: failures.RetryPolicy | None = None,
 ) -> kopf.OperatorRegistry:
     """A kopf registry with the VLLMServer operator's handlers, talking to ``configuration``'s cluster.
 
@@ -537,9 +637,10 @@ def build_registry(
             refused: an expired token); None keeps ``configuration``.
         metrics: where the handlers count and time their runs and the VLLMServers' limits are
             kept for ``/metrics`` (:mod:`kvpilot.controller.metrics`); None: a fresh, unserved one.
+        retry_policy: the backoff of transient API failures (:class:`failures.RetryPolicy`).
     """
     registry = kopf.OperatorRegistry()
-    controller = Controller(configuration, hub=hub)
+    controller = Controller(configuration, hub=hub, retry_policy=retry_policy)
     logins = iter(range(1 << 62))
 
     def login(**_: Any) -> kopf.ConnectionInfo:

@@ -19,7 +19,7 @@ import kmock
 import yaml
 
 from kvpilot.sandbox import kubelet
-from kvpilot.sandbox.emulator import PODS, FaithfulKubernetes, now_rfc3339
+from kvpilot.sandbox.emulator import PODS, FaithfulKubernetes, Fault, now_rfc3339
 
 T = TypeVar("T")
 
@@ -153,6 +153,24 @@ class SandboxCluster:
                 ]
 
         return self.call(read)
+
+    def inject(self, verb: str, plural: str, **fault: Any) -> Fault:
+        """Answer matching requests with a failure from now on (see :class:`~kvpilot.sandbox.emulator.Fault`).
+
+        Example: ``cluster.inject("create", "pods", code=403, message="violates PodSecurity ...")``;
+        ``cluster.inject("update", "vllmservers", subresource="status", code=500, times=2)``;
+        ``cluster.inject("watch", "pods", cut_watch=True)``. Returns the fault (its ``hits`` count
+        the requests answered); :meth:`clear_faults` removes every fault.
+        """
+        assert self.emulator is not None, "the sandbox is not running"
+        injected = Fault(verb=verb, plural=plural, **fault)
+        self.emulator.faults.append(injected)
+        return injected
+
+    def clear_faults(self) -> None:
+        """Serve every request normally again."""
+        assert self.emulator is not None, "the sandbox is not running"
+        self.emulator.faults.clear()
 
     def set_pod_log(self, namespace: str, name: str, text: str) -> None:
         """What the pod's container printed (served by ``pods/NAME/log`` once it runs)."""

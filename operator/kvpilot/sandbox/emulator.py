@@ -107,6 +107,98 @@ def _invalid(what: str, name: str, errors: list[str], kind: str) -> kmock.Respon
     return _status(422, "Invalid", f'{what} "{name}" is invalid: ' + "; ".join(errors), name=name, kind=kind)
 
 
+#: ``reason`` of the Kubernetes ``Status`` a fault answers with, by HTTP code (apimachinery
+#: ``metav1.StatusReason``: k8s.io/apimachinery/pkg/apis/meta/v1/types.go).
+FAULT_REASONS = {
+    400: "BadRequest",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "AlreadyExists",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+@attrs.define
+class Fault:
+    """A failure the sandbox answers instead of serving a matching request (fault injection).
+
+    Attributes:
+        verb: ``create``, ``update`` (PATCH/PUT), ``delete``, ``get``, ``list`` or ``watch``.
+        plural: the resource (``pods``, ``services``, ``vllmservers``, ``events``).
+        subresource: ``status`` for ``/status`` writes; None for the object itself.
+        code: the HTTP status answered (a Kubernetes ``Status`` with the reason of
+            :data:`FAULT_REASONS`); ignored with ``cut_watch``.
+        message: the ``Status`` message (an admission webhook's or PodSecurity's text for a 403).
+        times: how many matching requests fail (then the fault is spent).
+        retry_after: seconds for a ``Retry-After`` header (what a 429 carries), or None.
+        cut_watch: for ``watch``: the stream sends half of its next event's JSON line and closes.
+        namespace: only requests in this namespace; None for any.
+        hits: matching requests answered so far.
+    """
+
+    verb: str
+    plural: str
+    subresource: str | None = None
+    code: int = 500
+    message: str = "injected fault"
+    times: int = 1
+    retry_after: int | None = None
+    cut_watch: bool = False
+    namespace: str | None = None
+    hits: int = 0
+
+    def matches(self, request: rendering.Request) -> bool:
+        """True when ``request`` is one this fault answers (and it is not spent)."""
+        if self.hits >= self.times or request.resource is None or request.resource.plural != self.plural:
+            return False
+        verb = {
+            enums.action.CREATE: "create",
+            enums.action.UPDATE: "update",
+            enums.action.DELETE: "delete",
+            enums.action.FETCH: "get",
+            enums.action.LIST: "list",
+            enums.action.WATCH: "watch",
+        }.get(request.action)
+        return (
+            verb == self.verb
+            and (request.subresource or None) == self.subresource
+            and (self.namespace is None or request.namespace == self.namespace)
+        )
+
+    def response(self, request: rendering.Request) -> kmock.Response:
+        """The ``Status`` failure this fault answers with."""
+        response = _status(self.code, FAULT_REASONS.get(self.code, "InternalError"), self.message, name=request.name)
+        if self.retry_after is not None:
+            response = kmock.Response(
+                status=response.status, payload=response.payload, headers={"Retry-After": str(self.retry_after)}
+            )
+        return response
+
+
+async def _cut_after_half_an_event(stream: AsyncIterator[Any], request: rendering.Request) -> AsyncIterator[Any]:
+    """Pass a watch stream's header flush through, send half of the next event's JSON line, then
+    drop the connection without the end of the chunked body (what a network cut looks like).
+    """
+    async for item in stream:
+        if isinstance(item, bytes):
+            yield item
+            continue
+        line = json.dumps(item).encode()
+        yield line[: len(line) // 2]
+        transport = request._raw_request.transport  # kmock keeps the aiohttp request privately
+        if transport is not None:
+            transport.close()  # flushes the half line, then closes: no terminating chunk
+        raise _WatchCutError()
+
+
+class _WatchCutError(Exception):
+    """Raised by an injected watch cut after the connection is closed (nothing more is written)."""
+
+
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     """Everything that counts for ``metadata.generation``: all but metadata and status."""
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
@@ -130,12 +222,15 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
     Attributes:
         pod_logs: ``{(namespace, pod name): text}`` served by ``pods/NAME/log`` once the
             container has started (the sandbox's kubelet writes it).
+        faults: injected failures (:class:`Fault`), checked in order before a resource request
+            is served; the first matching one that is not spent answers instead.
         history_limit: watch events kept per resource for ``?resourceVersion=`` resumption.
     """
 
     strict: bool = True
     history_limit: int = 10_000
     pod_logs: dict[tuple[str, str], str] = attrs.field(factory=dict, init=False)
+    faults: list[Fault] = attrs.field(factory=list, init=False)
     _rv: int = attrs.field(default=0, init=False)
     _history: dict[Any, collections.deque] = attrs.field(factory=dict, init=False)
     _history_floor: dict[Any, int] = attrs.field(factory=dict, init=False)
@@ -185,6 +280,8 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 return await self._handle(request)
             except rendering.StreamingError as e:  # a watch failed after its headers went out
                 raw_response = e.args[0]
+                if isinstance(e.__cause__, _WatchCutError):  # an injected cut: the connection is gone
+                    return raw_response
                 raise e.__cause__ or e
         except Exception as e:  # kmock's contract: record, answer 500, re-raise at exit (strict)
             if not self._errors:
@@ -264,7 +361,14 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         )
         if serve is None:
             return await apps.RawHandler._handle(self, request)
+        fault = next((f for f in self.faults if f.matches(request)), None)
+        if fault is not None:
+            fault.hits += 1
+            if not fault.cut_watch:
+                return await fault.response(request)(request)
         result = serve(request)
+        if fault is not None and inspect.isasyncgen(result):
+            result = _cut_after_half_an_event(result, request)
         if inspect.isasyncgen(result):
             return await kmock.Response(payload=result)(request)
         result = await result

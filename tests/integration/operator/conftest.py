@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import kubernetes.client
 import kubernetes.config.kube_config
@@ -65,10 +65,11 @@ def kubelet(cluster: SandboxCluster) -> Kubelet:
 def operator(cluster: SandboxCluster, namespace: str) -> Callable[[], KopfRunner]:
     """A factory of kopf runners of the real operator, watching the test's namespace."""
 
-    def start() -> KopfRunner:
+    def start(**registry: Any) -> KopfRunner:
+        """A runner; ``registry`` goes to :func:`build_registry` (e.g. ``retry_policy``)."""
         return KopfRunner(
             ["run", "--standalone", "--namespace", namespace],
-            registry=build_registry(cluster.configuration(), hub=False),
+            registry=build_registry(cluster.configuration(), hub=False, **registry),
             settings=make_settings(),
             timeout=10,
         )
