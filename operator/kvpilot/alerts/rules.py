@@ -1,0 +1,387 @@
+"""The alert rules, defined once: each a PromQL expression that holds exactly when the diagnoser
+(:mod:`kvpilot.diagnose.rules`) would name its verdict, plus labels and annotations.
+
+:mod:`kvpilot.alerts.render` turns :func:`alert_rules` into a Prometheus rules file, a
+``PrometheusRule`` and Grafana alerting provisioning; the committed files under
+``manifests/monitoring/`` are its output (a test fails on drift). Thresholds, ``for:`` durations and
+the fallbacks without the operator's limits metric are explained in docs/alerting.md; the decision
+each alert encodes is the one of docs/diagnosis.md.
+
+Expression conventions (docs/diagnosis.md "Metric-name realities"):
+
+- every vLLM series is selected as ``{__name__=~"vllm[:_]NAME"}``: the colon name and the escaped
+  underscore name (prometheus_client >= 0.22 answering Prometheus 2.x's OpenMetrics request);
+- a metric renamed between vLLM generations is read per generation and combined with ``or``, new
+  first (``kv_cache_usage_perc`` before ``gpu_cache_usage_perc``): one regex over both names is
+  refused by Prometheus 2.x once a server exposes both ("vector cannot contain metrics with the
+  same labelset", vLLM 0.10);
+- counters are read with ``_total`` (``rate(vllm:num_preemptions[5m])`` matches nothing);
+- every signal is aggregated ``max by (namespace, pod, instance, job, model_name, engine)`` (a
+  ``pid`` label of multiprocess gauges collapses), and the configured limits join
+  ``on(namespace, pod)`` with ``kvpilot_vllmserver_limit`` (kvpilot.controller.metrics). Where that
+  series is absent the rule falls back to the heuristic its docstring states and sets the label
+  ``limit_source="heuristic"`` (else ``"kvpilot_vllmserver_limit"``), which the description repeats.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: labels a target is identified by (the diagnoser's TargetKey plus Prometheus's instance/job)
+BY = "namespace, pod, instance, job, model_name, engine"
+#: labels the limits metric joins on (a VLLMServer's pod)
+JOIN = "namespace, pod"
+
+#: default range of the rate/over_time functions: the diagnoser's default ``--window``
+WINDOW = "5m"
+#: the range over which a vanished target is still remembered (VLLMTargetDown)
+DOWN_WINDOW = "1h"
+
+#: half a sequence: running averages within 0.5 of max_num_seqs count as pinned (diagnose/rules.py)
+PINNED_SLACK = 0.5
+#: steps count as full at this share of max_num_batched_tokens (diagnose.rules.BUDGET_FULL_FILL)
+BUDGET_FULL_FILL = 0.9
+#: a budget binds only below twice the compute knee; unknown GPU: the largest knee of the GPU profiles
+#: (L4: 121e12 FLOP/s / 300e9 B/s = 403 tokens), as diagnose.rules.compute_knee without --gpu-name.
+BUDGET_MAX_BINDING = 2 * 403
+#: hit rates below this are low; the LRU-thrash band is below half of it (diagnose.rules.LOW_HIT_RATE)
+LOW_HIT_RATE = 0.5
+LRU_THRASH_HIT_RATE = LOW_HIT_RATE / 2
+#: vLLM's default --block-size on CUDA (vllm/config/cache.py, CacheConfig.block_size): only full
+#: blocks are cached, so prompts shorter than this never hit
+DEFAULT_BLOCK_SIZE = 16
+#: p99 time to first token above this (seconds; a bound of vLLM's TTFT buckets) is an SLO breach
+TTFT_P99_SECONDS = 5.0
+
+
+def vllm(name: str) -> str:
+    """The selector of vLLM metric ``name`` (without the ``vllm:`` prefix) in both spellings."""
+    return f'{{__name__=~"vllm[:_]{name}"}}'
+
+
+def over(fn: str, *names: str, window: str = WINDOW) -> str:
+    """``fn(NAME[window])`` per target for the first generation of ``names`` that exists (new first)."""
+    parts = [f"max by ({BY}) ({fn}({vllm(n)}[{window}]))" for n in names]
+    return "(" + " or ".join(parts) + ")"
+
+
+def limit(name: str) -> str:
+    """The configured limit ``name`` per (namespace, pod), from the operator's metrics."""
+    return f'max by ({JOIN}) (kvpilot_vllmserver_limit{{limit="{name}"}})'
+
+
+def tag(expr: str, source: str) -> str:
+    """``expr`` with the label ``limit_source`` set to ``source``."""
+    return f'label_replace({expr}, "limit_source", "{source}", "", "")'
+
+
+@dataclass(frozen=True)
+class Signals:
+    """The PromQL of each signal the rules use (names as in ``kvpilot diagnose -o json``)."""
+
+    window: str = WINDOW
+
+    def _over(self, fn: str, *names: str) -> str:
+        return over(fn, *names, window=self.window)
+
+    @property
+    def running_avg(self) -> str:
+        """``avg_over_time(vllm:num_requests_running[w])``."""
+        return self._over("avg_over_time", "num_requests_running")
+
+    @property
+    def running_min(self) -> str:
+        """``min_over_time(vllm:num_requests_running[w])``."""
+        return self._over("min_over_time", "num_requests_running")
+
+    @property
+    def running_max(self) -> str:
+        """``max_over_time(vllm:num_requests_running[w])``."""
+        return self._over("max_over_time", "num_requests_running")
+
+    @property
+    def samples(self) -> str:
+        """``count_over_time(vllm:num_requests_running[w])``."""
+        return self._over("count_over_time", "num_requests_running")
+
+    @property
+    def waiting_avg(self) -> str:
+        """``avg_over_time(vllm:num_requests_waiting[w])``."""
+        return self._over("avg_over_time", "num_requests_waiting")
+
+    @property
+    def waiting_max(self) -> str:
+        """``max_over_time(vllm:num_requests_waiting[w])``."""
+        return self._over("max_over_time", "num_requests_waiting")
+
+    @property
+    def kv_avg(self) -> str:
+        """``avg_over_time`` of the KV usage gauge (0-1; new name, else ``gpu_cache_usage_perc``)."""
+        return self._over("avg_over_time", "kv_cache_usage_perc", "gpu_cache_usage_perc")
+
+    @property
+    def kv_max(self) -> str:
+        """``max_over_time`` of the KV usage gauge (0-1)."""
+        return self._over("max_over_time", "kv_cache_usage_perc", "gpu_cache_usage_perc")
+
+    @property
+    def preemptions(self) -> str:
+        """``increase(vllm:num_preemptions_total[w])``."""
+        return self._over("increase", "num_preemptions_total")
+
+    @property
+    def tokens_per_step(self) -> str:
+        """Mean tokens per engine step: ``increase(_sum) / increase(_count)`` of ``vllm:iteration_tokens_total``."""
+        return (
+            f"({self._over('increase', 'iteration_tokens_total_sum')} / "
+            f"({self._over('increase', 'iteration_tokens_total_count')} > 0))"
+        )
+
+    @property
+    def prefix_queries(self) -> str:
+        """``increase`` of prefix-cache queried tokens (legacy ``gpu_prefix_cache_queries_total``)."""
+        return self._over("increase", "prefix_cache_queries_total", "gpu_prefix_cache_queries_total")
+
+    @property
+    def prefix_hits(self) -> str:
+        """``increase`` of prefix-cache hit tokens (legacy ``gpu_prefix_cache_hits_total``)."""
+        return self._over("increase", "prefix_cache_hits_total", "gpu_prefix_cache_hits_total")
+
+    @property
+    def external_prefix_hits(self) -> str:
+        """``increase`` of the KV connector cache's hit tokens."""
+        return self._over("increase", "external_prefix_cache_hits_total")
+
+    @property
+    def finished(self) -> str:
+        """Requests finished in the window (``vllm:request_success_total`` over ``finished_reason``)."""
+        return f"sum by ({BY}) (increase({vllm('request_success_total')}[{self.window}]))"
+
+    @property
+    def hit_rate(self) -> str:
+        """Prefix hit rate: hits / queries (queries > 0)."""
+        return f"({self.prefix_hits} / ({self.prefix_queries} > 0))"
+
+    # ---------------------------------------------------------------- derived conditions
+    @property
+    def queued(self) -> str:
+        """Requests queued: ``waiting_avg > 0`` and ``waiting_max >= 1``."""
+        return f"(({self.waiting_avg} > 0) and ({self.waiting_max} >= 1))"
+
+    @property
+    def kv_ceiling(self) -> str:
+        """The KV admission ceiling ``clamp(1 - 2 x kv_avg / running_avg, 0.5, 1)``; 1 with nothing running.
+
+        diagnose.rules.kv_ceiling also weighs ``prompt_tokens_per_request / kv_cache_tokens`` (the larger
+        share wins); the rules keep the running share, which a label-valued ``cache_config_info`` cannot
+        replace in PromQL.
+        """
+        return f"(clamp(1 - 2 * ({self.kv_avg} / ({self.running_avg} > 0)), 0.5, 1) or ({self.kv_avg} * 0 + 1))"
+
+    @property
+    def at_ceiling(self) -> str:
+        """KV usage reached the admission ceiling in the window (value: the peak usage)."""
+        return f"({self.kv_max} >= {self.kv_ceiling})"
+
+    @property
+    def preempted(self) -> str:
+        """At least one preemption in the window (value: the count)."""
+        return f"({self.preemptions} >= 1)"
+
+    @property
+    def kv_short(self) -> str:
+        """The KV cache binds: a preemption, or a queue while KV is at its ceiling (kv_cache_exhaustion)."""
+        return f"({self.preempted} or ({self.queued} and {self.at_ceiling}))"
+
+    @property
+    def pinned_by_limit(self) -> str:
+        """Running averages within :data:`PINNED_SLACK` of the server's own ``max_num_seqs``."""
+        return f"({self.running_avg} >= on({JOIN}) group_left() ({limit('max_num_seqs')} - {PINNED_SLACK}))"
+
+    @property
+    def pinned_flat(self) -> str:
+        """Heuristic without the limit: running never left one non-zero value in >= 3 samples."""
+        return (
+            f"((({self.running_min} == {self.running_max}) and ({self.running_max} > 0) and ({self.samples} >= 3))"
+            f" unless on({JOIN}) {limit('max_num_seqs')})"
+        )
+
+    @property
+    def pinned(self) -> str:
+        """Running pinned at max_num_seqs: by the limit, else by the flat-running heuristic (``limit_source``)."""
+        by_limit, flat = tag(self.pinned_by_limit, "kvpilot_vllmserver_limit"), tag(self.pinned_flat, "heuristic")
+        return f"({by_limit} or on({BY}) {flat})"
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    """One alert: the condition and what an alert carries."""
+
+    name: str
+    verdict: str
+    bottleneck: str
+    severity: str
+    for_: str
+    expr: str
+    summary: str
+    description: str
+    reasoning: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+_LIMIT_NOTE = (
+    '{{ if eq $labels.limit_source "heuristic" }} No kvpilot_vllmserver_limit for this pod (a vLLM server kvpilot'
+    " did not create): judged by the documented heuristic.{{ end }}"
+)
+
+
+def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[AlertRule]:
+    """The kvpilot alerts, in the diagnoser's rule order.
+
+    Args:
+        window: range of every rate/over_time function (the diagnoser's ``--window``).
+        for_override: replace every ``for:`` (tests that evaluate a short timeline); None keeps them.
+    """
+    s = Signals(window)
+    kv_room = f"unless on({BY}) {s.at_ceiling} unless on({BY}) {s.preempted}"
+    budget = limit("max_num_batched_tokens")
+    rules = [
+        AlertRule(
+            name="VLLMKVCacheExhaustion",
+            verdict="kv_cache_exhaustion",
+            bottleneck="kv_cache",
+            severity="critical",
+            for_="5m",
+            expr=f"{s.kv_short}",
+            summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: KV cache exhausted",
+            description=(
+                "Requests preempted, or queued while KV cache usage sits at the admission ceiling "
+                "(1 - 2 x one request's share of KV) over the last " + window + ": the KV cache limits "
+                "throughput. Raise gpu_memory_utilization, use an fp8 KV cache, or lower max_model_len."
+            ),
+            reasoning="any preemption is a KV shortage (vLLM frees and recomputes a running request); a queue "
+            "with KV at its ceiling means requests wait for blocks",
+        ),
+        AlertRule(
+            name="VLLMPreemptions",
+            verdict="kv_cache_exhaustion",
+            bottleneck="kv_cache",
+            severity="warning",
+            for_="2m",
+            expr=s.preempted,
+            summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: {{ $value | humanize }} preemptions",
+            description=(
+                "{{ $value | humanize }} requests preempted in the last " + window + " (vllm:num_preemptions_total): "
+                "running requests needed KV blocks and none were free, so vLLM will recompute them."
+            ),
+            reasoning="a preemption costs a request's whole prefill again; one sustained for two evaluations is "
+            "not a single burst",
+        ),
+        AlertRule(
+            name="VLLMMaxNumSeqsCap",
+            verdict="max_num_seqs_cap",
+            bottleneck="max_num_seqs",
+            severity="warning",
+            for_="5m",
+            expr=f"({s.pinned} and on({BY}) {s.queued} {kv_room})",
+            summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: running pinned at max_num_seqs",
+            description=(
+                "Running requests sat at max_num_seqs (average {{ $value | humanize }}) while requests "
+                "waited and the KV cache had room, over the last " + window + ": raise --max-num-seqs." + _LIMIT_NOTE
+            ),
+            reasoning="a cap with KV room and a queue is a configuration limit, not a resource one",
+        ),
+        AlertRule(
+            name="VLLMTokenBudgetCap",
+            verdict="token_budget_cap",
+            bottleneck="token_budget",
+            severity="warning",
+            for_="5m",
+            expr=(
+                f"(label_replace({s.tokens_per_step} >= on({JOIN}) group_left() ({BUDGET_FULL_FILL} * "
+                f'({budget} < {BUDGET_MAX_BINDING})), "limit_source", "kvpilot_vllmserver_limit", "", "")'
+                f" and on({BY}) {s.queued} unless on({BY}) {s.pinned} {kv_room})"
+            ),
+            summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: steps full at max_num_batched_tokens",
+            description=(
+                "Engine steps averaged {{ $value | humanize }} tokens, at least "
+                + f"{BUDGET_FULL_FILL:.0%}"
+                + " of max_num_batched_tokens, while requests waited with free sequence slots and KV room, "
+                "over the last " + window + ": raise --max-num-batched-tokens."
+            ),
+            reasoning="without the limits metric the budget is unknown, and vLLM's defaults (2048 and up) lie past "
+            "the compute knee where a bigger budget does not help: the rule stays silent",
+        ),
+        AlertRule(
+            name="VLLMPrefixCacheIneffective",
+            verdict="prefix_cache_ineffective",
+            bottleneck="prefix_cache",
+            severity="info",
+            for_="15m",
+            expr=(
+                f"(label_replace((({s.hit_rate} > 0 < {LRU_THRASH_HIT_RATE}) and "
+                f"(({s.prefix_queries} - {s.prefix_hits}) > on({JOIN}) group_left() {limit('kv_cache_tokens')})), "
+                f'"limit_source", "kvpilot_vllmserver_limit", "", "")'
+                f" or on({BY}) label_replace((({s.hit_rate} > 0 < {LRU_THRASH_HIT_RATE}) unless on({JOIN}) "
+                f'{limit("kv_cache_tokens")}), "limit_source", "heuristic", "", "")'
+                f" or on({BY}) (({s.hit_rate} < {LOW_HIT_RATE}) and ({s.external_prefix_hits} > {s.prefix_hits}))"
+                f" or on({BY}) (({s.hit_rate} < {LOW_HIT_RATE}) and (({s.prefix_queries} / ({s.finished} > 0)) < "
+                f"{DEFAULT_BLOCK_SIZE})))"
+            ),
+            summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: prefix cache hit rate "
+            "{{ $value | humanizePercentage }}",
+            description=(
+                "Prefix cache hit rate {{ $value | humanizePercentage }} over the last " + window + " with a reason "
+                "to expect hits: the tokens that missed exceed the KV capacity (LRU evicts reused prefixes), an "
+                "external KV cache hits more than the GPU cache, or prompts are shorter than one block." + _LIMIT_NOTE
+            ),
+            reasoning="a prefix problem costs throughput slowly; 15 minutes keeps changing traffic from flapping it",
+        ),
+        AlertRule(
+            name="VLLMTargetDown",
+            verdict="target_down",
+            bottleneck="target",
+            severity="critical",
+            for_="1m",
+            expr=(
+                f"({over('max_over_time', 'num_requests_running', window=DOWN_WINDOW)} "
+                f"unless max by ({BY}) ({vllm('num_requests_running')}))"
+            ),
+            summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: metrics stopped",
+            description=(
+                "vllm:num_requests_running reported within the last " + DOWN_WINDOW + " but has no current sample "
+                "(the scrape fails or the pod is gone)."
+            ),
+            reasoning="a failed scrape marks the series stale at once; one minute rides out a single lost scrape",
+        ),
+        AlertRule(
+            name="VLLMTTFTHigh",
+            verdict="",
+            bottleneck="latency",
+            severity="warning",
+            for_="5m",
+            expr=(
+                f"(histogram_quantile(0.99, sum by ({BY}, le) "
+                f"(rate({vllm('time_to_first_token_seconds_bucket')}[{window}]))) > {TTFT_P99_SECONDS:g})"
+            ),
+            summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: p99 TTFT {{ $value | humanizeDuration }}",
+            description=(
+                "p99 time to first token {{ $value | humanizeDuration }} over the last " + window + f" (threshold "
+                f"{TTFT_P99_SECONDS:g} s). A symptom: the diagnosis names the limit behind it."
+            ),
+            reasoning="an SLO symptom, not a cause; set the threshold to your own SLO",
+        ),
+    ]
+    if for_override is not None:
+        rules = [AlertRule(**{**r.__dict__, "for_": for_override}) for r in rules]
+    return rules
+
+
+def diagnose_command(prometheus_url: str) -> str:
+    """The ``kvpilot diagnose`` command for an alert's target (a template over its labels)."""
+    return (
+        f"kvpilot diagnose --prometheus {prometheus_url} --namespace {{{{ $labels.namespace }}}} "
+        f"--pod {{{{ $labels.pod }}}} --window {WINDOW}"
+    )
