@@ -20,7 +20,9 @@ KVPILOT = str(Path(sys.executable).with_name("kvpilot"))
 
 def test_demo_prints_command_line_phase_and_kv_tokens():
     # The subprocess timeout bounds the run (generous: a loaded machine); speed is for benchmarks/, not tests.
-    result = subprocess.run([KVPILOT, "demo"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    # Piped, rich takes the width from $COLUMNS: 200 shows kubectl's table as one row.
+    env = {**os.environ, "COLUMNS": "200"}
+    result = subprocess.run([KVPILOT, "demo"], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     # background.md §7: the experiment's flags, exactly as the operator renders them
@@ -36,8 +38,8 @@ def test_demo_prints_command_line_phase_and_kv_tokens():
     # The KV pre-flight with the node's 8,192 MiB label: 8,589,934,592 x 0.6 = 5,153,960,755 B, minus
     # 3,087,428,608 B of weights and the 1,449,551,462 B overhead estimate = 616,980,685 B of KV
     # // (16 x 28,672 B per block) = 1,344 blocks = 21,504 tokens, 16 fewer than vLLM's 21,520 (-0.07 %).
-    assert "KVCapacity  True (Fits)" in out and "21,504 tokens" in out
-    assert "predicted 21,504 KV tokens" in out and "reported 21,520 (-0.07%)" in out
+    assert "condition KVCapacity True (Fits)" in out and "21,504 tokens" in out
+    assert "predicted 21,504 KV tokens" in out and "reported 21,520 (-0.07 %)" in out
     assert "Traceback" not in out + result.stderr
     assert "Handler 'reconcile'" not in out + result.stderr  # kopf's own log stays off the output
 

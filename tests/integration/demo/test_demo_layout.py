@@ -1,0 +1,77 @@
+"""`kvpilot demo` read as a user reads it: at 80 and 200 columns, nothing split mid-word, the summary
+within its line budget, the detail behind --verbose.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from kvpilot.commands import demo, demo_analysis
+from tests.integration.diagnose.scenario_flags import EXPECTED
+
+#: The demo's budget at 80 columns (about 120 lines, room left for sections added later).
+BUDGET_80 = 120
+#: What must never be split across lines: every verdict the demo shows (the one each scenario is built
+#: to produce, shared with the diagnose tests) and every vLLM flag it prints.
+VERDICTS = tuple(EXPECTED[name] for name in demo_analysis.DIAGNOSED)
+
+
+def _run(width: int, verbose: bool = False) -> list[str]:
+    out = io.StringIO()
+    demo.run(Console(file=out, width=width, color_system=None), verbose=verbose)
+    return out.getvalue().splitlines()
+
+
+@pytest.fixture(scope="module")
+def outputs() -> dict[tuple[int, bool], list[str]]:
+    return {(w, v): _run(w, v) for w, v in ((80, False), (200, False), (80, True))}
+
+
+def _flags(lines: list[str]) -> set[str]:
+    return set(re.findall(r"--[a-z][a-z0-9-]*[a-z0-9]", "\n".join(lines)))
+
+
+@pytest.mark.parametrize("key", [(80, False), (200, False), (80, True)], ids=["80", "200", "80-verbose"])
+def test_no_verdict_or_flag_is_split(outputs, key):
+    lines = outputs[key]
+    width = key[0]
+    assert max(len(line.rstrip()) for line in lines) <= width
+    joined = "".join(line.strip().removesuffix("\\").strip() for line in lines)
+    # every flag name seen whole somewhere must not also occur split: joining lines adds no occurrence
+    must = {"--gpu-memory-utilization", "--max-num-batched-tokens", "--kv-transfer-config", "--max-num-seqs"}
+    for word in (*VERDICTS, *must):  # whole on some line (a table cell folded mid-word never is)
+        assert sum(line.count(word) for line in lines) >= 1, word
+    for word in (*VERDICTS, *_flags(lines), *must):
+        assert joined.count(word) == sum(line.strip().count(word) for line in lines), word
+
+
+def test_summary_fits_the_budget_at_80_columns(outputs):
+    lines = outputs[(80, False)]
+    assert len(lines) <= BUDGET_80, len(lines)
+    text = "\n".join(lines)
+    # the detail is a flag away and says so, with a command per part
+    assert "kvpilot demo --verbose" in text
+    assert "kvpilot simulate seed-lru --kv-offload-cpu 1.5GiB" in text
+    # kubectl's table does not fit 80 columns: one column per line, NAME first, every printer column
+    assert "qwen-experiment\n  MODEL            Qwen/Qwen2.5-1.5B-Instruct" in text
+
+
+def test_wide_terminal_shows_kubectl_s_table_row(outputs):
+    lines = outputs[(200, False)]
+    row = next(line for line in lines if line.strip().startswith("qwen-experiment "))
+    assert row.split()[:5] == ["qwen-experiment", "Qwen/Qwen2.5-1.5B-Instruct", "Ready", "21520", "2.63"]
+    # one row per scenario: verdict and change on the scenario's line
+    cap = next(line for line in lines if line.strip().startswith("max-num-seqs-cap "))
+    assert cap.split()[1:3] == ["max_num_seqs_cap", "critical"] and "--max-num-seqs 4 -> 16" in cap
+
+
+def test_verbose_shows_evidence_and_the_status_as_yaml(outputs):
+    text = "\n".join(outputs[(80, True)])
+    assert "-o yaml" in text and "\nstatus:\n" in text and "  kvCacheTokens: 21520" in text
+    assert "evidence" in text and "Little's law" in text  # the max_num_seqs recommendation's arithmetic
+    summary = "\n".join(outputs[(80, False)])
+    assert "-o yaml" not in summary and "Little's law" not in summary  # the summary does not claim it
