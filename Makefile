@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,demo]'
+	$(BIN)/pip install -q -e '.[test,demo,lint]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,6 +27,14 @@ test: $(STAMP)
 # ${KVPILOT_VLLM_VENV:-$HOME/.cache/kvpilot/vllm-0.29.0}.
 vllm-ref:
 	tests/reference/install-vllm.sh
+
+# Static checks, the same as the pre-commit hooks: lint, format, layer contracts, types.
+LINT_PATHS := operator tests benchmarks
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 crd: $(STAMP)
 	$(BIN)/python -m kvpilot.api.crd > manifests/crd/vllmservers.yaml

@@ -1,4 +1,6 @@
-"""Engine-model speed: prints figures (not a test). Run: .venv/bin/python benchmarks/engine_bench.py
+"""Engine-model speed: prints figures (not a test).
+
+Run: .venv/bin/python benchmarks/engine_bench.py
 
 1. ``seed-lru`` (background.md §9) wall time; target < 0.2 s.
 2. A 10-minute Poisson trace at 50 req/s (prompts ~1,000 tokens, outputs ~200, max_num_seqs 256,

@@ -12,6 +12,7 @@ import os
 import sys
 
 import click
+from typing_extensions import override
 
 from kvpilot.text.safe import one_line
 
@@ -36,9 +37,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
 
+    @override
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
+    @override
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         entry = COMMANDS.get(cmd_name)
         if entry is None:
@@ -46,6 +49,7 @@ class LazyGroup(click.Group):
         module, attr, _ = entry
         return getattr(importlib.import_module(f"kvpilot.commands.{module}"), attr)
 
+    @override
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, help_) for name, (_, _, help_) in COMMANDS.items()]
         with formatter.section("Commands"):

@@ -16,9 +16,11 @@ __all__ = ["SpecError", "parse_spec", "parse_resource", "spec_hash", "field_path
 
 
 def field_path(loc: tuple[Any, ...], root: str = "spec") -> str:
-    """A pydantic error location as a camelCase field path: ``('engine', 'maxNumSeqs')`` ->
-    ``spec.engine.maxNumSeqs``; list indexes in brackets: ``spec.engine.extraArgs[2]``; map keys
-    after a dot: ``spec.podLabels.team``. (Locations use the aliases, which are camelCase.)
+    """A pydantic error location as a camelCase field path.
+
+    ``('engine', 'maxNumSeqs')`` -> ``spec.engine.maxNumSeqs``; list indexes in brackets:
+    ``spec.engine.extraArgs[2]``; map keys after a dot: ``spec.podLabels.team``. (Locations use the
+    aliases, which are camelCase.)
     """
     path = root
     for part in loc:

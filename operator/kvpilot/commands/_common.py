@@ -7,6 +7,7 @@ import sys
 from typing import NoReturn
 
 import click
+from typing_extensions import override
 
 EXIT_BAD_INPUT = 2
 
@@ -83,7 +84,8 @@ class DurationParam(click.ParamType):
 
     name = "duration"
 
-    def convert(self, value, param, ctx):  # noqa: D102
+    @override
+    def convert(self, value, param, ctx):
         if isinstance(value, (int, float)):
             return float(value)
         try:
@@ -100,7 +102,8 @@ class SizeParam(click.ParamType):
 
     name = "size"
 
-    def convert(self, value, param, ctx):  # noqa: D102
+    @override
+    def convert(self, value, param, ctx):
         if isinstance(value, int):
             return value
         try:

@@ -12,6 +12,7 @@ import sys
 import time
 
 import click
+from typing_extensions import override
 
 from kvpilot.commands._common import DURATION, SIZE
 
@@ -22,18 +23,20 @@ EXIT_NO_DIAGNOSIS = 3
 class _DiagnoseCommand(click.Command):
     """A click command whose usage errors exit with 64 (EX_USAGE) instead of click's 2."""
 
-    def parse_args(self, ctx, args):  # noqa: D102
+    @override
+    def parse_args(self, ctx, args):
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
-            exc.exit_code = EXIT_USAGE
+            exc.exit_code = EXIT_USAGE  # type: ignore[misc]  # click types it ClassVar; per instance works
             raise
 
-    def invoke(self, ctx):  # noqa: D102
+    @override
+    def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:
-            exc.exit_code = EXIT_USAGE
+            exc.exit_code = EXIT_USAGE  # type: ignore[misc]  # click types it ClassVar; per instance works
             raise
 
 

@@ -70,12 +70,12 @@ def hub_weights_bytes(repo_id: str) -> int | None:
     """``metadata.total_size`` of a Hub model's ``model.safetensors.index.json``, or None when unavailable
     (offline, single-file checkpoint, no index). Bounded in time (kvpilot.kv.hub.fetch_file).
     """
-    from kvpilot.kv.hub import HubUnavailable, fetch_file
+    from kvpilot.kv.hub import HubUnavailableError, fetch_file
 
     try:
         data = json.loads(fetch_file(repo_id, "model.safetensors.index.json").read_text(encoding="utf-8"))
         total = data.get("metadata", {}).get("total_size")
-    except (HubUnavailable, OSError, ValueError, AttributeError):  # unknown: the caller asks for --weights-memory
+    except (HubUnavailableError, OSError, ValueError, AttributeError):  # unknown: the caller asks for --weights-memory
         return None
     return total if isinstance(total, int) and total > 0 else None
 
@@ -94,11 +94,11 @@ def load_config(source: str) -> tuple[dict, Path | None]:
         return _read_json(path, "CONFIG"), path.parent
     if not _HUB_ID.match(source) or source.endswith(".json"):
         fail(f"CONFIG: no such file or folder: {source}")
-    from kvpilot.kv.hub import HubUnavailable, fetch_file
+    from kvpilot.kv.hub import HubUnavailableError, fetch_file
 
     try:
         downloaded = fetch_file(source, "config.json")  # one bounded request, no retry storm
-    except HubUnavailable as exc:  # offline, gated, missing repo: one line, exit 2
+    except HubUnavailableError as exc:  # offline, gated, missing repo: one line, exit 2
         fail(
             f"CONFIG: cannot fetch config.json of {source} from the Hugging Face Hub "
             f"({exc}); download https://huggingface.co/{source}/resolve/main/config.json "

@@ -321,7 +321,7 @@ def _handler(sim: Simulation, version: str) -> type[BaseHTTPRequestHandler]:
             if self.command != "HEAD":
                 self.wfile.write(body)
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 body, content_type = sim.metrics.exposition(self.headers.get("Accept"))
@@ -337,7 +337,7 @@ def _handler(sim: Simulation, version: str) -> type[BaseHTTPRequestHandler]:
 
         do_HEAD = do_GET
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet access log
+        def log_message(self, *args: Any) -> None:  # quiet access log
             return
 
     return Handler
@@ -679,7 +679,9 @@ def run(
     overrides.update(flags)
     scenario = scenario or overrides.pop("scenario", None) or ("healthy" if vllm_argv or trace else None)
     overrides.pop("scenario", None)
-    from kvpilot.engine.scenarios import SCENARIOS as known
+    from kvpilot.engine.scenarios import SCENARIOS
+
+    known = SCENARIOS
 
     if not scenario:
         fail("SCENARIO: missing (one of: " + ", ".join(known) + ")")

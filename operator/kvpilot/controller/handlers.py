@@ -305,12 +305,12 @@ class Controller:
         """config.json and the safetensors parameter bytes from the Hub, each request bounded by
         :func:`kvpilot.kv.hub.hub_timeout` seconds with no retry (HF_HUB_OFFLINE honoured).
         """
-        from kvpilot.kv.hub import HubUnavailable, fetch_file, hub_timeout, quiet_hub
+        from kvpilot.kv.hub import HubUnavailableError, fetch_file, hub_timeout, quiet_hub
 
         try:
             with open(fetch_file(model, "config.json"), encoding="utf-8") as fh:
                 config = json.load(fh)
-        except HubUnavailable as exc:  # offline, gated, unknown model: the condition says so
+        except HubUnavailableError as exc:  # offline, gated, unknown model: the condition says so
             return None, None, f"the Hub: {exc}"
         except (OSError, ValueError) as exc:
             return None, None, f"the Hub: config.json unreadable ({type(exc).__name__})"

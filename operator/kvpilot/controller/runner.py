@@ -122,7 +122,7 @@ class OperatorThread:
                 loop=loop,
                 hub=False,
             )
-        except BaseException as exc:  # reported by __exit__
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread by __enter__/__exit__
             self.error = exc
             self._ready.set()
         finally:

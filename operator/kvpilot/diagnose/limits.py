@@ -133,7 +133,8 @@ def resolve_limits(
         cli: diagnose options with vLLM flag names in snake case (``max_num_seqs``, ...; None values
             ignored).
         cache_config: ``vllm:cache_config_info`` labels (strings such as ``"True"``, ``"0.9"``).
-        gpu_memory_bytes / gpu_name: the GPU, for the defaults that depend on its tier (bytes).
+        gpu_memory_bytes: memory of the GPU (bytes), for the defaults that depend on its tier.
+        gpu_name: the GPU's product name, for the same defaults.
 
     Returns:
         :class:`Limits`. ``kv_cache_tokens`` falls back to ``num_gpu_blocks x block_size``

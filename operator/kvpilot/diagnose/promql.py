@@ -44,8 +44,8 @@ def extrapolated_delta(
 
     Args:
         points: the samples inside ``[range_start, range_end]``, time-ordered.
-        range_start / range_end: the range boundaries (seconds); ``range_end - range_start`` is the
-            window.
+        range_start: the range's start (seconds).
+        range_end: the range's end (seconds); ``range_end - range_start`` is the window.
         is_counter: apply counter-reset correction (a drop adds the value before the drop) and
             do not extrapolate below zero at the start.
         is_rate: divide by the window (per-second rate) instead of returning the increase.

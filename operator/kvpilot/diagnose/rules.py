@@ -427,8 +427,8 @@ def diagnose_target(
                 [
                     f"{' and '.join(unknown).capitalize()} unknown in the last {fig(window)} s (no "
                     f"vllm:num_requests_{'running' if unknown[0] == 'running' else 'waiting'} value in any "
-                    "spelling, or "
-                    f"its query failed) while running averaged {fig(run_avg, 1)} and waiting {fig(wait_avg, 1)}: "
+                    f"spelling, or its query failed) while running averaged {fig(run_avg, 1)} and waiting "
+                    f"{fig(wait_avg, 1)}: "
                     "a queue cannot be ruled out, so the server is not called healthy or idle."
                 ],
             )

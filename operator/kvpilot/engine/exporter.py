@@ -275,8 +275,10 @@ class VLLMMetrics:
         Args:
             running: requests in the running list (``vllm:num_requests_running``).
             waiting: requests in the waiting queue (``vllm:num_requests_waiting``).
-            waiting_capacity / waiting_deferred: the waiting requests split by reason
-                (``vllm:num_requests_waiting_by_reason{reason="capacity"|"deferred"}``, v0.20+).
+            waiting_capacity: waiting requests blocked by KV capacity
+                (``vllm:num_requests_waiting_by_reason{reason="capacity"}``, v0.20+).
+            waiting_deferred: waiting requests deferred for another reason
+                (``vllm:num_requests_waiting_by_reason{reason="deferred"}``, v0.20+).
             kv_cache_usage: used blocks / usable blocks, ratio 0–1, cached-but-free blocks count
                 as free (``vllm:kv_cache_usage_perc``, or ``gpu_cache_usage_perc`` before 0.11).
         """
@@ -304,11 +306,14 @@ class VLLMMetrics:
         Args:
             num_tokens: tokens scheduled in the step (observed into ``vllm:iteration_tokens_total``;
                 a step with 0 tokens is not observed, as vLLM only logs steps that ran).
-            prompt_tokens / generation_tokens: prefill / decode tokens computed (counters).
+            prompt_tokens: prefill tokens computed (``vllm:prompt_tokens_total``).
+            generation_tokens: decode tokens computed (``vllm:generation_tokens_total``).
             preemptions: requests preempted in the step (``vllm:num_preemptions_total``).
-            prefix_queries / prefix_hits: prompt tokens looked up / found in the GPU prefix cache;
-                converted to blocks (``// block_size`` of the running totals) before vLLM 0.9.0.
-            external_queries / external_hits: the same for a KV connector tier (LMCache-like), tokens.
+            prefix_queries: prompt tokens looked up in the GPU prefix cache; converted to blocks
+                (``// block_size`` of the running totals) before vLLM 0.9.0.
+            prefix_hits: prompt tokens found there (same conversion).
+            external_queries: the same as ``prefix_queries`` for a KV connector tier (LMCache-like), tokens.
+            external_hits: the same as ``prefix_hits`` for that tier, tokens.
 
         Raises:
             ValueError: a negative count.
@@ -369,10 +374,11 @@ class VLLMMetrics:
             itls: gaps between consecutive output tokens, s (``vllm:inter_token_latency_seconds``
                 and/or ``vllm:time_per_output_token_seconds``: vLLM V1 observes each gap in both).
             e2e: arrival → finish, s (``vllm:e2e_request_latency_seconds``).
-            queue_time / prefill_time / decode_time: s in WAITING, in prefill, in decode
-                (``vllm:request_{queue,prefill,decode}_time_seconds``).
-            prompt_tokens / generation_tokens: per-request token histograms
-                (``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens``).
+            queue_time: s in WAITING (``vllm:request_queue_time_seconds``).
+            prefill_time: s in prefill (``vllm:request_prefill_time_seconds``).
+            decode_time: s in decode (``vllm:request_decode_time_seconds``).
+            prompt_tokens: the request's prompt tokens (``vllm:request_prompt_tokens``).
+            generation_tokens: the request's output tokens (``vllm:request_generation_tokens``).
             finished_reason: ``stop`` | ``length`` | ``abort`` | … (``vllm:request_success_total``).
         """
         self._observe("vllm:time_to_first_token_seconds", ttft)

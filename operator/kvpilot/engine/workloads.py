@@ -330,7 +330,8 @@ def _trace_request(obj: dict[str, Any], where: str, default_id: str) -> Request:
 
 
 def from_dict(spec: dict[str, Any] | None) -> Any:
-    """A workload from a plain dict (YAML). ``type`` selects it:
+    """A workload from a plain dict (YAML); ``type`` selects it.
+
 
     - ``poisson``: keys of :func:`poisson` (``rate``, ``duration`` or ``num_requests``,
       ``prompt_len``, ``output_len``, ``seed``, ``prefix_groups``, ``prefix_len``);

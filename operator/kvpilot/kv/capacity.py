@@ -300,13 +300,18 @@ def capacity(
     Args:
         config: parsed config.json or a :class:`KVSpec`.
         kv_cache_dtype: vLLM ``--kv-cache-dtype`` (``auto``, ``bfloat16``, ``fp8``, ``fp8_e4m3`` …).
-        tensor_parallel_size: TP size (divides KV heads, not MLA); data_parallel_size: replicas (never divides).
+        tensor_parallel_size: TP size (divides KV heads, not MLA).
+        data_parallel_size: replicas (never divides).
         max_model_len: tokens of one request; default the config's ``max_position_embeddings``.
-        block_size: tokens per block (16). max_num_batched_tokens: bounds sliding-window blocks (2048).
+        block_size: tokens per block (16).
+        max_num_batched_tokens: bounds sliding-window blocks (2048).
         kv_memory_bytes: KV pool memory per GPU, as vLLM logs "Available KV cache memory".
-        gpu_memory_bytes, gpu_memory_utilization, weights_bytes (per GPU), overhead_bytes: derive the pool
-            memory when ``kv_memory_bytes`` is not given; with ``kv_memory_bytes`` the GPU memory only serves
-            ``min_gpu_memory_utilization_to_fit``.
+        gpu_memory_bytes: memory of one GPU (bytes); with ``gpu_memory_utilization``, ``weights_bytes`` and
+            ``overhead_bytes`` it derives the pool memory when ``kv_memory_bytes`` is not given; with
+            ``kv_memory_bytes`` the GPU memory only serves ``min_gpu_memory_utilization_to_fit``.
+        gpu_memory_utilization: vLLM ``--gpu-memory-utilization`` (ratio 0-1).
+        weights_bytes: model weight bytes per GPU.
+        overhead_bytes: non-KV memory per GPU (activations, CUDA graphs), bytes.
 
     Returns:
         :class:`KVCapacity`; memory-dependent fields are None when no memory was given.

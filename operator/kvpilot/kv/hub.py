@@ -5,7 +5,7 @@ alone, with the Hub unreachable and nothing cached, retries its metadata request
 (``huggingface_hub/file_download.py``, "No local file found. Retrying..": ``retry_on_errors=True``,
 5 retries waiting 1, 2, 4, 8, 8 s; huggingface_hub 2.4), about 23 s and ten warnings before it
 fails. Here one metadata request (``get_hf_file_metadata``, which does not retry) with a short
-timeout decides first: unreachable → the local cache, else :class:`HubUnavailable` at once.
+timeout decides first: unreachable → the local cache, else :class:`HubUnavailableError` at once.
 ``HF_HUB_OFFLINE=1`` skips the network entirely (the cache only), as huggingface_hub documents.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 DEFAULT_HUB_TIMEOUT_SECONDS = 5.0
 
 
-class HubUnavailable(Exception):
+class HubUnavailableError(Exception):
     """A file could not be had from the Hub nor the local cache; ``str()`` is one short line (why)."""
 
 
@@ -88,7 +88,7 @@ def fetch_file(repo_id: str, filename: str, *, timeout: float | None = None) -> 
         the file's path in the Hugging Face cache (``HF_HOME``).
 
     Raises:
-        HubUnavailable: the Hub did not answer within ``timeout`` (or refused, or is disabled with
+        HubUnavailableError: the Hub did not answer within ``timeout`` (or refused, or is disabled with
             ``HF_HUB_OFFLINE``) and the file is not cached, or the Hub said no (missing, gated);
             the message is one line. Never retries: it returns within about two ``timeout``s
             (one metadata request, then the download).
@@ -108,11 +108,11 @@ def fetch_file(repo_id: str, filename: str, *, timeout: float | None = None) -> 
                 try:
                     return Path(hf_hub_download(repo_id=repo_id, filename=filename, etag_timeout=timeout))
                 except Exception as exc:  # noqa: BLE001
-                    raise HubUnavailable(_why(exc, timeout)) from None
+                    raise HubUnavailableError(_why(exc, timeout)) from None
         try:
             return Path(hf_hub_download(repo_id=repo_id, filename=filename, local_files_only=True))
         except Exception:  # noqa: BLE001 - not cached: report why the Hub failed
-            raise HubUnavailable(_why(failure, timeout)) from None
+            raise HubUnavailableError(_why(failure, timeout)) from None
 
 
 def _offline() -> BaseException:

@@ -96,16 +96,18 @@ def kv_preflight(
         gpu_memory_bytes: memory of one GPU in bytes (``spec.resources.gpuMemory`` or
             :func:`gpu_memory_from_node_label`).
         weights_bytes: weight bytes per GPU (e.g. the Hub's ``model.safetensors.index.json``
-            ``metadata.total_size`` ÷ TP); overhead_bytes: non-KV overhead (default
-            :data:`kvpilot.kv.capacity.DEFAULT_OVERHEAD_BYTES`); kv_memory_bytes: the KV pool if known
-            (overrides the derivation).
+            ``metadata.total_size`` ÷ TP).
+        overhead_bytes: non-KV overhead (default :data:`kvpilot.kv.capacity.DEFAULT_OVERHEAD_BYTES`).
+        kv_memory_bytes: the KV pool if known (overrides the derivation).
+        block_size: tokens per KV block (vLLM ``--block-size``, 16).
 
     Returns:
-        :class:`Preflight` (``condition``, ``warning``, ``numbers``). ``condition`` = ``{"type": "KVCapacity", "status": "True"|"False"|"Unknown",
-        "reason": …, "message": …}`` (Kubernetes condition fields; the caller adds lastTransitionTime and
-        observedGeneration). Status True = one ``maxModelLen`` request fits (reason ``Fits``); False = it does
-        not (``MaxModelLenExceedsKV`` or ``NoKVMemory``), ``warning`` is then the Event message; Unknown =
-        not computable (``InvalidModelConfig``, ``InsufficientInputs``), ``warning`` None. Never raises for bad
+        :class:`Preflight` (``condition``, ``warning``, ``numbers``). ``condition`` =
+        ``{"type": "KVCapacity", "status": "True"|"False"|"Unknown", "reason": …, "message": …}``
+        (Kubernetes condition fields; the caller adds lastTransitionTime and observedGeneration). Status
+        True = one ``maxModelLen`` request fits (reason ``Fits``); False = it does not
+        (``MaxModelLenExceedsKV`` or ``NoKVMemory``), ``warning`` is then the Event message; Unknown = not computable
+        (``InvalidModelConfig``, ``InsufficientInputs``), ``warning`` None. Never raises for bad
         input: the problem is in the condition's message.
     """
     engine = engine or {}

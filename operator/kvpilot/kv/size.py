@@ -21,7 +21,8 @@ mamba_utils.py at 02d71083, config/model.py; background.md §2):
   = one page without prefix-caching "all" mode) whose shapes come from
   ``MambaStateShapeCalculator`` (vllm/model_executor/layers/mamba/mamba_utils.py):
 
-  - mamba1 (Jamba): conv ``(d_conv - 1) × d_inner/TP`` + ssm ``d_inner/TP × d_state``, ``d_inner = mamba_expand × hidden``;
+  - mamba1 (Jamba): conv ``(d_conv - 1) × d_inner/TP`` + ssm ``d_inner/TP × d_state``,
+    ``d_inner = mamba_expand × hidden``;
   - mamba2 (Nemotron-H): conv ``(conv_kernel - 1) × (d_inner + 2·n_groups·state)/TP`` + ssm
     ``heads/TP × head_dim × state``, ``d_inner = mamba_num_heads × mamba_head_dim`` (n_groups raised to TP when
     not divisible);

@@ -71,7 +71,7 @@ class SandboxCluster:
         self._loop = loop
         try:
             loop.run_until_complete(self._serve())
-        except BaseException as exc:  # surfaced in __enter__/__exit__
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread by __enter__/__exit__
             self._error = exc
             self._started.set()
         finally:

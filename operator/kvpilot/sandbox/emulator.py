@@ -274,7 +274,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         await raw_request.read()
         raw_response: aiohttp.web.StreamResponse | None = None
         try:
-            request = await self._parse(raw_request, id=len(self._requests))
+            request = await self._parse(raw_request, request_id=len(self._requests))
             self._requests.append(request)
             try:
                 return await self._handle(request)
@@ -282,7 +282,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 raw_response = e.args[0]
                 if isinstance(e.__cause__, _WatchCutError):  # an injected cut: the connection is gone
                     return raw_response
-                raise e.__cause__ or e
+                raise (e.__cause__ or e) from None
         except Exception as e:  # kmock's contract: record, answer 500, re-raise at exit (strict)
             if not self._errors:
                 raise
@@ -294,7 +294,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             return raw_response
 
     @staticmethod
-    async def _parse(raw_request: aiohttp.web.BaseRequest, *, id: int) -> rendering.Request:
+    async def _parse(raw_request: aiohttp.web.BaseRequest, *, request_id: int) -> rendering.Request:
         body = await raw_request.read()
         text = body.decode("utf-8", errors="replace")
         try:
@@ -321,7 +321,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             elif method == "DELETE" and p.name:
                 action = enums.action.DELETE
         return rendering.Request(
-            id=id,
+            id=request_id,
             raw_request=raw_request,
             url=raw_request.url,
             method=raw_request.method,

@@ -41,7 +41,7 @@ class LoopbackServer:
                 outer.requests.append((self.command, url.path))
                 try:
                     status, payload = outer.handle(self.command, url.path, query, body)
-                except Exception as exc:  # report handler bugs as 599 so tests see them
+                except Exception as exc:  # noqa: BLE001 - any handler bug becomes a 599 the test sees
                     status, payload = 599, f"handler error: {exc!r}"
                 data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
                 try:

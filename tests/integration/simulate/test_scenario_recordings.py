@@ -8,6 +8,7 @@ own values, repeated explicitly), so the expectations do not come from the code 
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 import pytest
@@ -104,7 +105,7 @@ def test_timestamps_end_at_end_every_interval(recordings):
     # 300 s every 5 s: snapshots at 0, 5, ..., 300 -> 61, the last on END
     assert len(times) == 61
     assert times[-1] == END and times[0] == END - 300
-    assert all(b - a == 5 for a, b in zip(times, times[1:]))
+    assert all(b - a == 5 for a, b in itertools.pairwise(times))
 
 
 def test_max_num_seqs_cap_signature(recordings):

@@ -63,7 +63,8 @@ def test_c11_kv_exhaustion_with_preemptions():
     # fp8 KV doubles the 299,584 tokens of the log line -> 599,168 (expected.remedies)
     fp8 = rec(d, "--kv-cache-dtype")
     assert fp8 is not None and fp8.suggested == "fp8" and "599,168" in fp8.expected_effect
-    # cap concurrency near 49: floor(299,584 / 6,000 tokens per request) = 49 (expected.max_safe_concurrency_at_6000_tokens)
+    # cap concurrency near 49: floor(299,584 / 6,000 tokens per request) = 49
+    # (expected.max_safe_concurrency_at_6000_tokens)
     cap = rec(d, "--max-num-seqs")
     assert cap is not None and cap.current == 256 and cap.suggested == exp["max_safe_concurrency_at_6000_tokens"]
     # peak demand 128 running x 6,000 = 768,000 tokens = 2.56x the capacity (expected, tolerance 0.1 %)

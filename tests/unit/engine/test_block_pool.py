@@ -42,7 +42,7 @@ def test_caching_off_appends_everything():
 def test_lru_eviction_from_the_front_and_touch_removes_from_the_middle():
     pool = BlockPool(4, block_size=16)  # 3 usable
     a = pool.allocate(3)
-    for b, h in zip(a, ["a", "b", "c"]):
+    for b, h in zip(a, ["a", "b", "c"], strict=True):
         pool.cache_block(b, h)
     pool.free(a)  # order given: 1, 2, 3 -> all hashed, appended in that order
     assert pool.free_queue() == [1, 2, 3]
@@ -57,7 +57,7 @@ def test_lru_eviction_from_the_front_and_touch_removes_from_the_middle():
 def test_lookup_stops_at_first_miss_and_respects_max_blocks():
     pool = BlockPool(5, block_size=16)
     bl = pool.allocate(3)
-    for b, h in zip(bl, ["p", "q", "r"]):
+    for b, h in zip(bl, ["p", "q", "r"], strict=True):
         pool.cache_block(b, h)
     assert pool.lookup(["p", "x", "r"], 3) == [bl[0]]
     assert pool.lookup(["p", "q", "r"], 2) == bl[:2]

@@ -31,6 +31,7 @@ class ServerInfo:
 
 
 def _api_client(kubeconfig: str | None, context: str | None):
+    import yaml
     from kubernetes import client, config
 
     try:
@@ -41,7 +42,8 @@ def _api_client(kubeconfig: str | None, context: str | None):
             return client.ApiClient()
         except config.ConfigException:
             return config.new_client_from_config()
-    except Exception as exc:  # kubernetes raises ConfigException, OSError, TypeError for bad files
+    # kubernetes raises ConfigException, OSError, and YAML/type/key errors for malformed files
+    except (config.ConfigException, OSError, yaml.YAMLError, TypeError, ValueError, KeyError, AttributeError) as exc:
         raise LookupError(
             f"no Kubernetes configuration ({type(exc).__name__}: {str(exc).splitlines()[0][:150]})"
         ) from None
@@ -59,9 +61,10 @@ def lookup_server(
 
     Args:
         namespace: the namespace (required for any lookup).
-        server: VLLMServer name; or ``pod``: a pod whose ``kvpilot.dev/server`` label names it.
-        kubeconfig / context: optional kubeconfig file and context (default: in-cluster, then
-            ``~/.kube/config``).
+        server: VLLMServer name (or give ``pod``).
+        pod: a pod whose ``kvpilot.dev/server`` label names the VLLMServer.
+        kubeconfig: optional kubeconfig file (default: in-cluster, then ``~/.kube/config``).
+        context: optional kubeconfig context.
         timeout: seconds per request.
 
     Returns:
@@ -76,6 +79,7 @@ def lookup_server(
     except LookupError as exc:
         info.notes.append(f"VLLMServer spec not read: {exc}")
         return info
+    import urllib3
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -94,7 +98,7 @@ def lookup_server(
     except ApiException as exc:
         info.notes.append(f"VLLMServer {namespace}/{server or pod} not read: HTTP {exc.status} {exc.reason}")
         return info
-    except Exception as exc:  # urllib3 connection errors, timeouts
+    except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:  # connection errors, timeouts, a bad body
         info.notes.append(f"VLLMServer {namespace}/{server or pod} not read: {type(exc).__name__}")
         return info
     spec = (obj or {}).get("spec") or {}

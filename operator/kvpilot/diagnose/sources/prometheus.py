@@ -205,7 +205,7 @@ class PrometheusSource:
                 keys[ident] = TargetKey(*ident)
             return keys[ident]
 
-        for sd, rows in zip(defs, results[:-1]):
+        for sd, rows in zip(defs, results[:-1], strict=True):
             if isinstance(rows, SourceError):
                 continue
             bucket_rows: dict[TargetKey, list[tuple[float, float]]] = {}

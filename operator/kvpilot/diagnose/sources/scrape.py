@@ -55,7 +55,10 @@ def scrape_series(
             ``floor(window / interval) + 1``, at least 2.
         interval_seconds: seconds between scrapes.
         quick: two scrapes ``quick_gap_seconds`` apart.
-        clock / sleep: injectable for tests.
+        quick_gap_seconds: seconds between the two quick scrapes.
+        timeout: seconds per GET.
+        clock: the wall clock (seconds), injectable for tests.
+        sleep: how to wait (seconds), injectable for tests.
 
     Returns:
         ``(samples, scrapes)``: all samples, each stamped with its scrape's time (Unix seconds).
