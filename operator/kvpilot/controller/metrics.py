@@ -99,7 +99,8 @@ def server_series(body: Mapping[str, Any]) -> ServerSeries:
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     status = body.get("status") or {}
-    engine = spec.get("engine") if isinstance(spec.get("engine"), Mapping) else {}
+    raw_engine = spec.get("engine")
+    engine = raw_engine if isinstance(raw_engine, Mapping) else {}
     limits: dict[str, float] = {}
     for limit, field in LIMITS.items():
         value = _number(engine.get(field) if field else status.get("kvCacheTokens"))

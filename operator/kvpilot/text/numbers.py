@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TypeGuard
 
 #: printed for a value that is not known (None, NaN, -inf)
 UNKNOWN = "unknown"
@@ -32,7 +33,7 @@ MIB = 2**20
 KIB = 2**10
 
 
-def _finite(value: float | int | None) -> bool:
+def _finite(value: float | int | None) -> TypeGuard[float | int]:
     return value is not None and not isinstance(value, bool) and math.isfinite(value)
 
 
