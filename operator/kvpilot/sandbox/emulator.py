@@ -20,6 +20,8 @@ watches replay everything, lose writes    ``?resourceVersion=N`` replays only ne
 nothing discoverable                      ``resources.load_bundled()`` plus a discovery entry for
                                           every CRD created (``_register_crd``)
 ``/api/v1/namespaces`` mis-parsed         own URL parser (:func:`semantics.parse_api_path`)
+``/api/v1`` says ``groupVersion: /v1``    ``v1``, as the API server answers, so kubectl maps the
+                                          core kinds (Namespace, ServiceAccount ...) (``_serve_version``)
 ``pods/NAME/log`` returns the Pod JSON    ``text/plain`` from :attr:`pod_logs`; 400 before the
                                           container runs (``_serve_log``)
 status writable through the main object   with a ``status`` subresource, the main endpoint
@@ -542,6 +544,13 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         if request.subresource not in (None, "status"):
             raise kmock.KubernetesEndpointNotFoundError()
         return obj
+
+    async def _serve_version(self, request: rendering.Request) -> Any:
+        """Kmock's APIResourceList, with the core group's ``groupVersion`` as ``v1`` (kmock: ``/v1``)."""
+        payload = await super()._serve_version(request)
+        if isinstance(payload, dict) and str(payload.get("groupVersion", "")).startswith("/"):
+            payload = {**payload, "groupVersion": payload["groupVersion"][1:]}
+        return payload
 
     def _serve_log(self, request: rendering.Request, pod: dict[str, Any]) -> kmock.Response:
         name = pod["metadata"]["name"]
