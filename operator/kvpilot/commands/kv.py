@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -23,6 +24,7 @@ from kvpilot.kv import (
     capacity,
     startup_memory_check,
 )
+from kvpilot.kv.spec import FULL, LINEAR, MAMBA, NONE, SLIDING
 from kvpilot.text.numbers import count, fig, gib, number, significant, times
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -113,7 +115,11 @@ def _gib(value: int | float | None) -> str:
 
 def _startup_rows(check: StartupMemoryCheck) -> list[tuple[str, str]]:
     """Text rows of vLLM's startup free-memory check (GiB = 2^30 bytes)."""
-    verdict = "yes" if check.feasible else f"NO: vLLM refuses to start, short by {_gib(check.shortfall_bytes)}"
+    verdict = (
+        "yes"
+        if check.feasible
+        else f"NO: vLLM refuses to start, short by {_gib(check.shortfall_bytes)} (exit status 1)"
+    )
     return [
         ("free GPU memory at startup", f"{_gib(check.free_bytes)} of {_gib(check.total_bytes)}"),
         (
@@ -133,35 +139,35 @@ def render_text(cap: KVCapacity, source: str, check: StartupMemoryCheck | None =
     from rich.table import Table
 
     fp, spec = cap.fp, cap.spec
-    table = Table(title=f"KV cache of {source}" + ("  (estimate)" if cap.estimate else ""), show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("value")
-    layers = f"{fp.full_layers} full"
-    if fp.sliding_layers:
-        layers += f", {fp.sliding_layers} sliding (window {count(spec.sliding_window)})"
-    if fp.state_layers:
-        layers += f", {fp.state_layers} Mamba/linear"
+    title = f"KV cache of {source}" + ("  (estimate)" if cap.estimate else "")
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("what", style="bold", no_wrap=True)
+    table.add_column("value")  # wraps on spaces
     rows = [
-        ("attention", f"{spec.attention.upper()}, {spec.num_layers} layers ({layers})"),
+        ("attention", f"{spec.attention.upper()}, {layer_kinds_text(spec)}"),
         (
             "KV heads per GPU × head dim",
             f"{fp.kv_heads_per_gpu} × {spec.head_dim} ({spec.num_kv_heads} KV heads total)",
         ),
         ("KV element", f"{fp.element_bytes} byte(s) ({cap.inputs['kv_cache_dtype']}; model {spec.model_dtype})"),
-        (
-            "bytes per token (per GPU)",
-            f"{count(cap.bytes_per_token, 'B')} ({significant(cap.bytes_per_token / 1024, 6)} KiB)",
-        ),
+        ("bytes per token (per GPU)", _bytes_per_token_text(cap)),
     ]
-    if fp.sliding_bytes_per_token:
-        rows.append(
-            ("sliding layers per token", f"{count(fp.sliding_bytes_per_token, 'B')} (held for the window only)")
-        )
-    if cap.state_bytes_per_request:
+    window_bytes = cap.state_bytes_per_request - fp.state_bytes_per_request
+    if fp.sliding_layers and fp.sliding_window:
+        held = min(fp.sliding_window - 1 + cap.inputs["max_num_batched_tokens"], cap.max_model_len)
         rows.append(
             (
-                "fixed state per request",
-                f"{count(cap.state_bytes_per_request, 'B')} ({_gib(cap.state_bytes_per_request)})",
+                "sliding-window term per request",
+                f"{count(fp.sliding_bytes_per_token, 'B')} per token x at most {count(held)} tokens "
+                f"(window {count(fp.sliding_window)} - 1 + {count(cap.inputs['max_num_batched_tokens'])}-token "
+                f"step budget, in whole blocks + 1) = {_gib(window_bytes)}",
+            )
+        )
+    if fp.state_bytes_per_request:
+        rows.append(
+            (
+                "Mamba/linear state per request",
+                f"{count(fp.state_bytes_per_request, 'B')} ({_gib(fp.state_bytes_per_request)})",
             )
         )
     rows.append((f"one request of {count(cap.max_model_len)} tokens", _gib(cap.request_bytes)))
@@ -174,7 +180,7 @@ def render_text(cap: KVCapacity, source: str, check: StartupMemoryCheck | None =
                 f"{count(cap.kv_blocks)} ({count(cap.usable_blocks)} usable + 1 null block)",
             ),
             (f"max concurrency at {count(cap.max_model_len)} tokens", f"{times(cap.max_concurrency, 2)}"),
-            ("one max_model_len request fits", "yes" if cap.fits else "NO: vLLM refuses to start"),
+            ("one max_model_len request fits", "yes" if cap.fits else "NO: vLLM refuses to start (exit status 1)"),
             (
                 "largest max_model_len that fits",
                 "no limit from KV" if cap.max_model_len_that_fits is None else count(cap.max_model_len_that_fits),
@@ -198,12 +204,48 @@ def render_text(cap: KVCapacity, source: str, check: StartupMemoryCheck | None =
         rows += _startup_rows(check)
     for name, value in rows:
         table.add_row(name, value)
-    console = Console(soft_wrap=True)
+    console = Console(highlight=False)  # text wraps on spaces at the terminal's width ($COLUMNS when piped)
     console.print(table)
     if cap.kv_memory_bytes is None:
         console.print("Give --kv-memory, or --gpu-memory with --weights-memory, for tokens, blocks and concurrency.")
-    for note in cap.notes:
-        console.print(f"note: {note}", highlight=False)
+    if cap.notes:
+        notes = Table.grid(padding=(0, 1))
+        notes.add_column(no_wrap=True)
+        notes.add_column()  # wraps on spaces, indented under the first line
+        for note in cap.notes:
+            notes.add_row("note:", note)
+        console.print(notes)
+
+
+def layer_kinds_text(spec) -> str:
+    """``52 layers: 6 full attention, 23 Mamba, 23 without KV cache (MLP/MoE)``: every layer counted once."""
+    kinds = [
+        (spec.count(FULL), "full attention"),
+        (spec.count(SLIDING), f"sliding-window ({count(spec.sliding_window)} tokens)"),
+        (spec.count(MAMBA), "Mamba"),
+        (spec.count(LINEAR), "linear attention"),
+        (spec.count(NONE), "without KV cache (MLP/MoE)"),
+    ]
+    parts = [f"{n} {what}" for n, what in kinds if n]
+    if spec.count(FULL) == spec.num_layers:
+        return f"{spec.num_layers} layers"
+    return f"{spec.num_layers} layers: " + ", ".join(parts)
+
+
+def _bytes_per_token_text(cap: KVCapacity) -> str:
+    """Bytes each token adds for the whole request; when no layer grows with the request, says what
+    a request holds instead (the window and state terms).
+    """
+    fp = cap.fp
+    text = f"{count(cap.bytes_per_token, 'B')} ({significant(cap.bytes_per_token / 1024, 6)} KiB)"
+    if fp.full_layers and (fp.sliding_layers or fp.state_layers):
+        return text + ", full-attention layers; the others hold a fixed amount per request (below)"
+    if not fp.full_layers:
+        return (
+            f"{text}: no layer grows with the whole request; each request holds "
+            f"{_gib(cap.state_bytes_per_request)} for its window and state (below)"
+        )
+    return text
 
 
 EPILOG = """\b
@@ -303,7 +345,9 @@ def command(
     Hugging Face model id (config.json is downloaded). Sizes accept GiB/MiB/GB suffixes (GiB = 2^30 bytes).
     With --free-gpu-memory it also runs vLLM's startup check (requested = utilization × total; it refuses to
     start when free < requested; the largest feasible utilization is free / total).
-    Exit status: 0 success, 2 bad input.
+    Exit status: 0 computed and one --max-model-len request fits (or the fit is unknown: no
+    memory given); 1 computed, but it does not fit (fits: false in JSON) or vLLM's startup check
+    fails; 2 bad input.
     """
     check = None
     if free_gpu_memory is not None:
@@ -355,3 +399,5 @@ def command(
         click.echo(json.dumps(doc, indent=2))
     else:
         render_text(cap, config, check)
+    if cap.fits is False or (check is not None and not check.feasible):
+        sys.exit(1)  # computed; it does not fit (scripts: kvpilot kv ... && deploy)

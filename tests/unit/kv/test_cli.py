@@ -35,7 +35,7 @@ def test_json_keys_and_numbers():
         "-o",
         "json",
     )
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # computed; does not fit: exit 1 (kv --help)
     doc = json.loads(result.output)
     assert {
         "bytes_per_token",
@@ -58,7 +58,7 @@ def test_json_keys_and_numbers():
 
 def test_text_output_has_units():
     result = run(LLAMA, "--kv-memory", "2.89GiB", "--max-model-len", "29000")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # computed; does not fit: exit 1 (kv --help)
     assert "131,072 B" in result.output and "GiB" in result.output
     assert "23,664" in result.output and "0.82x" in result.output
     assert "NO" in result.output
@@ -290,7 +290,7 @@ def test_text_output_says_when_no_utilization_can_fit():
     # utilization that would fit one request is (16 + 1.35 + 4,096 x 131,072 B = 0.5 GiB) / 8 = 2.23 > 1:
     # impossible, so the text must say so rather than offer 2.23 as a setting.
     result = run(LLAMA, "--gpu-memory", "8GiB", "--weights-memory", "16GiB", "--max-model-len", "4096")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # computed; does not fit: exit 1 (kv --help)
     line = next(x for x in result.output.splitlines() if "smallest gpu_memory_utilization" in x)
     assert "2.2312" not in line and "none" in line
 
@@ -316,7 +316,7 @@ def test_c20a_free_gpu_memory_through_the_cli_json():
     # 19.77 < 19.845, so vLLM refuses to start, short by 19.845 - 19.77 = 0.075 GiB; the largest feasible
     # utilization is 19.77 / 22.05 = 0.89660 (0.8966 to 4 places).
     result = run(LLAMA, *C20A_ARGS, "-o", "json")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # computed; does not fit: exit 1 (kv --help)
     check = json.loads(result.output)["startup_memory_check"]
     assert check["feasible"] is False
     assert round(check["requested_bytes"] / GIB, 3) == 19.845
@@ -328,7 +328,7 @@ def test_c20a_free_gpu_memory_through_the_cli_json():
 
 def test_c20a_free_gpu_memory_through_the_cli_text():
     result = run(LLAMA, *C20A_ARGS)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # computed; does not fit: exit 1 (kv --help)
     text = " ".join(result.output.replace("│", " ").split())
     assert "19.7700 GiB of 22.0500 GiB" in text
     assert "0.9 × 22.0500 GiB = 19.8450 GiB" in text
@@ -373,7 +373,7 @@ def test_block_size_32_is_accepted():
     # floor(2.89 GiB / (32 x 131,072 B)) = floor(3,103,113,871 / 4,194,304) = floor(739.84) = 739 blocks
     # = 739 x 32 = 23,648 tokens
     result = run(LLAMA, "--kv-memory", "2.89GiB", "--block-size", "32", "-o", "json")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # computed; does not fit: exit 1 (kv --help)
     doc = json.loads(result.output)
     assert doc["kv_blocks"] == 739 and doc["kv_tokens"] == 23_648
 
