@@ -60,7 +60,7 @@ import random
 import string
 import uuid
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp.web
@@ -237,6 +237,8 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
     _history: dict[Any, collections.deque] = attrs.field(factory=dict, init=False)
     _history_floor: dict[Any, int] = attrs.field(factory=dict, init=False)
     _schemas: dict[Any, dict[str, Any] | None] = attrs.field(factory=dict, init=False)
+    #: ``{resource: {(namespace, name): kmock object}}`` of live objects, in creation order.
+    _live_index: dict[Any, dict[tuple[str | None, str], Any]] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -394,8 +396,15 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             return None
         return copy.deepcopy(self.objects[key].raw)
 
-    def _live(self, res: Any) -> list[dict[str, Any]]:
-        return [copy.deepcopy(obj.raw) for (r, _, _), obj in self.objects.items() if r == res and not obj.deleted]
+    def _live(self, res: Any, keep: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+        """Copies of the live objects of ``res`` for which ``keep`` is true, in creation order.
+
+        The filter reads the stored objects and only what it keeps is copied, through the
+        per-resource index :attr:`_live_index`: a list or watch costs O(objects of that
+        resource) comparisons and O(objects returned) copies, not a copy of every object stored.
+        """
+        index = self._live_index.get(res) or {}
+        return [copy.deepcopy(raw) for raw in (obj.raw for obj in index.values()) if keep is None or keep(raw)]
 
     def _new_object(self, res: Any, ns: str | None, body: dict[str, Any]) -> dict[str, Any]:
         info = self._info(res)
@@ -426,12 +435,17 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         shown = copy.deepcopy(obj if obj is not None else last)
         shown["metadata"]["resourceVersion"] = str(self._rv)
         key = (res, ns, name)
+        live = self._live_index.setdefault(res, {})
         if obj is None:
             self.objects[key].delete()
-        elif key in self.objects:
-            self.objects[key].history.append(copy.deepcopy(shown))
+            live.pop((ns, name), None)
         else:
-            self.objects[key] = copy.deepcopy(shown)
+            if key in self.objects:
+                self.objects[key].history.append(copy.deepcopy(shown))
+            else:
+                self.objects[key] = copy.deepcopy(shown)
+            if (ns, name) not in live:
+                live[(ns, name)] = self.objects[key]
         event = {"type": kind, "object": shown}
         history = self._history.setdefault(res, collections.deque())
         history.append((self._rv, event))
@@ -523,7 +537,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         except ValueError as exc:
             return _status(400, "BadRequest", str(exc))
         async with self._lock:
-            items = [o for o in self._live(request.resource) if self._selected(o, request, labels, fields)]
+            items = self._live(request.resource, lambda o: self._selected(o, request, labels, fields))
             rv = self._rv
         res = request.resource
         return {
@@ -593,7 +607,10 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         async with self._lock:  # one lock for the snapshot and the subscription: no event lost
             marker = await bus.mark()
             if since in ("", "0") or initial_events:
-                backlog = [{"type": "ADDED", "object": o} for o in self._live(res)]
+                backlog = [
+                    {"type": "ADDED", "object": o}
+                    for o in self._live(res, lambda o: self._selected(o, request, labels, fields))
+                ]
                 if initial_events:
                     backlog.append(
                         {
@@ -781,10 +798,10 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         for (r, n, nm), obj in list(self.objects.items()):
             if obj.deleted or (orphan and res != NAMESPACES):
                 continue
-            raw = copy.deepcopy(obj.raw)
+            raw = obj.raw
             owned = any(ref.get("uid") == uid for ref in raw["metadata"].get("ownerReferences") or [])
             if owned or (res == NAMESPACES and n == name):
-                await self._mark_or_delete(r, n, nm, raw)
+                await self._mark_or_delete(r, n, nm, copy.deepcopy(raw))
         if res == CRDS:
             for version in last.get("spec", {}).get("versions", []):
                 gone = kmock.resource(last["spec"]["group"], version["name"], last["spec"]["names"]["plural"])
