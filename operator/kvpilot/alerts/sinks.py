@@ -1,0 +1,174 @@
+"""Where ``kvpilot alert-hook`` sends each result besides its HTTP answer (each optional).
+
+- :class:`LogSink` (default): one JSON object per line on stdout.
+- :class:`GrafanaAnnotationSink`: ``POST <grafana>/api/annotations`` (Grafana HTTP API, "Annotations
+  API": ``time`` in ms, ``tags``, ``text``), ``Authorization: Bearer <service-account token>``.
+- :class:`KubeEventSink`: a core/v1 Event on the VLLMServer (``involvedObject`` kind VLLMServer), as
+  ``kubectl describe vllmserver`` shows them. RBAC: ``get`` on ``vllmservers`` (its uid) and ``create``
+  on ``events`` in the server's namespace.
+- :class:`ForwardSink`: ``POST`` of the result to a URL the hook's operator configured (never a URL
+  from a payload).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+import aiohttp
+
+from kvpilot.alerts.payload import Alert, Target
+from kvpilot.api import GROUP, KIND, PLURAL, VERSION
+from kvpilot.text.safe import one_line
+
+
+def primary(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The first target's diagnosis of a result (None: resolved, or not diagnosed)."""
+    targets = (result.get("diagnosis") or {}).get("targets") or []
+    return targets[0] if targets else None
+
+
+def summary(alert: Alert, result: dict[str, Any]) -> str:
+    """One line: ``ALERT on ns/pod: verdict (severity, confidence): first evidence``."""
+    where = "/".join(
+        x for x in ((result.get("target") or {}).get("namespace"), (result.get("target") or {}).get("pod")) if x
+    )
+    head = f"{alert.name or 'alert'} on {where or 'unknown target'}"
+    if not alert.firing:
+        return f"{head}: resolved"
+    if result.get("error"):
+        return f"{head}: not diagnosed: {result['error']}"
+    d = primary(result)
+    if d is None:
+        return f"{head}: no diagnosis"
+    evidence = (d.get("evidence") or [""])[0]
+    return one_line(f"{head}: {d['verdict']} ({d['severity']}, confidence {d['confidence']}): {evidence}", 1000)
+
+
+class LogSink:
+    """JSON lines: ``{"time", "event", "alertname", "fingerprint", "status", "target", "verdict", "severity",
+    "confidence", "cached", "error"}``.
+    """
+
+    name = "log"
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream
+
+    async def emit(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
+        """Write one line."""
+        d = primary(result) or {}
+        line = {
+            "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+            "event": "diagnosis" if alert.firing else "resolved",
+            "alertname": alert.name,
+            "fingerprint": alert.fingerprint,
+            "status": alert.status,
+            "target": target.to_json(),
+            "verdict": d.get("verdict"),
+            "severity": d.get("severity"),
+            "confidence": d.get("confidence"),
+            "cached": result.get("cached", False),
+            "error": result.get("error"),
+        }
+        stream = self.stream or sys.stdout
+        stream.write(json.dumps(line, allow_nan=False) + "\n")
+        stream.flush()
+
+
+class GrafanaAnnotationSink:
+    """An annotation per diagnosed alert, tagged ``kvpilot``, the alert name and the verdict."""
+
+    name = "grafana"
+
+    def __init__(self, url: str, token: str, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/") + "/api/annotations"
+        self.token = token
+        self.timeout = timeout
+
+    async def emit(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
+        """POST the annotation (firing alerts only)."""
+        if not alert.firing:
+            return
+        d = primary(result) or {}
+        body = {
+            "time": int(time.time() * 1000),
+            "tags": [t for t in ("kvpilot", alert.name, d.get("verdict")) if t],
+            "text": summary(alert, result),
+        }
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout)) as session,
+            session.post(self.url, json=body, headers=headers) as resp,
+        ):
+            if resp.status >= 300:
+                raise RuntimeError(f"Grafana answered {resp.status}")
+
+
+class ForwardSink:
+    """POST ``{"alert": {...}, "result": {...}}`` to a configured URL."""
+
+    name = "forward"
+
+    def __init__(self, url: str, timeout: float = 10.0, headers: dict[str, str] | None = None) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.headers = headers or {}
+
+    async def emit(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
+        """POST the result."""
+        body = {"alert": {"labels": dict(alert.labels), "status": alert.status}, "result": result}
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout)) as session,
+            session.post(self.url, json=body, headers=self.headers) as resp,
+        ):
+            if resp.status >= 300:
+                raise RuntimeError(f"{self.url} answered {resp.status}")
+
+
+class KubeEventSink:
+    """A Kubernetes Event on the VLLMServer the alert is about (firing alerts with a known server)."""
+
+    name = "kube-event"
+
+    def __init__(self, api_client: Any) -> None:
+        self.api_client = api_client
+
+    def _post(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
+        import kubernetes.client
+
+        custom = kubernetes.client.CustomObjectsApi(self.api_client)
+        server = custom.get_namespaced_custom_object(GROUP, VERSION, target.namespace, PLURAL, target.server)
+        d = primary(result) or {}
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{target.server}.", "namespace": target.namespace},
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "name": target.server,
+                "namespace": target.namespace,
+                "uid": server["metadata"].get("uid"),
+            },
+            "reason": "AlertDiagnosed",
+            "message": summary(alert, result)[:1024],
+            "type": "Warning" if d.get("severity") in ("warning", "critical") else "Normal",
+            "source": {"component": "kvpilot-alert-hook"},
+            "reportingComponent": "kvpilot-alert-hook",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        kubernetes.client.CoreV1Api(self.api_client).create_namespaced_event(target.namespace, event)
+
+    async def emit(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
+        """Create the Event (in a thread: the kubernetes client blocks)."""
+        if not alert.firing or not (target.namespace and target.server) or result.get("diagnosis") is None:
+            return
+        await asyncio.to_thread(self._post, alert, target, result)
