@@ -306,17 +306,45 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
     return out
 
 
-def _budget_cap(inputs: Inputs) -> list[Recommendation]:
-    budget = inputs.limits.value("max_num_batched_tokens")
+def _budget_cap(inputs: Inputs, max_num_batched_tokens: int | None = None) -> list[Recommendation]:
+    """``--max-num-batched-tokens B -> 2B`` on a token-budget cap, with its effect on prefill.
+
+    Each step gives waiting prompts what the running decodes leave of B: ``B - d`` prefill tokens,
+    d = generated tokens per step (``generation_tokens_per_s / steps_per_s``, steps from
+    ``vllm:iteration_tokens_total_count``). A prompt of P tokens then needs ``ceil(P / (B - d))``
+    steps to prefill, ``ceil(P / (2B - d))`` at 2B: TTFT's prefill part shrinks by that ratio while
+    step time stays flat (below the compute knee; above it steps lengthen, the rule says so).
+    Inter-token latency of co-scheduled decodes rises with the longer steps.
+    """
+    s = inputs.signals
+    budget = max_num_batched_tokens or inputs.limits.value("max_num_batched_tokens")
     if not budget:
         return []
+    steps, gen = s.get("iteration_steps_increase"), s.get("generation_tokens_per_s")
+    window, prompt = s.window_seconds, s.get("prompt_tokens_per_request")
+    effect = f"up to {count(budget * 2)} tokens per step (2x)"
+    if steps and window and gen is not None and prompt:
+        d = gen / (steps / window)
+        now, then = budget - d, 2 * budget - d
+        if now > 0:
+            n_now, n_then = math.ceil(prompt / now), math.ceil(prompt / then)
+            effect += (
+                f": prefill tokens per step {number(now)} -> {number(then)} ({count(budget)} or "
+                f"{count(2 * budget)} minus {fig(d, 1)} decode tokens per step), so a {number(prompt)}-token "
+                f"prompt prefills in {count(n_then)} steps instead of {count(n_now)}"
+            )
+            if steps:
+                step_s = window / steps
+                effect += (
+                    f" (about {number(n_now * step_s * 1000)} -> {number(n_then * step_s * 1000)} ms of TTFT at "
+                    f"{fig(step_s * 1000, 2)} ms per step)"
+                )
     return [
         Recommendation(
             "--max-num-batched-tokens",
             budget,
             budget * 2,
-            f"up to {count(budget * 2)} tokens per step (2x): waiting prompts prefill in fewer steps, lower "
-            "TTFT; inter-token latency of co-scheduled decodes rises (background.md §7).",
+            effect + "; waiting prompts are admitted sooner; inter-token latency of co-scheduled decodes rises.",
         )
     ]
 

@@ -11,7 +11,8 @@ import math
 import pytest
 
 from kvpilot.diagnose.limits import Limit, resolve_limits
-from kvpilot.diagnose.rules import budget_binds, compute_knee, diagnose_target, kv_ceiling, steps_full
+from kvpilot.diagnose.facts import budget_binds, compute_knee, kv_ceiling, steps_full
+from kvpilot.diagnose.rules import diagnose_target
 from kvpilot.diagnose.signals import Signals, finish_signals
 
 WINDOW = 300.0
@@ -106,9 +107,14 @@ def test_ceiling_is_derived_from_the_limits_not_a_fixed_percentage():
     # the same KV 0.80 is at the ceiling for a server whose requests hold 15 % each (ceiling 0.70) ...
     big = make(running_avg=4, running_max=4, waiting_avg=3, waiting_max=5, kv_usage_avg=0.6, kv_usage_max=0.8)
     assert diagnose_target(big, resolve_limits(cli={"max_num_seqs": 64})).verdict == "kv_cache_exhaustion"
-    # ... and far from it for one whose requests hold 1 % each (ceiling 0.98): then the queue is compute's
+    # ... and far from it for one whose requests hold 1 % each (ceiling 0.98): with 196 of 256 slots free and
+    # KV room, vLLM's admission logic leaves the token budget (default 2,048 on an unknown GPU) as the only
+    # limit that can have refused the queue: a token-budget cap by elimination, never compute
     small = make(running_avg=60, running_max=60, waiting_avg=3, waiting_max=5, kv_usage_avg=0.6, kv_usage_max=0.8)
-    assert diagnose_target(small, resolve_limits(cli={"max_num_seqs": 256})).verdict == "compute_bound"
+    d = diagnose_target(small, resolve_limits(cli={"max_num_seqs": 256}))
+    assert d.verdict == "token_budget_cap" and "elimination" in d.evidence[0]
+    # 0.8 - 0.2 (the budget is vLLM's default assumed: its size decides the verdict)
+    assert d.confidence == 0.6
 
 
 def test_max_num_seqs_cap_threshold_scales_with_the_limit():
@@ -116,7 +122,7 @@ def test_max_num_seqs_cap_threshold_scales_with_the_limit():
     sig4 = make(running_avg=3.6, running_max=4, waiting_avg=5, waiting_max=8, kv_usage_avg=0.05, kv_usage_max=0.06)
     assert diagnose_target(sig4, resolve_limits(cli={"max_num_seqs": 4})).verdict == "max_num_seqs_cap"
     sig256 = make(running_avg=250, running_max=256, waiting_avg=5, waiting_max=8, kv_usage_avg=0.3, kv_usage_max=0.35)
-    assert diagnose_target(sig256, resolve_limits(cli={"max_num_seqs": 256})).verdict == "compute_bound"
+    assert diagnose_target(sig256, resolve_limits(cli={"max_num_seqs": 256})).verdict != "max_num_seqs_cap"
 
 
 def test_max_num_seqs_cap_inferred_from_a_flat_running_gauge_when_unconfigured():
@@ -162,8 +168,10 @@ def test_steps_full_and_the_compute_knee():
     # H100 knee: 989e12 FLOP/s / 3.35e12 B/s = 295.2 tokens per step (background.md §1)
     knee, how = compute_knee(resolve_limits(gpu_name="H100"))
     assert knee == pytest.approx(295.2, abs=0.1) and "h100" in how
-    # full steps bind below 2 x knee (590): 256 binds; 65,000 (case C12's budget) is compute-bound
-    assert budget_binds(None, 256, 256, knee) and not budget_binds(None, 64000, 65000, knee)
+    # full steps are a budget cap below vLLM's large-GPU default 8,192; at or above it compute-bound (C12: 65,000)
+    assert budget_binds(None, 256, 256) and budget_binds(None, 7373, 8191)  # 7,373 / 8,191 = 90.01 % full
+    assert not budget_binds(None, 7400, 8192) and not budget_binds(None, 64000, 65000)
+    assert not budget_binds(None, 7371, 8191)  # 89.99 % fill: not full
     # unknown GPU: the largest knee of the profiles, L4: 121e12 / 300e9 = 403.3
     assert compute_knee(resolve_limits())[0] == pytest.approx(403.3, abs=0.1)
 
@@ -184,7 +192,8 @@ def test_full_steps_past_the_knee_are_compute_bound():
     d = diagnose_target(
         sig, resolve_limits(cli={"max_num_seqs": 256, "max_num_batched_tokens": 65000}, gpu_name="H100")
     )
-    assert d.verdict == "compute_bound" and "past the compute knee of 295" in " ".join(d.evidence)
+    # a 65,000-token budget on an H100 is 65,000 / 295.2 = 220.2x the knee
+    assert d.verdict == "compute_bound" and "220.2x the 295 tokens at which compute binds" in " ".join(d.evidence)
 
 
 def test_prefix_thrash_needs_some_hits_and_queries_beyond_kv_capacity():
