@@ -71,7 +71,8 @@ _APPROACH = (
 
 def _queue_rule_confidence(f: Facts, base: float) -> float:
     """``base`` less 0.2 without a KV gauge, 0.2 for an inferred limit, and 0.2 when the budget is vLLM's
-    default assumed (its size decides between token_budget_cap and compute_bound)."""
+    default assumed (its size decides between token_budget_cap and compute_bound).
+    """
     return round(
         base
         - (0.0 if f.kv_known else 0.2)
@@ -201,13 +202,15 @@ def _steps_evidence(f: Facts) -> str:
     return "; ".join(parts) if parts else "token-budget use unknown (no vllm:iteration_tokens_total)"
 
 
-def _full_steps_queue(f: Facts) -> bool:
-    return f.full and f.queued and f.free_slots and f.kv_room and f.budget is not None
+def _full_steps_budget(f: Facts) -> int | None:
+    """The budget when steps are full with a queue, free slots and KV room (else None)."""
+    return f.budget if f.full and f.queued and f.free_slots and f.kv_room else None
 
 
 def rule_token_budget_cap(f: Facts) -> Finding | None:
     """``token_budget_cap``: steps full at a budget below :data:`LARGE_BUDGET`, queued, free slots, KV room."""
-    if not (_full_steps_queue(f) and f.budget < LARGE_BUDGET):
+    budget = _full_steps_budget(f)
+    if budget is None or budget >= LARGE_BUDGET:
         return None
     ev = [
         f"max_num_batched_tokens = {count(f.budget)} ({f.budget_how}) fills the steps: {_steps_evidence(f)}.",
@@ -217,7 +220,7 @@ def rule_token_budget_cap(f: Facts) -> Finding | None:
         f"A budget of {count(f.budget)} is below vLLM's large-GPU default of {count(LARGE_BUDGET)} "
         "(vLLM's tuning guide recommends more than 8192 for throughput on small models and large GPUs).",
     ]
-    if f.budget >= 2 * f.knee:
+    if budget >= 2 * f.knee:
         ev.append(
             f"Caveat: steps of {count(f.budget)} tokens are past twice this GPU's compute knee of {number(f.knee)} "
             f"tokens per step ({f.knee_how}): the GPU is near its compute limit, so a larger budget also "
@@ -247,13 +250,14 @@ def _served_evidence(f: Facts) -> str | None:
 
 def rule_compute_bound(f: Facts) -> Finding | None:
     """``compute_bound``: steps full at a budget of :data:`LARGE_BUDGET` or more, queued, free slots, KV room."""
-    if not (_full_steps_queue(f) and f.budget >= LARGE_BUDGET):
+    budget = _full_steps_budget(f)
+    if budget is None or budget < LARGE_BUDGET:
         return None
     ev = [
         f"Steps are full at max_num_batched_tokens {count(f.budget)} ({f.budget_how}): {_steps_evidence(f)}.",
         f"{f.evidence_queue}; {_APPROACH}: here the budget was used up in every step, but at "
         f"{count(f.budget)} tokens, at or above vLLM's large-GPU default of {count(LARGE_BUDGET)}, a step "
-        f"already carries {times(f.budget / f.knee)} the {number(f.knee)} tokens at which compute binds "
+        f"already carries {times(budget / f.knee)} the {number(f.knee)} tokens at which compute binds "
         f"({f.knee_how}): a larger budget makes steps longer, not the engine faster.",
         f"Running {fig(f.run_avg, 1)} on average, below max_num_seqs {fig(f.n_seqs)} "
         f"({f.limits.max_num_seqs.source}); KV usage peaked at {percent(f.kv_max)} ({f.ceiling_how}); no "
@@ -457,10 +461,7 @@ def diagnose_target(
     schema = _schema_finding(signals)
     if schema:
         findings.append(schema)
-    for rule in RULES:
-        primary = rule(facts)
-        if primary is not None:
-            break
+    rule, primary = next((r, p) for r in RULES if (p := r(facts)) is not None)  # rule_healthy always matches
     if rule not in _TERMINAL:
         if rule in _QUEUE_RULES:
             primary.evidence.extend(_latency_evidence(signals))

@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from kvpilot.diagnose.limits import Limit, resolve_limits
 from kvpilot.diagnose.facts import budget_binds, compute_knee, kv_ceiling, steps_full
+from kvpilot.diagnose.limits import Limit, resolve_limits
 from kvpilot.diagnose.rules import diagnose_target
 from kvpilot.diagnose.signals import Signals, finish_signals
 
