@@ -175,7 +175,7 @@ def _scenario_samples(name: str) -> tuple[list, dict[str, Any]]:
     """Run scenario ``name`` for :data:`SIM_SECONDS` with vLLM's metrics; return timestamped samples
     (snapshots every :data:`SNAPSHOT_SECONDS`, as a recording holds them) and the resolved flags.
     """
-    from kvpilot.commands.simulate import Simulation
+    from kvpilot.commands.simulate.session import Simulation
     from kvpilot.metrics.exposition import Sample
 
     sim = Simulation(name, {}, "0.33.0", None, horizon=SIM_SECONDS)

@@ -5,14 +5,17 @@ cache_config labels, and one-line exit-2 errors.
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
 from kvpilot.cli import cli
 from kvpilot.commands._common import parse_duration
-from kvpilot.commands.simulate import cache_config_labels, parse_end, parse_listen, vllm_shim
+from kvpilot.commands.simulate.options import parse_end, parse_listen
+from kvpilot.commands.simulate.session import cache_config_labels
+from kvpilot.commands.simulate.shim import vllm_shim
+from kvpilot.engine.config import EngineConfig
+from kvpilot.engine.core import Engine
 
 
 @pytest.mark.parametrize(
@@ -50,16 +53,15 @@ def test_parse_listen():
 
 
 def test_cache_config_labels_from_engine_config():
-    # §9: 1,345 blocks of 16 tokens = 21,520 tokens; max concurrency for 8,192 tokens = 2.63 (vLLM's log line)
-    config = SimpleNamespace(
-        block_size=16,
-        resolved_num_gpu_blocks=lambda: 1345,
-        max_model_len=8192,
-        gpu_memory_utilization=0.6,
-        enable_prefix_caching=True,
-        kv_cache_dtype="auto",
+    # The founding measurement (docs/engine.md): vLLM 0.29.0 on an 8 GB GPU logged 1,345 blocks of 16 tokens
+    # = 21,520 tokens ("GPU KV cache size"),
+    # and "Maximum concurrency for 8,192 tokens per request: 2.63x": 21,520 / 8,192 = 2.627 -> 2.63.
+    engine = Engine(
+        EngineConfig(
+            num_gpu_blocks=1345, block_size=16, max_model_len=8192, gpu_memory_utilization=0.6, kv_cache_dtype="auto"
+        )
     )
-    labels = cache_config_labels(SimpleNamespace(config=config), {})
+    labels = cache_config_labels(engine)
     assert labels == {
         "block_size": "16",
         "num_gpu_blocks": "1345",
@@ -138,7 +140,7 @@ def test_vllm_shim_help_prints_usage_and_exits_0(argv):
     # The console script runs the shim in its own process: --help must print usage and exit 0, as
     # vllm --help does, never start serving (the subprocess timeout bounds that).
     proc = subprocess.run(
-        [sys.executable, "-c", "from kvpilot.commands.simulate import vllm_shim; vllm_shim()", *argv],
+        [sys.executable, "-c", "from kvpilot.commands.simulate.shim import vllm_shim; vllm_shim()", *argv],
         capture_output=True,
         text=True,
         timeout=60,
@@ -184,13 +186,13 @@ def test_runs_above_the_documented_bounds_are_refused_naming_the_option(args, wo
 
 
 def test_scenario_file_and_trace_are_bounded_too(tmp_path, monkeypatch):
-    from kvpilot.commands import simulate
+    from kvpilot.commands.simulate import options
 
     fast = tmp_path / "fast.yaml"
     fast.write_text("workload: {type: poisson, rate: 5000, duration: 10}\n")
     result = CliRunner().invoke(cli, ["simulate", "healthy", "--scenario-file", str(fast)])
     assert result.exit_code == 2 and "--scenario-file workload.rate" in result.output, result.output
-    monkeypatch.setattr(simulate, "MAX_REQUESTS", 2)  # a 3-request trace stands for a too-long one
+    monkeypatch.setattr(options, "MAX_REQUESTS", 2)  # a 3-request trace stands for a too-long one
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(f'{{"arrival_time": {i}, "prompt_tokens": 10}}\n' for i in range(3)))
     result = CliRunner().invoke(cli, ["simulate", "--trace", str(trace)])

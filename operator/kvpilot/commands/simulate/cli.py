@@ -1,0 +1,310 @@
+"""The ``kvpilot simulate`` click command and :func:`run`, the body it shares with the ``vllm`` shim."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kvpilot.commands._common import DURATION, SIZE, fail
+from kvpilot.commands.simulate.options import (
+    DEFAULT_INTERVAL,
+    DEFAULT_RECORD_DURATION,
+    DEFAULT_SERVE_HOST,
+    MAX_ARRIVAL_RATE,
+    MAX_REQUESTS,
+    MAX_SIMULATED_SECONDS,
+    MAX_SPEED,
+    TRACE_TAIL_SECONDS,
+    WORKLOAD_FLAGS,
+    block_size_option,
+    check_bounds,
+    load_scenario_file,
+    load_trace_file,
+    parse_end,
+    parse_listen,
+    vllm_overrides,
+)
+from kvpilot.commands.simulate.server import serve
+from kvpilot.commands.simulate.session import Simulation, engine_call, record
+
+EXAMPLES = """
+\b
+Examples:
+  kvpilot simulate seed-lru -o json                      the founding experiment (0, 0, 21488)
+  kvpilot simulate seed-lru --kv-offload-cpu 1.5GiB      with an LMCache-like CPU tier
+  kvpilot simulate max-num-seqs-cap --serve 127.0.0.1:8123 --speed 10 --duration 30m
+  kvpilot simulate kv-exhaustion --record kv.om --duration 10m --interval 5s
+  promtool tsdb create-blocks-from openmetrics kv.om ./data   # then: prometheus --storage.tsdb.path=./data
+  kvpilot simulate healthy --vllm-version 0.10.1 --serve 8123  # old and new metric names side by side
+  kvpilot simulate --vllm-args "serve Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 4" --serve 8123
+  kvpilot simulate --trace requests.jsonl -o json          replay a JSON Lines trace (healthy's engine)
+"""
+
+
+def _print_report(result: Mapping[str, Any], output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps(result, indent=2, sort_keys=False, default=str))
+        return
+    for key, value in result.items():
+        if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+            click.echo(f"{key}:")
+            for row in value:
+                click.echo("  - " + ", ".join(f"{k}={v}" for k, v in row.items()))
+        elif isinstance(value, Mapping) and len(value) > 4:
+            click.echo(f"{key}:")
+            for k, v in value.items():
+                click.echo(f"  {k}: {v}")
+        elif isinstance(value, Mapping):
+            click.echo(f"{key}: " + ", ".join(f"{k}={v}" for k, v in value.items()))
+        else:
+            click.echo(f"{key}: {value}")
+
+
+@click.command(name="simulate", epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("scenario", required=False)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Report format (report mode).",
+)
+@click.option(
+    "--serve",
+    "serve_at",
+    metavar="[HOST:]PORT",
+    help=f"Serve /metrics, /health, /v1/models live (host defaults to {DEFAULT_SERVE_HOST}).",
+)
+@click.option(
+    "--speed",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help=f"Simulated seconds per wall-clock second for --serve (at most {MAX_SPEED:g}).",
+)
+@click.option(
+    "--record",
+    "record_to",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write a recording (OpenMetrics with timestamps) to FILE.",
+)
+@click.option(
+    "--duration",
+    type=DURATION,
+    help="Simulated time: --record length (default 10m); --serve stops after it (default: until stopped); at most 24h.",
+)
+@click.option(
+    "--interval",
+    type=DURATION,
+    default=DEFAULT_INTERVAL,
+    show_default=True,
+    help="Simulated seconds between recording snapshots.",
+)
+@click.option("--end", help="Timestamp of the recording's last snapshot: Unix seconds or ISO 8601 (default now).")
+@click.option("--vllm-version", default=None, help="vLLM release whose metric names to expose (default 0.33.0).")
+@click.option("--model-name", "--served-model-name", "model_name", help="model_name label and /v1/models id.")
+@click.option("--scenario-file", type=click.Path(dir_okay=False), help="YAML mapping of scenario settings.")
+@click.option(
+    "--trace",
+    "trace_file",
+    metavar="FILE.jsonl",
+    help="Replay a JSON Lines trace (one request per line: arrival_time, prompt_tokens, output_len, "
+    "prefix_group, prefix_len, request_id, cache_salt, lora_id, tag) on SCENARIO's engine "
+    "(default healthy).",
+)
+@click.option("--vllm-args", help='vLLM\'s own command line, e.g. "serve MODEL --max-num-seqs 4".')
+@click.option("--max-num-seqs", type=click.IntRange(min=1))
+@click.option("--max-num-batched-tokens", type=click.IntRange(min=1))
+@click.option("--max-model-len", type=click.IntRange(min=1))
+@click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True))
+@click.option("--kv-cache-tokens", type=click.IntRange(min=1), help="KV capacity in tokens (overrides the GPU maths).")
+@click.option(
+    "--block-size",
+    type=int,
+    callback=lambda ctx, param, value: block_size_option(value),
+    help="Tokens per KV block: one of vLLM's 1, 8, 16, 32, 64, 128, 256.",
+)
+@click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=None)
+@click.option(
+    "--arrival-rate",
+    type=click.FloatRange(min=0, max=MAX_ARRIVAL_RATE),
+    help=f"Poisson arrivals, requests/s (at most {MAX_ARRIVAL_RATE:g}).",
+)
+@click.option("--prompt-tokens", type=click.IntRange(min=1), help="Mean prompt length, tokens.")
+@click.option("--output-tokens", type=click.IntRange(min=1), help="Mean output length, tokens.")
+@click.option(
+    "--num-requests",
+    type=click.IntRange(min=0, max=MAX_REQUESTS),
+    help=f"Requests of the workload (at most {MAX_REQUESTS:,}).",
+)
+@click.option(
+    "--kv-offload-cpu", "kv_offload_cpu_bytes", type=SIZE, help="LMCache-like CPU KV tier size (e.g. 1.5GiB)."
+)
+@click.option("--gpu", help="GPU profile (e.g. H100, A100, L4, laptop-8gb).")
+@click.option("--seed", type=int)
+def command(
+    scenario: str | None,
+    output: str,
+    serve_at: str | None,
+    speed: float,
+    record_to: str | None,
+    duration: float | None,
+    interval: float,
+    end: str | None,
+    vllm_version: str | None,
+    model_name: str | None,
+    scenario_file: str | None,
+    vllm_args: str | None,
+    trace_file: str | None,
+    **flags: Any,
+) -> None:
+    """Run the vLLM engine model: print results, --serve a live /metrics, or --record a timeline.
+
+    SCENARIO is one of seed-lru, kv-exhaustion, max-num-seqs-cap, token-budget-cap, compute-bound,
+    prefix-thrash, healthy, idle (default healthy with --vllm-args or --trace, else required).
+    --trace FILE.jsonl replaces the scenario's workload with the file's requests; without --duration the
+    run lasts the scenario's time or until 60 s after the last arrival, whichever is longer.
+    """
+    try:
+        vllm_argv = shlex.split(vllm_args) if vllm_args else None
+    except ValueError as exc:  # e.g. an unbalanced quote
+        fail(f"--vllm-args: cannot split {vllm_args!r} like a shell would ({exc})")
+    run(
+        scenario,
+        output=output,
+        serve_at=serve_at,
+        speed=speed,
+        record_to=record_to,
+        duration=duration,
+        interval=interval,
+        end=end,
+        vllm_version=vllm_version,
+        model_name=model_name,
+        scenario_file=scenario_file,
+        vllm_argv=vllm_argv,
+        flags=flags,
+        trace_file=trace_file,
+    )
+
+
+def run(
+    scenario: str | None,
+    *,
+    output: str = "text",
+    serve_at: str | None = None,
+    speed: float = 1.0,
+    record_to: str | None = None,
+    duration: float | None = None,
+    interval: float = DEFAULT_INTERVAL,
+    end: str | None = None,
+    vllm_version: str | None = None,
+    model_name: str | None = None,
+    scenario_file: str | None = None,
+    vllm_argv: list[str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+    default_host: str = DEFAULT_SERVE_HOST,
+    trace_file: str | None = None,
+) -> None:
+    """The command's body (shared with :func:`vllm_shim`); exits 2 with one line on bad input."""
+    from kvpilot.engine.exporter import DEFAULT_VLLM_VERSION
+    from kvpilot.metrics.catalog import version_tuple
+
+    if serve_at and record_to:
+        fail("--serve and --record: choose one")
+    if speed <= 0 or speed > MAX_SPEED:
+        fail(f"--speed: must be in (0, {MAX_SPEED:g}], got {speed:g}")
+    if duration is not None and duration > MAX_SIMULATED_SECONDS:
+        fail(f"--duration: {duration:g} s is above the maximum {MAX_SIMULATED_SECONDS:g} s (24h) of one run")
+    try:  # validate the mode's own options before any engine work
+        listen = parse_listen(serve_at, default_host) if serve_at else None
+        end_ts = parse_end(end, float(int(time.time())))  # whole seconds: readable timestamps
+    except ValueError as exc:
+        fail(str(exc))
+    total = duration or DEFAULT_RECORD_DURATION
+    if record_to and not Path(record_to).expanduser().resolve().parent.is_dir():
+        fail(f"--record: cannot write {record_to}: its folder does not exist")
+    if record_to and interval > total:
+        fail(f"--interval: {interval:g} s is longer than --duration {total:g} s")
+    overrides: dict[str, Any] = {}
+    if scenario_file:
+        overrides.update(load_scenario_file(scenario_file))
+        if "block_size" in overrides:
+            try:
+                block_size_option(overrides["block_size"])
+            except click.BadParameter as exc:
+                fail(f"--scenario-file: block_size: {exc.message}")
+    host = port = None
+    if vllm_argv:
+        vllm_over, host, port = vllm_overrides(vllm_argv)
+        overrides.update(vllm_over)
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    workload = {key: flags.pop(flag) for flag, key in WORKLOAD_FLAGS.items() if flag in flags}
+    trace = None
+    if trace_file:
+        clash = [f"--{flag.replace('_', '-')}" for flag, key in WORKLOAD_FLAGS.items() if key in workload]
+        if clash:
+            fail(f"--trace: the trace gives the workload; drop {', '.join(clash)}")
+        trace = load_trace_file(trace_file)
+    overrides.update(flags)
+    scenario = scenario or overrides.pop("scenario", None) or ("healthy" if vllm_argv or trace else None)
+    overrides.pop("scenario", None)
+    from kvpilot.engine.scenarios import SCENARIOS
+
+    known = SCENARIOS
+
+    if not scenario:
+        fail("SCENARIO: missing (one of: " + ", ".join(known) + ")")
+    if scenario not in known:
+        fail(f"SCENARIO: unknown scenario {scenario!r} (one of: {', '.join(known)})")
+    if workload:
+        base = dict(known[scenario].workload)
+        if "rate" in workload and base.get("type") != "poisson":
+            # e.g. --arrival-rate on idle or seed-lru: switch to Poisson arrivals for the scenario's time
+            workload = {"type": "poisson", "duration": known[scenario].duration or DEFAULT_RECORD_DURATION, **workload}
+        overrides["workload"] = {**overrides.get("workload", {}), **workload}
+    if trace is not None:
+        overrides["workload"] = {"type": "trace", "requests": trace}
+        if duration is None:  # every request arrives, plus a tail to finish
+            last = max(float(r.get("arrival_time", r.get("timestamp", 0))) for r in trace)
+            duration = max(float(known[scenario].duration or DEFAULT_RECORD_DURATION), last + TRACE_TAIL_SECONDS)
+            total = duration
+    check_bounds(overrides, known[scenario], duration or (total if record_to else None), trace, from_cli=workload)
+    version = vllm_version or str(overrides.pop("vllm_version", "") or DEFAULT_VLLM_VERSION)
+    if len(version_tuple(version)) < 2:
+        fail(f"--vllm-version: {version!r} is not a vLLM release such as 0.10.1")
+    name = model_name or overrides.get("served_model_name")
+
+    if not serve_at and not record_to:
+        from kvpilot.engine import scenarios
+
+        if duration is not None:
+            # run for --duration simulated seconds; a Poisson workload keeps arriving that long
+            overrides["duration"] = duration
+            if trace is None and (known[scenario].workload.get("type") == "poisson" or "rate" in workload):
+                overrides["workload"] = {**overrides.get("workload", {}), "duration": duration}
+        result = engine_call(f"scenario {scenario}", scenarios.run_scenario, scenario, overrides=overrides or None)
+        _print_report(result, output)
+        return
+
+    horizon = total if record_to else duration
+    sim = Simulation(scenario, overrides, version, name, horizon=horizon, endless=bool(serve_at) and not duration)
+    if record_to:
+        try:
+            lines, first, last = record(sim, Path(record_to), total, interval, end_ts)
+        except OSError as exc:
+            fail(f"--record: cannot write {record_to}: {exc.strerror or exc}")
+        click.echo(
+            f"wrote {lines} samples to {record_to}: {scenario}, {total:g} simulated s every {interval:g} s, "
+            f"timestamps {first:.0f}..{last:.0f}"
+        )
+        return
+    assert listen is not None  # serve_at was given: parsed above
+    listen_host, listen_port = listen
+    serve(sim, host or listen_host, port if port is not None else listen_port, speed, duration, version)

@@ -1,0 +1,188 @@
+"""What ``kvpilot simulate`` and the ``vllm`` shim read: addresses, times, a scenario file, a trace,
+vLLM's own argv, and the bounds of one run. Every bad value exits 2 with one line naming the option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from kvpilot.commands._common import fail
+from kvpilot.commands.simulate.session import engine_call
+
+#: vLLM's own defaults for the shim's listen address (``vllm serve --host`` default None = all
+#: interfaces, ``--port`` 8000; vllm/entrypoints/openai/cli_args.py, v0.33.0).
+VLLM_DEFAULT_HOST = "0.0.0.0"
+VLLM_DEFAULT_PORT = 8000
+DEFAULT_SERVE_HOST = "127.0.0.1"
+#: seconds of simulated time between recording snapshots: 5 s keeps ``rate(...[1m])`` usable
+#: (12 points per minute) at 1/3 of the size of a 1 s scrape.
+DEFAULT_INTERVAL = 5.0
+DEFAULT_RECORD_DURATION = 600.0  # 10 minutes: ten 1-minute rate() windows
+
+#: Bounds of one run, so every run ends in bounded time and memory (a mistyped ``--arrival-rate 1e9``
+#: would otherwise generate 3e11 requests): requests/s (far above what one vLLM server serves), requests
+#: per run (arrival rate x duration, --num-requests, or trace lines), simulated seconds (one day), and
+#: simulated seconds per wall second for --serve.
+MAX_ARRIVAL_RATE = 1000.0
+MAX_REQUESTS = 1_000_000
+MAX_SIMULATED_SECONDS = 86_400.0
+MAX_SPEED = 1000.0
+
+#: Simulated seconds a replayed trace keeps running after its last arrival (when --duration is not given).
+TRACE_TAIL_SECONDS = 60.0
+
+#: workload flags -> keys of the scenario's workload spec (kvpilot.engine.workloads.from_dict)
+WORKLOAD_FLAGS = {
+    "arrival_rate": "rate",
+    "prompt_tokens": "prompt_len",
+    "output_tokens": "output_len",
+    "num_requests": "num_requests",
+    "seed": "seed",
+}
+
+
+def parse_end(text: str | None, now: float) -> float:
+    """``--end``: Unix seconds, ISO 8601 (``2026-11-30T12:00:00Z``) or ``now`` -> Unix seconds.
+
+    Raises:
+        ValueError: naming ``--end``.
+    """
+    if text is None or text == "now":
+        return now
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--end: {text!r} is neither Unix seconds nor ISO 8601") from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"--end: {text!r} has no time zone (add Z or +00:00)")
+    return parsed.timestamp()
+
+
+def parse_listen(text: str, default_host: str, field: str = "--serve") -> tuple[str, int]:
+    """``HOST:PORT`` or ``PORT`` -> ``(host, port)``; port 0 lets the OS choose.
+
+    Raises:
+        ValueError: naming ``field``.
+    """
+    host, sep, port = str(text).rpartition(":")
+    if not sep:
+        host = default_host
+    host = host.strip("[]") or default_host
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{field}: {text!r} is not HOST:PORT or PORT (example: 127.0.0.1:8123)")
+    return host, int(port)
+
+
+def block_size_option(value: int | None) -> int | None:
+    """``--block-size``: one of vLLM's block sizes (kvpilot.kv.capacity.VLLM_BLOCK_SIZES), else a usage error."""
+    from kvpilot.kv.capacity import check_block_size
+    from kvpilot.kv.spec import KVConfigError
+
+    try:
+        return None if value is None else check_block_size(value)
+    except KVConfigError as exc:
+        raise click.BadParameter(exc.message) from None
+
+
+def load_scenario_file(path: str) -> dict[str, Any]:
+    """``--scenario-file``: a YAML mapping of settings (dashes read as underscores); exits 2 naming the file."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        fail(f"--scenario-file: cannot read {path}: {exc.strerror or exc}")
+    except yaml.YAMLError as exc:
+        fail(f"--scenario-file: {path} is not valid YAML ({str(exc).splitlines()[0]})")
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        fail(f"--scenario-file: {path} must hold a mapping of settings, not a {type(data).__name__}")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def load_trace_file(path: str) -> list[dict[str, Any]]:
+    """``--trace FILE.jsonl`` as a trace workload's request list; exits 2 naming the line and field."""
+    from kvpilot.engine.workloads import trace_requests
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.readlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"--trace: cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
+    try:
+        items = trace_requests(lines)
+    except ValueError as exc:  # "trace line N: <field>: <reason>"
+        fail(f"--trace: {path}: {exc}")
+    if not items:
+        fail(f"--trace: {path} holds no request (one JSON object per line)")
+    return items
+
+
+def vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, int | None]:
+    """Split vLLM's argv: returns (engine overrides, host, port). ``--host``/``--port`` are the server's."""
+    host: str | None = None
+    port: int | None = None
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        key, eq, value = argv[i].partition("=")
+        if key in ("--host", "--port"):
+            if not eq:
+                if i + 1 >= len(argv):
+                    fail(f"{key}: missing value")
+                value = argv[i + 1]
+                i += 1
+            if key == "--host":
+                host = value
+            elif not value.isdigit() or int(value) > 65535:
+                fail(f"--port: {value!r} is not a port number")
+            else:
+                port = int(value)
+        else:
+            rest.append(argv[i])
+        i += 1
+    from kvpilot.engine.vllm_args import from_vllm_args
+
+    overrides = engine_call("--vllm-args", from_vllm_args, rest)
+    return dict(overrides or {}), host, port
+
+
+def check_bounds(
+    overrides: Mapping[str, Any], scenario: Any, duration: float | None, trace: list | None, from_cli: Mapping[str, Any]
+) -> None:
+    """Refuse a run above :data:`MAX_ARRIVAL_RATE`, :data:`MAX_REQUESTS` or :data:`MAX_SIMULATED_SECONDS`
+    (exit 2 naming the option, or the ``--scenario-file`` key, that set it).
+    """
+    if trace is not None and len(trace) > MAX_REQUESTS:
+        fail(f"--trace: {len(trace):,} requests is above the maximum {MAX_REQUESTS:,} of one run")
+    wl = {**(scenario.workload or {}), **(overrides.get("workload") or {})}
+    rate, count = wl.get("rate"), wl.get("num_requests")
+    rate_opt = "--arrival-rate" if "rate" in from_cli else "--scenario-file workload.rate"
+    seconds = duration or overrides.get("duration") or scenario.duration or DEFAULT_RECORD_DURATION
+    try:
+        rate = None if rate is None else float(rate)
+        count = None if count is None else int(count)
+        seconds = float(seconds)
+    except (TypeError, ValueError):
+        return  # not numbers: the engine names the field
+    if not duration and seconds > MAX_SIMULATED_SECONDS:
+        fail(f"--scenario-file duration: {seconds:g} s is above the maximum {MAX_SIMULATED_SECONDS:g} s (24h)")
+    if rate is not None and rate > MAX_ARRIVAL_RATE:
+        fail(f"{rate_opt}: {rate:g} requests/s is above the maximum {MAX_ARRIVAL_RATE:g}")
+    if count is not None and count > MAX_REQUESTS:
+        opt = "--num-requests" if "num_requests" in from_cli else "--scenario-file workload.num_requests"
+        fail(f"{opt}: {count:,} requests is above the maximum {MAX_REQUESTS:,} of one run")
+    if rate is not None and count is None and rate * seconds > MAX_REQUESTS:
+        fail(
+            f"{rate_opt}: {rate:g} requests/s for {seconds:g} s is {rate * seconds:,.0f} requests, above the "
+            f"maximum {MAX_REQUESTS:,} of one run (lower the rate or --duration)"
+        )

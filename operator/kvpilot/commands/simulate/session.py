@@ -1,0 +1,143 @@
+"""A built engine + workload + exporter advanced in simulated time, its ``vllm:cache_config_info``
+labels, and ``--record``: snapshots of the exporter written as a recording (docs/metrics.md, "Recordings").
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvpilot.commands._common import fail
+
+if TYPE_CHECKING:
+    from kvpilot.engine.core import Engine
+    from kvpilot.metrics.recording import Snapshot
+
+
+def engine_call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run an engine-side call; its ValueError/KeyError (bad flag, unknown scenario) becomes exit 2."""
+    try:
+        return fn(*args, **kwargs)
+    except (ValueError, KeyError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        fail(f"{what}: {message}")
+
+
+def cache_config_labels(engine: Engine) -> dict[str, str]:
+    """The ``vllm:cache_config_info`` labels for a built engine, as vLLM ``str()``s CacheConfig fields.
+
+    Keys: ``block_size``, ``num_gpu_blocks`` (usable + the null block), ``gpu_memory_utilization``,
+    ``enable_prefix_caching``, ``cache_dtype``, ``kv_cache_size_tokens`` (``num_gpu_blocks x block_size``,
+    vllm/v1/core/kv_cache_utils.py) and ``kv_cache_max_concurrency`` (tokens / ``max_model_len``, two
+    decimals, as vLLM's "Maximum concurrency for N tokens per request" log line).
+    """
+    config = engine.config
+    return {
+        "block_size": str(engine.block_size),
+        "num_gpu_blocks": str(engine.num_gpu_blocks),
+        "kv_cache_size_tokens": str(engine.kv_cache_tokens),
+        "kv_cache_max_concurrency": f"{engine.kv_cache_tokens / config.max_model_len:.2f}",
+        "gpu_memory_utilization": str(config.gpu_memory_utilization),
+        "enable_prefix_caching": str(bool(config.enable_prefix_caching)),
+        "cache_dtype": str(config.kv_cache_dtype),
+    }
+
+
+class Simulation:
+    """A built engine + workload + exporter, advanced in simulated seconds (thread-safe ``advance_to``).
+
+    Args:
+        scenario: scenario name; ``overrides`` as :func:`kvpilot.engine.scenarios.resolve` takes them.
+        horizon: simulated seconds the run must cover. A Poisson workload bounded by ``duration``
+            is stretched to it (scenarios arrive for 300 s by default, a recording may be longer).
+        endless: keep arrivals coming forever (``--serve`` without ``--duration``): when a Poisson
+            workload runs out, the next chunk of the same length starts where it ended (seed + 1).
+    """
+
+    def __init__(
+        self,
+        scenario: str,
+        overrides: dict[str, Any],
+        vllm_version: str,
+        model_name: str | None,
+        horizon: float | None = None,
+        endless: bool = False,
+    ):
+        from kvpilot.engine import scenarios
+        from kvpilot.engine.exporter import VLLMMetrics
+
+        spec = engine_call(f"scenario {scenario}", scenarios.resolve, scenario, overrides or None)
+        self._wl_spec = dict(spec.workload)
+        stretch = self._wl_spec.get("type") == "poisson" and "duration" in self._wl_spec
+        if stretch and horizon and horizon > float(self._wl_spec["duration"]):
+            spec = engine_call(
+                f"scenario {scenario}", scenarios.resolve, spec, {"workload": {"duration": float(horizon)}}
+            )
+            self._wl_spec = dict(spec.workload)
+        self._endless = endless and stretch
+        self._chunk = 0
+        # Built once without metrics to learn the resolved flags (max_model_len, KV blocks) that
+        # the exporter's buckets and cache_config_info need, then for real with the exporter.
+        probe, _ = engine_call(f"scenario {scenario}", scenarios.build, spec)
+        self.max_model_len = int(probe.config.max_model_len)
+        self.model_name = str(model_name or probe.config.served_model_name or probe.config.model)
+        self.metrics = engine_call(
+            "--vllm-version",
+            VLLMMetrics,
+            vllm_version=vllm_version,
+            model_name=self.model_name,
+            cache_config=cache_config_labels(probe),
+            max_model_len=self.max_model_len,
+        )
+        self.engine, self.workload = engine_call(
+            f"scenario {scenario}", scenarios.build, spec, metrics=self.metrics, keep_finished=False
+        )
+        self._lock = threading.Lock()
+
+    @property
+    def now(self) -> float:
+        """Simulated seconds since the start."""
+        return float(self.engine.now)
+
+    def _refill(self) -> None:
+        from kvpilot.engine.workloads import from_dict
+
+        self._chunk += 1
+        spec = {
+            **self._wl_spec,
+            "start": self.engine.now,
+            "seed": int(self._wl_spec.get("seed", 0)) + self._chunk,
+            "id_prefix": f"req{self._chunk}",
+        }
+        self.workload = from_dict(spec)
+
+    def advance_to(self, t: float) -> None:
+        """Run the engine until simulated time ``t`` (s); idle time passes when nothing is left to do."""
+        with self._lock:
+            if t <= self.engine.now:
+                return
+            if self._endless and self.workload.next_arrival_time() is None:
+                self._refill()
+            self.engine.run(self.workload, until=t)
+
+
+def record(sim: Simulation, path: Path, duration: float, interval: float, end: float) -> tuple[int, float, float]:
+    """Drive ``sim`` for ``duration`` simulated seconds and write a recording to ``path``.
+
+    One snapshot at simulated 0, interval, 2·interval, … ≤ duration; timestamps are shifted so the
+    last snapshot lands on ``end`` (Unix seconds). Returns ``(sample lines, first ts, last ts)``.
+    """
+    from kvpilot.metrics.recording import write_recording
+
+    steps = int(duration // interval)
+    offset = end - steps * interval
+
+    def snapshots() -> Iterator[Snapshot]:
+        for k in range(steps + 1):
+            sim.advance_to(k * interval)
+            yield offset + k * interval, sim.metrics.collect()
+
+    lines = write_recording(snapshots(), path)
+    return lines, offset, offset + steps * interval
