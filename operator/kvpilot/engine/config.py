@@ -34,6 +34,10 @@ class EngineConfig:
     by ``min(TP, kv_heads)`` (background.md §2). ``kv_offload_cpu_bytes`` > 0 turns on the
     LMCache-like CPU tier (chunks of ``offload_chunk_tokens``); its bandwidths are calibrated on §9:
     4,864 tokens x 28,672 B loaded in ~8.5 ms (16 GB/s) and stored for +22.3 ms (6.25 GB/s).
+
+    ``scheduler_reserve_full_isl`` (vLLM ``SchedulerConfig.scheduler_reserve_full_isl``, PR #37307,
+    default True in vLLM 0.29.0): a waiting request is admitted only if blocks for its whole prompt
+    are free, not just for its first chunk; False models the releases before that PR.
     """
 
     block_size: int = DEFAULT_BLOCK_SIZE
@@ -44,6 +48,7 @@ class EngineConfig:
     max_model_len: int = 32768
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
+    scheduler_reserve_full_isl: bool = True
     kv_offload_cpu_bytes: int = 0
     offload_chunk_tokens: int = 256
     offload_load_bandwidth: float = 16e9

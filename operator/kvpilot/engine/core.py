@@ -14,14 +14,23 @@ forward (its duration from :class:`~kvpilot.engine.hardware.CostModel`) then
    request itself, scheduling of running requests stops.
 4. Only if nothing was preempted this step (``if not preempted_reqs``), waiting requests are
    admitted in FCFS order while ``len(running) < max_num_seqs`` and budget remains: prefix-cache
-   lookup (``get_computed_blocks``, at most ``num_tokens - 1`` tokens), then the CPU tier for the
-   rest (connector ``get_num_new_matched_tokens``), then blocks for the scheduled tokens
-   (``allocate_slots``: hit blocks that sit in the free queue count against the free blocks). A
+   lookup (``get_computed_blocks``, at most ``num_tokens - 1`` tokens; none with caching off),
+   then the CPU tier for the rest (connector ``get_num_new_matched_tokens``), then
+   ``allocate_slots``: with ``scheduler_reserve_full_isl`` (vLLM PR #37307, default) the blocks
+   for the *whole* request must be free (``full_sequence_must_fit``), then those for the
+   scheduled tokens; hit blocks that sit in the free queue count against the free blocks. A
    request that does not fit stops admission (no preemption on behalf of waiting requests).
    Without chunked prefill a prompt longer than the budget left waits.
-5. After the forward, a request whose computed tokens reach ``num_tokens`` samples one token;
-   newly full blocks are hashed and cached (``cache_full_blocks``); finished requests free their
-   blocks in reverse order.
+5. Blocks enter the prefix cache when they are *scheduled*: ``allocate_slots`` ends with
+   ``cache_blocks(request, num_computed + num_new)``, so a request admitted later in the same
+   step already hits the blocks of one scheduled before it.
+6. After the forward, a request whose computed tokens reach ``num_tokens`` samples one token;
+   finished requests free their blocks in reverse order.
+
+Sources: ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``) and
+``vllm/v1/core/kv_cache_manager.py`` (``allocate_slots``, ``get_computed_blocks``,
+``record_prefix_cache_stats``) of vLLM 0.29.0; the reference tier (``tests/reference/``) runs that
+code side by side with this one and asserts identical schedules.
 
 Work per step is O(scheduled requests) plus O(new full blocks); decodes cost a few attribute
 updates each.
@@ -285,6 +294,8 @@ class Engine:
                 req.blocks += pool.allocate(need)
                 req.capacity = len(req.blocks) * bs
             req.num_computed = end
+            if end >= req.next_full:  # never true with caching off (next_full is huge)
+                self._cache_full_blocks(req, end)
             sched_append(req)
             budget -= n
             context += end
@@ -296,6 +307,8 @@ class Engine:
         if not preempted:
             max_seqs = cfg.max_num_seqs
             chunked = cfg.enable_chunked_prefill
+            reserve_full = cfg.scheduler_reserve_full_isl
+            max_len = cfg.max_model_len
             while waiting and budget > 0 and len(running) < max_seqs:
                 req = waiting[0]
                 total = req.total
@@ -324,6 +337,10 @@ class Engine:
                 need = -(-end // bs) - len(hit_blocks)
                 ref = pool.ref_cnt
                 evictable = sum(1 for b in hit_blocks if ref[b] == 0)
+                if reserve_full:  # the whole request must fit (allocate_slots' full_sequence_must_fit)
+                    need_full = -(-min(total, max_len) // bs) - len(hit_blocks)
+                    if need_full + evictable > pool.num_free:
+                        break
                 if need + evictable > pool.num_free:
                     break
                 waiting.popleft()
@@ -334,10 +351,13 @@ class Engine:
                 req.next_full = (len(hit_blocks) + 1) * bs if caching else _NEVER
                 req.num_computed = end
                 req.num_hit = computed
-                if req.num_preemptions == 0:
+                if end >= req.next_full:
+                    self._cache_full_blocks(req, end)
+                if caching and req.num_preemptions == 0:
                     step_pq += total
                     step_ph += gpu_hit
                     req.prefix_hit_tokens = gpu_hit
+                if req.num_preemptions == 0:
                     req.external_hit_tokens = ext
                     if offload is not None:
                         step_eq += total
@@ -378,17 +398,12 @@ class Engine:
         self.now = now
         self.busy_time += dt
 
-        # 4. outputs: cache newly full blocks; requests that caught up sample one token
+        # 4. outputs: requests that caught up sample one token
         prompt_done = gen = 0
         finished: list[Request] = []
         track_itls = self._track_itls
         for req in scheduled:
             c = req.num_computed
-            if c >= req.next_full:  # never true with caching off (next_full is huge)
-                full = c // bs
-                pool.cache_blocks(req.blocks, req.ensure_hashes(full, bs), req.num_cached_blocks, full)
-                req.num_cached_blocks = full
-                req.next_full = (full + 1) * bs
             if c >= req.total:
                 out = req.num_output + 1
                 req.num_output = out
@@ -457,6 +472,14 @@ class Engine:
                 kv_cache_usage=out.kv_cache_usage,
             )
         return out
+
+    def _cache_full_blocks(self, req: Request, num_tokens: int) -> None:
+        """Register the request's blocks that ``num_tokens`` fill (``cache_blocks`` in ``allocate_slots``)."""
+        bs = self.block_size
+        full = num_tokens // bs
+        self.pool.cache_blocks(req.blocks, req.ensure_hashes(full, bs), req.num_cached_blocks, full)
+        req.num_cached_blocks = full
+        req.next_full = (full + 1) * bs
 
     def _preempt(self, req: Request) -> None:
         """Free all blocks tail first, reset progress, put at the front of waiting."""

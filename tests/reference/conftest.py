@@ -1,0 +1,56 @@
+"""One vLLM driver run for the whole reference tier (vLLM's import alone costs seconds)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.conftest import require_vllm_python
+from tests.reference.compare import kvpilot_steps, make_engine
+from tests.reference.harness import driver_spec, run_vllm
+from tests.reference.workloads import NAMED, RANDOM_SEEDS, Workload, random_workload
+
+SNAPSHOTS_PER_RUN = 8
+
+
+def all_workloads() -> dict[str, Callable[[], Workload]]:
+    """The named workloads, then ``random-<seed>`` for every seed of ``RANDOM_SEEDS``."""
+    out = dict(NAMED)
+    out.update({f"random-{s}": (lambda s=s: random_workload(s)) for s in RANDOM_SEEDS})
+    return out
+
+
+WORKLOADS = all_workloads()
+
+
+@pytest.fixture(scope="session")
+def reference_runs() -> dict[str, dict]:
+    """``{workload: {"vllm": driver result, "kvpilot": step records, "flags", "interval"}}``.
+
+    kvpilot's engine runs first (without metrics) to learn each run's simulated length; the
+    snapshot interval is a eighth of it, so both sides snapshot the same instants.
+    """
+    python = require_vllm_python()
+    runs: dict[str, dict] = {}
+    specs = []
+    kvpilot_seconds = 0.0
+    for name, make in WORKLOADS.items():
+        flags, requests = make()
+        engine = make_engine(**flags)
+        t0 = time.perf_counter()
+        steps = kvpilot_steps(engine, requests)
+        kvpilot_seconds += time.perf_counter() - t0
+        interval = max(engine.now / SNAPSHOTS_PER_RUN, 1e-3)
+        flags, requests = make()
+        specs.append(driver_spec(name, make_engine(**flags), requests, snapshot_interval=interval))
+        runs[name] = {"kvpilot": steps, "flags": flags, "interval": interval}
+    t0 = time.perf_counter()
+    answer = run_vllm(python, specs)
+    vllm_seconds = time.perf_counter() - t0
+    assert answer["vllm_version"] == "0.29.0"
+    for result in answer["results"]:
+        runs[result["name"]]["vllm"] = result
+    runs["_timing"] = {"kvpilot_seconds": kvpilot_seconds, "vllm_seconds": vllm_seconds}
+    return runs
