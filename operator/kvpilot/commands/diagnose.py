@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 import time
 
@@ -193,7 +194,7 @@ def command(
         try:
             try:
                 report = run(opts)
-                click.echo(render(report, output))
+                click.echo(render(report, output, width=shutil.get_terminal_size().columns))
                 code = report.exit_code()
             except SourceError as exc:
                 click.echo(f"kvpilot: error: {' '.join(str(exc).split())}", err=True)

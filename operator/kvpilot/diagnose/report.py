@@ -10,7 +10,9 @@ import io
 import json
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from kvpilot.diagnose.model import Diagnosis, Finding, Report
 from kvpilot.text.numbers import fig, number, significant
@@ -67,41 +69,58 @@ def _flag_value(value) -> str:
     return str(value)
 
 
-def to_text(report: Report, width: int = 110, color: bool = False) -> str:
-    """Terminal rendering: one block per target (verdict, evidence, recommendations, findings)."""
+def _bullets(lines: list[str], indent: int) -> Table:
+    """``lines`` as ``- text`` bullets wrapped on spaces, continuation lines under the text."""
+    grid = Table.grid(padding=(0, 1), pad_edge=False)
+    grid.add_column(no_wrap=True, width=indent + 1, justify="right")
+    grid.add_column()
+    for line in lines:
+        grid.add_row("-", Text(line))
+    return grid
+
+
+def to_text(report: Report, width: int = 100, color: bool = False) -> str:
+    """Terminal rendering at ``width`` columns: one block per target (verdict, evidence bullets, each
+    recommendation as ``change: FLAG CURRENT -> SUGGESTED`` with its effect, findings, key signals).
+
+    Every line wraps on spaces: a flag, verdict or metric name is never split across lines.
+    """
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False)
-    console.print(
-        f"[bold]kvpilot diagnose[/bold]  source: {report.source}  window: {fig(report.window_seconds, 3, 's')}"
-    )
+    window = fig(report.window_seconds, 3, "s")
+    console.print(Text(f"kvpilot diagnose  source: {report.source}  window: {window}", style="bold"))
     for note in report.notes:
-        console.print(f"  note: {note}")
+        console.print(Padding(Text(f"note: {note}"), (0, 0, 0, 2)))
     for d in report.targets:
         style = _SEVERITY_STYLE.get(d.severity, "")
         console.print()
         console.print(
-            f"[bold]{_target_name(d)}[/bold]: [{style}]{d.verdict}[/{style}] "
-            f"(severity {d.severity}, confidence {number(d.confidence, 2)})"
+            Text.assemble(
+                (_target_name(d), "bold"),
+                ": ",
+                (d.verdict, style),
+                f" (severity {d.severity}, confidence {number(d.confidence, 2)})",
+            )
         )
-        for line in d.evidence:
-            console.print(f"  - {line}")
-        if d.recommendations:
-            table = Table(title=None, show_edge=False, pad_edge=False)
-            for col in ("flag", "current", "suggested", "expected effect"):
-                table.add_column(col, overflow="fold")
-            for r in d.recommendations:
-                table.add_row(r.flag, _flag_value(r.current), _flag_value(r.suggested), r.expected_effect)
-            console.print(table)
+        console.print(_bullets(list(d.evidence), 2))
+        for r in d.recommendations:
+            console.print(
+                Padding(
+                    Text(f"change: {r.flag} {_flag_value(r.current)} -> {_flag_value(r.suggested)}", style="bold"),
+                    (0, 0, 0, 2),
+                )
+            )
+            console.print(Padding(Text(r.expected_effect), (0, 0, 0, 4)))
         for f in d.findings:
-            console.print(f"  also: {f.verdict} ({f.severity})")
-            for line in f.evidence:
-                console.print(f"    - {line}")
+            console.print(Padding(Text(f"also: {f.verdict} ({f.severity})"), (0, 0, 0, 2)))
+            console.print(_bullets(list(f.evidence), 4))
         shown = [(k, d.signals.get(k)) for k in _KEY_SIGNALS if d.signals.get(k) is not None]
         if shown:
-            console.print("  signals: " + ", ".join(f"{k}={_fmt_signal(v)}" for k, v in shown))
+            signals = ", ".join(f"{k}={_fmt_signal(v)}" for k, v in shown)
+            console.print(Padding(Text(f"signals: {signals}"), (0, 0, 0, 2)))
     if not report.targets:
         console.print("no targets")
-    return buf.getvalue()
+    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
 def _md_finding(f: Finding, level: str) -> list[str]:
@@ -133,8 +152,8 @@ def to_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
-def render(report: Report, fmt: str) -> str:
-    """Dispatch on ``fmt`` (``text`` | ``json`` | ``markdown``).
+def render(report: Report, fmt: str, width: int = 100) -> str:
+    """Dispatch on ``fmt`` (``text`` | ``json`` | ``markdown``); ``width``: terminal columns for text.
 
     Raises:
         ValueError: unknown format.
@@ -144,5 +163,5 @@ def render(report: Report, fmt: str) -> str:
     if fmt == "markdown":
         return to_markdown(report)
     if fmt == "text":
-        return to_text(report)
+        return to_text(report, width)
     raise ValueError(f"-o: unknown output format {fmt!r} (text, json, markdown)")

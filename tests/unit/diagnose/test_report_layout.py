@@ -1,0 +1,51 @@
+"""`kvpilot diagnose` text output at 80 and 200 columns: lines fit the terminal, wrap on spaces, and never
+split a verdict, flag or metric name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kvpilot.cli import cli
+from kvpilot.diagnose.model import VERDICTS
+
+RECORDINGS = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "recordings"
+#: identifiers a reader copies: flags, snake_case names, metric names
+_NAMES = re.compile(r"--[a-z][a-z0-9-]*[a-z0-9]|vllm:[a-z_]+|[a-z]+(?:_[a-z0-9]+)+")
+
+
+def _text(recording: str, width: int, *flags: str) -> str:
+    result = CliRunner().invoke(
+        cli,
+        ["diagnose", "--no-kube", "--recording", str(RECORDINGS / recording), *flags],
+        env={"COLUMNS": str(width)},
+    )
+    assert result.exit_code in (0, 1, 2), result.output  # a verdict was reached (3: could not diagnose)
+    return result.output
+
+
+@pytest.mark.parametrize("width", [80, 200])
+@pytest.mark.parametrize("recording", sorted(p.name for p in RECORDINGS.glob("scenario_*.om")))
+def test_text_fits_the_terminal_and_splits_no_name(recording, width):
+    text = _text(recording, width)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert not any(line != line.rstrip() for line in lines)  # no padding to the terminal's width
+    # The same report on a terminal too wide to wrap anything holds every name whole; a name split
+    # across lines at this width would be missing from (or changed in) the names found line by line.
+    unwrapped = _text(recording, 10_000)
+    assert Counter(_NAMES.findall(text)) == Counter(_NAMES.findall(unwrapped))
+    assert any(v in text for v in VERDICTS)
+
+
+def test_wide_terminal_keeps_the_verdict_line_and_change_on_one_line():
+    text = _text("scenario_max-num-seqs-cap.om", 200, "--max-num-seqs", "4")
+    verdict = next(line for line in text.splitlines() if ": max_num_seqs_cap (severity" in line)
+    assert "confidence" in verdict
+    change = next(line for line in text.splitlines() if line.strip().startswith("change: "))
+    assert change.strip().startswith("change: --max-num-seqs 4 -> ")
