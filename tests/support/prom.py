@@ -66,7 +66,11 @@ class PrometheusServer:
         scrape_interval: str = "1s",
         job: str = "vllm",
         extra_args: list[str] | None = None,
+        extra_config: dict | None = None,
     ):
+        """``extra_config``: top-level keys merged into the generated prometheus.yml (``rule_files``,
+        ``alerting``, more ``scrape_configs`` appended to the one of ``scrape_targets``).
+        """
         self.binary = require_tool("prometheus")
         self.workdir = Path(workdir)
         self.port = free_port()
@@ -76,6 +80,7 @@ class PrometheusServer:
         self.scrape_interval = scrape_interval
         self.job = job
         self.extra_args = extra_args or []
+        self.extra_config = extra_config or {}
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> PrometheusServer:
@@ -83,6 +88,13 @@ class PrometheusServer:
         config = {"global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.scrape_interval}}
         if self.scrape_targets:
             config["scrape_configs"] = [{"job_name": self.job, "static_configs": [{"targets": self.scrape_targets}]}]
+        for key, value in self.extra_config.items():
+            if key == "scrape_configs":
+                config.setdefault("scrape_configs", []).extend(value)
+            elif key == "global":
+                config["global"].update(value)
+            else:
+                config[key] = value
         cfg = self.workdir / "prometheus.yml"
         cfg.write_text(yaml.safe_dump(config))
         self.log = open(self.workdir / "prometheus.log", "w")
