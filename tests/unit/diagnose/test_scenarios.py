@@ -56,3 +56,20 @@ def test_seed_lru_reproduces_the_reference_hits():
     target = json.loads(CliRunner().invoke(cli, args).output)["targets"][0]
     assert target["signals"]["prefix_hits_increase"] == 21488
     assert "21,520 tokens" in " ".join(target["evidence"])  # the KV capacity it is compared with
+
+
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+def test_scenario_recording_without_limit_flags_names_the_right_limit(scenario):
+    """No limit flags: vLLM's defaults are assumed, and the binding limit is inferred from the gauges.
+
+    max-num-seqs-cap: running flat at 4 (avg 3.87 >= 3.5) with 8-token steps (decode only) -> max_num_seqs 4;
+    token-budget-cap: 256-token steps with 5 running, a queue and KV room -> a budget of 256;
+    compute-bound: 63,927-token steps > the 8,192 default -> a budget of at least that, >= 8,192.
+    """
+    import json
+
+    args = ["diagnose", "--recording", str(RECORDINGS / f"scenario_{scenario}.om"), "--no-kube", "-o", "json"]
+    target = json.loads(CliRunner().invoke(cli, args).output)["targets"][0]
+    assert target["verdict"] == EXPECTED[scenario], target["evidence"]
+    if scenario in ("max-num-seqs-cap", "token-budget-cap", "compute-bound"):
+        assert "inferred" in " ".join(target["evidence"]) and target["confidence"] <= 0.6

@@ -1,0 +1,171 @@
+"""vLLM's admission logic as the arbiter: each rule on both sides of each threshold, hand-worked values.
+
+vLLM V1 admits a waiting request only when fewer than max_num_seqs run, the step's token budget has
+room and the whole prompt's KV blocks fit (vllm/v1/core/sched/scheduler.py, Scheduler.schedule,
+vLLM 0.29). Thresholds: steps full at mean >= 90 % of max_num_batched_tokens; full steps below
+8,192 tokens (vLLM's large-GPU default, EngineArgs.get_batch_defaults) are a token-budget cap, at or
+above compute-bound; pinned = running_avg >= max_num_seqs - 0.5 (docs/diagnosis.md).
+"""
+
+from __future__ import annotations
+
+from kvpilot.diagnose.limits import resolve_limits
+from kvpilot.diagnose.rules import diagnose_target
+from tests.unit.diagnose.test_rules import make
+
+#: a standing, growing queue with KV room: 20 waiting on average, +0.1 req/s x 300 s = +30
+QUEUE = dict(waiting_avg=20, waiting_max=40, waiting_trend_per_s=0.1, kv_usage_avg=0.1, kv_usage_max=0.12)
+
+
+def steps(tokens_per_step: float, n: float = 1000.0) -> dict:
+    """``vllm:iteration_tokens_total`` _sum/_count increases giving a mean of ``tokens_per_step``."""
+    return dict(iteration_tokens_sum_increase=tokens_per_step * n, iteration_steps_increase=n)
+
+
+def diag(limits: dict, gpu_name: str | None = None, **values):
+    return diagnose_target(make(**values), resolve_limits(cli=limits, gpu_name=gpu_name))
+
+
+def test_full_steps_below_8192_are_a_budget_cap_at_8192_compute_bound():
+    # budget 8,191, mean step 7,400: 7,400 / 8,191 = 90.3 % >= 90 %: full, below 8,192 -> token_budget_cap
+    d = diag(
+        {"max_num_seqs": 256, "max_num_batched_tokens": 8191}, running_avg=10, running_max=12, **QUEUE, **steps(7400)
+    )
+    assert d.verdict == "token_budget_cap"
+    # budget 8,192, mean step 7,400: 7,400 / 8,192 = 90.3 %: full at vLLM's large-GPU default -> compute_bound
+    d = diag(
+        {"max_num_seqs": 256, "max_num_batched_tokens": 8192}, running_avg=10, running_max=12, **QUEUE, **steps(7400)
+    )
+    assert d.verdict == "compute_bound"
+    assert "a larger budget makes steps longer" in " ".join(d.evidence)
+    assert all(r.flag != "--max-num-batched-tokens" for r in d.recommendations)
+
+
+def test_fill_threshold_90_percent():
+    lim = {"max_num_seqs": 256, "max_num_batched_tokens": 4096}
+    # 3,687 / 4,096 = 90.01 %: full -> token_budget_cap
+    assert diag(lim, running_avg=10, running_max=12, **QUEUE, **steps(3687)).verdict == "token_budget_cap"
+    # 3,686 / 4,096 = 89.99 %: not full; slots free (10 of 256), KV room: no limit measured as binding, the
+    # nearest is the budget (90.0 %) ahead of KV (12 % / ceiling) and slots (10 / 256 = 3.9 %): named, confidence 0.4
+    d = diag(lim, running_avg=10, running_max=12, **QUEUE, **steps(3686))
+    assert d.verdict == "token_budget_cap" and d.confidence == 0.4
+    text = " ".join(d.evidence)
+    assert "none measured as binding" in text and "cannot be told apart from" in text
+    assert "running 10 of max_num_seqs 256 (cli) = 3.9 %" in text
+    assert "steps averaged 3,686 tokens of the 4,096-token budget (cli) = 90.0 %" in text
+
+
+def test_budget_cap_on_an_h100_past_twice_the_knee_says_the_gpu_is_near_its_compute_limit():
+    # H100 knee 989e12 / 3.35e12 = 295.2 tokens; a 4,096 budget is past 2 x 295.2 = 590.4: caveat
+    lim = {"max_num_seqs": 256, "max_num_batched_tokens": 4096}
+    d = diag(lim, gpu_name="H100", running_avg=10, running_max=12, **QUEUE, **steps(4000))
+    assert d.verdict == "token_budget_cap" and "near its compute limit" in " ".join(d.evidence)
+    # a 512 budget is below 590.4: no caveat
+    lim = {"max_num_seqs": 256, "max_num_batched_tokens": 512}
+    d = diag(lim, gpu_name="H100", running_avg=10, running_max=12, **QUEUE, **steps(500))
+    assert d.verdict == "token_budget_cap" and "near its compute limit" not in " ".join(d.evidence)
+
+
+def test_budget_recommendation_quantifies_prefill_steps_and_ttft():
+    # budget 512; 30,000 steps in 300 s = 100 steps/s (10 ms per step); 1,200 generated tok/s -> 12 decode
+    # tokens per step; prefill per step 512 - 12 = 500 -> 1,024 - 12 = 1,012; a 2,000-token prompt
+    # (2,000 prompt tok/s / 1 req/s) prefills in ceil(2,000 / 500) = 4 steps -> ceil(2,000 / 1,012) = 2:
+    # 40 ms -> 20 ms at 10 ms per step
+    d = diag(
+        {"max_num_seqs": 256, "max_num_batched_tokens": 512},
+        running_avg=10,
+        running_max=12,
+        generation_tokens_per_s=1200.0,
+        prompt_tokens_per_s=2000.0,
+        requests_finished_per_s=1.0,
+        **QUEUE,
+        **steps(500, n=30000),
+    )
+    r = d.recommendations[0]
+    assert (r.flag, r.current, r.suggested) == ("--max-num-batched-tokens", 512, 1024)
+    assert "prefill tokens per step 500 -> 1,012" in r.expected_effect
+    assert "prefills in 2 steps instead of 4" in r.expected_effect
+    assert "about 40 -> 20 ms of TTFT at 10 ms per step" in r.expected_effect
+
+
+def test_pinned_threshold_half_a_request_below_max_num_seqs():
+    lim = {"max_num_seqs": 4, "max_num_batched_tokens": 2048}
+    # 3.5 >= 4 - 0.5: pinned -> max_num_seqs_cap; steps of 4 tokens (decode only)
+    assert diag(lim, running_avg=3.5, running_max=4, **QUEUE, **steps(4)).verdict == "max_num_seqs_cap"
+    # 3.49 < 3.5: free slots; steps 4 / 2,048 = 0.2 % not full -> nearest limit named: slots (3.49 / 4 = 87 %)
+    d = diag(lim, running_avg=3.49, running_max=4, **QUEUE, **steps(4))
+    assert d.verdict == "max_num_seqs_cap" and d.confidence == 0.4
+
+
+def test_unknown_max_num_seqs_inferred_from_running_flat_at_n():
+    # max_num_seqs unknown (vLLM's default 256 assumed); running flat at 8 (avg 8 >= 8 - 0.5), steps of 12
+    # tokens <= 2 x 8 (decode only: no prefill for the budget to refuse), queue, KV room -> max_num_seqs = 8
+    d = diag({}, running_avg=8, running_max=8, **QUEUE, **steps(12))
+    assert d.verdict == "max_num_seqs_cap" and d.confidence == 0.6
+    assert "inferred: running sat at 8" in d.evidence[0] and "Lower confidence" in d.evidence[0]
+    assert d.recommendations and d.recommendations[0].current == 8
+    # never compute_bound / scale out for an unknown limit
+    assert all("replicas" not in r.flag for r in d.recommendations)
+    # running 7.4 < 8 - 0.5 is not flat at 8: not inferred as max_num_seqs
+    d = diag({}, running_avg=7.4, running_max=8, **QUEUE, **steps(12))
+    assert "inferred: running sat" not in " ".join(d.evidence)
+
+
+def test_unknown_budget_inferred_from_steps_pinned_at_one_size():
+    # budget unknown (vLLM's default 2,048 on an unknown GPU); steps average 600 tokens, far more than the
+    # 12 running (prefill in every step: 600 > 2 x 12), below 90 % of 2,048 = 1,843.2, with a queue, free slots
+    # and KV room: only a budget of 600 explains it -> token_budget_cap at 600, inferred, confidence
+    # 0.8 - 0.2 (inferred) = 0.6
+    d = diag({"max_num_seqs": 256}, running_avg=10, running_max=12, **QUEUE, **steps(600))
+    assert d.verdict == "token_budget_cap" and d.confidence == 0.6
+    assert "max_num_batched_tokens = 600 (inferred: steps averaged 600 tokens" in d.evidence[0]
+    assert d.recommendations[0].current == 600 and d.recommendations[0].suggested == 1200
+
+
+def test_unknown_budget_below_steps_means_a_larger_budget():
+    # steps average 30,000 tokens > 1.1 x the 2,048 default: the server runs a budget of at least 30,000,
+    # which is >= 8,192 -> compute_bound (inferred, 0.8 - 0.2 = 0.6)
+    d = diag({"max_num_seqs": 256}, running_avg=10, running_max=12, **QUEUE, **steps(30000))
+    assert d.verdict == "compute_bound" and d.confidence == 0.6
+    assert "at least that mean" in d.evidence[0]
+
+
+def test_budget_full_by_elimination_when_steps_are_not_measured():
+    # no vllm:iteration_tokens_total; 10 of 256 slots used, KV room, a standing queue: the budget is the only
+    # admission limit left, so it was used up -> budget 4,096 < 8,192: token_budget_cap; 16,384: compute_bound
+    d = diag({"max_num_seqs": 256, "max_num_batched_tokens": 4096}, running_avg=10, running_max=12, **QUEUE)
+    assert d.verdict == "token_budget_cap" and "elimination" in d.evidence[0] and d.confidence == 0.8
+    d = diag({"max_num_seqs": 256, "max_num_batched_tokens": 16384}, running_avg=10, running_max=12, **QUEUE)
+    assert d.verdict == "compute_bound" and d.confidence == 0.8
+
+
+def test_transient_queue_is_not_a_limit():
+    # waiting 0.5 on average (< 1) and not growing (trend 0): not a standing queue -> healthy
+    d = diag(
+        {"max_num_seqs": 256, "max_num_batched_tokens": 4096},
+        running_avg=10,
+        running_max=12,
+        waiting_avg=0.5,
+        waiting_max=2,
+        waiting_trend_per_s=0.0,
+        kv_usage_avg=0.1,
+        kv_usage_max=0.12,
+        **steps(100),
+    )
+    assert d.verdict == "healthy"
+
+
+def test_near_zero_prefix_hits_over_many_turnovers_are_a_low_severity_finding():
+    common = dict(running_avg=1, running_max=2, waiting_avg=0, waiting_max=0, kv_usage_avg=0.2, kv_usage_max=0.3)
+    limits = resolve_limits(cli={"kv_cache_tokens": 50000})
+    # 0 hits of 120,000 queried tokens: 120,000 written = 2.4x the 50,000-token cache >= 2x -> a finding at
+    # severity ok beside the healthy verdict (exit status unchanged), listing the three causes
+    d = diagnose_target(make(prefix_queries_increase=120000.0, prefix_hits_increase=0.0, **common), limits)
+    assert (d.verdict, d.severity) == ("healthy", "ok")
+    [f] = [f for f in d.findings if f.verdict == "prefix_cache_ineffective"]
+    text = " ".join(f.evidence)
+    assert f.severity == "ok" and "2.4x its capacity of 50,000 tokens" in text
+    assert "(1) no shared prefixes" in text and "(2) varying tokens" in text and "(3) reuse further apart" in text
+    # 90,000 written = 1.8x < 2x: silent (reuse could still come)
+    d = diagnose_target(make(prefix_queries_increase=90000.0, prefix_hits_increase=0.0, **common), limits)
+    assert not [f for f in d.findings if f.verdict == "prefix_cache_ineffective"]
