@@ -142,7 +142,7 @@ def test_vllm_shim_serves_health_models_and_metrics(tmp_path):
     # vLLM's own command line; --max-num-seqs 3 differs from the scenario's 4, so the cap seen must
     # come from these flags. KVPILOT_* pick the scenario and run it 20x faster than real time.
     argv = [
-        str(BIN / "vllm"),
+        str(BIN / "kvpilot-vllm-shim"),
         "serve",
         "acme/tiny-model",
         "--max-num-seqs",
