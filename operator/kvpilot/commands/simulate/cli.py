@@ -87,7 +87,8 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
     type=float,
     default=1.0,
     show_default=True,
-    help=f"Simulated seconds per wall-clock second for --serve (at most {MAX_SPEED:g}).",
+    help=f"Simulated seconds per wall-clock second for --serve (at most {MAX_SPEED:g}); counters are not "
+    "rescaled: rate()s read SPEED x the simulated rates, latencies stay in simulated seconds.",
 )
 @click.option(
     "--record",
@@ -98,7 +99,8 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
 @click.option(
     "--duration",
     type=DURATION,
-    help="Simulated time: --record length (default 10m); --serve stops after it (default: until stopped); at most 24h.",
+    help="Simulated time: --record length (default 10m); --serve stops after it, saying so, exit 0 (default: "
+    "until stopped); at most 24h.",
 )
 @click.option(
     "--interval",
