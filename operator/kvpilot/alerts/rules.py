@@ -56,20 +56,24 @@ DEFAULT_BLOCK_SIZE = 16
 TTFT_P99_SECONDS = 5.0
 
 
-def vllm(name: str) -> str:
-    """The selector of vLLM metric ``name`` (without the ``vllm:`` prefix) in both spellings."""
-    return f'{{__name__=~"vllm[:_]{name}"}}'
+def vllm(name: str, matchers: str = "") -> str:
+    """The selector of vLLM metric ``name`` (without the ``vllm:`` prefix) in both spellings, plus
+    ``matchers`` (e.g. ``namespace=~"$namespace"`` in the dashboard).
+    """
+    extra = f", {matchers}" if matchers else ""
+    return f'{{__name__=~"vllm[:_]{name}"{extra}}}'
 
 
-def over(fn: str, *names: str, window: str = WINDOW) -> str:
+def over(fn: str, *names: str, window: str = WINDOW, matchers: str = "") -> str:
     """``fn(NAME[window])`` per target for the first generation of ``names`` that exists (new first)."""
-    parts = [f"max by ({BY}) ({fn}({vllm(n)}[{window}]))" for n in names]
+    parts = [f"max by ({BY}) ({fn}({vllm(n, matchers)}[{window}]))" for n in names]
     return "(" + " or ".join(parts) + ")"
 
 
-def limit(name: str) -> str:
+def limit(name: str, matchers: str = "") -> str:
     """The configured limit ``name`` per (namespace, pod), from the operator's metrics."""
-    return f'max by ({JOIN}) (kvpilot_vllmserver_limit{{limit="{name}"}})'
+    extra = f", {matchers}" if matchers else ""
+    return f'max by ({JOIN}) (kvpilot_vllmserver_limit{{limit="{name}"{extra}}})'
 
 
 def tag(expr: str, source: str) -> str:
@@ -82,9 +86,11 @@ class Signals:
     """The PromQL of each signal the rules use (names as in ``kvpilot diagnose -o json``)."""
 
     window: str = WINDOW
+    #: extra label matchers on every vLLM selector (the dashboard's variables); none in the rules
+    matchers: str = ""
 
     def _over(self, fn: str, *names: str) -> str:
-        return over(fn, *names, window=self.window)
+        return over(fn, *names, window=self.window, matchers=self.matchers)
 
     @property
     def running_avg(self) -> str:
@@ -157,7 +163,7 @@ class Signals:
     @property
     def finished(self) -> str:
         """Requests finished in the window (``vllm:request_success_total`` over ``finished_reason``)."""
-        return f"sum by ({BY}) (increase({vllm('request_success_total')}[{self.window}]))"
+        return f"sum by ({BY}) (increase({vllm('request_success_total', self.matchers)}[{self.window}]))"
 
     @property
     def hit_rate(self) -> str:

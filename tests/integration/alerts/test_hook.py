@@ -23,6 +23,7 @@ import pytest
 from kvpilot.alerts.hook import AlertHook, HookConfig, serve
 from kvpilot.alerts.sinks import ForwardSink, LogSink
 from kvpilot.diagnose.run import run as diagnose_run
+from tests.integration.alerts import timelines
 from tests.support.prom import PrometheusServer, backfill
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "webhooks"
@@ -39,14 +40,8 @@ def _fixture(name: str) -> dict:
 
 def _labelled(text: str, pod: str) -> str:
     """The recording with the target labels a Kubernetes scrape would add."""
-    extra = f'namespace="{NAMESPACE}",pod="{pod}",job="vllm",instance="10.0.0.{pod[-1]}:8000",'
-    return (
-        "\n".join(
-            line if line.startswith("#") or "{" not in line else line.replace("{", "{" + extra, 1)
-            for line in text.splitlines()
-        )
-        + "\n"
-    )
+    labels = {"namespace": NAMESPACE, "pod": pod, "job": "vllm", "instance": f"10.0.0.{pod[-1]}:8000"}
+    return timelines.with_target_labels(text, labels)
 
 
 @pytest.fixture(scope="module")

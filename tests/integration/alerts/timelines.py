@@ -43,13 +43,45 @@ USED = (
 )
 
 
-def record(scenario: str, version: str, out: Path) -> Path:
+#: the recordings' last timestamp (2025-12-01T14:40:00Z)
+END = 1764600000
+
+
+def record(
+    scenario: str,
+    version: str,
+    out: Path,
+    *,
+    duration: int = DURATION,
+    interval: int = INTERVAL,
+    end: int = END,
+    extra: tuple[str, ...] = (),
+) -> Path:
     """``kvpilot simulate SCENARIO --record OUT`` (the CLI, as a user runs it)."""
     cmd = [sys.executable, "-m", "kvpilot.cli", "simulate", scenario, "--record", str(out)]
-    cmd += ["--duration", f"{DURATION}s", "--interval", f"{INTERVAL}s", "--end", "1764600000"]
-    cmd += ["--vllm-version", version]
+    cmd += ["--duration", f"{duration}s", "--interval", f"{interval}s", "--end", str(end)]
+    cmd += ["--vllm-version", version, *extra]
     subprocess.run(cmd, check=True, capture_output=True, timeout=300, env={**os.environ, "COLUMNS": "120"})
     return out
+
+
+def with_target_labels(text: str, labels: dict[str, str]) -> str:
+    """A recording's text with the target labels a Kubernetes scrape adds on every sample."""
+    extra = "".join(f'{k}="{v}",' for k, v in labels.items())
+    lines = (
+        line if line.startswith("#") or "{" not in line else line.replace("{", "{" + extra, 1)
+        for line in text.splitlines()
+    )
+    return "\n".join(lines) + "\n"
+
+
+def limit_recording(values: dict[str, float], labels: dict[str, str], start: int, end: int, step: int) -> str:
+    """``kvpilot_vllmserver_limit`` as a recording (OpenMetrics with timestamps) for backfilling."""
+    out = ["# HELP kvpilot_vllmserver_limit Configured limit of a VLLMServer.", "# TYPE kvpilot_vllmserver_limit gauge"]
+    for name, value in sorted(values.items()):
+        tags = ",".join(f'{k}="{v}"' for k, v in {**labels, "limit": name}.items())
+        out += [f"kvpilot_vllmserver_limit{{{tags}}} {value} {ts}" for ts in range(start, end + 1, step)]
+    return "\n".join([*out, "# EOF"]) + "\n"
 
 
 def _used(name: str) -> bool:
