@@ -2,7 +2,10 @@
 
 Templates (``kvpilot/render/templates/*.j2``, package data) are rendered with Jinja2's
 ``StrictUndefined`` (a missing variable is an error, never an empty string) and parsed back with
-``yaml.safe_load``. Contract: design.md "The pod".
+PyYAML's safe loader (libyaml's ``CSafeLoader`` when PyYAML was built with it: the same YAML 1.1
+safe schema, about 10x faster; the operator renders once per reconcile). Templates are package
+data and never change while the process runs: compiled once (``auto_reload=False``), not
+re-checked on disk per render.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ LMCACHE_KV_TRANSFER_CONFIG = {"kv_connector": "LMCacheConnectorV1", "kv_role": "
 _YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
 
 
+#: PyYAML's safe loader, in C when PyYAML has libyaml (``yaml.__with_libyaml__``).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _tojson(value: Any) -> str:
     r"""JSON for a template value (JSON is YAML, so no string can change the document's shape).
 
@@ -69,6 +76,7 @@ def _environment() -> Environment:
         undefined=StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
+        auto_reload=False,
     )
     env.filters["tojson"] = _tojson
     return env
@@ -215,7 +223,7 @@ def _lmcache(spec: VLLMServerSpec) -> dict[str, Any] | None:
 
 def _render(template: str, **context: Any) -> dict[str, Any]:
     text = _environment().get_template(template).render(**context)
-    return yaml.safe_load(text)
+    return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader (C or Python)
 
 
 def pod_name(server_name: str, digest: str) -> str:
