@@ -176,8 +176,27 @@ class Controller:
         turns False) and return the server.
         """
         old = server.get("status") or {}
+        new = self._with_kv_condition(server, {"conditions": old.get("conditions")}, condition, numbers, now)
+        if new["conditions"] == old.get("conditions") and new["preflight"] == old.get("preflight"):
+            return server
+        meta = server["metadata"]
+        updated = self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": new}
+        )
+        self._kv_warning_event(server, condition, warning)
+        return updated
+
+    @staticmethod
+    def _with_kv_condition(
+        server: dict[str, Any],
+        status: dict[str, Any],
+        condition: dict[str, Any],
+        numbers: dict[str, Any] | None,
+        now: str,
+    ) -> dict[str, Any]:
+        """``status`` with the ``KVCapacity`` condition set and ``preflight`` = ``numbers`` (None if empty)."""
         conditions = logic.set_condition(
-            old.get("conditions"),
+            status.get("conditions"),
             condition["type"],
             condition["status"],
             condition["reason"],
@@ -185,38 +204,45 @@ class Controller:
             now=now,
             generation=server["metadata"].get("generation"),
         )
-        numbers = numbers or None
-        if conditions == old.get("conditions") and numbers == old.get("preflight"):
-            return server
-        meta = server["metadata"]
-        before = next((c for c in old.get("conditions") or [] if c["type"] == condition["type"]), {})
-        updated = self.custom.patch_namespaced_custom_object_status(
-            GROUP,
-            VERSION,
-            meta["namespace"],
-            PLURAL,
-            meta["name"],
-            {"status": {"conditions": conditions, "preflight": numbers}},
-        )
+        return {**status, "conditions": conditions, "preflight": numbers or None}
+
+    @staticmethod
+    def _kv_warning_event(server: dict[str, Any], condition: dict[str, Any], warning: str | None) -> None:
+        """A Warning Event when the pre-flight warns and ``server``'s condition was not False already."""
+        old = (server.get("status") or {}).get("conditions") or []
+        before = next((c for c in old if c["type"] == condition["type"]), {})
         if warning and before.get("status") != "False":
             kopf.event(server, type="Warning", reason=condition["reason"], message=warning[:1024])
-        return updated
 
-    def _pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+    def _pods(self, namespace: str, name: str, index: kopf.Index | None = None) -> list[dict[str, Any]]:
+        """The server's pods: from kopf's pod index when given (no API request: kopf keeps it from
+        the pod watch it already runs), else one list call by label.
+
+        The index may lag the API by one watch event; a just-created pod missing from it makes
+        the create answer 409 and the pod is adopted (:meth:`_adopt`), a just-deleted one is
+        deleted again (404 ignored) or replaced on its DELETED event.
+        """
+        if index is not None:
+            return list(index.get((namespace, name), ()))  # one C-level copy: safe beside kopf's loop
         pods = self.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_SERVER}={name}")
         return [self.api.sanitize_for_serialization(p) for p in pods.items]
 
     def _ensure_service(self, service: dict[str, Any], server: dict[str, Any]) -> None:
-        """Create the Service unless this server's already exists (one it does not own is a conflict)."""
+        """Create the Service unless this server's already exists (one it does not own is a conflict).
+
+        A server whose status names no Service yet is new: the create comes first (one request;
+        409 -> adopt). Otherwise the Service most likely exists: read first.
+        """
         meta = service["metadata"]
+        if (server.get("status") or {}).get("serviceName"):
+            try:
+                self._adopt(self.core.read_namespaced_service, service, server, "service")
+                return
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
         try:
-            self._adopt(self.core.read_namespaced_service, service, server, "service")
-            return
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-        try:
-            self.core.create_namespaced_service(meta["namespace"], service)
+            self.core.create_namespaced_service(meta["namespace"], service, _preload_content=False)
         except ApiException as exc:
             if exc.status != 409:
                 raise
@@ -225,12 +251,12 @@ class Controller:
     def _create_pod(self, pod: dict[str, Any], server: dict[str, Any]) -> dict[str, Any] | None:
         """Create ``pod``; None when its name is taken (409: the caller adopts or reports the holder)."""
         try:
-            created = self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod)
+            created = self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod, _preload_content=False)
         except ApiException as exc:
             if exc.status != 409:
                 raise
             return None
-        return self.api.sanitize_for_serialization(created)
+        return json.loads(created.data)  # the JSON as served: no V1Pod model built and serialised back
 
     def _adopt(self, read: Callable[..., Any], wanted: dict[str, Any], server: dict[str, Any], kind: str) -> dict:
         """The existing object named like ``wanted`` when this server owns it (an earlier attempt
@@ -381,7 +407,14 @@ class Controller:
 
     # ------------------------------------------------------------------ VLLMServer handlers
     def reconcile_server(
-        self, body: Any, namespace: str, name: str, logger: logging.Logger, retry: int = 0, **_: Any
+        self,
+        body: Any,
+        namespace: str,
+        name: str,
+        logger: logging.Logger,
+        retry: int = 0,
+        pods_by_server: kopf.Index | None = None,
+        **_: Any,
     ) -> None:
         """create/resume/update: validate, ensure Service and Pod, write status (idempotent).
 
@@ -397,7 +430,7 @@ class Controller:
                 server = self._read_server(namespace, name)
                 if server is None:
                     return
-                self._reconcile(server, namespace, name, logger, step)
+                self._reconcile(server, namespace, name, logger, step, pods_by_server)
             except kopf.PermanentError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure ends in a phase, an Event and retry-or-stop
@@ -421,9 +454,20 @@ class Controller:
         raise kopf.TemporaryError(failure.message, delay=failure.delay) from None
 
     def _reconcile(
-        self, server: dict[str, Any], namespace: str, name: str, logger: logging.Logger, step: list[str]
+        self,
+        server: dict[str, Any],
+        namespace: str,
+        name: str,
+        logger: logging.Logger,
+        step: list[str],
+        pods_index: kopf.Index | None = None,
     ) -> None:
-        """The reconcile proper; ``step[0]`` names what it is doing (for a failure's message)."""
+        """The reconcile proper; ``step[0]`` names what it is doing (for a failure's message).
+
+        Requests for a new server: the Service and Pod creates and one status write (the status
+        and, with ``preflight: warn``, the KV pre-flight's condition together); the pods come
+        from kopf's index (:meth:`_pods`).
+        """
         now = now_rfc3339()
         step[0] = "validating and rendering the spec"
         try:
@@ -435,7 +479,7 @@ class Controller:
             raise kopf.PermanentError(f"invalid spec: {exc}") from None
         digest = spec_hash(spec)
         step[0] = "listing the server's pods"
-        pods = self._pods(namespace, name)
+        pods = self._pods(namespace, name, pods_index)
         if spec.preflight == "enforce":  # the verdict decides whether a pod may exist: before it
             server, warning, condition = self._preflight_status(server, spec, pods, now)
             if warning:
@@ -510,13 +554,19 @@ class Controller:
                     )
                 }
             )
-        step[0] = "writing the status"
-        server = self._write_status(server, status, logger)
-        step[0] = "running the KV pre-flight"
+        kv: tuple[dict[str, Any], str | None] | None = None
         if spec.preflight == "warn":
             # After the pod exists: a slow or unreachable Hub (bounded by kvpilot.kv.hub) never
-            # delays the pod; the condition and its Warning Event follow.
-            self._preflight_status(server, spec, [pod] if pod else [], now)
+            # delays the pod; the condition goes out in the same status write.
+            step[0] = "running the KV pre-flight"
+            condition, warning, numbers = self.preflight(namespace, spec, [pod] if pod else [])
+            status = self._with_kv_condition(server, status, condition, numbers, now)
+            kv = condition, warning
+        step[0] = "writing the status"
+        written = self._write_status(server, status, logger)
+        if kv is not None:
+            self._kv_warning_event(server, *kv)
+        server = written
 
     def _preflight_status(
         self, server: dict[str, Any], spec: VLLMServerSpec, pods: list[dict[str, Any]], now: str
@@ -618,6 +668,16 @@ class Controller:
         )
 
 
+def pods_by_server(namespace: str, labels: Any, body: Any, **_: Any) -> dict[tuple[str, str], dict[str, Any]] | None:
+    """Kopf index of kvpilot's pods: ``(namespace, server name) -> [pod]`` (label ``kvpilot.dev/server``).
+
+    Reconciles read a server's pods here instead of listing them (kopf keeps the index from the
+    pod watch it runs anyway, and fills it before any handler runs at start-up).
+    """
+    server = (labels or {}).get(LABEL_SERVER)
+    return {(namespace, server): dict(body)} if server else None
+
+
 def build_registry(
     configuration: kubernetes.client.Configuration,
     *,
@@ -653,6 +713,7 @@ def build_registry(
     reconcile = metrics.timed("reconcile", controller.reconcile_server)
     for decorator in (kopf.on.create, kopf.on.resume, kopf.on.update):
         decorator(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(reconcile)
+    kopf.index("v1", "pods", registry=registry, labels=MANAGED_BY_SELECTOR, id="pods_by_server")(pods_by_server)
     on_pod = metrics.timed("pod_event", controller.on_pod_event)
     kopf.on.event("v1", "pods", registry=registry, labels=MANAGED_BY_SELECTOR)(on_pod)
     kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, id="metrics")(metrics.on_server_event)

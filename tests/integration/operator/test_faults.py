@@ -192,7 +192,7 @@ def test_own_pod_missed_by_a_stale_list_is_adopted(cluster, api, namespace, monk
     events: list[dict] = []
     monkeypatch.setattr(kopf, "event", lambda obj, **event: events.append(event))  # no kopf context here
     controller = Controller(cluster.configuration(), hub=False, retry_policy=FAST)
-    controller._pods = lambda namespace, name: []  # the stale list: no pod seen
+    controller._pods = lambda namespace, name, index=None: []  # a stale list or pod index: no pod seen
     controller.reconcile_server(body=server, namespace=namespace, name="qwen", logger=logging.getLogger("t"))
     status = _status(cluster, namespace)
     assert status["podName"] == POD_NAME and status["phase"] == "Pending"
