@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +31,7 @@ from kvpilot.commands.simulate.options import (
     parse_listen,
     vllm_overrides,
 )
+from kvpilot.commands.simulate.report_text import render_text
 from kvpilot.commands.simulate.server import serve
 from kvpilot.commands.simulate.session import Simulation, engine_call, record
 
@@ -51,19 +53,7 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
     if output == "json":
         click.echo(json.dumps(result, indent=2, sort_keys=False, default=str))
         return
-    for key, value in result.items():
-        if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-            click.echo(f"{key}:")
-            for row in value:
-                click.echo("  - " + ", ".join(f"{k}={v}" for k, v in row.items()))
-        elif isinstance(value, Mapping) and len(value) > 4:
-            click.echo(f"{key}:")
-            for k, v in value.items():
-                click.echo(f"  {k}: {v}")
-        elif isinstance(value, Mapping):
-            click.echo(f"{key}: " + ", ".join(f"{k}={v}" for k, v in value.items()))
-        else:
-            click.echo(f"{key}: {value}")
+    click.echo(render_text(result, shutil.get_terminal_size().columns), nl=False)
 
 
 @click.command(name="simulate", epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})

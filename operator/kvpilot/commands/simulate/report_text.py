@@ -1,0 +1,60 @@
+"""``kvpilot simulate SCENARIO`` text report: the engine's result laid out at the terminal's width.
+
+One ``label  value`` row per field, nested mappings indented, lists of records as ``-`` bullets; values
+wrap on spaces under their first line, so no name or number is split. Figures print through
+:mod:`kvpilot.text.numbers` (thousands separators, about four significant figures, never ``None``:
+an unset ``config`` field reads ``not set``, a figure with no data ``none``). ``-o json`` keeps the
+exact values.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from kvpilot.text.numbers import count, significant
+
+
+def value_text(value: Any, missing: str = "none") -> str:
+    """One field's value as printed: counts grouped, fractions to four significant figures."""
+    if value is None:
+        return missing
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return count(value)
+    if isinstance(value, float):
+        return count(int(value)) if value.is_integer() else significant(value, 4)
+    return str(value)
+
+
+def _pairs(mapping: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={value_text(v)}" for k, v in mapping.items())
+
+
+def render_text(result: Mapping[str, Any], width: int) -> str:
+    """``result`` (the engine's report mapping) as text of at most ``width`` columns."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column()  # wraps on spaces
+    for key, value in result.items():
+        if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+            grid.add_row(Text(key, style="bold"), "")
+            for row in value:
+                grid.add_row("  -", Text(_pairs(row)))
+        elif isinstance(value, Mapping) and len(value) > 4:
+            grid.add_row(Text(key, style="bold"), "")
+            for k, v in value.items():
+                grid.add_row(f"  {k}", Text(value_text(v, "not set" if key == "config" else "none")))
+        elif isinstance(value, Mapping):
+            grid.add_row(Text(key, style="bold"), Text(_pairs(value)))
+        else:
+            grid.add_row(Text(key, style="bold"), Text(value_text(value)))
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, highlight=False).print(grid)
+    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())

@@ -1,0 +1,34 @@
+"""``kvpilot simulate SCENARIO`` text report at 80 and 200 columns: fits, wraps on spaces, prints figures
+as text.numbers does (no Python reprs), and keeps the founding measurement's figures readable.
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from kvpilot.cli import cli
+from kvpilot.commands.simulate.report_text import value_text
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_seed_lru_report_fits_and_reads(width):
+    result = CliRunner().invoke(cli, ["simulate", "seed-lru"], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= width
+    words = result.output.split()
+    assert "None" not in words and "True" not in words and "False" not in words
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.strip() and not line.startswith(" ")}
+    # docs/engine.md, "The founding measurement": 21,520 KV tokens = 1,345 blocks, 1,344 usable
+    assert rows["kv_cache_tokens"] == ["21,520"] and rows["usable_blocks"] == ["1,344"]
+    # the reversed pass hits 1,343 blocks x 16 = 21,488 tokens, whole on one line at any width
+    assert any("prefix_cache_hit_tokens=21,488" in line for line in lines)
+
+
+def test_value_text():
+    assert value_text(None) == "none" and value_text(None, "not set") == "not set"
+    assert value_text(True) == "yes" and value_text(False) == "no"
+    assert value_text(16_000_000_000.0) == "16,000,000,000" and value_text(1_449_551_462) == "1,449,551,462"
+    # 4 / 21 = 0.190476...: four significant figures
+    assert value_text(4 / 21) == "0.1905" and value_text(0.0015) == "0.0015"
