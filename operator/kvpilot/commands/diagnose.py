@@ -87,7 +87,14 @@ class _DiagnoseCommand(click.Command):
     "--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: in-cluster, ~/.kube/config)."
 )
 @click.option("--context", help="kubeconfig context.")
-@click.option("--timeout", default="10s", type=DURATION, show_default=True, help="Timeout per request.")
+@click.option(
+    "--timeout",
+    default="10s",
+    type=DURATION,
+    show_default=True,
+    help="Deadline of each whole HTTP request (connect + headers + body); the run's reads together get "
+    "3x this with --prometheus, the scraping time + 2x this with --metrics-url.",
+)
 @click.option("-o", "--output", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option(
     "--watch",

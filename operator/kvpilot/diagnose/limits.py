@@ -9,6 +9,7 @@ Pure: the caller passes the spec's ``engine`` dict, the options and the info lab
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -109,13 +110,14 @@ def _convert(name: str, raw):
         return None
     try:
         if name in _INT:
-            return int(float(raw))
+            return int(float(raw))  # "inf" raises OverflowError, "nan" ValueError: not a limit
         if name in _FLOAT:
-            return float(raw)
+            value = float(raw)
+            return value if math.isfinite(value) else None
         if name in _BOOL:
             return raw if isinstance(raw, bool) else str(raw).strip().lower() in {"true", "1", "yes"}
         return str(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 

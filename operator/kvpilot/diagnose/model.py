@@ -132,6 +132,6 @@ class Report:
             return EXIT_CRITICAL
         if "warning" in severities:
             return EXIT_WARNING
-        if not severities or "unknown" in severities:
+        if not severities or severities == {"unknown"}:  # per target: one unknown beside diagnosed ones is not 3
             return EXIT_NO_DIAGNOSIS
         return EXIT_OK

@@ -35,6 +35,8 @@ class Options:
         scrape_interval: seconds between scrapes of ``--metrics-url``.
         use_kube: look up VLLMServer specs (GET only) when ``--server``/``--pod`` and a namespace
             are given; ``kubeconfig``/``context`` choose the cluster.
+        timeout: seconds for each whole HTTP request (connect + headers + body).
+        deadline: seconds for all of the run's reads (see :meth:`run_deadline_seconds`).
     """
 
     prometheus: str = ""
@@ -57,6 +59,23 @@ class Options:
     kubeconfig: str | None = None
     context: str | None = None
     timeout: float = 10.0
+    deadline: float | None = None
+
+    def run_deadline_seconds(self) -> float | None:
+        """Seconds the whole run may spend reading its source (None: a recording, no network).
+
+        ``deadline`` when given; otherwise ``--prometheus``: 3 x ``timeout`` (the
+        ``len(SIGNAL_DEFS) + 1`` queries run 8 at a time, each bounded by ``timeout``);
+        ``--metrics-url``: the scraping itself (``window``, or the ``--quick`` gap) plus
+        2 x ``timeout``.
+        """
+        if self.deadline is not None:
+            return self.deadline
+        if self.prometheus:
+            return 3 * self.timeout
+        if self.metrics_url:
+            return (self.quick_gap if self.quick else self.window_seconds) + 2 * self.timeout
+        return None
 
 
 def _target_json(key: TargetKey, server: str, instance: str = "") -> dict:
@@ -101,6 +120,8 @@ def run(opts: Options) -> Report:
     notes: list[str] = []
     engine_spec: dict = {}
     pod = opts.pod
+    budget = opts.run_deadline_seconds()
+    run_deadline = None if budget is None else time.monotonic() + budget
     if opts.use_kube and opts.namespace and (opts.server or opts.pod):
         from kvpilot.diagnose.sources.kube import lookup_server
 
@@ -122,7 +143,9 @@ def run(opts: Options) -> Report:
             pod_regex=f"{re.escape(opts.server)}(-.*)?" if opts.server and not pod else "",
             model_name=opts.model_name,
         )
-        result = PrometheusSource(opts.prometheus, timeout=opts.timeout).fetch(opts.window_seconds, end, selectors)
+        result = PrometheusSource(opts.prometheus, timeout=opts.timeout, run_deadline=run_deadline).fetch(
+            opts.window_seconds, end, selectors
+        )
         signals, queries = result.signals, result.queries
         notes.extend(result.notes)
         source = f"prometheus {opts.prometheus}"
@@ -138,6 +161,7 @@ def run(opts: Options) -> Report:
                 quick=opts.quick,
                 quick_gap_seconds=opts.quick_gap,
                 timeout=opts.timeout,
+                run_deadline=run_deadline,
             )
             source = f"metrics-url {opts.metrics_url}"
             if opts.quick:

@@ -134,7 +134,10 @@ def _samples_from_families(
             if munged and name == family.name + "_total":
                 name = family.name
             ts = _to_seconds(s.timestamp)
-            out.append(Sample(name, s.labels, s.value, default_timestamp if ts is None else ts))
+            try:
+                out.append(Sample(name, s.labels, s.value, default_timestamp if ts is None else ts))
+            except OverflowError:  # a 400-digit integer: outside float64, as Prometheus' own parser refuses
+                raise ExpositionError(0, f"sample {name}: value outside the float64 range") from None
     return out
 
 
@@ -179,7 +182,10 @@ def parse_exposition(text: str, default_timestamp: float | None = None) -> list[
     """
     if not isinstance(text, str):
         raise ExpositionError(0, f"expected text, got {type(text).__name__}")
-    openmetrics = is_openmetrics(text)
+    eof = _EOF_RE.search(text)
+    if eof is not None:  # OpenMetrics: nothing after "# EOF" is part of the exposition
+        text = text[: eof.end()] + "\n"
+    openmetrics = eof is not None
     counters_without_total = {n for n in _COUNTER_TYPE_RE.findall(text) if not n.endswith("_total")}
     try:
         families = list(_om_families(text) if openmetrics else _text_families(text))

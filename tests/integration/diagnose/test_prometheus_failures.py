@@ -124,7 +124,7 @@ def test_prometheus_slow_times_out_to_exit_3():
     with LoopbackServer(slow) as prom:
         result = run(prom.url, "--timeout", "0.5s")
     assert result.exit_code == 3 and "kvpilot: error: --prometheus" in result.output
-    assert "no answer within 0.5 s (timeout)" in result.output
+    assert "no complete answer within 0.5 s (the whole-request deadline)" in result.output
 
 
 def test_prometheus_errors_exit_3():

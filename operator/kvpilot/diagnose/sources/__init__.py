@@ -22,11 +22,13 @@ def request_failure_reason(exc: Exception, timeout: float) -> str:
     """One short reason for a failed HTTP request (requests' messages embed the whole URL).
 
     ``timeout`` (seconds) is quoted for timeouts. Returns e.g. ``"connection refused"``,
-    ``"no answer within 10 s (timeout)"``, ``"unknown host"``.
+    ``"no complete answer within 10 s (the whole-request deadline)"``, ``"unknown host"``.
     """
     text = str(exc)
     if isinstance(exc, requests.Timeout) or "timed out" in text.lower():
-        return f"no answer within {timeout:g} s (timeout)"
+        return f"no complete answer within {timeout:g} s (the whole-request deadline)"
+    if "limit" in text and ("larger than" in text or "more than" in text):
+        return text
     if "refused" in text.lower():
         return "connection refused"
     if "Name or service not known" in text or "nodename nor servname" in text:

@@ -45,6 +45,7 @@ from kvpilot.diagnose.signals import (
     spellings,
 )
 from kvpilot.diagnose.sources import SourceError, request_failure_reason
+from kvpilot.diagnose.sources.http import MAX_PROMETHEUS_BYTES, MAX_PROMETHEUS_ROWS, BoundedSession
 
 _FUNCTIONS = {
     "avg": "avg_over_time",
@@ -116,6 +117,23 @@ def cache_config_query(window_seconds: float, selectors: Selectors = Selectors()
     return " or ".join(arms)
 
 
+def _well_formed(row: object) -> bool:
+    """True for an instant-vector row of the Prometheus HTTP API: ``metric`` a mapping of string
+    labels to string values, ``value`` a ``[time, "number"]`` pair (prometheus.io/docs/prometheus/
+    latest/querying/api/#instant-vectors); other rows are skipped, never a crash.
+    """
+    if not isinstance(row, dict):
+        return False
+    metric, value = row.get("metric"), row.get("value")
+    return (
+        isinstance(metric, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items())
+        and isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[1], str)
+    )
+
+
 @dataclass
 class PrometheusResult:
     """Signals per target plus the queries sent and notes about failures."""
@@ -134,15 +152,22 @@ class PrometheusSource:
         workers: queries in flight at once.
     """
 
-    def __init__(self, url: str, timeout: float = 10.0, workers: int = 8):
+    def __init__(self, url: str, timeout: float = 10.0, workers: int = 8, run_deadline: float | None = None):
         if not re.match(r"^https?://", url or ""):
             raise SourceError(f"--prometheus {url!r}: not an http(s) URL")
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.workers = workers
         # No retries on 5xx (the default retries 3 times with back-off): a failing Prometheus is
-        # reported, not hammered.
-        self.client = PrometheusConnect(url=self.url, retry=Retry(total=0, status_forcelist=[]), timeout=timeout)
+        # reported, not hammered. Each query is one bounded GET (kvpilot.diagnose.sources.http):
+        # the whole request within ``timeout`` s and before ``run_deadline``, at most
+        # MAX_PROMETHEUS_BYTES of (decompressed) answer and MAX_PROMETHEUS_ROWS series.
+        self.client = PrometheusConnect(
+            url=self.url,
+            retry=Retry(total=0, status_forcelist=[]),
+            timeout=timeout,
+            session=BoundedSession(MAX_PROMETHEUS_BYTES, run_deadline, max_rows=MAX_PROMETHEUS_ROWS),
+        )
 
     def _query(self, query: str, at: float) -> list[dict]:
         try:
@@ -153,10 +178,10 @@ class PrometheusSource:
             raise SourceError(f"--prometheus {self.url}: {request_failure_reason(exc, self.timeout)}") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise SourceError(f"--prometheus {self.url}: unreadable answer ({type(exc).__name__})") from None
-        # an instant query answers a vector: a list of {"metric": ..., "value": ...} rows
+        # an instant query answers a vector: a list of {"metric": {label: str}, "value": [t, "v"]} rows
         if not isinstance(result, list) or not all(isinstance(row, dict) for row in result):
             raise SourceError(f"--prometheus {self.url}: unreadable answer (not an instant vector)")
-        return result
+        return [row for row in result if _well_formed(row)]
 
     def fetch(self, window_seconds: float, end: float, selectors: Selectors = Selectors()) -> PrometheusResult:
         """Evaluate every signal at ``end`` (Unix seconds) over ``window_seconds``.

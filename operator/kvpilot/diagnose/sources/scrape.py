@@ -14,27 +14,39 @@ from collections.abc import Callable
 import requests
 
 from kvpilot.diagnose.sources import SourceError, request_failure_reason
+from kvpilot.diagnose.sources.http import MAX_SCRAPE_BYTES, fetch
 from kvpilot.metrics.exposition import ExpositionError, Sample, parse_exposition
 
 #: Accept header: plain text 0.0.4 first, so names keep their colon (testing-notes.md: an
 #: OpenMetrics request to prometheus_client >= 0.22 gets ``_``-escaped names); either parses.
+#: Most lines one scrape may have (checked before parsing): vLLM's /metrics holds about a
+#: thousand lines per served model (its histograms' buckets included), so 50,000 leaves room for
+#: many engines and LoRA adapters while a 100,000-series body is refused in milliseconds.
+MAX_SCRAPE_LINES = 50_000
 ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
 
 
-def scrape_once(url: str, timeout: float = 10.0, session: requests.Session | None = None) -> str:
-    """GET ``url`` once and return the body.
+def scrape_once(
+    url: str, timeout: float = 10.0, session: requests.Session | None = None, run_deadline: float | None = None
+) -> str:
+    """GET ``url`` once and return the body (decoded as UTF-8, undecodable bytes replaced).
+
+    The whole request (connect, headers, body) must finish within ``timeout`` seconds and before
+    ``run_deadline`` (a ``time.monotonic()`` instant); the decompressed body may be at most
+    :data:`~kvpilot.diagnose.sources.http.MAX_SCRAPE_BYTES` (:mod:`kvpilot.diagnose.sources.http`).
+    ``session`` is accepted for callers that pass one; the bounded GET does not use it.
 
     Raises:
-        SourceError: connection refused, timeout, or a non-200 answer (one line).
+        SourceError: connection refused, deadline passed, body too large, or a non-200 answer (one line).
     """
-    getter = session.get if session else requests.get
+    deadline = timeout if run_deadline is None else min(timeout, run_deadline - time.monotonic())
     try:
-        response = getter(url, headers={"Accept": ACCEPT}, timeout=timeout)
+        fetched = fetch(url, headers={"Accept": ACCEPT}, deadline=deadline, max_bytes=MAX_SCRAPE_BYTES)
     except requests.RequestException as exc:
-        raise SourceError(f"--metrics-url {url}: {request_failure_reason(exc, timeout)}") from None
-    if response.status_code != 200:
-        raise SourceError(f"--metrics-url {url}: HTTP {response.status_code}")
-    return response.text
+        raise SourceError(f"--metrics-url {url}: {request_failure_reason(exc, deadline)}") from None
+    if fetched.status != 200:
+        raise SourceError(f"--metrics-url {url}: HTTP {fetched.status}")
+    return fetched.body.decode("utf-8", errors="replace")
 
 
 def scrape_series(
@@ -46,6 +58,7 @@ def scrape_series(
     timeout: float = 10.0,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
+    run_deadline: float | None = None,
 ) -> tuple[list[Sample], int]:
     """Scrape ``url`` every ``interval_seconds`` for ``window_seconds`` (or twice when ``quick``).
 
@@ -56,9 +69,11 @@ def scrape_series(
         interval_seconds: seconds between scrapes.
         quick: two scrapes ``quick_gap_seconds`` apart.
         quick_gap_seconds: seconds between the two quick scrapes.
-        timeout: seconds per GET.
+        timeout: seconds for each whole scrape (connect + headers + body).
         clock: the wall clock (seconds), injectable for tests.
         sleep: how to wait (seconds), injectable for tests.
+        run_deadline: ``time.monotonic()`` instant after which no scrape starts or continues
+            (the run's overall deadline); None for none.
 
     Returns:
         ``(samples, scrapes)``: all samples, each stamped with its scrape's time (Unix seconds).
@@ -74,12 +89,20 @@ def scrape_series(
     with requests.Session() as session:
         for i in range(count):
             started = clock()
+            if run_deadline is not None and time.monotonic() >= run_deadline:
+                break
             try:
-                body = scrape_once(url, timeout, session)
+                body = scrape_once(url, timeout, session, run_deadline)
             except SourceError:
                 if i == 0:
                     raise
                 break
+            lines = body.count("\n")
+            if lines > MAX_SCRAPE_LINES:
+                raise SourceError(
+                    f"--metrics-url {url}: {lines:,} lines in one scrape, more than the limit of "
+                    f"{MAX_SCRAPE_LINES:,} (a vLLM server exposes about a thousand per model)"
+                )
             try:
                 samples.extend(parse_exposition(body, default_timestamp=started))
             except ExpositionError as exc:
