@@ -14,6 +14,7 @@ import sys
 import click
 from typing_extensions import override
 
+from kvpilot import __version__
 from kvpilot.text.safe import one_line
 
 #: Exit status of an unexpected error inside kvpilot (a bug): ``EX_SOFTWARE`` of BSD's
@@ -57,7 +58,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="kvpilot")
+@click.version_option(version=__version__, prog_name="kvpilot")  # not package metadata: 60 fewer modules
 def cli() -> None:
     """kvpilot: run vLLM on Kubernetes and see, with numbers, why it is slow.
 

@@ -6,7 +6,6 @@ import json
 import sys
 
 import click
-import yaml
 
 from kvpilot.commands._common import fail
 
@@ -39,6 +38,8 @@ def _read(path: str) -> str:
 
 
 def _documents(path: str, text: str) -> list[object]:
+    import yaml  # here, not at import: ``kvpilot render --help`` needs no YAML
+
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
@@ -80,4 +81,6 @@ def command(file: str, output: str, namespace: str | None) -> None:
     if output == "json":
         click.echo(json.dumps(result, indent=2))
     else:
+        import yaml
+
         click.echo(yaml.safe_dump(result, sort_keys=False, width=120), nl=False)

@@ -1,0 +1,82 @@
+"""CLI start-up: whole-process wall time of every ``kvpilot`` subcommand's ``--help``, ``--version``,
+``render`` and ``kv`` on an example, beside the interpreter's own start-up measured in the same run.
+
+Each command runs ``--repeat`` times (default 7), interleaved with the floors, and the median is
+printed with the number of modules it imported (``python -X importtime``, counted once per
+command) and the heavy third-party packages among them. Floors: ``python -c pass`` (the
+interpreter alone) and ``python -c "import click"`` (the CLI library every command needs).
+The machine's load moves every figure; the differences to the floor are what the code controls.
+
+Run from the repository root:  .venv/bin/python benchmarks/cli_startup.py
+Target: every command <= 100 ms on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KVPILOT = [sys.executable, "-c", "from kvpilot.cli import main; main()"]  # what the console script runs
+CONFIG = ROOT / "operator" / "kvpilot" / "data" / "Qwen2.5-1.5B-Instruct.config.json"
+EXAMPLE = ROOT / "manifests" / "examples" / "experiment.yaml"
+HEAVY = ("kopf", "kubernetes", "aiohttp", "pydantic", "jinja2", "yaml", "rich", "prometheus_client", "huggingface_hub")
+COMMANDS = [
+    ["--help"],
+    ["--version"],
+    *[[c, "--help"] for c in ("operator", "render", "kv", "simulate", "diagnose", "alert-hook", "demo")],
+    ["render", str(EXAMPLE)],
+    ["kv", str(CONFIG), "--kv-memory", "2.5GiB", "--max-model-len", "8192"],
+]
+FLOORS = {
+    "python -c pass": [sys.executable, "-c", "pass"],
+    "python -c 'import click'": [sys.executable, "-c", "import click"],
+}
+
+
+def wall(argv: list[str]) -> float:
+    """Seconds from spawn to exit of ``argv`` (output discarded)."""
+    t0 = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=60)
+    return time.perf_counter() - t0
+
+
+def imported(argv: list[str]) -> tuple[int, list[str]]:
+    """``(modules imported, heavy top-level packages among them)`` of one run of ``argv``."""
+    out = subprocess.run(
+        [argv[0], "-X", "importtime", *argv[1:]], capture_output=True, text=True, check=False, timeout=60
+    ).stderr
+    names = [line.rsplit("|", 1)[1].strip() for line in out.splitlines() if line.startswith("import time:")][1:]
+    return len(names), sorted({n.split(".")[0] for n in names if n.split(".")[0] in HEAVY})
+
+
+def main() -> None:
+    """Measure and print a table: command, median ms, ms above the interpreter floor, modules, heavy."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=7)
+    args = ap.parse_args()
+    runs: dict[str, list[float]] = {}
+    for _ in range(args.repeat):
+        for label, argv in FLOORS.items():
+            runs.setdefault(label, []).append(wall(argv))
+        for cmd in COMMANDS:
+            runs.setdefault(" ".join(cmd), []).append(wall(KVPILOT + cmd))
+    floor = statistics.median(runs["python -c pass"])
+    print(f"median of {args.repeat}, whole process (ms); floor = python -c pass")
+    print(f"{'command':<58} {'ms':>6} {'+floor':>7} {'modules':>8}  heavy imports")
+    for label in FLOORS:
+        ms = statistics.median(runs[label])
+        print(f"{label:<58} {ms * 1000:>6.0f} {(ms - floor) * 1000:>7.0f}")
+    for cmd in COMMANDS:
+        ms = statistics.median(runs[" ".join(cmd)])
+        n, heavy = imported(KVPILOT + cmd)
+        shown = " ".join(c if "/" not in c else Path(c).name for c in cmd)
+        print(f"kvpilot {shown:<50} {ms * 1000:>6.0f} {(ms - floor) * 1000:>7.0f} {n:>8}  {' '.join(heavy) or '-'}")
+
+
+if __name__ == "__main__":
+    main()
