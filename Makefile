@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install lint crd clean vllm-ref
+.PHONY: demo test install lint crd chart image clean vllm-ref
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,18 @@ lint: $(STAMP)
 
 crd: $(STAMP)
 	$(BIN)/python -m kvpilot.api.crd > manifests/crd/vllmservers.yaml
+	$(MAKE) chart
+
+# The Helm chart carries copies of manifests/crd/ (crds/) and manifests/monitoring/ (files/); tests check them.
+chart:
+	cp manifests/crd/*.yaml charts/kvpilot/crds/
+	cp manifests/monitoring/prometheus-rules.yaml charts/kvpilot/files/
+	find charts/kvpilot/files/dashboards -name '*.json' -delete
+	for f in manifests/monitoring/*.json; do [ ! -e "$$f" ] || cp "$$f" charts/kvpilot/files/dashboards/; done
+
+# The container image, built with podman/buildah and a cached debootstrap base (no registry needed).
+image:
+	scripts/build-image.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
