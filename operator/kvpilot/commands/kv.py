@@ -24,7 +24,9 @@ from kvpilot.kv import (
     capacity,
     startup_memory_check,
 )
+from kvpilot.kv.hub import hub_weights_bytes
 from kvpilot.kv.spec import FULL, LINEAR, MAMBA, NONE, SLIDING
+from kvpilot.kv.weights import weights_from_index
 from kvpilot.text.numbers import count, fig, gib, number, significant, times
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -60,26 +62,11 @@ def local_weights_bytes(folder: Path) -> int | None:
     """
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        data = _read_json(index, "model.safetensors.index.json")
-        total = data.get("metadata", {}).get("total_size") if isinstance(data, dict) else None
-        if isinstance(total, int) and total > 0:
+        total = weights_from_index(_read_json(index, "model.safetensors.index.json"))
+        if total is not None:
             return total
     files = sorted(folder.glob("*.safetensors"))
     return sum(f.stat().st_size for f in files) if files else None
-
-
-def hub_weights_bytes(repo_id: str) -> int | None:
-    """``metadata.total_size`` of a Hub model's ``model.safetensors.index.json``, or None when unavailable
-    (offline, single-file checkpoint, no index). Bounded in time (kvpilot.kv.hub.fetch_file).
-    """
-    from kvpilot.kv.hub import HubUnavailableError, fetch_file
-
-    try:
-        data = json.loads(fetch_file(repo_id, "model.safetensors.index.json").read_text(encoding="utf-8"))
-        total = data.get("metadata", {}).get("total_size")
-    except (HubUnavailableError, OSError, ValueError, AttributeError):  # unknown: the caller asks for --weights-memory
-        return None
-    return total if isinstance(total, int) and total > 0 else None
 
 
 def load_config(source: str) -> tuple[dict, Path | None]:

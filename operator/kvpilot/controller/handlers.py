@@ -25,11 +25,9 @@ per-server lock, so a transition is seen (and announced) once.
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -38,71 +36,25 @@ import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 from kvpilot.api import GROUP, PLURAL, VERSION, SpecError, VLLMServerSpec, parse_spec, spec_hash
-from kvpilot.api.constants import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, LABEL_SERVER
+from kvpilot.api.constants import LABEL_SERVER
 from kvpilot.api.models import PreflightStatus
 from kvpilot.api.quantity import parse_quantity
+from kvpilot.api.timestamps import now_rfc3339
 from kvpilot.controller import failures, logic
 from kvpilot.controller.metrics import OperatorMetrics
+from kvpilot.controller.settings import MANAGED_BY_SELECTOR, connection_info
 from kvpilot.controller.vllm_log import parse_kv_cache_report
+from kvpilot.kv.hub import HubModelCache
 from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_preflight
 from kvpilot.kv.spec import KVConfigError
+from kvpilot.kv.weights import weights_from_index
 from kvpilot.render import render_objects, vllm_command
 
-#: kopf keeps its progress and last-handled spec in annotations under this prefix (never in
-#: ``status``: a real API server prunes status fields the CRD does not declare).
-ANNOTATION_PREFIX = "kvpilot.dev"
-MANAGED_BY_SELECTOR = {LABEL_MANAGED_BY: "kvpilot"}
 #: Upper bound of log bytes read to find the KV line (vLLM prints it within its first few
 #: hundred lines; 8 MiB is far beyond that and bounds the read).
 LOG_LIMIT_BYTES = 8 * 2**20
 #: The node label NVIDIA GPU feature discovery sets (MiB), for the KV pre-flight.
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
-#: A failed Hub lookup is retried after this many seconds (a success is kept for the process).
-HUB_RETRY_SECONDS = 600.0
-#: Bytes per parameter of the safetensors dtypes the Hub reports (``ModelInfo.safetensors.parameters``).
-_DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "I32": 4, "I64": 8}
-
-
-def now_rfc3339() -> str:
-    """The current UTC time as an RFC 3339 string (seconds)."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def make_settings(settings: kopf.OperatorSettings | None = None) -> kopf.OperatorSettings:
-    """Kopf settings for kvpilot: progress and diff-base in ``kvpilot.dev/…`` annotations (status
-    keeps only CRD-declared fields), kopf's own log lines not posted as Events (only warnings),
-    watches of pods filtered server-side by ``app.kubernetes.io/managed-by=kvpilot``; no
-    finalizers (no delete handler: owner references delete the pod and service).
-    """
-    settings = settings or kopf.OperatorSettings()
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
-    )
-    settings.posting.level = logging.WARNING
-    settings.watching.server_timeout = 300
-    # Only kvpilot's pods, filtered by the API server (not every pod of the cluster in memory).
-    settings.watching.label_selectors["v1", "pods"] = ",".join(f"{k}={v}" for k, v in MANAGED_BY_SELECTOR.items())
-    return settings
-
-
-def connection_info(configuration: kubernetes.client.Configuration) -> kopf.ConnectionInfo:
-    """Kopf's connection from a kubernetes-client ``Configuration`` (so both talk to one cluster)."""
-    token = None
-    auth = (configuration.api_key or {}).get("authorization") or (configuration.api_key or {}).get("BearerToken")
-    if auth:
-        token = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else auth
-    return kopf.ConnectionInfo(
-        server=configuration.host,
-        ca_path=configuration.ssl_ca_cert,
-        insecure=not configuration.verify_ssl,
-        username=configuration.username or None,
-        password=configuration.password or None,
-        scheme="Bearer" if token else None,
-        token=token,
-        certificate_path=configuration.cert_file,
-        private_key_path=configuration.key_file,
-    )
 
 
 class Controller:
@@ -117,7 +69,7 @@ class Controller:
     ) -> None:
         self.hub = hub
         self.retry_policy = retry_policy or failures.RetryPolicy()
-        self._hub_cache: dict[str, tuple[float, tuple[dict | None, int | None, str]]] = {}
+        self._hub_models = HubModelCache()
         #: uids of pods whose node's GPU-memory label the pre-flight has already read.
         self._preflighted_pods: set[str] = set()
         self._locks: dict[tuple[str, str], threading.Lock] = {}
@@ -315,46 +267,11 @@ class Controller:
                 )
             except ValueError as exc:
                 return None, None, f"ConfigMap {ref.name}: not JSON: {exc}"
-            weights = (index or {}).get("metadata", {}).get("total_size")
-            return config, int(weights) if weights else None, f"ConfigMap {ref.name}"
+            return config, weights_from_index(index), f"ConfigMap {ref.name}"
         if not self.hub:
             return None, None, "no modelConfigRef, and this operator does not use the Hub"
-        cached = self._hub_cache.get(spec.model)
-        if cached is not None and (cached[1][0] is not None or time.monotonic() - cached[0] < HUB_RETRY_SECONDS):
-            return cached[1]
-        result = self._from_hub(spec.model)
-        self._hub_cache[spec.model] = (time.monotonic(), result)
-        return result
-
-    @staticmethod
-    def _from_hub(model: str) -> tuple[dict | None, int | None, str]:
-        """config.json and the safetensors parameter bytes from the Hub, each request bounded by
-        :func:`kvpilot.kv.hub.hub_timeout` seconds with no retry (HF_HUB_OFFLINE honoured).
-        """
-        from kvpilot.kv.hub import HubUnavailableError, fetch_file, hub_timeout, quiet_hub
-
-        try:
-            with open(fetch_file(model, "config.json"), encoding="utf-8") as fh:
-                config = json.load(fh)
-        except HubUnavailableError as exc:  # offline, gated, unknown model: the condition says so
-            return None, None, f"the Hub: {exc}"
-        except (OSError, ValueError) as exc:
-            return None, None, f"the Hub: config.json unreadable ({type(exc).__name__})"
-        weights = None
-        try:  # the weight size is optional (the condition then says it is unknown)
-            from huggingface_hub import HfApi
-
-            with quiet_hub():
-                info = HfApi().model_info(model, timeout=hub_timeout())
-            params = getattr(info, "safetensors", None)
-            weights = (
-                sum(count * _DTYPE_BYTES.get(dtype, 2) for dtype, count in params.parameters.items())
-                if params is not None
-                else None
-            )
-        except Exception:  # noqa: BLE001 - unknown weights: the pre-flight reports it
-            weights = None
-        return config, weights, f"the Hub ({model})"
+        found = self._hub_models.get(spec.model)
+        return found.config, found.weights_bytes, found.source
 
     def _gpu_memory(self, spec: VLLMServerSpec, pods: list[dict[str, Any]]) -> tuple[int | None, str | None]:
         """``(bytes of one GPU, where from)``: ``spec.resources.gpuMemory``, else the label
@@ -535,25 +452,7 @@ class Controller:
             command=vllm_command(spec),
         )
         if pod is None and not plan.create:  # ended with this spec: stays ended, no new pod
-            status.update(
-                {
-                    k: v
-                    for k, v in (server.get("status") or {}).items()
-                    if k
-                    in (
-                        "phase",
-                        "reason",
-                        "message",
-                        "podName",
-                        "podUid",
-                        "startedAt",
-                        "expiresAt",
-                        "finishedAt",
-                        "kvCacheTokens",
-                        "maxConcurrency",
-                    )
-                }
-            )
+            status = logic.keep_ended_record(status, server.get("status"))
         kv: tuple[dict[str, Any], str | None] | None = None
         if spec.preflight == "warn":
             # After the pod exists: a slow or unreachable Hub (bounded by kvpilot.kv.hub) never
@@ -593,39 +492,11 @@ class Controller:
             meta = server["metadata"]
             if status.get("phase") == "Invalid" and status.get("observedGeneration") == meta.get("generation"):
                 return
-            pod_name = pod["metadata"]["name"]
-            digest = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
-            current = status.get("podName") == pod_name or (
-                not status.get("podName") and digest == status.get("specHash")
-            )
-            if not current or not status.get("specHash"):
+            if not logic.is_current_pod(status, pod):
                 return  # an old pod being replaced, or the server handler has not run yet
             now = now_rfc3339()
             if event["type"] == "DELETED":
-                new = logic.server_status(
-                    server,
-                    None,
-                    now=now,
-                    service_name=status.get("serviceName") or name,
-                    spec_hash=status["specHash"],
-                    command=status.get("command"),
-                )
-                if status.get("phase") not in logic.ENDED_PHASES:  # an ended server stays Expired/Failed
-                    new.update(
-                        phase="Failed",
-                        reason="PodDeleted",
-                        message=f"pod {pod_name} was deleted; change the spec or delete the VLLMServer",
-                    )
-                    new["conditions"] = logic.set_condition(
-                        new["conditions"],
-                        "Ready",
-                        "False",
-                        "PodDeleted",
-                        new["message"],
-                        now=now,
-                        generation=meta.get("generation"),
-                    )
-                self._write_status(server, new, logger)
+                self._write_status(server, logic.pod_deleted_status(server, pod["metadata"]["name"], now=now), logger)
                 return
             report = logic.pod_report(pod)
             kv = None
@@ -642,30 +513,12 @@ class Controller:
                 kv=kv,
             )
             server = self._write_status(server, new, logger)
-            if self._waits_for_node_gpu_memory(server, pod):
+            uid = pod["metadata"].get("uid")
+            if uid not in self._preflighted_pods and logic.waits_for_node_gpu_memory(server, pod):
                 # The pod has a node now: its nvidia.com/gpu.memory label gives the GPU memory the
                 # pre-flight lacked on create (once per pod: the label does not change under a pod).
-                self._preflighted_pods.add(pod["metadata"].get("uid"))
+                self._preflighted_pods.add(uid)
                 self._preflight_status(server, parse_spec(server.get("spec")), [pod], now)
-
-    def _waits_for_node_gpu_memory(self, server: dict[str, Any], pod: dict[str, Any]) -> bool:
-        """True when the server's ``KVCapacity`` is Unknown for lack of inputs (reason
-        ``InsufficientInputs``: GPU memory unknown), its spec gives no ``resources.gpuMemory``,
-        the pre-flight is on, and ``pod`` was just scheduled (``spec.nodeName``) and not checked yet.
-        """
-        spec = server.get("spec") or {}
-        kv = next(
-            (c for c in (server.get("status") or {}).get("conditions") or [] if c.get("type") == "KVCapacity"), None
-        )
-        return bool(
-            kv
-            and kv.get("status") == "Unknown"
-            and kv.get("reason") == "InsufficientInputs"
-            and spec.get("preflight", "warn") != "off"
-            and not (spec.get("resources") or {}).get("gpuMemory")
-            and (pod.get("spec") or {}).get("nodeName")
-            and pod["metadata"].get("uid") not in self._preflighted_pods
-        )
 
 
 def pods_by_server(namespace: str, labels: Any, body: Any, **_: Any) -> dict[tuple[str, str], dict[str, Any]] | None:

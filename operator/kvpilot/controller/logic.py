@@ -14,12 +14,12 @@ Sources:
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvpilot.api import VLLM_PORT
 from kvpilot.api.constants import ANNOTATION_SPEC_HASH
+from kvpilot.api.timestamps import rfc3339
 
 #: Phases after which the operator never starts a pod on its own (design.md: an expired or
 #: failed server stays, with its pod, until a person changes the spec or deletes it).
@@ -135,20 +135,6 @@ def set_condition(
         new["observedGeneration"] = generation
     out.append(new)
     return sorted(out, key=lambda c: c["type"])
-
-
-def rfc3339(timestamp: str, plus_seconds: int = 0) -> str:
-    """Normalise a timestamp (``…Z`` or ``…+00:00``, as the kubernetes client serialises it) to
-    Kubernetes' ``2026-11-30T13:00:00Z``, optionally ``plus_seconds`` later.
-
-    Raises:
-        ValueError: for text that is not an ISO 8601 timestamp.
-    """
-    moment = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    moment = moment.astimezone(datetime.UTC) + datetime.timedelta(seconds=plus_seconds)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def endpoint(service: str, namespace: str) -> str:
@@ -330,3 +316,92 @@ def plan_pods(server: dict[str, Any], pods: list[dict[str, Any]], spec_hash: str
     elif not (status.get("phase") in ENDED_PHASES and status.get("specHash") == spec_hash):
         plan.create = True
     return plan
+
+
+# ----------------------------------------------------------------------------- pod events
+#: Status fields an ended server (Failed/Expired) keeps when its pod is gone: the record of the run
+#: a person inspects (phase and why, which pod, when it started, expired and finished, the KV numbers).
+ENDED_STATUS_FIELDS = (
+    "phase",
+    "reason",
+    "message",
+    "podName",
+    "podUid",
+    "startedAt",
+    "expiresAt",
+    "finishedAt",
+    "kvCacheTokens",
+    "maxConcurrency",
+)
+
+
+def keep_ended_record(new: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+    """``new`` status with :data:`ENDED_STATUS_FIELDS` taken from ``old``: a server that ended with
+    its current spec and has no pod (``plan_pods`` creates none) keeps the record of its last run.
+    """
+    kept = {k: v for k, v in (old or {}).items() if k in ENDED_STATUS_FIELDS}
+    return {**new, **kept}
+
+
+def is_current_pod(status: dict[str, Any], pod: dict[str, Any]) -> bool:
+    """Whether ``pod`` is the server's current pod, so its events change the server's status.
+
+    The pod named in ``status.podName`` is; before the server handler has recorded a pod name, a pod
+    made from the spec in ``status.specHash`` (its spec-hash annotation) is. Never before the server
+    handler has run (no ``specHash``), and never an old pod being replaced.
+    """
+    if not status.get("specHash"):
+        return False
+    meta = pod.get("metadata") or {}
+    if status.get("podName"):
+        return bool(status["podName"] == meta.get("name"))
+    return bool((meta.get("annotations") or {}).get(ANNOTATION_SPEC_HASH) == status["specHash"])
+
+
+def pod_deleted_status(server: dict[str, Any], pod_name: str, *, now: str) -> dict[str, Any]:
+    """The server's status after its current pod ``pod_name`` was deleted.
+
+    A running or pending server becomes ``Failed`` with reason ``PodDeleted`` (and ``Ready=False``):
+    the operator does not start another pod for the same spec, a person changes the spec or deletes
+    the VLLMServer. A server that had already ended (Failed/Expired) stays as it was.
+    """
+    status = server.get("status") or {}
+    meta = server.get("metadata") or {}
+    new = server_status(
+        server,
+        None,
+        now=now,
+        service_name=status.get("serviceName") or meta.get("name") or "",
+        spec_hash=status["specHash"],
+        command=status.get("command"),
+    )
+    if status.get("phase") in ENDED_PHASES:
+        return new
+    message = f"pod {pod_name} was deleted; change the spec or delete the VLLMServer"
+    new.update(phase="Failed", reason="PodDeleted", message=message)
+    new["conditions"] = set_condition(
+        new["conditions"], "Ready", "False", "PodDeleted", message, now=now, generation=meta.get("generation")
+    )
+    return new
+
+
+def waits_for_node_gpu_memory(server: dict[str, Any], pod: dict[str, Any]) -> bool:
+    """Whether the KV pre-flight should run again now that ``pod`` has a node.
+
+    True when the server's ``KVCapacity`` condition is Unknown for lack of inputs (reason
+    ``InsufficientInputs``: the GPU memory was unknown), its spec gives no ``resources.gpuMemory``,
+    the pre-flight is on (``spec.preflight`` other than ``off``) and ``pod`` is scheduled
+    (``spec.nodeName``): the node's ``nvidia.com/gpu.memory`` label can now give the GPU memory.
+    The caller runs it once per pod (the label does not change under a running pod).
+    """
+    spec = server.get("spec") or {}
+    conditions = (server.get("status") or {}).get("conditions") or []
+    kv = next((c for c in conditions if c.get("type") == "KVCapacity"), None)
+    return bool(
+        kv
+        and kv.get("status") == "Unknown"
+        and kv.get("reason") == "InsufficientInputs"
+        and spec.get("preflight", "warn") != "off"
+        and not (spec.get("resources") or {}).get("gpuMemory")
+        and (pod.get("spec") or {}).get("nodeName")
+    )

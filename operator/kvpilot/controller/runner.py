@@ -16,8 +16,9 @@ import kopf
 import kubernetes.client
 import kubernetes.config
 
-from kvpilot.controller.handlers import build_registry, make_settings
+from kvpilot.controller.handlers import build_registry
 from kvpilot.controller.metrics import OperatorMetrics
+from kvpilot.controller.settings import make_settings
 
 
 class ClusterConfigError(Exception):

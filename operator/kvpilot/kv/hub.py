@@ -1,21 +1,30 @@
 """Fetching a model's files from the Hugging Face Hub, bounded in time (the one I/O module of kvpilot.kv).
 
-Used by ``kvpilot kv <hub id>`` and the operator's KV pre-flight. ``huggingface_hub.hf_hub_download``
-alone, with the Hub unreachable and nothing cached, retries its metadata request with backoff
-(``huggingface_hub/file_download.py``, "No local file found. Retrying..": ``retry_on_errors=True``,
-5 retries waiting 1, 2, 4, 8, 8 s; huggingface_hub 2.4), about 23 s and ten warnings before it
-fails. Here one metadata request (``get_hf_file_metadata``, which does not retry) with a short
-timeout decides first: unreachable → the local cache, else :class:`HubUnavailableError` at once.
+Used by ``kvpilot kv <hub id>`` and the operator's KV pre-flight: :func:`fetch_file` (one file),
+:func:`hub_weights_bytes` (a model's weight bytes, one way for both), :func:`hub_model` (config.json
+and weights) and :class:`HubModelCache` (the operator's per-process cache of those lookups).
+
+``huggingface_hub.hf_hub_download`` alone, with the Hub unreachable and nothing cached, retries its
+metadata request with backoff (``huggingface_hub/file_download.py``, "No local file found.
+Retrying..": ``retry_on_errors=True``, 5 retries waiting 1, 2, 4, 8, 8 s; huggingface_hub 2.4),
+about 23 s and ten warnings before it fails. Here one metadata request (``get_hf_file_metadata``,
+which does not retry) with a short timeout decides first: unreachable → the local cache, else
+:class:`HubUnavailableError` at once.
 ``HF_HUB_OFFLINE=1`` skips the network entirely (the cache only), as huggingface_hub documents.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: Seconds one Hub request may take before the Hub counts as unreachable; ``HF_HUB_ETAG_TIMEOUT``
 #: (huggingface_hub's own variable for its metadata request, default 10 s there) overrides it.
@@ -119,3 +128,96 @@ def _offline() -> BaseException:
     from huggingface_hub.errors import OfflineModeIsEnabled
 
     return OfflineModeIsEnabled("HF_HUB_OFFLINE")
+
+
+def hub_weights_bytes(repo_id: str, *, timeout: float | None = None) -> int | None:
+    """Weight bytes of Hub model ``repo_id``, the same way for every caller (:mod:`kvpilot.kv.weights`):
+    the safetensors index's ``metadata.total_size``, else the Hub's safetensors parameter counts
+    times their dtype sizes; None when neither is available (offline and not cached, a ``.bin``
+    checkpoint, an unknown dtype). Each request is bounded by ``timeout`` (default :func:`hub_timeout`).
+    """
+    from kvpilot.kv.weights import weights_from_index, weights_from_parameters
+
+    timeout = hub_timeout() if timeout is None else timeout
+    try:
+        path = fetch_file(repo_id, "model.safetensors.index.json", timeout=timeout)
+        total = weights_from_index(json.loads(path.read_text(encoding="utf-8")))
+    except (HubUnavailableError, OSError, ValueError):  # no index (a single-file checkpoint), offline
+        total = None
+    if total is not None:
+        return total
+    from huggingface_hub import HfApi, constants
+
+    if constants.is_offline_mode():
+        return None
+    try:
+        with quiet_hub():
+            info = HfApi().model_info(repo_id, timeout=timeout)
+    except Exception:  # noqa: BLE001 - any Hub failure: the weights are unknown, the caller says so
+        return None
+    safetensors = getattr(info, "safetensors", None)
+    return weights_from_parameters(getattr(safetensors, "parameters", None))
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """What the Hub gave for one model: its ``config.json`` (None when unavailable), its weight bytes
+    (None when unknown) and where they came from (or why not), one line.
+    """
+
+    config: dict[str, Any] | None
+    weights_bytes: int | None
+    source: str
+
+
+def hub_model(repo_id: str) -> HubModel:
+    """``config.json`` and :func:`hub_weights_bytes` of Hub model ``repo_id``, each request bounded by
+    :func:`hub_timeout` with no retry (``HF_HUB_OFFLINE`` honoured: the local cache only).
+    """
+    try:
+        with open(fetch_file(repo_id, "config.json"), encoding="utf-8") as fh:
+            config = json.load(fh)
+    except HubUnavailableError as exc:  # offline, gated, unknown model: the caller's condition says so
+        return HubModel(None, None, f"the Hub: {exc}")
+    except (OSError, ValueError) as exc:
+        return HubModel(None, None, f"the Hub: config.json unreadable ({type(exc).__name__})")
+    if not isinstance(config, dict):
+        return HubModel(None, None, "the Hub: config.json is not a JSON object")
+    return HubModel(config, hub_weights_bytes(repo_id), f"the Hub ({repo_id})")
+
+
+class HubModelCache:
+    """:func:`hub_model` per model id, for a long-running process (the operator).
+
+    A model whose ``config.json`` was had is kept for the life of the process (a Hub revision's
+    files do not change under a running server); a failure is kept :data:`RETRY_SECONDS` so a
+    reconcile loop does not ask an unreachable Hub every time, then asked again.
+
+    Args:
+        fetch: how to look a model up (default :func:`hub_model`).
+        clock: monotonic seconds (default :func:`time.monotonic`), injectable for tests.
+    """
+
+    #: Seconds a failed lookup is kept before the Hub is asked again.
+    RETRY_SECONDS = 600.0
+
+    def __init__(
+        self, fetch: Callable[[str], HubModel] = hub_model, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._fetch = fetch
+        self._clock = clock
+        self._entries: dict[str, tuple[float, HubModel]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, repo_id: str) -> HubModel:
+        """The cached lookup of ``repo_id``, or a fresh one (see the class docstring)."""
+        with self._lock:
+            entry = self._entries.get(repo_id)
+        if entry is not None:
+            at, found = entry
+            if found.config is not None or self._clock() - at < self.RETRY_SECONDS:
+                return found
+        found = self._fetch(repo_id)
+        with self._lock:
+            self._entries[repo_id] = (self._clock(), found)
+        return found

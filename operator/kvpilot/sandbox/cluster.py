@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 import kmock
 import yaml
 
+from kvpilot.api.timestamps import now_rfc3339
 from kvpilot.sandbox import kubelet
-from kvpilot.sandbox.emulator import PODS, FaithfulKubernetes, Fault, now_rfc3339
+from kvpilot.sandbox.emulator import PODS, FaithfulKubernetes, Fault
 
 T = TypeVar("T")
 

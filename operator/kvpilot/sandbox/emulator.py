@@ -53,7 +53,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import copy
-import datetime
 import inspect
 import json
 import random
@@ -70,6 +69,7 @@ import jsonpointer
 import kmock
 from kmock._internal import apps, enums, rendering  # the pieces kmock's own handlers use
 
+from kvpilot.api.timestamps import now_rfc3339
 from kvpilot.sandbox import semantics
 
 NAMESPACES = kmock.resource("", "v1", "namespaces")
@@ -80,11 +80,6 @@ DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 #: Pod spec fields an update may change (k8s.io/kubernetes pkg/apis/core/validation
 #: ValidatePodUpdate): images, activeDeadlineSeconds, tolerations (additions), schedulingGates.
 _POD_MUTABLE_SPEC = ("activeDeadlineSeconds", "tolerations", "schedulingGates", "nodeName")
-
-
-def now_rfc3339() -> str:
-    """The current UTC time as Kubernetes writes timestamps: ``2026-11-30T13:00:00Z``."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _status(code: int, reason: str, message: str, **details: Any) -> kmock.Response:

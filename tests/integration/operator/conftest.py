@@ -14,7 +14,8 @@ import pytest
 from kopf.testing import KopfRunner
 
 from kvpilot.api.crd import crd_manifest
-from kvpilot.controller.handlers import build_registry, make_settings
+from kvpilot.controller.handlers import build_registry
+from kvpilot.controller.settings import make_settings
 from kvpilot.sandbox import Kubelet, SandboxCluster
 from tests.support.waiting import wait_for  # noqa: F401  (re-exported for the operator tests)
 

@@ -12,8 +12,9 @@ import pytest
 from kopf.testing import KopfRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvpilot.controller.handlers import build_registry, make_settings
+from kvpilot.controller.handlers import build_registry
 from kvpilot.controller.metrics import OperatorMetrics, server_series
+from kvpilot.controller.settings import make_settings
 from tests.integration.operator.conftest import SERVERS, wait_for
 from tests.integration.operator.test_operator import EXPERIMENT, VLLM_LOG
 

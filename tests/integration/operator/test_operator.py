@@ -382,7 +382,8 @@ def test_a_silent_hub_never_delays_the_pod(cluster, api, namespace, monkeypatch)
     import huggingface_hub.constants
     from kopf.testing import KopfRunner
 
-    from kvpilot.controller.handlers import build_registry, make_settings
+    from kvpilot.controller.handlers import build_registry
+    from kvpilot.controller.settings import make_settings
     from tests.integration.operator.conftest import wait_for as wait
 
     body = copy.deepcopy(EXPERIMENT)

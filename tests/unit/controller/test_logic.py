@@ -141,3 +141,64 @@ def test_plan_ignores_pods_it_does_not_own_and_removes_duplicates():
     server = _server({"podName": "qwen-b"})
     plan = logic.plan_pods(server, [foreign, first, second], "abcde12345")
     assert plan.keep is second and plan.delete == ["qwen-a"] and not plan.create
+
+
+# ----------------------------------------------------------------------------- pod events
+def test_an_ended_server_without_a_pod_keeps_the_record_of_its_last_run():
+    old = {
+        "phase": "Expired",
+        "reason": "DeadlineExceeded",
+        "message": "pod ended by its deadline",
+        "podName": "qwen-abcde",
+        "podUid": "pod-1",
+        "startedAt": NOW,
+        "expiresAt": LATER,
+        "finishedAt": LATER,
+        "kvCacheTokens": 21520,
+        "maxConcurrency": 2.63,
+        "endpoint": "http://qwen.ns.svc:8000",  # not part of the record: an ended server serves nothing
+    }
+    new = {"phase": "Pending", "reason": "PodMissing", "message": "no pod yet", "specHash": "abcde12345"}
+    kept = logic.keep_ended_record(new, old)
+    assert kept["phase"] == "Expired" and kept["reason"] == "DeadlineExceeded"
+    assert kept["podName"] == "qwen-abcde" and kept["kvCacheTokens"] == 21520 and kept["finishedAt"] == LATER
+    assert kept["specHash"] == "abcde12345" and "endpoint" not in kept
+
+
+def test_the_current_pod_is_the_one_in_status_else_the_one_of_the_spec():
+    pod = _pod(name="qwen-abcde", spec_hash="abcde12345")
+    assert not logic.is_current_pod({}, pod)  # the server handler has not run yet
+    assert logic.is_current_pod({"specHash": "abcde12345", "podName": "qwen-abcde"}, pod)
+    assert not logic.is_current_pod({"specHash": "abcde12345", "podName": "qwen-fffff"}, pod)  # being replaced
+    assert logic.is_current_pod({"specHash": "abcde12345"}, pod)  # no pod recorded yet: the spec decides
+    assert not logic.is_current_pod({"specHash": "fffff00000"}, pod)  # an older spec's pod
+
+
+def test_a_deleted_pod_fails_a_running_server_but_not_an_ended_one():
+    running = _server({"phase": "Ready", "reason": "Ready", "specHash": "abcde12345", "serviceName": "qwen"})
+    new = logic.pod_deleted_status(running, "qwen-abcde", now=LATER)
+    assert (new["phase"], new["reason"]) == ("Failed", "PodDeleted")
+    assert new["message"] == "pod qwen-abcde was deleted; change the spec or delete the VLLMServer"
+    ready = next(c for c in new["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == ("False", "PodDeleted", LATER)
+    expired = _server({"phase": "Expired", "reason": "DeadlineExceeded", "message": "m", "specHash": "abcde12345"})
+    assert logic.pod_deleted_status(expired, "qwen-abcde", now=LATER)["phase"] == "Expired"
+
+
+def _kv_server(kv_status="Unknown", kv_reason="InsufficientInputs", spec=None):
+    server = _server({"conditions": [{"type": "KVCapacity", "status": kv_status, "reason": kv_reason}]})
+    server["spec"] = spec if spec is not None else {"model": "Qwen/Qwen2.5-1.5B-Instruct"}
+    return server
+
+
+def test_the_preflight_waits_for_the_nodes_gpu_memory_label_only_when_it_lacked_it():
+    scheduled = _pod()
+    scheduled["spec"]["nodeName"] = "gpu-node-1"
+    assert logic.waits_for_node_gpu_memory(_kv_server(), scheduled)
+    assert not logic.waits_for_node_gpu_memory(_kv_server(), _pod())  # not scheduled: no node to read
+    assert not logic.waits_for_node_gpu_memory(_kv_server("True", "Fits"), scheduled)  # already computed
+    assert not logic.waits_for_node_gpu_memory(_kv_server(kv_reason="NoModelConfig"), scheduled)  # not the GPU
+    gpu_given = {"model": "m", "resources": {"gpuMemory": "80Gi"}}
+    assert not logic.waits_for_node_gpu_memory(_kv_server(spec=gpu_given), scheduled)
+    assert not logic.waits_for_node_gpu_memory(_kv_server(spec={"model": "m", "preflight": "off"}), scheduled)
+    assert not logic.waits_for_node_gpu_memory(_server(), scheduled)  # no KVCapacity condition at all

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from kvpilot.controller.handlers import connection_info
 from kvpilot.controller.runner import ClusterConfigError, load_configuration
+from kvpilot.controller.settings import connection_info
 
 
 def _kubeconfig(path, server="https://10.0.0.1:6443", token="s3cret"):
