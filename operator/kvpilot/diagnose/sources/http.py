@@ -128,7 +128,7 @@ class BoundedSession(requests.Session):
         self.run_deadline = run_deadline
         self.max_rows = max_rows
 
-    def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+    def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
         """GET ``url`` bounded (see the class); other methods are refused (diagnose is read-only)."""
         method = method.decode() if isinstance(method, bytes) else method
         url = url.decode() if isinstance(url, bytes) else url
