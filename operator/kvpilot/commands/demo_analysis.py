@@ -197,6 +197,7 @@ def _scenario_samples(name: str) -> tuple[list, dict[str, Any]]:
 def section_diagnose(ctx: Any) -> None:
     """Each engine scenario, diagnosed as ``kvpilot diagnose`` would (read-only, with the server's limits)."""
     from kvpilot.diagnose.limits import resolve_limits
+    from kvpilot.diagnose.report import change_text
     from kvpilot.diagnose.rules import diagnose_target
     from kvpilot.diagnose.signals import compute_signals
     from kvpilot.engine.hardware import gpu_profile
@@ -216,7 +217,7 @@ def section_diagnose(ctx: Any) -> None:
         diag = diagnose_target(sig, limits)
         results[name] = diag.verdict
         rec = diag.recommendations[0] if diag.recommendations else None
-        change = f"{rec.flag} {rec.current} -> {rec.suggested}" if rec else "-"
+        change = change_text(rec) if rec else "-"
         evidence = diag.evidence[0] if diag.evidence else ""
         rows.append(
             [

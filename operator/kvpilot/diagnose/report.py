@@ -14,7 +14,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from kvpilot.diagnose.model import Diagnosis, Finding, Report
+from kvpilot.diagnose.model import Diagnosis, Finding, Recommendation, Report
 from kvpilot.text.numbers import fig, number, significant
 
 #: signals shown in text/markdown (JSON has all)
@@ -69,6 +69,11 @@ def _flag_value(value) -> str:
     return str(value)
 
 
+def change_text(rec: Recommendation) -> str:
+    """A recommendation as one change a user makes: ``--max-num-seqs 4 -> 16`` (``not set`` when unset)."""
+    return f"{rec.flag} {_flag_value(rec.current)} -> {_flag_value(rec.suggested)}"
+
+
 def _bullets(lines: list[str], indent: int) -> Table:
     """``lines`` as ``- text`` bullets wrapped on spaces, continuation lines under the text."""
     grid = Table.grid(padding=(0, 1), pad_edge=False)
@@ -106,7 +111,7 @@ def to_text(report: Report, width: int = 100, color: bool = False) -> str:
         for r in d.recommendations:
             console.print(
                 Padding(
-                    Text(f"change: {r.flag} {_flag_value(r.current)} -> {_flag_value(r.suggested)}", style="bold"),
+                    Text(f"change: {change_text(r)}", style="bold"),
                     (0, 0, 0, 2),
                 )
             )
