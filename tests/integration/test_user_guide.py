@@ -108,3 +108,12 @@ def test_every_example_that_needs_no_cluster_runs_as_written(tmp_path):
         )
         assert result.returncode == expected, f"{line}\nexit {result.returncode}\n{result.stderr[-2000:]}"
         assert "Traceback" not in result.stderr, line
+
+
+def test_no_help_shows_click_s_markers_literally():
+    # click's no-rewrap marker is the character \b (U+0008); a raw docstring would print backslash-b
+    from click.testing import CliRunner
+
+    for name in cli.list_commands(click.Context(cli)):
+        output = CliRunner().invoke(cli, [name, "--help"]).output
+        assert "\\b" not in output, name

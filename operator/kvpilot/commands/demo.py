@@ -363,9 +363,8 @@ def run(
 @click.command(name="demo")
 @click.option("-v", "--verbose", is_flag=True, help="Print each section's detail, not its summary.")
 def command(verbose: bool) -> None:
-    r"""The embedded default: a VLLMServer becomes a pod, end to end, with no cluster and no GPU.
+    """The embedded default: a VLLMServer becomes a pod, end to end, with no cluster and no GPU.
 
-    \b
     Starts a Kubernetes API on 127.0.0.1 (kmock), installs the CRD, applies the packaged
     experiment example, runs the real operator, plays the node openly (there is no GPU), then
     shows the KV math, the engine model against the founding measurement and a diagnosis of
