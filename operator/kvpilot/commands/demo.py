@@ -29,7 +29,7 @@ import click
 import yaml
 from rich.text import Text
 
-from kvpilot.commands import demo_analysis
+from kvpilot.commands import demo_alerts, demo_analysis
 from kvpilot.commands._common import fail
 from kvpilot.text.layout import command_lines, paragraph, records
 from kvpilot.text.numbers import number
@@ -335,6 +335,7 @@ SECTIONS: list[tuple[str, Callable[[DemoContext], None]]] = [
     ("kv", demo_analysis.section_kv),
     ("engine", demo_analysis.section_engine),
     ("diagnose", demo_analysis.section_diagnose),
+    ("alerts", demo_alerts.section_alerts),
     ("cleanup", section_cleanup),
 ]
 

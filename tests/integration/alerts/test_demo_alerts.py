@@ -1,0 +1,29 @@
+"""The demo's alert section on its own: a real Prometheus fires VLLMMaxNumSeqsCap, the hook diagnoses it."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+from rich.console import Console
+
+from kvpilot.commands.demo import DemoContext
+from kvpilot.commands.demo_alerts import section_alerts
+from tests.conftest import require_tool
+
+
+@pytest.mark.prometheus
+def test_the_alert_section_goes_from_rule_to_diagnosis():
+    require_tool("prometheus")
+    require_tool("promtool")
+    out = io.StringIO()
+    with contextlib.ExitStack() as stack:
+        ctx = DemoContext(console=Console(file=out, width=100), stack=stack, pod_name="qwen-experiment-58343")
+        section_alerts(ctx)
+    text = " ".join(out.getvalue().split())
+    assert "VLLMMaxNumSeqsCap (warning" in text and "fired in a real Prometheus after" in text
+    assert "limit_source=kvpilot_vllmserver_limit" in text
+    # the scenario's cap is 4 (kvpilot.engine.scenarios) and the diagnosis says so
+    assert "max_num_seqs_cap (warning" in text or "max_num_seqs_cap (critical" in text
+    assert "of 4" in text
