@@ -43,7 +43,7 @@ from kvpilot.api.timestamps import now_rfc3339
 from kvpilot.controller import failures, logic
 from kvpilot.controller.metrics import OperatorMetrics
 from kvpilot.controller.settings import MANAGED_BY_SELECTOR, connection_info
-from kvpilot.controller.vllm_log import parse_kv_cache_report
+from kvpilot.engine.vllm_log import parse_kv_cache_report
 from kvpilot.kv.hub import HubModelCache
 from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_preflight
 from kvpilot.kv.spec import KVConfigError

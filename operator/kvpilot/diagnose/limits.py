@@ -1,10 +1,13 @@
 """The configured limits a diagnosis compares the signals against, and where each came from.
 
-Precedence per field (design.md "CLI"; issue 5 item 3): the VLLMServer spec (when a cluster is
-reachable), else the command line, else ``vllm:cache_config_info`` labels, else vLLM's defaults
-for the GPU tier (background.md §7). Every value carries its source, and the report says it.
+Precedence per field (docs/diagnosis.md "Limits"): the command line (it overrides), else the
+VLLMServer spec (when a cluster is reachable), else the pod's container command line (``pod
+args``), else the pod's startup log (``pod log``: ``non-default args``, the chunked-prefill budget
+and KV capacity lines), else ``vllm:cache_config_info`` labels, else vLLM's defaults for the GPU
+tier (``EngineArgs.get_batch_defaults``, ``vllm/engine/arg_utils.py``). Every value carries its
+source, and the report says it.
 
-Pure: the caller passes the spec's ``engine`` dict, the options and the info labels.
+Pure: the caller passes the spec's ``engine`` dict, the options, the pod's limits and the info labels.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kvpilot.kv.capacity import (  # vLLM's defaults and GPU tiers, one home (background.md §7)
+from kvpilot.kv.capacity import (  # vLLM's defaults and GPU tiers, one home
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     is_large_gpu,
@@ -51,7 +54,8 @@ _BOOL = {"enable_prefix_caching"}
 class Limit:
     """One limit: ``value`` (None when unknown) and ``source``.
 
-    ``source`` is ``spec`` (VLLMServer), ``cli`` (diagnose options), ``cache_config_info``,
+    ``source`` is ``cli`` (diagnose options), ``spec`` (VLLMServer), ``pod args`` (the container's
+    command line), ``pod log`` (its startup log), ``cache_config_info``,
     ``derived`` (computed from other limits), ``default`` (vLLM's default for the GPU tier) or
     ``unknown``.
     """
@@ -127,6 +131,8 @@ def resolve_limits(
     cache_config: Mapping[str, str] | None = None,
     gpu_memory_bytes: int | None = None,
     gpu_name: str | None = None,
+    pod_args: Mapping | None = None,
+    pod_log: Mapping | None = None,
 ) -> Limits:
     """Resolve every limit with its source.
 
@@ -137,21 +143,26 @@ def resolve_limits(
         cache_config: ``vllm:cache_config_info`` labels (strings such as ``"True"``, ``"0.9"``).
         gpu_memory_bytes: memory of the GPU (bytes), for the defaults that depend on its tier.
         gpu_name: the GPU's product name, for the same defaults.
+        pod_args: limits from the pod's ``vllm serve`` command line (snake-case names).
+        pod_log: limits from the pod's startup log (snake-case names).
 
     Returns:
         :class:`Limits`. ``kv_cache_tokens`` falls back to ``num_gpu_blocks x block_size``
         (``derived``); ``max_num_seqs``/``max_num_batched_tokens``/``gpu_memory_utilization``/
         ``block_size`` fall back to vLLM's defaults (source ``default``).
 
-    Source: background.md §7 (defaults per GPU tier, v0.30-v0.33); §2 (``kv_cache_size_tokens``
-    label since v0.24).
+    Source: ``EngineArgs.get_batch_defaults`` (``vllm/engine/arg_utils.py``, defaults per GPU tier);
+    ``vllm:cache_config_info`` labels from ``CacheConfig`` (``vllm/config/cache.py``).
     """
     spec_engine, cli, cache_config = spec_engine or {}, cli or {}, cache_config or {}
+    pod_args, pod_log = pod_args or {}, pod_log or {}
     values: dict[str, Limit] = {}
     for name, (spec_key, info_label) in _FIELDS.items():
         for source, raw in (
-            ("spec", spec_engine.get(spec_key) if spec_key else None),
             ("cli", cli.get(name)),
+            ("spec", spec_engine.get(spec_key) if spec_key else None),
+            ("pod args", pod_args.get(name)),
+            ("pod log", pod_log.get(name)),
             ("cache_config_info", cache_config.get(info_label) if info_label else None),
         ):
             value = _convert(name, raw)

@@ -16,6 +16,7 @@ from kvpilot.diagnose.model import Diagnosis, Report
 from kvpilot.diagnose.rules import diagnose_target
 from kvpilot.diagnose.signals import SIGNAL_DEFS, Signals, TargetKey, compute_signals
 from kvpilot.diagnose.sources import SourceError
+from kvpilot.diagnose.sources.kube import PodLimits
 
 
 @dataclass
@@ -106,6 +107,56 @@ def _select(signals: dict[TargetKey, Signals], opts: Options, pod: str) -> dict[
     return {k: v for k, v in signals.items() if keep(k)}
 
 
+#: pods looked up per run (one GET of the pod and one of its log each); targets beyond read no pod
+MAX_POD_LOOKUPS = 50
+
+
+class _PodReader:
+    """The limits each target's pod states (GET pod, GET pods/log), read once per pod and bounded.
+
+    The pod is the target's Prometheus ``pod``/``namespace`` labels, or ``--pod``/``-n``. Notes
+    say what was read. Without a Kubernetes configuration, pods named only by labels are skipped
+    silently (a recording or scrape run off-cluster); pods the user named get a note.
+    """
+
+    def __init__(self, opts: Options, pod: str, notes: list[str]) -> None:
+        self.opts, self.pod, self.notes = opts, pod, notes
+        self.cache: dict[tuple[str, str], PodLimits | None] = {}
+        self.off = not opts.use_kube
+
+    def limits(self, key: TargetKey) -> PodLimits | None:
+        namespace, name = key.namespace or self.opts.namespace, key.pod or self.pod
+        if self.off or not namespace or not name:
+            return None
+        if (namespace, name) in self.cache:
+            return self.cache[(namespace, name)]
+        if len(self.cache) >= MAX_POD_LOOKUPS:
+            if len(self.cache) == MAX_POD_LOOKUPS:
+                self.notes.append(f"Pods beyond the first {MAX_POD_LOOKUPS} not read for limits.")
+                self.cache[("", "")] = None
+            return None
+        from kvpilot.diagnose.sources.kube import lookup_pod_limits
+
+        found = lookup_pod_limits(
+            namespace, name, self.opts.kubeconfig, self.opts.context, timeout=min(self.opts.timeout, 5.0)
+        )
+        named = bool(self.pod) and name == self.pod
+        if any("no Kubernetes configuration" in n for n in found.notes):
+            self.off = True  # no cluster: stop asking
+            if not named:
+                return None
+        self.cache[(namespace, name)] = found
+        self.notes.extend(found.notes)
+        read = []
+        if found.args:
+            read.append(f"container {found.container} command line ({', '.join(sorted(found.args))})")
+        if found.log:
+            read.append(f"startup log ({', '.join(sorted(found.log))})")
+        if read:
+            self.notes.append(f"Limits read from pod {namespace}/{name}: " + "; ".join(read) + ".")
+        return found
+
+
 def run(opts: Options) -> Report:
     """Diagnose every selected target once.
 
@@ -189,9 +240,19 @@ def run(opts: Options) -> Report:
     signals = _select(signals, opts, pod)
     report = Report(source=source, window_seconds=round(window_seconds, 3), notes=notes)
     instance = urlsplit(opts.metrics_url).netloc if opts.metrics_url else ""
+    pods = _PodReader(opts, pod, notes)
     for key in sorted(signals):
         sig = signals[key]
-        limits = resolve_limits(engine_spec, opts.cli_limits, sig.cache_config, opts.gpu_memory_bytes, opts.gpu_name)
+        from_pod = pods.limits(key)
+        limits = resolve_limits(
+            engine_spec,
+            opts.cli_limits,
+            sig.cache_config,
+            opts.gpu_memory_bytes,
+            opts.gpu_name,
+            pod_args=from_pod.args if from_pod else None,
+            pod_log=from_pod.log if from_pod else None,
+        )
         diag = diagnose_target(sig, limits, _target_json(key, opts.server, instance), queries, opts.model_config)
         diag.evidence.append(limits.describe())
         diag.evidence.extend(limits.notes)

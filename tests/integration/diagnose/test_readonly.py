@@ -1,4 +1,5 @@
-"""A full diagnose run is read-only: GET-only Kubernetes requests, only query endpoints to Prometheus.
+"""A full diagnose run is read-only: GET-only Kubernetes requests (VLLMServer, pod, pods/log), only query
+endpoints to Prometheus.
 
 Kubernetes: a loopback API server recording every method and path serves the VLLMServer and its
 pod. Prometheus: the real server (backfilled recording) behind a recording proxy.
@@ -34,8 +35,12 @@ POD = {
     "apiVersion": "v1",
     "kind": "Pod",
     "metadata": {"name": "qwen-0", "namespace": "llm", "labels": {"kvpilot.dev/server": "qwen"}},
-    "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+    "spec": {
+        "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.29.0", "args": ["m", "--max-num-seqs", "4"]}]
+    },
 }
+#: what the pod printed at startup (vLLM's non-default args line)
+POD_LOG = "INFO 12-01 11:00:00 [utils.py:278] non-default args: {'model_tag': 'm', 'max_num_seqs': 4}\n"
 #: Prometheus HTTP API endpoints that only read (https://prometheus.io/docs/prometheus/latest/querying/api/)
 READ_ENDPOINTS = {
     "/api/v1/query",
@@ -55,6 +60,8 @@ def kube_api(method, path, query, body):
         return 200, SERVER
     if path == "/api/v1/namespaces/llm/pods/qwen-0":
         return 200, POD
+    if path == "/api/v1/namespaces/llm/pods/qwen-0/log":
+        return 200, POD_LOG
     return 404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
 
 
@@ -104,6 +111,10 @@ def test_full_run_sends_only_reads(tmp_path, selector):
     # Kubernetes: GETs only, and it was asked
     assert kube.requests and {m for m, _ in kube.requests} == {"GET"}
     assert ("GET", "/apis/kvpilot.dev/v1alpha1/namespaces/llm/vllmservers/qwen") in kube.requests
+    # the pod and its log were read for limits too (the pod named by the series' pod/namespace labels)
+    assert ("GET", "/api/v1/namespaces/llm/pods/qwen-0") in kube.requests
+    assert any(m == "GET" and p.startswith("/api/v1/namespaces/llm/pods/qwen-0/log") for m, p in kube.requests)
+    assert any("Limits read from pod llm/qwen-0" in n for n in doc["notes"])
     # Prometheus: only read endpoints, GET/POST
     assert proxy.requests and {m for m, _ in proxy.requests} <= {"GET", "POST"}
     assert {p for _, p in proxy.requests} <= READ_ENDPOINTS

@@ -285,18 +285,24 @@ def test_preemption_recompute_hits_are_discounted():
 
 
 def test_limit_sources_in_precedence_order():
+    # the command line overrides; then spec > pod args > pod log > cache_config_info > default
     lim = resolve_limits(
-        {"maxNumSeqs": 8},
+        {"maxNumSeqs": 8, "maxModelLen": 4096},
         {"max_num_seqs": 4, "max_num_batched_tokens": 1024},
         {"num_gpu_blocks": "100", "block_size": "16", "gpu_memory_utilization": "0.6"},
         gpu_memory_bytes=80 * 2**30,
         gpu_name="H100",
+        pod_args={"max_num_seqs": 16, "max_model_len": 2048, "tensor_parallel_size": 2},
+        pod_log={"max_num_seqs": 32, "tensor_parallel_size": 4, "kv_cache_dtype": "fp8"},
     )
-    assert lim.max_num_seqs == Limit(8, "spec")
+    assert lim.max_num_seqs == Limit(4, "cli")
     assert lim.max_num_batched_tokens == Limit(1024, "cli")
+    assert lim.max_model_len == Limit(4096, "spec")
+    assert lim.tensor_parallel_size == Limit(2, "pod args")
+    assert lim.kv_cache_dtype == Limit("fp8", "pod log")
     assert lim.gpu_memory_utilization == Limit(0.6, "cache_config_info")
     assert lim.kv_cache_tokens == Limit(1600, "derived")  # 100 blocks x 16
-    assert lim.max_model_len.value is None
+    assert resolve_limits().max_model_len.value is None
     # defaults by GPU tier (background.md §7): >= 70 GiB non-A100 -> 1024 / 8192; A100 -> 256 / 2048
     big = resolve_limits(gpu_memory_bytes=80 * 2**30, gpu_name="H100")
     assert (big.max_num_seqs, big.max_num_batched_tokens) == (Limit(1024, "default"), Limit(8192, "default"))

@@ -1,8 +1,15 @@
 """Read-only Kubernetes lookups for the limits: the VLLMServer spec and the pod it runs as.
 
-Only GET requests (``get_namespaced_custom_object``, ``read_namespaced_pod``): diagnose never
-changes a cluster (background.md §10; a test records every request method). Without a
-reachable cluster the caller falls back to the command line and ``vllm:cache_config_info``.
+Only GET requests (``get_namespaced_custom_object``, ``read_namespaced_pod``,
+``read_namespaced_pod_log``): diagnose never changes a cluster (a test records every request
+method). Without a reachable cluster the caller falls back to the command line and
+``vllm:cache_config_info``.
+
+:func:`lookup_pod_limits` reads the limits of *any* vLLM pod, not only kvpilot's (production-stack,
+KServe, a hand-written Deployment): the vLLM container's command line, parsed with the parser the
+simulator's ``vllm`` shim uses (:func:`kvpilot.engine.vllm_args.parse_vllm_args`), and its startup
+log (:func:`kvpilot.engine.vllm_log.startup_limits`), read from the start and bounded by
+``limitBytes``.
 """
 
 from __future__ import annotations
@@ -10,6 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvpilot.api.constants import GROUP, LABEL_SERVER, PLURAL, VERSION
+from kvpilot.engine.vllm_args import parse_vllm_args
+from kvpilot.engine.vllm_log import startup_limits
+
+#: bytes of a pod's log read from its start: vLLM prints its arguments and KV capacity in the first
+#: hundred lines (a few KiB to tens of KiB with long config dumps); the rest is request logging
+POD_LOG_BYTES = 1 << 20
+
+#: the ``vllm/vllm-openai`` image's entrypoint (its Dockerfile: ``ENTRYPOINT ["vllm", "serve"]``),
+#: prepended when a container gives only ``args``
+VLLM_IMAGE_ENTRYPOINT = ("vllm", "serve")
 
 
 @dataclass
@@ -105,3 +122,127 @@ def lookup_server(
     info.engine = dict(spec.get("engine") or {})
     info.pod = info.pod or str(((obj or {}).get("status") or {}).get("podName") or "")
     return info
+
+
+@dataclass
+class PodLimits:
+    """The limits one vLLM pod states, by source.
+
+    Attributes:
+        args: ``{limit: value}`` from the container's command line (vLLM flag names, snake case).
+        log: ``{limit: value}`` from its startup log (``non-default args``, budget and KV lines).
+        container: the container they came from ("" when none looks like vLLM).
+        notes: sentences for the report (what was read, or why not).
+    """
+
+    args: dict = field(default_factory=dict)
+    log: dict = field(default_factory=dict)
+    container: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def vllm_argv(container: dict) -> list[str] | None:
+    """The ``vllm serve`` argv of a container spec (``command`` + ``args``), or None if it is not vLLM.
+
+    Recognised: ``vllm serve ...`` anywhere in the argv (also behind ``/bin/sh -c "..."`` with the
+    line split on spaces), ``python -m vllm.entrypoints.openai.api_server ...``, and a ``vllm``
+    image with ``args`` only (its entrypoint ``vllm serve``).
+    """
+    import shlex
+
+    command, args = list(container.get("command") or []), list(container.get("args") or [])
+    argv = command + args
+    if len(argv) >= 2 and argv[0] in ("sh", "/bin/sh", "bash", "/bin/bash") and "-c" in argv:
+        script = argv[argv.index("-c") + 1] if argv.index("-c") + 1 < len(argv) else ""
+        try:
+            argv = shlex.split(script)
+        except ValueError:
+            return None
+    for i, word in enumerate(argv):
+        if word.rsplit("/", 1)[-1] == "vllm" and i + 1 < len(argv) and argv[i + 1] == "serve":
+            return argv[i + 1 :]
+        if word == "vllm.entrypoints.openai.api_server":
+            return argv[i + 1 :]
+    if not command and "vllm" in str(container.get("image") or ""):
+        return list(VLLM_IMAGE_ENTRYPOINT[1:]) + args
+    return None
+
+
+def pod_limits_from(pod: dict, log: str | None) -> PodLimits:
+    """The limits a pod object (Kubernetes JSON) and its log state (pure; see :func:`lookup_pod_limits`)."""
+    out = PodLimits()
+    containers = ((pod.get("spec") or {}).get("containers")) or []
+    name = (pod.get("metadata") or {}).get("name", "")
+    for container in containers:
+        argv = vllm_argv(container)
+        if argv is None:
+            continue
+        out.container = str(container.get("name") or "")
+        try:
+            parsed = parse_vllm_args(argv)
+        except ValueError as exc:
+            out.notes.append(f"pod {name} container {out.container}: command line not read ({exc})")
+            break
+        out.args = {k: v for k, v in parsed.overrides.items() if k in _POD_LIMITS}
+        break
+    if not out.container:
+        out.notes.append(f"pod {name}: no container runs vllm serve (command and args checked)")
+    if log:
+        out.log = startup_limits(log)
+    return out
+
+
+#: engine overrides of :func:`parse_vllm_args` that are diagnose limits
+_POD_LIMITS = {
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "block_size",
+    "num_gpu_blocks",
+    "kv_cache_dtype",
+    "tensor_parallel_size",
+    "enable_prefix_caching",
+}
+
+
+def lookup_pod_limits(
+    namespace: str,
+    pod: str,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    timeout: float = 5.0,
+    log_bytes: int = POD_LOG_BYTES,
+) -> PodLimits:
+    """GET the pod and the first ``log_bytes`` of its vLLM container's log; the limits they state.
+
+    Never raises for cluster problems: :attr:`PodLimits.notes` say what could not be read and the
+    caller falls back to the other limit sources.
+    """
+    try:
+        api = _api_client(kubeconfig, context)
+    except LookupError as exc:
+        return PodLimits(notes=[f"pod {namespace}/{pod} not read: {exc}"])
+    import urllib3
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        with api:
+            core = client.CoreV1Api(api)
+            body = api.sanitize_for_serialization(core.read_namespaced_pod(pod, namespace, _request_timeout=timeout))
+            limits = pod_limits_from(body, None)
+            if limits.container:
+                try:
+                    log = core.read_namespaced_pod_log(
+                        pod, namespace, container=limits.container, limit_bytes=log_bytes, _request_timeout=timeout
+                    )
+                except ApiException as exc:
+                    limits.notes.append(f"pod {namespace}/{pod} log not read: HTTP {exc.status} {exc.reason}")
+                else:
+                    limits.log = startup_limits(log if isinstance(log, str) else str(log))
+    except ApiException as exc:
+        return PodLimits(notes=[f"pod {namespace}/{pod} not read: HTTP {exc.status} {exc.reason}"])
+    except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+        return PodLimits(notes=[f"pod {namespace}/{pod} not read: {type(exc).__name__}"])
+    return limits
