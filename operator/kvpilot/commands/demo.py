@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import click
 import yaml
+from rich.table import Table
 from rich.text import Text
 
 from kvpilot.commands import demo_alerts, demo_analysis
@@ -293,9 +294,10 @@ def section_status(ctx: DemoContext) -> None:
             value = _age(value)
         cells.append("" if value is None else str(value))
     headers = ["NAME", *(column["name"].upper() for column in columns)]
-    if ctx.console.width < 100:
+    listing = records(ctx.console, headers, [cells])
+    if not isinstance(listing, Table):
         ctx.console.print(Text("(one column per line: kubectl's table is wider than this terminal)", style="dim"))
-    ctx.console.print(records(ctx.console, headers, [cells]))
+    ctx.console.print(listing)
 
     status = server.get("status") or {}
     if ctx.verbose:

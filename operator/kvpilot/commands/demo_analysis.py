@@ -94,7 +94,7 @@ def section_kv(ctx: Any) -> None:
             f"--gpu-memory-utilization {utilization:g} -> {more_util:g}",
             raised,
             max_model_len,
-            f"+{more_util - utilization:.2f} x 8 GiB = +{gib(extra)} of KV (weights unchanged)",
+            f"+{number(more_util - utilization, 2)} x 8 GiB = +{gib(extra)} of KV (weights unchanged)",
         ],
         ["--kv-cache-dtype fp8", fp8, max_model_len, "1 byte per element instead of 2: twice the tokens"],
         [f"--max-model-len {shorter_len}", shorter, shorter_len, "same KV, shorter requests: more of them fit"],
