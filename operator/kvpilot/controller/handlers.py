@@ -25,6 +25,7 @@ per-server lock, so a transition is seen (and announced) once.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -72,6 +73,10 @@ class Controller:
         self._hub_models = HubModelCache()
         #: uids of pods whose node's GPU-memory label the pre-flight has already read.
         self._preflighted_pods: set[str] = set()
+        #: ``(namespace, server) -> (pod uid, pod resourceVersion)`` the server's last status
+        #: write was computed from: a pod event carrying exactly that pod state changes nothing
+        #: (the status is a function of it), so it is answered without reading the server.
+        self._status_from: dict[tuple[str, str], tuple[str | None, str | None]] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self.use(configuration)
@@ -344,7 +349,9 @@ class Controller:
         server: dict[str, Any] | None = None
         with self._lock(namespace, name):
             try:
-                server = self._read_server(namespace, name)
+                # A body without status is a server no reconcile has written yet: kopf's copy is
+                # current (only this operator writes status), so it is not read again.
+                server = copy.deepcopy(dict(body)) if not body.get("status") else self._read_server(namespace, name)
                 if server is None:
                     return
                 self._reconcile(server, namespace, name, logger, step, pods_by_server)
@@ -359,7 +366,9 @@ class Controller:
             exc, step=step, retry=retry, policy=self.retry_policy, conflict_owner=getattr(exc, "conflict_owner", None)
         )
         server = dict(server or {})
-        logger.warning(f"{(server.get('metadata') or {}).get('name')}: {failure.reason}: {failure.message}")
+        meta = server.get("metadata") or {}
+        self._status_from.pop((meta.get("namespace"), meta.get("name")), None)  # the failure status replaces it
+        logger.warning(f"{meta.get('name')}: {failure.reason}: {failure.message}")
         if server.get("metadata", {}).get("uid"):
             try:  # best effort: the status write may be what is failing
                 self._write_status(server, failures.failure_status(server, failure, now=now_rfc3339()), logger)
@@ -463,6 +472,7 @@ class Controller:
             kv = condition, warning
         step[0] = "writing the status"
         written = self._write_status(server, status, logger)
+        self._remember_pod_state(namespace, name, pod)
         if kv is not None:
             self._kv_warning_event(server, *kv)
         server = written
@@ -484,6 +494,8 @@ class Controller:
         name = labels.get(LABEL_SERVER)
         if not name or event.get("type") is None:
             return
+        if event["type"] != "DELETED" and self._status_from.get((namespace, name)) == _pod_state(pod):
+            return  # the status was written from this very pod state (e.g. the ADDED of the pod just created)
         with self._lock(namespace, name):
             server = self._read_server(namespace, name)
             if server is None:
@@ -497,6 +509,7 @@ class Controller:
             now = now_rfc3339()
             if event["type"] == "DELETED":
                 self._write_status(server, logic.pod_deleted_status(server, pod["metadata"]["name"], now=now), logger)
+                self._status_from.pop((namespace, name), None)
                 return
             report = logic.pod_report(pod)
             kv = None
@@ -513,12 +526,26 @@ class Controller:
                 kv=kv,
             )
             server = self._write_status(server, new, logger)
+            self._remember_pod_state(namespace, name, pod)
             uid = pod["metadata"].get("uid")
             if uid not in self._preflighted_pods and logic.waits_for_node_gpu_memory(server, pod):
                 # The pod has a node now: its nvidia.com/gpu.memory label gives the GPU memory the
                 # pre-flight lacked on create (once per pod: the label does not change under a pod).
                 self._preflighted_pods.add(uid)
                 self._preflight_status(server, parse_spec(server.get("spec")), [pod], now)
+
+    def _remember_pod_state(self, namespace: str, name: str, pod: dict[str, Any] | None) -> None:
+        """Note the pod state the server's status was just computed from (None: forget)."""
+        if pod is None:
+            self._status_from.pop((namespace, name), None)
+        else:
+            self._status_from[(namespace, name)] = _pod_state(pod)
+
+
+def _pod_state(pod: dict[str, Any]) -> tuple[str | None, str | None]:
+    """A pod state's identity: ``(metadata.uid, metadata.resourceVersion)``."""
+    meta = pod.get("metadata") or {}
+    return meta.get("uid"), meta.get("resourceVersion")
 
 
 def pods_by_server(namespace: str, labels: Any, body: Any, **_: Any) -> dict[tuple[str, str], dict[str, Any]] | None:
@@ -569,5 +596,9 @@ def build_registry(
     kopf.index("v1", "pods", registry=registry, labels=MANAGED_BY_SELECTOR, id="pods_by_server")(pods_by_server)
     on_pod = metrics.timed("pod_event", controller.on_pod_event)
     kopf.on.event("v1", "pods", registry=registry, labels=MANAGED_BY_SELECTOR)(on_pod)
-    kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, id="metrics")(metrics.on_server_event)
+
+    async def on_server_event(**kwargs: Any) -> None:  # in kopf's loop: no thread-pool hop per server event
+        metrics.on_server_event(**kwargs)
+
+    kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, id="metrics")(on_server_event)
     return registry
