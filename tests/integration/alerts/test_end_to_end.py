@@ -23,8 +23,9 @@ from kopf.testing import KopfRunner
 
 from kvpilot.alerts import render
 from kvpilot.alerts.rules import alert_rules
-from kvpilot.controller.handlers import build_registry, make_settings
+from kvpilot.controller.handlers import build_registry
 from kvpilot.controller.metrics import OperatorMetrics
+from kvpilot.controller.settings import make_settings
 from tests.conftest import require_tool
 from tests.integration.operator.conftest import SERVERS, wait_for
 from tests.integration.operator.test_operator import EXPERIMENT, VLLM_LOG
