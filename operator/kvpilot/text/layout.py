@@ -80,8 +80,10 @@ def records(
 
 
 def paragraph(text: Cell, indent: int = 0) -> RenderableType:
-    """``text`` wrapped on spaces with every line indented by ``indent`` columns."""
-    return Padding(_text(text), (0, 0, 0, indent))
+    """``text`` wrapped on spaces with every line indented by ``indent`` columns (unindented text is not
+    padded to the console's width).
+    """
+    return Padding(_text(text), (0, 0, 0, indent), expand=False) if indent else _text(text)
 
 
 def command_lines(argv: Sequence[str], width: int, indent: int = 2) -> list[str]:
