@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from kvpilot.api.crd import crd_manifest
+from kvpilot.controller.vllm_log import parse_kv_cache_report
 from kvpilot.metrics.exposition import parse_exposition
 from kvpilot.sandbox import SandboxCluster
 from tests.conftest import REPO
@@ -124,6 +125,12 @@ def test_vllm_stand_in_serves_health_models_and_metrics_to_prometheus(containers
     except BaseException:
         print(containers.logs(name))
         raise
+    # vLLM's startup KV-capacity line, which the operator reads into status.kvCacheTokens
+    report = parse_kv_cache_report(containers.logs(name))
+    assert report is not None and report.max_model_len == 8192
+    # vLLM's relation: tokens = blocks x 16; concurrency = blocks / (8192 / 16 blocks per request)
+    assert report.kv_cache_tokens % 16 == 0
+    assert report.max_concurrency == round(report.kv_cache_tokens / 16 / 512, 2)
     status, body = get(url + "/v1/models")
     assert status == 200
     (model,) = json.loads(body)["data"]

@@ -186,6 +186,28 @@ def command(
     )
 
 
+def kv_cache_log_line(block_size: int, num_gpu_blocks: int, max_model_len: int) -> str:
+    """VLLM's startup report of its KV cache, in v0.30+'s one-line format, for the engine model's pool.
+
+    Source: ``vllm/v1/core/kv_cache_utils.py`` (``_report_kv_cache_config``): ``"%s KV cache size: %s tokens,
+    Maximum concurrency for %s tokens per request: %.2fx"`` with the tokens ``num_blocks * block_size`` and the
+    concurrency ``num_blocks / cdiv(max_model_len, block_size)`` for one full-attention group
+    (``get_max_concurrency_for_kv_cache_config``). E.g. 1,345 blocks of 16 at 8,192 tokens: 21,520 tokens,
+    1,345 / 512 = 2.63x, the line vLLM logged in the founding experiment (docs/operator.md).
+
+    Args:
+        block_size: tokens per KV block.
+        num_gpu_blocks: KV blocks of the pool (vLLM's ``num_gpu_blocks``).
+        max_model_len: tokens of one request at most.
+    """
+    tokens = num_gpu_blocks * block_size
+    concurrency = num_gpu_blocks / -(-max_model_len // block_size)
+    return (
+        f"INFO [kv_cache_utils.py] GPU KV cache size: {tokens:,} tokens, "
+        f"Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x"
+    )
+
+
 def run(
     scenario: str | None,
     *,
@@ -299,4 +321,6 @@ def run(
         return
     assert listen is not None  # serve_at was given: parsed above
     listen_host, listen_port = listen
+    if vllm_argv:  # the `vllm serve` stand-in: vLLM's startup report, which the operator reads from the pod log
+        click.echo(kv_cache_log_line(sim.engine.block_size, sim.engine.num_gpu_blocks, sim.max_model_len))
     serve(sim, host or listen_host, port if port is not None else listen_port, speed, duration, version)
