@@ -80,11 +80,12 @@ def sandbox():
 def test_operator_container_creates_the_pod_and_service_of_a_vllmserver(containers, image, sandbox, tmp_path):
     kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")
     kubeconfig.chmod(0o644)  # read by uid 65532 inside the container
-    health = free_port()
+    health, metrics = free_port(), free_port()
     name = containers.run_detached(
         *RESTRICTED,
         "-v", f"{kubeconfig}:/kube/config:ro", "-e", "KUBECONFIG=/kube/config",
         image, "operator", "--all-namespaces", "--standalone", f"--liveness=http://127.0.0.1:{health}/healthz",
+        "--metrics-host=127.0.0.1", f"--metrics-port={metrics}",
     )  # fmt: skip
     api = sandbox.api_client()
     core, custom = kubernetes.client.CoreV1Api(api), kubernetes.client.CustomObjectsApi(api)
@@ -102,6 +103,8 @@ def test_operator_container_creates_the_pod_and_service_of_a_vllmserver(containe
             what="the vLLM pod",
         )
         service = wait_for(lambda: sandbox.get("v1/services", "llm", "qwen-experiment"), 30, 0.2, "the Service")
+        # the operator's own /metrics (the chart's metrics Service and ServiceMonitor point at it)
+        status, body = get(f"http://127.0.0.1:{metrics}/metrics")
     except BaseException:
         print(containers.logs(name))
         raise
@@ -110,6 +113,7 @@ def test_operator_container_creates_the_pod_and_service_of_a_vllmserver(containe
     assert service["metadata"]["ownerReferences"][0]["uid"] == uid
     assert pod.spec.containers[0].command[:3] == ["vllm", "serve", "Qwen/Qwen2.5-1.5B-Instruct"]
     assert pod.spec.active_deadline_seconds == 3600  # spec.ttlSeconds of the example
+    assert status == 200 and b"# TYPE kvpilot_" in body
 
 
 @pytest.mark.prometheus
