@@ -7,6 +7,7 @@ Exit status (design.md "CLI"): 0 no bottleneck, 1 warning, 2 critical, 3 could n
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -15,7 +16,7 @@ import time
 import click
 from typing_extensions import override
 
-from kvpilot.commands._common import DURATION, SIZE
+from kvpilot.commands._common import DURATION, SIZE, DurationParam
 
 EXIT_USAGE = 64
 EXIT_NO_DIAGNOSIS = 3
@@ -41,6 +42,19 @@ class _DiagnoseCommand(click.Command):
             raise
 
 
+_WINDOW_TEXT = "kvpilot.diagnose.window_text"
+
+
+class _WindowParam(DurationParam):
+    """A duration that remembers the text typed, so a bare number can be reported as seconds."""
+
+    @override
+    def convert(self, value, param, ctx):
+        if ctx is not None and isinstance(value, str):
+            ctx.meta[_WINDOW_TEXT] = value
+        return super().convert(value, param, ctx)
+
+
 @click.command(name="diagnose", cls=_DiagnoseCommand)
 @click.option("--prometheus", metavar="URL", help="Prometheus base URL (one query per signal for all targets).")
 @click.option("--metrics-url", metavar="URL", help="A vLLM /metrics URL, scraped repeatedly over the window.")
@@ -49,9 +63,17 @@ class _DiagnoseCommand(click.Command):
 @click.option("--server", default="", help="VLLMServer name (its spec gives the limits when a cluster is reachable).")
 @click.option("--pod", default="", help="Pod name of the target.")
 @click.option("--model-name", default="", help="model_name label of the target.")
-@click.option("--window", default="5m", type=DURATION, show_default=True, help="Window to evaluate (90s, 5m, 1h).")
 @click.option(
-    "--end", type=float, default=None, help="Window end as Unix seconds (default: now; recordings: last sample)."
+    "--window",
+    default="5m",
+    type=_WindowParam(),
+    show_default=True,
+    help="Window to evaluate (90s, 5m, 1h; a bare number is seconds, and the report says so).",
+)
+@click.option(
+    "--end",
+    default=None,
+    help="Window end: Unix seconds or RFC 3339 (2026-11-30T12:00:00Z) (default: now; recordings: last sample).",
 )
 @click.option(
     "--max-num-seqs", type=click.IntRange(min=1), help="Configured --max-num-seqs (when no spec is readable)."
@@ -145,6 +167,9 @@ def command(
       kvpilot diagnose --metrics-url http://10.0.0.7:8000/metrics --quick --max-num-seqs 4
       kvpilot diagnose --recording run.om --max-num-batched-tokens 65000 -o json
     """
+    from urllib.parse import urlsplit
+
+    from kvpilot.commands.simulate.options import parse_end
     from kvpilot.diagnose.report import render
     from kvpilot.diagnose.run import Options, run
     from kvpilot.diagnose.sources import SourceError
@@ -157,6 +182,21 @@ def command(
     for flag, url in (("--prometheus", prometheus), ("--metrics-url", metrics_url)):
         if url and not re.match(r"^https?://[^/\s]+", url):
             raise click.UsageError(f"{flag} {url!r}: not an http(s) URL (example: http://127.0.0.1:9090)")
+    if metrics_url and urlsplit(metrics_url).path in ("", "/"):
+        raise click.UsageError(
+            f"--metrics-url {metrics_url!r} has no path: vLLM serves its metrics at /metrics "
+            f"(try {metrics_url.rstrip('/')}/metrics)"
+        )
+    if recording and not os.path.isfile(recording):
+        raise click.UsageError(f"--recording {recording!r}: no such file")
+    try:
+        end_seconds = None if end is None else parse_end(end, time.time())
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    notes = []
+    window_text = click.get_current_context().meta.get(_WINDOW_TEXT)
+    if isinstance(window_text, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*", window_text):
+        notes.append(f"--window {window_text.strip()} read as {window_text.strip()} seconds (write 5m for minutes).")
     config = None
     if model_config:
         try:
@@ -170,7 +210,8 @@ def command(
         metrics_url=metrics_url or "",
         recording=recording or "",
         window_seconds=window,
-        end=end,
+        end=end_seconds,
+        notes=notes,
         namespace=namespace,
         server=server,
         pod=pod,

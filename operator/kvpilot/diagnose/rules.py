@@ -522,23 +522,33 @@ def _kv_headroom_evidence(signals: Signals, limits: Limits) -> list[str]:
 
 
 def _schema_finding(signals: Signals) -> Finding | None:
-    """``metrics_schema_mismatch`` when only legacy or escaped names supplied a family (case C19)."""
+    """``metrics_schema_mismatch`` when only legacy or escaped names supplied a family (case C19).
+
+    One line: how many families, of which kind, and one example (the first by canonical name).
+    """
     odd = legacy_or_escaped(signals)
     if not odd:
         return None
-    ev = []
-    escaped = {f: u for f, u in odd.items() if u.startswith("vllm_")}
-    legacy = {f: u for f, u in odd.items() if f not in escaped}
-    for kind, group in (("escaped (colon written as '_')", escaped), ("legacy", legacy)):
-        if group:
-            pairs = ", ".join(f"{used} for {family}" for family, used in sorted(group.items()))
-            one = len(group) == 1
-            ev.append(
-                f"{len(group)} metric famil{'y exists' if one else 'ies exist'} here only under "
-                f"{kind} names: {pairs}. Dashboards and alert rules written for the other spelling see no "
-                "data (kvpilot matches vllm[:_] and both generations, so its numbers are unaffected)."
-            )
-    return Finding("metrics_schema_mismatch", "warning", 0.95, ev)
+    escaped = sorted((f, u) for f, u in odd.items() if u.startswith("vllm_"))
+    legacy = sorted((f, u) for f, u in odd.items() if not u.startswith("vllm_"))
+    kinds = ", ".join(
+        f"{len(group)} {kind}"
+        for kind, group in (("escaped (colon written as '_')", escaped), ("legacy", legacy))
+        if group
+    )
+    family, used = (escaped or legacy)[0]
+    one = len(odd) == 1
+    return Finding(
+        "metrics_schema_mismatch",
+        "warning",
+        0.95,
+        [
+            f"Only under non-canonical names: {len(odd)} metric famil{'y' if one else 'ies'} ({kinds}), e.g. {used} "
+            f"for {family}. "
+            "Dashboards and alert rules written for the other spelling see no data (kvpilot matches vllm[:_] and "
+            "both generations, so its numbers are unaffected)."
+        ],
+    )
 
 
 def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Finding | None:

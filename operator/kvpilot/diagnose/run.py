@@ -36,6 +36,7 @@ class Options:
         scrape_interval: seconds between scrapes of ``--metrics-url``.
         use_kube: look up VLLMServer specs (GET only) when ``--server``/``--pod`` and a namespace
             are given; ``kubeconfig``/``context`` choose the cluster.
+        notes: sentences the caller adds to the report (how an option was read).
         timeout: seconds for each whole HTTP request (connect + headers + body).
         deadline: seconds for all of the run's reads (see :meth:`run_deadline_seconds`).
     """
@@ -61,6 +62,7 @@ class Options:
     context: str | None = None
     timeout: float = 10.0
     deadline: float | None = None
+    notes: list[str] = field(default_factory=list)
 
     def run_deadline_seconds(self) -> float | None:
         """Seconds the whole run may spend reading its source (None: a recording, no network).
@@ -168,7 +170,7 @@ def run(opts: Options) -> Report:
         SourceError: the source cannot be read at all (unreachable Prometheus or /metrics,
             unreadable recording): exit status 3 with one line.
     """
-    notes: list[str] = []
+    notes: list[str] = list(opts.notes)
     engine_spec: dict = {}
     pod = opts.pod
     budget = opts.run_deadline_seconds()

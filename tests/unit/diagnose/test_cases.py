@@ -173,11 +173,15 @@ def test_c19_old_or_escaped_names_only_give_the_verdict_and_a_schema_finding():
         assert d.verdict == "kv_cache_exhaustion"
         schema = [f for f in d.findings if f.verdict == "metrics_schema_mismatch"]
         assert schema and kv_name in " ".join(schema[0].evidence)
-        # one sentence per kind of name with a count, not one per family (4 families here: KV, running, waiting,
+        # one line with a count and one example, not a list of names (4 families here: KV, running, waiting,
         # preemptions; only the KV gauge has the odd name)
-        assert len(schema[0].evidence) == 1 and schema[0].evidence[0].startswith(
-            "1 metric family exists here only under"
+        kind = "escaped (colon written as '_')" if kv_name.startswith("vllm_") else "legacy"
+        assert (
+            schema[0]
+            .evidence[0]
+            .startswith(f"Only under non-canonical names: 1 metric family (1 {kind}), e.g. {kv_name}")
         )
+        assert len(schema[0].evidence) == 1
 
 
 def test_c19_missing_kv_series_is_unknown_not_zero():

@@ -122,7 +122,7 @@ def test_usage_errors_exit_64(args, needle):
 
 @pytest.mark.parametrize(
     "content",
-    [None, "not a recording\n", '# TYPE x gauge\nx{a="1" 3 1\n# EOF\n', "vllm:num_requests_running 1\n# EOF\n"],
+    ["not a recording\n", '# TYPE x gauge\nx{a="1" 3 1\n# EOF\n', "vllm:num_requests_running 1\n# EOF\n"],
 )
 def test_unreadable_input_exits_3_with_one_line(tmp_path, content):
     path = tmp_path / "r.om"
@@ -133,6 +133,36 @@ def test_unreadable_input_exits_3_with_one_line(tmp_path, content):
     assert "Traceback" not in result.output
     errors = [ln for ln in result.output.splitlines() if ln.startswith("kvpilot: error:")]
     assert len(errors) == 1 and "--recording" in errors[0]
+
+
+def test_missing_recording_is_a_usage_error(tmp_path):
+    # like any other bad option: exit 64 (EX_USAGE), one line naming the option
+    result = invoke("--recording", str(tmp_path / "absent.om"))
+    assert result.exit_code == 64 and "--recording" in result.output and "no such file" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_metrics_url_without_a_path_gets_the_metrics_hint():
+    result = invoke("--metrics-url", "http://127.0.0.1:8000")
+    assert result.exit_code == 64 and "http://127.0.0.1:8000/metrics" in result.output
+
+
+def test_bare_window_is_seconds_and_the_report_says_so():
+    recording = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "scenario_idle.om"
+    doc = json.loads(invoke("--recording", str(recording), "--window", "5", "-o", "json").output)
+    assert doc["window_seconds"] == 5 and "--window 5 read as 5 seconds (write 5m for minutes)." in doc["notes"]
+    doc = json.loads(invoke("--recording", str(recording), "--window", "5m", "-o", "json").output)
+    assert doc["window_seconds"] == 300 and not any("--window" in n for n in doc["notes"])
+
+
+def test_end_accepts_rfc3339():
+    # 2025-12-01T14:40:00Z = 1,764,600,000 Unix seconds (the scenario recordings' last sample)
+    recording = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "scenario_idle.om"
+    a = json.loads(invoke("--recording", str(recording), "--end", "2025-12-01T14:40:00Z", "-o", "json").output)
+    b = json.loads(invoke("--recording", str(recording), "--end", "1764600000", "-o", "json").output)
+    assert a["targets"][0]["signals"] == b["targets"][0]["signals"]
+    bad = invoke("--recording", str(recording), "--end", "yesterday")
+    assert bad.exit_code == 64 and "--end" in bad.output
 
 
 def test_unreachable_metrics_url_exits_3():
