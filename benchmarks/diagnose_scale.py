@@ -1,4 +1,4 @@
-"""Diagnose 1,000 targets in one real Prometheus: wall time and number of queries (issue 5, Performance).
+"""Diagnose 1,000 targets in one real Prometheus: wall time and number of queries.
 
 Builds a synthetic recording of N pods (default 1,000): pod i replays the engine-scenario recording
 ``tests/fixtures/recordings/scenario_<S>.om`` for S = the i-th of the eight scenarios, with

@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python benchmarks/engine_bench.py
 
-1. ``seed-lru`` (background.md §9) wall time; target < 0.2 s.
+1. ``seed-lru`` (docs/background.md §9) wall time; target < 0.2 s.
 2. A 10-minute Poisson trace at 50 req/s (prompts ~1,000 tokens, outputs ~200, max_num_seqs 256,
    Qwen2.5-1.5B on an H100, budget 8,192) on one core: simulated/wall speed-up (target >= 60x), steps/s,
    requests/s, and the cProfile of the run's hottest functions.

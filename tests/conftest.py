@@ -56,5 +56,5 @@ def require_vllm_python() -> str:
 
 @pytest.fixture
 def fixtures_dir() -> Path:
-    """The directory holding test data copied from ../shared/fixtures (each with provenance)."""
+    """tests/fixtures: the test data, each folder with a PROVENANCE.md naming its public source."""
     return FIXTURES

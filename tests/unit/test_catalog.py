@@ -1,4 +1,4 @@
-"""Metric-name realities (background.md §8, case C19): both generations, escaped colons, suffixes."""
+"""Metric-name realities (docs/background.md §8, case C19): both generations, escaped colons, suffixes."""
 
 import re
 
@@ -49,7 +49,7 @@ def test_name_regex_matches_both_generations_and_escaping():
 
 
 def test_names_for_version_follows_deprecation_policy():
-    # background.md §8 and case C19: deprecated 0.9.2 (both names side by side, as a 0.10 scrape
+    # docs/background.md §8 and case C19: deprecated 0.9.2 (both names side by side, as a 0.10 scrape
     # shows), hidden from 0.11 (the C19 scrape of 0.11.0 lacks vllm:gpu_cache_usage_perc).
     assert names_for_version("vllm:kv_cache_usage_perc", "0.8.5") == ("vllm:gpu_cache_usage_perc",)
     assert names_for_version("vllm:kv_cache_usage_perc", "0.10.1") == (

@@ -1,4 +1,4 @@
-"""Names of the VLLMServer API (design.md "The resource")."""
+"""Names of the VLLMServer API (docs/crd-reference.md)."""
 
 GROUP = "kvpilot.dev"
 VERSION = "v1alpha1"
@@ -9,7 +9,8 @@ SINGULAR = "vllmserver"
 SHORT_NAMES = ["vllms"]
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
-#: Labels kvpilot sets on the Pod and the Service (design.md "The pod"); ``podLabels`` may not override them.
+#: Labels kvpilot sets on the Pod and the Service (docs/crd-reference.md, "What every pod gets");
+#: ``podLabels`` may not override them.
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"

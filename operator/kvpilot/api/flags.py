@@ -40,7 +40,7 @@ MANAGED_FLAGS: dict[str, str] = {
     "--kv-cache-dtype": "spec.engine.kvCacheDtype",
     "--kv-offloading-backend": "spec.kvOffload",
     "--kv-offloading-size": "spec.kvOffload",
-    # design.md: the HF token comes only through spec.hfTokenSecretRef (HF_TOKEN from a secretKeyRef),
+    # docs/crd-reference.md: the HF token comes only through spec.hfTokenSecretRef (HF_TOKEN from a secretKeyRef),
     # never inlined into args: `--hf-token VALUE` would put it on the pod's command line.
     "--hf-token": "spec.hfTokenSecretRef",
 }

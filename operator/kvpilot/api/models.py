@@ -2,7 +2,7 @@
 
 The models are the single source of truth: the CRD (``kvpilot.api.crd``) is generated from
 them, and every field's ``description`` becomes what ``kubectl explain vllmservers.spec…``
-prints. Contract: design.md "The resource".
+prints. Reference: docs/crd-reference.md.
 
 Validation that needs several fields (vLLM's own cross-field rules) runs in
 ``VLLMServerSpec``'s model validator and raises :class:`~kvpilot.api.errors.SpecError` naming
@@ -31,7 +31,7 @@ from kvpilot.api.errors import SpecError
 from kvpilot.api.flags import managed_flag_matches, refusal
 from kvpilot.api.quantity import QUANTITY_PATTERN, parse_quantity
 
-#: The pinned default image. vLLM v0.33.0 is the release background.md's defaults
+#: The pinned default image. vLLM v0.33.0 is the release docs/background.md's defaults
 #: (§7, "defaults per vLLM v0.30–v0.33 source") and log formats were checked against; a tag,
 #: never ``latest``, so a pod is reproducible. Override per server with ``spec.image``.
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"
@@ -435,7 +435,7 @@ def check_cross_field_rules(spec: VLLMServerSpec) -> None:
     """VLLM's cross-field rules and kvpilot's own, checked before any pod exists.
 
     Rules (sources: vLLM ``SchedulerConfig._verify_args``, ``vllm/config/scheduler.py`` v0.11–v0.33;
-    background.md §7):
+    docs/background.md §7):
 
     - ``maxNumBatchedTokens >= maxNumSeqs`` (both set);
     - ``maxNumBatchedTokens >= maxModelLen`` when ``enableChunkedPrefill`` is false (both set; V1

@@ -1,6 +1,6 @@
 """`kvpilot diagnose`: read-only bottleneck diagnosis of vLLM servers (thin; logic in kvpilot.diagnose).
 
-Exit status (design.md "CLI"): 0 no bottleneck, 1 warning, 2 critical, 3 could not diagnose
+Exit status (docs/user-guide.md): 0 no bottleneck, 1 warning, 2 critical, 3 could not diagnose
 (no data, unreachable source, unreadable input), 64 usage error.
 """
 

@@ -21,7 +21,7 @@ from kvpilot.api import VLLM_PORT
 from kvpilot.api.constants import ANNOTATION_SPEC_HASH
 from kvpilot.api.timestamps import rfc3339
 
-#: Phases after which the operator never starts a pod on its own (design.md: an expired or
+#: Phases after which the operator never starts a pod on its own (docs/operator.md, "Phases": an expired or
 #: failed server stays, with its pod, until a person changes the spec or deletes it).
 ENDED_PHASES = ("Failed", "Expired")
 #: Lines of a termination message kept in ``status.message`` (the end says why vLLM exited).
@@ -56,7 +56,7 @@ def last_lines(text: str | None, count: int = TERMINATION_LINES) -> str:
 
 
 def pod_report(pod: dict[str, Any], ttl_seconds: int | None = None) -> PodReport:
-    """Map a Pod to the VLLMServer phase (design.md: Pending | Loading | Ready | Failed | Expired).
+    """Map a Pod to the VLLMServer phase (docs/operator.md, "Phases": Pending | Loading | Ready | Failed | Expired).
 
     - ``Failed`` with reason ``DeadlineExceeded`` → Expired (the TTL ended it);
     - ``Failed`` otherwise → Failed: the container's termination reason (``OOMKilled``,

@@ -1,4 +1,4 @@
-"""The diagnosis data model: verdicts, severities, findings, recommendations (design.md "CLI").
+"""The diagnosis data model: verdicts, severities, findings, recommendations (docs/diagnosis.md).
 
 These dataclasses are what ``-o json`` serialises; names and shapes are a contract (see
 docs/diagnose-output.schema.json). Pure data, no I/O.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: the verdict vocabulary of design.md (lowercase)
+#: the verdict vocabulary (lowercase; docs/diagnosis.md, "Verdicts")
 VERDICTS: tuple[str, ...] = (
     "kv_cache_exhaustion",
     "max_num_seqs_cap",
@@ -23,7 +23,7 @@ VERDICTS: tuple[str, ...] = (
 )
 SEVERITIES: tuple[str, ...] = ("ok", "warning", "critical", "unknown")
 
-#: exit status of ``kvpilot diagnose`` (design.md "CLI")
+#: exit status of ``kvpilot diagnose`` (docs/diagnosis.md)
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_NO_DIAGNOSIS, EXIT_USAGE = 0, 1, 2, 3, 64
 
 
@@ -94,7 +94,7 @@ class Diagnosis(Finding):
     findings: list[Finding] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        """One ``targets[]`` element of design.md's ``diagnose -o json``."""
+        """One ``targets[]`` element of ``diagnose -o json`` (docs/diagnose-output.schema.json)."""
         out = {"target": dict(self.target)}
         out.update(super().to_json())
         out["signals"] = dict(self.signals)
@@ -117,7 +117,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        """design.md's ``diagnose -o json`` document."""
+        """The ``diagnose -o json`` document (docs/diagnose-output.schema.json)."""
         return {
             "source": self.source,
             "window_seconds": self.window_seconds,

@@ -162,7 +162,7 @@ class Quantile:
     observations: float
 
     def bounds_text(self, unit: str = "s") -> str:
-        """``"(2.5, 5] s"``: the interval the true quantile lies in (background.md §8)."""
+        """``"(2.5, 5] s"``: the interval the true quantile lies in (docs/background.md §8)."""
         upper = "+Inf" if math.isinf(self.upper) else f"{self.upper:g}"
         return f"({self.lower:g}, {upper}] {unit}".rstrip()
 
@@ -224,7 +224,7 @@ def share_above(buckets: Sequence[tuple[float, float]], threshold: float) -> tup
     Used for "steps at the token budget": with ``vllm:iteration_tokens_total`` buckets
     (1, 8, ..., 1024, 2048, ...) and ``max_num_batched_tokens`` = 2048 it is the share of engine
     steps with more than 1024 tokens, i.e. in the budget's own bucket or above. The estimate is as
-    coarse as the buckets (background.md §8): a step of 1,100 tokens counts as full.
+    coarse as the buckets (docs/background.md §8): a step of 1,100 tokens counts as full.
 
     Args:
         buckets: ``(upper_bound, cumulative_count)`` pairs with a ``+Inf`` bucket.

@@ -11,7 +11,7 @@ Arithmetic (docs/diagnosis.md "Recommendations"):
   ``(u' - u) x GPU memory`` bytes (weights and activations do not change), i.e.
   ``(u' - u) x GPU memory / bytes_per_token`` tokens; bytes per token from the model's config.json
   (``kvpilot.kv.bytes_per_token``) or ``kv_cache_memory / kv_cache_tokens``. ``u'`` is what the
-  observed demand needs, capped at 0.95 (background.md §7: higher values risk OOM at startup).
+  observed demand needs, capped at 0.95 (docs/background.md §7: higher values risk OOM at startup).
 - ``--kv-cache-dtype auto -> fp8``: tokens x (element bytes now / 1 byte) (``kvpilot.kv.kv_element_bytes``;
   2x for bf16/fp16).
 - ``--max-num-seqs``: on a KV shortage, the concurrency whose full-length requests fit:
@@ -34,7 +34,7 @@ from kvpilot.diagnose.signals import Signals
 from kvpilot.kv import KVConfigError, bytes_per_token, kv_element_bytes
 from kvpilot.text.numbers import count, fig, gib, number, percent, times
 
-#: highest --gpu-memory-utilization kvpilot suggests (background.md §7: 0.95 failed at startup on WSL2)
+#: highest --gpu-memory-utilization kvpilot suggests (docs/background.md §7: 0.95 failed at startup on WSL2)
 MAX_SUGGESTED_UTILIZATION = 0.95
 
 

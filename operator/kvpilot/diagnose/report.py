@@ -1,6 +1,6 @@
 """Render a :class:`~kvpilot.diagnose.model.Report` as JSON, text (rich) or markdown.
 
-JSON follows design.md's stable schema (docs/diagnose-output.schema.json). Text is for a
+JSON follows the stable schema docs/diagnose-output.schema.json. Text is for a
 terminal (rich tables, rendered to a string here so the CLI only prints). Pure: returns strings.
 """
 

@@ -7,7 +7,7 @@ name), a PromQL-style function over the window, and how the series of one target
 for all targets at once. Both then call :func:`finish_signals`, so derived values (hit rate,
 quantiles with bucket bounds, offered load) have one implementation.
 
-Name realities handled here (issue 5 item 2; background.md §8): every family is looked up under
+Name realities handled here (docs/background.md §8, docs/metrics.md): every family is looked up under
 each exposed spelling in a fixed preference order (new name with colon, new name escaped
 ``vllm_``, legacy name with colon, legacy escaped); per target, the first spelling that yields a
 value wins, exactly as PromQL's ``A or ignoring(...) B`` does. ``_created`` samples are ignored;
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from kvpilot.diagnose import promql
 from kvpilot.metrics.catalog import BY_NAME, PREFIX, exposed_names, match_name
 
-#: labels that identify a target (design.md: by (namespace, pod, model_name, engine); instance and
+#: labels that identify a target (docs/diagnosis.md: by (namespace, pod, model_name, engine); instance and
 #: job identify a target that Prometheus scraped without Kubernetes pod labels).
 TARGET_LABELS: tuple[str, ...] = ("namespace", "pod", "instance", "job", "model_name", "engine")
 
@@ -140,8 +140,8 @@ def spellings(family: str) -> tuple[str, ...]:
     """Exposed family names to try for ``family``, in preference order.
 
     New name with colon, new name escaped (``vllm_``), then each legacy name the same two ways.
-    Source: catalog renames (background.md §8) and the colon escaping of prometheus_client >= 0.22
-    answering an OpenMetrics request (testing-notes.md).
+    Source: catalog renames (docs/background.md §8) and the colon escaping of prometheus_client >= 0.22
+    answering an OpenMetrics request (docs/metrics.md, "Escaping").
     """
     out: list[str] = []
     for name in exposed_names(family):

@@ -5,7 +5,7 @@ Model of ``vllm/v1/core/block_pool.py`` (``BlockPool``) and ``vllm/v1/core/kv_ca
 
 - ``num_blocks`` physical blocks of ``block_size`` tokens; block 0 is the reserved *null block*
   (``BlockPool.__init__`` pops it from the free queue and never frees it), so ``num_blocks - 1``
-  are usable (background.md §4: 21,520 tokens / 16 = 1,345 blocks, 1,344 usable).
+  are usable (docs/background.md §4: 21,520 tokens / 16 = 1,345 blocks, 1,344 usable).
 - The free queue is a doubly linked list over block ids (here two ``list[int]`` arrays, ``prev``
   and ``next``, with sentinel head/tail), so a cached block hit by another request is removed from
   the middle in O(1) (``FreeKVCacheBlockQueue.remove``).

@@ -1,6 +1,6 @@
 """``EngineConfig``: the vLLM flags and hardware the engine model runs with.
 
-Defaults follow vLLM v0.30-v0.33 (background.md §7): ``block_size`` 16, ``gpu_memory_utilization``
+Defaults follow vLLM v0.30-v0.33 (docs/background.md §7): ``block_size`` 16, ``gpu_memory_utilization``
 0.92, prefix caching and chunked prefill on, and the GPU-dependent batch defaults of
 ``EngineArgs._set_default_args`` (vllm/engine/arg_utils.py, OpenAI server usage context):
 ``max_num_seqs`` 256 and ``max_num_batched_tokens`` 2048, or 1024 and 8192 on GPUs with >= 70 GiB
@@ -28,10 +28,10 @@ class EngineConfig:
     ``kv_cache_size_tokens = num_gpu_blocks * block_size``); else derived as
     ``(gpu memory * gpu_memory_utilization - weights / TP - non_kv_reserve_bytes) // (bytes/token *
     block_size)``. ``non_kv_reserve_bytes`` (activations, CUDA graphs, non-torch memory) defaults
-    to 1.35 GiB, calibrated on background.md §9 (8 GiB x 0.60 - 2.87 GiB weights - 0.575 GiB KV).
+    to 1.35 GiB, calibrated on docs/background.md §9 (8 GiB x 0.60 - 2.87 GiB weights - 0.575 GiB KV).
 
     ``bytes_per_token`` defaults to the model profile's bf16 value, halved for fp8 KV and divided
-    by ``min(TP, kv_heads)`` (background.md §2). ``kv_offload_cpu_bytes`` > 0 turns on the
+    by ``min(TP, kv_heads)`` (docs/background.md §2). ``kv_offload_cpu_bytes`` > 0 turns on the
     LMCache-like CPU tier (chunks of ``offload_chunk_tokens``); its bandwidths are calibrated on §9:
     4,864 tokens x 28,672 B loaded in ~8.5 ms (16 GB/s) and stored for +22.3 ms (6.25 GB/s).
 
@@ -136,7 +136,7 @@ class EngineConfig:
             given = "num_gpu_blocks" if self.num_gpu_blocks is not None else "kv_cache_tokens"
             value = int(getattr(self, given))
             blocks = value if given == "num_gpu_blocks" else value // self.block_size
-            if blocks < 2:  # block 0 is the null block (background.md §4): at least one usable block
+            if blocks < 2:  # block 0 is the null block (docs/background.md §4): at least one usable block
                 raise ValueError(
                     f"{given}: {value} gives {blocks} block(s) of {self.block_size} tokens; "
                     "at least 2 are needed (the null block and one usable block)"
@@ -168,7 +168,7 @@ class EngineConfig:
             ValueError: ``"<field>: <reason>"`` for non-positive sizes, ``max_num_batched_tokens <
                 max_num_seqs``, ``max_num_batched_tokens < max_model_len`` without chunked prefill,
                 an offload chunk not a multiple of the block size, or one ``max_model_len`` request
-                not fitting the KV cache (vLLM refuses to start then, background.md §2).
+                not fitting the KV cache (vLLM refuses to start then, docs/background.md §2).
         """
         if self.max_num_seqs is None or self.max_num_batched_tokens is None:
             self.resolved().validate()

@@ -3,7 +3,7 @@
 One :meth:`Engine.step` is one ``EngineCore.step()``: ``Scheduler.schedule()`` then the model
 forward (its duration from :class:`~kvpilot.engine.hardware.CostModel`) then
 ``update_from_output``. The scheduling rules follow ``vllm/v1/core/sched/scheduler.py``
-(v0.21-v0.33, FCFS policy), background.md §6:
+(v0.21-v0.33, FCFS policy), docs/background.md §6:
 
 1. A token budget of ``max_num_batched_tokens`` per step.
 2. Running requests first, in admission order; each asks for ``num_tokens - num_computed``

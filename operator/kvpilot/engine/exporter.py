@@ -12,11 +12,11 @@ release lays out its own (V1 engine, ``vllm/v1/metrics/loggers.py``, single API 
 - ``vllm:num_requests_waiting_by_reason{reason}`` since 0.20; external prefix-cache counters since 0.11;
 - ``vllm:cache_config_info``: a gauge set to 1 whose labels are the cache config (plus ``engine``,
   no ``model_name``), with ``kv_cache_size_tokens``/``kv_cache_max_concurrency`` only since 0.24
-  (background.md §2).
+  (docs/background.md §2).
 
 Exposition goes through ``prometheus_client`` exactly as a vLLM server's does, so a Prometheus 2.x
 asking for OpenMetrics gets sample names with ``:`` escaped to ``_`` while ``# HELP``/``# TYPE`` keep
-the colon (testing-notes.md); a plain scrape (``text/plain``) gets the colon names.
+the colon (prometheus_client >= 0.22, docs/metrics.md "Escaping"); a plain scrape (``text/plain``) gets the colon names.
 
 Pure logic: no sockets; the CLI serves :meth:`VLLMMetrics.exposition`.
 """
@@ -34,12 +34,12 @@ from kvpilot.metrics.catalog import names_for_version, version_tuple
 
 __all__ = ["VLLMMetrics", "DEFAULT_VLLM_VERSION", "request_token_buckets"]
 
-#: the vLLM release the project's background is written against (background.md, v0.33.0 source).
+#: the vLLM release the project's background is written against (docs/background.md, v0.33.0 source).
 DEFAULT_VLLM_VERSION = "0.33.0"
 
 ENGINE_LABEL_SINCE = (0, 8, 3)  # vLLM PR #13923
 PREFIX_TOKENS_SINCE = (0, 9, 0)  # vLLM PR #18003: prefix counters in tokens, blocks before
-KV_SIZE_LABELS_SINCE = (0, 24)  # background.md §2: kv_cache_size_tokens, kv_cache_max_concurrency labels
+KV_SIZE_LABELS_SINCE = (0, 24)  # docs/background.md §2: kv_cache_size_tokens, kv_cache_max_concurrency labels
 KV_SIZE_LABELS = ("kv_cache_size_tokens", "kv_cache_max_concurrency")
 
 # HELP texts of the legacy families as real servers printed them (fixtures production-stack-318 for
@@ -125,7 +125,7 @@ class VLLMMetrics:
             counters to blocks before 0.9.0. The two ``kv_cache_*`` labels are dropped before 0.24.
         registry: a registry to fill (default: a new one; never the process-global ``REGISTRY``).
         max_model_len: top of the per-request token histograms' buckets (default 8192, the
-            founding experiment's ``--max-model-len``, background.md §7).
+            founding experiment's ``--max-model-len``, docs/background.md §7).
 
     Raises:
         ValueError: unparsable ``vllm_version`` or ``block_size``.

@@ -1,6 +1,6 @@
 """GPU and model profiles, and the step-time cost model (simulated seconds per engine step).
 
-Cost model (background.md §1; roofline):
+Cost model (docs/background.md §1; roofline):
 
     t_step = overhead + max(t_memory, t_compute) + t_offload_load + t_offload_store
     t_memory  = (weight_bytes / TP + kv_bytes_read / TP) / (bandwidth * bandwidth_efficiency)
@@ -8,13 +8,13 @@ Cost model (background.md §1; roofline):
     attention_flops = 4 * layers * q_heads * head_dim * sum over scheduled tokens of their context
     kv_bytes_read   = bytes_per_token * sum over scheduled requests of (context after this step)
 
-- 2·P FLOP per token for the linear layers, 2 bytes per bf16 weight: background.md §1.
+- 2·P FLOP per token for the linear layers, 2 bytes per bf16 weight: docs/background.md §1.
 - Attention: QK^T and PV, 2 FLOP per multiply-add each, per query token per context token, per
   head dim, per query head, per layer (Kaplan et al. 2020, "Scaling Laws", Table 1 context term).
-- ``bandwidth_efficiency`` 0.70: background.md §1 (39 tok/s on a 896 GB/s GPU with 16.2 GB of
+- ``bandwidth_efficiency`` 0.70: docs/background.md §1 (39 tok/s on a 896 GB/s GPU with 16.2 GB of
   weights = 632 GB/s = 70 % of peak).
 - ``compute_efficiency`` 0.78: calibrated so the §9 prefill of 5,033 tokens on the laptop profile
-  takes ~560 ms, the recompute time background.md §9 quotes; 60-80 % of peak is the usual range for
+  takes ~560 ms, the recompute time docs/background.md §9 quotes; 60-80 % of peak is the usual range for
   large bf16 GEMMs. It is a calibration, said so in docs/engine.md.
 - ``overhead`` 1.5 ms per step: scheduler, sampling, kernel launches (an assumption, documented).
 
@@ -58,7 +58,7 @@ class ModelProfile:
 
     @property
     def weight_bytes(self) -> int:
-        """bf16 weights: 2 bytes per parameter (background.md §1)."""
+        """bf16 weights: 2 bytes per parameter (docs/background.md §1)."""
         return int(self.params * 2)
 
 
@@ -69,7 +69,7 @@ GPU_PROFILES: dict[str, GPUProfile] = {
         3.35e12,
         989e12,
         "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3, 3.35 TB/s, BF16 1,979 TFLOPS "
-        "with sparsity = 989 dense; background.md §1",
+        "with sparsity = 989 dense; docs/background.md §1",
     ),
     "a100-80gb": GPUProfile(
         "a100-80gb",
@@ -93,14 +93,14 @@ GPU_PROFILES: dict[str, GPUProfile] = {
         "NVIDIA GeForce RTX 4070 Laptop GPU (8 GB GDDR6, 128-bit, 16 Gbps = 256 GB/s; 36 SMs, "
         "boost up to 2,175 MHz); dense FP16/BF16 tensor FLOPS with FP32 accumulate derived as "
         "36 SM x 2.175 GHz x 512 FLOP/clk/SM, the per-SM rate of the Ada whitepaper's RTX 4090 "
-        "(165.2 TFLOPS / 128 SM / 2.52 GHz); the GPU of background.md §9 is an unnamed 8 GB one",
+        "(165.2 TFLOPS / 128 SM / 2.52 GHz); the GPU of docs/background.md §9 is an unnamed 8 GB one",
     ),
     "laptop-896gbs": GPUProfile(
         "laptop-896gbs",
         24 * GiB,
         896e9,
         100e12,
-        "GeForce RTX 5090 Laptop GPU class: 24 GB GDDR7, 896 GB/s (background.md §1's example); "
+        "GeForce RTX 5090 Laptop GPU class: 24 GB GDDR7, 896 GB/s (docs/background.md §1's example); "
         "tensor peak an approximation (not from a datasheet): only decode, memory-bound, is "
         "checked against it",
     ),
@@ -115,7 +115,7 @@ MODEL_PROFILES: dict[str, ModelProfile] = {
         128,
         28_672,
         "Qwen/Qwen2.5-1.5B-Instruct config.json (28 layers, 12 heads, 2 KV heads, hidden 1536) and "
-        "model card (1.54B parameters); 28,672 B/token: background.md §2",
+        "model card (1.54B parameters); 28,672 B/token: docs/background.md §2",
         2,
     ),
     "qwen2.5-7b": ModelProfile(
@@ -126,7 +126,7 @@ MODEL_PROFILES: dict[str, ModelProfile] = {
         128,
         57_344,
         "Qwen/Qwen2.5-7B-Instruct config.json (28 layers, 28 heads, 4 KV heads, hidden 3584) and "
-        "model card (7.61B parameters); 57,344 B/token: background.md §2",
+        "model card (7.61B parameters); 57,344 B/token: docs/background.md §2",
         4,
     ),
     "llama-3.1-8b": ModelProfile(

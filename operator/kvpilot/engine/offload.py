@@ -4,7 +4,7 @@ Model of LMCache's local CPU backend behind vLLM's KV connector (LMCacheConnecto
 
 - KV is saved in chunks of ``chunk_tokens`` (LMCache ``chunk_size``, default 256) as a request's
   prompt is computed; only *full* chunks are kept, so lookups hit in multiples of 256 tokens
-  (background.md §9: 10 documents x 19 full chunks = 48,640 external tokens).
+  (docs/background.md §9: 10 documents x 19 full chunks = 48,640 external tokens).
 - A chunk's key is the prefix hash at its last token (here: the GPU block hash of its last block,
   which chains the whole prefix), so like GPU blocks only prefixes match.
 - Capacity ``capacity_bytes // (chunk_tokens * bytes_per_token)`` chunks (LMCache

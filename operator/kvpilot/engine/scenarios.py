@@ -4,7 +4,7 @@
 :func:`run_scenario` runs it and returns a JSON-able report. Each scenario's *signature* (what its
 metrics show, checked by tests/unit/engine/test_scenarios.py from the engine's own counters):
 
-- ``seed-lru``: background.md §9 — prefix hits 0, 0, 21,488 over three passes.
+- ``seed-lru``: docs/background.md §9 — prefix hits 0, 0, 21,488 over three passes.
 - ``kv-exhaustion``: waiting grows, KV usage near 1, preemptions grow.
 - ``max-num-seqs-cap``: running == max_num_seqs while waiting grows; KV usage low.
 - ``token-budget-cap``: steps full at max_num_batched_tokens, running below the cap, KV with room,
@@ -69,7 +69,7 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         Scenario(
             "seed-lru",
-            "background.md §9: 10 documents of 5,033 tokens sent one at a time, in order, again, then "
+            "10 documents of 5,033 tokens sent one at a time, in order, again, then "
             "reversed, into a 21,520-token KV cache: prefix hits 0, 0, 21,488 (LRU collapse).",
             {
                 "gpu": "laptop-8gb",

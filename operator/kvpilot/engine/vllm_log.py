@@ -17,7 +17,7 @@ The limits (:func:`startup_limits`) come from two lines vLLM prints at startup:
 plus the KV capacity below (``kv_cache_tokens``).
 
 vLLM logs the KV cache it allocated once, at startup, in one of these formats
-(``vllm/v1/core/kv_cache_utils.py``; background.md §2):
+(``vllm/v1/core/kv_cache_utils.py``; docs/background.md §2):
 
 - up to v0.27, two lines::
 

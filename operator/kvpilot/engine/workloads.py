@@ -6,7 +6,7 @@
   one finishes (``think_time`` later): the §9 "one at a time" experiment is concurrency 1.
 - :func:`poisson` — Poisson arrivals (exponential gaps, ``random.Random(seed)``), prompt/output
   length distributions (:func:`sample_length`), optional shared-prefix groups.
-- :func:`document_scan` — background.md §9: N documents, no shared prefixes, sent in order, again
+- :func:`document_scan` — docs/background.md §9: N documents, no shared prefixes, sent in order, again
   in order, then reversed.
 - :func:`load_trace` — replay of JSONL lines (fields documented there).
 - :func:`from_dict` — any of these from a plain dict (the CLI loads YAML into it).
@@ -210,7 +210,7 @@ def document_scan(
     output_len: int = 1,
     concurrency: int = 1,
 ) -> ClosedLoop:
-    """background.md §9: documents with no shared prefix, sent one at a time, pass by pass.
+    """docs/background.md §9: documents with no shared prefix, sent one at a time, pass by pass.
 
     Pass names ``first``/``second`` (or any name not starting with ``rev``) send documents
     0..N-1; a name starting with ``rev`` sends N-1..0. Each request is tagged with its pass name

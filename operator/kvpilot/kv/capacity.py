@@ -1,13 +1,13 @@
 """KV capacity: tokens, blocks, concurrency and startup feasibility, the way vLLM computes them.
 
 Pure arithmetic. Sources (vLLM main, the v0.3x line: vllm/v1/core/kv_cache_utils.py at commit 001cabc1;
-background.md §2, §4, §7):
+docs/background.md §2, §4, §7):
 
 * Blocks: ``num_blocks = available_memory // page_size // num_layers`` (``get_num_blocks``,
   vllm/v1/core/kv_cache_utils.py), i.e. ``kv_memory // (block_size × bytes_per_token)``, rounded down.
 * Tokens: ``GPU KV cache size: N tokens`` logs ``num_blocks // num_groups × block_size``
   (``_report_kv_cache_config``): the block count *including* block 0, the reserved null block
-  (``BlockPool``), so usable blocks = ``num_blocks - 1`` (background.md §4: 21,520 tokens = 1,345 blocks,
+  (``BlockPool``), so usable blocks = ``num_blocks - 1`` (docs/background.md §4: 21,520 tokens = 1,345 blocks,
   1,344 usable).
 * Concurrency: ``num_blocks / ceil(max_memory_usage_per_request / memory_per_block)``
   (``get_max_concurrency_for_kv_cache_config``), logged as ``Maximum concurrency for N tokens per request: X.XXx``.
@@ -31,18 +31,18 @@ from kvpilot.kv.spec import KVConfigError, KVSpec, ceil_div, kv_spec_from_config
 from kvpilot.text.numbers import gib
 
 GIB = 2**30
-#: vLLM's default ``--block-size`` for CUDA attention backends (CacheConfig), background.md §4.
+#: vLLM's default ``--block-size`` for CUDA attention backends (CacheConfig), docs/background.md §4.
 DEFAULT_BLOCK_SIZE = 16
 #: The block sizes vLLM's ``--block-size`` accepts: ``BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]``
 #: in ``vllm/config/cache.py`` (argparse choices come from the Literal). Newer sources type the field
 #: ``int > 0`` and leave the check to the attention backends, which support only some sizes; kvpilot
 #: keeps the listed set.
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
-#: vLLM's default ``--gpu-memory-utilization`` for v0.30–v0.33 (0.9 up to v0.19), background.md §7.
+#: vLLM's default ``--gpu-memory-utilization`` for v0.30–v0.33 (0.9 up to v0.19), docs/background.md §7.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
-#: vLLM's default ``--max-num-batched-tokens`` on < 70 GiB GPUs (background.md §7); bounds sliding-window blocks.
+#: vLLM's default ``--max-num-batched-tokens`` on < 70 GiB GPUs (docs/background.md §7); bounds sliding-window blocks.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
-#: vLLM's GPU-tier defaults beside it (background.md §7, ``EngineArgs._set_default_args`` in
+#: vLLM's GPU-tier defaults beside it (docs/background.md §7, ``EngineArgs._set_default_args`` in
 #: vllm/engine/arg_utils.py, v0.30-v0.33, OpenAI server usage context): ``--max-num-seqs`` 256, and
 #: on GPUs with >= 70 GiB that are not A100s 1024 sequences and 8192 batched tokens; 16384 batched
 #: tokens from 160 GiB.
@@ -52,7 +52,7 @@ LARGE_GPU_MAX_NUM_BATCHED_TOKENS = 8192
 HUGE_GPU_MAX_NUM_BATCHED_TOKENS = 16384
 #: Estimated non-weight, non-KV GPU memory of a vLLM instance (activation peak of the profiling run,
 #: CUDA context/NCCL "non-torch" memory, CUDA graphs), bytes. 1.35 GiB is what the reference deployment
-#: leaves after weights and KV (background.md §7/§9: Qwen2.5-1.5B-Instruct on an 8 GiB GPU at
+#: leaves after weights and KV (docs/background.md §7/§9: Qwen2.5-1.5B-Instruct on an 8 GiB GPU at
 #: utilization 0.60 logged 21,520 KV tokens: 0.60 × 8 GiB − 2.875 GiB weights (1,543,714,304 bf16
 #: parameters) − 0.575 GiB KV = 1.35 GiB). vLLM's profile in case C01 (non_torch 0.35 GiB, activation peak
 #: ~2 GiB at 20k tokens without chunked prefill) shows it varies with model and flags: pass the real value
@@ -222,8 +222,8 @@ class KVCapacity:
     notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        """design.md's ``kvpilot kv -o json`` object: ``bytes_per_token``, ``kv_tokens``, ``kv_blocks``,
-        ``max_concurrency``, ``fits``, ``max_model_len_that_fits``, more figures, and ``inputs``.
+        """The ``kvpilot kv -o json`` object (docs/kv.md, "Command line"): ``bytes_per_token``, ``kv_tokens``,
+        ``kv_blocks``, ``max_concurrency``, ``fits``, ``max_model_len_that_fits``, more figures, and ``inputs``.
         """
         return {
             "bytes_per_token": self.bytes_per_token,

@@ -14,7 +14,7 @@ from kvpilot.kv.spec import KVConfigError
 from kvpilot.text.numbers import count, gib, number, times
 
 CONDITION_TYPE = "KVCapacity"
-#: vLLMServer ``spec.engine`` keys (camelCase, design.md) → :func:`kvpilot.kv.capacity.capacity` arguments.
+#: vLLMServer ``spec.engine`` keys (camelCase, docs/crd-reference.md) → :func:`kvpilot.kv.capacity.capacity` arguments.
 ENGINE_FIELDS = {
     "gpuMemoryUtilization": "gpu_memory_utilization",
     "maxModelLen": "max_model_len",

@@ -1,7 +1,7 @@
 """Bytes of KV cache per token and per request, per GPU. Pure arithmetic on a :class:`KVSpec`.
 
 Formulas and their sources (vLLM main, the v0.3x line: kv_cache_interface.py at commit 001cabc1,
-mamba_utils.py at 02d71083, config/model.py; background.md §2):
+mamba_utils.py at 02d71083, config/model.py; docs/background.md §2):
 
 * Standard attention (MHA/GQA/MQA): ``2 (K and V) × layers × kv_heads_per_gpu × head_dim × bytes`` per token:
   ``AttentionSpec.real_page_size_bytes`` = ``2 × block_size × num_kv_heads × head_size × dtype_size``
@@ -225,7 +225,7 @@ def bytes_per_token(config: dict | KVSpec, kv_cache_dtype: str = "auto", tensor_
     """KV bytes each token adds on one GPU (full-attention and MLA layers; sliding/Mamba layers add none).
 
     ``config`` is a parsed config.json or a :class:`KVSpec`. E.g. Qwen2.5-7B-Instruct, bf16, TP 1:
-    ``2 × 28 × 4 × 128 × 2 = 57,344`` (background.md §2).
+    ``2 × 28 × 4 × 128 × 2 = 57,344`` (docs/background.md §2).
 
     Raises:
         KVConfigError: naming the field or option at fault.

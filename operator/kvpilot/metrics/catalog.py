@@ -1,6 +1,6 @@
 """The vLLM metric catalog: canonical names, types, renames across versions, and name matching.
 
-Source: background.md §8 (condensed from vLLM's ``vllm/v1/metrics/loggers.py`` and the
+Source: docs/background.md §8 (condensed from vLLM's ``vllm/v1/metrics/loggers.py`` and the
 metrics design doc, v0.9–v0.33) and the rename case C19 in the project fixtures.
 
 Vocabulary used throughout kvpilot:
@@ -120,7 +120,7 @@ REQUEST_LATENCY_BUCKETS = (
     1920.0,
     7680.0,
 )
-#: tokens per engine step (``vllm:iteration_tokens_total``), 1…16384 as background.md §8 states.
+#: tokens per engine step (``vllm:iteration_tokens_total``), 1…16384 as docs/background.md §8 states.
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 CATALOG: tuple[MetricSpec, ...] = (

@@ -1,4 +1,4 @@
-"""Recordings: timelines of metrics as OpenMetrics text with timestamps (design.md "Recordings").
+"""Recordings: timelines of metrics as OpenMetrics text with timestamps (docs/metrics.md, "Recordings").
 
 A recording is an OpenMetrics 1.0 exposition whose samples carry timestamps (Unix seconds, as
 OpenMetrics specifies), several samples per series in time order, ending with ``# EOF``: the

@@ -29,7 +29,7 @@ from kvpilot.api import (
     parse_spec,
     spec_hash,
 )
-from kvpilot.api.constants import (  # labels and annotations on the Pod and the Service (design.md "The pod")
+from kvpilot.api.constants import (  # labels and annotations on the Pod and the Service (docs/crd-reference.md)
     ANNOTATION_MODEL,
     ANNOTATION_SPEC_HASH,
     LABEL_INSTANCE,

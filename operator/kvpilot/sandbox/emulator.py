@@ -3,7 +3,8 @@
 :class:`FaithfulKubernetes` subclasses :class:`kmock.KubernetesEmulator` and keeps kmock's
 machinery (the aiohttp server, request recording, the reaction DSL, discovery, strict mode,
 ``kmock.objects`` for assertions) while replacing its object semantics with a real API
-server's. Every gap listed in ``testing-notes.md`` is closed here, each in one place:
+server's. Every gap between stock kmock 0.8 and a real API server that kopf or the operator
+notices is closed here, each in one place:
 
 ========================================  =====================================================
 gap in kmock 0.8                          what this class does (where)

@@ -1,6 +1,6 @@
 """`kvpilot demo`'s analysis sections: KV math, the founding measurement, a diagnosis per scenario.
 
-Expected numbers are worked out by hand from background.md (§2, §4, §9) and the scenarios'
+Expected numbers are worked out by hand from docs/background.md (§2, §4, §9) and the scenarios'
 definitions, never read back from the code under test.
 """
 
@@ -34,7 +34,7 @@ def _table(text: str) -> dict[str, list[str]]:
 
 def test_kv_section_quantifies_each_flag_change():
     _, text = _run_sections(demo_analysis.section_kv)
-    # 2 x 28 layers x 2 KV heads x 128 x 2 bytes (background.md §2)
+    # 2 x 28 layers x 2 KV heads x 128 x 2 bytes (docs/background.md §2)
     assert "28,672 bytes per token" in text
     # 21,520 tokens / 16 = 1,345 blocks, 1,344 usable (§4); 1,345 blocks / (8,192 / 16) = 2.63 requests
     assert "1,345 blocks of 16 (1,344 usable" in text
@@ -51,7 +51,7 @@ def test_kv_section_quantifies_each_flag_change():
 
 def test_engine_section_reproduces_the_founding_measurement():
     _, text = _run_sections(demo_analysis.section_engine)
-    # background.md §9: 0, 0, 21,488 GPU hits; with 1.5 GiB CPU tier pass 2 = 10 x 19 x 256 = 48,640
+    # docs/background.md §9: 0, 0, 21,488 GPU hits; with 1.5 GiB CPU tier pass 2 = 10 x 19 x 256 = 48,640
     rows = _table(text)  # pass -> hits, TTFT model/vLLM, CPU tier hits GPU+CPU, TTFT model/vLLM
     assert rows["first"][0] == "0" and rows["second"][0] == "0" and rows["reversed"][0] == "21,488"
     assert rows["second"][2] == "0 + 48,640"

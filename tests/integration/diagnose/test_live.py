@@ -2,7 +2,7 @@
 
 The simulated server runs the max-num-seqs-cap scenario at 10x speed. Prometheus 2.42 asks for
 OpenMetrics, which prometheus_client >= 0.22 answers with `vllm_`-escaped names
-(testing-notes.md), so this also checks that diagnose reads what such a Prometheus stores.
+(docs/metrics.md, "Escaping"), so this also checks that diagnose reads what such a Prometheus stores.
 """
 
 from __future__ import annotations

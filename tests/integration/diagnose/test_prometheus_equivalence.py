@@ -1,6 +1,6 @@
 """The same recordings through a real Prometheus (backfilled with promtool) and through the replay.
 
-Requires the same signals within 2 % (issue 5 item 1): PromQL evaluated by Prometheus 2.42 via
+Requires the same signals within 2 % (docs/diagnosis.md, "Signals"): PromQL evaluated by Prometheus 2.42 via
 kvpilot's `--prometheus` source against kvpilot's own implementation of the same functions on the
 recording's samples.
 """

@@ -94,7 +94,7 @@ def test_scripted_prometheus_gives_the_verdict():
     doc = json.loads(result.output)
     assert doc["targets"][0]["verdict"] == "max_num_seqs_cap" and result.exit_code == 2
     assert doc["targets"][0]["target"]["pod"] == "qwen-0"
-    # the report lists the PromQL it used (design.md: "queries")
+    # the report lists the PromQL it used (docs/diagnose-output.schema.json: "queries")
     queries = doc["targets"][0]["queries"]
     assert len(queries) == len(SIGNAL_DEFS) + 1 and all("vllm" in q for q in queries)
     assert any(

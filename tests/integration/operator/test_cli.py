@@ -25,7 +25,7 @@ def test_demo_prints_command_line_phase_and_kv_tokens():
     result = subprocess.run([KVPILOT, "demo"], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    # background.md §7: the experiment's flags, exactly as the operator renders them
+    # docs/background.md §7: the experiment's flags, exactly as the operator renders them
     assert (
         "vllm serve Qwen/Qwen2.5-1.5B-Instruct --gpu-memory-utilization 0.6 --max-model-len 8192 "
         "--max-num-seqs 4 --enable-prefix-caching --port 8000"

@@ -15,7 +15,7 @@ import pytest
 from kvpilot.api.crd import crd_manifest
 from tests.integration.operator.conftest import SERVERS, wait_for
 
-# Hand-written from background.md §7 (the founding experiment); not read from the repo's examples.
+# Hand-written from docs/background.md §7 (the founding experiment); not read from the repo's examples.
 EXPERIMENT = {
     "apiVersion": "kvpilot.dev/v1alpha1",
     "kind": "VLLMServer",
@@ -335,7 +335,7 @@ def test_preflight_enforce_refuses_a_spec_that_cannot_start(cluster, api, namesp
     body["spec"]["resources"]["gpuMemory"] = "4Gi"
     body["spec"]["engine"].update(gpuMemoryUtilization=0.9, maxModelLen=32768, maxNumBatchedTokens=32768)
     # 4 GiB x 0.9 = 3.6 GiB minus 2.875 GiB of weights leaves at most 0.725 GiB for KV, less than
-    # the 0.875 GiB one 32,768-token request needs (background.md §2): vLLM would refuse to start.
+    # the 0.875 GiB one 32,768-token request needs (docs/background.md §2): vLLM would refuse to start.
     with operator():
         _create(api, namespace, body)
         status = wait_for(

@@ -1,6 +1,7 @@
 """The sandbox API behaves like a real API server where the operator's tests depend on it.
 
-One test per gap of testing-notes.md, through the kubernetes client (as the operator talks).
+One test per gap between stock kmock 0.8 and a real API server (kvpilot.sandbox.emulator's docstring
+lists them), through the kubernetes client (as the operator talks).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ def _json(args):
 
 
 def test_seed_lru_contract():
-    # background.md §9: 21,520 tokens = 1,345 blocks of 16, 1,344 usable; hits 0, 0, 21,488
+    # docs/background.md §9: 21,520 tokens = 1,345 blocks of 16, 1,344 usable; hits 0, 0, 21,488
     out = _json(["seed-lru"])
     assert out["kv_cache_tokens"] == 21520
     assert out["usable_blocks"] == 1344

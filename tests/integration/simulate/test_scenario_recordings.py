@@ -196,7 +196,7 @@ def test_idle_signature(recordings):
 
 def test_seed_lru_signature(recordings):
     rec = Series(recordings["seed-lru"])
-    # background.md §9: 30 requests (10 documents x 3 passes) of 5,033 tokens = 150,990 prompt tokens
+    # docs/background.md §9: 30 requests (10 documents x 3 passes) of 5,033 tokens = 150,990 prompt tokens
     # queried; only the reversed pass hits: 1,343 blocks x 16 = 21,488 tokens
     assert rec.last("vllm:prefix_cache_queries_total") == 150990
     assert rec.last("vllm:prefix_cache_hits_total") == 21488

@@ -2,8 +2,8 @@
 
 Prometheus 2.42 asks for OpenMetrics; prometheus_client 0.26 then escapes ``:`` to ``_`` in sample
 names (HELP/TYPE keep the colon), so Prometheus stores only ``vllm_...`` names — as it does when
-scraping a real vLLM server (testing-notes.md). The expected names below are written out by hand
-from background.md §8 for vLLM 0.33.
+scraping a real vLLM server (docs/metrics.md, "Escaping"). The expected names below are written out by hand
+from docs/background.md §8 for vLLM 0.33.
 """
 
 from __future__ import annotations

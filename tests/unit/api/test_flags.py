@@ -111,7 +111,7 @@ def test_option_name(arg, name):
 
 @pytest.mark.parametrize("arg", ["--hf-token=hf_abc123", "--hf_token", "--hf-token"])
 def test_hf_token_is_never_inlined_through_extra_args(arg):
-    # design.md: hfTokenSecretRef is "never inlined into args or env values"; vLLM's --hf-token VALUE
+    # docs/crd-reference.md: hfTokenSecretRef is never inlined into args or env values; vLLM's --hf-token VALUE
     # would put the token on the pod's command line, readable by anyone who can get the pod
     err = refused([arg, "hf_abc123"] if "=" not in arg else [arg])
     assert err.field == "spec.engine.extraArgs[0]"

@@ -23,7 +23,7 @@ def signals(**values) -> Signals:
 
 
 def test_gpu_memory_utilization_arithmetic():
-    # the reference deployment (background.md §7/§9): Qwen2.5-1.5B on an 8 GiB GPU at 0.60, 21,520 KV tokens.
+    # the reference deployment (docs/background.md §7/§9): Qwen2.5-1.5B on an 8 GiB GPU at 0.60, 21,520 KV tokens.
     # 4 running x 8,000 tokens per request = 32,000 tokens of demand, 10,480 more than the pool:
     # 10,480 x 28,672 B = 300,482,560 B = 0.03498 of 8 GiB -> 0.60 + 0.035 = 0.635 -> rounded up to 0.64.
     # extra = (0.64 - 0.60) x 8 GiB / 28,672 B = 343,597,383.68 / 28,672 = 11,983.7 tokens

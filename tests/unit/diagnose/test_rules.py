@@ -66,7 +66,8 @@ def test_idle_and_healthy():
 
 
 def test_kv_shortage_wins_over_running_at_max_num_seqs():
-    # running == max_num_seqs == 4 AND preemptions with KV at 1.0: still a KV shortage (issue 5 item 4)
+    # running == max_num_seqs == 4 AND preemptions with KV at 1.0: still a KV shortage
+    # (docs/diagnosis.md, kv_cache_exhaustion)
     sig = make(
         running_avg=4,
         running_max=4,
@@ -165,7 +166,7 @@ def test_steps_full_and_the_compute_knee():
     assert not steps_full(0.95, 200, 512)  # 39 % fill: steps not full
     assert not steps_full(None, 52446, 65000)  # 80.7 % fill < 90 %
     assert steps_full(None, 64000, 65000) and not steps_full(None, None, 2048)
-    # H100 knee: 989e12 FLOP/s / 3.35e12 B/s = 295.2 tokens per step (background.md §1)
+    # H100 knee: 989e12 FLOP/s / 3.35e12 B/s = 295.2 tokens per step (docs/background.md §1)
     knee, how = compute_knee(resolve_limits(gpu_name="H100"))
     assert knee == pytest.approx(295.2, abs=0.1) and "h100" in how
     # full steps are a budget cap below vLLM's large-GPU default 8,192; at or above it compute-bound (C12: 65,000)
@@ -303,7 +304,7 @@ def test_limit_sources_in_precedence_order():
     assert lim.gpu_memory_utilization == Limit(0.6, "cache_config_info")
     assert lim.kv_cache_tokens == Limit(1600, "derived")  # 100 blocks x 16
     assert resolve_limits().max_model_len.value is None
-    # defaults by GPU tier (background.md §7): >= 70 GiB non-A100 -> 1024 / 8192; A100 -> 256 / 2048
+    # defaults by GPU tier (docs/background.md §7): >= 70 GiB non-A100 -> 1024 / 8192; A100 -> 256 / 2048
     big = resolve_limits(gpu_memory_bytes=80 * 2**30, gpu_name="H100")
     assert (big.max_num_seqs, big.max_num_batched_tokens) == (Limit(1024, "default"), Limit(8192, "default"))
     a100 = resolve_limits(gpu_memory_bytes=80 * 2**30, gpu_name="A100-80GB")

@@ -15,7 +15,7 @@ from kvpilot.cli import cli
 from tests.integration.diagnose.scenario_flags import EXPECTED, scenario_cli_args
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
-#: exit status per verdict class: ok -> 0, warning -> 1, critical -> 2 (design.md "CLI")
+#: exit status per verdict class: ok -> 0, warning -> 1, critical -> 2 (docs/user-guide.md)
 OK = {"healthy", "idle"}
 
 
@@ -41,7 +41,7 @@ def test_scenario_recording_gets_its_verdict(scenario):
 
 
 def test_seed_lru_reproduces_the_reference_hits():
-    """background.md §9: 0, 0, 21,488 hit tokens over three passes -> 21,488 in the window."""
+    """docs/background.md §9: 0, 0, 21,488 hit tokens over three passes -> 21,488 in the window."""
     import json
 
     args = [

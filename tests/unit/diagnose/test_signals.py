@@ -1,4 +1,4 @@
-"""Signal computation from samples: metric-name realities (issue 5 item 2), bad values, captures.
+"""Signal computation from samples: metric-name realities (docs/metrics.md), bad values, captures.
 
 Expected values are worked out by hand in each test.
 """

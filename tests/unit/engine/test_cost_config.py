@@ -11,7 +11,7 @@ GIB = 2**30
 
 
 def test_decode_is_weight_reads_over_bandwidth_background_s1():
-    # background.md §1: 16.2 GB of weights on a 896 GB/s GPU at 70 %: 16.2e9 / (896e9 * 0.7)
+    # docs/background.md §1: 16.2 GB of weights on a 896 GB/s GPU at 70 %: 16.2e9 / (896e9 * 0.7)
     # = 25.83 ms per token -> 38.7 tok/s (measured 39).
     cm = CostModel(
         gpu_profile("laptop-896gbs"),
@@ -51,7 +51,7 @@ def test_kv_tokens_give_blocks():
 def test_derived_capacity_close_to_the_logged_experiment():
     # 8 GiB * 0.60 = 5,153,960,755 B; minus weights 1.54e9 * 2 = 3.08e9 B; minus the 1.35 GiB
     # reserve (1,449,551,462 B) = 624,409,293 B; / (28,672 B * 16) = 1,361 blocks = 21,776 tokens,
-    # 1.2 % above the 21,520 vLLM logged (background.md §9).
+    # 1.2 % above the 21,520 vLLM logged (docs/background.md §9).
     cfg = EngineConfig(gpu="laptop-8gb", model="qwen2.5-1.5b", gpu_memory_utilization=0.60, max_model_len=8192)
     assert cfg.resolved_num_gpu_blocks() == 1361
     assert cfg.kv_cache_tokens_resolved() == pytest.approx(21520, rel=0.02)
@@ -96,7 +96,7 @@ def test_validate_rejects_like_vllm(fields, message):
 
 
 def test_batch_defaults_depend_on_the_gpu_like_vllm():
-    # background.md §7: 256 / 2048; 1024 / 8192 on >= 70 GiB GPUs that are not A100s
+    # docs/background.md §7: 256 / 2048; 1024 / 8192 on >= 70 GiB GPUs that are not A100s
     assert (
         EngineConfig(gpu="l4").resolved().max_num_seqs,
         EngineConfig(gpu="l4").resolved().max_num_batched_tokens,

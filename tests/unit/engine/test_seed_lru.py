@@ -1,4 +1,4 @@
-"""background.md §9, the founding measurement, reproduced by the engine model (issue 4 item 7)."""
+"""docs/background.md §9, the founding measurement, reproduced by the engine model."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def _hits(report):
 
 def test_seed_lru_reference_numbers():
     rep = run_scenario("seed-lru")
-    # background.md §4: 21,520 tokens / 16 = 1,345 blocks, minus the null block = 1,344 usable
+    # docs/background.md §4: 21,520 tokens / 16 = 1,345 blocks, minus the null block = 1,344 usable
     assert rep["kv_cache_tokens"] == 21520
     assert rep["usable_blocks"] == 1344
     # §9: 0, 0, 21,488 = 1,343 blocks x 16
@@ -55,7 +55,7 @@ def test_offload_contract_external_hits_in_pass_two():
 
 
 def test_ttft_in_the_measured_ballpark():
-    # measured (background.md §9): 575.5, 576.2, 505.4 ms baseline; LMCache pass 1 597.8 ms,
+    # measured (docs/background.md §9): 575.5, 576.2, 505.4 ms baseline; LMCache pass 1 597.8 ms,
     # pass 2 48.6 ms. The cost model is calibrated on the first figure; the others are predictions.
     base = {p["name"]: p["ttft_p50_ms"] for p in run_scenario("seed-lru")["passes"]}
     assert base["first"] == pytest.approx(575.5, rel=0.05)

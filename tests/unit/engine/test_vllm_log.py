@@ -1,4 +1,4 @@
-"""The KV-capacity line in every vLLM log format (lines written by hand from background.md §2 and
+"""The KV-capacity line in every vLLM log format (lines written by hand from docs/background.md §2 and
 the format strings of vllm/v1/core/kv_cache_utils.py).
 """
 

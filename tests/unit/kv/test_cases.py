@@ -1,6 +1,6 @@
-"""The KV cases of tests/fixtures/cases (copied from ../shared/fixtures/cases; each file's ``source`` names the
-public thread): each reproduces its ``expected`` numbers within its ``tolerance_pct``. Inputs are what the
-case's log lines state (e.g. ``kv_cache_size=2.89GiB``), never the expected outputs.
+"""The KV cases of tests/fixtures/cases (each file's ``source`` names the public thread): each reproduces
+its ``expected`` numbers within its ``tolerance_pct``. Inputs are what the case's log lines state (e.g.
+``kv_cache_size=2.89GiB``), never the expected outputs.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""background.md §2 and §4 reference numbers (must be reproduced exactly)."""
+"""docs/background.md §2 and §4 reference numbers (must be reproduced exactly)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from kvpilot.kv import bytes_per_token, capacity
 
 from .conftest import GIB, hf_config
 
-MHA_7B = {  # Qwen2.5-7B-Instruct with H_kv = heads = 28 (background.md §2, last row)
+MHA_7B = {  # Qwen2.5-7B-Instruct with H_kv = heads = 28 (docs/background.md §2, last row)
     "num_hidden_layers": 28,
     "num_attention_heads": 28,
     "num_key_value_heads": 28,
@@ -69,7 +69,7 @@ def test_fp8_is_one_byte():
 
 
 def test_reference_deployment_from_gpu_memory_with_the_default_overhead():
-    """background.md §7/§9: Qwen2.5-1.5B, 8 GiB GPU, utilization 0.60 -> vLLM logged 21,520 KV tokens.
+    """docs/background.md §7/§9: Qwen2.5-1.5B, 8 GiB GPU, utilization 0.60 -> vLLM logged 21,520 KV tokens.
 
     The default overhead (1.35 GiB) is calibrated on this deployment, so this checks the derivation's
     arithmetic and the documented default, not an independent prediction.

@@ -1,5 +1,5 @@
 """VLLMMetrics: per-version names, labels, units and exposition (expected sets written by hand
-from background.md §8, the rename notes of the catalog and the captures in tests/fixtures/metrics).
+from docs/background.md §8, the rename notes of the catalog and the captures in tests/fixtures/metrics).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """parse_exposition on every real capture (values read off each file by eye) and on the
-real-world oddities of issue 5 item 2 written out by hand.
+real-world oddities (docs/metrics.md) written out by hand.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def test_comment_only_fragment_gives_no_samples():
     assert parse_exposition(_read("51163.txt")) == []
 
 
-# --- hand-written real-world oddities (issue 5 item 2) ---
+# --- hand-written real-world oddities (docs/metrics.md) ---
 
 ESCAPED_OM = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.

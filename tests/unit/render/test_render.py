@@ -1,4 +1,4 @@
-"""The renderer: every spec field and default, as design.md "The pod" specifies.
+"""The renderer: every spec field and default, as docs/crd-reference.md ("What every pod gets") specifies.
 
 Expected values are written out from the spec and the design, never computed by the code under test.
 """

@@ -1,4 +1,4 @@
-"""``--recording FILE``: replay a recording (design.md "Recordings") through the signal computation."""
+"""``--recording FILE``: replay a recording (docs/metrics.md, "Recordings") through the signal computation."""
 
 from __future__ import annotations
 

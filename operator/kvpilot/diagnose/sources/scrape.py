@@ -17,7 +17,7 @@ from kvpilot.diagnose.sources import SourceError, request_failure_reason
 from kvpilot.diagnose.sources.http import MAX_SCRAPE_BYTES, fetch
 from kvpilot.metrics.exposition import ExpositionError, Sample, parse_exposition
 
-#: Accept header: plain text 0.0.4 first, so names keep their colon (testing-notes.md: an
+#: Accept header: plain text 0.0.4 first, so names keep their colon (docs/metrics.md, "Escaping": an
 #: OpenMetrics request to prometheus_client >= 0.22 gets ``_``-escaped names); either parses.
 #: Most lines one scrape may have (checked before parsing): vLLM's /metrics holds about a
 #: thousand lines per served model (its histograms' buckets included), so 50,000 leaves room for
