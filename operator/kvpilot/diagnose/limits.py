@@ -90,8 +90,13 @@ class Limits:
         """``{field: source}`` for every known field."""
         return {name: getattr(self, name).source for name in _FIELDS if getattr(self, name).value is not None}
 
-    def describe(self) -> str:
-        """One sentence: ``max_num_seqs 4 (cli), max_num_batched_tokens 2048 (default), ...``."""
+    def describe(self, inferred: Mapping[str, float | None] | None = None) -> str:
+        """One sentence: ``max_num_seqs 4 (cli), max_num_batched_tokens 2048 (default), ...``.
+
+        ``inferred``: limits the rules inferred from the gauges (``{name: value}``); such a limit
+        prints as ``256 (inferred; vLLM's default 2,048 not read)``.
+        """
+        inferred = {k: v for k, v in (inferred or {}).items() if v is not None}
         parts = []
         for name in (
             "max_num_seqs",
@@ -103,7 +108,9 @@ class Limits:
             "block_size",
         ):
             lim: Limit = getattr(self, name)
-            if lim.value is not None:
+            if name in inferred:
+                parts.append(f"{name} {fig(inferred[name], 4)} (inferred; vLLM's default {fig(lim.value, 4)} not read)")
+            elif lim.value is not None:
                 value = fig(lim.value, 4) if isinstance(lim.value, (int, float)) else lim.value
                 parts.append(f"{name} {value} ({lim.source})")
         return "Limits: " + (", ".join(parts) if parts else "none known") + "."
@@ -186,5 +193,7 @@ def resolve_limits(
             values[name] = Limit(default, "default")
             if name in ("max_num_seqs", "max_num_batched_tokens"):
                 tier = "a >= 70 GiB non-A100 GPU" if large else "an unknown or < 70 GiB GPU"
-                notes.append(f"{name} not configured anywhere readable: assumed vLLM's default {default} for {tier}")
+                notes.append(
+                    f"{name} not configured anywhere readable: assumed vLLM's default {fig(default)} for {tier}"
+                )
     return Limits(**values, gpu_memory_bytes=gpu_memory_bytes, gpu_name=gpu_name, notes=tuple(notes))

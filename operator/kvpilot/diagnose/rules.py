@@ -449,6 +449,10 @@ def diagnose_target(
     out_signals = dict(signals.values)
     out_signals["budget_full_step_share"] = facts.share
     out_signals["kv_admission_ceiling"] = facts.ceiling
+    out_signals["inferred_max_num_seqs"] = facts.n_seqs if "max_num_seqs" in facts.inferred else None
+    out_signals["inferred_max_num_batched_tokens"] = (
+        facts.budget if "max_num_batched_tokens" in facts.inferred else None
+    )
     diag = Diagnosis(
         verdict="healthy",
         severity="ok",

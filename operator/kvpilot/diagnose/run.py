@@ -256,7 +256,8 @@ def run(opts: Options) -> Report:
             pod_log=from_pod.log if from_pod else None,
         )
         diag = diagnose_target(sig, limits, _target_json(key, opts.server, instance), queries, opts.model_config)
-        diag.evidence.append(limits.describe())
+        inferred = {name: diag.signals.get(f"inferred_{name}") for name in ("max_num_seqs", "max_num_batched_tokens")}
+        diag.evidence.append(limits.describe(inferred))
         diag.evidence.extend(limits.notes)
         report.targets.append(diag)
     if not report.targets:
