@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kvpilot.text.safe import one_line
+
 
 class SpecError(Exception):
     """An invalid VLLMServer (or render input), naming the offending field.
@@ -21,5 +23,6 @@ class SpecError(Exception):
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
-        self.message = " ".join(str(message).split())
+        # the message quotes user input: one line, no terminal controls, secrets redacted
+        self.message = one_line(message)
         super().__init__(f"{field}: {self.message}")

@@ -30,6 +30,7 @@ from kvpilot.api.constants import LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, 
 from kvpilot.api.errors import SpecError
 from kvpilot.api.flags import managed_flag_matches, refusal
 from kvpilot.api.quantity import QUANTITY_PATTERN, parse_quantity
+from kvpilot.text.safe import contains_secret, is_secret_name
 
 #: The pinned default image. vLLM v0.33.0 is the release docs/background.md's defaults
 #: (§7, "defaults per vLLM v0.30–v0.33 source") and log formats were checked against; a tag,
@@ -442,8 +443,10 @@ def check_cross_field_rules(spec: VLLMServerSpec) -> None:
       turns chunked prefill on by default, so only an explicit false enforces it);
     - ``resources.gpus >= engine.tensorParallelSize``;
     - ``extraArgs`` holds no managed flag (see :mod:`kvpilot.api.flags`);
-    - ``env`` does not set ``HF_HOME``, a literal Hugging Face token, a variable the offload backend
-      sets, or one name twice; ``podLabels`` are valid and do not override kvpilot's labels.
+    - ``env`` does not set ``HF_HOME``, a literal Hugging Face token, a literal value for a
+      secret-named variable (``*_TOKEN``, ``*_KEY``, ``*SECRET``, ``*PASSWORD``) or a token-shaped
+      value (:mod:`kvpilot.text.safe`), a variable the offload backend sets, or one name twice;
+      ``extraArgs`` holds no token-shaped value; ``podLabels`` are valid and do not override kvpilot's labels.
 
     Raises:
         SpecError: naming the first offending field (camelCase path under ``spec``).
@@ -474,6 +477,11 @@ def check_cross_field_rules(spec: VLLMServerSpec) -> None:
         matches = managed_flag_matches(arg, kv_offload=spec.kv_offload is not None)
         if matches:
             raise SpecError(f"spec.engine.extraArgs[{i}]", refusal(arg, matches))
+        if contains_secret(arg):
+            raise SpecError(
+                f"spec.engine.extraArgs[{i}]",
+                "looks like a secret (a token); pass secrets through env valueFrom.secretKeyRef, never as arguments",
+            )
     _check_env(spec)
     _check_labels(spec)
 
@@ -493,6 +501,13 @@ def _check_env(spec: VLLMServerSpec) -> None:
             raise SpecError(where, "HF_HOME is set from spec.modelCache.mountPath")
         if var.name in _TOKEN_ENV and var.value is not None:
             raise SpecError(f"spec.env[{i}].value", f"{var.name} must not be inlined; use spec.hfTokenSecretRef")
+        if var.value and (is_secret_name(var.name) or contains_secret(var.value)):
+            # a literal secret would be printed by kvpilot render and readable by anyone who can read the pod
+            raise SpecError(
+                f"spec.env[{i}].value",
+                f"{var.name} holds a secret (its name or its value looks like one): "
+                "use valueFrom.secretKeyRef instead of a literal value",
+            )
         if var.name in _TOKEN_ENV and spec.hf_token_secret_ref is not None:
             raise SpecError(where, f"{var.name} is set from spec.hfTokenSecretRef")
         if var.name in _LMCACHE_ENV and spec.kv_offload is not None and spec.kv_offload.backend == "lmcache":

@@ -9,6 +9,8 @@ from typing import NoReturn
 import click
 from typing_extensions import override
 
+from kvpilot.text.safe import one_line
+
 EXIT_BAD_INPUT = 2
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|[KMGT]|B)?\s*$", re.IGNORECASE)
@@ -35,8 +37,12 @@ _UNITS = {
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print ``kvpilot: error: <message>`` on one line to stderr and exit with ``code``."""
-    click.echo(f"kvpilot: error: {' '.join(str(message).split())}", err=True)
+    """Print ``kvpilot: error: <message>`` on one line to stderr and exit with ``code``.
+
+    The message is made safe first (:func:`kvpilot.text.safe.one_line`): it often quotes input
+    (a file's text, a server's answer), so terminal control characters are removed and secrets redacted.
+    """
+    click.echo(f"kvpilot: error: {one_line(message)}", err=True)
     sys.exit(code)
 
 

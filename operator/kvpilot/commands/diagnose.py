@@ -17,6 +17,7 @@ import click
 from typing_extensions import override
 
 from kvpilot.commands._common import DURATION, SIZE, DurationParam
+from kvpilot.text.safe import one_line
 
 EXIT_USAGE = 64
 EXIT_NO_DIAGNOSIS = 3
@@ -245,7 +246,7 @@ def command(
                 click.echo(render(report, output, width=shutil.get_terminal_size().columns))
                 code = report.exit_code()
             except SourceError as exc:
-                click.echo(f"kvpilot: error: {' '.join(str(exc).split())}", err=True)
+                click.echo(f"kvpilot: error: {one_line(exc)}", err=True)
                 code = EXIT_NO_DIAGNOSIS
             runs += 1
             if not watch or (watch_count and runs >= watch_count):

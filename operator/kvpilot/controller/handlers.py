@@ -50,6 +50,7 @@ from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_preflight
 from kvpilot.kv.spec import KVConfigError
 from kvpilot.kv.weights import weights_from_index
 from kvpilot.render import render_objects, vllm_command
+from kvpilot.text.safe import one_line
 
 #: Upper bound of log bytes read to find the KV line (vLLM prints it within its first few
 #: hundred lines; 8 MiB is far beyond that and bounds the read).
@@ -104,6 +105,7 @@ class Controller:
     def _write_status(self, server: dict[str, Any], new: dict[str, Any], logger: logging.Logger) -> dict[str, Any]:
         """Merge-patch ``/status`` with what changed; post an Event on a phase transition."""
         old = server.get("status") or {}
+        new = logic.safe_status(new)  # no terminal controls, no secrets in status (or the Event below)
         patch = logic.status_patch(old, new, keep=("preflight",))
         if not patch:
             return server
@@ -117,7 +119,7 @@ class Controller:
                 server,
                 type=logic.event_type(new),
                 reason=new.get("phase") or "Unknown",
-                message=f"{new.get('reason')}: {new.get('message')}"[:1024],
+                message=one_line(f"{new.get('reason')}: {new.get('message')}", limit=1024),
             )
         return updated
 
@@ -138,7 +140,7 @@ class Controller:
             return server
         meta = server["metadata"]
         updated = self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": new}
+            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": logic.safe_status(new)}
         )
         self._kv_warning_event(server, condition, warning)
         return updated
@@ -169,7 +171,7 @@ class Controller:
         old = (server.get("status") or {}).get("conditions") or []
         before = next((c for c in old if c["type"] == condition["type"]), {})
         if warning and before.get("status") != "False":
-            kopf.event(server, type="Warning", reason=condition["reason"], message=warning[:1024])
+            kopf.event(server, type="Warning", reason=condition["reason"], message=one_line(warning, limit=1024))
 
     def _pods(self, namespace: str, name: str, index: kopf.Index | None = None) -> list[dict[str, Any]]:
         """The server's pods: from kopf's pod index when given (no API request: kopf keeps it from
@@ -374,7 +376,7 @@ class Controller:
                 self._write_status(server, failures.failure_status(server, failure, now=now_rfc3339()), logger)
             except Exception as write_exc:  # noqa: BLE001 - already failing; the Event and the log carry it
                 logger.warning(f"could not write the failure status: {type(write_exc).__name__}")
-            kopf.event(server, type="Warning", reason=failure.reason, message=failure.message[:1024])
+            kopf.event(server, type="Warning", reason=failure.reason, message=one_line(failure.message, limit=1024))
         if failure.permanent:
             raise kopf.PermanentError(failure.message) from None
         raise kopf.TemporaryError(failure.message, delay=failure.delay) from None

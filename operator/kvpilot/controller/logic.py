@@ -20,6 +20,7 @@ from typing import Any
 from kvpilot.api import VLLM_PORT
 from kvpilot.api.constants import ANNOTATION_SPEC_HASH
 from kvpilot.api.timestamps import rfc3339
+from kvpilot.text.safe import one_line, redact_argv
 
 #: Phases after which the operator never starts a pod on its own (docs/operator.md, "Phases": an expired or
 #: failed server stays, with its pod, until a person changes the spec or deletes it).
@@ -405,3 +406,21 @@ def waits_for_node_gpu_memory(server: dict[str, Any], pod: dict[str, Any]) -> bo
         and not (spec.get("resources") or {}).get("gpuMemory")
         and (pod.get("spec") or {}).get("nodeName")
     )
+
+
+def safe_status(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` ready to publish: ``message`` and every condition message on one line without
+    terminal control characters and with secrets redacted (:mod:`kvpilot.text.safe`), ``command``
+    with ``--api-key`` values and token-shaped arguments redacted. Idempotent; other keys unchanged.
+    """
+    out = dict(status)
+    if isinstance(out.get("message"), str):
+        out["message"] = one_line(out["message"])
+    if isinstance(out.get("command"), list):
+        out["command"] = redact_argv(out["command"])
+    if isinstance(out.get("conditions"), list):
+        out["conditions"] = [
+            {**c, "message": one_line(c["message"])} if isinstance(c.get("message"), str) else c
+            for c in out["conditions"]
+        ]
+    return out

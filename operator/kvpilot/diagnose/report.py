@@ -6,6 +6,7 @@ terminal (rich tables, rendered to a string here so the CLI only prints). Pure: 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -16,6 +17,7 @@ from rich.text import Text
 
 from kvpilot.diagnose.model import Diagnosis, Finding, Recommendation, Report
 from kvpilot.text.numbers import fig, number, significant
+from kvpilot.text.safe import markdown_text, one_line
 
 #: signals shown in text/markdown (JSON has all)
 _KEY_SIGNALS = (
@@ -147,7 +149,7 @@ def to_markdown(report: Report) -> str:
     if report.notes:
         lines.append("")
     for d in report.targets:
-        lines += [f"## {_target_name(d)}", ""]
+        lines += [f"## {markdown_text(_target_name(d))}", ""]  # a label cannot end the heading or open a link
         lines += _md_finding(d, "###")
         for f in d.findings:
             lines += _md_finding(f, "#### also:")
@@ -157,12 +159,48 @@ def to_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
+def _safe_finding(f: Finding) -> dict:
+    return {
+        "evidence": [one_line(e) for e in f.evidence],
+        "recommendations": [
+            dataclasses.replace(r, expected_effect=one_line(r.expected_effect))
+            if isinstance(getattr(r, "expected_effect", None), str)
+            else r
+            for r in f.recommendations
+        ],
+    }
+
+
+def safe_report(report: Report) -> Report:
+    """A copy of ``report`` whose external strings (target labels, evidence quoting them, notes,
+    the source, queries) are one line each, without terminal control characters and with secrets
+    redacted (:mod:`kvpilot.text.safe`): labels come from ``/metrics`` bodies, recordings and
+    Prometheus answers, which anyone able to expose metrics controls.
+    """
+    targets = [
+        dataclasses.replace(
+            d,
+            target={k: one_line(v) if isinstance(v, str) else v for k, v in d.target.items()},
+            queries=[one_line(q) for q in d.queries],
+            findings=[dataclasses.replace(f, **_safe_finding(f)) for f in d.findings],
+            **_safe_finding(d),
+        )
+        for d in report.targets
+    ]
+    return dataclasses.replace(
+        report, source=one_line(report.source), notes=[one_line(n) for n in report.notes], targets=targets
+    )
+
+
 def render(report: Report, fmt: str, width: int = 100) -> str:
     """Dispatch on ``fmt`` (``text`` | ``json`` | ``markdown``); ``width``: terminal columns for text.
+
+    Every format renders :func:`safe_report` of ``report``.
 
     Raises:
         ValueError: unknown format.
     """
+    report = safe_report(report)
     if fmt == "json":
         return to_json(report)
     if fmt == "markdown":
