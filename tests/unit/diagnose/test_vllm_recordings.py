@@ -15,18 +15,11 @@ from click.testing import CliRunner
 
 from kvpilot.cli import cli
 from tests.integration.diagnose.scenario_flags import EXPECTED, scenario_cli_args
+from tests.reference.vllm_recordings import VERDICT_SCENARIOS
 
 VLLM = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "vllm"
-#: recording file -> engine scenario (PROVENANCE.md's table)
-FILES = {
-    "kv-exhaustion": "kv-exhaustion",
-    "max-num-seqs-cap": "max-num-seqs-cap",
-    "token-budget-cap": "token-budget-cap",
-    "compute-bound": "compute-bound",
-    "prefix-ineffective": "prefix-thrash",
-    "healthy": "healthy",
-    "idle": "idle",
-}
+#: recording file -> engine scenario (the generator's own table, PROVENANCE.md)
+FILES = VERDICT_SCENARIOS
 
 
 def diagnose(path: Path, *flags: str) -> dict:
