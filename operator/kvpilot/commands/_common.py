@@ -46,7 +46,7 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     sys.exit(code)
 
 
-def parse_size(text: str, field: str = "size") -> int:
+def parse_size(text: str, field: str = "size", require_unit: bool = False) -> int:
     """Parse a size such as ``1.5GiB``, ``512MiB``, ``16GB`` or ``1073741824`` into bytes.
 
     ``GiB``/``MiB``/``KiB``/``Gi`` are powers of 2 (GiB = 2**30 bytes); ``GB``/``MB``/``G`` are
@@ -59,6 +59,11 @@ def parse_size(text: str, field: str = "size") -> int:
     if not m:
         raise ValueError(f"{field}: {text!r} is not a size (examples: 1.5GiB, 512MiB, 16GB)")
     number, unit = m.groups()
+    if require_unit and not unit:
+        raise ValueError(
+            f"{field}: {text!r} has no unit; a memory size in bytes is never meant here "
+            f"(write e.g. {text}GiB or {text}GB)"
+        )
     return int(round(float(number) * _UNITS[(unit or "").lower()]))
 
 
@@ -104,18 +109,23 @@ DURATION = DurationParam()
 
 
 class SizeParam(click.ParamType):
-    """click parameter type for sizes (bytes), see :func:`parse_size`."""
+    """click parameter type for sizes (bytes), see :func:`parse_size`; ``require_unit`` refuses bare numbers."""
 
     name = "size"
+
+    def __init__(self, require_unit: bool = False) -> None:
+        self.require_unit = require_unit
 
     @override
     def convert(self, value, param, ctx):
         if isinstance(value, int):
             return value
         try:
-            return parse_size(value, field=_option_name(param, "size"))
+            return parse_size(value, field=_option_name(param, "size"), require_unit=self.require_unit)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 
 
 SIZE = SizeParam()
+#: a memory size that must carry its unit (``10`` is refused: 10 bytes is never a GPU's or a KV pool's size)
+MEMORY_SIZE = SizeParam(require_unit=True)

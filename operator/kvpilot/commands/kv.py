@@ -11,7 +11,8 @@ from typing import NoReturn
 
 import click
 
-from kvpilot.commands._common import SIZE, fail
+from kvpilot.api import KV_CACHE_DTYPES
+from kvpilot.commands._common import MEMORY_SIZE, fail
 from kvpilot.kv import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -253,7 +254,8 @@ Examples:
     "--kv-cache-dtype",
     default="auto",
     show_default=True,
-    help="vLLM KV cache dtype: auto (= model dtype), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2, fp8_ds_mla.",
+    type=click.Choice(KV_CACHE_DTYPES),
+    help="vLLM KV cache dtype, the VLLMServer CRD's values (auto = the model's dtype; fp8* = 1 byte).",
 )
 @click.option(
     "--tensor-parallel-size",
@@ -284,27 +286,27 @@ Examples:
 )
 @click.option(
     "--kv-memory",
-    type=SIZE,
+    type=MEMORY_SIZE,
     default=None,
     help="KV pool per GPU, as vLLM logs 'Available KV cache memory' (e.g. 2.89GiB).",
 )
-@click.option("--gpu-memory", type=SIZE, default=None, help="Memory of one GPU (e.g. 24GiB, 80GB).")
+@click.option("--gpu-memory", type=MEMORY_SIZE, default=None, help="Memory of one GPU (e.g. 24GiB, 80GB).")
 @click.option(
     "--weights-memory",
-    type=SIZE,
+    type=MEMORY_SIZE,
     default=None,
     help="Weights per GPU [default: *.safetensors of a local model folder ÷ TP].",
 )
 @click.option(
     "--overhead-memory",
-    type=SIZE,
+    type=MEMORY_SIZE,
     default=None,
     help=f"Activations + CUDA context + graphs per GPU [default: {number(DEFAULT_OVERHEAD_BYTES / GIB, 2)}GiB, "
     "estimate].",
 )
 @click.option(
     "--free-gpu-memory",
-    type=SIZE,
+    type=MEMORY_SIZE,
     default=None,
     help="Free memory of one GPU when vLLM starts (needs --gpu-memory): vLLM refuses to start when it is "
     "below gpu_memory_utilization × total.",

@@ -96,7 +96,44 @@ _MAP = {
 }
 
 
-def parse_vllm_args(argv: list[str]) -> VLLMArgs:
+#: vLLM flags that never change what the engine model simulates (scheduling, KV, speed): accepted by
+#: ``strict`` parsing. Serving, logging, tokenizer and tool-calling options of ``vllm serve``
+#: (``vllm/entrypoints/openai/cli_args.py``, ``vllm/engine/arg_utils.py``, vLLM 0.29).
+NEUTRAL_FLAGS = frozenset(
+    {
+        "--trust-remote-code",
+        "--api-key",
+        "--disable-log-requests",
+        "--enable-log-requests",
+        "--disable-log-stats",
+        "--uvicorn-log-level",
+        "--chat-template",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "--reasoning-parser",
+        "--tokenizer",
+        "--revision",
+        "--download-dir",
+    }
+)
+
+
+def _unknown_flags(unknown: list[str]) -> list[str]:
+    """The flags of ``unknown`` (parse_known_args leftovers) not in :data:`NEUTRAL_FLAGS`, without values."""
+    out = []
+    skip_value = False
+    for word in unknown:
+        if word.startswith("-"):
+            name = word.split("=", 1)[0].replace("_", "-")
+            skip_value = name in NEUTRAL_FLAGS and "=" not in word
+            if name not in NEUTRAL_FLAGS:
+                out.append(name)
+        elif skip_value:
+            skip_value = False
+    return out
+
+
+def parse_vllm_args(argv: list[str], strict: bool = False) -> VLLMArgs:
     """Parse ``[vllm] serve MODEL [flags]`` (or flags alone).
 
     ``MODEL`` selects a model profile when it is one of :data:`MODEL_IDS` (else a note, and the
@@ -106,8 +143,13 @@ def parse_vllm_args(argv: list[str]) -> VLLMArgs:
     ``host``/``port`` only in :attr:`VLLMArgs.notes`-free form for the shim: they are NOT engine
     fields, so they are reported under ``notes`` and left out of ``overrides``.
 
+    ``strict`` (``kvpilot simulate --vllm-args``): a model with no profile and flags the engine does
+    not model (other than :data:`NEUTRAL_FLAGS`) are refused, naming them, instead of simulating a
+    default.
+
     Raises:
-        ValueError: ``"--flag: reason"`` for a value of the wrong type.
+        ValueError: ``"--flag: reason"`` for a value of the wrong type; with ``strict``, ``"model:
+            ..."`` or ``"flags the engine model does not simulate: ..."``.
     """
     args = list(argv)
     if args and args[0] == "vllm":
@@ -135,6 +177,10 @@ def parse_vllm_args(argv: list[str]) -> VLLMArgs:
         profile = MODEL_IDS.get(model.lower())
         if profile:
             out.overrides["model"] = profile
+        elif strict:
+            raise ValueError(
+                f"model: {model!r} is not a model the engine models (known: {', '.join(sorted(set(MODEL_IDS)))})"
+            )
         else:
             out.notes.append(
                 f"model {model!r} has no profile; using the default model profile "
@@ -146,10 +192,15 @@ def parse_vllm_args(argv: list[str]) -> VLLMArgs:
     if ns.host is not None or ns.port is not None:
         out.notes.append(f"--host/--port are for the server, not the engine model (host={ns.host}, port={ns.port})")
     if unknown:
+        if strict and _unknown_flags(unknown):
+            raise ValueError(
+                "flags the engine model does not simulate (it would run vLLM's default instead): "
+                + " ".join(_unknown_flags(unknown))
+            )
         out.notes.append(f"ignored flags the engine model does not use: {' '.join(unknown)}")
     return out
 
 
-def from_vllm_args(argv: list[str]) -> dict[str, Any]:
+def from_vllm_args(argv: list[str], strict: bool = False) -> dict[str, Any]:
     """EngineConfig overrides from vLLM's command line (see :func:`parse_vllm_args`)."""
-    return parse_vllm_args(argv).overrides
+    return parse_vllm_args(argv, strict=strict).overrides

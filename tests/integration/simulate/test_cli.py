@@ -217,3 +217,12 @@ def test_trace_missing_empty_or_mixed_with_workload_flags(tmp_path):
     trace.write_text(TRACE)
     mixed = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--arrival-rate", "5"])
     assert mixed.exit_code == 2 and "--arrival-rate" in mixed.output
+
+
+def test_vllm_args_refuse_unknown_models_and_flags():
+    result = CliRunner().invoke(cli, ["simulate", "--vllm-args", "serve my/model --max-num-seqs 4"])
+    assert result.exit_code == 2 and "'my/model'" in result.output and "--vllm-args" in result.output
+    result = CliRunner().invoke(
+        cli, ["simulate", "--vllm-args", "serve Qwen/Qwen2.5-1.5B-Instruct --pipeline-parallel-size 2"]
+    )
+    assert result.exit_code == 2 and "--pipeline-parallel-size" in result.output

@@ -190,3 +190,21 @@ def test_from_vllm_args_other_spellings_and_errors():
 def test_trace_from_dict_refuses_what_would_replay_nothing(spec, field):
     with pytest.raises(ValueError, match=field):
         from_dict(spec)
+
+
+def test_strict_parsing_refuses_unknown_models_and_flags_naming_them():
+    # simulate --vllm-args: no silent default model, no silently ignored engine flag
+    with pytest.raises(ValueError, match="^model: 'my/model' is not a model the engine models"):
+        from_vllm_args(["serve", "my/model", "--max-num-seqs", "4"], strict=True)
+    with pytest.raises(ValueError, match="does not simulate .*: --swap-space --speculative-config$"):
+        from_vllm_args(
+            ["serve", "Qwen/Qwen2.5-1.5B-Instruct", "--swap-space", "4", "--speculative-config", "{}"], strict=True
+        )
+    # flags that never change scheduling or KV are accepted, with or without their value
+    got = from_vllm_args(
+        ["serve", "Qwen/Qwen2.5-1.5B-Instruct", "--trust-remote-code", "--api-key", "k", "--max-num-seqs", "4"],
+        strict=True,
+    )
+    assert got["max_num_seqs"] == 4 and got["model"] == "qwen2.5-1.5b"
+    # not strict (the vllm shim in a cluster): notes, no error
+    assert parse_vllm_args(["serve", "my/model", "--swap-space", "4"]).overrides == {"served_model_name": "my/model"}

@@ -403,3 +403,30 @@ def test_string_max_window_layers_names_the_field(tmp_path):
     result = run(str(path), "--kv-memory", "2GiB")
     assert result.exit_code == 2, result.output
     assert "max_window_layers: must be a whole number, got 'x'" in result.output
+
+
+def test_sizes_without_a_unit_are_refused_naming_the_option():
+    # "--kv-memory 10" would be 10 bytes: never a KV pool's size, so it is refused, not computed
+    for option in ("--kv-memory", "--gpu-memory"):
+        result = CliRunner().invoke(cli, ["kv", str(HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json"), option, "10"])
+        assert result.exit_code == 2 and option in result.output and "has no unit" in result.output
+    ok = CliRunner().invoke(
+        cli, ["kv", str(HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json"), "--kv-memory", "10GiB", "-o", "json"]
+    )
+    assert ok.exit_code == 0
+
+
+def test_kv_cache_dtype_values_are_the_crds():
+    from kvpilot.api import KV_CACHE_DTYPES
+
+    # the CRD's enum (api.models.KV_CACHE_DTYPES) is what kv accepts: float16 is not in it
+    assert "float16" not in KV_CACHE_DTYPES
+    bad = CliRunner().invoke(
+        cli, ["kv", str(HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json"), "--kv-cache-dtype", "float16"]
+    )
+    assert bad.exit_code == 2 and "--kv-cache-dtype" in bad.output
+    for dtype in KV_CACHE_DTYPES:
+        result = CliRunner().invoke(
+            cli, ["kv", str(HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json"), "--kv-cache-dtype", dtype]
+        )
+        assert result.exit_code in (0, 1), (dtype, result.output)

@@ -225,8 +225,13 @@ def run(
     flags: Mapping[str, Any] | None = None,
     default_host: str = DEFAULT_SERVE_HOST,
     trace_file: str | None = None,
+    strict_vllm_args: bool = True,
 ) -> None:
-    """The command's body (shared with :func:`vllm_shim`); exits 2 with one line on bad input."""
+    """The command's body (shared with :func:`vllm_shim`); exits 2 with one line on bad input.
+
+    ``strict_vllm_args``: refuse models and flags in ``vllm_argv`` the engine does not model (``--vllm-args``);
+    the ``vllm`` shim passes False, since a cluster's pod command names any model and serving flags.
+    """
     from kvpilot.engine.exporter import DEFAULT_VLLM_VERSION
     from kvpilot.metrics.catalog import version_tuple
 
@@ -256,7 +261,7 @@ def run(
                 fail(f"--scenario-file: block_size: {exc.message}")
     host = port = None
     if vllm_argv:
-        vllm_over, host, port = vllm_overrides(vllm_argv)
+        vllm_over, host, port = vllm_overrides(vllm_argv, strict=strict_vllm_args)
         overrides.update(vllm_over)
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     workload = {key: flags.pop(flag) for flag, key in WORKLOAD_FLAGS.items() if flag in flags}

@@ -127,7 +127,7 @@ def load_trace_file(path: str) -> list[dict[str, Any]]:
     return items
 
 
-def vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, int | None]:
+def vllm_overrides(argv: list[str], strict: bool = True) -> tuple[dict[str, Any], str | None, int | None]:
     """Split vLLM's argv: returns (engine overrides, host, port). ``--host``/``--port`` are the server's."""
     host: str | None = None
     port: int | None = None
@@ -152,7 +152,7 @@ def vllm_overrides(argv: list[str]) -> tuple[dict[str, Any], str | None, int | N
         i += 1
     from kvpilot.engine.vllm_args import from_vllm_args
 
-    overrides = engine_call("--vllm-args", from_vllm_args, rest)
+    overrides = engine_call("--vllm-args", from_vllm_args, rest, strict)
     return dict(overrides or {}), host, port
 
 

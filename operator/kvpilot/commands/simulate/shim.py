@@ -63,4 +63,5 @@ def vllm_shim(argv: list[str] | None = None) -> None:
         vllm_version=os.environ.get("KVPILOT_VLLM_VERSION"),
         vllm_argv=argv,
         default_host=VLLM_DEFAULT_HOST,
+        strict_vllm_args=False,
     )
