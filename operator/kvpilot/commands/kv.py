@@ -23,12 +23,13 @@ from kvpilot.kv import (
     KVConfigError,
     StartupMemoryCheck,
     capacity,
+    seqs_pool_share,
     startup_memory_check,
 )
 from kvpilot.kv.hub import hub_weights_bytes
 from kvpilot.kv.spec import FULL, LINEAR, MAMBA, NONE, SLIDING
 from kvpilot.kv.weights import weights_from_index
-from kvpilot.text.numbers import count, fig, gib, number, significant, times
+from kvpilot.text.numbers import count, fig, gib, number, percent, significant, times
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -119,9 +120,11 @@ def _startup_rows(check: StartupMemoryCheck) -> list[tuple[str, str]]:
     ]
 
 
-def render_text(cap: KVCapacity, source: str, check: StartupMemoryCheck | None = None) -> None:
-    """Print the capacity (and the startup free-memory check, when given) as a rich table with units
-    (GiB = 2^30 bytes).
+def render_text(
+    cap: KVCapacity, source: str, check: StartupMemoryCheck | None = None, seqs: dict | None = None
+) -> None:
+    """Print the capacity (and the startup free-memory check, and ``--max-num-seqs``' pool share, when
+    given) as a rich table with units (GiB = 2^30 bytes).
     """
     from rich.console import Console
     from rich.table import Table
@@ -188,6 +191,19 @@ def render_text(cap: KVCapacity, source: str, check: StartupMemoryCheck | None =
             rows.append(
                 (f"KV tokens, {cap.data_parallel_size} DP replicas", count(cap.kv_tokens * cap.data_parallel_size))
             )
+    if seqs is not None and seqs["pool_share"] is not None:
+        n, share, at_once = seqs["max_num_seqs"], seqs["pool_share"], seqs["full_length_requests_at_once"]
+        rows.append(
+            (
+                f"max_num_seqs {count(n)} at {count(cap.max_model_len)} tokens",
+                f"{count(n)} / {number(cap.max_concurrency, 2)} = {percent(share)} of the pool"
+                + (
+                    "; the rest can hold only cached prefixes"
+                    if share < 1
+                    else f"; only {count(at_once)} full-length requests fit at once"
+                ),
+            )
+        )
     if check is not None:
         rows += _startup_rows(check)
     for name, value in rows:
@@ -285,6 +301,12 @@ Examples:
     help="Token budget per step (bounds sliding-window blocks).",
 )
 @click.option(
+    "--max-num-seqs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="vLLM --max-num-seqs: shows how much of the pool that many full-length requests can ever use.",
+)
+@click.option(
     "--kv-memory",
     type=MEMORY_SIZE,
     default=None,
@@ -321,6 +343,7 @@ def command(
     block_size,
     gpu_memory_utilization,
     max_num_batched_tokens,
+    max_num_seqs,
     kv_memory,
     gpu_memory,
     weights_memory,
@@ -376,6 +399,7 @@ def command(
     if output == "json":
         doc = cap.to_json()
         doc["startup_memory_check"] = None if check is None else check.to_json()
+        doc["max_num_seqs_pool_share"] = None if max_num_seqs is None else seqs_pool_share(cap, max_num_seqs)
         doc["inputs"].update(
             {
                 "config": config,
@@ -387,6 +411,6 @@ def command(
         )
         click.echo(json.dumps(doc, indent=2))
     else:
-        render_text(cap, config, check)
+        render_text(cap, config, check, None if max_num_seqs is None else seqs_pool_share(cap, max_num_seqs))
     if cap.fits is False or (check is not None and not check.feasible):
         sys.exit(1)  # computed; it does not fit (scripts: kvpilot kv ... && deploy)

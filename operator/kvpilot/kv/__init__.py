@@ -25,6 +25,7 @@ from kvpilot.kv.capacity import (
     capacity,
     check_block_size,
     kv_memory_budget,
+    seqs_pool_share,
     startup_memory_check,
     vllm_batch_defaults,
 )
@@ -32,6 +33,7 @@ from kvpilot.kv.size import KVFootprint, bytes_per_token, footprint, kv_element_
 from kvpilot.kv.spec import KVConfigError, KVSpec, kv_spec_from_config
 
 __all__ = [
+    "seqs_pool_share",
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_GPU_MEMORY_UTILIZATION",
     "DEFAULT_MAX_NUM_BATCHED_TOKENS",

@@ -58,6 +58,17 @@ HUGE_GPU_MAX_NUM_BATCHED_TOKENS = 16384
 #: ~2 GiB at 20k tokens without chunked prefill) shows it varies with model and flags: pass the real value
 #: (``--overhead-memory``) when known.
 DEFAULT_OVERHEAD_BYTES = int(1.35 * GIB)
+#: Which vLLM's memory accounting a derived KV pool follows, and how far releases differ (sources: vLLM
+#: 0.29 ``vllm/envs.py`` ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` default 1 and its startup log
+#: "CUDA graph memory profiling is enabled (default since v0.21.0)"; vLLM PR #30515 added the estimate;
+#: vLLM issue #45178 measured 245,840 vs 769,888 KV tokens with it on vs off on a B200).
+MEMORY_ACCOUNTING_NOTE = (
+    "memory accounting of vLLM 0.21-0.29: total × utilization − weights − activation peak − non-torch memory − "
+    "estimated CUDA-graph memory (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, the default since 0.21); releases "
+    "before 0.21, or that variable at 0, leave the graphs out and size a larger pool by their memory (0.36 GiB "
+    "in one vLLM 0.27 log, 3x fewer tokens in vLLM issue 45178): treat the derived figure as within that spread "
+    "and pass --kv-memory from the server's 'Available KV cache memory' line when you have it"
+)
 
 
 def is_large_gpu(gpu_memory_bytes: int | None, gpu_name: str | None) -> bool:
@@ -384,6 +395,7 @@ def capacity(
             f" − weights {gib(budget.weights_bytes)} − overhead {gib(budget.overhead_bytes)}"
             " (estimate)"
         )
+        notes.append(MEMORY_ACCOUNTING_NOTE)
     block_bytes = block_size * fp.slot_bytes_per_token
     blocks = budget.kv_memory_bytes // block_bytes
     per_request = _blocks_for(fp, max_model_len, block_size, mnbt)
@@ -412,6 +424,31 @@ def capacity(
         estimate=estimate,
         notes=tuple(notes),
     )
+
+
+def seqs_pool_share(cap: KVCapacity, max_num_seqs: int) -> dict:
+    """How much of the KV pool ``max_num_seqs`` full-length requests can ever use.
+
+    One ``max_model_len`` request takes ``kv_blocks / max_concurrency`` blocks (vLLM's concurrency
+    figure, ``get_max_concurrency_for_kv_cache_config``), so ``max_num_seqs`` of them take
+    ``max_num_seqs / max_concurrency`` of the pool: below 1, the rest of the pool can only hold cached
+    prefixes; above 1, at most ``floor(max_concurrency)`` full-length requests fit at once.
+
+    Returns:
+        ``{"max_num_seqs", "pool_share" (ratio, capped at 1), "full_length_requests_at_once"}``;
+        ``pool_share`` None without a pool size.
+
+    Raises:
+        KVConfigError: ``max_num_seqs`` below 1.
+    """
+    n = _check_positive(max_num_seqs, "--max-num-seqs")
+    if not cap.max_concurrency:
+        return {"max_num_seqs": n, "pool_share": None, "full_length_requests_at_once": None}
+    return {
+        "max_num_seqs": n,
+        "pool_share": min(1.0, n / cap.max_concurrency),
+        "full_length_requests_at_once": min(n, int(cap.max_concurrency)),
+    }
 
 
 @dataclass(frozen=True)

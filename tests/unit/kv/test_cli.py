@@ -430,3 +430,31 @@ def test_kv_cache_dtype_values_are_the_crds():
             cli, ["kv", str(HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json"), "--kv-cache-dtype", dtype]
         )
         assert result.exit_code in (0, 1), (dtype, result.output)
+
+
+def test_max_num_seqs_pool_share():
+    # Qwen2.5-7B: 57,344 B per token; 16 GiB / (16 x 57,344 B) = 18,724 blocks; one 8,192-token request takes
+    # 8,192 / 16 = 512 blocks -> concurrency 18,724 / 512 = 36.57; 4 requests use 4 / 36.57 = 10.94 % of the pool
+    args = ["kv", str(HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json"), "--kv-memory", "16GiB", "--max-model-len", "8192"]
+    doc = json.loads(CliRunner().invoke(cli, [*args, "--max-num-seqs", "4", "-o", "json"]).output)
+    share = doc["max_num_seqs_pool_share"]
+    assert share["pool_share"] == pytest.approx(4 * 512 / 18724) and share["full_length_requests_at_once"] == 4
+    # 64 requests would need 64 x 512 = 32,768 blocks > 18,724: the whole pool, and only 36 fit at once
+    doc = json.loads(CliRunner().invoke(cli, [*args, "--max-num-seqs", "64", "-o", "json"]).output)
+    assert doc["max_num_seqs_pool_share"] == {"max_num_seqs": 64, "pool_share": 1.0, "full_length_requests_at_once": 36}
+    text = CliRunner().invoke(cli, [*args, "--max-num-seqs", "4"], env={"COLUMNS": "200"}).output
+    assert "4 / 36.57 = 10.9 % of the pool; the rest can hold only cached prefixes" in text
+
+
+def test_derived_kv_memory_states_its_vllm_memory_accounting():
+    args = [
+        "kv",
+        str(HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json"),
+        "--gpu-memory",
+        "24GiB",
+        "--weights-memory",
+        "15GiB",
+    ]
+    doc = json.loads(CliRunner().invoke(cli, [*args, "-o", "json"]).output)
+    notes = " ".join(doc.get("notes") or [])
+    assert "memory accounting of vLLM 0.21-0.29" in notes and "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS" in notes
