@@ -69,10 +69,17 @@ else
   echo "== base $BASE cached"
 fi
 
+old=$(podman image inspect --format '{{.Id}}' "$TAG" 2>/dev/null || true)
 start=$SECONDS
-buildah bud --pull=never --runtime runc --network host --layers \
+# No --layers: intermediate images would pile up with every source change; the cached base is what
+# makes a rebuild fast.
+buildah bud --pull=never --runtime runc --network host \
   --build-arg "BASE=$BASE" --build-arg "VERSION=$VERSION" \
   --secret "id=pipca,src=$CA_BUNDLE" \
   -t "$TAG" -f Dockerfile . >"$CACHE/buildah.log" 2>&1 || { tail -30 "$CACHE/buildah.log"; exit 1; }
 echo "== image $TAG built in $((SECONDS - start)) s"
+new=$(podman image inspect --format '{{.Id}}' "$TAG")
+if [[ -n "$old" && "$old" != "$new" ]]; then  # the previous build of this tag, now untagged
+  podman rmi "$old" >/dev/null 2>&1 || true
+fi
 podman image inspect "$TAG" --format '== size {{.Size}} bytes'
