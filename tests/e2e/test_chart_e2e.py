@@ -173,4 +173,3 @@ def test_uninstall_keeps_the_crd_and_the_servers(api, chart, namespace):
     # helm never deletes what crds/ installed: the CRD and every VLLMServer stay (docs/install.md, "Uninstall")
     kubernetes.client.ApiextensionsV1Api(api).read_custom_resource_definition("vllmservers.kvpilot.dev")
     assert status_of(api, namespace, "e2e") is not None
-
