@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from kvpilot.api.crd import crd_manifest
-from kvpilot.controller.vllm_log import parse_kv_cache_report
+from kvpilot.engine.vllm_log import parse_kv_cache_report
 from kvpilot.metrics.exposition import parse_exposition
 from kvpilot.sandbox import SandboxCluster
 from tests.conftest import REPO
