@@ -225,7 +225,7 @@ class ModelCacheSpec(_Model):
         description="sizeLimit of the emptyDir cache (ignored with claimName). Unset: no limit.",
     )
     mount_path: str = Field(
-        "/root/.cache/huggingface",
+        "/home/vllm/.cache/huggingface",
         min_length=2,
         pattern=r"^/[^:]*$",
         description="Where the cache is mounted; HF_HOME is set to this path.",
@@ -376,6 +376,13 @@ class VLLMServerSpec(_Model):
         description="Kubernetes Affinity of the pod (nodeAffinity, podAffinity, podAntiAffinity), copied as is.",
     )
     runtime_class_name: ObjectName | None = Field(None, description="runtimeClassName of the pod (e.g. nvidia).")
+    run_as_root: bool = Field(
+        False,
+        description="Run vLLM as the image's own user (root in vllm/vllm-openai) instead of UID 1000. The "
+        "default pod passes Pod Security 'restricted' (non-root, seccomp RuntimeDefault, no privilege "
+        "escalation, all capabilities dropped); true drops only runAsNonRoot/runAsUser, so the pod passes "
+        "'baseline', not 'restricted'. For images that must write outside HOME, HF_HOME and /dev/shm.",
+    )
     priority_class_name: ObjectName | None = Field(None, description="priorityClassName of the pod.")
     service_account_name: ObjectName | None = Field(
         None, description="serviceAccountName of the pod. Unset: the namespace's default account."
@@ -490,7 +497,15 @@ _TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 _LMCACHE_ENV = ("LMCACHE_LOCAL_CPU", "LMCACHE_MAX_LOCAL_CPU_SIZE")
 
 
+#: Paths the pod mounts itself (HOME's emptyDir and /dev/shm): a second volume there is refused
+#: by the API server ("must be unique", pkg/apis/core/validation ValidateVolumeMounts).
+_RESERVED_MOUNTS = ("/home/vllm", "/dev/shm")
+
+
 def _check_env(spec: VLLMServerSpec) -> None:
+    mount = spec.model_cache.mount_path.rstrip("/")
+    if mount in _RESERVED_MOUNTS or mount == "":
+        raise SpecError("spec.modelCache.mountPath", f"{mount or '/'} is mounted by kvpilot itself; pick another path")
     seen: set[str] = set()
     for i, var in enumerate(spec.env):
         where = f"spec.env[{i}].name"
@@ -499,6 +514,10 @@ def _check_env(spec: VLLMServerSpec) -> None:
         seen.add(var.name)
         if var.name == "HF_HOME":
             raise SpecError(where, "HF_HOME is set from spec.modelCache.mountPath")
+        if var.name == "HOME":
+            raise SpecError(
+                where, "HOME is set by kvpilot: a writable emptyDir, so a non-root vLLM can write its caches"
+            )
         if var.name in _TOKEN_ENV and var.value is not None:
             raise SpecError(f"spec.env[{i}].value", f"{var.name} must not be inlined; use spec.hfTokenSecretRef")
         if var.value and (is_secret_name(var.name) or contains_secret(var.value)):

@@ -203,6 +203,38 @@ def container_resources(spec: VLLMServerSpec) -> dict[str, dict[str, str]]:
     return out
 
 
+#: The non-root user and group the vLLM container runs as (any UID works: the image's files are
+#: world-readable, and every path vLLM writes is a volume owned through ``fsGroup``).
+RUN_AS_UID = 1000
+#: HOME of the vLLM container: an emptyDir, so caches vLLM and its libraries write under ``~`` work
+#: for a non-root user.
+HOME = "/home/vllm"
+
+
+def pod_security_context(spec: VLLMServerSpec) -> dict[str, Any]:
+    """The pod's ``securityContext``: what Pod Security "restricted" requires of a pod.
+
+    Source: Kubernetes "Pod Security Standards", restricted profile
+    (https://kubernetes.io/docs/concepts/security/pod-security-standards/): ``runAsNonRoot: true``,
+    ``seccompProfile.type`` RuntimeDefault or Localhost. ``runAsUser``/``runAsGroup``/``fsGroup``
+    :data:`RUN_AS_UID` (``fsGroup`` makes the emptyDir and PVC volumes writable by that group). With
+    ``spec.runAsRoot`` only the seccomp profile and ``fsGroup`` remain (the "baseline" profile).
+    """
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}, "fsGroup": RUN_AS_UID}
+    if not spec.run_as_root:
+        context.update(runAsNonRoot=True, runAsUser=RUN_AS_UID, runAsGroup=RUN_AS_UID)
+    return context
+
+
+def container_security_context(spec: VLLMServerSpec) -> dict[str, Any]:
+    """The vLLM container's ``securityContext`` (restricted profile, same source as
+    :func:`pod_security_context`): ``allowPrivilegeEscalation: false``, ``capabilities.drop: [ALL]``.
+    vLLM needs no Linux capability: it serves HTTP on port 8000 (> 1024) and talks to the GPU
+    through device files the NVIDIA device plugin mounts.
+    """
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def _env(spec: VLLMServerSpec) -> list[dict[str, Any]]:
     return [v.model_dump(by_alias=True, exclude_none=True) for v in spec.env]
 
@@ -267,6 +299,9 @@ def render_pod(name: str, namespace: str, spec: VLLMServerSpec, owner: dict[str,
         lmcache=_lmcache(spec),
         native_offload=spec.kv_offload is not None and spec.kv_offload.backend == "native",
         resources=container_resources(spec),
+        pod_security_context=pod_security_context(spec),
+        container_security_context=container_security_context(spec),
+        home=HOME,
         tolerations=[t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations or []],
         startup_failure_threshold=math.ceil(probes.startup_timeout_seconds / probes.period_seconds),
     )

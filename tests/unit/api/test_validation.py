@@ -35,7 +35,7 @@ def test_defaults_of_a_minimal_spec():
     assert s.shm_size == "1Gi"
     assert s.resources.gpu_resource_name == "nvidia.com/gpu"
     assert s.gpu_count == 1
-    assert s.model_cache.mount_path == "/root/.cache/huggingface"
+    assert s.model_cache.mount_path == "/home/vllm/.cache/huggingface"
     assert s.model_cache.claim_name is None
     e = s.engine
     assert (

@@ -367,8 +367,8 @@ def test_model_cache_default_is_an_empty_dir_at_hf_home():
     pod, _ = render()
     vols = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert vols["model-cache"] == {"name": "model-cache", "emptyDir": {}}
-    assert {"name": "model-cache", "mountPath": "/root/.cache/huggingface"} in container(pod)["volumeMounts"]
-    assert env_of(pod)["HF_HOME"] == {"name": "HF_HOME", "value": "/root/.cache/huggingface"}
+    assert {"name": "model-cache", "mountPath": "/home/vllm/.cache/huggingface"} in container(pod)["volumeMounts"]
+    assert env_of(pod)["HF_HOME"] == {"name": "HF_HOME", "value": "/home/vllm/.cache/huggingface"}
 
 
 def test_model_cache_pvc_and_mount_path():
@@ -406,8 +406,8 @@ def test_env_is_passed_through_after_kvpilots_own():
         {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
     ]
     names = [e["name"] for e in container(render(env=env)[0])["env"]]
-    assert names == ["HF_HOME", "VLLM_LOGGING_LEVEL", "NODE"]
-    assert container(render(env=env)[0])["env"][1:] == env
+    assert names == ["HOME", "HF_HOME", "VLLM_LOGGING_LEVEL", "NODE"]
+    assert container(render(env=env)[0])["env"][2:] == env
 
 
 # ------------------------------------------------------------------ probes
@@ -658,3 +658,93 @@ def test_characters_json_allows_reach_the_pod_unchanged(char):
     assert container["command"][2] == model
     assert container["env"][-1] == {"name": "A", "value": value}
     assert pod["metadata"]["annotations"]["x"] == value
+
+
+# Pod Security Standards, "restricted" profile (https://kubernetes.io/docs/concepts/security/pod-security-standards/),
+# written out as its controls: each entry is (control, check on the rendered pod).
+_RESTRICTED_VOLUME_TYPES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+
+
+def _restricted_violations(pod: dict) -> list[str]:
+    spec, out = pod["spec"], []
+    psc = spec.get("securityContext") or {}
+    for flag in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(flag):
+            out.append(f"Host Namespaces: {flag}")
+    for vol in spec.get("volumes") or []:
+        kinds = set(vol) - {"name"}
+        if not kinds <= _RESTRICTED_VOLUME_TYPES:
+            out.append(f"Volume Types: {vol['name']} {kinds}")
+    if (psc.get("seccompProfile") or {}).get("type") not in ("RuntimeDefault", "Localhost"):
+        out.append("Seccomp: pod seccompProfile.type must be RuntimeDefault or Localhost")
+    if psc.get("sysctls"):
+        out.append("Sysctls")
+    for c in spec["containers"] + spec.get("initContainers", []):
+        sc = c.get("securityContext") or {}
+        if sc.get("privileged"):
+            out.append("Privileged Containers")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append("Privilege Escalation: allowPrivilegeEscalation must be false")
+        if not (
+            sc.get("runAsNonRoot") is True or (psc.get("runAsNonRoot") is True and sc.get("runAsNonRoot") is not False)
+        ):
+            out.append("Running as Non-root: runAsNonRoot must be true")
+        if 0 in (sc.get("runAsUser"), psc.get("runAsUser")):
+            out.append("Running as Non-root user: runAsUser must not be 0")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            out.append("Capabilities: must drop ALL")
+        if set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+            out.append("Capabilities: may add only NET_BIND_SERVICE")
+        if any(p.get("hostPort") for p in c.get("ports") or []):
+            out.append("Host Ports")
+        if sc.get("procMount") not in (None, "Default"):
+            out.append("/proc Mount Type")
+    return out
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},
+        {"kvOffload": {"backend": "lmcache", "cpuMemory": "8Gi"}},
+        {"modelCache": {"claimName": "hf-cache"}, "serviceAccountName": "vllm", "runtimeClassName": "nvidia"},
+    ],
+)
+def test_the_default_pod_passes_pod_security_restricted(spec):
+    pod = render(**spec)[0]
+    assert _restricted_violations(pod) == []
+    assert pod["spec"]["securityContext"]["runAsUser"] == 1000
+    assert {"name": "HOME", "value": "/home/vllm"} in container(pod)["env"]
+    mounts = {m["mountPath"] for m in container(pod)["volumeMounts"]}
+    assert {"/home/vllm", "/home/vllm/.cache/huggingface", "/dev/shm"} <= mounts or spec.get("modelCache")
+
+
+def test_run_as_root_is_the_documented_opt_out_to_baseline():
+    pod = render(runAsRoot=True)[0]
+    assert _restricted_violations(pod) == ["Running as Non-root: runAsNonRoot must be true"]
+    assert "runAsUser" not in pod["spec"]["securityContext"]
+    assert container(pod)["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"env": [{"name": "HOME", "value": "/root"}]}, "spec.env[0].name"),
+        ({"modelCache": {"mountPath": "/home/vllm"}}, "spec.modelCache.mountPath"),
+        ({"modelCache": {"mountPath": "/dev/shm/"}}, "spec.modelCache.mountPath"),
+    ],
+)
+def test_paths_kvpilot_mounts_are_refused(spec, field):
+    with pytest.raises(SpecError) as info:
+        render(**spec)
+    assert info.value.field == field
