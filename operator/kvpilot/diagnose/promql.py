@@ -25,6 +25,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvpilot.text.numbers import significant
+
 Point = tuple[float, float]  # (timestamp seconds, value)
 
 
@@ -163,8 +165,8 @@ class Quantile:
 
     def bounds_text(self, unit: str = "s") -> str:
         """``"(2.5, 5] s"``: the interval the true quantile lies in (docs/background.md §8)."""
-        upper = "+Inf" if math.isinf(self.upper) else f"{self.upper:g}"
-        return f"({self.lower:g}, {upper}] {unit}".rstrip()
+        upper = "+Inf" if math.isinf(self.upper) else significant(self.upper, 6)
+        return f"({significant(self.lower, 6)}, {upper}] {unit}".rstrip()
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> Quantile | None:

@@ -17,6 +17,7 @@ from kvpilot.diagnose.rules import diagnose_target
 from kvpilot.diagnose.signals import SIGNAL_DEFS, Signals, TargetKey, compute_signals
 from kvpilot.diagnose.sources import SourceError
 from kvpilot.diagnose.sources.kube import PodLimits
+from kvpilot.text.numbers import fig
 
 
 @dataclass
@@ -219,11 +220,11 @@ def run(opts: Options) -> Report:
             source = f"metrics-url {opts.metrics_url}"
             if opts.quick:
                 notes.append(
-                    f"--quick: two scrapes {opts.quick_gap:g} s apart; rates cover seconds, not the "
+                    f"--quick: two scrapes {fig(opts.quick_gap, 3)} s apart; rates cover seconds, not the "
                     f"window, and trends are two-point slopes."
                 )
             else:
-                notes.append(f"{scrapes} scrapes every {opts.scrape_interval:g} s.")
+                notes.append(f"{scrapes} scrapes every {fig(opts.scrape_interval, 3)} s.")
         elif opts.recording:
             from kvpilot.diagnose.sources.recording import load_recording
 
@@ -284,7 +285,7 @@ def run(opts: Options) -> Report:
                     "engine": "",
                 },
                 evidence=[
-                    f"No vLLM series (vllm[:_]..., either generation) in the last {opts.window_seconds:g} s"
+                    f"No vLLM series (vllm[:_]..., either generation) in the last {fig(opts.window_seconds, 3)} s"
                     + (f" matching {selectors}" if selectors else "")
                     + " from "
                     + source

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from kvpilot.diagnose import promql
 from kvpilot.metrics.catalog import BY_NAME, PREFIX, exposed_names, match_name
+from kvpilot.text.numbers import significant
 
 #: labels that identify a target (docs/diagnosis.md: by (namespace, pod, model_name, engine); instance and
 #: job identify a target that Prometheus scraped without Kubernetes pod labels).
@@ -399,10 +400,10 @@ def finish_signals(signals: Signals) -> Signals:
             continue
         family = name.rsplit("_", 1)[0]
         if family == "kv_usage" and not -KV_USAGE_SLACK <= value <= 1 + KV_USAGE_SLACK:
-            signals.rejected.setdefault(family, f"{value:g} is outside 0-1")
+            signals.rejected.setdefault(family, f"{significant(value, 6)} is outside 0-1")
             v[name] = None
         elif family in ("running", "waiting") and name != "waiting_trend_per_s" and value < 0:
-            signals.rejected.setdefault(family, f"{value:g} is negative")
+            signals.rejected.setdefault(family, f"{significant(value, 6)} is negative")
             v[name] = None
     queries, hits = v.get("prefix_queries_increase"), v.get("prefix_hits_increase")
     v["prefix_hit_rate"] = (hits / queries) if queries and hits is not None and queries > 0 else None
