@@ -200,7 +200,7 @@ def section_diagnose(ctx: Any) -> None:
     from kvpilot.diagnose.report import change_text
     from kvpilot.diagnose.rules import diagnose_target
     from kvpilot.diagnose.signals import compute_signals
-    from kvpilot.engine.hardware import gpu_profile
+    from kvpilot.gpus import gpu_profile
 
     console = ctx.console
     ctx.heading("Why is it slow? Each engine scenario, diagnosed (kvpilot diagnose)")

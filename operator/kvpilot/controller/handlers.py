@@ -44,13 +44,13 @@ from kvpilot.api.timestamps import now_rfc3339
 from kvpilot.controller import failures, logic
 from kvpilot.controller.metrics import OperatorMetrics
 from kvpilot.controller.settings import MANAGED_BY_SELECTOR, connection_info
-from kvpilot.engine.vllm_log import parse_kv_cache_report
 from kvpilot.kv.hub import HubModelCache
 from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_preflight
 from kvpilot.kv.spec import KVConfigError
 from kvpilot.kv.weights import weights_from_index
 from kvpilot.render import render_objects, vllm_command
 from kvpilot.text.safe import one_line
+from kvpilot.vllm.startup_log import parse_kv_cache_report
 
 #: Upper bound of log bytes read to find the KV line (vLLM prints it within its first few
 #: hundred lines; 8 MiB is far beyond that and bounds the read).

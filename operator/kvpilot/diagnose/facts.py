@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.promql import share_above
 from kvpilot.diagnose.signals import Signals
-from kvpilot.engine.hardware import GPU_PROFILES, gpu_profile
+from kvpilot.gpus import GPU_PROFILES, gpu_profile
 from kvpilot.text.numbers import count, fig, number
 
 #: share of engine steps in the token budget's bucket (or above) from which the budget binds, when

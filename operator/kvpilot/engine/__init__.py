@@ -6,20 +6,20 @@ Public API (see each module's docstrings; docs/engine.md for the model and its s
 - :class:`EngineConfig`, :class:`Engine` (``add_request``, ``step``, ``run``, ``now``),
   :class:`StepOutput`, :class:`MetricsSink` (what the exporter implements), :class:`Request`.
 - :mod:`kvpilot.engine.block_pool` (:class:`BlockPool`), :mod:`kvpilot.engine.offload`,
-  :mod:`kvpilot.engine.hardware` (GPU/model profiles, :class:`CostModel`).
+  :mod:`kvpilot.engine.hardware` (model profiles, :class:`CostModel`; GPU profiles live in
+  :mod:`kvpilot.gpus`).
 - :mod:`kvpilot.engine.workloads`, :mod:`kvpilot.engine.scenarios` (``SCENARIOS``, ``build``,
-  ``run_scenario``), :func:`from_vllm_args`.
+  ``run_scenario``); a ``vllm serve`` command line becomes engine flags with
+  :func:`kvpilot.vllm.args.from_vllm_args`.
 """
 
 from kvpilot.engine.block_pool import BlockPool
 from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.core import Engine, MetricsSink, StepOutput, Workload
-from kvpilot.engine.hardware import GPU_PROFILES, MODEL_PROFILES, CostModel
+from kvpilot.engine.hardware import MODEL_PROFILES, CostModel
 from kvpilot.engine.request import Request
-from kvpilot.engine.vllm_args import from_vllm_args, parse_vllm_args
 
 __all__ = [
-    "GPU_PROFILES",
     "MODEL_PROFILES",
     "BlockPool",
     "CostModel",
@@ -29,6 +29,4 @@ __all__ = [
     "Request",
     "StepOutput",
     "Workload",
-    "from_vllm_args",
-    "parse_vllm_args",
 ]

@@ -14,7 +14,8 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
-from kvpilot.engine.hardware import GiB, gpu_profile, model_profile
+from kvpilot.engine.hardware import model_profile
+from kvpilot.gpus import GiB, gpu_profile
 from kvpilot.kv.capacity import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, vllm_batch_defaults
 from kvpilot.text.numbers import gib
 

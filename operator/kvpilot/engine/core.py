@@ -45,9 +45,10 @@ from typing import Protocol
 
 from kvpilot.engine.block_pool import BlockPool
 from kvpilot.engine.config import EngineConfig
-from kvpilot.engine.hardware import CostModel, gpu_profile, model_profile
+from kvpilot.engine.hardware import CostModel, model_profile
 from kvpilot.engine.offload import CPUOffloadTier
 from kvpilot.engine.request import Request
+from kvpilot.gpus import gpu_profile
 
 _NEVER = 1 << 62  # a token count no request reaches
 

@@ -1,4 +1,4 @@
-"""GPU and model profiles, and the step-time cost model (simulated seconds per engine step).
+"""Model profiles and the step-time cost model (simulated seconds per engine step); GPUs: kvpilot.gpus.
 
 Cost model (docs/background.md §1; roofline):
 
@@ -27,18 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GiB = 1 << 30
-
-
-@dataclass(frozen=True)
-class GPUProfile:
-    """One GPU: memory (bytes), bandwidth (bytes/s), dense bf16 tensor peak (FLOP/s), source."""
-
-    name: str
-    memory_bytes: int
-    bandwidth: float
-    peak_flops: float
-    source: str
+from kvpilot.gpus import GPUProfile
 
 
 @dataclass(frozen=True)
@@ -61,50 +50,6 @@ class ModelProfile:
         """bf16 weights: 2 bytes per parameter (docs/background.md §1)."""
         return int(self.params * 2)
 
-
-GPU_PROFILES: dict[str, GPUProfile] = {
-    "h100-sxm": GPUProfile(
-        "h100-sxm",
-        80 * GiB,
-        3.35e12,
-        989e12,
-        "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3, 3.35 TB/s, BF16 1,979 TFLOPS "
-        "with sparsity = 989 dense; docs/background.md §1",
-    ),
-    "a100-80gb": GPUProfile(
-        "a100-80gb",
-        80 * GiB,
-        2.039e12,
-        312e12,
-        "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TFLOPS dense (624 with sparsity)",
-    ),
-    "l4": GPUProfile(
-        "l4",
-        24 * GiB,
-        300e9,
-        121e12,
-        "NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, BF16 242 TFLOPS with sparsity = 121 dense",
-    ),
-    "laptop-8gb": GPUProfile(
-        "laptop-8gb",
-        8 * GiB,
-        256e9,
-        40.1e12,
-        "NVIDIA GeForce RTX 4070 Laptop GPU (8 GB GDDR6, 128-bit, 16 Gbps = 256 GB/s; 36 SMs, "
-        "boost up to 2,175 MHz); dense FP16/BF16 tensor FLOPS with FP32 accumulate derived as "
-        "36 SM x 2.175 GHz x 512 FLOP/clk/SM, the per-SM rate of the Ada whitepaper's RTX 4090 "
-        "(165.2 TFLOPS / 128 SM / 2.52 GHz); the GPU of docs/background.md §9 is an unnamed 8 GB one",
-    ),
-    "laptop-896gbs": GPUProfile(
-        "laptop-896gbs",
-        24 * GiB,
-        896e9,
-        100e12,
-        "GeForce RTX 5090 Laptop GPU class: 24 GB GDDR7, 896 GB/s (docs/background.md §1's example); "
-        "tensor peak an approximation (not from a datasheet): only decode, memory-bound, is "
-        "checked against it",
-    ),
-}
 
 MODEL_PROFILES: dict[str, ModelProfile] = {
     "qwen2.5-1.5b": ModelProfile(
@@ -141,32 +86,6 @@ MODEL_PROFILES: dict[str, ModelProfile] = {
         8,
     ),
 }
-
-
-#: Other spellings of the profile names (case-insensitive).
-GPU_ALIASES = {
-    "h100": "h100-sxm",
-    "h100-80gb": "h100-sxm",
-    "a100": "a100-80gb",
-    "a100-80g": "a100-80gb",
-    "laptop": "laptop-8gb",
-    "rtx-4070-laptop": "laptop-8gb",
-    "rtx-5090-laptop": "laptop-896gbs",
-}
-
-
-def gpu_profile(name: str) -> GPUProfile:
-    """The profile called ``name`` (case-insensitive, :data:`GPU_ALIASES` accepted).
-
-    Raises:
-        ValueError: ``"gpu: unknown profile ..."`` naming the known profiles.
-    """
-    key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
-    key = GPU_ALIASES.get(key, key)
-    try:
-        return GPU_PROFILES[key]
-    except KeyError:
-        raise ValueError(f"gpu: unknown profile {name!r}; known: {', '.join(GPU_PROFILES)}") from None
 
 
 def model_profile(name: str) -> ModelProfile:

@@ -27,9 +27,9 @@ from typing import Any
 
 from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.core import Engine, MetricsSink, StepOutput
-from kvpilot.engine.hardware import GiB
-from kvpilot.engine.vllm_args import from_vllm_args
 from kvpilot.engine.workloads import from_dict as workload_from_dict
+from kvpilot.gpus import GiB
+from kvpilot.vllm.args import from_vllm_args
 
 __all__ = [
     "SCENARIOS",

@@ -7,8 +7,8 @@ benchmarks/compare_vllm_doctor.py.
 
 from __future__ import annotations
 
-from kvpilot.engine.hardware import gpu_profile
 from kvpilot.engine.scenarios import SCENARIOS, build
+from kvpilot.gpus import gpu_profile
 
 #: the verdict each engine scenario must get (its signature, kvpilot/engine/scenarios.py docstring)
 EXPECTED = {

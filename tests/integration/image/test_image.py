@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from kvpilot.api.crd import crd_manifest
-from kvpilot.engine.vllm_log import parse_kv_cache_report
 from kvpilot.metrics.exposition import parse_exposition
 from kvpilot.sandbox import SandboxCluster
+from kvpilot.vllm.startup_log import parse_kv_cache_report
 from tests.conftest import REPO
 from tests.integration.image.conftest import VERSION
 from tests.support.prom import PrometheusServer, free_port

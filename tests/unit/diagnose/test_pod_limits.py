@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvpilot.diagnose.sources.kube import pod_limits_from, vllm_argv
-from kvpilot.engine.vllm_log import parse_non_default_args, startup_limits
+from kvpilot.vllm.startup_log import parse_non_default_args, startup_limits
 
 STARTUP = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-startup"
 

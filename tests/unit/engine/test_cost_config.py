@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvpilot.engine import EngineConfig
-from kvpilot.engine.hardware import CostModel, gpu_profile, model_profile
+from kvpilot.engine.hardware import CostModel, model_profile
+from kvpilot.gpus import gpu_profile
 
 GIB = 2**30
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvpilot.engine import Engine, EngineConfig, from_vllm_args, parse_vllm_args
-from kvpilot.engine.vllm_args import human_readable_int
+from kvpilot.engine import Engine, EngineConfig
 from kvpilot.engine.workloads import (
     ClosedLoop,
     document_scan,
@@ -14,6 +13,7 @@ from kvpilot.engine.workloads import (
     poisson,
     sample_length,
 )
+from kvpilot.vllm.args import from_vllm_args, human_readable_int, parse_vllm_args
 
 
 def test_poisson_is_seeded_and_has_the_right_rate():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvpilot.commands.simulate.cli import kv_cache_log_line
-from kvpilot.engine.vllm_log import parse_kv_cache_report
+from kvpilot.vllm.startup_log import parse_kv_cache_report
 
 
 def test_line_is_what_vllm_logged_for_the_founding_experiment():

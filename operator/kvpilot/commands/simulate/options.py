@@ -150,7 +150,7 @@ def vllm_overrides(argv: list[str], strict: bool = True) -> tuple[dict[str, Any]
         else:
             rest.append(argv[i])
         i += 1
-    from kvpilot.engine.vllm_args import from_vllm_args
+    from kvpilot.vllm.args import from_vllm_args
 
     overrides = engine_call("--vllm-args", from_vllm_args, rest, strict)
     return dict(overrides or {}), host, port

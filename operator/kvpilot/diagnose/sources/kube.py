@@ -7,8 +7,8 @@ method). Without a reachable cluster the caller falls back to the command line a
 
 :func:`lookup_pod_limits` reads the limits of *any* vLLM pod, not only kvpilot's (production-stack,
 KServe, a hand-written Deployment): the vLLM container's command line, parsed with the parser the
-simulator's ``vllm`` shim uses (:func:`kvpilot.engine.vllm_args.parse_vllm_args`), and its startup
-log (:func:`kvpilot.engine.vllm_log.startup_limits`), read from the start and bounded by
+simulator's ``vllm`` shim uses (:func:`kvpilot.vllm.args.parse_vllm_args`), and its startup
+log (:func:`kvpilot.vllm.startup_log.startup_limits`), read from the start and bounded by
 ``limitBytes``.
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvpilot.api.constants import GROUP, LABEL_SERVER, PLURAL, VERSION
-from kvpilot.engine.vllm_args import parse_vllm_args
-from kvpilot.engine.vllm_log import startup_limits
+from kvpilot.vllm.args import parse_vllm_args
+from kvpilot.vllm.startup_log import startup_limits
 
 #: bytes of a pod's log read from its start: vLLM prints its arguments and KV capacity in the first
 #: hundred lines (a few KiB to tens of KiB with long config dumps); the rest is request logging

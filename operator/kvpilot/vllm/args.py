@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvpilot.engine.hardware import GiB
+from kvpilot.gpus import GiB
 from kvpilot.kv.capacity import VLLM_BLOCK_SIZES
 
 #: Hugging Face model ids whose shape the engine knows -> its model profile name.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvpilot.engine.vllm_log import KVCacheReport, parse_kv_cache_report
+from kvpilot.vllm.startup_log import KVCacheReport, parse_kv_cache_report
 
 # 21,520 tokens at max_model_len 8,192: 21520 / 8192 = 2.6269... -> vLLM prints "%.2fx" = 2.63x
 EXPECTED = KVCacheReport(kv_cache_tokens=21520, max_concurrency=2.63, max_model_len=8192, device="GPU")
