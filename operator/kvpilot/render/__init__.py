@@ -1,39 +1,10 @@
 """spec -> Pod and Service (pure; Jinja2 templates shipped as package data).
 
-Public surface: :func:`render_objects`, :func:`pod_name`, :func:`vllm_command`, :func:`managed_labels`,
-:func:`render_pod`, :func:`render_service`, and the label/annotation constants.
+Public surface: :func:`render_objects` (what the operator creates), :func:`pod_name` and
+:func:`vllm_command`; the rest of :mod:`kvpilot.render.renderer` (``render_pod``, ``render_service``,
+``managed_labels``, …) is imported from there. Labels and annotations: :mod:`kvpilot.api.constants`.
 """
 
-from kvpilot.render.renderer import (
-    ANNOTATION_MODEL,
-    ANNOTATION_SPEC_HASH,
-    LABEL_INSTANCE,
-    LABEL_MANAGED_BY,
-    LABEL_NAME,
-    LABEL_SERVER,
-    container_resources,
-    managed_labels,
-    owner_references,
-    pod_name,
-    render_objects,
-    render_pod,
-    render_service,
-    vllm_command,
-)
+from kvpilot.render.renderer import pod_name, render_objects, vllm_command
 
-__all__ = [
-    "ANNOTATION_MODEL",
-    "ANNOTATION_SPEC_HASH",
-    "LABEL_INSTANCE",
-    "LABEL_MANAGED_BY",
-    "LABEL_NAME",
-    "LABEL_SERVER",
-    "container_resources",
-    "managed_labels",
-    "owner_references",
-    "pod_name",
-    "render_objects",
-    "render_pod",
-    "render_service",
-    "vllm_command",
-]
+__all__ = ["pod_name", "render_objects", "vllm_command"]

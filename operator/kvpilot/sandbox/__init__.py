@@ -5,8 +5,8 @@ it raises ImportError naming the extra.
 
 - :class:`~kvpilot.sandbox.emulator.FaithfulKubernetes` — kmock's ``KubernetesEmulator`` with
   a real API server's object semantics (the gap table is in that module's docstring);
-- :class:`~kvpilot.sandbox.cluster.SandboxCluster` — runs it on 127.0.0.1 in a thread;
-  :func:`kube_api` is the same thing under the name docs/architecture.md uses;
+- :class:`~kvpilot.sandbox.cluster.SandboxCluster` — runs it on 127.0.0.1 in a thread (a context
+  manager);
 - :class:`~kvpilot.sandbox.cluster.Kubelet` — plays the scheduler and kubelet, openly.
 """
 
@@ -21,9 +21,4 @@ from kvpilot.sandbox.cluster import Kubelet, SandboxCluster
 from kvpilot.sandbox.emulator import FaithfulKubernetes
 
 
-def kube_api(*, strict: bool = True) -> SandboxCluster:
-    """A :class:`SandboxCluster` (use as a context manager): the sandbox API on loopback."""
-    return SandboxCluster(strict=strict)
-
-
-__all__ = ["FaithfulKubernetes", "Kubelet", "SandboxCluster", "kube_api"]
+__all__ = ["FaithfulKubernetes", "Kubelet", "SandboxCluster"]

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from kvpilot.sandbox import kube_api
+from kvpilot.sandbox import SandboxCluster
 from tests.conftest import REPO, require_tool
 
 NS = "kvpilot-system"
@@ -23,7 +23,7 @@ CRDS = {"vllmservers.kvpilot.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings
 
 @pytest.fixture
 def cluster(tmp_path):
-    with kube_api(strict=True) as sandbox:
+    with SandboxCluster(strict=True) as sandbox:
         # kubectl asks for the OpenAPI documents to compute a patch of an existing object and falls back
         # without them; the sandbox publishes none, so they are declared absent instead of unexpected.
         sandbox.emulator["get /openapi/v3"] << 404
