@@ -20,5 +20,4 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from kvpilot.sandbox.cluster import Kubelet, SandboxCluster
 from kvpilot.sandbox.emulator import FaithfulKubernetes
 
-
 __all__ = ["FaithfulKubernetes", "Kubelet", "SandboxCluster"]
