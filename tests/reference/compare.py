@@ -15,18 +15,38 @@ from typing import Any
 
 from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.core import Engine, StepOutput
+from kvpilot.engine.exporter import VLLMMetrics
 from kvpilot.engine.request import Request
 
 STEP_FIELDS = ("scheduled", "preempted", "prefix_queries", "prefix_hits", "running", "waiting")
 
 
-def kvpilot_steps(engine: Engine, requests: Sequence[Request]) -> list[dict[str, Any]]:
-    """Run ``requests`` through ``engine`` (``Engine.run``) and return its step records."""
+def kvpilot_steps(
+    engine: Engine, requests: Sequence[Request], snapshot_interval: float | None = None
+) -> list[dict[str, Any]]:
+    """Run ``requests`` through ``engine`` (``Engine.run``) and return its step records.
+
+    With ``snapshot_interval`` (and ``engine.metrics`` a :class:`VLLMMetrics`), also fill
+    ``engine.snapshots`` the way the driver does: at t=0, then after each step or idle stretch for
+    every multiple of the interval passed; ``engine.final_snapshot`` holds the registry at the end.
+    """
     steps: list[dict[str, Any]] = []
     prev: dict[int, int] = {}  # id(request) -> num_computed after the previous step, for running requests
+    snapshots: list = []
+    next_snap = [0.0]
+
+    def snap(eng: Engine) -> None:
+        if snapshot_interval is None:
+            return
+        while next_snap[0] <= eng.now + 1e-12:
+            snapshots.append([next_snap[0], registry_snapshot(eng.metrics)])
+            next_snap[0] += snapshot_interval
+
+    snap(engine)
 
     def on_step(eng: Engine, out: StepOutput | None) -> None:
         nonlocal prev
+        snap(eng)
         if out is None:
             return
         scheduled: dict[str, int] = {}
@@ -58,7 +78,62 @@ def kvpilot_steps(engine: Engine, requests: Sequence[Request]) -> list[dict[str,
         )
 
     engine.run(sorted(requests, key=lambda r: r.arrival_time), on_step=on_step)
+    engine.snapshots = snapshots  # type: ignore[attr-defined]
+    engine.final_snapshot = registry_snapshot(engine.metrics) if engine.metrics is not None else None  # type: ignore[attr-defined]
     return steps
+
+
+def registry_snapshot(metrics: VLLMMetrics) -> list:
+    """The exporter's families in the driver's shape: ``[[name, type, help, [[sample, labels, value]]]]``."""
+    out = []
+    for fam in metrics.collect():
+        samples = [
+            [s.name, dict(sorted(s.labels.items())), s.value] for s in fam.samples if not s.name.endswith("_created")
+        ]
+        out.append([fam.name, fam.type, fam.documentation, samples])
+    return out
+
+
+def snapshot_differences(vllm: list, kvp: list, limit: int = 3) -> list[str]:
+    """Differences between two registry snapshots: families, types, HELP, label sets, bucket edges, values."""
+    a = {
+        name: (typ, doc, {(s[0], tuple(sorted(s[1].items()))): s[2] for s in samples})
+        for name, typ, doc, samples in vllm
+    }
+    b = {
+        name: (typ, doc, {(s[0], tuple(sorted(s[1].items()))): s[2] for s in samples})
+        for name, typ, doc, samples in kvp
+    }
+    out = []
+    if set(a) != set(b):
+        out.append(f"families only in vLLM {sorted(set(a) - set(b))}, only in kvpilot {sorted(set(b) - set(a))}")
+    for name in sorted(set(a) & set(b)):
+        (ta, da, sa), (tb, db, sb) = a[name], b[name]
+        if ta != tb or da != db:
+            out.append(f"{name}: type/help vLLM {ta} {da!r}, kvpilot {tb} {db!r}")
+        if set(sa) != set(sb):
+            only_a, only_b = sorted(set(sa) - set(sb))[:2], sorted(set(sb) - set(sa))[:2]
+            out.append(f"{name}: series only in vLLM {only_a}, only in kvpilot {only_b}")
+        for key in sorted(set(sa) & set(sb)):
+            if not math.isclose(sa[key], sb[key], rel_tol=1e-9, abs_tol=1e-9):
+                out.append(f"{key[0]}{dict(key[1])}: vLLM {sa[key]!r}, kvpilot {sb[key]!r}")
+                break
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
+
+def metric_differences(vllm_snaps: list, kvp_snaps: list, limit: int = 3) -> list[str]:
+    """Differences snapshot by snapshot (same instants on both sides)."""
+    if len(vllm_snaps) != len(kvp_snaps):
+        return [f"snapshots: vLLM {len(vllm_snaps)}, kvpilot {len(kvp_snaps)}"]
+    for (ta, a), (tb, b) in zip(vllm_snaps, kvp_snaps, strict=True):
+        if not math.isclose(ta, tb, rel_tol=1e-9, abs_tol=1e-9):
+            return [f"snapshot at vLLM t={ta}, kvpilot t={tb}"]
+        diffs = snapshot_differences(a, b, limit)
+        if diffs:
+            return [f"t={ta:.6g}: {d}" for d in diffs]
+    return []
 
 
 def vllm_steps(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -92,7 +167,30 @@ def totals(steps: list[dict]) -> dict[str, int]:
     }
 
 
-def make_engine(**flags: Any) -> Engine:
-    """An engine with the reference tier's defaults (H100 roofline, Qwen2.5-1.5B) and ``flags``."""
+SERVED_MODEL_NAME = "kvpilot/reference"
+
+
+def make_engine(*, with_metrics: bool = False, **flags: Any) -> Engine:
+    """An engine with the reference tier's defaults (H100 roofline, Qwen2.5-1.5B) and ``flags``.
+
+    ``with_metrics``: attach a vLLM 0.29.0 :class:`VLLMMetrics` whose ``cache_config_info`` carries
+    what the engine knows (block size, blocks, memory utilisation, caching, dtype).
+    """
     base = {"gpu": "h100", "model": "qwen2.5-1.5b", "max_model_len": 8192}
-    return Engine(EngineConfig.from_dict({**base, **flags}), keep_finished=False)
+    config = EngineConfig.from_dict({**base, **flags})
+    metrics = None
+    if with_metrics:
+        probe = Engine(config)
+        metrics = VLLMMetrics(
+            vllm_version="0.29.0",
+            model_name=SERVED_MODEL_NAME,
+            cache_config={
+                "block_size": str(config.block_size),
+                "num_gpu_blocks": str(probe.num_gpu_blocks),
+                "gpu_memory_utilization": str(config.gpu_memory_utilization),
+                "enable_prefix_caching": str(config.enable_prefix_caching),
+                "cache_dtype": config.kv_cache_dtype,
+            },
+            max_model_len=config.max_model_len,
+        )
+    return Engine(config, metrics=metrics, keep_finished=False)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.conftest import require_vllm_python
-from tests.reference.compare import kvpilot_steps, make_engine
+from tests.reference.compare import SERVED_MODEL_NAME, kvpilot_steps, make_engine
 from tests.reference.harness import driver_spec, run_vllm
 from tests.reference.workloads import NAMED, RANDOM_SEEDS, Workload, random_workload
 
@@ -40,12 +40,25 @@ def reference_runs() -> dict[str, dict]:
         flags, requests = make()
         engine = make_engine(**flags)
         t0 = time.perf_counter()
-        steps = kvpilot_steps(engine, requests)
+        kvpilot_steps(engine, requests)
         kvpilot_seconds += time.perf_counter() - t0
         interval = max(engine.now / SNAPSHOTS_PER_RUN, 1e-3)
         flags, requests = make()
-        specs.append(driver_spec(name, make_engine(**flags), requests, snapshot_interval=interval))
-        runs[name] = {"kvpilot": steps, "flags": flags, "interval": interval}
+        engine = make_engine(with_metrics=True, **flags)
+        steps = kvpilot_steps(engine, requests, snapshot_interval=interval)
+        flags, requests = make()
+        specs.append(
+            driver_spec(
+                name, make_engine(**flags), requests, served_model_name=SERVED_MODEL_NAME, snapshot_interval=interval
+            )
+        )
+        runs[name] = {
+            "kvpilot": steps,
+            "snapshots": engine.snapshots,
+            "final": engine.final_snapshot,
+            "flags": flags,
+            "interval": interval,
+        }
     t0 = time.perf_counter()
     answer = run_vllm(python, specs)
     vllm_seconds = time.perf_counter() - t0

@@ -60,13 +60,20 @@ os.dup2(2, 1)
 
 
 class SimClock:
-    """The simulated clock vLLM reads instead of ``time.time``/``time.monotonic`` (seconds)."""
+    """The simulated clock vLLM reads instead of ``time.time``/``time.monotonic`` (seconds).
+
+    ``now`` counts simulated seconds from the workload's start; vLLM reads ``EPOCH + now``. The
+    epoch keeps every timestamp vLLM sees positive: ``IterationStats.update_from_events`` takes a
+    ``scheduled_ts`` of 0.0 for "not scheduled yet", which a real monotonic clock never returns.
+    """
+
+    EPOCH = 1000.0
 
     def __init__(self) -> None:
         self.now = 0.0
 
     def __call__(self) -> float:
-        return self.now
+        return self.EPOCH + self.now
 
 
 CLOCK = SimClock()
@@ -83,7 +90,7 @@ def _imports() -> dict:
     from vllm import SamplingParams
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash, update_kv_cache_capacity
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.engine import EngineCoreRequest
     from vllm.v1.engine.output_processor import OutputProcessor
@@ -105,6 +112,7 @@ def _imports() -> dict:
         "get_hash_fn_by_name": get_hash_fn_by_name,
         "get_request_block_hasher": get_request_block_hasher,
         "init_none_hash": init_none_hash,
+        "update_kv_cache_capacity": update_kv_cache_capacity,
         "Scheduler": Scheduler,
         "EngineCoreRequest": EngineCoreRequest,
         "OutputProcessor": OutputProcessor,
@@ -164,6 +172,7 @@ def build(cfg: dict, workdir: Path):
         ],
     )
     cache_config.num_gpu_blocks = num_blocks
+    V["update_kv_cache_capacity"](vllm_config, kv_cache_config)  # kv_cache_size_tokens / max_concurrency, as a server
     hasher = None
     if cache_config.enable_prefix_caching:
         hash_fn = V["get_hash_fn_by_name"](cache_config.prefix_caching_hash_algo)
@@ -223,8 +232,11 @@ class Runner:
         rid = str(r["request_id"])
         output_len = int(r["output_len"])
         stop = r.get("finish_reason", "length") == "stop"
+        prompt = self.tokens(r["segments"])
+        room = int(self.spec["config"]["max_model_len"]) - len(prompt)
         params = V["SamplingParams"](
-            max_tokens=output_len + 1 if stop else output_len,
+            # a request that stops by itself was sent without max_tokens: vLLM's default is the room left
+            max_tokens=room if stop else min(output_len, room),
             ignore_eos=True,
             stop_token_ids=[STOP_TOKEN] if stop else None,
             detokenize=False,
@@ -232,11 +244,11 @@ class Runner:
         params.update_from_generation_config({}, None)
         ecr = V["EngineCoreRequest"](
             request_id=rid,
-            prompt_token_ids=self.tokens(r["segments"]),
+            prompt_token_ids=prompt,
             mm_features=None,
             sampling_params=params,
             pooling_params=None,
-            arrival_time=float(r["arrival_time"]),
+            arrival_time=CLOCK.EPOCH + float(r["arrival_time"]),
             lora_request=None,
             cache_salt=None,
             data_parallel_rank=None,

@@ -72,23 +72,38 @@ class MetricsSink(Protocol):
         prefix_hits: int,
         external_queries: int = 0,
         external_hits: int = 0,
+        prompt_cached: int = 0,
+        prompt_external: int = 0,
+        preemptions_reported: int = 0,
+        ttfts: Sequence[float] = (),
+        itls: Sequence[float] = (),
     ) -> None:
-        """Per-step counters (tokens; preemptions as a count)."""
+        """Per-step counters (tokens; preemptions as a count) and the step's latencies (s).
+
+        What vLLM's ``IterationStats`` holds for a step with outputs: ``prompt_tokens`` are the
+        whole prompts of requests whose first token came in this step, ``prompt_cached`` /
+        ``prompt_external`` the part of them found in the GPU prefix cache / the CPU tier at their
+        first admission; ``preemptions_reported`` the preemptions of requests that produced output
+        in this step (vLLM counts a PREEMPTED event when its request next produces output), while
+        ``preemptions`` counts the scheduler's preemptions of this step; ``ttfts`` / ``itls`` the
+        first-token and inter-token latencies of this step's tokens.
+        """
 
     def record_request(
         self,
         *,
-        ttft: float,
-        itls: Sequence[float],
         e2e: float,
         queue_time: float,
         prefill_time: float,
         decode_time: float,
+        inference_time: float,
         prompt_tokens: int,
+        prompt_cached: int,
         generation_tokens: int,
+        max_tokens: int,
         finished_reason: str,
     ) -> None:
-        """One finished request (seconds, tokens)."""
+        """One finished request (seconds, tokens; ``max_tokens`` the request's parameter)."""
 
 
 class Workload(Protocol):
@@ -126,6 +141,11 @@ class StepOutput:
     waiting: int
     kv_cache_usage: float
     finished: list[Request] = field(default_factory=list)
+    prompt_cached: int = 0
+    prompt_external: int = 0
+    preemptions_reported: int = 0
+    ttfts: list[float] = field(default_factory=list)
+    itls: list[float] = field(default_factory=list)
 
 
 class Engine:
@@ -400,9 +420,11 @@ class Engine:
         self.busy_time += dt
 
         # 4. outputs: requests that caught up sample one token
-        prompt_done = gen = 0
+        prompt_done = gen = prompt_cached = prompt_external = reported = 0
         finished: list[Request] = []
         track_itls = self._track_itls
+        ttfts: list[float] = []
+        itls: list[float] = []
         for req in scheduled:
             c = req.num_computed
             if c >= req.total:
@@ -413,8 +435,16 @@ class Engine:
                 if out == 1:
                     req.first_token_time = now
                     prompt_done += req.prompt_len
+                    prompt_cached += req.prefix_hit_tokens
+                    prompt_external += req.external_hit_tokens
+                    ttfts.append(now - req.arrival_time)
                 elif track_itls:
-                    req.itls.append(now - req.last_token_time)
+                    gap = now - req.last_token_time
+                    req.itls.append(gap)
+                    itls.append(gap)
+                if req.num_preemptions != req.preemptions_reported:
+                    reported += req.num_preemptions - req.preemptions_reported
+                    req.preemptions_reported = req.num_preemptions
                 req.last_token_time = now
                 if out >= req.max_output:
                     finished.append(req)
@@ -448,6 +478,11 @@ class Engine:
             len(waiting),
             pool.usage(),
             finished,
+            prompt_cached,
+            prompt_external,
+            reported,
+            ttfts,
+            itls,
         )
         return self._emit(out)
 
@@ -464,6 +499,11 @@ class Engine:
                     prefix_hits=out.prefix_hits,
                     external_queries=out.external_queries,
                     external_hits=out.external_hits,
+                    prompt_cached=out.prompt_cached,
+                    prompt_external=out.prompt_external,
+                    preemptions_reported=out.preemptions_reported,
+                    ttfts=out.ttfts,
+                    itls=out.itls,
                 )
             m.set_queue(
                 running=out.running,
@@ -506,15 +546,19 @@ class Engine:
         if m is not None:
             first = req.first_token_time if req.first_token_time is not None else now
             sched = req.scheduled_time if req.scheduled_time is not None else now
+            # vLLM's max_tokens: the request's own cap, or max_model_len - prompt when it stops by itself
+            # (SamplingParams' default when the client sends none)
+            capped = req.finished_reason == "length"
             m.record_request(
-                ttft=first - req.arrival_time,
-                itls=req.itls,
                 e2e=now - req.arrival_time,
                 queue_time=sched - req.arrival_time,
                 prefill_time=first - sched,
                 decode_time=now - first,
+                inference_time=now - sched,
                 prompt_tokens=req.prompt_len,
+                prompt_cached=req.prefix_hit_tokens + req.external_hit_tokens,
                 generation_tokens=req.num_output,
+                max_tokens=req.max_output if capped else self.config.max_model_len - req.prompt_len,
                 finished_reason=req.finished_reason or "length",
             )
 

@@ -14,6 +14,17 @@ release lays out its own (V1 engine, ``vllm/v1/metrics/loggers.py``, single API 
   no ``model_name``), with ``kv_cache_size_tokens``/``kv_cache_max_concurrency`` only since 0.24
   (docs/background.md §2).
 
+From vLLM 0.29 on, the families, labels, bucket edges, HELP texts and the moment each value
+changes are those of vLLM 0.29.0's ``PrometheusStatLogger`` fed by its ``OutputProcessor``, proven
+by the reference tier (``tests/reference/``, vLLM's own code side by side with this exporter):
+``vllm:iteration_tokens_total`` observes the step's ``IterationStats`` (prompt tokens of prefills
+that completed in the step, less cached ones, plus generated tokens; a step without output is not
+observed), ``vllm:num_preemptions`` counts a preemption when its request next produces output,
+TTFT and inter-token latencies are observed as the tokens come, ``finished_reason`` has five
+values, ``vllm:cache_config_info`` carries every CacheConfig field. Older versions keep the
+previous semantics (tokens scheduled per step, preemptions when they happen), not proven against
+those releases.
+
 Exposition goes through ``prometheus_client`` exactly as a vLLM server's does, so a Prometheus 2.x
 asking for OpenMetrics gets sample names with ``:`` escaped to ``_`` while ``# HELP``/``# TYPE`` keep
 the colon (prometheus_client >= 0.22, docs/metrics.md "Escaping"); a plain scrape (``text/plain``) gets the colon names.
@@ -37,6 +48,7 @@ __all__ = ["VLLMMetrics", "DEFAULT_VLLM_VERSION", "request_token_buckets"]
 #: the vLLM release the project's background is written against (docs/background.md, v0.33.0 source).
 DEFAULT_VLLM_VERSION = "0.33.0"
 
+SEMANTICS_0_29 = (0, 29)  # vLLM 0.29.0's stat-logger semantics (module docstring), proven by tests/reference
 ENGINE_LABEL_SINCE = (0, 8, 3)  # vLLM PR #13923
 PREFIX_TOKENS_SINCE = (0, 9, 0)  # vLLM PR #18003: prefix counters in tokens, blocks before
 KV_SIZE_LABELS_SINCE = (0, 24)  # docs/background.md §2: kv_cache_size_tokens, kv_cache_max_concurrency labels
@@ -66,6 +78,75 @@ _PREINITIALISED = (
     ("vllm:request_success", ("abort",)),
 )
 
+#: the same, from vLLM 0.29.0 (v1/metrics/loggers.py ``FinishReason`` has five values; the sleep state's three
+#: labels and the prompt-token sources are created up front too)
+_PREINITIALISED_0_29 = (
+    ("vllm:request_success", ("error",)),
+    ("vllm:request_success", ("repetition",)),
+    ("vllm:prompt_tokens_by_source", ("local_compute",)),
+    ("vllm:prompt_tokens_by_source", ("local_cache_hit",)),
+    ("vllm:prompt_tokens_by_source", ("external_kv_transfer",)),
+)
+
+#: HELP texts of vLLM 0.29.0's families where they differ from the catalog's (v1/metrics/loggers.py, read off
+#: vLLM's registry by the reference tier).
+_HELP_0_29 = {
+    "vllm:num_requests_waiting_by_reason": "Number of waiting requests by reason. Reason labels: 'capacity' = "
+    "waiting for scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, "
+    "blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
+    "vllm:kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
+    "vllm:prefix_cache_queries": "Prefix cache queries, in terms of number of queried tokens.",
+    "vllm:prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
+    "vllm:external_prefix_cache_queries": "External prefix cache queries from KV connector cross-instance cache "
+    "sharing, in terms of number of queried tokens.",
+    "vllm:external_prefix_cache_hits": "External prefix cache hits from KV connector cross-instance cache sharing, "
+    "in terms of number of cached tokens.",
+    "vllm:num_preemptions": "Cumulative number of preemption from the engine.",
+    "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+    "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
+    "vllm:cache_config_info": "Information of the LLMEngine CacheConfig",
+}
+
+#: ``str()`` of the vLLM 0.29.0 ``CacheConfig`` fields ``vllm:cache_config_info`` carries besides the ones the
+#: engine knows (block_size, num_gpu_blocks, gpu_memory_utilization, enable_prefix_caching, cache_dtype and the
+#: derived kv_cache_size_tokens / kv_cache_max_concurrency): their defaults for a server started with
+#: ``--block-size``, read off vLLM 0.29.0's own ``log_engine_initialized`` by the reference tier.
+CACHE_CONFIG_DEFAULTS_0_29 = {
+    "_block_size_resolved": "True",
+    "block_size": "16",
+    "cache_dtype": "auto",
+    "enable_prefix_caching": "True",
+    "gpu_memory_utilization": "0.9",
+    "is_attention_free": "False",
+    "kv_cache_dtype_skip_layers": "[]",
+    "kv_cache_layout": "None",
+    "kv_cache_max_concurrency": "None",
+    "kv_cache_memory_bytes": "None",
+    "kv_cache_size_tokens": "None",
+    "kv_offloading_backend": "native",
+    "kv_offloading_size": "None",
+    "kv_sharing_fast_prefill": "False",
+    "mamba_block_size": "None",
+    "mamba_cache_dtype": "auto",
+    "mamba_cache_mode": "none",
+    "mamba_page_size_padded": "None",
+    "mamba_ssm_cache_dtype": "float32",
+    "num_cpu_blocks": "None",
+    "num_gpu_blocks": "None",
+    "num_gpu_blocks_override": "None",
+    "prefix_cache_retention_interval": "0",
+    "prefix_caching_hash_algo": "sha256",
+    "prefix_match_unit": "None",
+    "replayssm_buffer_len": "16",
+    "skip_page_size_padded": "None",
+    "sliding_window": "None",
+    "use_kda_recoverssm": "False",
+    "use_replayssm": "False",
+    "user_specified_block_size": "True",
+    "user_specified_mamba_block_size": "False",
+}
+
 _BUCKETS = {
     "vllm:iteration_tokens_total": catalog.ITERATION_TOKENS_BUCKETS,
     "vllm:time_to_first_token_seconds": catalog.TTFT_BUCKETS,
@@ -74,7 +155,21 @@ _BUCKETS = {
     "vllm:request_queue_time_seconds": catalog.REQUEST_LATENCY_BUCKETS,
     "vllm:request_prefill_time_seconds": catalog.REQUEST_LATENCY_BUCKETS,
     "vllm:request_decode_time_seconds": catalog.REQUEST_LATENCY_BUCKETS,
+    "vllm:request_inference_time_seconds": catalog.REQUEST_LATENCY_BUCKETS,
+    "vllm:request_time_per_output_token_seconds": catalog.ITL_BUCKETS,
+    "vllm:request_params_n": (1, 2, 5, 10, 20),  # build_buckets([1, 2, 5], 20), v1/metrics/loggers.py
 }
+
+
+def kv_cache_capacity(num_gpu_blocks: int, block_size: int, max_model_len: int) -> tuple[int, float]:
+    """``(kv_cache_size_tokens, kv_cache_max_concurrency)`` as vLLM 0.29.0 derives them for one attention group.
+
+    ``max_concurrency = num_gpu_blocks / ceil(max_model_len / block_size)``, ``tokens = int(max_concurrency *
+    max_model_len)`` (``get_kv_cache_capacity`` / ``get_max_concurrency_for_kv_cache_config`` in
+    vllm/v1/core/kv_cache_utils.py). Example: 1,345 blocks of 16 at 8,192 -> (21520, 2.626953125).
+    """
+    concurrency = num_gpu_blocks / -(-max_model_len // block_size)
+    return int(concurrency * max_model_len), concurrency
 
 
 def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
@@ -150,6 +245,8 @@ class VLLMMetrics:
         self.model_name = model_name
         self.engine = str(engine)
         self.has_engine_label = v >= ENGINE_LABEL_SINCE
+        self.semantics_0_29 = v >= SEMANTICS_0_29
+        self.max_model_len = max_model_len
         self.prefix_in_blocks = v < PREFIX_TOKENS_SINCE
         try:
             self.block_size = int(cache_config.get("block_size", "16"))
@@ -173,6 +270,8 @@ class VLLMMetrics:
     def _help(self, canonical: str, exposed: str) -> str:
         spec = catalog.BY_NAME[canonical]
         if exposed == canonical:
+            if self.semantics_0_29:
+                return _HELP_0_29.get(canonical, spec.help)
             return spec.help
         if self.prefix_in_blocks and exposed in _BLOCK_HELP:
             return _BLOCK_HELP[exposed]
@@ -200,13 +299,18 @@ class VLLMMetrics:
                 children.append(metric)
             self._families[spec.name] = children
         # vLLM creates every labelled child at startup, so each series is exposed (at 0) from the first scrape.
-        for canonical, extra in _PREINITIALISED:
+        preinitialised = _PREINITIALISED + (_PREINITIALISED_0_29 if self.semantics_0_29 else ())
+        for canonical, extra in preinitialised:
             for metric in self._families.get(canonical, []):
                 metric.labels(*self._labelvalues, *extra)
         for canonical, children in self._families.items():
             if not catalog.BY_NAME[canonical].labels:
                 for metric in children:
                     metric.labels(*self._labelvalues)
+        # record_sleep_state() at start-up: awake (v1/metrics/loggers.py, vLLM 0.29.0)
+        for state, value in (("awake", 1), ("weights_offloaded", 0), ("discard_all", 0)):
+            for metric in self._families.get("vllm:engine_sleep_state", []):
+                metric.labels(*self._labelvalues, state).set(value)
 
     def set_cache_config(self, cache_config: Mapping[str, str]) -> None:
         """Replace the ``vllm:cache_config_info`` label set (e.g. once the engine knows ``num_gpu_blocks``).
@@ -220,6 +324,14 @@ class VLLMMetrics:
     def _cache_config_info(self, cache_config: Mapping[str, str]) -> None:
         spec = catalog.BY_NAME["vllm:cache_config_info"]
         labels = {str(k): str(val) for k, val in cache_config.items()}
+        if self.semantics_0_29:
+            labels = {**CACHE_CONFIG_DEFAULTS_0_29, **labels}
+            if labels["num_gpu_blocks"] != "None":  # vLLM derives these two from the blocks, as floats/ints
+                tokens, concurrency = kv_cache_capacity(
+                    int(labels["num_gpu_blocks"]), int(labels["block_size"]), self.max_model_len
+                )
+                labels["kv_cache_size_tokens"] = str(tokens)
+                labels["kv_cache_max_concurrency"] = str(concurrency)
         if self.version < KV_SIZE_LABELS_SINCE:
             for key in KV_SIZE_LABELS:
                 labels.pop(key, None)
@@ -227,7 +339,9 @@ class VLLMMetrics:
             labels["engine"] = self.engine
         names = sorted(labels)
         self.cache_config_labels = dict(labels)
-        self._info_gauge = Gauge("vllm:cache_config_info", spec.help, names, registry=self.registry)
+        self._info_gauge = Gauge(
+            "vllm:cache_config_info", self._help(spec.name, spec.name), names, registry=self.registry
+        )
         self._info_gauge.labels(**labels).set(1)
 
     def _children(self, canonical: str, *extra: str) -> list:
@@ -300,24 +414,45 @@ class VLLMMetrics:
         prefix_hits: int,
         external_queries: int = 0,
         external_hits: int = 0,
+        prompt_cached: int = 0,
+        prompt_external: int = 0,
+        preemptions_reported: int | None = None,
+        ttfts: Sequence[float] = (),
+        itls: Sequence[float] = (),
     ) -> None:
         """Account for one engine step.
 
         Args:
-            num_tokens: tokens scheduled in the step (observed into ``vllm:iteration_tokens_total``;
-                a step with 0 tokens is not observed, as vLLM only logs steps that ran).
-            prompt_tokens: prefill tokens computed (``vllm:prompt_tokens_total``).
-            generation_tokens: decode tokens computed (``vllm:generation_tokens_total``).
-            preemptions: requests preempted in the step (``vllm:num_preemptions_total``).
+            num_tokens: tokens scheduled in the step. Before vLLM 0.29 this is what
+                ``vllm:iteration_tokens_total`` observes (a step with 0 tokens is not observed).
+            prompt_tokens: whole prompts of the requests whose first token came in this step
+                (``vllm:prompt_tokens_total``).
+            generation_tokens: tokens sampled in the step (``vllm:generation_tokens_total``).
+            preemptions: requests the scheduler preempted in the step (``vllm:num_preemptions_total``
+                before 0.29).
             prefix_queries: prompt tokens looked up in the GPU prefix cache; converted to blocks
                 (``// block_size`` of the running totals) before vLLM 0.9.0.
             prefix_hits: prompt tokens found there (same conversion).
             external_queries: the same as ``prefix_queries`` for a KV connector tier (LMCache-like), tokens.
             external_hits: the same as ``prefix_hits`` for that tier, tokens.
+            prompt_cached: of ``prompt_tokens``, those found in the GPU prefix cache at first admission.
+            prompt_external: of ``prompt_tokens``, those loaded from the KV connector tier.
+            preemptions_reported: preemptions of the requests that produced output in this step, which
+                is when vLLM 0.29 counts them (``IterationStats.num_preempted_reqs``); None: ``preemptions``.
+            ttfts: first-token latencies of this step's first tokens, s (``vllm:time_to_first_token_seconds``).
+            itls: inter-token latencies of this step's other tokens, s (``vllm:inter_token_latency_seconds``,
+                and ``vllm:time_per_output_token_seconds`` where exposed).
+
+        From vLLM 0.29 (``PrometheusStatLogger.record`` with the step's ``IterationStats``): a step
+        without output records no token counts; ``vllm:iteration_tokens_total`` observes
+        ``prompt_tokens - prompt_cached - prompt_external + generation_tokens``;
+        ``vllm:prompt_tokens_by_source`` splits ``prompt_tokens`` into local_compute /
+        local_cache_hit / external_kv_transfer, ``vllm:prompt_tokens_cached`` counts the cached part.
 
         Raises:
             ValueError: a negative count.
         """
+        reported = preemptions if preemptions_reported is None else preemptions_reported
         counts = {
             "num_tokens": num_tokens,
             "prompt_tokens": prompt_tokens,
@@ -327,16 +462,39 @@ class VLLMMetrics:
             "prefix_hits": prefix_hits,
             "external_queries": external_queries,
             "external_hits": external_hits,
+            "prompt_cached": prompt_cached,
+            "prompt_external": prompt_external,
+            "preemptions_reported": reported,
         }
         for field_name, count in counts.items():  # validate before touching any counter
             if count < 0:
                 raise ValueError(f"{field_name}: must be >= 0, got {count}")
-        if num_tokens > 0:
-            self._observe("vllm:iteration_tokens_total", num_tokens)
+        if prompt_cached + prompt_external > prompt_tokens:
+            raise ValueError(f"prompt_cached: {prompt_cached} + {prompt_external} external > {prompt_tokens} prompt")
+        for ttft in ttfts:
+            self._observe("vllm:time_to_first_token_seconds", ttft)
+        for gap in itls:
+            self._observe("vllm:inter_token_latency_seconds", gap)
+        if self.semantics_0_29:
+            computed = prompt_tokens - prompt_cached - prompt_external
+            if generation_tokens > 0:  # IterationStats exist only for steps with outputs
+                self._observe("vllm:iteration_tokens_total", computed + generation_tokens)
+            preempted = reported
+        else:
+            if num_tokens > 0:
+                self._observe("vllm:iteration_tokens_total", num_tokens)
+            preempted = preemptions
         with self._pending_lock:
             self._inc("vllm:prompt_tokens", prompt_tokens)
             self._inc("vllm:generation_tokens", generation_tokens)
-            self._inc("vllm:num_preemptions", preemptions)
+            self._inc("vllm:num_preemptions", preempted)
+            if self.semantics_0_29:
+                self._inc(
+                    "vllm:prompt_tokens_by_source", prompt_tokens - prompt_cached - prompt_external, "local_compute"
+                )
+                self._inc("vllm:prompt_tokens_by_source", prompt_cached, "local_cache_hit")
+                self._inc("vllm:prompt_tokens_by_source", prompt_external, "external_kv_transfer")
+                self._inc("vllm:prompt_tokens_cached", prompt_cached + prompt_external)
             queries, hits = self._prefix_increments(prefix_queries, prefix_hits)
             self._inc("vllm:prefix_cache_queries", queries)
             self._inc("vllm:prefix_cache_hits", hits)
@@ -357,8 +515,6 @@ class VLLMMetrics:
     def record_request(
         self,
         *,
-        ttft: float,
-        itls: Sequence[float],
         e2e: float,
         queue_time: float,
         prefill_time: float,
@@ -366,30 +522,49 @@ class VLLMMetrics:
         prompt_tokens: int,
         generation_tokens: int,
         finished_reason: str,
+        inference_time: float | None = None,
+        prompt_cached: int = 0,
+        max_tokens: int | None = None,
     ) -> None:
         """Account for one finished request (seconds and tokens).
 
         Args:
-            ttft: arrival → first token, s (``vllm:time_to_first_token_seconds``).
-            itls: gaps between consecutive output tokens, s (``vllm:inter_token_latency_seconds``
-                and/or ``vllm:time_per_output_token_seconds``: vLLM V1 observes each gap in both).
             e2e: arrival → finish, s (``vllm:e2e_request_latency_seconds``).
-            queue_time: s in WAITING (``vllm:request_queue_time_seconds``).
-            prefill_time: s in prefill (``vllm:request_prefill_time_seconds``).
-            decode_time: s in decode (``vllm:request_decode_time_seconds``).
+            queue_time: s in WAITING, arrival to first scheduled (``vllm:request_queue_time_seconds``).
+            prefill_time: first scheduled → first token, s (``vllm:request_prefill_time_seconds``).
+            decode_time: first → last token, s (``vllm:request_decode_time_seconds``).
             prompt_tokens: the request's prompt tokens (``vllm:request_prompt_tokens``).
-            generation_tokens: the request's output tokens (``vllm:request_generation_tokens``).
-            finished_reason: ``stop`` | ``length`` | ``abort`` | … (``vllm:request_success_total``).
+            generation_tokens: the request's output tokens (``vllm:request_generation_tokens``, and from
+                0.29 ``vllm:request_max_num_generation_tokens``, with ``n`` = 1 in ``vllm:request_params_n``).
+            finished_reason: ``stop`` | ``length`` | ``abort`` | ``error`` | ``repetition``
+                (``vllm:request_success_total``).
+            inference_time: first scheduled → last token, s (``vllm:request_inference_time_seconds``,
+                0.29+; default ``prefill_time + decode_time``).
+            prompt_cached: prompt tokens not computed (prefix cache + connector) at first admission
+                (``vllm:request_prefill_kv_computed_tokens`` observes ``prompt_tokens - prompt_cached``, 0.29+).
+            max_tokens: the request's ``max_tokens`` parameter (``vllm:request_params_max_tokens``, 0.29+;
+                not observed when None or 0, as vLLM skips a falsy value).
+
+        TTFT and inter-token latencies are observed per step (:meth:`record_step`), as vLLM does.
+        ``vllm:request_time_per_output_token_seconds`` (0.29+) observes ``decode_time /
+        (generation_tokens - 1)``, 0 for a single token (``IterationStats.update_from_finished_request``).
         """
-        self._observe("vllm:time_to_first_token_seconds", ttft)
-        for gap in itls:
-            self._observe("vllm:inter_token_latency_seconds", gap)
         self._observe("vllm:e2e_request_latency_seconds", e2e)
         self._observe("vllm:request_queue_time_seconds", queue_time)
         self._observe("vllm:request_prefill_time_seconds", prefill_time)
         self._observe("vllm:request_decode_time_seconds", decode_time)
         self._observe("vllm:request_prompt_tokens", prompt_tokens)
         self._observe("vllm:request_generation_tokens", generation_tokens)
+        if self.semantics_0_29:
+            inference = prefill_time + decode_time if inference_time is None else inference_time
+            self._observe("vllm:request_inference_time_seconds", inference)
+            self._observe("vllm:request_prefill_kv_computed_tokens", prompt_tokens - max(prompt_cached, 0))
+            tpot = decode_time / (generation_tokens - 1) if generation_tokens > 1 else 0
+            self._observe("vllm:request_time_per_output_token_seconds", tpot)
+            self._observe("vllm:request_max_num_generation_tokens", generation_tokens)
+            self._observe("vllm:request_params_n", 1)
+            if max_tokens:
+                self._observe("vllm:request_params_max_tokens", max_tokens)
         with self._pending_lock:
             self._inc("vllm:request_success", 1, finished_reason)
 

@@ -58,6 +58,7 @@ class Request:
         "num_cached_blocks",
         "num_stored_chunks",
         "num_preemptions",
+        "preemptions_reported",
         "scheduled_time",
         "first_token_time",
         "last_token_time",
@@ -119,6 +120,7 @@ class Request:
         self.num_hit = 0  # tokens found in the GPU prefix cache + CPU tier at the last admission
         self.num_stored_chunks = 0
         self.num_preemptions = 0
+        self.preemptions_reported = 0  # preemptions already counted in the metrics (at the next output)
         self.scheduled_time: float | None = None
         self.first_token_time: float | None = None
         self.last_token_time = 0.0

@@ -143,9 +143,15 @@ def test_token_budget_cap_signature(recordings):
     count = rec.last("vllm:iteration_tokens_total_count")
     at_most_128 = rec.last("vllm:iteration_tokens_total_bucket", le="128.0")
     at_most_256 = rec.last("vllm:iteration_tokens_total_bucket", le="256.0")
-    # mass of the tokens-per-step histogram in the budget bucket (128, 256]: at least 90 % of steps
+    at_most_1024 = rec.last("vllm:iteration_tokens_total_bucket", le="1024.0")
+    # vLLM 0.29 observes iteration tokens from IterationStats (a step's completed prefills, less cached
+    # tokens, plus sampled tokens): the 256-token chunks of the ~2,000-token prompts are never observed, so
+    # nothing sits in the budget bucket (128, 256]; steps completing a prompt land above 1,024. This is what
+    # vLLM's own stat logger shows for this scenario (tests/fixtures/recordings/vllm/token-budget-cap.om:
+    # 0 of 36,516 observations in (128, 256], 4,606 above 1,024), and the engine matches it.
     assert count > 0
-    assert (at_most_256 - at_most_128) / count >= 0.9
+    assert at_most_256 - at_most_128 == 0
+    assert (count - at_most_1024) / count >= 0.05
     assert max(rec.values("vllm:num_requests_running")) < 128  # cap not reached
     assert max(rec.values("vllm:kv_cache_usage_perc")) < 0.5  # KV has room
     waiting = rec.values("vllm:num_requests_waiting")

@@ -42,6 +42,24 @@ EXTERNAL = {"vllm:external_prefix_cache_queries_total", "vllm:external_prefix_ca
 TPOT = {"vllm:time_per_output_token_seconds"}
 ITL = {"vllm:inter_token_latency_seconds"}
 BY_REASON = {"vllm:num_requests_waiting_by_reason"}
+# families vLLM 0.29.0's PrometheusStatLogger exposes besides the ones above (read off its registry by the
+# reference tier, tests/reference/)
+NEW_029 = {
+    "vllm:prompt_tokens_by_source_total",
+    "vllm:prompt_tokens_cached_total",
+    "vllm:request_prefill_kv_computed_tokens",
+    "vllm:request_inference_time_seconds",
+    "vllm:request_time_per_output_token_seconds",
+    "vllm:request_max_num_generation_tokens",
+    "vllm:request_params_n",
+    "vllm:request_params_max_tokens",
+    "vllm:engine_sleep_state",
+    "vllm:estimated_flops_per_gpu_total",
+    "vllm:estimated_read_bytes_per_gpu_total",
+    "vllm:estimated_write_bytes_per_gpu_total",
+    "vllm:mm_cache_queries_total",
+    "vllm:mm_cache_hits_total",
+}
 
 EXPECTED = {
     "0.8.0": COMMON | OLD_KV_PREFIX | TPOT,
@@ -51,7 +69,8 @@ EXPECTED = {
     "0.11.0": COMMON | NEW_KV_PREFIX | EXTERNAL | TPOT | ITL,  # old KV/prefix names hidden
     "0.15.0": COMMON | NEW_KV_PREFIX | EXTERNAL | ITL,  # time_per_output_token removed
     "0.20.0": COMMON | NEW_KV_PREFIX | EXTERNAL | ITL | BY_REASON,
-    "0.33.0": COMMON | NEW_KV_PREFIX | EXTERNAL | ITL | BY_REASON,
+    "0.29.0": COMMON | NEW_KV_PREFIX | EXTERNAL | ITL | BY_REASON | NEW_029,
+    "0.33.0": COMMON | NEW_KV_PREFIX | EXTERNAL | ITL | BY_REASON | NEW_029,
 }
 
 
@@ -158,9 +177,11 @@ def test_step_and_queue_accounting_033():
 
 def test_record_request_histograms_and_success():
     m = _metrics("0.10.1")
+    m.record_step(
+        num_tokens=4, prompt_tokens=0, generation_tokens=4, preemptions=0, prefix_queries=0, prefix_hits=0,
+        ttfts=[0.3], itls=[0.02, 0.03, 0.2],
+    )  # fmt: skip
     m.record_request(
-        ttft=0.3,
-        itls=[0.02, 0.03, 0.2],
         e2e=1.2,
         queue_time=0.1,
         prefill_time=0.2,
@@ -181,6 +202,58 @@ def test_record_request_histograms_and_success():
     # prompt 30 tokens: buckets 1, 2, 5, 10, 20, 50 -> in le=50 not le=20
     assert _value(m, "vllm:request_prompt_tokens_bucket", le="20.0") == 0
     assert _value(m, "vllm:request_prompt_tokens_bucket", le="50.0") == 1
+
+
+def test_vllm_029_iteration_stats_semantics():
+    # vLLM 0.29.0 (PrometheusStatLogger.record with IterationStats; proven step by step in tests/reference):
+    m = _metrics("0.29.0")
+    # a step that only ran a partial prefill chunk: no output, so no iteration-token observation
+    m.record_step(num_tokens=2048, prompt_tokens=0, generation_tokens=0, preemptions=1, prefix_queries=0,
+                  prefix_hits=0, preemptions_reported=0)  # fmt: skip
+    assert _value(m, "vllm:iteration_tokens_total_count") == 0
+    assert _value(m, "vllm:num_preemptions_total") == 0  # counted when the preempted request next produces output
+    # a step completing a 3,000-token prompt of which 1,024 were cached and 512 loaded, plus 3 decodes:
+    # observed 3,000 - 1,024 - 512 + 4 sampled = 1,468 tokens (bucket (1024, 2048])
+    m.record_step(num_tokens=1467, prompt_tokens=3000, generation_tokens=4, preemptions=0, prefix_queries=0,
+                  prefix_hits=0, prompt_cached=1024, prompt_external=512, preemptions_reported=1)  # fmt: skip
+    assert _value(m, "vllm:iteration_tokens_total_count") == 1
+    assert _value(m, "vllm:iteration_tokens_total_sum") == 1468
+    assert _value(m, "vllm:iteration_tokens_total_bucket", le="1024.0") == 0
+    assert _value(m, "vllm:num_preemptions_total") == 1
+    assert _value(m, "vllm:prompt_tokens_total") == 3000
+    assert _value(m, "vllm:prompt_tokens_by_source_total", source="local_compute") == 1464
+    assert _value(m, "vllm:prompt_tokens_by_source_total", source="local_cache_hit") == 1024
+    assert _value(m, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 512
+    assert _value(m, "vllm:prompt_tokens_cached_total") == 1536
+    m.record_request(e2e=2.0, queue_time=0.5, prefill_time=0.5, decode_time=1.0, inference_time=1.5,
+                     prompt_tokens=3000, prompt_cached=1536, generation_tokens=5, max_tokens=5,
+                     finished_reason="repetition")  # fmt: skip
+    # per-request: 1.0 s of decode over 5 - 1 tokens = 0.25 s per output token (bucket (0.2, 0.3])
+    assert _value(m, "vllm:request_time_per_output_token_seconds_sum") == 0.25
+    assert _value(m, "vllm:request_time_per_output_token_seconds_bucket", le="0.2") == 0
+    assert _value(m, "vllm:request_prefill_kv_computed_tokens_sum") == 3000 - 1536
+    assert _value(m, "vllm:request_inference_time_seconds_sum") == 1.5
+    assert _value(m, "vllm:request_params_n_sum") == 1
+    assert _value(m, "vllm:request_params_max_tokens_sum") == 5
+    assert _value(m, "vllm:request_max_num_generation_tokens_sum") == 5
+    assert _value(m, "vllm:request_success_total", finished_reason="repetition") == 1
+    for reason in ("stop", "length", "abort", "error"):  # FinishReason's five values, all exposed from the start
+        assert _value(m, "vllm:request_success_total", finished_reason=reason) == 0
+    assert _value(m, "vllm:engine_sleep_state", sleep_state="awake") == 1
+    assert _value(m, "vllm:engine_sleep_state", sleep_state="discard_all") == 0
+
+
+def test_vllm_029_cache_config_info_has_every_cache_config_field():
+    samples = parse_exposition(_text(_metrics("0.29.0")))
+    (info,) = [s for s in samples if s.name == "vllm:cache_config_info"]
+    # 32 CacheConfig fields + engine, as vLLM 0.29.0's log_engine_initialized exposes them
+    assert len(info.labels) == 33
+    # vLLM derives the capacity from the blocks: 1,345 / ceil(8,192 / 16) = 2.626953125 sequences of
+    # max_model_len, int(2.626953125 * 8,192) = 21,520 tokens (get_kv_cache_capacity, kv_cache_utils.py)
+    assert info.labels["kv_cache_max_concurrency"] == "2.626953125"
+    assert info.labels["kv_cache_size_tokens"] == "21520"
+    assert info.labels["prefix_caching_hash_algo"] == "sha256"
+    assert info.labels["gpu_memory_utilization"] == "0.6"
 
 
 def test_openmetrics_request_escapes_sample_names_but_not_help():

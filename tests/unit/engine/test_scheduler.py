@@ -154,12 +154,18 @@ def test_metrics_sink_receives_consistent_values():
     assert len(sink.queues) >= eng.num_steps
     assert all(q["waiting"] == q["waiting_capacity"] + q["waiting_deferred"] for q in sink.queues)
     assert all(0.0 <= q["kv_cache_usage"] <= 1.0 for q in sink.queues)
+    # preemptions are also reported when their request next produces output (vLLM's IterationStats)
+    assert sum(s["preemptions_reported"] for s in sink.steps) == eng.num_preemptions
+    # TTFT and inter-token gaps arrive per step, as vLLM observes them: one TTFT per request, 59 gaps each
+    assert sum(len(s["ttfts"]) for s in sink.steps) == 40
+    assert sum(len(s["itls"]) for s in sink.steps) == 40 * 59
     assert len(sink.requests) == 40
     for r in sink.requests:
-        assert len(r["itls"]) == r["generation_tokens"] - 1 == 59
-        assert r["e2e"] >= r["ttft"] > 0
-        assert abs(r["queue_time"] + r["prefill_time"] - r["ttft"]) < 1e-9
-        assert abs(r["ttft"] + r["decode_time"] - r["e2e"]) < 1e-9
+        ttft = r["queue_time"] + r["prefill_time"]
+        assert r["e2e"] >= ttft > 0
+        assert abs(ttft + r["decode_time"] - r["e2e"]) < 1e-9
+        assert abs(r["inference_time"] - r["prefill_time"] - r["decode_time"]) < 1e-9
+        assert r["generation_tokens"] == r["max_tokens"] == 60  # output_len 60 is the request's cap
         assert r["finished_reason"] == "length"
 
 
