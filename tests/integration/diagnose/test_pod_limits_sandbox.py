@@ -66,7 +66,7 @@ def diagnose(cluster: SandboxCluster, tmp_path: Path, scenario: str, pod: str) -
     return json.loads(result.output)
 
 
-@pytest.mark.parametrize("scenario", ["max-num-seqs-cap", "token-budget-cap", "compute-bound", "kv-exhaustion"])
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
 def test_limits_from_the_pod_command_line(cluster, tmp_path, scenario):
     pod = f"args-{scenario}"
     # a vllm/vllm-openai container: args only, the image's entrypoint is `vllm serve`
