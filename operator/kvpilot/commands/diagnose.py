@@ -105,7 +105,7 @@ class _WindowParam(DurationParam):
     show_default=True,
     help="Seconds between scrapes of --metrics-url.",
 )
-@click.option("--no-kube", is_flag=True, help="Do not read VLLMServer specs from a cluster.")
+@click.option("--no-kube", is_flag=True, help="Do not read VLLMServer specs, pods or pod logs from a cluster.")
 @click.option(
     "--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: in-cluster, ~/.kube/config)."
 )
@@ -159,8 +159,10 @@ def command(
 ):
     """Tell which limit binds a vLLM server - KV cache, max_num_seqs, token budget or compute - with numbers.
 
-    Read-only: GETs Prometheus queries, /metrics, and (with --server/--pod and a namespace) the
-    VLLMServer spec; never changes anything.
+    Read-only: GETs Prometheus queries, /metrics, the VLLMServer spec (with --server/--pod and a
+    namespace), and each target's pod and the first MiB of its log (limits from its vllm serve command
+    line and startup log); never changes anything. Limits: command-line flags override the spec, the
+    pod's args, its log, vllm:cache_config_info and vLLM's defaults, in that order.
 
     \b
     Examples:
