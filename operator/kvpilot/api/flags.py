@@ -11,7 +11,16 @@ spelling vLLM's argument parser accepts:
   is ``--max-num-seqs``). Any prefix of a managed flag is refused: an unambiguous one would
   reach the managed flag, an ambiguous one (``--max``) is an error in vLLM anyway;
 - vLLM's short alias ``-tp`` for ``--tensor-parallel-size`` (v0.8+), in any form (``-tp 2``,
-  ``-tp=2``).
+  ``-tp=2``), and its prefixes: argparse expands an unambiguous prefix of a single-dash option too
+  (``-t 4`` is ``-tp 4`` in vLLM 0.29.0: ``argparse._get_option_tuples``);
+- vLLM's dotted keys: ``FlexibleArgumentParser`` turns ``--kv-transfer-config.kv_connector=X``
+  into ``--kv-transfer-config '{"kv_connector": "X"}'`` (``vllm/utils/argparse_utils.py``,
+  ``parse_args``), so the option is the part before the first ``.`` (``--max-num-seqs.x=1`` is
+  ``--max-num-seqs``).
+
+Checked against vLLM 0.29.0's own ``FlexibleArgumentParser`` with ``AsyncEngineArgs.add_cli_args``
+(the engine flags; the frontend flags ``--port``/``--host``/``--api-key`` need FastAPI and are
+checked by name only) in the ``vllm_ref`` tests.
 
 ``--port`` and ``--host`` are managed because the Service, the probes and the Prometheus
 annotations all point at port 8000 on the pod IP; ``--model`` because the model is the
@@ -43,9 +52,9 @@ MANAGED_FLAGS: dict[str, str] = {
     # docs/crd-reference.md: the HF token comes only through spec.hfTokenSecretRef (HF_TOKEN from a secretKeyRef),
     # never inlined into args: `--hf-token VALUE` would put it on the pod's command line.
     "--hf-token": "spec.hfTokenSecretRef",
-    # vLLM reads the API key from env VLLM_API_KEY as well (vllm/entrypoints/openai/api_server.py):
+    # vLLM 0.29.0 reads the API key from env VLLM_API_KEY as well when --api-key is absent:
     # from a secretKeyRef it never appears in the pod's command, `kvpilot render` or status.command.
-    "--api-key": "spec.env VLLM_API_KEY with valueFrom.secretKeyRef",
+    "--api-key": "spec.env VLLM_API_KEY with valueFrom.secretKeyRef",  # read in vllm/entrypoints/serve/middleware/register.py
     # a YAML file of flags (FlexibleArgumentParser._pull_args_from_config) could set any managed flag
     "--config": "the spec's own fields (a config file of flags cannot be checked)",
 }
@@ -70,7 +79,7 @@ def option_name(arg: str) -> str | None:
         return None
     head = text.split("=", 1)[0].split(None, 1)[0]
     if head.startswith("--"):
-        return "--" + head[2:].replace("_", "-")
+        return "--" + head[2:].split(".", 1)[0].replace("_", "-")  # dotted keys set the option before the "."
     return head
 
 
@@ -89,8 +98,12 @@ def managed_flag_matches(arg: str, kv_offload: bool = False) -> list[tuple[str, 
     if name is None:
         return []
     flags = dict(MANAGED_FLAGS, **(KV_OFFLOAD_FLAGS if kv_offload else {}))
-    if not name.startswith("--"):
-        return [(alias, flags[flag]) for alias, flag in SHORT_ALIASES.items() if name.startswith(alias)][:1]
+    if not name.startswith("--"):  # -tp, -tp2, and the prefix -t (argparse expands it to -tp)
+        return [
+            (alias, flags[flag])
+            for alias, flag in SHORT_ALIASES.items()
+            if name.startswith(alias) or (len(name) >= 2 and alias.startswith(name))
+        ][:1]
     if len(name) <= 2:
         return []
     if name in flags:

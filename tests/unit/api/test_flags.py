@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvpilot.api import SpecError, parse_spec
-from kvpilot.api.flags import managed_flag, option_name
+from kvpilot.api.flags import managed_flag, managed_flag_matches, option_name
 
 
 def refused(args, **over):
@@ -136,3 +136,19 @@ def test_a_prefix_of_one_managed_flag_says_it_is_a_prefix():
     err = refused(["--kv-cache", "fp8"])
     assert err.message.startswith("'--kv-cache' is a prefix of the managed flag --kv-cache-dtype")
     assert "ambiguous" in err.message and "spec.engine.kvCacheDtype" in err.message
+
+
+@pytest.mark.parametrize(
+    ("arg", "flag"),
+    [
+        ("-t", "-tp"),  # argparse expands a single-dash prefix: vLLM 0.29.0 parses `-t 4` as -tp 4
+        ("--kv-transfer-config.kv_connector=X", "--kv-transfer-config"),  # vLLM's dotted JSON keys
+        ("--kv_transfer_config.kv_role", "--kv-transfer-config"),
+        ("--max-num-seqs.x=1", "--max-num-seqs"),
+        ("--tensor_parallel_size.a.b", "--tensor-parallel-size"),
+        ("--api-key=abc", "--api-key"),
+        ("--config", "--config"),
+    ],
+)
+def test_short_prefixes_dotted_keys_and_secrets_are_managed(arg, flag):
+    assert flag in [f for f, _ in managed_flag_matches(arg, kv_offload=True)]
