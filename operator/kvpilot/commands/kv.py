@@ -282,6 +282,14 @@ Examples:
     help="GPUs per replica; divides KV heads (not MLA).",
 )
 @click.option(
+    "--pipeline-parallel-size",
+    "-pp",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Pipeline stages; each GPU holds its stage's layers, the stage with the most layers binds.",
+)
+@click.option(
     "--data-parallel-size", "-dp", type=int, default=1, show_default=True, help="Replicas; never divides per-GPU KV."
 )
 @click.option("--max-model-len", type=int, default=None, help="Tokens of one request [default: the config's].")
@@ -338,6 +346,7 @@ def command(
     config,
     kv_cache_dtype,
     tensor_parallel_size,
+    pipeline_parallel_size,
     data_parallel_size,
     max_model_len,
     block_size,
@@ -385,6 +394,7 @@ def command(
             kv_cache_dtype=kv_cache_dtype,
             tensor_parallel_size=tensor_parallel_size,
             data_parallel_size=data_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
             max_model_len=max_model_len,
             block_size=block_size,
             max_num_batched_tokens=max_num_batched_tokens,

@@ -24,7 +24,7 @@ docs/background.md §2, §4, §7):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvpilot.kv.size import KVFootprint, footprint
 from kvpilot.kv.spec import KVConfigError, KVSpec, ceil_div, kv_spec_from_config
@@ -305,6 +305,7 @@ def capacity(
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     weights_bytes: int | None = None,
     overhead_bytes: int | None = None,
+    pipeline_parallel_size: int = 1,
 ) -> KVCapacity:
     """KV capacity of a model on one GPU, with vLLM's rounding (module docstring for sources).
 
@@ -323,6 +324,9 @@ def capacity(
         gpu_memory_utilization: vLLM ``--gpu-memory-utilization`` (ratio 0-1).
         weights_bytes: model weight bytes per GPU.
         overhead_bytes: non-KV memory per GPU (activations, CUDA graphs), bytes.
+        pipeline_parallel_size: PP stages; each GPU holds the KV of its stage's layers
+            (:func:`pp_stage_layers`) and vLLM sizes one block count for all workers, so the stage with
+            the most layers binds. Models with sliding-window or Mamba layers are refused with PP.
 
     Returns:
         :class:`KVCapacity`; memory-dependent fields are None when no memory was given.
@@ -341,6 +345,18 @@ def capacity(
     max_model_len = _check_positive(max_model_len, "--max-model-len")
     fp = footprint(spec, kv_cache_dtype, tensor_parallel_size)
     notes = list(spec.notes)
+    stages = pp_stage_layers(spec.num_layers, pipeline_parallel_size)
+    if len(stages) > 1:
+        if fp.sliding_layers or fp.state_layers or fp.full_layers != spec.num_layers:
+            raise KVConfigError(
+                "--pipeline-parallel-size", "not modelled for models with sliding-window or Mamba/linear layers"
+            )
+        binding = max(stages)
+        fp = replace(fp, full_layers=binding, bytes_per_token=fp.layer_bytes_per_token * binding)
+        notes.append(
+            f"pipeline parallel: layers per stage {stages} (vLLM's get_pp_indices); the stage with {binding} "
+            "layers binds (vLLM sizes one block count for every worker)"
+        )
     if spec.max_position_embeddings is not None and max_model_len > spec.max_position_embeddings:
         notes.append(
             f"max_model_len {max_model_len} exceeds the config's max_position_embeddings "
@@ -365,6 +381,7 @@ def capacity(
         "kv_cache_dtype": kv_cache_dtype,
         "tensor_parallel_size": tensor_parallel_size,
         "data_parallel_size": dp,
+        "pipeline_parallel_size": len(stages),
         "max_model_len": max_model_len,
         "block_size": block_size,
         "max_num_batched_tokens": mnbt,
@@ -424,6 +441,23 @@ def capacity(
         estimate=estimate,
         notes=tuple(notes),
     )
+
+
+def pp_stage_layers(num_layers: int, pipeline_parallel_size: int) -> list[int]:
+    """Layers per pipeline stage, as vLLM splits them (``get_pp_indices``, ``vllm/distributed/utils.py``,
+    vLLM 0.29, without ``VLLM_PP_LAYER_PARTITION``): ``num_layers // pp`` each, the remainder added one
+    by one to the stages before the last (``partitions[-i] += 1`` for i = 2 .. remainder + 1).
+
+    Raises:
+        KVConfigError: a size below 1 or above the layer count.
+    """
+    pp = _check_positive(pipeline_parallel_size, "--pipeline-parallel-size")
+    if pp > num_layers:
+        raise KVConfigError("--pipeline-parallel-size", f"{pp} stages for {num_layers} layers")
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return parts
 
 
 def seqs_pool_share(cap: KVCapacity, max_num_seqs: int) -> dict:
