@@ -62,9 +62,9 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
         inner = node.pop("allOf")[0]
         return structural({**inner, **node}, defs)
     if node.get("x-kubernetes-int-or-string"):
-        out = {k: v for k, v in node.items() if k in _KEEP or k.startswith("x-kubernetes-")}
-        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-        return _ordered(out)
+        either = {k: v for k, v in node.items() if k in _KEEP or k.startswith("x-kubernetes-")}
+        either["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+        return _ordered(either)
     if "anyOf" in node:
         options = [o for o in node.pop("anyOf") if o.get("type") != "null"]
         if len(options) != 1:

@@ -614,7 +614,7 @@ class VLLMServerStatus(_Model):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", strict=True)
 
-    phase: Phase | None = Field(  # type: ignore[valid-type]
+    phase: Phase | None = Field(
         None,
         description="Pending (not scheduled or not started), Loading (container running, not ready), "
         "Ready (serving), Failed, Expired (pod ended by its deadline), Invalid (spec refused; no pod).",

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from kvpilot.api.constants import API_VERSION, KIND
 from kvpilot.api.errors import SpecError
@@ -39,7 +40,7 @@ def _shown(value: Any) -> str:
     return f"{type(value).__name__} {value}"  # e.g. a YAML date
 
 
-def _message(error: dict[str, Any]) -> str:
+def _message(error: ErrorDetails) -> str:
     kind, msg, value = error.get("type", ""), error.get("msg", "invalid"), error.get("input")
     if kind == "missing":
         return "required field is missing"
@@ -48,7 +49,7 @@ def _message(error: dict[str, Any]) -> str:
     if kind in {"model_type", "model_attributes_type", "dict_type"}:
         return f"must be a mapping (got {_shown(value)})"
     if kind == "value_error":
-        return msg[len("Value error, ") :] if msg.startswith("Value error, ") else msg
+        return str(msg[len("Value error, ") :] if msg.startswith("Value error, ") else msg)
     return f"{msg} (got {_shown(value)})"
 
 

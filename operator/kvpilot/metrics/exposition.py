@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as _om_families
 from prometheus_client.parser import text_string_to_metric_families as _text_families
 
@@ -119,12 +121,12 @@ def is_openmetrics(text: str) -> bool:
     return bool(_EOF_RE.search(text))
 
 
-def _to_seconds(ts) -> float | None:
+def _to_seconds(ts: Any) -> float | None:
     return None if ts is None else float(ts)
 
 
 def _samples_from_families(
-    families, openmetrics: bool, counters_without_total: set[str], default_timestamp: float | None
+    families: Iterable[Metric], openmetrics: bool, counters_without_total: set[str], default_timestamp: float | None
 ) -> list[Sample]:
     out: list[Sample] = []
     for family in families:

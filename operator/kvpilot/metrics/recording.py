@@ -58,7 +58,7 @@ class _Families:
         return self._families
 
 
-def _group_key(family: Metric, sample) -> tuple:
+def _group_key(family: Metric, sample: _PCSample) -> tuple[tuple[str, str], ...]:
     labels = dict(sample.labels)
     if family.type in ("histogram", "gaugehistogram") and sample.name == family.name + "_bucket":
         labels.pop("le", None)
@@ -74,7 +74,7 @@ def _buffer(snapshots: Iterable[Snapshot], include_created: bool) -> list[Metric
     """Regroup snapshots into one Metric per family, samples ordered series by series, then by time."""
     meta: dict[str, Metric] = {}
     # family name -> group key -> timestamp -> samples (insertion order kept at every level)
-    grouped: dict[str, dict[tuple, dict[float, list[_PCSample]]]] = {}
+    grouped: dict[str, dict[tuple[tuple[str, str], ...], dict[float, list[_PCSample]]]] = {}
     last_ts: float | None = None
     for timestamp, families in snapshots:
         ts = _round_ts(timestamp)
@@ -104,11 +104,12 @@ def _buffer(snapshots: Iterable[Snapshot], include_created: bool) -> list[Metric
 def recording_text(snapshots: Iterable[Snapshot], include_created: bool = False) -> str:
     """The recording for ``snapshots`` as a string; see :func:`write_recording`."""
     families = _buffer(snapshots, include_created)
-    return _om_generate(_Families(families), escaping=ALLOWUTF8).decode("utf-8")
+    text: bytes = _om_generate(_Families(families), escaping=ALLOWUTF8)
+    return text.decode("utf-8")
 
 
 def write_recording(
-    snapshots: Iterable[Snapshot], fp: TextIO | str | os.PathLike, include_created: bool = False
+    snapshots: Iterable[Snapshot], fp: TextIO | str | os.PathLike[str], include_created: bool = False
 ) -> int:
     """Write a recording (OpenMetrics with timestamps, ending ``# EOF``).
 
@@ -138,7 +139,7 @@ def write_recording(
     return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
 
 
-def read_recording(path_or_text: str | os.PathLike) -> list[Sample]:
+def read_recording(path_or_text: str | os.PathLike[str]) -> list[Sample]:
     """Read a recording into samples (time order within each series, as written).
 
     Args:

@@ -255,7 +255,8 @@ def _lmcache(spec: VLLMServerSpec) -> dict[str, Any] | None:
 
 def _render(template: str, **context: Any) -> dict[str, Any]:
     text = _environment().get_template(template).render(**context)
-    return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader (C or Python)
+    loaded: dict[str, Any] = yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader (C or Python)
+    return loaded
 
 
 def pod_name(server_name: str, digest: str) -> str:
