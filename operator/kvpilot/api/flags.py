@@ -52,9 +52,10 @@ MANAGED_FLAGS: dict[str, str] = {
     # docs/crd-reference.md: the HF token comes only through spec.hfTokenSecretRef (HF_TOKEN from a secretKeyRef),
     # never inlined into args: `--hf-token VALUE` would put it on the pod's command line.
     "--hf-token": "spec.hfTokenSecretRef",
-    # vLLM 0.29.0 reads the API key from env VLLM_API_KEY as well when --api-key is absent:
-    # from a secretKeyRef it never appears in the pod's command, `kvpilot render` or status.command.
-    "--api-key": "spec.env VLLM_API_KEY with valueFrom.secretKeyRef",  # read in vllm/entrypoints/serve/middleware/register.py
+    # vLLM 0.29.0 reads the API key from env VLLM_API_KEY as well when --api-key is absent
+    # (vllm/entrypoints/serve/middleware/register.py): from a secretKeyRef it never appears in the
+    # pod's command, `kvpilot render` or status.command.
+    "--api-key": "spec.env VLLM_API_KEY with valueFrom.secretKeyRef",
     # a YAML file of flags (FlexibleArgumentParser._pull_args_from_config) could set any managed flag
     "--config": "the spec's own fields (a config file of flags cannot be checked)",
 }

@@ -26,6 +26,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from kvpilot.api import k8s_validation
 from kvpilot.api.constants import LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_SERVER
 from kvpilot.api.errors import SpecError
 from kvpilot.api.flags import managed_flag_matches, refusal
@@ -548,11 +549,22 @@ def _check_labels(spec: VLLMServerSpec) -> None:
                 f"{value!r} is not a valid label value (at most 63 of A-Z a-z 0-9 - _ . , "
                 "starting and ending alphanumeric)",
             )
+    for key, problem in k8s_validation.labels_errors(spec.pod_labels):  # the API server's rules, word for word
+        raise SpecError(f"spec.podLabels.{key}", f"{key!r}: {problem}")
     for key in spec.pod_annotations:
         if not _QUALIFIED_NAME_RE.match(key):
             raise SpecError(f"spec.podAnnotations.{key}", f"{key!r} is not a valid annotation key")
         if key.startswith("kvpilot.dev/"):
             raise SpecError(f"spec.podAnnotations.{key}", "kvpilot.dev/ annotations are set by kvpilot")
+    for key, problem in k8s_validation.annotations_errors(spec.pod_annotations):
+        raise SpecError(f"spec.podAnnotations{'.' + key if key else ''}", problem)
+    for key, problem in k8s_validation.labels_errors(spec.node_selector or {}):
+        raise SpecError(f"spec.nodeSelector.{key}", f"{key!r}: {problem}")
+    for i, t in enumerate(spec.tolerations or []):
+        for field, problem in k8s_validation.toleration_errors(
+            t.key, t.operator, t.value, t.effect, t.toleration_seconds
+        ):
+            raise SpecError(f"spec.tolerations[{i}].{field}", problem)
 
 
 # ===================================================================================== status

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from kvpilot.api import k8s_validation
 from kvpilot.api.constants import API_VERSION, KIND
 from kvpilot.api.errors import SpecError
 from kvpilot.api.models import VLLMServerSpec, check_server_name
@@ -105,6 +106,8 @@ def parse_resource(obj: Any) -> tuple[str, str | None, VLLMServerSpec]:
     namespace = metadata.get("namespace")
     if namespace is not None and not isinstance(namespace, str):
         raise SpecError("metadata.namespace", "must be a string")
+    for problem in k8s_validation.namespace_errors(namespace) if namespace is not None else []:
+        raise SpecError("metadata.namespace", f"{namespace!r}: {problem}")
     return name, namespace, parse_spec(obj.get("spec"))
 
 

@@ -37,6 +37,7 @@ from kvpilot.api.constants import (  # labels and annotations on the Pod and the
     LABEL_NAME,
     LABEL_SERVER,
 )
+from kvpilot.api.k8s_validation import namespace_errors
 from kvpilot.api.quantity import format_bytes_quantity, format_gib, parse_quantity
 
 #: LMCache's documented default chunk size (tokens), "Configuring LMCache".
@@ -340,6 +341,8 @@ def render_objects(
         SpecError: for an invalid spec or name, naming the field.
     """
     check_server_name(name)
+    for problem in namespace_errors(namespace):  # the objects' metadata.namespace (ValidateNamespaceName)
+        raise SpecError("metadata.namespace", f"{namespace!r}: {problem}")
     if not isinstance(spec, VLLMServerSpec):
         spec = parse_spec(spec)
     return [render_pod(name, namespace, spec, owner), render_service(name, namespace, owner)]
