@@ -1,7 +1,7 @@
 """Render a :class:`~kvpilot.diagnose.model.Report` as JSON, text (rich) or markdown.
 
-JSON follows the stable schema docs/diagnose-output.schema.json. Text is for a
-terminal (rich tables, rendered to a string here so the CLI only prints). Pure: returns strings.
+JSON follows the stable schema docs/diagnose-output.schema.json. Text is for a terminal of a given
+width (rich, wrapped on spaces, rendered to a string here so the CLI only prints). Pure: returns strings.
 """
 
 from __future__ import annotations
