@@ -27,10 +27,9 @@ WORKLOADS = all_workloads()
 
 @pytest.fixture(scope="session")
 def reference_runs() -> dict[str, dict]:
-    """``{workload: {"vllm": driver result, "kvpilot": step records, "flags", "interval"}}``.
+    """``{workload: {"vllm": driver result, "kvpilot": step records, "snapshots", "final"}}``.
 
-    kvpilot's engine runs first (without metrics) to learn each run's simulated length; the
-    snapshot interval is a eighth of it, so both sides snapshot the same instants.
+    Both sides snapshot the same instants: every ``(last arrival + 1 s) / 8`` simulated seconds.
     """
     python = require_vllm_python()
     runs: dict[str, dict] = {}
@@ -38,27 +37,18 @@ def reference_runs() -> dict[str, dict]:
     kvpilot_seconds = 0.0
     for name, make in WORKLOADS.items():
         flags, requests = make()
-        engine = make_engine(**flags)
-        t0 = time.perf_counter()
-        kvpilot_steps(engine, requests)
-        kvpilot_seconds += time.perf_counter() - t0
-        interval = max(engine.now / SNAPSHOTS_PER_RUN, 1e-3)
-        flags, requests = make()
+        interval = (max(r.arrival_time for r in requests) + 1.0) / SNAPSHOTS_PER_RUN
         engine = make_engine(with_metrics=True, **flags)
+        t0 = time.perf_counter()
         steps = kvpilot_steps(engine, requests, snapshot_interval=interval)
+        kvpilot_seconds += time.perf_counter() - t0
         flags, requests = make()
         specs.append(
             driver_spec(
                 name, make_engine(**flags), requests, served_model_name=SERVED_MODEL_NAME, snapshot_interval=interval
             )
         )
-        runs[name] = {
-            "kvpilot": steps,
-            "snapshots": engine.snapshots,
-            "final": engine.final_snapshot,
-            "flags": flags,
-            "interval": interval,
-        }
+        runs[name] = {"kvpilot": steps, "snapshots": engine.snapshots, "final": engine.final_snapshot}
     t0 = time.perf_counter()
     answer = run_vllm(python, specs)
     vllm_seconds = time.perf_counter() - t0

@@ -84,7 +84,7 @@ def random_workload(seed: int) -> Workload:
         "enable_chunked_prefill": chunked,
     }
     groups = [(f"s{seed}-g{g}", rng.randint(1, max_model_len // 3)) for g in range(rng.randint(0, 4))]
-    n = rng.randint(5, 60)
+    n = rng.randint(5, 40)
     gap = rng.choice([0.0, 0.005, 0.05, 0.5])
     t = 0.0
     reqs = []
@@ -103,7 +103,7 @@ def random_workload(seed: int) -> Workload:
             Request(
                 f"r{i}",
                 prompt,
-                rng.randint(1, 300),
+                rng.randint(1, 200),
                 round(t, 6),
                 segments=segments,
                 finish_reason=rng.choice(["length", "stop"]),
