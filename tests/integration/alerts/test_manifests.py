@@ -28,8 +28,13 @@ def test_hook_rbac_is_what_its_sinks_and_lookups_need():
         (g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
     }
     # kvpilot.alerts.sinks.KubeEventSink: get the VLLMServer (its uid), create the Event;
-    # kvpilot.diagnose.sources.kube.lookup_server: get the VLLMServer and its pod
-    assert granted == {("kvpilot.dev", "vllmservers", "get"), ("", "pods", "get"), ("", "events", "create")}
+    # kvpilot.diagnose.sources.kube.lookup_server: get the VLLMServer, its pod and the pod's startup log
+    assert granted == {
+        ("kvpilot.dev", "vllmservers", "get"),
+        ("", "pods", "get"),
+        ("", "pods/log", "get"),
+        ("", "events", "create"),
+    }
 
 
 def test_the_operator_scrape_keeps_the_vllm_pod_labels():
