@@ -21,8 +21,8 @@ from kvpilot.api.models import (
     KVOffloadSpec,
     VLLMServerSpec,
     VLLMServerStatus,
-    check_server_name,
 )
+from kvpilot.api.rules import check_server_name
 from kvpilot.api.validation import parse_resource, parse_spec, spec_hash
 
 __all__ = [

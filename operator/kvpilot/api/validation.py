@@ -12,7 +12,8 @@ from pydantic_core import ErrorDetails
 from kvpilot.api import k8s_validation
 from kvpilot.api.constants import API_VERSION, KIND
 from kvpilot.api.errors import SpecError
-from kvpilot.api.models import VLLMServerSpec, check_server_name
+from kvpilot.api.models import VLLMServerSpec
+from kvpilot.api.rules import check_server_name
 
 __all__ = ["SpecError", "parse_spec", "parse_resource", "spec_hash", "field_path"]
 
@@ -66,7 +67,7 @@ def parse_spec(body: dict[str, Any] | None) -> VLLMServerSpec:
     Raises:
         SpecError: the first problem, with the camelCase field path (``spec.engine.maxNumSeqs``)
             and a one-line message; covers types, bounds, enums, unknown fields and the
-            cross-field rules of :func:`kvpilot.api.models.check_cross_field_rules`.
+            cross-field rules of :func:`kvpilot.api.rules.check_cross_field_rules`.
     """
     if body is None:
         raise SpecError("spec", "required field is missing")
