@@ -202,3 +202,50 @@ def test_the_preflight_waits_for_the_nodes_gpu_memory_label_only_when_it_lacked_
     assert not logic.waits_for_node_gpu_memory(_kv_server(spec=gpu_given), scheduled)
     assert not logic.waits_for_node_gpu_memory(_kv_server(spec={"model": "m", "preflight": "off"}), scheduled)
     assert not logic.waits_for_node_gpu_memory(_server(), scheduled)  # no KVCapacity condition at all
+
+
+# ----------------------------------------------------------------------------- statuses from a real cluster
+# Pod statuses as a real cluster reported them, copied from Red Hat's OpenShift Container Platform 3.11
+# Developer Guide, "Diagnosing an OOM kill" (`oc get pod test -o yaml` after an OOM kill, without and
+# with a restart): https://docs.redhat.com/zh-cn/documentation/openshift_container_platform/3.11/html/developer_guide/diagnosing-an-oom-kill
+# (the YAML is the same in every language of the page). Only the fields the page shows are set.
+OOM_KILLED_NOT_RESTARTED = {
+    "containerStatuses": [
+        {
+            "name": "test",
+            "ready": False,
+            "restartCount": 0,
+            "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+        }
+    ],
+    "phase": "Failed",
+}
+OOM_KILLED_RESTARTED = {
+    "containerStatuses": [
+        {
+            "name": "test",
+            "ready": True,
+            "restartCount": 1,
+            "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+            "state": {"running": None},
+        }
+    ],
+    "phase": "Running",
+}
+
+
+def test_a_real_oom_killed_pod_is_failed_with_the_kernels_reason_and_exit_code():
+    report = logic.pod_report(_pod(status=OOM_KILLED_NOT_RESTARTED))
+    assert (report.phase, report.reason, report.ready) == ("Failed", "OOMKilled", False)
+    # exit code 137 = 128 + SIGKILL (9): the kernel's OOM killer
+    assert report.message == "vLLM exited with code 137 (OOMKilled)"
+
+
+def test_a_real_restarted_pod_without_a_ready_condition_is_still_loading():
+    # the page's restarted pod is Running with its container ready, but the captured status has no
+    # conditions list: kvpilot calls a server Ready only on the pod's Ready condition (Kubernetes
+    # "Pod Lifecycle": Ready is a pod condition), so this pod reads as Loading, not Ready.
+    report = logic.pod_report(_pod(status=OOM_KILLED_RESTARTED))
+    assert (report.phase, report.ready) == ("Loading", False)
+    with_condition = dict(OOM_KILLED_RESTARTED, conditions=[{"type": "Ready", "status": "True"}])
+    assert logic.pod_report(_pod(status=with_condition)).phase == "Ready"
