@@ -115,6 +115,8 @@ def operator_command(kind: str, kubeconfig: Path) -> list[str]:
             "-n",
             NS,
             "--standalone",
+            "--metrics-port",
+            "0",
             "-q",
             "--kubeconfig",
             str(kubeconfig),
