@@ -4,8 +4,8 @@ Setup: a real Prometheus on 127.0.0.1 holding 8 vLLM pods (``namespace="bench"``
 ``vllm-0000`` .. ``vllm-0007``, the eight engine-scenario recordings of
 ``tests/fixtures/recordings`` moved to end now, backfilled with promtool), and
 ``kvpilot alert-hook --insecure-no-auth`` on a free port, once with the per-fingerprint cache on
-(``--cache 5m``) and once off (``--cache 0.001s``, the smallest it takes: every alert is diagnosed; only identical alerts in
-flight at the same moment share one diagnosis).
+(``--cache 5m``) and once off (``--cache 0.001s``, the smallest it takes: every alert is
+diagnosed; only identical alerts in flight at the same moment share one diagnosis).
 
 Load: ``--rate`` requests/s (default 200) for ``--duration`` s (default 30), open loop (request i
 leaves at t0 + i/rate whatever the answers do), at most ``--max-in-flight`` (default 512) at once,
