@@ -1,6 +1,6 @@
-"""Diagnose 1,000 targets in one real Prometheus: wall time and number of queries.
+"""Diagnose N targets in one real Prometheus: wall time, peak RSS and number of queries.
 
-Builds a synthetic recording of N pods (default 1,000): pod i replays the engine-scenario recording
+Builds a synthetic recording of N pods (default 10,000): pod i replays the engine-scenario recording
 ``tests/fixtures/recordings/scenario_<S>.om`` for S = the i-th of the eight scenarios, with
 ``namespace="bench"``, ``pod="vllm-<i>"`` added to every series. It is backfilled with
 ``promtool tsdb create-blocks-from openmetrics`` into a fresh Prometheus on 127.0.0.1, then
@@ -10,7 +10,8 @@ verdict counts, and repeats with N/10 pods to show the query count does
 not grow with the number of targets.
 
 Run from the repository root:  .venv/bin/python benchmarks/diagnose_scale.py [--pods 1000]
-Target: <= 5 s wall for 1,000 targets; queries constant.
+Target: <= 5 s wall and <= 500 MiB (peak RSS of the diagnose process, GNU time's %M) for 10,000
+targets; queries constant.
 """
 
 from __future__ import annotations
@@ -114,8 +115,14 @@ def run(pods: int, workdir: Path) -> dict:
         prom.query('count(count by (pod) ({__name__=~"vllm[:_]num_requests_running"}))', at=END)
         before = _query_count(prom)
         t = time.monotonic()
+        rss_file = workdir / f"rss-{pods}.txt"
         result = subprocess.run(
             [
+                "/usr/bin/time",
+                "-f",
+                "%M",
+                "-o",
+                str(rss_file),
                 str(ROOT / ".venv" / "bin" / "kvpilot"),
                 "diagnose",
                 "--prometheus",
@@ -137,6 +144,7 @@ def run(pods: int, workdir: Path) -> dict:
             timeout=600,
         )
         wall = time.monotonic() - t
+        rss_mib = int(rss_file.read_text().split()[-1]) / 1024  # GNU time's %M: peak RSS, KiB
         queries = _query_count(prom) - before
         result.output = result.stdout
         result.exit_code = result.returncode
@@ -148,6 +156,7 @@ def run(pods: int, workdir: Path) -> dict:
         "build_s": built,
         "backfill_s": filled,
         "wall_s": wall,
+        "rss_mib": rss_mib,
         "queries": queries,
         "targets": len(doc["targets"]),
         "verdicts": dict(verdicts),
@@ -157,14 +166,15 @@ def run(pods: int, workdir: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=10000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvpilot-scale-") as tmp:
         results = [run(max(1, args.pods // 10), Path(tmp)), run(args.pods, Path(tmp))]
     for r in results:
         print(
             f"{r['pods']:>5} pods ({r['samples']:,} samples; backfill {r['backfill_s']:.1f} s): "
-            f"diagnose wall {r['wall_s']:.2f} s, {r['queries']} Prometheus queries, {r['targets']} targets, "
+            f"diagnose wall {r['wall_s']:.2f} s, peak RSS {r['rss_mib']:.0f} MiB, "
+            f"{r['queries']} Prometheus queries, {r['targets']} targets, "
             f"verdicts {r['verdicts']}"
         )
     small, big = results
@@ -173,6 +183,7 @@ def main() -> None:
         f"{big['queries']} for {big['pods']})"
     )
     print(f"wall <= 5 s for {big['pods']} targets: {big['wall_s'] <= 5.0} ({big['wall_s']:.2f} s)")
+    print(f"peak RSS <= 500 MiB: {big['rss_mib'] <= 500} ({big['rss_mib']:.0f} MiB)")
 
 
 if __name__ == "__main__":
