@@ -2,7 +2,7 @@
 
 Setup: a real Prometheus on 127.0.0.1 holding 8 vLLM pods (``namespace="bench"``, pods
 ``vllm-0000`` .. ``vllm-0007``, the eight engine-scenario recordings of
-``tests/fixtures/recordings`` moved to end now, backfilled with promtool), and
+``tests/fixtures/recordings`` moved to end 150 s from now, backfilled with promtool), and
 ``kvpilot alert-hook --insecure-no-auth`` on a free port, once with the per-fingerprint cache on
 (``--cache 5m``) and once off (``--cache 0.001s``, the smallest it takes: every alert is
 diagnosed; only identical alerts in flight at the same moment share one diagnosis).
@@ -59,10 +59,12 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
 
 
 def shifted_recording(path: Path) -> None:
-    """The 8-pod recording with every sample timestamp moved so that its end is now."""
+    """The 8-pod recording with every sample timestamp moved to end 150 s from now (so that the
+    diagnoses of the next two minutes see fresh samples, not a target gone quiet).
+    """
     raw = path.with_suffix(".raw")
     build_recording(PODS, raw)
-    offset = time.time() - 60 - END
+    offset = time.time() + 150 - END
     with raw.open() as src, path.open("w") as out:
         for line in src:
             if line.startswith("#") or not line.strip():
@@ -77,6 +79,7 @@ def body(i: int) -> bytes:
     alert = doc["alerts"][0]
     pod = f"vllm-{i % PODS:04d}"
     alert["labels"].update(namespace="bench", pod=pod)
+    alert["labels"].pop("model_name", None)  # the recordings' pods serve other model names
     alert["fingerprint"] = f"{i % PODS:016x}"
     doc["commonLabels"] = dict(alert["labels"])
     return json.dumps(doc).encode()

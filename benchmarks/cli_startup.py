@@ -14,6 +14,7 @@ Target: every command <= 100 ms on an idle machine.
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,11 +39,17 @@ FLOORS = {
 }
 
 
-def wall(argv: list[str]) -> float:
-    """Seconds from spawn to exit of ``argv`` (output discarded)."""
+def wall(argv: list[str]) -> tuple[float, float]:
+    """``(seconds from spawn to exit, CPU seconds user+system)`` of ``argv`` (output discarded).
+
+    CPU time moves less than wall time with the machine's load (no waiting for a core).
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=60)
-    return time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def imported(argv: list[str]) -> tuple[int, list[str]]:
@@ -59,23 +66,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=7)
     args = ap.parse_args()
-    runs: dict[str, list[float]] = {}
+    runs: dict[str, list[tuple[float, float]]] = {}
     for _ in range(args.repeat):
         for label, argv in FLOORS.items():
             runs.setdefault(label, []).append(wall(argv))
         for cmd in COMMANDS:
             runs.setdefault(" ".join(cmd), []).append(wall(KVPILOT + cmd))
-    floor = statistics.median(runs["python -c pass"])
-    print(f"median of {args.repeat}, whole process (ms); floor = python -c pass")
-    print(f"{'command':<58} {'ms':>6} {'+floor':>7} {'modules':>8}  heavy imports")
+
+    def med(label: str, i: int) -> float:
+        return statistics.median(r[i] for r in runs[label]) * 1000
+
+    print(f"median of {args.repeat} (ms): wall, CPU (user+sys), CPU above the floor python -c pass")
+    print(f"{'command':<40} {'wall':>6} {'CPU':>6} {'+floor':>7} {'modules':>8}  heavy imports")
     for label in FLOORS:
-        ms = statistics.median(runs[label])
-        print(f"{label:<58} {ms * 1000:>6.0f} {(ms - floor) * 1000:>7.0f}")
+        print(
+            f"{label:<40} {med(label, 0):>6.0f} {med(label, 1):>6.0f} {med(label, 1) - med('python -c pass', 1):>7.0f}"
+        )
     for cmd in COMMANDS:
-        ms = statistics.median(runs[" ".join(cmd)])
+        label = " ".join(cmd)
         n, heavy = imported(KVPILOT + cmd)
-        shown = " ".join(c if "/" not in c else Path(c).name for c in cmd)
-        print(f"kvpilot {shown:<50} {ms * 1000:>6.0f} {(ms - floor) * 1000:>7.0f} {n:>8}  {' '.join(heavy) or '-'}")
+        shown = "kvpilot " + " ".join(c if "/" not in c else Path(c).name for c in cmd)
+        extra = med(label, 1) - med("python -c pass", 1)
+        cells = f"{med(label, 0):>6.0f} {med(label, 1):>6.0f} {extra:>7.0f} {n:>8}"
+        print(f"{shown[:40]:<40} {cells}  {' '.join(heavy) or '-'}")
 
 
 if __name__ == "__main__":
