@@ -20,7 +20,6 @@ name ends in ``_TOKEN``, ``_KEY``, ``_SECRET`` or ``_PASSWORD`` (``HF_TOKEN=hf_â
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Iterable
 
 REDACTED = "[REDACTED]"
@@ -32,8 +31,6 @@ _ESCAPE_RE = re.compile(
     r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
     r"|\x1b[\x20-\x7e]?"
 )
-_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-_SEPARATORS = frozenset("\u2028\u2029")
 
 #: Published token formats (each a prefix plus enough random characters not to match prose).
 _TOKEN_PATTERNS = (
@@ -102,8 +99,13 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     return out
 
 
-def _is_control(ch: str) -> bool:
-    return unicodedata.category(ch) == "Cc" or ch in _BIDI or ch in _SEPARATORS
+#: Line breaks and tabs become a space (a newline is kept with ``keep_newlines``).
+_SPACE_CHARS = "\t\n\r\x0b\x0c\x85\u2028\u2029"
+_TO_SPACE = str.maketrans(dict.fromkeys(_SPACE_CHARS, " "))
+_TO_SPACE_KEEP_NL = str.maketrans(dict.fromkeys(_SPACE_CHARS.replace("\n", ""), " "))
+#: What is removed once line breaks are spaces: the rest of category ``Cc`` (``U+0000``-``U+001F``
+#: but the newline, ``U+007F``-``U+009F``) and the bidirectional controls.
+_CONTROL_RE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def strip_controls(text: str, *, keep_newlines: bool = False) -> str:
@@ -111,17 +113,16 @@ def strip_controls(text: str, *, keep_newlines: bool = False) -> str:
 
     A tab becomes a space; a newline (``\n``) is kept only with ``keep_newlines``, otherwise it
     becomes a space, like every other line break (``\r``, ``U+0085``, ``U+2028``).
+
+    ``str.isprintable()`` is False for every character this changes (categories ``Cc``, ``Cf``,
+    ``Zl``, ``Zp``), so a printable string is returned as it is without a per-character pass.
     """
-    text = _ESCAPE_RE.sub("", str(text))
-    out = []
-    for ch in text:
-        if ch == "\n" and keep_newlines:
-            out.append(ch)
-        elif ch in "\t\n\r\x0b\x0c\x85\u2028\u2029":
-            out.append(" ")
-        elif not _is_control(ch):
-            out.append(ch)
-    return "".join(out)
+    text = str(text)
+    if text.isprintable():
+        return text
+    text = _ESCAPE_RE.sub("", text)
+    text = text.translate(_TO_SPACE_KEEP_NL if keep_newlines else _TO_SPACE)
+    return _CONTROL_RE.sub("", text)
 
 
 def safe(text: object, *, keep_newlines: bool = False) -> str:

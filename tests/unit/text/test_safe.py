@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvpilot.text.safe import (
@@ -103,3 +103,34 @@ def test_one_line_and_markdown():
     assert one_line("x" * 10, limit=5) == "xxxx…"
     # a newline cannot end a heading, | cannot open a table cell, [..](..) cannot become a link
     assert markdown_text("pod\n# injected | [x](http://e)") == "pod \\# injected \\| \\[x\\](http://e)"
+
+
+def _reference_strip(text: str, keep_newlines: bool) -> str:
+    """The module docstring's rule, one character at a time (escape sequences removed first)."""
+    import unicodedata
+
+    from kvpilot.text.safe import _ESCAPE_RE
+
+    out = []
+    for ch in _ESCAPE_RE.sub("", text):
+        if ch == "\n" and keep_newlines:
+            out.append(ch)
+        elif ch in "\t\n\r\x0b\x0c\x85\u2028\u2029":  # line breaks and tabs: a space
+            out.append(" ")
+        elif not (unicodedata.category(ch) == "Cc" or "\u202a" <= ch <= "\u202e" or "\u2066" <= ch <= "\u2069"):
+            out.append(ch)
+    return "".join(out)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    text=st.text(
+        alphabet=st.sampled_from(
+            [chr(i) for i in range(0xA0)] + list("\u200b\u200d\u2028\u2029\u202a\u202e\u2066\u2069\ufeffé中")
+        ),
+        max_size=24,
+    ),
+    keep_newlines=st.booleans(),
+)
+def test_strip_controls_equals_the_per_character_rule(text, keep_newlines):
+    assert strip_controls(text, keep_newlines=keep_newlines) == _reference_strip(text, keep_newlines)
