@@ -42,7 +42,7 @@ class PodReport:
 def _condition(pod: dict[str, Any], type_: str) -> dict[str, Any]:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == type_:
-            return cond
+            return dict(cond)
     return {}
 
 
@@ -230,7 +230,9 @@ def server_status(
     return {k: v for k, v in status.items() if v is not None}
 
 
-def invalid_status(server: dict[str, Any], field_message: str, *, now: str, reason: str = "InvalidSpec") -> dict:
+def invalid_status(
+    server: dict[str, Any], field_message: str, *, now: str, reason: str = "InvalidSpec"
+) -> dict[str, Any]:
     """Status of a refused spec: phase Invalid, ``Valid=False`` and ``Ready=False`` naming the field."""
     old = server.get("status") or {}
     generation = (server.get("metadata") or {}).get("generation")

@@ -157,7 +157,11 @@ def vllm_overrides(argv: list[str], strict: bool = True) -> tuple[dict[str, Any]
 
 
 def check_bounds(
-    overrides: Mapping[str, Any], scenario: Any, duration: float | None, trace: list | None, from_cli: Mapping[str, Any]
+    overrides: Mapping[str, Any],
+    scenario: Any,
+    duration: float | None,
+    trace: list[dict[str, Any]] | None,
+    from_cli: Mapping[str, Any],
 ) -> None:
     """Refuse a run above :data:`MAX_ARRIVAL_RATE`, :data:`MAX_REQUESTS` or :data:`MAX_SIMULATED_SECONDS`
     (exit 2 naming the option, or the ``--scenario-file`` key, that set it).
