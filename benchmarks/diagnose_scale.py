@@ -102,6 +102,30 @@ def _query_count(prom: PrometheusServer) -> int:
     )
 
 
+def floor_seconds(url: str, workers: int = 8) -> float:
+    """The floor: the same queries diagnose sends (its signal and cache-config queries for
+    namespace ``bench``), fetched by ``workers`` threads and JSON-decoded, nothing else (s).
+    """
+    import concurrent.futures
+    import urllib.parse
+
+    from kvpilot.diagnose.signals import SIGNAL_DEFS
+    from kvpilot.diagnose.sources.prometheus import Selectors, cache_config_query, signal_query
+
+    selectors = Selectors(namespace="bench")
+    queries = [signal_query(sd, 300, selectors) for sd in SIGNAL_DEFS] + [cache_config_query(300, selectors)]
+
+    def fetch(query: str) -> int:
+        params = urllib.parse.urlencode({"query": query, "time": f"{END:.3f}"})
+        with urllib.request.urlopen(f"{url}/api/v1/query?{params}", timeout=600) as r:
+            return len(json.loads(r.read())["data"]["result"])
+
+    t = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        list(pool.map(fetch, queries))
+    return time.monotonic() - t
+
+
 def run(pods: int, workdir: Path) -> dict:
     rec = workdir / f"bench-{pods}.om"
     t = time.monotonic()
@@ -151,6 +175,7 @@ def run(pods: int, workdir: Path) -> dict:
             timeout=600,
         )
         wall = time.monotonic() - t
+        floor = floor_seconds(prom.url)
         rss_mib = int(rss_file.read_text().split()[-1]) / 1024  # GNU time's %M: peak RSS, KiB
         queries = _query_count(prom) - before
         result.output = result.stdout
@@ -163,6 +188,7 @@ def run(pods: int, workdir: Path) -> dict:
         "build_s": built,
         "backfill_s": filled,
         "wall_s": wall,
+        "floor_s": floor,
         "rss_mib": rss_mib,
         "queries": queries,
         "targets": len(doc["targets"]),
@@ -182,7 +208,8 @@ def main() -> None:
             results.append(r)
             print(
                 f"{r['pods']:>5} pods ({r['samples']:,} samples; backfill {r['backfill_s']:.1f} s): "
-                f"diagnose wall {r['wall_s']:.2f} s, peak RSS {r['rss_mib']:.0f} MiB, "
+                f"diagnose wall {r['wall_s']:.2f} s (floor: its queries fetched and decoded "
+                f"{r['floor_s']:.2f} s), peak RSS {r['rss_mib']:.0f} MiB, "
                 f"{r['queries']} Prometheus queries, {r['targets']} targets, "
                 f"verdicts {r['verdicts']}",
                 flush=True,

@@ -53,6 +53,12 @@ _ASSIGN_RE = re.compile(
     r"(\b" + _SECRET_NAME + r"[\"']?\s*[=:]\s*)(?!\[REDACTED\])(\"[^\"]*\"|'[^']*'|[^\s,;}\]]+)",
 )
 _SECRET_NAME_RE = re.compile(r"^" + _SECRET_NAME + r"$")
+#: A literal every pattern above needs (``--api-key``, the names' TOKEN/KEY/SECRET/PASSWORD,
+#: ``bearer`` in any case, each token format's prefix): a text without one is returned unchanged
+#: after one search instead of four substitutions.
+_MAYBE_SECRET_RE = re.compile(
+    r"--api-key|TOKEN|KEY|SECRET|PASSWORD|(?i:bearer)|hf_|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AKIA|ASIA|eyJ|glpat-"
+)
 
 
 def is_secret_name(name: str) -> bool:
@@ -74,6 +80,8 @@ def redact(text: str) -> str:
 
     Example: ``"--api-key sk-abc… HF_TOKEN=hf_x…"`` -> ``"--api-key [REDACTED] HF_TOKEN=[REDACTED]"``.
     """
+    if not _MAYBE_SECRET_RE.search(text):
+        return text
     text = _API_KEY_RE.sub(lambda m: m.group(1) + REDACTED, text)
     text = _ASSIGN_RE.sub(lambda m: m.group(1) + REDACTED, text)
     text = _BEARER_RE.sub(lambda m: m.group(1) + REDACTED, text)

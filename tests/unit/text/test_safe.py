@@ -134,3 +134,20 @@ def _reference_strip(text: str, keep_newlines: bool) -> str:
 )
 def test_strip_controls_equals_the_per_character_rule(text, keep_newlines):
     assert strip_controls(text, keep_newlines=keep_newlines) == _reference_strip(text, keep_newlines)
+
+
+_FRAGMENTS = ["--api-key", " ", "=", ": ", "HF_TOKEN", "API_KEY", "Bearer ", "bearer\t", "hf_", "sk-", "ghp_", "xoxb-"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(parts=st.lists(st.sampled_from([*_FRAGMENTS, "a1B2c3D4e5F6g7H8i9J0kLmN", "AKIA", "eyJ", "."]), max_size=8))
+def test_redact_without_a_trigger_literal_is_the_identity_and_with_one_matches_the_patterns(parts):
+    """The pre-check never skips a text one of the four patterns would change."""
+    from kvpilot.text import safe as module
+
+    text = "".join(parts)
+    full = text
+    for pattern in (module._API_KEY_RE, module._ASSIGN_RE, module._BEARER_RE):
+        full = pattern.sub(lambda m: m.group(1) + REDACTED, full)
+    full = module._TOKEN_RE.sub(REDACTED, full)
+    assert redact(text) == full
