@@ -175,9 +175,9 @@ def run(pods: int, workdir: Path) -> dict:
             timeout=600,
         )
         wall = time.monotonic() - t
-        floor = floor_seconds(prom.url)
         rss_mib = int(rss_file.read_text().split()[-1]) / 1024  # GNU time's %M: peak RSS, KiB
         queries = _query_count(prom) - before
+        floor = floor_seconds(prom.url)  # after the count: its queries are not diagnose's
         result.output = result.stdout
         result.exit_code = result.returncode
     doc = json.loads(result.output)
