@@ -19,6 +19,7 @@ name ends in ``_TOKEN``, ``_KEY``, ``_SECRET`` or ``_PASSWORD`` (``HF_TOKEN=hf_�
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -139,7 +140,16 @@ def safe(text: object, *, keep_newlines: bool = False) -> str:
 
 
 def one_line(text: object, limit: int | None = None) -> str:
-    """:func:`safe` on one line, runs of whitespace collapsed, cut to ``limit`` characters (``…``)."""
+    """:func:`safe` on one line, runs of whitespace collapsed, cut to ``limit`` characters (``…``).
+
+    Results are cached (the last 1,024 texts): a report repeats the same query and label strings
+    for every target.
+    """
+    return _one_line(text if isinstance(text, str) else str(text), limit)
+
+
+@functools.lru_cache(maxsize=1024)
+def _one_line(text: str, limit: int | None) -> str:
     line = " ".join(safe(text).split(" "))
     line = re.sub(r" {2,}", " ", line).strip()
     if limit is not None and len(line) > limit:
