@@ -371,8 +371,9 @@ def command(verbose: bool) -> None:
     Starts a Kubernetes API on 127.0.0.1 (kmock), installs the CRD, applies the packaged
     experiment example, runs the real operator, plays the node openly (there is no GPU), then
     shows the KV math, the engine model against the founding measurement and a diagnosis of
-    each engine scenario. About 100 lines at 80 columns (--verbose: every section's detail);
-    takes about 6 s and prints its measured run time last; leaves nothing behind.
+    each engine scenario and one alert from rule to diagnosis. About 120 lines at 80 columns
+    (--verbose: every section's detail); 8 s of CPU (docs/user-guide.md has the measured wall
+    times); prints its measured run time last; leaves nothing behind.
     """
     from rich.console import Console
 
