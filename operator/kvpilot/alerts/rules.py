@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvpilot.diagnose.facts import LARGE_BUDGET
+
 #: labels a target is identified by (the diagnoser's TargetKey plus Prometheus's instance/job)
 BY = "namespace, pod, instance, job, model_name, engine"
 #: labels the limits metric joins on (a VLLMServer's pod)
@@ -43,9 +45,10 @@ DOWN_WINDOW = "1h"
 PINNED_SLACK = 0.5
 #: steps count as full at this share of max_num_batched_tokens (diagnose.rules.BUDGET_FULL_FILL)
 BUDGET_FULL_FILL = 0.9
-#: a budget binds only below twice the compute knee; unknown GPU: the largest knee of the GPU profiles
-#: (L4: 121e12 FLOP/s / 300e9 B/s = 403 tokens), as diagnose.rules.compute_knee without --gpu-name.
-BUDGET_MAX_BINDING = 2 * 403
+#: a budget binds below vLLM's large-GPU budget (8192, ``EngineArgs.get_batch_defaults`` in
+#: ``vllm/engine/arg_utils.py``, vLLM 0.29): full steps at or above it are compute-bound, as the
+#: diagnoser decides (diagnose.facts.LARGE_BUDGET, docs/diagnosis.md)
+BUDGET_MAX_BINDING = LARGE_BUDGET
 #: hit rates below this are low; the LRU-thrash band is below half of it (diagnose.rules.LOW_HIT_RATE)
 LOW_HIT_RATE = 0.5
 LRU_THRASH_HIT_RATE = LOW_HIT_RATE / 2
@@ -317,8 +320,9 @@ def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[A
                 + " of max_num_batched_tokens, while requests waited with free sequence slots and KV room, "
                 "over the last " + window + ": raise --max-num-batched-tokens."
             ),
-            reasoning="without the limits metric the budget is unknown, and vLLM's defaults (2048 and up) lie past "
-            "the compute knee where a bigger budget does not help: the rule stays silent",
+            reasoning="full steps below vLLM's large-GPU budget (8192) are a token-budget cap, at or above it compute "
+            "(the diagnoser's rule); without the limits metric the budget is unknown and the rule stays silent "
+            "(kvpilot diagnose infers it from the step sizes)",
         ),
         AlertRule(
             name="VLLMPrefixCacheIneffective",
