@@ -74,7 +74,7 @@ class MetricsSink(Protocol):
         external_hits: int = 0,
         prompt_cached: int = 0,
         prompt_external: int = 0,
-        preemptions_reported: int = 0,
+        preemptions_reported: int | None = None,
         ttfts: Sequence[float] = (),
         itls: Sequence[float] = (),
     ) -> None:
@@ -84,7 +84,8 @@ class MetricsSink(Protocol):
         whole prompts of requests whose first token came in this step, ``prompt_cached`` /
         ``prompt_external`` the part of them found in the GPU prefix cache / the CPU tier at their
         first admission; ``preemptions_reported`` the preemptions of requests that produced output
-        in this step (vLLM counts a PREEMPTED event when its request next produces output), while
+        in this step (vLLM counts a PREEMPTED event when its request next produces output; None: the
+        step's ``preemptions``), while
         ``preemptions`` counts the scheduler's preemptions of this step; ``ttfts`` / ``itls`` the
         first-token and inter-token latencies of this step's tokens.
         """
