@@ -25,6 +25,7 @@ docs/background.md §2, §4, §7):
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any, Literal, overload
 
 from kvpilot.kv.size import KVFootprint, footprint
 from kvpilot.kv.spec import KVConfigError, KVSpec, ceil_div, kv_spec_from_config
@@ -97,9 +98,19 @@ def vllm_batch_defaults(gpu_memory_bytes: int | None, gpu_name: str | None) -> t
     return seqs, budget
 
 
-def _check_positive(value, name: str, *, integer: bool = True, upper: float | None = None):
-    bad_type = isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and value != int(value))
-    if bad_type or value <= 0 or (upper is not None and value > upper):
+@overload
+def _check_positive(value: object, name: str, *, integer: Literal[True] = True, upper: float | None = None) -> int: ...
+@overload
+def _check_positive(value: object, name: str, *, integer: Literal[False], upper: float | None = None) -> float: ...
+def _check_positive(value: object, name: str, *, integer: bool = True, upper: float | None = None) -> int | float:
+    """``value`` as an int (``integer``) or a float when it is a number > 0 (and <= ``upper``); KVConfigError else."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (integer and value != int(value))
+        or value <= 0
+        or (upper is not None and value > upper)
+    ):
         rule = "a whole number > 0" if integer else f"a number in (0, {upper}]" if upper else "a number > 0"
         raise KVConfigError(name, f"must be {rule}, got {value!r}")
     return int(value) if integer else float(value)
@@ -229,10 +240,10 @@ class KVCapacity:
     max_model_len_that_fits: int | None = None
     min_gpu_memory_utilization_to_fit: float | None = None
     estimate: bool = False
-    inputs: dict = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The ``kvpilot kv -o json`` object (docs/kv.md, "Command line"): ``bytes_per_token``, ``kv_tokens``,
         ``kv_blocks``, ``max_concurrency``, ``fits``, ``max_model_len_that_fits``, more figures, and ``inputs``.
         """
@@ -278,7 +289,10 @@ def _blocks_for(fp: KVFootprint, tokens: int, block_size: int, mnbt: int) -> int
 
 def _max_len_that_fits(fp: KVFootprint, blocks: int, block_size: int, mnbt: int) -> int | None:
     """Largest request length whose blocks fit in ``blocks`` (binary search, as vLLM's estimate does)."""
-    fits = lambda n: _blocks_for(fp, n, block_size, mnbt) <= blocks  # noqa: E731
+
+    def fits(n: int) -> bool:
+        return _blocks_for(fp, n, block_size, mnbt) <= blocks
+
     if not fits(1):
         return 0
     hi = 2**40
@@ -292,7 +306,7 @@ def _max_len_that_fits(fp: KVFootprint, blocks: int, block_size: int, mnbt: int)
 
 
 def capacity(
-    config: dict | KVSpec,
+    config: dict[str, Any] | KVSpec,
     *,
     kv_cache_dtype: str = "auto",
     tensor_parallel_size: int = 1,
@@ -392,7 +406,7 @@ def capacity(
         "overhead_bytes": None if budget is None or budget.source != "gpu-memory" else budget.overhead_bytes,
         "memory_source": None if budget is None else budget.source,
     }
-    result = dict(
+    result = KVCapacity(
         spec=spec,
         fp=fp,
         max_model_len=max_model_len,
@@ -404,7 +418,7 @@ def capacity(
         inputs=inputs,
     )
     if budget is None:
-        return KVCapacity(**result, estimate=estimate, notes=tuple(notes))
+        return replace(result, estimate=estimate, notes=tuple(notes))
     if budget.source == "gpu-memory":
         estimate = True
         notes.append(
@@ -427,8 +441,8 @@ def capacity(
             f"one request of max_model_len {max_model_len} needs {gib(request_bytes)} of KV, "
             f"more than the {gib(budget.kv_memory_bytes)} available: vLLM refuses to start"
         )
-    return KVCapacity(
-        **result,
+    return replace(
+        result,
         budget=budget,
         kv_memory_bytes=budget.kv_memory_bytes,
         kv_blocks=blocks,
@@ -460,7 +474,7 @@ def pp_stage_layers(num_layers: int, pipeline_parallel_size: int) -> list[int]:
     return parts
 
 
-def seqs_pool_share(cap: KVCapacity, max_num_seqs: int) -> dict:
+def seqs_pool_share(cap: KVCapacity, max_num_seqs: int) -> dict[str, Any]:
     """How much of the KV pool ``max_num_seqs`` full-length requests can ever use.
 
     One ``max_model_len`` request takes ``kv_blocks / max_concurrency`` blocks (vLLM's concurrency
@@ -493,15 +507,15 @@ class StartupMemoryCheck:
     ``max_feasible_utilization = free / total``; ``shortfall_bytes = max(0, requested − free)``.
     """
 
-    total_bytes: int
-    free_bytes: int
+    total_bytes: float
+    free_bytes: float
     gpu_memory_utilization: float
     requested_bytes: float
     feasible: bool
     shortfall_bytes: float
     max_feasible_utilization: float
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """``kvpilot kv -o json``'s ``startup_memory_check`` object: the fields above (bytes, ratio 0–1)."""
         return {
             "total_bytes": self.total_bytes,

@@ -8,6 +8,7 @@ feature discovery sets, in MiB); this module turns them into a condition and an 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kvpilot.kv.capacity import DEFAULT_GPU_MEMORY_UTILIZATION, capacity
 from kvpilot.kv.spec import KVConfigError
@@ -48,21 +49,21 @@ class Preflight:
             ``min_gpu_memory_utilization``, ``estimate``); empty when not computed.
     """
 
-    condition: dict
+    condition: dict[str, str]
     warning: str | None
-    numbers: dict
+    numbers: dict[str, Any]
 
 
 def kv_capacity_condition(
-    config: dict,
-    engine: dict | None = None,
+    config: dict[str, Any],
+    engine: dict[str, Any] | None = None,
     *,
     gpu_memory_bytes: int | None = None,
     weights_bytes: int | None = None,
     overhead_bytes: int | None = None,
     kv_memory_bytes: int | None = None,
     block_size: int = 16,
-) -> tuple[dict, str | None]:
+) -> tuple[dict[str, str], str | None]:
     """``(condition, warning)`` of :func:`kv_preflight` (same arguments)."""
     result = kv_preflight(
         config,
@@ -77,8 +78,8 @@ def kv_capacity_condition(
 
 
 def kv_preflight(
-    config: dict,
-    engine: dict | None = None,
+    config: dict[str, Any],
+    engine: dict[str, Any] | None = None,
     *,
     gpu_memory_bytes: int | None = None,
     weights_bytes: int | None = None,
@@ -159,5 +160,5 @@ def kv_preflight(
     return Preflight(_condition("False", reason, message), message, numbers)
 
 
-def _condition(status: str, reason: str, message: str) -> dict:
+def _condition(status: str, reason: str, message: str) -> dict[str, str]:
     return {"type": CONDITION_TYPE, "status": status, "reason": reason, "message": message}

@@ -37,6 +37,7 @@ mamba_utils.py at 02d71083, config/model.py; docs/background.md §2):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kvpilot.kv.spec import (
     DTYPE_BYTES,
@@ -221,7 +222,9 @@ def footprint(spec: KVSpec, kv_cache_dtype: str = "auto", tensor_parallel_size: 
     )
 
 
-def bytes_per_token(config: dict | KVSpec, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1) -> int:
+def bytes_per_token(
+    config: dict[str, Any] | KVSpec, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1
+) -> int:
     """KV bytes each token adds on one GPU (full-attention and MLA layers; sliding/Mamba layers add none).
 
     ``config`` is a parsed config.json or a :class:`KVSpec`. E.g. Qwen2.5-7B-Instruct, bf16, TP 1:

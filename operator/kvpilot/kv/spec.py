@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 FULL = "full_attention"
 SLIDING = "sliding_attention"
@@ -131,7 +132,7 @@ class KVSpec:
         return any(k in (SLIDING, MAMBA, LINEAR) for k in self.layer_kinds)
 
 
-def _positive_int(cfg: dict, name: str, *, where: str = "") -> int:
+def _positive_int(cfg: dict[str, Any], name: str, *, where: str = "") -> int:
     value = cfg.get(name)
     label = f"{where}{name}"
     if value is None:
@@ -148,7 +149,7 @@ def _positive_int(cfg: dict, name: str, *, where: str = "") -> int:
     return int(value)
 
 
-def _whole_number(cfg: dict, name: str, default: int, *, where: str = "") -> int:
+def _whole_number(cfg: dict[str, Any], name: str, default: int, *, where: str = "") -> int:
     """``cfg[name]`` as a whole number >= 0 (``default`` when absent or null); KVConfigError naming it else."""
     value = cfg.get(name)
     if value is None:
@@ -165,7 +166,7 @@ def _whole_number(cfg: dict, name: str, default: int, *, where: str = "") -> int
     return int(value)
 
 
-def text_config(config: dict) -> tuple[dict, str]:
+def text_config(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The language-model part of ``config``: its ``text_config`` when present (multimodal), else itself.
 
     Returns ``(text_cfg, prefix)`` where ``prefix`` is ``"text_config."`` or ``""`` (for error messages).
@@ -184,7 +185,7 @@ def text_config(config: dict) -> tuple[dict, str]:
     return inner, "text_config."
 
 
-def model_dtype(config: dict) -> str:
+def model_dtype(config: dict[str, Any]) -> str:
     """The dtype name vLLM serves the model in with ``--dtype auto``.
 
     Reads ``torch_dtype`` (or transformers v5's ``dtype``) of the text config, then of the top level.
@@ -208,7 +209,7 @@ def model_dtype(config: dict) -> str:
 
 
 def _layer_kinds(
-    cfg: dict, prefix: str, n: int, max_pos: object = None
+    cfg: dict[str, Any], prefix: str, n: int, max_pos: object = None
 ) -> tuple[tuple[str, ...], int | None, list[str]]:
     """Per-layer kinds, the sliding window and notes, from explicit or implicit layer patterns
     (``max_pos``: the model's ``max_position_embeddings`` as :func:`kv_spec_from_config` reads it).
@@ -269,13 +270,16 @@ def _layer_kinds(
     return (SLIDING,) * n, window, notes
 
 
-def _state_spec(cfg: dict, prefix: str, kinds: tuple[str, ...], dtype: str) -> StateSpec | None:
+def _state_spec(cfg: dict[str, Any], prefix: str, kinds: tuple[str, ...], dtype: str) -> StateSpec | None:
     if MAMBA not in kinds and LINEAR not in kinds:
         return None
     model_type = str(cfg.get("model_type") or "")
     ssm_name = cfg.get("mamba_ssm_cache_dtype")
     ssm_dtype = str(ssm_name) if ssm_name in DTYPE_BYTES else dtype
-    g = lambda name: _positive_int(cfg, name, where=prefix)  # noqa: E731
+
+    def g(name: str) -> int:
+        return _positive_int(cfg, name, where=prefix)
+
     if model_type == "qwen3_next" or LINEAR in kinds:
         params = {
             "num_k_heads": g("linear_num_key_heads"),
@@ -305,7 +309,7 @@ def _state_spec(cfg: dict, prefix: str, kinds: tuple[str, ...], dtype: str) -> S
     raise KVConfigError(f"{prefix}model_type", f"Mamba/linear-attention layers of {model_type!r} are not modelled")
 
 
-def kv_spec_from_config(config: dict) -> KVSpec:
+def kv_spec_from_config(config: dict[str, Any]) -> KVSpec:
     """Parse a Hugging Face ``config.json`` (as a dict) into a :class:`KVSpec`.
 
     Handles dense MHA/GQA/MQA, explicit ``head_dim``, MLA (``kv_lora_rank`` + ``qk_rope_head_dim``),
