@@ -17,7 +17,7 @@ import datetime
 import json
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import aiohttp
 
@@ -142,7 +142,11 @@ class KubeEventSink:
         import kubernetes.client
 
         custom = kubernetes.client.CustomObjectsApi(self.api_client)
-        server = custom.get_namespaced_custom_object(GROUP, VERSION, target.namespace, PLURAL, target.server)
+        # the decoded JSON object; the client annotates custom-object reads as ``object``
+        server = cast(
+            dict[str, Any],
+            custom.get_namespaced_custom_object(GROUP, VERSION, target.namespace, PLURAL, target.server),
+        )
         d = primary(result) or {}
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
@@ -165,7 +169,9 @@ class KubeEventSink:
             "lastTimestamp": now,
             "count": 1,
         }
-        kubernetes.client.CoreV1Api(self.api_client).create_namespaced_event(target.namespace, event)
+        core = kubernetes.client.CoreV1Api(self.api_client)
+        # a dict body is serialised as is (ApiClient.sanitize_for_serialization); the annotation names CoreV1Event
+        core.create_namespaced_event(target.namespace, event)  # type: ignore[arg-type]
 
     async def emit(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
         """Create the Event (in a thread: the kubernetes client blocks)."""

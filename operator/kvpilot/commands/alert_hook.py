@@ -113,10 +113,10 @@ def command(
 
     import asyncio
 
-    from kvpilot.alerts.hook import AlertHook, HookConfig, serve
+    from kvpilot.alerts.hook import AlertHook, HookConfig, Sink, serve
     from kvpilot.alerts.sinks import ForwardSink, GrafanaAnnotationSink, KubeEventSink, LogSink
 
-    chosen = []
+    chosen: list[Sink] = []
     for name in sinks or ("log",):
         if name == "log":
             chosen.append(LogSink())

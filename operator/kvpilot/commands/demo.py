@@ -134,11 +134,14 @@ def section_cluster(ctx: DemoContext) -> None:
     _heading(ctx, "A Kubernetes API on loopback (no cluster needed)")
     ctx.cluster = ctx.stack.enter_context(SandboxCluster())
     ctx.api = ctx.cluster.api_client()
-    crd = kubernetes.client.ApiextensionsV1Api(ctx.api).create_custom_resource_definition(crd_manifest())
-    kubernetes.client.CoreV1Api(ctx.api).create_namespace({"metadata": {"name": NAMESPACE}})
+    manifest = crd_manifest()
+    # The client serialises a dict body as is (ApiClient.sanitize_for_serialization); its annotations
+    # name only the model classes, hence the narrow ignores on the dict bodies in this module.
+    kubernetes.client.ApiextensionsV1Api(ctx.api).create_custom_resource_definition(manifest)  # type: ignore[arg-type]
+    kubernetes.client.CoreV1Api(ctx.api).create_namespace({"metadata": {"name": NAMESPACE}})  # type: ignore[arg-type]
     ctx.console.print(
         f"sandbox API (kmock, strict) at [cyan]{ctx.cluster.url}[/]; "
-        f"CRD [cyan]{crd.metadata.name}[/] installed; namespace [cyan]{NAMESPACE}[/]"
+        f"CRD [cyan]{manifest['metadata']['name']}[/] installed; namespace [cyan]{NAMESPACE}[/]"
     )
 
 
@@ -172,15 +175,14 @@ def _preflight_inputs(ctx: DemoContext) -> None:
     core = kubernetes.client.CoreV1Api(ctx.api)
     config = importlib.resources.files("kvpilot").joinpath("data/Qwen2.5-1.5B-Instruct.config.json").read_text()
     index = json.dumps({"metadata": {"total_size": MODEL_WEIGHTS_BYTES}, "weight_map": {}})
-    core.create_namespaced_config_map(
-        NAMESPACE,
-        {
-            "metadata": {"name": MODEL_CONFIG_MAP},
-            "data": {"config.json": config, "model.safetensors.index.json": index},
-        },
-    )
+    config_map = {
+        "metadata": {"name": MODEL_CONFIG_MAP},
+        "data": {"config.json": config, "model.safetensors.index.json": index},
+    }
+    core.create_namespaced_config_map(NAMESPACE, config_map)  # type: ignore[arg-type]  # a dict body, as above
     if ctx.cluster.get("v1/nodes", None, GPU_NODE) is None:
-        core.create_node({"metadata": {"name": GPU_NODE, "labels": {"nvidia.com/gpu.memory": GPU_MEMORY_MIB}}})
+        node = {"metadata": {"name": GPU_NODE, "labels": {"nvidia.com/gpu.memory": GPU_MEMORY_MIB}}}
+        core.create_node(node)  # type: ignore[arg-type]  # a dict body, as above
     ctx.server["spec"]["modelConfigRef"] = {"name": MODEL_CONFIG_MAP}
     ctx.say(
         f"(the demo adds ConfigMap {MODEL_CONFIG_MAP}, the model's config.json, as spec.modelConfigRef, "
@@ -222,6 +224,11 @@ def section_apply(ctx: DemoContext) -> None:
     )
 
 
+def _phase_is(ctx: DemoContext, phase: str) -> Callable[[], bool]:
+    """A probe: the server's ``status.phase`` is ``phase``."""
+    return lambda: (ctx.server_object().get("status") or {}).get("phase") == phase
+
+
 def section_kubelet(ctx: DemoContext) -> None:
     """Play the scheduler and kubelet, openly: there is no node and no GPU here."""
     from kvpilot.sandbox import Kubelet
@@ -236,7 +243,7 @@ def section_kubelet(ctx: DemoContext) -> None:
     ]
     for text, act, phase in steps:
         act()
-        wait_for(lambda p=phase: (ctx.server_object().get("status") or {}).get("phase") == p, f"phase {phase}")
+        wait_for(_phase_is(ctx, phase), f"phase {phase}")
         ctx.console.print(Text.assemble(("kubelet (played): ", "dim"), f"{text} -> {name} is ", (phase, "bold")))
     wait_for(lambda: (ctx.server_object().get("status") or {}).get("kvCacheTokens"), "kvCacheTokens from the log")
     wait_for(

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import importlib.resources
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from kvpilot.text.layout import records
+from kvpilot.text.layout import Cell, records
 from kvpilot.text.numbers import count, gib, number, percent
+
+if TYPE_CHECKING:
+    from kvpilot.kv.capacity import KVCapacity
 
 #: The 8 GB laptop GPU of the founding measurement (docs/engine.md), in bytes: 8 GiB.
 EXPERIMENT_GPU_MEMORY = 8 * 2**30
@@ -43,7 +46,7 @@ DIAGNOSED = (
 SIM_SECONDS, SNAPSHOT_SECONDS = 300.0, 15.0
 
 
-def _model_config() -> dict:
+def _model_config() -> dict[str, Any]:
     text = importlib.resources.files("kvpilot").joinpath("data/Qwen2.5-1.5B-Instruct.config.json").read_text()
     return json.loads(text)
 
@@ -88,16 +91,16 @@ def section_kv(ctx: Any) -> None:
         f"({count(base.usable_blocks)} usable: block 0 is vLLM's null block)"
     )
     headers = ["change", "KV tokens", "max-model-len", "concurrency"]
-    rows = [
-        ["as deployed", base, max_model_len, "reported at startup"],
-        [
+    rows: list[tuple[str, KVCapacity, int, str]] = [
+        ("as deployed", base, max_model_len, "reported at startup"),
+        (
             f"--gpu-memory-utilization {utilization:g} -> {more_util:g}",
             raised,
             max_model_len,
             f"+{number(more_util - utilization, 2)} x 8 GiB = +{gib(extra)} of KV (weights unchanged)",
-        ],
-        ["--kv-cache-dtype fp8", fp8, max_model_len, "1 byte per element instead of 2: twice the tokens"],
-        [f"--max-model-len {shorter_len}", shorter, shorter_len, "same KV, shorter requests: more of them fit"],
+        ),
+        ("--kv-cache-dtype fp8", fp8, max_model_len, "1 byte per element instead of 2: twice the tokens"),
+        (f"--max-model-len {shorter_len}", shorter, shorter_len, "same KV, shorter requests: more of them fit"),
     ]
     cells = [
         [change, count(cap.kv_tokens), count(length), number(cap.max_concurrency, 2)] + ([how] if ctx.verbose else [])
@@ -137,7 +140,9 @@ def section_engine(ctx: Any) -> None:
         "10 documents of ~5,000 tokens (2.3x the KV cache) one at a time, three passes, without and with a "
         '1.5 GB LMCache CPU tier (docs/engine.md, "The founding measurement").'
     )
-    rows, gpu_only, with_tier = [], [], []
+    rows: list[list[Cell]] = []
+    gpu_only: list[float | None] = []
+    with_tier: list[float | None] = []
     for b, o in zip(base["passes"], offload["passes"], strict=True):
         m_base, m_off = MEASURED_TTFT_MS.get(b["name"], (None, None))
         gpu_only.append(_off_by(b["ttft_p50_ms"], m_base))
@@ -157,10 +162,11 @@ def section_engine(ctx: Any) -> None:
     # every pass but the CPU tier's hit pass (pass 2), which the model cannot match (below)
     worst = max(abs(x) for x in [*gpu_only, with_tier[0]] if x is not None)
     tier_hit = with_tier[1]
+    tier_low = None if tier_hit is None else abs(tier_hit)
     ctx.say(
         "It reproduces the prefix-cache hit counts exactly (0, 0, 21,488 tokens; 48,640 from the CPU tier "
         f"in pass 2) and the measured TTFT p50 within {percent(worst)} without the CPU tier and on its "
-        f"first pass; the CPU-tier pass 2 is {percent(abs(tier_hit), 0)} low (the model has no per-request "
+        f"first pass; the CPU-tier pass 2 is {percent(tier_low, 0)} low (the model has no per-request "
         "connector overhead)."
     )
     if ctx.verbose:
@@ -204,7 +210,8 @@ def section_diagnose(ctx: Any) -> None:
 
     console = ctx.console
     ctx.heading("Why is it slow? Each engine scenario, diagnosed (kvpilot diagnose)")
-    rows, results = [], {}
+    rows: list[list[Cell]] = []
+    results: dict[str, str] = {}
     for name in DIAGNOSED:
         samples, info = _scenario_samples(name)
         signals = compute_signals(samples, SIM_SECONDS, SIM_SECONDS)

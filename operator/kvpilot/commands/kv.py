@@ -7,7 +7,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -71,7 +71,15 @@ def local_weights_bytes(folder: Path) -> int | None:
     return sum(f.stat().st_size for f in files) if files else None
 
 
-def load_config(source: str) -> tuple[dict, Path | None]:
+def _read_config(path: Path) -> dict[str, Any]:
+    """The config.json at ``path`` as a JSON object; exits 2 as :func:`_read_json` does, or when it is not an object."""
+    doc = _read_json(path, "CONFIG")
+    if not isinstance(doc, dict):
+        fail("config.json: must be a JSON object")
+    return doc
+
+
+def load_config(source: str) -> tuple[dict[str, Any], Path | None]:
     """Read CONFIG: a config.json file, a folder holding one, or a Hugging Face model id (downloaded).
 
     Returns ``(config, model_folder_or_None)``. Exits 2 with a one-line reason on any failure.
@@ -80,9 +88,9 @@ def load_config(source: str) -> tuple[dict, Path | None]:
     if path.is_dir():
         if not (path / "config.json").is_file():
             fail(f"CONFIG: folder {path} holds no config.json")
-        return _read_json(path / "config.json", "CONFIG"), path
+        return _read_config(path / "config.json"), path
     if path.is_file():
-        return _read_json(path, "CONFIG"), path.parent
+        return _read_config(path), path.parent
     if not _HUB_ID.match(source) or source.endswith(".json"):
         fail(f"CONFIG: no such file or folder: {source}")
     from kvpilot.kv.hub import HubUnavailableError, fetch_file
@@ -95,7 +103,7 @@ def load_config(source: str) -> tuple[dict, Path | None]:
             f"({exc}); download https://huggingface.co/{source}/resolve/main/config.json "
             "and pass the file (or its folder)"
         )
-    return _read_json(downloaded, "CONFIG"), None
+    return _read_config(downloaded), None
 
 
 def _gib(value: int | float | None) -> str:
@@ -189,7 +197,10 @@ def render_text(
             )
         if cap.data_parallel_size > 1:
             rows.append(
-                (f"KV tokens, {cap.data_parallel_size} DP replicas", count(cap.kv_tokens * cap.data_parallel_size))
+                (
+                    f"KV tokens, {cap.data_parallel_size} DP replicas",
+                    count(None if cap.kv_tokens is None else cap.kv_tokens * cap.data_parallel_size),
+                )
             )
     if seqs is not None and seqs["pool_share"] is not None:
         n, share, at_once = seqs["max_num_seqs"], seqs["pool_share"], seqs["full_length_requests_at_once"]
