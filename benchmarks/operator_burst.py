@@ -132,7 +132,9 @@ def profile(pid: int) -> subprocess.Popen | None:
     out = os.environ.get("KVPILOT_BENCH_PROFILE")
     if not out:
         return None
-    return subprocess.Popen(["py-spy", "record", "-r", "200", "-f", "raw", "-o", out, "--pid", str(pid)])
+    return subprocess.Popen(
+        ["py-spy", "record", "--gil", "--nonblocking", "-r", "200", "-f", "raw", "-o", out, "--pid", str(pid)]
+    )
 
 
 def server(name: str) -> dict[str, Any]:

@@ -512,7 +512,7 @@ def test_templates_use_strict_undefined():
     env = _environment()
     assert env.undefined is jinja2.StrictUndefined
     with pytest.raises(jinja2.UndefinedError):
-        env.get_template("service.yaml.j2").render(name="x")
+        env.get_template("service.yaml.j2").render(name="x", _values=[])  # renderer._render passes the value list
 
 
 def test_strings_cannot_inject_yaml():
@@ -748,3 +748,60 @@ def test_paths_kvpilot_mounts_are_refused(spec, field):
     with pytest.raises(SpecError) as info:
         render(**spec)
     assert info.value.field == field
+
+
+# ------------------------------------------------------------------ the parsed-skeleton cache
+
+
+def _render_whole_yaml(template, **context):
+    """The renderer's earlier path, as reference: every value's JSON inside the YAML, the YAML parsed whole."""
+    import yaml
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("kvpilot.render", "templates"),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    env.filters["tojson"] = lambda value: json.dumps(value, ensure_ascii=True)  # \uXXXX: YAML-safe
+    return yaml.safe_load(env.get_template(template).render(**context))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": MODEL},
+        FULL,
+        {"model": MODEL, "kvOffload": {"backend": "native", "cpuMemory": "2Gi"}},
+        {"model": MODEL, "modelCache": {"sizeLimit": "20Gi"}, "podAnnotations": {"a/b": 'x"\n  evil: [1]\x85\u2028'}},
+    ],
+    ids=["minimal", "full", "native-offload", "tricky-strings"],
+)
+def test_cached_skeleton_gives_what_parsing_the_whole_yaml_gives(body, monkeypatch):
+    from kvpilot.render import renderer
+
+    captured = {}
+    real = renderer._render
+
+    def spy(template, **context):
+        captured[template] = context
+        return real(template, **context)
+
+    monkeypatch.setattr(renderer, "_render", spy)
+    pod, service = render_objects("qwen", "llm", parse_spec(body), owner=OWNER)
+    assert pod == _render_whole_yaml("pod.yaml.j2", **captured["pod.yaml.j2"])
+    assert service == _render_whole_yaml("service.yaml.j2", **captured["service.yaml.j2"])
+
+
+def test_skeleton_is_parsed_once_per_shape_and_never_shared():
+    from kvpilot.render import renderer
+
+    renderer._parse_skeleton.cache_clear()
+    first, _ = render_objects("a1", "llm", parse_spec({"model": MODEL}), owner=OWNER)
+    first["metadata"]["labels"]["mutated"] = "yes"
+    first["spec"]["volumes"].clear()
+    second, _ = render_objects("a2", "llm", parse_spec({"model": MODEL}), owner=OWNER)
+    # Two servers of one spec: one pod skeleton and one service skeleton parsed, then hits.
+    info = renderer._parse_skeleton.cache_info()
+    assert (info.misses, info.hits) == (2, 2)
+    assert second["metadata"]["name"].startswith("a2-") and "mutated" not in second["metadata"]["labels"]
+    assert [v["name"] for v in second["spec"]["volumes"]] == ["dshm", "home", "model-cache"]
