@@ -1,15 +1,22 @@
-"""Diagnose N targets in one real Prometheus: wall time, peak RSS and number of queries.
+"""Diagnose N targets in one real Prometheus (or VictoriaMetrics): wall time, peak RSS and number of queries.
 
-Builds a synthetic recording of N pods (default 10,000): pod i replays the engine-scenario recording
+Builds a synthetic recording of N pods: pod i replays the engine-scenario recording
 ``tests/fixtures/recordings/scenario_<S>.om`` for S = the i-th of the eight scenarios, with
-``namespace="bench"``, ``pod="vllm-<i>"`` added to every series. It is backfilled with
-``promtool tsdb create-blocks-from openmetrics`` into a fresh Prometheus on 127.0.0.1, then
-``kvpilot diagnose --prometheus`` runs once as a command (a new process: imports included). Prints
-its wall time, the number of queries Prometheus counted (``prometheus_http_requests_total``), the
-verdict counts, and repeats with N/10 pods to show the query count does
-not grow with the number of targets.
+``namespace="bench"``, ``pod="vllm-<i>"`` added to every series, keeping only the series diagnose
+queries (the families of ``kvpilot.diagnose.signals.SIGNAL_DEFS`` and ``cache_config_info``:
+2,325 samples a pod, 31 scrapes 10 s apart over the 300 s window). Loaded into
 
-Run from the repository root:  .venv/bin/python benchmarks/diagnose_scale.py [--pods 1000]
+- ``prometheus``: backfilled with ``promtool tsdb create-blocks-from openmetrics``, then a fresh
+  Prometheus on 127.0.0.1 serves the blocks;
+- ``victoriametrics``: a fresh single-node VictoriaMetrics on 127.0.0.1, streamed through its
+  ``/api/v1/import/prometheus`` API;
+
+then ``kvpilot diagnose --prometheus URL --no-kube -n bench -o json`` runs once as a command (a new
+process: imports included). Prints its wall time, the floor (the same queries fetched by 8 threads
+and JSON-decoded, nothing else), its peak RSS, the number of queries the server counted on its own
+/metrics, and the verdict counts, for each ``--pods`` count (the query count must not grow).
+
+Run from the repository root:  .venv/bin/python benchmarks/diagnose_scale.py --pods 1000 10000 [--backend both]
 Target: <= 5 s wall and <= 500 MiB (peak RSS of the diagnose process, GNU time's %M) for 10,000
 targets; queries constant.
 """
@@ -18,18 +25,21 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.support.prom import PrometheusServer  # noqa: E402
+from tests.support.vm import VictoriaMetricsServer  # noqa: E402
 
 RECORDINGS = ROOT / "tests" / "fixtures" / "recordings"
 SCENARIOS = [
@@ -45,8 +55,16 @@ SCENARIOS = [
 END = 1_764_600_000.0
 
 
-def _families(path: Path) -> collections.OrderedDict[str, tuple[list[str], list[str]]]:
-    """Family -> (HELP/TYPE lines, sample lines), in file order."""
+def _wanted() -> set[str]:
+    """Sample names diagnose queries: every spelling of each signal's family + suffix, and ``cache_config_info``."""
+    from kvpilot.diagnose.signals import SIGNAL_DEFS, spellings
+
+    names = {spelling + sd.suffix for sd in SIGNAL_DEFS for spelling in spellings(sd.family)}
+    return names | set(spellings("vllm:cache_config_info"))
+
+
+def _families(path: Path, wanted: set[str]) -> collections.OrderedDict[str, tuple[list[str], list[str]]]:
+    """Family -> (HELP/TYPE lines, sample lines without their ``{``), in file order; only ``wanted`` samples."""
     out: collections.OrderedDict[str, tuple[list[str], list[str]]] = collections.OrderedDict()
     current = None
     for line in path.read_text().splitlines():
@@ -58,46 +76,63 @@ def _families(path: Path) -> collections.OrderedDict[str, tuple[list[str], list[
                 out[name] = ([], [])
             current = name
             out[name][0].append(line)
-        elif line and current is not None:
+        elif line and current is not None and line.split("{", 1)[0] in wanted:
             out[current][1].append(line)
-    return out
+    return collections.OrderedDict((k, v) for k, v in out.items() if v[1])
 
 
-def build_recording(pods: int, path: Path) -> int:
-    """Write the N-pod recording; returns the number of sample lines."""
-    sources = {s: _families(RECORDINGS / f"scenario_{s}.om") for s in SCENARIOS}
+def recording_chunks(pods: int, millis: bool = False) -> Iterator[str]:
+    """The N-pod recording, one family of one pod per chunk: OpenMetrics (seconds, with TYPE lines and
+    ``# EOF``) or, ``millis=True``, the Prometheus text of VictoriaMetrics' import API (milliseconds).
+    Only the series diagnose queries (a tenth of each scenario's samples).
+    """
+    wanted = _wanted()
+    sources = {s: _families(RECORDINGS / f"scenario_{s}.om", wanted) for s in SCENARIOS}
     order: list[str] = []
     for fams in sources.values():
         order += [f for f in fams if f not in order]
-    lines = 0
-    with path.open("w") as fp:
-        for family in order:
-            meta = next(f[family][0] for f in sources.values() if family in f)
-            fp.write("\n".join(meta) + "\n")
-            for i in range(pods):
-                fams = sources[SCENARIOS[i % len(SCENARIOS)]]
-                if family not in fams:
-                    continue
-                prefix = f'{{namespace="bench",pod="vllm-{i:04d}",'
-                for sample in fams[family][1]:
-                    fp.write(sample.replace("{", prefix, 1) + "\n")
-                    lines += 1
-        fp.write("# EOF\n")
-    return lines
+    if millis:  # "name{labels} value 1764599700.0" -> "... 1764599700000"
+        sources = {
+            s: collections.OrderedDict(
+                (
+                    f,
+                    (
+                        meta,
+                        [ln.rsplit(" ", 1)[0] + " " + str(round(float(ln.rsplit(" ", 1)[1]) * 1000)) for ln in lines],
+                    ),
+                )
+                for f, (meta, lines) in fams.items()
+            )
+            for s, fams in sources.items()
+        }
+    for family in order:
+        if not millis:
+            yield "\n".join(next(f[family][0] for f in sources.values() if family in f)) + "\n"
+        for i in range(pods):
+            fams = sources[SCENARIOS[i % len(SCENARIOS)]]
+            if family in fams:
+                prefix = f'{{namespace="bench",pod="vllm-{i:05d}",'
+                yield "".join(sample.replace("{", prefix, 1) + "\n" for sample in fams[family][1])
+    if not millis:
+        yield "# EOF\n"
 
 
-def _query_count(prom: PrometheusServer) -> int:
-    """Queries Prometheus itself counted: ``prometheus_http_requests_total`` of the query handlers (its /metrics)."""
+def samples_per_pod() -> float:
+    """Sample lines per pod of the recording (the eight scenarios' mean)."""
+    return sum(chunk.count("\n") for chunk in recording_chunks(len(SCENARIOS), millis=True)) / len(SCENARIOS)
+
+
+def _query_count(url: str, metric: str, label: str) -> int:
+    """Queries the server itself counted on its /metrics: ``metric`` of the query paths (``label``)."""
     from kvpilot.metrics.exposition import parse_exposition
 
-    with urllib.request.urlopen(prom.url + "/metrics", timeout=10) as r:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         samples = parse_exposition(r.read().decode())
     return int(
         sum(
             s.value
             for s in samples
-            if s.name == "prometheus_http_requests_total"
-            and s.labels.get("handler") in ("/api/v1/query", "/api/v1/query_range")
+            if s.name == metric and s.labels.get(label) in ("/api/v1/query", "/api/v1/query_range")
         )
     )
 
@@ -126,101 +161,128 @@ def floor_seconds(url: str, workers: int = 8) -> float:
     return time.monotonic() - t
 
 
-def run(pods: int, workdir: Path) -> dict:
-    rec = workdir / f"bench-{pods}.om"
+def _diagnose(url: str, workdir: Path, tag: str) -> tuple[float, float, dict]:
+    """``kvpilot diagnose --prometheus URL -n bench -o json`` as a new process: (wall s, peak RSS MiB, JSON)."""
+    rss_file = workdir / f"rss-{tag}.txt"
     t = time.monotonic()
-    samples = build_recording(pods, rec)
-    built = time.monotonic() - t
-    t = time.monotonic()
-    # promtool directly: tests.support's backfill stops after 120 s, 10,000 pods take longer
-    subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(rec), str(workdir / f"data-{pods}")],
-        check=True,
+    result = subprocess.run(
+        [
+            "/usr/bin/time",
+            "-f",
+            "%M",
+            "-o",
+            str(rss_file),
+            str(ROOT / ".venv" / "bin" / "kvpilot"),
+            "diagnose",
+            "--prometheus",
+            url,
+            "--no-kube",
+            "--end",
+            str(END),
+            "--window",
+            "300s",
+            "-n",
+            "bench",
+            "-o",
+            "json",
+            "--timeout",
+            "120s",
+        ],
         capture_output=True,
-        timeout=3600,
+        text=True,
+        timeout=900,
     )
-    rec.unlink()  # gigabytes at 10,000 pods
-    filled = time.monotonic() - t
-    with PrometheusServer(workdir / f"prom-{pods}", data_dir=workdir / f"data-{pods}") as prom:
-        # warm-up query so the measured run does not pay for loading the blocks
-        prom.query('count(count by (pod) ({__name__=~"vllm[:_]num_requests_running"}))', at=END)
-        before = _query_count(prom)
+    wall = time.monotonic() - t
+    if result.returncode not in (0, 1, 2):  # 0-2: verdicts (docs/diagnosis.md, exit status); 3: no data
+        raise RuntimeError(f"diagnose exited {result.returncode}: {result.stderr[-2000:]}")
+    rss_mib = int(rss_file.read_text().split()[-1]) / 1024  # GNU time's %M: peak RSS, KiB
+    return wall, rss_mib, json.loads(result.stdout)
+
+
+@contextlib.contextmanager
+def _backend(kind: str, pods: int, workdir: Path) -> Iterator[tuple[str, float, Callable[[], int]]]:
+    """A server holding the N-pod recording: yields (URL, seconds spent loading, query counter)."""
+    if kind == "prometheus":
+        rec = workdir / f"bench-{pods}.om"
         t = time.monotonic()
-        rss_file = workdir / f"rss-{pods}.txt"
-        result = subprocess.run(
-            [
-                "/usr/bin/time",
-                "-f",
-                "%M",
-                "-o",
-                str(rss_file),
-                str(ROOT / ".venv" / "bin" / "kvpilot"),
-                "diagnose",
-                "--prometheus",
-                prom.url,
-                "--no-kube",
-                "--end",
-                str(END),
-                "--window",
-                "300s",
-                "-n",
-                "bench",
-                "-o",
-                "json",
-                "--timeout",
-                "60s",
-            ],
+        with rec.open("w") as fp:
+            for chunk in recording_chunks(pods):
+                fp.write(chunk)
+        # promtool directly: tests.support's backfill stops after 120 s
+        subprocess.run(
+            ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(rec), str(workdir / f"data-{pods}")],
+            check=True,
             capture_output=True,
-            text=True,
-            timeout=600,
+            timeout=3600,
         )
-        wall = time.monotonic() - t
-        rss_mib = int(rss_file.read_text().split()[-1]) / 1024  # GNU time's %M: peak RSS, KiB
-        queries = _query_count(prom) - before
-        floor = floor_seconds(prom.url)  # after the count: its queries are not diagnose's
-        result.output = result.stdout
-        result.exit_code = result.returncode
-    doc = json.loads(result.output)
+        rec.unlink()
+        loaded = time.monotonic() - t
+        with PrometheusServer(workdir / f"prom-{pods}", data_dir=workdir / f"data-{pods}") as prom:
+            # warm-up query so the measured run does not pay for loading the blocks
+            prom.query('count(count by (pod) ({__name__=~"vllm[:_]num_requests_running"}))', at=END)
+            yield prom.url, loaded, lambda: _query_count(prom.url, "prometheus_http_requests_total", "handler")
+    else:
+        with VictoriaMetricsServer(workdir / f"vm-{pods}") as vm:
+            t = time.monotonic()
+            vm.import_lines(chunk.encode() for chunk in recording_chunks(pods, millis=True))
+            loaded = time.monotonic() - t
+            vm.query('count(count by (pod) ({__name__=~"vllm[:_]num_requests_running"}))', at=END)
+
+            def count() -> int:
+                time.sleep(1.5)  # VictoriaMetrics renders its /metrics at most once a second
+                return _query_count(vm.url, "vm_http_requests_total", "path")
+
+            yield vm.url, loaded, count
+
+
+def run(pods: int, backend: str, workdir: Path) -> dict:
+    with _backend(backend, pods, workdir) as (url, loaded, count):
+        before = count()
+        wall, rss_mib, doc = _diagnose(url, workdir, f"{backend}-{pods}")
+        queries = count() - before
+        floor = floor_seconds(url)  # after the count: its queries are not diagnose's
     verdicts = collections.Counter(t["verdict"] for t in doc["targets"])
     return {
+        "backend": backend,
         "pods": pods,
-        "samples": samples,
-        "build_s": built,
-        "backfill_s": filled,
+        "samples": round(pods * samples_per_pod()),
+        "load_s": loaded,
         "wall_s": wall,
         "floor_s": floor,
         "rss_mib": rss_mib,
         "queries": queries,
         "targets": len(doc["targets"]),
-        "verdicts": dict(verdicts),
-        "exit": result.exit_code,
+        "verdicts": dict(sorted(verdicts.items())),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument("--pods", type=int, nargs="+", default=[1000, 10000], help="target counts, in order")
+    parser.add_argument("--backend", choices=["prometheus", "victoriametrics", "both"], default="prometheus")
     args = parser.parse_args()
+    backends = ["prometheus", "victoriametrics"] if args.backend == "both" else [args.backend]
     with tempfile.TemporaryDirectory(prefix="kvpilot-scale-") as tmp:
-        results = []
-        for pods in (max(1, args.pods // 10), args.pods):
-            r = run(pods, Path(tmp))
-            results.append(r)
-            print(
-                f"{r['pods']:>5} pods ({r['samples']:,} samples; backfill {r['backfill_s']:.1f} s): "
-                f"diagnose wall {r['wall_s']:.2f} s (floor: its queries fetched and decoded "
-                f"{r['floor_s']:.2f} s), peak RSS {r['rss_mib']:.0f} MiB, "
-                f"{r['queries']} Prometheus queries, {r['targets']} targets, "
-                f"verdicts {r['verdicts']}",
-                flush=True,
-            )
-    small, big = results
-    print(
-        f"queries constant: {small['queries'] == big['queries']} ({small['queries']} for {small['pods']} pods, "
-        f"{big['queries']} for {big['pods']})"
-    )
-    print(f"wall <= 5 s for {big['pods']} targets: {big['wall_s'] <= 5.0} ({big['wall_s']:.2f} s)")
-    print(f"peak RSS <= 500 MiB: {big['rss_mib'] <= 500} ({big['rss_mib']:.0f} MiB)")
+        for backend in backends:
+            results = []
+            for pods in args.pods:
+                r = run(pods, backend, Path(tmp))
+                results.append(r)
+                print(
+                    f"{r['backend']}: {r['pods']:>6} pods ({r['samples']:,} samples, loaded in {r['load_s']:.1f} s): "
+                    f"diagnose wall {r['wall_s']:.2f} s (floor: its queries fetched and decoded "
+                    f"{r['floor_s']:.2f} s), peak RSS {r['rss_mib']:.0f} MiB, "
+                    f"{r['queries']} queries, {r['targets']} targets, verdicts {r['verdicts']}",
+                    flush=True,
+                )
+            counts = sorted({r["queries"] for r in results})
+            print(f"{backend}: queries constant: {len(counts) == 1} ({', '.join(map(str, counts))})")
+            for r in results:
+                if r["pods"] >= 10000:
+                    print(
+                        f"{backend}: {r['pods']} targets: wall <= 5 s: {r['wall_s'] <= 5.0} ({r['wall_s']:.2f} s), "
+                        f"peak RSS <= 500 MiB: {r['rss_mib'] <= 500} ({r['rss_mib']:.0f} MiB)"
+                    )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,51 @@ def backfill(openmetrics_file: Path, data_dir: Path) -> str:
     return out.stdout + out.stderr
 
 
-class PrometheusServer:
+class LoopbackServer:
+    """What the test servers share: ``url``, ``workdir``, a log, GET, a bounded wait, instant queries."""
+
+    name = "server"
+    logname = "server.log"
+    get_timeout = 5.0  # seconds for each GET
+    url: str
+    workdir: Path
+    proc: subprocess.Popen | None
+
+    def _get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=self.get_timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+        except OSError:
+            return 0, b""
+
+    def _wait(self, predicate, timeout: float, message: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {(self.workdir / self.logname).read_text()[-2000:]}")
+            if predicate():
+                return
+            time.sleep(0.2)
+        raise TimeoutError(message)
+
+    def query(self, promql: str, at: float | None = None) -> list[dict]:
+        """Instant query; returns ``data.result``."""
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = str(at)
+        status, body = self._get("/api/v1/query?" + urllib.parse.urlencode(params))
+        if status != 200:
+            raise RuntimeError(f"query {promql!r} failed: {status} {body[:300]!r}")
+        return json.loads(body)["data"]["result"]
+
+
+class PrometheusServer(LoopbackServer):
     """Context manager running a real ``prometheus`` on loopback with a fresh config."""
+
+    name = "prometheus"
+    logname = "prometheus.log"
 
     def __init__(
         self,
@@ -118,35 +161,6 @@ class PrometheusServer:
     def __exit__(self, *exc) -> None:
         stop_process(self.proc)
         self.log.close()
-
-    def _get(self, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=5) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-        except OSError:
-            return 0, b""
-
-    def _wait(self, predicate, timeout: float, message: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc and self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {(self.workdir / 'prometheus.log').read_text()[-2000:]}")
-            if predicate():
-                return
-            time.sleep(0.2)
-        raise TimeoutError(message)
-
-    def query(self, promql: str, at: float | None = None) -> list[dict]:
-        """Instant query; returns ``data.result``."""
-        params = {"query": promql}
-        if at is not None:
-            params["time"] = str(at)
-        status, body = self._get("/api/v1/query?" + urllib.parse.urlencode(params))
-        if status != 200:
-            raise RuntimeError(f"query {promql!r} failed: {status} {body[:300]!r}")
-        return json.loads(body)["data"]["result"]
 
     def wait_for_series(self, promql: str, timeout: float = 60, at: float | None = None) -> list[dict]:
         """Poll until ``promql`` returns at least one series (scrapes take ~6 s to land)."""
