@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "simulate": ("simulate", "command", "Run the vLLM engine model: report, --serve /metrics, or --record."),
     "diagnose": ("diagnose", "command", "Read-only bottleneck diagnosis of vLLM servers."),
     "alert-hook": ("alert_hook", "command", "Webhook receiver: answers firing alerts with a diagnosis."),
-    "demo": ("demo", "command", "The embedded default: operator, KV math, engine and diagnosis, no cluster."),
+    "demo": ("demo_command", "command", "The embedded default: operator, KV math, engine and diagnosis, no cluster."),
 }
 
 

@@ -19,3 +19,9 @@ LABEL_SERVER = "kvpilot.dev/server"
 #: valid label value, so the model goes into an annotation; the spec hash the pod was made from).
 ANNOTATION_MODEL = "kvpilot.dev/model"
 ANNOTATION_SPEC_HASH = "kvpilot.dev/spec-hash"
+
+#: ``spec.engine.kvCacheDtype``'s values (and ``kvpilot kv --kv-cache-dtype``'s): ``CacheDType`` of
+#: ``vllm/config/cache.py`` (v0.11.1 … v0.16.0: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc,
+#: fp8_ds_mla). ``fp8_inc`` (Intel Gaudi) and ``fp8_ds_mla`` (DeepSeek MLA
+#: kernels) are accepted because vLLM accepts them; ``float16`` is not a vLLM choice.
+KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")

@@ -26,6 +26,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from kvpilot.api.constants import KV_CACHE_DTYPES
 from kvpilot.api.quantity import QUANTITY_PATTERN, parse_quantity
 
 #: The pinned default image. vLLM v0.33.0 is the release docs/background.md's defaults
@@ -36,10 +37,6 @@ DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"
 #: vLLM's serving port (its default ``--port``); the Service, probes and scrape annotations use it.
 VLLM_PORT = 8000
 
-#: ``CacheDType`` of ``vllm/config/cache.py`` (v0.11.1 … v0.16.0: auto, bfloat16, fp8, fp8_e4m3,
-#: fp8_e5m2, fp8_inc, fp8_ds_mla). ``fp8_inc`` (Intel Gaudi) and ``fp8_ds_mla`` (DeepSeek MLA
-#: kernels) are accepted because vLLM accepts them; ``float16`` is not a vLLM choice.
-KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
 
 # Kubernetes name/label grammar (apimachinery validation: IsQualifiedName, IsValidLabelValue).
 _DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -10,6 +10,9 @@ package, and the kopf operator. Only the node is played — and the demo says so
 there is no GPU: it marks the pod scheduled, running, then ready, and serves a vLLM startup
 log with the KV-capacity line of the founding measurement (21,520 tokens; docs/engine.md,
 "The founding measurement").
+
+The click command (options, ``--help``) is :mod:`kvpilot.commands.demo_command`, which imports this
+module only when the demo runs.
 """
 
 from __future__ import annotations
@@ -25,13 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import click
 import yaml
 from rich.table import Table
 from rich.text import Text
 
 from kvpilot.commands import demo_alerts, demo_analysis
-from kvpilot.commands._common import fail
 from kvpilot.text.layout import command_lines, paragraph, records
 from kvpilot.text.numbers import number
 
@@ -368,30 +369,3 @@ def run(
             for line in command_lines(shlex.split(command_line), ctx.console.width, indent=4):
                 ctx.console.print(Text(line, style="cyan"), no_wrap=True, crop=False)
     return ctx
-
-
-@click.command(name="demo")
-@click.option("-v", "--verbose", is_flag=True, help="Print each section's detail, not its summary.")
-def command(verbose: bool) -> None:
-    """The embedded default: a VLLMServer becomes a pod, end to end, with no cluster and no GPU.
-
-    Starts a Kubernetes API on 127.0.0.1 (kmock), installs the CRD, applies the packaged
-    experiment example, runs the real operator, plays the node openly (there is no GPU), then
-    shows the KV math, the engine model against the founding measurement and a diagnosis of
-    each engine scenario and one alert from rule to diagnosis. About 120 lines at 80 columns
-    (--verbose: every section's detail); 8 s of CPU (docs/user-guide.md has the measured wall
-    times); prints its measured run time last; leaves nothing behind.
-    """
-    from rich.console import Console
-
-    try:
-        import kmock  # noqa: F401
-    except ImportError:
-        fail("kvpilot demo needs kmock: pip install 'kvpilot[demo]'")
-    console = Console()  # a terminal's width; piped: $COLUMNS, else 80 (rich's rule)
-    started = time.monotonic()
-    try:
-        run(console, verbose=verbose)
-    except RuntimeError as exc:
-        fail(f"demo failed: {exc}", code=1)
-    console.print(Text(f"demo finished in {number(time.monotonic() - started, 1, 's')}", style="green"))

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 import click
 
-from kvpilot.api import KV_CACHE_DTYPES
+from kvpilot.api.constants import KV_CACHE_DTYPES
 from kvpilot.commands._common import MEMORY_SIZE, fail
 from kvpilot.kv import (
     DEFAULT_BLOCK_SIZE,

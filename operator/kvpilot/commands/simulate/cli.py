@@ -31,9 +31,10 @@ from kvpilot.commands.simulate.options import (
     parse_listen,
     vllm_overrides,
 )
-from kvpilot.commands.simulate.report_text import render_text
-from kvpilot.commands.simulate.server import serve
 from kvpilot.commands.simulate.session import Simulation, engine_call, record
+
+# The text report (rich) and --serve (http.server, prometheus_client) are imported where they run:
+# ``simulate --help`` and report mode need neither of the other's (start-up: docs/performance.md).
 
 EXAMPLES = """
 \b
@@ -53,6 +54,8 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
     if output == "json":
         click.echo(json.dumps(result, indent=2, sort_keys=False, default=str))
         return
+    from kvpilot.commands.simulate.report_text import render_text
+
     click.echo(render_text(result, shutil.get_terminal_size().columns), nl=False)
 
 
@@ -328,4 +331,6 @@ def run(
     listen_host, listen_port = listen
     if vllm_argv:  # the `vllm serve` stand-in: vLLM's startup report, which the operator reads from the pod log
         click.echo(kv_cache_log_line(sim.engine.block_size, sim.engine.num_gpu_blocks, sim.max_model_len))
+    from kvpilot.commands.simulate.server import serve
+
     serve(sim, host or listen_host, port if port is not None else listen_port, speed, duration, version)

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from kvpilot.commands._common import fail
 from kvpilot.commands.simulate.session import engine_call
@@ -96,6 +95,8 @@ def block_size_option(value: int | None) -> int | None:
 
 def load_scenario_file(path: str) -> dict[str, Any]:
     """``--scenario-file``: a YAML mapping of settings (dashes read as underscores); exits 2 naming the file."""
+    import yaml  # here, not at import: ``simulate --help`` needs no YAML
+
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
