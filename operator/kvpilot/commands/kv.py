@@ -21,13 +21,16 @@ from kvpilot.kv import (
     GIB,
     KVCapacity,
     KVConfigError,
+    KVSpec,
     StartupMemoryCheck,
     capacity,
+    kv_spec_from_config,
     seqs_pool_share,
     startup_memory_check,
 )
 from kvpilot.kv.hub import hub_weights_bytes
 from kvpilot.kv.spec import FULL, LINEAR, MAMBA, NONE, SLIDING
+from kvpilot.kv.speculative import DraftLayers, draft_layers, parse_speculative_config
 from kvpilot.kv.weights import weights_from_index
 from kvpilot.text.numbers import count, fig, gib, number, percent, significant, times
 
@@ -71,39 +74,60 @@ def local_weights_bytes(folder: Path) -> int | None:
     return sum(f.stat().st_size for f in files) if files else None
 
 
-def _read_config(path: Path) -> dict[str, Any]:
+def _read_config(path: Path, what: str = "CONFIG") -> dict[str, Any]:
     """The config.json at ``path`` as a JSON object; exits 2 as :func:`_read_json` does, or when it is not an object."""
-    doc = _read_json(path, "CONFIG")
+    doc = _read_json(path, what)
     if not isinstance(doc, dict):
-        fail("config.json: must be a JSON object")
+        fail(f"{what}: config.json must be a JSON object" if what != "CONFIG" else "config.json: must be a JSON object")
     return doc
 
 
-def load_config(source: str) -> tuple[dict[str, Any], Path | None]:
-    """Read CONFIG: a config.json file, a folder holding one, or a Hugging Face model id (downloaded).
+def load_config(source: str, what: str = "CONFIG") -> tuple[dict[str, Any], Path | None]:
+    """Read CONFIG (or the draft ``model`` of ``--speculative-config``, named by ``what``): a config.json
+    file, a folder holding one, or a Hugging Face model id (downloaded).
 
     Returns ``(config, model_folder_or_None)``. Exits 2 with a one-line reason on any failure.
     """
     path = Path(source).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
-            fail(f"CONFIG: folder {path} holds no config.json")
-        return _read_config(path / "config.json"), path
+            fail(f"{what}: folder {path} holds no config.json")
+        return _read_config(path / "config.json", what), path
     if path.is_file():
-        return _read_config(path), path.parent
+        return _read_config(path, what), path.parent
     if not _HUB_ID.match(source) or source.endswith(".json"):
-        fail(f"CONFIG: no such file or folder: {source}")
+        fail(f"{what}: no such file or folder: {source}")
     from kvpilot.kv.hub import HubUnavailableError, fetch_file
 
     try:
         downloaded = fetch_file(source, "config.json")  # one bounded request, no retry storm
     except HubUnavailableError as exc:  # offline, gated, missing repo: one line, exit 2
         fail(
-            f"CONFIG: cannot fetch config.json of {source} from the Hugging Face Hub "
+            f"{what}: cannot fetch config.json of {source} from the Hugging Face Hub "
             f"({exc}); download https://huggingface.co/{source}/resolve/main/config.json "
             "and pass the file (or its folder)"
         )
-    return _read_config(downloaded), None
+    return _read_config(downloaded, what), None
+
+
+def speculative_draft(raw: str, target_config: dict[str, Any], target: KVSpec) -> tuple[DraftLayers, int | None]:
+    """``--speculative-config`` JSON -> (the draft's KV layers, its ``draft_tensor_parallel_size``), reading
+    the draft's config.json (file, folder or Hub id, as CONFIG) when the method needs one. Exits 2 naming the
+    option on bad input.
+    """
+    try:
+        doc = json.loads(raw, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        fail(f"--speculative-config: not a JSON object ({exc})")
+    try:
+        settings = parse_speculative_config(doc)
+        draft, draft_config = None, None
+        if settings.needs_draft_config and settings.model is not None:
+            draft_config, _ = load_config(settings.model, "--speculative-config model")
+            draft = kv_spec_from_config(draft_config)
+        return draft_layers(settings, target, target_config, draft, draft_config), settings.draft_tensor_parallel_size
+    except KVConfigError as exc:
+        fail(str(exc))
 
 
 def _gib(value: int | float | None) -> str:
@@ -151,6 +175,17 @@ def render_text(
         ("KV element", f"{fp.element_bytes} byte(s) ({cap.inputs['kv_cache_dtype']}; model {spec.model_dtype})"),
         ("bytes per token (per GPU)", _bytes_per_token_text(cap)),
     ]
+    if cap.draft is not None:
+        target_bytes = cap.bytes_per_token - cap.draft_bytes_per_token
+        rows.append(
+            (
+                f"speculative draft ({cap.draft.method})",
+                f"{count(cap.draft.num_layers)} KV layer(s) ({cap.draft.source}), "
+                f"{count(cap.draft_bytes_per_token, 'B')} per token in the same pool: "
+                f"target {count(target_bytes, 'B')} + draft "
+                f"{count(cap.draft_bytes_per_token, 'B')} = {count(cap.bytes_per_token, 'B')}",
+            )
+        )
     window_bytes = cap.state_bytes_per_request - fp.state_bytes_per_request
     if fp.sliding_layers and fp.sliding_window:
         held = min(fp.sliding_window - 1 + cap.inputs["max_num_batched_tokens"], cap.max_model_len)
@@ -270,6 +305,7 @@ Examples:
   kvpilot kv Qwen/Qwen2.5-1.5B-Instruct --kv-cache-dtype fp8 -o json
   kvpilot kv config.json --tensor-parallel-size 2 --gpu-memory 24GiB --weights-memory 13.95GB
   kvpilot kv config.json --gpu-memory 22.05GiB --free-gpu-memory 19.77GiB --gpu-memory-utilization 0.9
+  kvpilot kv DeepSeek-V3/config.json --kv-memory 16GiB --speculative-config '{"method": "mtp"}'
 """
 
 
@@ -352,6 +388,13 @@ Examples:
     help="Free memory of one GPU when vLLM starts (needs --gpu-memory): vLLM refuses to start when it is "
     "below gpu_memory_utilization × total.",
 )
+@click.option(
+    "--speculative-config",
+    default=None,
+    metavar="JSON",
+    help='vLLM --speculative-config, e.g. \'{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3-Instruct-8B"}\' '
+    'or \'{"method": "mtp"}\': the draft\'s KV layers share the pool (model: a config.json, folder or Hub id).',
+)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def command(
     config,
@@ -369,6 +412,7 @@ def command(
     weights_memory,
     overhead_memory,
     free_gpu_memory,
+    speculative_config,
     output,
 ):
     """KV bytes/token, capacity, concurrency and feasibility of a model, from its config.json.
@@ -400,8 +444,13 @@ def command(
     # The startup check needs only the totals; KV tokens from --gpu-memory need the weights too.
     kv_gpu_memory = None if check is not None and kv_memory is None and weights_memory is None else gpu_memory
     try:
+        spec = kv_spec_from_config(cfg)
+    except KVConfigError as exc:
+        fail(str(exc))
+    draft, draft_tp = (None, None) if speculative_config is None else speculative_draft(speculative_config, cfg, spec)
+    try:
         cap = capacity(
-            cfg,
+            spec,
             kv_cache_dtype=kv_cache_dtype,
             tensor_parallel_size=tensor_parallel_size,
             data_parallel_size=data_parallel_size,
@@ -414,6 +463,8 @@ def command(
             gpu_memory_utilization=gpu_memory_utilization,
             weights_bytes=weights_memory,
             overhead_bytes=overhead_memory,
+            draft=draft,
+            draft_tensor_parallel_size=draft_tp,
         )
     except KVConfigError as exc:
         fail(str(exc))

@@ -29,7 +29,8 @@ from typing import Any, Literal, overload
 
 from kvpilot.kv.size import KVFootprint, footprint
 from kvpilot.kv.spec import KVConfigError, KVSpec, ceil_div, kv_spec_from_config
-from kvpilot.text.numbers import gib
+from kvpilot.kv.speculative import DraftLayers
+from kvpilot.text.numbers import count, gib
 
 GIB = 2**30
 #: vLLM's default ``--block-size`` for CUDA attention backends (CacheConfig), docs/background.md §4.
@@ -242,6 +243,22 @@ class KVCapacity:
     estimate: bool = False
     inputs: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    draft: DraftLayers | None = None
+    draft_bytes_per_token: int = 0
+
+    def speculative_json(self) -> dict[str, Any] | None:
+        """``-o json``'s ``speculative`` object: the draft's method, KV layers, bytes per token (per GPU) and
+        the target's own bytes per token; None without ``--speculative-config``.
+        """
+        if self.draft is None:
+            return None
+        return {
+            "method": self.draft.method,
+            "draft_layers": self.draft.num_layers,
+            "draft_layers_source": self.draft.source,
+            "draft_bytes_per_token": self.draft_bytes_per_token,
+            "target_bytes_per_token": self.bytes_per_token - self.draft_bytes_per_token,
+        }
 
     def to_json(self) -> dict[str, Any]:
         """The ``kvpilot kv -o json`` object (docs/kv.md, "Command line"): ``bytes_per_token``, ``kv_tokens``,
@@ -277,6 +294,7 @@ class KVCapacity:
                 "kv_element_bytes": self.fp.element_bytes,
                 "defaults_used": list(self.spec.defaults_used),
             },
+            "speculative": self.speculative_json(),
             "inputs": dict(self.inputs),
             "notes": list(self.notes),
         }
@@ -320,6 +338,8 @@ def capacity(
     weights_bytes: int | None = None,
     overhead_bytes: int | None = None,
     pipeline_parallel_size: int = 1,
+    draft: DraftLayers | None = None,
+    draft_tensor_parallel_size: int | None = None,
 ) -> KVCapacity:
     """KV capacity of a model on one GPU, with vLLM's rounding (module docstring for sources).
 
@@ -341,6 +361,10 @@ def capacity(
         pipeline_parallel_size: PP stages; each GPU holds the KV of its stage's layers
             (:func:`pp_stage_layers`) and vLLM sizes one block count for all workers, so the stage with
             the most layers binds. Models with sliding-window or Mamba layers are refused with PP.
+        draft: the speculative-decoding draft's KV layers (:func:`kvpilot.kv.speculative.draft_layers`):
+            they share the pool, so each token costs the target's bytes plus the draft layers' bytes
+            (``num_layers x`` one draft layer's bytes at the target's KV dtype); refused with PP > 1.
+        draft_tensor_parallel_size: the draft's TP size (vLLM: 1 or the target's), default the target's.
 
     Returns:
         :class:`KVCapacity`; memory-dependent fields are None when no memory was given.
@@ -371,6 +395,29 @@ def capacity(
             f"pipeline parallel: layers per stage {stages} (vLLM's get_pp_indices); the stage with {binding} "
             "layers binds (vLLM sizes one block count for every worker)"
         )
+    draft_bytes = 0
+    if draft is not None and draft.num_layers and draft.spec is not None:
+        if len(stages) > 1:
+            raise KVConfigError("--speculative-config", "not modelled with --pipeline-parallel-size above 1")
+        draft_tp = tensor_parallel_size if draft_tensor_parallel_size is None else draft_tensor_parallel_size
+        if draft_tp not in (1, tensor_parallel_size):
+            raise KVConfigError(
+                "--speculative-config draft_tensor_parallel_size",
+                f"must be 1 or the target's tensor parallel size {tensor_parallel_size} (vLLM), got {draft_tp}",
+            )
+        per_layer = footprint(draft.spec, kv_cache_dtype, draft_tp).layer_bytes_per_token
+        draft_bytes = draft.num_layers * per_layer
+        fp = replace(
+            fp, full_layers=fp.full_layers + draft.num_layers, bytes_per_token=fp.bytes_per_token + draft_bytes
+        )
+        notes.append(
+            f"speculative decoding ({draft.method}): {draft.num_layers} draft layer(s) ({draft.source}) of "
+            f"{count(per_layer, 'B')} per token share the pool: {count(fp.bytes_per_token - draft_bytes)} + "
+            f"{count(draft_bytes, 'B')} per token (vLLM puts every attention layer, the drafter's included, in one "
+            "KV cache group)"
+        )
+    elif draft is not None:
+        notes.append(f"speculative decoding ({draft.method}): no draft layer holds KV cache ({draft.source})")
     if spec.max_position_embeddings is not None and max_model_len > spec.max_position_embeddings:
         notes.append(
             f"max_model_len {max_model_len} exceeds the config's max_position_embeddings "
@@ -405,6 +452,7 @@ def capacity(
         "weights_bytes": weights_bytes,
         "overhead_bytes": None if budget is None or budget.source != "gpu-memory" else budget.overhead_bytes,
         "memory_source": None if budget is None else budget.source,
+        "speculative_method": None if draft is None else draft.method,
     }
     result = KVCapacity(
         spec=spec,
@@ -416,6 +464,8 @@ def capacity(
         state_bytes_per_request=request_bytes - ceil_div(max_model_len, block_size) * block_size * fp.bytes_per_token,
         request_bytes=request_bytes,
         inputs=inputs,
+        draft=draft,
+        draft_bytes_per_token=draft_bytes,
     )
     if budget is None:
         return replace(result, estimate=estimate, notes=tuple(notes))
