@@ -20,7 +20,12 @@ Each function returns the list of problems (empty when valid), in the API server
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+from collections.abc import Collection
+from importlib import resources
+from typing import Any
 
 _NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -86,6 +91,15 @@ def annotations_errors(annotations: dict[str, str]) -> list[tuple[str, str]]:
     return out
 
 
+def dns_subdomain_errors(name: str) -> list[str]:
+    """``IsDNS1123Subdomain``: at most 253 of ``a-z0-9-.``, dot-separated DNS-1123 labels."""
+    if len(name) > 253:
+        return [f"must be no more than 253 characters (got {len(name)})"]
+    if not _DNS_SUBDOMAIN_RE.match(name):
+        return ["a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"]
+    return []
+
+
 def namespace_errors(namespace: str) -> list[str]:
     """``ValidateNamespaceName``: a DNS-1123 label (<= 63 of ``a-z0-9-``, alphanumeric at both ends)."""
     if len(namespace) > 63:
@@ -114,4 +128,317 @@ def toleration_errors(
             out.append(("value", "value must be empty when `operator` is 'Exists'"))
     else:
         out += [("value", e) for e in label_value_errors(value or "")]
+    return out
+
+
+# ===================================================================================== affinity
+#
+# ``spec.affinity`` is copied into the Pod as is, so it gets the API server's checks in two steps:
+#
+# 1. its shape against the Kubernetes 1.37 OpenAPI ``io.k8s.api.core.v1.Affinity`` and the
+#    definitions it references (``kvpilot/data/k8s-affinity-v1.37.json``, extracted from
+#    kubernetes-validate 1.37.0's strict schema): unknown fields, wrong types, missing required
+#    fields. The fragment uses only ``type``/``properties``/``additionalProperties``/``items``/
+#    ``required``/``$ref``/``format: int32``, which the walker below interprets (jsonschema is not
+#    a runtime dependency, and its ~80 ms import would double ``kvpilot render``'s start-up);
+# 2. the rules of ``validateAffinity`` in ``pkg/apis/core/validation/validation.go`` (kubernetes/
+#    kubernetes commit 000f260, the Kubernetes 1.34 line; unchanged in substance since 1.33, when
+#    matchLabelKeys/mismatchLabelKeys went GA) for a Pod create (``AllowInvalidLabelValueIn*`` false):
+#    - ``ValidateNodeSelector``: at least one ``nodeSelectorTerms`` entry;
+#    - ``ValidateNodeSelectorRequirement``: ``In``/``NotIn`` need values, ``Exists``/``DoesNotExist``
+#      forbid them, ``Gt``/``Lt`` need exactly one; any other operator is invalid; the key is a
+#      qualified name; the values are label values (not checked in preferred terms, which
+#      ``ValidatePreferredSchedulingTerms`` allows to be invalid);
+#    - ``ValidateNodeFieldSelectorRequirement`` (``matchFields``): key ``metadata.name``, operator
+#      ``In``/``NotIn`` with exactly one value, a DNS-1123 subdomain (a node name);
+#    - ``ValidatePreferredSchedulingTerms`` / ``validateWeightedPodAffinityTerms``: weight 1..100;
+#    - ``validatePodAffinityTerm``: ``labelSelector`` and ``namespaceSelector`` by
+#      ``ValidateLabelSelector`` (apimachinery ``pkg/apis/meta/v1/validation``: matchLabels by
+#      ``ValidateLabels``; each expression: In/NotIn need values, Exists/DoesNotExist forbid them, key
+#      a qualified name, values label values), each of ``namespaces`` a DNS-1123 label,
+#      ``topologyKey`` non-empty and a qualified name, and ``validateMatchLabelKeysAndMismatchLabelKeys``:
+#      both lists need a ``labelSelector`` and hold qualified names, no key in both, and no
+#      ``matchLabelKeys`` key that is also in the ``labelSelector`` once the API server has merged the
+#      pod's own labels into it (``pkg/registry/core/pod/strategy.go`` ``mutatePodAffinity``: a key
+#      the pod carries becomes ``key In (value)``, ``mismatchLabelKeys`` ``key NotIn (value)``).
+#
+# One rule is kvpilot's, not the API server's: a ``Gt``/``Lt`` value must be an integer. The API server
+# accepts ``Gt: ["abc"]``, but the scheduler parses the term with ``labels.NewRequirement``
+# (apimachinery ``pkg/labels/selector.go``: "for 'Gt', 'Lt' operators, the value must be an integer",
+# ``strconv.ParseInt(v, 10, 64)``), fails, and the term never matches any node.
+#
+# A JSON ``null`` is what the API server decodes it to: the zero value (absent list, empty string).
+
+_NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+_INT64_RE = re.compile(r"^[+-]?[0-9]+$")
+_PLAIN_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-/]+$")
+
+Problems = list[tuple[str, str]]
+
+
+def _key(path: str, key: str) -> str:
+    """``path.key``, the key JSON-quoted in brackets when it is not plain ASCII (a path stays one line)."""
+    return _join(path, key) if _PLAIN_KEY_RE.match(key) else f"{path}[{json.dumps(key)}]"
+
+
+def _join(path: str, child: str) -> str:
+    return f"{path}.{child}" if path else child
+
+
+@functools.cache
+def affinity_schema() -> dict[str, Any]:
+    """The shipped OpenAPI fragment: ``{"root": ..., "kubernetesVersion": "1.37", "$defs": {...}}``."""
+    text = resources.files("kvpilot").joinpath("data/k8s-affinity-v1.37.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def shape_errors(value: object, schema: dict[str, Any], defs: dict[str, Any], path: str) -> Problems:
+    """``value`` against an OpenAPI fragment of the subset above: ``[(path, problem)]``, first problems first."""
+    ref = schema.get("$ref")
+    if ref is not None:
+        schema = defs[ref.rsplit("/", 1)[-1]]
+    allowed = schema.get("type", [])
+    allowed = [allowed] if isinstance(allowed, str) else allowed
+    if value is None:
+        return [] if "null" in allowed or not allowed else [(path, "must not be null")]
+    kind = _json_type(value)
+    if allowed and kind not in allowed:
+        want = " or ".join(t for t in allowed if t != "null")
+        return [(path, f"must be of type {want} (got {kind})")]
+    if isinstance(value, int) and schema.get("format") == "int32" and not -(2**31) <= value < 2**31:
+        return [(path, "must fit in a 32-bit integer")]
+    out: Problems = []
+    if isinstance(value, dict):
+        props: dict[str, Any] = schema.get("properties", {})
+        extra = schema.get("additionalProperties", True)
+        for k, v in value.items():
+            if k in props:
+                out += shape_errors(v, props[k], defs, _join(path, k))
+            elif extra is False:
+                out.append((_key(path, k), f"unknown field {json.dumps(k)}"))
+            elif isinstance(extra, dict):
+                out += shape_errors(v, extra, defs, _key(path, k))
+        out += [(_join(path, r), "required field is missing") for r in schema.get("required", []) if r not in value]
+    elif isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            out += shape_errors(item, schema["items"], defs, f"{path}[{i}]")
+    return out
+
+
+def _list(obj: dict[str, Any], name: str) -> list[Any]:
+    return obj.get(name) or []
+
+
+def _str(obj: dict[str, Any], name: str) -> str:
+    return obj.get(name) or ""
+
+
+def _values(req: dict[str, Any]) -> list[str]:
+    return [v or "" for v in _list(req, "values")]
+
+
+def _node_requirement(req: dict[str, Any], valid_values: bool, path: str) -> Problems:
+    """``ValidateNodeSelectorRequirement`` (plus kvpilot's integer ``Gt``/``Lt`` value)."""
+    out: Problems = []
+    op, values = _str(req, "operator"), _values(req)
+    if op in ("In", "NotIn") and not values:
+        out.append((f"{path}.values", "must be specified when `operator` is 'In' or 'NotIn'"))
+    elif op in ("Exists", "DoesNotExist") and values:
+        out.append((f"{path}.values", "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
+    elif op in ("Gt", "Lt"):
+        if len(values) != 1:
+            out.append((f"{path}.values", "must be specified single value when `operator` is 'Lt' or 'Gt'"))
+        elif not _INT64_RE.match(values[0]) or not -(2**63) <= int(values[0]) <= INT64_MAX:
+            out.append(
+                (
+                    f"{path}.values[0]",
+                    "must be an integer for 'Gt' and 'Lt' (the scheduler cannot parse it: the term would never match)",
+                )
+            )
+    elif op not in _NODE_OPERATORS:
+        out.append(
+            (f"{path}.operator", f"{json.dumps(op)}: not a valid selector operator ({', '.join(_NODE_OPERATORS)})")
+        )
+    out += [(f"{path}.key", e) for e in qualified_name_errors(_str(req, "key"))]
+    if valid_values:
+        out += [(f"{path}.values[{i}]", e) for i, v in enumerate(values) for e in label_value_errors(v)]
+    return out
+
+
+def _node_field_requirement(req: dict[str, Any], path: str) -> Problems:
+    """``ValidateNodeFieldSelectorRequirement``: ``metadata.name In/NotIn (one node name)``."""
+    out: Problems = []
+    op, values = _str(req, "operator"), _values(req)
+    if op in ("In", "NotIn"):
+        if len(values) != 1:
+            out.append(
+                (f"{path}.values", "must be only one value when `operator` is 'In' or 'NotIn' for node field selector")
+            )
+    else:
+        out.append((f"{path}.operator", f"{json.dumps(op)}: not a valid selector operator (In, NotIn)"))
+    if _str(req, "key") != "metadata.name":
+        out.append((f"{path}.key", f"{json.dumps(_str(req, 'key'))}: not a valid field selector key (metadata.name)"))
+    else:
+        out += [(f"{path}.values[{i}]", e) for i, v in enumerate(values) for e in dns_subdomain_errors(v)]
+    return out
+
+
+def _node_selector_term(term: dict[str, Any], valid_values: bool, path: str) -> Problems:
+    out: Problems = []
+    for j, req in enumerate(_list(term, "matchExpressions")):
+        out += _node_requirement(req or {}, valid_values, f"{path}.matchExpressions[{j}]")
+    for j, req in enumerate(_list(term, "matchFields")):
+        out += _node_field_requirement(req or {}, f"{path}.matchFields[{j}]")
+    return out
+
+
+def _weight(term: dict[str, Any], path: str) -> Problems:
+    weight = term.get("weight") or 0
+    return [] if 1 <= weight <= 100 else [(f"{path}.weight", f"{weight}: must be in the range 1-100")]
+
+
+def _node_affinity(na: dict[str, Any], path: str) -> Problems:
+    out: Problems = []
+    required = na.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is not None:
+        terms_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+        terms = _list(required, "nodeSelectorTerms")
+        if not terms:
+            out.append((terms_path, "must have at least one node selector term"))
+        for i, term in enumerate(terms):
+            out += _node_selector_term(term or {}, True, f"{terms_path}[{i}]")
+    for i, pref in enumerate(_list(na, "preferredDuringSchedulingIgnoredDuringExecution")):
+        where = f"{path}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+        out += _weight(pref or {}, where)
+        # "we always allow invalid label-value for preferred affinity": values unchecked
+        out += _node_selector_term((pref or {}).get("preference") or {}, False, f"{where}.preference")
+    return out
+
+
+def label_selector_errors(selector: dict[str, Any], path: str) -> Problems:
+    """``ValidateLabelSelector`` (apimachinery ``pkg/apis/meta/v1/validation``) with invalid values refused."""
+    out: Problems = []
+    labels = {k: v or "" for k, v in (selector.get("matchLabels") or {}).items()}
+    out += [(_key(f"{path}.matchLabels", k), e) for k, e in labels_errors(labels)]
+    for i, req in enumerate(_list(selector, "matchExpressions")):
+        where, req = f"{path}.matchExpressions[{i}]", req or {}
+        op, values = _str(req, "operator"), _values(req)
+        if op in ("In", "NotIn"):
+            if not values:
+                out.append((f"{where}.values", "must be specified when `operator` is 'In' or 'NotIn'"))
+        elif op in ("Exists", "DoesNotExist"):
+            if values:
+                out.append((f"{where}.values", "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
+        else:
+            out.append(
+                (
+                    f"{where}.operator",
+                    f"{json.dumps(op)}: not a valid selector operator (In, NotIn, Exists, DoesNotExist)",
+                )
+            )
+        out += [(f"{where}.key", e) for e in qualified_name_errors(_str(req, "key"))]
+        out += [(f"{where}.values[{j}]", e) for j, v in enumerate(values) for e in label_value_errors(v)]
+    return out
+
+
+def _label_keys(term: dict[str, Any], pod_label_keys: Collection[str], path: str) -> Problems:
+    """``validateMatchLabelKeysAndMismatchLabelKeys`` after ``mutatePodAffinity``'s merge."""
+    out: Problems = []
+    selector = term.get("labelSelector")
+    match = [k or "" for k in _list(term, "matchLabelKeys")]
+    mismatch = [k or "" for k in _list(term, "mismatchLabelKeys")]
+    for name, keys in (("matchLabelKeys", match), ("mismatchLabelKeys", mismatch)):
+        if keys and selector is None:
+            out.append((f"{path}.{name}", "must not be specified when labelSelector is not set"))
+        elif keys:
+            out += [(f"{path}.{name}[{i}]", e) for i, k in enumerate(keys) for e in qualified_name_errors(k)]
+    if selector is not None:
+        index = {k: i for i, k in enumerate(match)}
+        seen = set((selector.get("matchLabels") or {}).keys())
+        merged = [_str(r or {}, "key") for r in _list(selector, "matchExpressions")]
+        merged += [k for k in match + mismatch if k in pod_label_keys]  # the API server's merge, in its order
+        for key in merged:
+            if key in index and key in seen:
+                out.append(
+                    (f"{path}.matchLabelKeys[{index[key]}]", f"{key!r} exists in both matchLabelKeys and labelSelector")
+                )
+            seen.add(key)
+    mismatch_set = set(mismatch)
+    out += [
+        (f"{path}.matchLabelKeys[{i}]", f"{k!r} exists in both matchLabelKeys and mismatchLabelKeys")
+        for i, k in enumerate(match)
+        if k in mismatch_set
+    ]
+    return out
+
+
+def _pod_affinity_term(term: dict[str, Any], pod_label_keys: Collection[str], path: str) -> Problems:
+    out: Problems = []
+    for name in ("labelSelector", "namespaceSelector"):
+        if term.get(name) is not None:
+            out += label_selector_errors(term[name], f"{path}.{name}")
+    for i, ns in enumerate(_list(term, "namespaces")):
+        out += [(f"{path}.namespaces[{i}]", e) for e in namespace_errors(ns or "")]
+    out += _label_keys(term, pod_label_keys, path)
+    topology = _str(term, "topologyKey")
+    if not topology:
+        out.append((f"{path}.topologyKey", "can not be empty"))
+    else:
+        out += [(f"{path}.topologyKey", e) for e in qualified_name_errors(topology)]
+    return out
+
+
+def _pod_affinity(pa: dict[str, Any], pod_label_keys: Collection[str], path: str) -> Problems:
+    out: Problems = []
+    for i, term in enumerate(_list(pa, "requiredDuringSchedulingIgnoredDuringExecution")):
+        out += _pod_affinity_term(
+            term or {}, pod_label_keys, f"{path}.requiredDuringSchedulingIgnoredDuringExecution[{i}]"
+        )
+    for i, weighted in enumerate(_list(pa, "preferredDuringSchedulingIgnoredDuringExecution")):
+        where = f"{path}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+        out += _weight(weighted or {}, where)
+        out += _pod_affinity_term(
+            (weighted or {}).get("podAffinityTerm") or {}, pod_label_keys, f"{where}.podAffinityTerm"
+        )
+    return out
+
+
+def affinity_errors(affinity: object, pod_label_keys: Collection[str] = ()) -> Problems:
+    """``spec.affinity`` as the API server checks a Pod's ``spec.affinity`` on create (see above).
+
+    Args:
+        affinity: the affinity as given (decoded JSON/YAML).
+        pod_label_keys: keys of the labels the Pod will carry (for the matchLabelKeys merge).
+
+    Returns:
+        ``[(path, problem)]``, ``path`` relative to the affinity (``nodeAffinity.….values[0]``); the
+        shape's problems alone when there are any, else the rules'.
+    """
+    schema = affinity_schema()
+    shape = shape_errors(affinity, {"$ref": schema["root"]}, schema["$defs"], "")
+    if shape or not isinstance(affinity, dict):
+        return shape
+    out: Problems = []
+    if affinity.get("nodeAffinity") is not None:
+        out += _node_affinity(affinity["nodeAffinity"], "nodeAffinity")
+    for name in ("podAffinity", "podAntiAffinity"):
+        if affinity.get(name) is not None:
+            out += _pod_affinity(affinity[name], pod_label_keys, name)
     return out

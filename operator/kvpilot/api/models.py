@@ -358,7 +358,9 @@ class VLLMServerSpec(_Model):
     affinity: dict[str, Any] | None = Field(
         None,
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
-        description="Kubernetes Affinity of the pod (nodeAffinity, podAffinity, podAntiAffinity), copied as is.",
+        description="Kubernetes Affinity of the pod (nodeAffinity, podAffinity, podAntiAffinity), copied as is "
+        "once checked as the API server checks a Pod's: its shape against the Kubernetes OpenAPI and the rules "
+        "of validateAffinity (operators and values, weights 1-100, topologyKey, label selectors).",
     )
     runtime_class_name: ObjectName | None = Field(None, description="runtimeClassName of the pod (e.g. nvidia).")
     run_as_root: bool = Field(

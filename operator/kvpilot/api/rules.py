@@ -47,7 +47,9 @@ def check_cross_field_rules(spec: VLLMServerSpec) -> None:
     - ``env`` does not set ``HF_HOME``, a literal Hugging Face token, a literal value for a
       secret-named variable (``*_TOKEN``, ``*_KEY``, ``*SECRET``, ``*PASSWORD``) or a token-shaped
       value (:mod:`kvpilot.text.safe`), a variable the offload backend sets, or one name twice;
-      ``extraArgs`` holds no token-shaped value; ``podLabels`` are valid and do not override kvpilot's labels.
+      ``extraArgs`` holds no token-shaped value; ``podLabels`` are valid and do not override kvpilot's labels;
+    - ``affinity`` has the Kubernetes OpenAPI shape and passes the API server's ``validateAffinity``
+      (:func:`kvpilot.api.k8s_validation.affinity_errors`).
 
     Raises:
         SpecError: naming the first offending field (camelCase path under ``spec``).
@@ -85,6 +87,7 @@ def check_cross_field_rules(spec: VLLMServerSpec) -> None:
             )
     _check_env(spec)
     _check_labels(spec)
+    _check_affinity(spec)
 
 
 _TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -158,6 +161,14 @@ def _check_labels(spec: VLLMServerSpec) -> None:
             t.key, t.operator, t.value, t.effect, t.toleration_seconds
         ):
             raise SpecError(f"spec.tolerations[{i}].{field}", problem)
+
+
+def _check_affinity(spec: VLLMServerSpec) -> None:
+    if spec.affinity is None:
+        return
+    pod_label_keys = {*spec.pod_labels, *MANAGED_LABEL_KEYS}  # the labels the rendered pod carries
+    for path, problem in k8s_validation.affinity_errors(spec.affinity, pod_label_keys):
+        raise SpecError(f"spec.affinity{'' if not path or path.startswith('[') else '.'}{path}", problem)
 
 
 def check_server_name(name: str) -> str:

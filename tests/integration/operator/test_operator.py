@@ -456,3 +456,27 @@ def test_preflight_reads_the_gpu_memory_label_once_the_pod_is_scheduled(
     assert numbers["minGpuMemoryUtilization"] == pytest.approx(0.55552, abs=1e-5)
     assert numbers["gpuMemory"] == f"8192 MiB (node {kubelet.node} label nvidia.com/gpu.memory)"
     assert "21,504 tokens" in after["message"]
+
+
+def test_an_affinity_the_api_server_refuses_makes_the_server_invalid(cluster, api, namespace, operator):
+    """A required node-affinity ``In`` without values (ValidateNodeSelectorRequirement): Invalid, no pod."""
+    body = copy.deepcopy(EXPERIMENT)
+    terms = [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In"}]}]
+    body["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+    }
+    field = (
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+        ".matchExpressions[0].values"
+    )
+    with operator():
+        _create(api, namespace, body)
+        status = wait_for(
+            lambda: _status(cluster, namespace).get("phase") == "Invalid" and _status(cluster, namespace),
+            what="phase Invalid",
+        )
+        event = _wait_event(cluster, namespace, lambda e: e["type"] == "Warning" and field in e["message"])
+    valid = [c for c in status["conditions"] if c["type"] == "Valid"]
+    assert valid and valid[0]["status"] == "False" and field in valid[0]["message"]
+    assert "must be specified when `operator` is 'In' or 'NotIn'" in event["message"]
+    assert _pods(cluster, namespace) == []

@@ -78,10 +78,32 @@ def test_namespace_is_a_dns_label(namespace):
 
 @pytest.mark.parametrize("char", ["\x85", "\u2028"])
 def test_line_separators_are_never_changed_or_crashing(char):
-    """U+0085 in args became a space and U+2028 in an affinity key crashed the renderer's YAML read-back."""
-    affinity = {"nodeAffinity": {f"k{char}": {}}}
+    """U+0085 in args became a space and U+2028 in an affinity key crashed the renderer's YAML read-back.
+
+    A preferred node-affinity value may be any string (``ValidatePreferredSchedulingTerms`` allows invalid
+    label values), so it must reach the pod unchanged; as an unknown affinity field or a label key it is
+    refused, naming the field, with the character escaped (the path stays one line).
+    """
+    preferred = {
+        "weight": 1,
+        "preference": {"matchExpressions": [{"key": "k", "operator": "In", "values": [f"a{char}b"]}]},
+    }
+    affinity = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [preferred]}}
     pod, _ = render_objects(
         "qwen", "default", {**BASE, "engine": {"extraArgs": [f"--seed=1{char}"]}, "affinity": affinity}
     )
     assert pod["spec"]["containers"][0]["command"][-1] == f"--seed=1{char}"
     assert pod["spec"]["affinity"] == affinity
+    escaped = "\\u0085" if char == "\x85" else "\\u2028"
+    with pytest.raises(SpecError) as info:
+        render_objects("qwen", "default", {**BASE, "affinity": {"nodeAffinity": {f"k{char}": {}}}})
+    assert info.value.field == f'spec.affinity.nodeAffinity["k{escaped}"]'
+    assert "unknown field" in info.value.message
+    required = {"nodeSelectorTerms": [{"matchExpressions": [{"key": f"k{char}", "operator": "Exists"}]}]}
+    with pytest.raises(SpecError) as info:
+        parse_spec({**BASE, "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}})
+    assert info.value.field == (
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+        ".matchExpressions[0].key"
+    )
+    assert "name part must consist" in info.value.message
