@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.promql import share_above
@@ -215,7 +216,7 @@ class Facts:
     decode_per_step: float | None
     inferred: tuple[str, ...] = field(default=())
     full_by_elimination: bool = False
-    model_config: dict | None = None
+    model_config: dict[str, Any] | None = None
 
     def s(self, name: str) -> float | None:
         """One signal's value (None when unknown)."""

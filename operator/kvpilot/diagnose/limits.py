@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Literal, get_args, overload
 
 from kvpilot.kv.capacity import (  # vLLM's defaults and GPU tiers, one home
     DEFAULT_BLOCK_SIZE,
@@ -37,7 +38,8 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "enable_prefix_caching": ("enablePrefixCaching", "enable_prefix_caching"),
     "tensor_parallel_size": ("tensorParallelSize", ""),
 }
-_INT = {
+#: the limits converted to int, float and bool (others are strings); the Literals type :meth:`Limits.value`
+_IntName = Literal[
     "max_num_seqs",
     "max_num_batched_tokens",
     "max_model_len",
@@ -45,9 +47,12 @@ _INT = {
     "num_gpu_blocks",
     "kv_cache_tokens",
     "tensor_parallel_size",
-}
-_FLOAT = {"gpu_memory_utilization"}
-_BOOL = {"enable_prefix_caching"}
+]
+_FloatName = Literal["gpu_memory_utilization"]
+_BoolName = Literal["enable_prefix_caching"]
+_INT, _FLOAT, _BOOL = set(get_args(_IntName)), set(get_args(_FloatName)), set(get_args(_BoolName))
+#: a limit's value: int (:data:`_INT`), float (:data:`_FLOAT`), bool (:data:`_BOOL`), str (others), None unknown
+LimitValue = int | float | bool | str | None
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ class Limit:
     ``unknown``.
     """
 
-    value: int | float | bool | str | None
+    value: LimitValue
     source: str = "unknown"
 
 
@@ -82,9 +87,18 @@ class Limits:
     gpu_name: str | None = None
     notes: tuple[str, ...] = field(default=())
 
-    def value(self, name: str):
-        """The value of limit ``name`` (None when unknown)."""
-        return getattr(self, name).value
+    @overload
+    def value(self, name: _IntName) -> int | None: ...
+    @overload
+    def value(self, name: _FloatName) -> float | None: ...
+    @overload
+    def value(self, name: _BoolName) -> bool | None: ...
+    @overload
+    def value(self, name: str) -> LimitValue: ...
+    def value(self, name: str) -> LimitValue:
+        """The value of limit ``name`` (None when unknown; its type as :func:`resolve_limits` converts it)."""
+        limit: Limit = getattr(self, name)
+        return limit.value
 
     def sources(self) -> dict[str, str]:
         """``{field: source}`` for every known field."""
@@ -109,14 +123,16 @@ class Limits:
         ):
             lim: Limit = getattr(self, name)
             if name in inferred:
-                parts.append(f"{name} {fig(inferred[name], 4)} (inferred; vLLM's default {fig(lim.value, 4)} not read)")
+                default = lim.value if isinstance(lim.value, (int, float)) else None
+                parts.append(f"{name} {fig(inferred[name], 4)} (inferred; vLLM's default {fig(default, 4)} not read)")
             elif lim.value is not None:
                 value = fig(lim.value, 4) if isinstance(lim.value, (int, float)) else lim.value
                 parts.append(f"{name} {value} ({lim.source})")
         return "Limits: " + (", ".join(parts) if parts else "none known") + "."
 
 
-def _convert(name: str, raw):
+def _convert(name: str, raw: Any) -> LimitValue:
+    """``raw`` (a JSON value, an option or a label string) as limit ``name``'s type; None when empty or not one."""
     if raw is None or raw == "":
         return None
     try:
@@ -133,13 +149,13 @@ def _convert(name: str, raw):
 
 
 def resolve_limits(
-    spec_engine: Mapping | None = None,
-    cli: Mapping | None = None,
+    spec_engine: Mapping[str, Any] | None = None,
+    cli: Mapping[str, Any] | None = None,
     cache_config: Mapping[str, str] | None = None,
     gpu_memory_bytes: int | None = None,
     gpu_name: str | None = None,
-    pod_args: Mapping | None = None,
-    pod_log: Mapping | None = None,
+    pod_args: Mapping[str, Any] | None = None,
+    pod_log: Mapping[str, Any] | None = None,
 ) -> Limits:
     """Resolve every limit with its source.
 
@@ -178,8 +194,9 @@ def resolve_limits(
                 break
     notes: list[str] = []
     if "kv_cache_tokens" not in values and "num_gpu_blocks" in values:
-        block = values.get("block_size", Limit(DEFAULT_BLOCK_SIZE)).value
-        values["kv_cache_tokens"] = Limit(int(values["num_gpu_blocks"].value) * int(block), "derived")
+        blocks, block = values["num_gpu_blocks"].value, values.get("block_size", Limit(DEFAULT_BLOCK_SIZE)).value
+        if isinstance(blocks, int) and isinstance(block, int):  # always: _convert makes both ints
+            values["kv_cache_tokens"] = Limit(blocks * block, "derived")
     large = is_large_gpu(gpu_memory_bytes, gpu_name)
     max_num_seqs, max_num_batched_tokens = vllm_batch_defaults(gpu_memory_bytes, gpu_name)
     defaults = {

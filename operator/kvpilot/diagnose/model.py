@@ -7,6 +7,7 @@ docs/diagnose-output.schema.json). Pure data, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 #: the verdict vocabulary (lowercase; docs/diagnosis.md, "Verdicts")
 VERDICTS: tuple[str, ...] = (
@@ -38,7 +39,7 @@ class Recommendation:
     suggested: str | float | int | None
     expected_effect: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The ``recommendations[]`` object of the JSON schema."""
         return {
             "flag": self.flag,
@@ -66,7 +67,7 @@ class Finding:
     evidence: list[str] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The finding as in ``findings[]`` (verdict, severity, confidence, evidence, recommendations)."""
         return {
             "verdict": self.verdict,
@@ -88,14 +89,14 @@ class Diagnosis(Finding):
         findings: secondary findings, same shape as the primary one.
     """
 
-    target: dict = field(default_factory=dict)
-    signals: dict = field(default_factory=dict)
+    target: dict[str, Any] = field(default_factory=dict)
+    signals: dict[str, float | None] = field(default_factory=dict)
     queries: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """One ``targets[]`` element of ``diagnose -o json`` (docs/diagnose-output.schema.json)."""
-        out = {"target": dict(self.target)}
+        out: dict[str, Any] = {"target": dict(self.target)}
         out.update(super().to_json())
         out["signals"] = dict(self.signals)
         out["queries"] = list(self.queries)
@@ -116,7 +117,7 @@ class Report:
     targets: list[Diagnosis] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The ``diagnose -o json`` document (docs/diagnose-output.schema.json)."""
         return {
             "source": self.source,

@@ -26,7 +26,9 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Recommendation
@@ -49,7 +51,7 @@ class Inputs:
 
     signals: Signals
     limits: Limits
-    model_config: dict | None = None
+    model_config: dict[str, Any] | None = None
 
 
 def kv_bytes_per_token(inputs: Inputs) -> int | None:
@@ -72,7 +74,7 @@ def tokens_per_request(signals: Signals) -> float | None:
     return (p + g) / f
 
 
-def recommend(verdict: str, inputs: Inputs, **overrides) -> list[Recommendation]:
+def recommend(verdict: str, inputs: Inputs, **overrides: int | None) -> list[Recommendation]:
     """Recommendations for ``verdict`` (empty when nothing is quantifiable or nothing would help).
 
     ``overrides`` replace limit values the rule inferred (e.g. ``max_num_seqs`` read off a flat
@@ -246,7 +248,7 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
         return []
     trend, served = s.get("waiting_trend_per_s"), s.get("requests_finished_per_s")
     growing = trend is not None and trend * s.window_seconds >= 1
-    if growing and served:
+    if growing and served and trend is not None:  # growing: trend is known
         arrival = served + trend
         keep_up = n_seqs * arrival / served
         need = keep_up * (1 + DRAIN_MARGIN)
@@ -386,7 +388,8 @@ def _prefix(inputs: Inputs) -> list[Recommendation]:
     return []
 
 
-_BY_VERDICT = {
+#: verdict -> its recommendation function (``inputs``, then the inferred-limit overrides it takes)
+_BY_VERDICT: dict[str, Callable[..., list[Recommendation]]] = {
     "kv_cache_exhaustion": _kv_exhaustion,
     "max_num_seqs_cap": _seqs_cap,
     "token_budget_cap": _budget_cap,

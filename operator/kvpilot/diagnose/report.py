@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+from typing import Any
 
 from rich.console import Console
 from rich.padding import Padding
@@ -56,11 +57,11 @@ def _target_name(d: Diagnosis) -> str:
     return f"{where} {extra}".strip()
 
 
-def _fmt_signal(value) -> str:
+def _fmt_signal(value: float | None) -> str:
     return "-" if value is None else significant(value)
 
 
-def _flag_value(value) -> str:
+def _flag_value(value: str | float | None) -> str:
     """A recommendation's current/suggested value as a user would type it: ``8192``, ``0.93``, ``not set``."""
     if value is None:
         return "not set"
@@ -159,7 +160,7 @@ def to_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _safe_finding(f: Finding) -> dict:
+def _safe_finding(f: Finding) -> dict[str, Any]:
     return {
         "evidence": [one_line(e) for e in f.evidence],
         "recommendations": [

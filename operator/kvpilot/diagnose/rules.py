@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from kvpilot.diagnose.facts import LARGE_BUDGET, Facts, derive_facts
 from kvpilot.diagnose.limits import Limits
@@ -424,9 +425,9 @@ def _inputs(f: Facts) -> Inputs:
 def diagnose_target(
     signals: Signals,
     limits: Limits,
-    target: dict | None = None,
+    target: dict[str, Any] | None = None,
     queries: list[str] | None = None,
-    model_config: dict | None = None,
+    model_config: dict[str, Any] | None = None,
 ) -> Diagnosis:
     """Diagnose one target: derive the facts, run :data:`RULES` in order, attach secondary findings.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from kvpilot.diagnose.limits import resolve_limits
@@ -51,10 +52,10 @@ class Options:
     server: str = ""
     pod: str = ""
     model_name: str = ""
-    cli_limits: dict = field(default_factory=dict)
+    cli_limits: dict[str, Any] = field(default_factory=dict)
     gpu_memory_bytes: int | None = None
     gpu_name: str | None = None
-    model_config: dict | None = None
+    model_config: dict[str, Any] | None = None
     quick: bool = False
     scrape_interval: float = 5.0
     quick_gap: float = 3.0
@@ -82,7 +83,7 @@ class Options:
         return None
 
 
-def _target_json(key: TargetKey, server: str, instance: str = "") -> dict:
+def _target_json(key: TargetKey, server: str, instance: str = "") -> dict[str, str]:
     out = {
         "namespace": key.namespace,
         "pod": key.pod,
@@ -172,7 +173,7 @@ def run(opts: Options) -> Report:
             unreadable recording): exit status 3 with one line.
     """
     notes: list[str] = list(opts.notes)
-    engine_spec: dict = {}
+    engine_spec: dict[str, Any] = {}
     pod = opts.pod
     budget = opts.run_deadline_seconds()
     run_deadline = None if budget is None else time.monotonic() + budget
@@ -262,7 +263,7 @@ def run(opts: Options) -> Report:
         diag.evidence.extend(limits.notes)
         report.targets.append(diag)
     if not report.targets:
-        selectors = ", ".join(
+        selector_text = ", ".join(
             f"{k}={v}"
             for k, v in (
                 ("namespace", opts.namespace),
@@ -286,7 +287,7 @@ def run(opts: Options) -> Report:
                 },
                 evidence=[
                     f"No vLLM series (vllm[:_]..., either generation) in the last {fig(opts.window_seconds, 3)} s"
-                    + (f" matching {selectors}" if selectors else "")
+                    + (f" matching {selector_text}" if selector_text else "")
                     + " from "
                     + source
                     + "."

@@ -23,6 +23,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kvpilot.diagnose import promql
 from kvpilot.metrics.catalog import BY_NAME, PREFIX, exposed_names, match_name
@@ -234,9 +235,35 @@ class _Series:
     points: dict[float, float] = field(default_factory=dict)  # timestamp -> value (duplicates: last wins)
 
 
-def _index(samples: Iterable) -> dict[TargetKey, dict[tuple[str, str], dict[tuple, _Series]]]:
+#: one series' identity: its sorted label pairs
+_SeriesId = tuple[tuple[str, str], ...]
+#: a target's series: (exposed family, suffix) -> series identity -> series
+_Families = dict[tuple[str, str], dict[_SeriesId, _Series]]
+
+
+class SampleLike(Protocol):
+    """What :func:`compute_signals` reads of a sample (:class:`kvpilot.metrics.exposition.Sample` has it)."""
+
+    @property
+    def name(self) -> str:
+        """The exposed sample name (any spelling)."""
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """Label name -> value."""
+
+    @property
+    def value(self) -> float:
+        """The sample value."""
+
+    @property
+    def timestamp(self) -> float | None:
+        """Unix seconds, or None."""
+
+
+def _index(samples: Iterable[SampleLike]) -> dict[TargetKey, _Families]:
     """Target -> (exposed family, suffix) -> series labels -> series."""
-    out: dict[TargetKey, dict[tuple[str, str], dict[tuple, _Series]]] = defaultdict(lambda: defaultdict(dict))
+    out: dict[TargetKey, _Families] = defaultdict(lambda: defaultdict(dict))
     for s in samples:
         if s.timestamp is None:
             continue
@@ -254,9 +281,9 @@ def _index(samples: Iterable) -> dict[TargetKey, dict[tuple[str, str], dict[tupl
     return out
 
 
-def _cache_config(samples: Iterable) -> list[dict[str, str]]:
+def _cache_config(samples: Iterable[SampleLike]) -> list[dict[str, str]]:
     """Label sets of the latest ``vllm:cache_config_info`` series (any spelling), newest first."""
-    found: dict[tuple, tuple[float, dict[str, str]]] = {}
+    found: dict[_SeriesId, tuple[float, dict[str, str]]] = {}
     for s in samples:
         m = match_name(s.name)
         if m is None or m.canonical != "vllm:cache_config_info" or m.suffix == "_created":
@@ -277,7 +304,7 @@ class CacheConfigIndex:
     """
 
     def __init__(self, label_sets: Iterable[Mapping[str, str]]):
-        self._by_place: dict[tuple, list[Mapping[str, str]]] = defaultdict(list)
+        self._by_place: dict[tuple[str, ...], list[Mapping[str, str]]] = defaultdict(list)
         for labels in label_sets:
             self._by_place[tuple(labels.get(k, "") for k in ("namespace", "pod", "instance", "job"))].append(labels)
 
@@ -290,7 +317,7 @@ class CacheConfigIndex:
 
 
 def compute_signals(
-    samples: Iterable,
+    samples: Iterable[SampleLike],
     window_seconds: float,
     end: float | None = None,
 ) -> dict[TargetKey, Signals]:
@@ -331,9 +358,9 @@ def compute_signals(
             if used:
                 spelling.setdefault(sd.family, used)
             if sd.fn == "buckets":
-                if result:
+                if isinstance(result, list) and result:
                     buckets[sd.name] = result
-            else:
+            elif not isinstance(result, list):
                 values[sd.name] = result
         if not any(v is not None for v in values.values()) and not buckets:
             continue  # only info series or series outside the window
@@ -349,8 +376,13 @@ def compute_signals(
     return out
 
 
-def _evaluate_def(sd: SignalDef, families, end: float, window: float):
-    """Evaluate ``sd`` on the first spelling that yields a result; returns (result, spelling used)."""
+def _evaluate_def(
+    sd: SignalDef, families: _Families, end: float, window: float
+) -> tuple[list[tuple[float, float]] | float | None, str | None]:
+    """Evaluate ``sd`` on the first spelling that yields a result; returns (result, spelling used).
+
+    The result is ``[(le, count)]`` (ascending ``le``) for the ``buckets`` function, else a value or None.
+    """
     for spelling in spellings(sd.family):
         series = families.get((spelling, sd.suffix))
         if not series:
@@ -371,7 +403,7 @@ def _evaluate_def(sd: SignalDef, families, end: float, window: float):
                     by_le[promql.parse_le(labels.get("le", ""))].append(value)
                 except ValueError:
                     continue
-            return sorted((le, aggregate(vs, "sum")) for le, vs in by_le.items()), spelling
+            return sorted((le, sum(vs)) for le, vs in by_le.items()), spelling  # as aggregate(vs, "sum"): vs not empty
         return aggregate((v for _, v in per_series), sd.agg), spelling
     return None, None
 

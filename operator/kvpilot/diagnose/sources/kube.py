@@ -15,10 +15,14 @@ log (:func:`kvpilot.vllm.startup_log.startup_limits`), read from the start and b
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 from kvpilot.api.constants import GROUP, LABEL_SERVER, PLURAL, VERSION
 from kvpilot.vllm.args import parse_vllm_args
 from kvpilot.vllm.startup_log import startup_limits
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 #: bytes of a pod's log read from its start: vLLM prints its arguments and KV capacity in the first
 #: hundred lines (a few KiB to tens of KiB with long config dumps); the rest is request logging
@@ -42,23 +46,24 @@ class ServerInfo:
 
     name: str = ""
     namespace: str = ""
-    engine: dict = field(default_factory=dict)
+    engine: dict[str, Any] = field(default_factory=dict)
     pod: str = ""
     notes: list[str] = field(default_factory=list)
 
 
-def _api_client(kubeconfig: str | None, context: str | None):
+def _api_client(kubeconfig: str | None, context: str | None) -> ApiClient:
     import yaml
     from kubernetes import client, config
 
+    # kubernetes.config's loaders are unannotated; new_client_from_config returns an ApiClient
     try:
         if kubeconfig or context:
-            return config.new_client_from_config(config_file=kubeconfig, context=context)
+            return cast("ApiClient", config.new_client_from_config(config_file=kubeconfig, context=context))
         try:
             config.load_incluster_config()
             return client.ApiClient()
         except config.ConfigException:
-            return config.new_client_from_config()
+            return cast("ApiClient", config.new_client_from_config())
     # kubernetes raises ConfigException, OSError, and YAML/type/key errors for malformed files
     except (config.ConfigException, OSError, yaml.YAMLError, TypeError, ValueError, KeyError, AttributeError) as exc:
         raise LookupError(
@@ -104,13 +109,17 @@ def lookup_server(
         with api:
             if not server and pod:
                 body = client.CoreV1Api(api).read_namespaced_pod(pod, namespace, _request_timeout=timeout)
-                server = (body.metadata.labels or {}).get(LABEL_SERVER, "")
+                server = ((body.metadata and body.metadata.labels) or {}).get(LABEL_SERVER, "")
                 info.name, info.pod = server, pod
                 if not server:
                     info.notes.append(f"pod {namespace}/{pod} has no {LABEL_SERVER} label: not a kvpilot server")
                     return info
-            obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, server, _request_timeout=timeout
+            # the decoded JSON object; the client annotates custom-object reads as ``object``
+            obj = cast(
+                "dict[str, Any] | None",
+                client.CustomObjectsApi(api).get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, server, _request_timeout=timeout
+                ),
             )
     except ApiException as exc:
         info.notes.append(f"VLLMServer {namespace}/{server or pod} not read: HTTP {exc.status} {exc.reason}")
@@ -135,13 +144,13 @@ class PodLimits:
         notes: sentences for the report (what was read, or why not).
     """
 
-    args: dict = field(default_factory=dict)
-    log: dict = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
+    log: dict[str, Any] = field(default_factory=dict)
     container: str = ""
     notes: list[str] = field(default_factory=list)
 
 
-def vllm_argv(container: dict) -> list[str] | None:
+def vllm_argv(container: dict[str, Any]) -> list[str] | None:
     """The ``vllm serve`` argv of a container spec (``command`` + ``args``), or None if it is not vLLM.
 
     Recognised: ``vllm serve ...`` anywhere in the argv (also behind ``/bin/sh -c "..."`` with the
@@ -168,7 +177,7 @@ def vllm_argv(container: dict) -> list[str] | None:
     return None
 
 
-def pod_limits_from(pod: dict, log: str | None) -> PodLimits:
+def pod_limits_from(pod: dict[str, Any], log: str | None) -> PodLimits:
     """The limits a pod object (Kubernetes JSON) and its log state (pure; see :func:`lookup_pod_limits`)."""
     out = PodLimits()
     containers = ((pod.get("spec") or {}).get("containers")) or []

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -169,7 +170,7 @@ class PrometheusSource:
             session=BoundedSession(MAX_PROMETHEUS_BYTES, run_deadline, max_rows=MAX_PROMETHEUS_ROWS),
         )
 
-    def _query(self, query: str, at: float) -> list[dict]:
+    def _query(self, query: str, at: float) -> list[dict[str, Any]]:
         try:
             result = self.client.custom_query(query, params={"time": f"{at:.3f}"})
         except PrometheusApiClientException as exc:
@@ -199,7 +200,7 @@ class PrometheusSource:
         all_queries = queries + [config_q]
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             futures = [pool.submit(self._query, q, end) for q in all_queries]
-            results: list[list[dict] | SourceError] = []
+            results: list[list[dict[str, Any]] | SourceError] = []
             for fut in futures:
                 try:
                     results.append(fut.result())
@@ -222,9 +223,9 @@ class PrometheusSource:
                 )
             return per_target[key]
 
-        keys: dict[tuple, TargetKey] = {}
+        keys: dict[tuple[str, ...], TargetKey] = {}
 
-        def key_of(labels: dict) -> TargetKey:
+        def key_of(labels: dict[str, str]) -> TargetKey:
             ident = tuple(labels.get(k, "") for k in TARGET_LABELS)
             if ident not in keys:
                 keys[ident] = TargetKey(*ident)
