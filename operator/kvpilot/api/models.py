@@ -93,6 +93,9 @@ class _Model(BaseModel):
         extra="forbid",
         validate_default=True,
         strict=True,
+        # Each model's validator is built on its first use, not at import (pydantic's "defer_build"):
+        # ``kvpilot render`` validates a spec and never builds the status models (docs/performance.md).
+        defer_build=True,
     )
 
 

@@ -28,7 +28,6 @@ from kvpilot.kv import (
     seqs_pool_share,
     startup_memory_check,
 )
-from kvpilot.kv.hub import hub_weights_bytes
 from kvpilot.kv.spec import FULL, LINEAR, MAMBA, NONE, SLIDING
 from kvpilot.kv.speculative import DraftLayers, draft_layers, parse_speculative_config
 from kvpilot.kv.weights import weights_from_index
@@ -436,6 +435,8 @@ def command(
     cfg, folder = load_config(config)
     weights_source = "--weights-memory" if weights_memory is not None else None
     if weights_memory is None and gpu_memory is not None and kv_memory is None:
+        from kvpilot.kv.hub import hub_weights_bytes  # here: a local config.json needs no Hub client
+
         total = local_weights_bytes(folder) if folder is not None else hub_weights_bytes(config)
         if total is not None:
             weights_memory = total // max(1, tensor_parallel_size)
