@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
 
 from kvpilot.metrics import catalog
 from kvpilot.metrics.catalog import names_for_version, version_tuple
@@ -191,16 +193,20 @@ def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
         exponent += 1
 
 
+#: one exposed family's metric object
+_Metric = Gauge | Counter | Histogram
+
+
 class _Flush:
     """A collector with no metrics: collecting it applies :class:`VLLMMetrics`' buffered updates."""
 
     def __init__(self, owner: VLLMMetrics):
         self._owner = owner
 
-    def describe(self) -> list:
+    def describe(self) -> list[Metric]:
         return []
 
-    def collect(self) -> list:
+    def collect(self) -> list[Metric]:
         self._owner._flush()
         return []
 
@@ -257,12 +263,12 @@ class VLLMMetrics:
         self._labelnames = ("model_name", "engine") if self.has_engine_label else ("model_name",)
         self._labelvalues = (model_name, self.engine) if self.has_engine_label else (model_name,)
         self._pending_lock = threading.Lock()
-        self._gauges: dict[tuple, float] = {}
-        self._counts: dict[tuple, float] = {}
+        self._gauges: dict[tuple[str, ...], float] = {}  # (canonical name, extra label values...) -> value
+        self._counts: dict[tuple[str, ...], float] = {}
         self.registry.register(_Flush(self))  # registered first, so it runs before the families are read
         self._prefix_tokens = {"queries": 0, "hits": 0}
-        self._families: dict[str, list] = {}  # canonical name -> metric objects, one per exposed name
-        self._child_cache: dict[tuple, list] = {}
+        self._families: dict[str, list[_Metric]] = {}  # canonical name -> metric objects, one per exposed name
+        self._child_cache: dict[tuple[str, ...], list[Any]] = {}
         self._build(max_model_len)
         self._cache_config_info(cache_config)
 
@@ -286,9 +292,10 @@ class VLLMMetrics:
             if spec.type == "info":
                 continue
             labels = self._labelnames + spec.labels
-            children = []
+            children: list[_Metric] = []
             for exposed in names_for_version(spec.name, self.vllm_version):
                 doc = self._help(spec.name, exposed)
+                metric: _Metric
                 if spec.type == "gauge":
                     metric = Gauge(exposed, doc, labels, registry=self.registry)
                 elif spec.type == "counter":
@@ -310,7 +317,8 @@ class VLLMMetrics:
         # record_sleep_state() at start-up: awake (v1/metrics/loggers.py, vLLM 0.29.0)
         for state, value in (("awake", 1), ("weights_offloaded", 0), ("discard_all", 0)):
             for metric in self._families.get("vllm:engine_sleep_state", []):
-                metric.labels(*self._labelvalues, state).set(value)
+                if isinstance(metric, Gauge):  # always: the catalog types it a gauge
+                    metric.labels(*self._labelvalues, state).set(value)
 
     def set_cache_config(self, cache_config: Mapping[str, str]) -> None:
         """Replace the ``vllm:cache_config_info`` label set (e.g. once the engine knows ``num_gpu_blocks``).
@@ -344,8 +352,10 @@ class VLLMMetrics:
         )
         self._info_gauge.labels(**labels).set(1)
 
-    def _children(self, canonical: str, *extra: str) -> list:
+    def _children(self, canonical: str, *extra: str) -> list[Any]:
         # ``labels()`` costs a lock and a dict lookup per call; the engine calls this per step, so cache.
+        # Any: the children are Gauge, Counter or Histogram children, as the catalog types ``canonical``;
+        # each caller (_flush's set/inc, _observe) calls the method of its family's type.
         key = (canonical, *extra)
         children = self._child_cache.get(key)
         if children is None:
@@ -573,7 +583,7 @@ class VLLMMetrics:
         """Family names registered, as ``prometheus_client`` names them (counters without ``_total``)."""
         return [m.name for m in self.registry.collect()]
 
-    def collect(self):
+    def collect(self) -> list[Metric]:
         """``registry.collect()``: the families now, for :func:`kvpilot.metrics.recording.write_recording`."""
         return list(self.registry.collect())
 

@@ -342,6 +342,7 @@ def run_scenario(
     sc = resolve(name, overrides)
     engine, workload = build(sc, metrics=metrics)
     budget = engine.config.max_num_batched_tokens
+    assert budget is not None  # the engine runs on EngineConfig.resolved(): both batch limits are set
     peaks = {"running": 0, "waiting": 0, "kv_cache_usage": 0.0}
     at_budget = [0]
 
@@ -440,7 +441,8 @@ def report(
             }
             if engine.offload is not None:
                 p["external_prefix_cache_hit_tokens"] = sum(r.external_hit_tokens for r in reqs)
-            p["ttft_p50_ms"] = round(1000 * _pct([r.first_token_time - r.arrival_time for r in reqs], 0.5), 1)
+            ttft_p50 = _pct([r.first_token_time - r.arrival_time for r in reqs], 0.5)  # reqs not empty: never None
+            p["ttft_p50_ms"] = None if ttft_p50 is None else round(1000 * ttft_p50, 1)
             passes.append(p)
         out["passes"] = passes
     if engine.offload is not None:

@@ -183,7 +183,7 @@ def poisson(
     if duration is None and num_requests is None:
         raise ValueError("duration: a Poisson workload needs duration or num_requests (bounded)")
     rng = random.Random(seed)
-    reqs = []
+    reqs: list[Request] = []
     t = start
     while True:
         t += rng.expovariate(rate)
