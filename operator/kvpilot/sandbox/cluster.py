@@ -131,13 +131,21 @@ class SandboxCluster:
         return path
 
     # ------------------------------------------------------------------ direct state access
+    def _running(self) -> FaithfulKubernetes:
+        """The emulator; RuntimeError before the sandbox has started (entered)."""
+        if self.emulator is None:
+            raise RuntimeError("the sandbox is not running")
+        return self.emulator
+
     def get(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The stored object (``resource`` as ``"v1/pods"`` or ``"kvpilot.dev/v1alpha1/vllmservers"``)."""
         res = kmock.resource(resource)
 
+        emulator = self._running()
+
         async def read() -> dict[str, Any] | None:
-            async with self.emulator._lock:
-                return self.emulator._get(res, namespace, name)
+            async with emulator._lock:
+                return emulator._get(res, namespace, name)
 
         return self.call(read)
 
@@ -145,12 +153,12 @@ class SandboxCluster:
         """Live objects of ``resource`` (in ``namespace`` when given), sorted by creation order."""
         res = kmock.resource(resource)
 
+        emulator = self._running()
+
         async def read() -> list[dict[str, Any]]:
-            async with self.emulator._lock:
+            async with emulator._lock:
                 return [
-                    o
-                    for o in self.emulator._live(res)
-                    if namespace is None or o["metadata"].get("namespace") == namespace
+                    o for o in emulator._live(res) if namespace is None or o["metadata"].get("namespace") == namespace
                 ]
 
         return self.call(read)
@@ -163,25 +171,23 @@ class SandboxCluster:
         ``cluster.inject("watch", "pods", cut_watch=True)``. Returns the fault (its ``hits`` count
         the requests answered); :meth:`clear_faults` removes every fault.
         """
-        assert self.emulator is not None, "the sandbox is not running"
         injected = Fault(verb=verb, plural=plural, **fault)
-        self.emulator.faults.append(injected)
+        self._running().faults.append(injected)
         return injected
 
     def clear_faults(self) -> None:
         """Serve every request normally again."""
-        assert self.emulator is not None, "the sandbox is not running"
-        self.emulator.faults.clear()
+        self._running().faults.clear()
 
     def set_pod_log(self, namespace: str, name: str, text: str) -> None:
         """What the pod's container printed (served by ``pods/NAME/log`` once it runs)."""
-        self.emulator.pod_logs[(namespace, name)] = text
+        self._running().pod_logs[(namespace, name)] = text
 
     def set_pod_status(
         self, namespace: str, name: str, status: dict[str, Any], spec_changes: dict[str, Any] | None = None
     ) -> dict[str, Any] | None:
         """Write a pod's status as the kubelet does (a MODIFIED event when it changed)."""
-        return self.call(self.emulator.write_status, PODS, namespace, name, copy.deepcopy(status), spec_changes)
+        return self.call(self._running().write_status, PODS, namespace, name, copy.deepcopy(status), spec_changes)
 
 
 class Kubelet:

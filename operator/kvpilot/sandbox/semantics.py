@@ -98,7 +98,9 @@ _EQ_RE = re.compile(r"^\s*([^\s!=,()]+)\s*(==|=|!=)\s*([^\s,()]*)\s*$")
 
 def _split_top_level(text: str) -> list[str]:
     """Split on commas outside parentheses (``a in (x,y),b=c`` → two requirements)."""
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1
