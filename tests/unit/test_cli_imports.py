@@ -10,6 +10,7 @@ import importlib.metadata
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +51,38 @@ def test_version_without_package_metadata_matches_the_installed_distribution():
     out, modules = loaded("--version")
     assert out.strip() == f"kvpilot, version {importlib.metadata.version('kvpilot')}"
     assert "importlib.metadata" not in modules
+
+
+CONFIG = Path(__file__).resolve().parents[2] / "operator" / "kvpilot" / "data" / "Qwen2.5-1.5B-Instruct.config.json"
+EXAMPLE = Path(__file__).resolve().parents[2] / "manifests" / "examples" / "experiment.yaml"
+
+
+def test_kv_on_a_local_config_imports_rich_for_text_and_nothing_heavy_for_json():
+    """The KV math needs no pydantic (the CRD's dtype list comes from kvpilot.api.constants) and no Hub client."""
+    args = ["kv", str(CONFIG), "--kv-memory", "2.5GiB", "--max-model-len", "8192"]
+    out, modules = loaded(*args)
+    assert "KV cache of" in out
+    assert modules & set(HEAVY) == {"rich"}
+    out, modules = loaded(*args, "-o", "json")
+    # 28 layers x 2 KV heads x 128 head dim x 2 (K and V) x 2 bytes = 28,672 B per token;
+    # 2.5 GiB = 2,684,354,560 B / 28,672 = 93,622.9 tokens -> 5,851 whole blocks of 16 = 93,616 tokens
+    assert json.loads(out)["kv_tokens"] == 93_616
+    assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
+    assert "kvpilot.kv.hub" not in modules
+
+
+def test_render_imports_what_it_renders_with_and_nothing_else():
+    """Rendering validates (pydantic), fills the templates (Jinja2) and writes YAML; never a cluster client."""
+    out, modules = loaded("render", str(EXAMPLE))
+    assert "kind: Pod" in out
+    assert modules & set(HEAVY) == {"pydantic", "jinja2", "yaml"}
+
+
+def test_the_api_constants_load_without_pydantic():
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys, kvpilot.api.constants; print('pydantic' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.stdout.strip() == "False", proc.stderr
