@@ -43,6 +43,7 @@ from kvpilot.api.quantity import parse_quantity
 from kvpilot.api.timestamps import now_rfc3339
 from kvpilot.controller import failures, logic
 from kvpilot.controller.metrics import OperatorMetrics
+from kvpilot.controller.rest import JsonApi, core_path, custom_status_path
 from kvpilot.controller.settings import MANAGED_BY_SELECTOR, connection_info
 from kvpilot.kv.hub import HubModelCache
 from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_preflight
@@ -88,6 +89,7 @@ class Controller:
         self.api = kubernetes.client.ApiClient(configuration)
         self.core = kubernetes.client.CoreV1Api(self.api)
         self.custom = kubernetes.client.CustomObjectsApi(self.api)
+        self.json = JsonApi(self.api)  # the writes of every new server, without the client's model layer
 
     def _lock(self, namespace: str, name: str) -> threading.Lock:
         with self._locks_guard:
@@ -110,8 +112,8 @@ class Controller:
         if not patch:
             return server
         meta = server["metadata"]
-        updated = self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": patch}
+        updated = self.json.merge_patch(
+            custom_status_path(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"]), {"status": patch}
         )
         if logic.is_transition(old, new):
             logger.info(f"{meta['name']}: {old.get('phase')} -> {new.get('phase')} ({new.get('reason')})")
@@ -139,8 +141,9 @@ class Controller:
         if new["conditions"] == old.get("conditions") and new["preflight"] == old.get("preflight"):
             return server
         meta = server["metadata"]
-        updated = self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": logic.safe_status(new)}
+        updated = self.json.merge_patch(
+            custom_status_path(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"]),
+            {"status": logic.safe_status(new)},
         )
         self._kv_warning_event(server, condition, warning)
         return updated
@@ -201,7 +204,7 @@ class Controller:
                 if exc.status != 404:
                     raise
         try:
-            self.core.create_namespaced_service(meta["namespace"], service, _preload_content=False)
+            self.json.create(core_path(meta["namespace"], "services"), service)
         except ApiException as exc:
             if exc.status != 409:
                 raise
@@ -210,12 +213,11 @@ class Controller:
     def _create_pod(self, pod: dict[str, Any], server: dict[str, Any]) -> dict[str, Any] | None:
         """Create ``pod``; None when its name is taken (409: the caller adopts or reports the holder)."""
         try:
-            created = self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod, _preload_content=False)
+            return self.json.create(core_path(pod["metadata"]["namespace"], "pods"), pod)  # the JSON as served
         except ApiException as exc:
             if exc.status != 409:
                 raise
             return None
-        return json.loads(created.data)  # the JSON as served: no V1Pod model built and serialised back
 
     def _adopt(self, read: Callable[..., Any], wanted: dict[str, Any], server: dict[str, Any], kind: str) -> dict:
         """The existing object named like ``wanted`` when this server owns it (an earlier attempt
