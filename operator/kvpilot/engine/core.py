@@ -284,6 +284,9 @@ class Engine:
         caching = cfg.enable_prefix_caching
         offload = self.offload
         budget = cfg.max_num_batched_tokens
+        max_seqs = cfg.max_num_seqs
+        assert budget is not None and max_seqs is not None  # __init__ runs on config.resolved(): both set
+        step_budget = budget
         start = self.now
 
         scheduled: list[Request] = []
@@ -327,7 +330,6 @@ class Engine:
         step_pq = step_ph = step_eq = step_eh = 0
         load_tokens = 0
         if not preempted:
-            max_seqs = cfg.max_num_seqs
             chunked = cfg.enable_chunked_prefill
             reserve_full = cfg.scheduler_reserve_full_isl
             max_len = cfg.max_model_len
@@ -393,7 +395,7 @@ class Engine:
                 context += end
                 pairs += n * computed + ((n * n + n) >> 1)
 
-        num_tokens = cfg.max_num_batched_tokens - budget
+        num_tokens = step_budget - budget
         if not scheduled:
             return self._emit(
                 StepOutput(start, 0.0, 0, 0, 0, 0, preempted, 0, 0, 0, 0, len(running), len(waiting), pool.usage())
@@ -463,7 +465,7 @@ class Engine:
         self.external_hits += step_eh
         self.prompt_tokens += prompt_done
         self.generation_tokens += gen
-        out = StepOutput(
+        step_out = StepOutput(
             start,
             dt,
             num_tokens,
@@ -485,7 +487,7 @@ class Engine:
             ttfts,
             itls,
         )
-        return self._emit(out)
+        return self._emit(step_out)
 
     def _emit(self, out: StepOutput) -> StepOutput:
         m = self.metrics
