@@ -77,6 +77,7 @@ class MetricsSink(Protocol):
         preemptions_reported: int | None = None,
         ttfts: Sequence[float] = (),
         itls: Sequence[float] = (),
+        itl_counts: Sequence[tuple[float, int]] = (),
     ) -> None:
         """Per-step counters (tokens; preemptions as a count) and the step's latencies (s).
 
@@ -87,7 +88,8 @@ class MetricsSink(Protocol):
         in this step (vLLM counts a PREEMPTED event when its request next produces output; None: the
         step's ``preemptions``), while
         ``preemptions`` counts the scheduler's preemptions of this step; ``ttfts`` / ``itls`` the
-        first-token and inter-token latencies of this step's tokens.
+        first-token and inter-token latencies of this step's tokens; ``itl_counts`` more inter-token
+        latencies as ``(gap, count)`` pairs (the engine sends these: most tokens of a step share one gap).
         """
 
     def record_request(
@@ -146,7 +148,15 @@ class StepOutput:
     prompt_external: int = 0
     preemptions_reported: int = 0
     ttfts: list[float] = field(default_factory=list)
-    itls: list[float] = field(default_factory=list)
+    itl_counts: list[tuple[float, int]] = field(default_factory=list)
+    num_steps: int = 1
+
+
+def _group_gaps(common: float, num_common: int, others: list[float]) -> list[tuple[float, int]]:
+    """A step's inter-token gaps as ``(gap, count)``: the shared gap first, then the others one by one."""
+    groups = [(common, num_common)] if num_common else []
+    groups.extend((gap, 1) for gap in others)
+    return groups
 
 
 class Engine:
@@ -156,6 +166,9 @@ class Engine:
         config: flags and hardware; GPU-dependent defaults filled in (``EngineConfig.resolved``)
             and validated here (``EngineConfig.validate``, ValueError).
         metrics: optional :class:`MetricsSink`.
+        keep_finished: keep finished requests in ``finished`` (memory grows with every request).
+        track_itls: record inter-token latencies (``StepOutput.itl_counts``, and each request's ``itls``
+            when ``keep_finished``); default: when there is a ``metrics`` sink or ``keep_finished``.
 
     Attributes (read-only for callers): ``now`` (s), ``pool`` (:class:`BlockPool`), ``running``
     (list, admission order), ``waiting`` (deque), ``finished`` (list of finished requests, in
@@ -165,7 +178,11 @@ class Engine:
     """
 
     def __init__(
-        self, config: EngineConfig | None = None, metrics: MetricsSink | None = None, keep_finished: bool = True
+        self,
+        config: EngineConfig | None = None,
+        metrics: MetricsSink | None = None,
+        keep_finished: bool = True,
+        track_itls: bool | None = None,
     ) -> None:
         config = (config or EngineConfig()).resolved()
         config.validate()
@@ -173,7 +190,7 @@ class Engine:
         self.metrics = metrics
         self.keep_finished = keep_finished
         # per-token inter-token latencies are kept only when someone reads them
-        self._track_itls = metrics is not None or keep_finished
+        self._track_itls = metrics is not None or keep_finished if track_itls is None else track_itls
         self.block_size = config.block_size
         self.num_gpu_blocks = config.resolved_num_gpu_blocks()
         self.bytes_per_token = config.resolved_bytes_per_token()
@@ -426,8 +443,12 @@ class Engine:
         prompt_done = gen = prompt_cached = prompt_external = reported = 0
         finished: list[Request] = []
         track_itls = self._track_itls
+        keep_itls = self.keep_finished
         ttfts: list[float] = []
-        itls: list[float] = []
+        # inter-token gaps grouped: every request whose previous token came at this step's start shares one gap
+        common_gap = now - start
+        num_common = 0
+        other_gaps: list[float] = []
         for req in scheduled:
             c = req.num_computed
             if c >= req.total:
@@ -442,9 +463,15 @@ class Engine:
                     prompt_external += req.external_hit_tokens
                     ttfts.append(now - req.arrival_time)
                 elif track_itls:
-                    gap = now - req.last_token_time
-                    req.itls.append(gap)
-                    itls.append(gap)
+                    last = req.last_token_time
+                    if last == start:
+                        num_common += 1
+                        gap = common_gap
+                    else:
+                        gap = now - last
+                        other_gaps.append(gap)
+                    if keep_itls:
+                        req.itls.append(gap)
                 if req.num_preemptions != req.preemptions_reported:
                     reported += req.num_preemptions - req.preemptions_reported
                     req.preemptions_reported = req.num_preemptions
@@ -485,7 +512,7 @@ class Engine:
             prompt_external,
             reported,
             ttfts,
-            itls,
+            _group_gaps(common_gap, num_common, other_gaps),
         )
         return self._emit(step_out)
 
@@ -506,7 +533,7 @@ class Engine:
                     prompt_external=out.prompt_external,
                     preemptions_reported=out.preemptions_reported,
                     ttfts=out.ttfts,
-                    itls=out.itls,
+                    itl_counts=out.itl_counts,
                 )
             m.set_queue(
                 running=out.running,

@@ -20,13 +20,13 @@ metrics show, checked by tests/unit/engine/test_scenarios.py from the engine's o
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.core import Engine, MetricsSink, StepOutput
+from kvpilot.engine.report_stats import ReportStats, percentile
 from kvpilot.engine.workloads import from_dict as workload_from_dict
 from kvpilot.gpus import GiB
 from kvpilot.vllm.args import from_vllm_args
@@ -307,15 +307,20 @@ def build(
     overrides: dict[str, Any] | None = None,
     metrics: MetricsSink | None = None,
     keep_finished: bool = True,
+    track_itls: bool | None = None,
 ) -> tuple[Engine, Any]:
     """``(Engine, Workload)`` for scenario ``name`` (or a :class:`Scenario`) with overrides.
+
+    ``metrics``, ``keep_finished``, ``track_itls``: as :class:`Engine` takes them.
 
     Raises:
         ValueError: unknown scenario, unknown/invalid flag (message starts with the field name),
             bad workload.
     """
     sc = resolve(name, overrides)
-    engine = Engine(EngineConfig.from_dict(sc.flags), metrics=metrics, keep_finished=keep_finished)
+    engine = Engine(
+        EngineConfig.from_dict(sc.flags), metrics=metrics, keep_finished=keep_finished, track_itls=track_itls
+    )
     return engine, workload_from_dict(sc.workload)
 
 
@@ -338,48 +343,27 @@ def run_scenario(
     {requests_per_s, prompt_tokens_per_s, generation_tokens_per_s}. Workloads with tagged requests
     (``seed-lru``) add ``passes``: ``[{"name", "requests", "prefix_cache_hit_tokens",
     "ttft_p50_ms"}]`` plus ``external_prefix_cache_hit_tokens`` when the CPU tier is on.
+
+    Finished requests are not kept: :class:`~kvpilot.engine.report_stats.ReportStats` streams what the
+    report needs, so memory grows with the running requests, not with all requests.
     """
     sc = resolve(name, overrides)
-    engine, workload = build(sc, metrics=metrics)
+    engine, workload = build(sc, metrics=metrics, keep_finished=False, track_itls=True)
     budget = engine.config.max_num_batched_tokens
     assert budget is not None  # the engine runs on EngineConfig.resolved(): both batch limits are set
-    peaks = {"running": 0, "waiting": 0, "kv_cache_usage": 0.0}
-    at_budget = [0]
+    stats = ReportStats(budget)
 
     def observe(eng: Engine, out: StepOutput | None) -> None:
-        if out is not None:
-            if out.num_tokens >= budget:
-                at_budget[0] += 1
-            peaks["running"] = max(peaks["running"], out.running)
-            peaks["waiting"] = max(peaks["waiting"], out.waiting)
-            peaks["kv_cache_usage"] = max(peaks["kv_cache_usage"], out.kv_cache_usage)
+        stats.observe(eng, out)
         if on_step is not None:
             on_step(eng, out)
 
     engine.run(workload, until=sc.duration, on_step=observe, tick=tick)
-    return report(engine, sc, peaks, at_budget[0])
+    return report(engine, sc, stats)
 
 
-def _pct(values: list[float], q: float) -> float | None:
-    """Percentile with linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        return None
-    v = sorted(values)
-    pos = (len(v) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
-
-
-def report(
-    engine: Engine, sc: Scenario, peaks: dict[str, Any] | None = None, steps_at_budget: int = 0
-) -> dict[str, Any]:
-    """The JSON-able report of :func:`run_scenario` for an engine that has run ``sc``."""
-    fin = engine.finished
-    ttft = [r.first_token_time - r.arrival_time for r in fin if r.first_token_time is not None]
-    itl = [x for r in fin for x in r.itls]
-    e2e = [r.finish_time - r.arrival_time for r in fin if r.finish_time is not None]
-    queue = [r.scheduled_time - r.arrival_time for r in fin if r.scheduled_time is not None]
+def report(engine: Engine, sc: Scenario, stats: ReportStats) -> dict[str, Any]:
+    """The JSON-able report of :func:`run_scenario` for an engine that has run ``sc``, ``stats`` observing it."""
     t = engine.now or 1.0
     q, h = engine.prefix_queries, engine.prefix_hits
     out: dict[str, Any] = {
@@ -409,40 +393,27 @@ def report(
             "waiting": engine.num_waiting,
             "kv_cache_usage": round(engine.kv_cache_usage, 6),
         },
-        "peaks": peaks or {},
-        "steps_at_budget": round(steps_at_budget / engine.num_steps, 6) if engine.num_steps else 0.0,
-        "latency_s": {
-            k: (None if v is None else round(v, 6))
-            for k, v in {
-                "ttft_p50": _pct(ttft, 0.5),
-                "ttft_p95": _pct(ttft, 0.95),
-                "itl_p50": _pct(itl, 0.5),
-                "e2e_p50": _pct(e2e, 0.5),
-                "queue_p50": _pct(queue, 0.5),
-            }.items()
-        },
+        "peaks": stats.peaks,
+        "steps_at_budget": round(stats.steps_at_budget / engine.num_steps, 6) if engine.num_steps else 0.0,
+        "latency_s": stats.latency_s(),
         "throughput": {
             "requests_per_s": round(engine.num_finished / t, 6),
             "prompt_tokens_per_s": round(engine.prompt_tokens / t, 3),
             "generation_tokens_per_s": round(engine.generation_tokens / t, 3),
         },
     }
-    tags: dict[str, list[Any]] = {}
-    for r in fin:
-        if r.tag is not None:
-            tags.setdefault(r.tag, []).append(r)
-    if tags:
+    if stats.tags:
         passes = []
-        for name, reqs in tags.items():
+        for name, tag in stats.tags.items():
             p: dict[str, Any] = {
                 "name": name,
-                "requests": len(reqs),
-                "prefix_cache_hit_tokens": sum(r.prefix_hit_tokens for r in reqs),
+                "requests": tag.requests,
+                "prefix_cache_hit_tokens": tag.prefix_cache_hit_tokens,
             }
             if engine.offload is not None:
-                p["external_prefix_cache_hit_tokens"] = sum(r.external_hit_tokens for r in reqs)
-            ttft_p50 = _pct([r.first_token_time - r.arrival_time for r in reqs], 0.5)  # reqs not empty: never None
-            p["ttft_p50_ms"] = None if ttft_p50 is None else round(1000 * ttft_p50, 1)
+                p["external_prefix_cache_hit_tokens"] = tag.external_prefix_cache_hit_tokens
+            ttft = percentile(tag.ttfts, 0.5)
+            p["ttft_p50_ms"] = None if ttft is None else round(1000 * ttft, 1)
             passes.append(p)
         out["passes"] = passes
     if engine.offload is not None:

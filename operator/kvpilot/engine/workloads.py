@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from kvpilot.engine.request import Request
@@ -52,6 +52,45 @@ class OpenLoop:
     def done(self) -> bool:
         """All requests handed out."""
         return self._i >= len(self.requests)
+
+
+class ArrivalStream:
+    """Open-loop requests drawn from an iterator already in arrival order, one ahead of the clock.
+
+    Unlike :class:`OpenLoop` nothing is held but the next request: memory O(1) whatever the number of requests
+    (``kvpilot simulate``'s report mode and ``--serve``/``--record`` use it for Poisson workloads).
+
+    Raises:
+        ValueError: the iterator goes back in time (``arrival_time`` below the previous one).
+    """
+
+    def __init__(self, requests: Iterable[Request]) -> None:
+        self._it = iter(requests)
+        self._head: Request | None = next(self._it, None)
+
+    def next_arrival_time(self) -> float | None:
+        """Arrival of the next request not yet handed out, or None."""
+        return None if self._head is None else self._head.arrival_time
+
+    def pop_arrivals(self, now: float) -> list[Request]:
+        """Requests with ``arrival_time <= now`` (s) not yet handed out."""
+        out = []
+        head = self._head
+        while head is not None and head.arrival_time <= now:
+            out.append(head)
+            nxt = next(self._it, None)
+            if nxt is not None and nxt.arrival_time < head.arrival_time:
+                raise ValueError(f"arrival_time: request {nxt.request_id!r} arrives before {head.request_id!r}")
+            head = nxt
+        self._head = head
+        return out
+
+    def on_finish(self, request: Request, now: float) -> None:
+        """Open loop: nothing to do."""
+
+    def done(self) -> bool:
+        """All requests handed out."""
+        return self._head is None
 
 
 class ClosedLoop:
@@ -167,8 +206,12 @@ def poisson(
     prefix_len: int = 0,
     start: float = 0.0,
     id_prefix: str = "req",
-) -> OpenLoop:
+    lazy: bool = False,
+) -> OpenLoop | ArrivalStream:
     """Poisson arrivals at ``rate`` requests/s for ``duration`` s or ``num_requests`` requests.
+
+    ``lazy``: an :class:`ArrivalStream` drawing each request when the clock reaches it (the same requests, memory
+    O(1)); default an :class:`OpenLoop` over the whole list (``.requests``).
 
     Shared prefixes: with ``prefix_groups`` > 0 each request picks a group uniformly and its
     prompt starts with that group's ``prefix_len`` tokens (the prompt is at least
@@ -182,16 +225,34 @@ def poisson(
         raise ValueError(f"rate: must be > 0 requests/s, got {rate}")
     if duration is None and num_requests is None:
         raise ValueError("duration: a Poisson workload needs duration or num_requests (bounded)")
+    reqs = _poisson_requests(
+        rate, duration, num_requests, prompt_len, output_len, seed, prefix_groups, prefix_len, start, id_prefix
+    )
+    return ArrivalStream(reqs) if lazy else OpenLoop(list(reqs))
+
+
+def _poisson_requests(
+    rate: float,
+    duration: float | None,
+    num_requests: int | None,
+    prompt_len: int | dict[str, Any],
+    output_len: int | dict[str, Any],
+    seed: int,
+    prefix_groups: int,
+    prefix_len: int,
+    start: float,
+    id_prefix: str,
+) -> Iterator[Request]:
     rng = random.Random(seed)
-    reqs: list[Request] = []
     t = start
+    i = 0
     while True:
         t += rng.expovariate(rate)
         if duration is not None and t >= start + duration:
-            break
-        if num_requests is not None and len(reqs) >= num_requests:
-            break
-        rid = f"{id_prefix}-{len(reqs)}"
+            return
+        if num_requests is not None and i >= num_requests:
+            return
+        rid = f"{id_prefix}-{i}"
         p = sample_length(prompt_len, rng, "prompt_len")
         o = sample_length(output_len, rng, "output_len")
         segments = None
@@ -199,8 +260,8 @@ def poisson(
             g = rng.randrange(prefix_groups)
             p = max(p, prefix_len + 1)
             segments = ((f"prefix-{g}", prefix_len), (rid, p - prefix_len))
-        reqs.append(Request(rid, p, o, arrival_time=t, segments=segments))
-    return OpenLoop(reqs)
+        i += 1
+        yield Request(rid, p, o, arrival_time=t, segments=segments)
 
 
 def document_scan(
@@ -350,7 +411,7 @@ def from_dict(spec: dict[str, Any] | None) -> Any:
         if kind == "idle":
             return OpenLoop([])
         if kind == "poisson":
-            return poisson(**spec)
+            return poisson(**spec, lazy=True)
         if kind == "document_scan":
             return document_scan(**spec)
         if kind == "closed_loop":
@@ -360,6 +421,7 @@ def from_dict(spec: dict[str, Any] | None) -> Any:
             if n is None:
                 raise ValueError("workload.num_requests: required for closed_loop")
             ol = poisson(1.0, num_requests=int(n), **spec)
+            assert isinstance(ol, OpenLoop)  # not lazy
             return ClosedLoop(ol.requests, concurrency=conc, think_time=think)
         if kind == "trace":
             for key in spec:

@@ -290,3 +290,22 @@ def test_negative_counts_rejected():
             num_tokens=1, prompt_tokens=5, generation_tokens=1, preemptions=-1, prefix_queries=0, prefix_hits=0
         )
     assert _value(m, "vllm:prompt_tokens_total") == 0  # nothing applied
+
+
+@pytest.mark.parametrize("version", ["0.10.1", "0.33.0"])
+def test_grouped_inter_token_gaps_count_as_that_many_observations(version):
+    # (0.03 s, 5) and (0.2 s, 1) are six observations: ITL buckets 0.01, 0.025, 0.05, ..., 0.15, 0.2 (vLLM
+    # v1/metrics/loggers.py): 0.03 falls in le=0.05, 0.2 in le=0.2 (upper bounds inclusive); sum 5 x 0.03 + 0.2.
+    grouped, single = _metrics(version), _metrics(version)
+    base = dict(num_tokens=6, prompt_tokens=0, generation_tokens=6, preemptions=0, prefix_queries=0, prefix_hits=0)
+    grouped.record_step(**base, itl_counts=[(0.03, 5), (0.2, 1)])
+    single.record_step(**base, itls=[0.03] * 5 + [0.2])
+    names = ["vllm:inter_token_latency_seconds"] + (["vllm:time_per_output_token_seconds"] if version < "0.11" else [])
+    for name in names:
+        for m in (grouped, single):
+            assert _value(m, f"{name}_count", model_name="Qwen/Qwen2.5-1.5B-Instruct") == 6
+            assert _value(m, f"{name}_bucket", le="0.025") == 0
+            assert _value(m, f"{name}_bucket", le="0.05") == 5
+            assert _value(m, f"{name}_bucket", le="0.15") == 5
+            assert _value(m, f"{name}_bucket", le="0.2") == 6
+            assert _value(m, f"{name}_sum") == pytest.approx(0.35, rel=1e-12)

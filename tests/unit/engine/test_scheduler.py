@@ -158,7 +158,9 @@ def test_metrics_sink_receives_consistent_values():
     assert sum(s["preemptions_reported"] for s in sink.steps) == eng.num_preemptions
     # TTFT and inter-token gaps arrive per step, as vLLM observes them: one TTFT per request, 59 gaps each
     assert sum(len(s["ttfts"]) for s in sink.steps) == 40
-    assert sum(len(s["itls"]) for s in sink.steps) == 40 * 59
+    assert sum(n for s in sink.steps for _, n in s["itl_counts"]) == 40 * 59
+    # grouped as (gap, count): a step's tokens whose previous token ended the previous step share one gap
+    assert all(n >= 1 and gap > 0 for s in sink.steps for gap, n in s["itl_counts"])
     assert len(sink.requests) == 40
     for r in sink.requests:
         ttft = r["queue_time"] + r["prefill_time"]

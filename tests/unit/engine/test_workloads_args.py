@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from kvpilot.engine import Engine, EngineConfig
+from kvpilot.engine.request import Request
 from kvpilot.engine.workloads import (
+    ArrivalStream,
     ClosedLoop,
     document_scan,
     from_dict,
@@ -24,6 +26,28 @@ def test_poisson_is_seeded_and_has_the_right_rate():
     # 5 req/s x 1,000 s = 5,000 expected; Poisson sd = sqrt(5,000) = 70.7; allow 5 sd
     assert abs(len(a) - 5000) < 5 * 70.7
     assert all(0 < t < 1000 for t in a) and a == sorted(a)
+
+
+def test_a_lazy_poisson_stream_hands_out_the_same_requests_when_the_clock_reaches_them():
+    spec = dict(
+        duration=100.0, seed=3, prompt_len={"dist": "uniform", "min": 5, "max": 50}, prefix_groups=2, prefix_len=4
+    )
+    eager = poisson(2.0, **spec).requests
+    stream = poisson(2.0, lazy=True, **spec)
+    t = eager[3].arrival_time
+    assert stream.next_arrival_time() == eager[0].arrival_time
+    assert [r.request_id for r in stream.pop_arrivals(t)] == [r.request_id for r in eager[:4]]
+    assert stream.next_arrival_time() == eager[4].arrival_time and stream.pop_arrivals(t) == []
+    rest = stream.pop_arrivals(float("inf"))
+    got = [(r.request_id, r.prompt_len, r.output_len, r.arrival_time, r.segments) for r in rest]
+    assert got == [(r.request_id, r.prompt_len, r.output_len, r.arrival_time, r.segments) for r in eager[4:]]
+    assert stream.done() and stream.next_arrival_time() is None
+
+
+def test_an_arrival_stream_refuses_to_go_back_in_time():
+    stream = ArrivalStream([Request("a", 5, 1, 2.0), Request("b", 5, 1, 1.0)])
+    with pytest.raises(ValueError, match="^arrival_time: request 'b' arrives before 'a'"):
+        stream.pop_arrivals(5.0)
 
 
 def test_poisson_must_be_bounded_and_positive():
@@ -102,7 +126,8 @@ def test_trace_fields_and_errors():
 
 
 def test_workload_from_dict():
-    assert len(from_dict({"type": "poisson", "rate": 2, "num_requests": 5})) == 5
+    stream = from_dict({"type": "poisson", "rate": 2, "num_requests": 5})  # drawn lazily: no list
+    assert not hasattr(stream, "requests") and len(stream.pop_arrivals(float("inf"))) == 5 and stream.done()
     assert from_dict({"type": "idle"}).done()
     tr = from_dict({"type": "trace", "requests": [{"arrival_time": 1, "prompt_tokens": 5}]})
     assert tr.requests[0].prompt_len == 5

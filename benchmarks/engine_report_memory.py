@@ -1,0 +1,73 @@
+"""Peak memory of ``kvpilot simulate``'s report mode against the number of requests: prints figures (not a test).
+
+Run: .venv/bin/python benchmarks/engine_report_memory.py [--requests 10000 30000 100000]
+
+Each figure is one fresh process (``ru_maxrss``, MiB) running the engine benchmark's trace (Poisson at 50 req/s,
+prompts ~1,000 tokens, outputs ~200, Qwen2.5-1.5B on an H100, max_num_seqs 256, budget 8,192) until every
+request has finished:
+
+- ``report``: :func:`kvpilot.engine.scenarios.run_scenario`, what report mode runs (statistics streamed, Poisson
+  requests drawn as they arrive);
+- ``kept``: the same engine keeping every finished request and its inter-token latencies, over the whole
+  request list built up front (what report mode did before it streamed its statistics);
+- ``floor``: the interpreter with kvpilot's engine imported and nothing run.
+
+Target: ``report`` flat in the number of requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+CHILD = r"""
+import json, resource, sys, time
+mode, n = sys.argv[1], int(sys.argv[2])
+from kvpilot.engine import Engine, EngineConfig
+from kvpilot.engine.scenarios import Scenario, run_scenario
+from kvpilot.engine.workloads import poisson
+flags = dict(gpu="h100-sxm", model="qwen2.5-1.5b", max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=8192)
+wl = dict(rate=50.0, num_requests=n, seed=42,
+          prompt_len={"dist": "normal", "mean": 1000, "std": 200, "min": 100},
+          output_len={"dist": "normal", "mean": 200, "std": 50, "min": 10})
+t0 = time.perf_counter()
+finished = 0
+if mode == "report":
+    rep = run_scenario(Scenario("trace", "benchmark trace", flags, {"type": "poisson", **wl}, None))
+    finished = rep["requests"]["finished"]
+elif mode == "kept":
+    eng = Engine(EngineConfig(**flags), keep_finished=True)
+    eng.run(poisson(**wl))
+    finished = len(eng.finished)
+wall = time.perf_counter() - t0
+print(json.dumps({"rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "finished": finished,
+                  "wall_s": wall}))
+"""
+
+
+def measure(mode: str, n: int) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(n)], check=True, capture_output=True, text=True)
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--requests", type=int, nargs="+", default=[10_000, 30_000, 100_000])
+    ap.add_argument("--no-kept", action="store_true", help="skip the 'kept' runs (the slowest, the largest)")
+    args = ap.parse_args()
+    floor = measure("floor", 0)
+    print(f"floor (engine imported, nothing run): {floor['rss_mib']:.0f} MiB")
+    for n in args.requests:
+        rep = measure("report", n)
+        line = f"{n:>7,} requests: report {rep['rss_mib']:6.0f} MiB ({rep['wall_s']:.1f} s)"
+        if not args.no_kept:
+            kept = measure("kept", n)
+            line += f", kept {kept['rss_mib']:6.0f} MiB ({kept['wall_s']:.1f} s)"
+        print(line + f"; {int(rep['finished']):,} finished", flush=True)
+
+
+if __name__ == "__main__":
+    main()
