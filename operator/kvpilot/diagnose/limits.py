@@ -3,8 +3,9 @@
 Precedence per field (docs/diagnosis.md "Limits"): the command line (it overrides), else the
 VLLMServer spec (when a cluster is reachable), else the pod's container command line (``pod
 args``), else the pod's startup log (``pod log``: ``non-default args``, the chunked-prefill budget
-and KV capacity lines), else ``vllm:cache_config_info`` labels, else vLLM's defaults for the GPU
-tier (``EngineArgs.get_batch_defaults``, ``vllm/engine/arg_utils.py``). Every value carries its
+and KV capacity lines), else the kvpilot operator's ``kvpilot_vllmserver_limit`` gauge (read from
+the same Prometheus, kvpilot.controller.metrics), else ``vllm:cache_config_info`` labels, else vLLM's
+defaults for the GPU tier (``EngineArgs.get_batch_defaults``, ``vllm/engine/arg_utils.py``). Every value carries its
 source, and the report says it.
 
 Pure: the caller passes the spec's ``engine`` dict, the options, the pod's limits and the info labels.
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, overload
 
+from kvpilot.diagnose.signals import OPERATOR_LIMIT_METRIC
 from kvpilot.kv.capacity import (  # vLLM's defaults and GPU tiers, one home
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -60,7 +62,8 @@ class Limit:
     """One limit: ``value`` (None when unknown) and ``source``.
 
     ``source`` is ``cli`` (diagnose options), ``spec`` (VLLMServer), ``pod args`` (the container's
-    command line), ``pod log`` (its startup log), ``cache_config_info``,
+    command line), ``pod log`` (its startup log), ``kvpilot_vllmserver_limit`` (the operator's
+    limits metric), ``cache_config_info``,
     ``derived`` (computed from other limits), ``default`` (vLLM's default for the GPU tier) or
     ``unknown``.
     """
@@ -156,6 +159,7 @@ def resolve_limits(
     gpu_name: str | None = None,
     pod_args: Mapping[str, Any] | None = None,
     pod_log: Mapping[str, Any] | None = None,
+    operator_metric: Mapping[str, float] | None = None,
 ) -> Limits:
     """Resolve every limit with its source.
 
@@ -168,6 +172,9 @@ def resolve_limits(
         gpu_name: the GPU's product name, for the same defaults.
         pod_args: limits from the pod's ``vllm serve`` command line (snake-case names).
         pod_log: limits from the pod's startup log (snake-case names).
+        operator_metric: the operator's ``kvpilot_vllmserver_limit`` values for the pod (``limit`` label
+            -> value: ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``,
+            ``gpu_memory_utilization``, ``kv_cache_tokens``).
 
     Returns:
         :class:`Limits`. ``kv_cache_tokens`` falls back to ``num_gpu_blocks x block_size``
@@ -178,7 +185,7 @@ def resolve_limits(
     ``vllm:cache_config_info`` labels from ``CacheConfig`` (``vllm/config/cache.py``).
     """
     spec_engine, cli, cache_config = spec_engine or {}, cli or {}, cache_config or {}
-    pod_args, pod_log = pod_args or {}, pod_log or {}
+    pod_args, pod_log, operator_metric = pod_args or {}, pod_log or {}, operator_metric or {}
     values: dict[str, Limit] = {}
     for name, (spec_key, info_label) in _FIELDS.items():
         for source, raw in (
@@ -186,6 +193,7 @@ def resolve_limits(
             ("spec", spec_engine.get(spec_key) if spec_key else None),
             ("pod args", pod_args.get(name)),
             ("pod log", pod_log.get(name)),
+            (OPERATOR_LIMIT_METRIC, operator_metric.get(name)),
             ("cache_config_info", cache_config.get(info_label) if info_label else None),
         ):
             value = _convert(name, raw)

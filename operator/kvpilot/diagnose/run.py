@@ -70,7 +70,7 @@ class Options:
         """Seconds the whole run may spend reading its source (None: a recording, no network).
 
         ``deadline`` when given; otherwise ``--prometheus``: 3 x ``timeout`` (the
-        ``len(SIGNAL_DEFS) + 1`` queries run 8 at a time, each bounded by ``timeout``);
+        ``len(SIGNAL_DEFS) + 2`` queries run 8 at a time, each bounded by ``timeout``);
         ``--metrics-url``: the scraping itself (``window``, or the ``--quick`` gap) plus
         2 x ``timeout``.
         """
@@ -256,6 +256,7 @@ def run(opts: Options) -> Report:
             opts.gpu_name,
             pod_args=from_pod.args if from_pod else None,
             pod_log=from_pod.log if from_pod else None,
+            operator_metric=sig.operator_limits,
         )
         diag = diagnose_target(sig, limits, _target_json(key, opts.server, instance), queries, opts.model_config)
         inferred = {name: diag.signals.get(f"inferred_{name}") for name in ("max_num_seqs", "max_num_batched_tokens")}

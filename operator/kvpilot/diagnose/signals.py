@@ -162,6 +162,8 @@ class Signals:
         spelling: canonical family -> the exposed family name that supplied it (says whether
             legacy or escaped names were used).
         cache_config: labels of ``vllm:cache_config_info`` for this target ({} when absent).
+        operator_limits: the kvpilot operator's ``kvpilot_vllmserver_limit`` gauges for this target's
+            namespace and pod (``{limit: value}``, e.g. ``{"max_num_seqs": 4.0}``; {} when absent).
         rejected: signal family (``kv_usage``, ``running``, ``waiting``) -> why its values were
             discarded as impossible (KV usage outside 0-1, a negative request count); they are ``None``.
         window_seconds / end: the window evaluated, ``end`` in Unix seconds.
@@ -172,6 +174,7 @@ class Signals:
     quantiles: dict[str, promql.Quantile] = field(default_factory=dict)
     spelling: dict[str, str] = field(default_factory=dict)
     cache_config: dict[str, str] = field(default_factory=dict)
+    operator_limits: dict[str, float] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
     window_seconds: float = 0.0
     end: float = 0.0
@@ -296,6 +299,42 @@ def _cache_config(samples: Iterable[SampleLike]) -> list[dict[str, str]]:
     return [labels for _, labels in sorted(found.values(), key=lambda x: -x[0])]
 
 
+#: The kvpilot operator's limits metric (kvpilot.controller.metrics, docs/alerting.md): one gauge per
+#: VLLMServer and ``limit``, its ``namespace``/``pod`` labels naming the vLLM pod.
+OPERATOR_LIMIT_METRIC = "kvpilot_vllmserver_limit"
+
+
+class OperatorLimitIndex:
+    """``kvpilot_vllmserver_limit`` values indexed by the vLLM pod they describe (namespace, pod).
+
+    Rows are ``(labels, value)``; a later row for the same (namespace, pod, limit) wins, so pass them
+    oldest first. Values that are not finite are dropped (not a limit).
+    """
+
+    def __init__(self, rows: Iterable[tuple[Mapping[str, str], float]] = ()):
+        self._by_pod: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+        for labels, value in rows:
+            limit, pod = labels.get("limit", ""), labels.get("pod", "")
+            if limit and pod and finite(value) is not None:
+                self._by_pod[(labels.get("namespace", ""), pod)][limit] = float(value)
+
+    def get(self, target: TargetKey) -> dict[str, float]:
+        """``{limit: value}`` for ``target``'s namespace and pod, {} when the operator exports none."""
+        return dict(self._by_pod.get((target.namespace, target.pod), {})) if target.pod else {}
+
+
+def _operator_limits(samples: Iterable, end: float, window_seconds: float) -> OperatorLimitIndex:
+    """The last ``kvpilot_vllmserver_limit`` sample in ``(end - window, end]`` per pod and limit
+    (``last_over_time``, as the Prometheus source asks for it).
+    """
+    rows = sorted(
+        (s.timestamp, dict(s.labels), s.value)
+        for s in samples
+        if s.name == OPERATOR_LIMIT_METRIC and s.timestamp is not None and end - window_seconds < s.timestamp <= end
+    )
+    return OperatorLimitIndex((labels, value) for _, labels, value in rows)
+
+
 class CacheConfigIndex:
     """``cache_config_info`` label sets indexed by where they come from (namespace, pod, instance, job).
 
@@ -348,6 +387,7 @@ def compute_signals(
         end = max(stamps)
     index = _index(samples)
     configs = CacheConfigIndex(_cache_config(samples))
+    operator = _operator_limits(samples, end, window_seconds)
     out: dict[TargetKey, Signals] = {}
     for target, families in index.items():
         values: dict[str, float | None] = {}
@@ -369,6 +409,7 @@ def compute_signals(
             buckets=buckets,
             spelling=spelling,
             cache_config=configs.get(target),
+            operator_limits=operator.get(target),
             window_seconds=window_seconds,
             end=end,
         )

@@ -27,3 +27,5 @@ def test_the_alert_section_goes_from_rule_to_diagnosis():
     # the scenario's cap is 4 (kvpilot.engine.scenarios) and the diagnosis says so
     assert "max_num_seqs_cap (warning" in text or "max_num_seqs_cap (critical" in text
     assert "of 4" in text
+    # read from the operator's limits metric in the same Prometheus, not inferred from the gauges
+    assert "of 4 (kvpilot_vllmserver_limit)" in text

@@ -15,7 +15,9 @@ with two series of the same label set ("vector cannot contain metrics with the s
 which is exactly what a v0.10 server exposing both generations produces. ``or`` keeps the first
 spelling that has data per target (the preference order of
 :func:`kvpilot.diagnose.signals.spellings`), and ``kvpilot_name`` tells which one supplied it.
-The number of queries is fixed (``len(SIGNAL_DEFS) + 1``), whatever the number of targets.
+Two more queries read ``vllm:cache_config_info`` and the kvpilot operator's limits metric
+``kvpilot_vllmserver_limit`` (:func:`operator_limit_query`, joined on namespace and pod), so the number
+of queries is fixed (``len(SIGNAL_DEFS) + 2``), whatever the number of targets.
 
 Queries go through ``prometheus-api-client`` (``custom_query`` with an explicit ``time``; its
 range helpers' default start/end are computed at import time, so they are never relied on).
@@ -24,6 +26,7 @@ Only ``/api/v1/query`` is called.
 
 from __future__ import annotations
 
+import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,9 +39,11 @@ from urllib3.util.retry import Retry
 
 from kvpilot.diagnose import promql
 from kvpilot.diagnose.signals import (
+    OPERATOR_LIMIT_METRIC,
     SIGNAL_DEFS,
     TARGET_LABELS,
     CacheConfigIndex,
+    OperatorLimitIndex,
     SignalDef,
     Signals,
     TargetKey,
@@ -118,6 +123,18 @@ def cache_config_query(window_seconds: float, selectors: Selectors = Selectors()
     return " or ".join(arms)
 
 
+def operator_limit_query(window_seconds: float, selectors: Selectors = Selectors()) -> str:
+    """The kvpilot operator's ``kvpilot_vllmserver_limit`` of every vLLM pod, last value in the window.
+
+    ``max by (namespace, pod, limit)``: two operator replicas (HA) export the same gauge; the labels name
+    the vLLM pod (kvpilot.controller.metrics; a scrape without ``honor_labels`` renames them
+    ``exported_*`` and the join finds nothing, as the alert rules' does).
+    """
+    window = f"[{int(round(window_seconds))}s]"
+    matchers = [m for m in selectors.matchers() if not m.startswith("model_name")]  # the gauge has none
+    return f"max by (namespace, pod, limit) (last_over_time({_selector(OPERATOR_LIMIT_METRIC, matchers)}{window}))"
+
+
 def _well_formed(row: object) -> bool:
     """True for an instant-vector row of the Prometheus HTTP API: ``metric`` a mapping of string
     labels to string values, ``value`` a ``[time, "number"]`` pair (prometheus.io/docs/prometheus/
@@ -133,6 +150,14 @@ def _well_formed(row: object) -> bool:
         and len(value) == 2
         and isinstance(value[1], str)
     )
+
+
+def _number(text: str) -> float:
+    """A sample value of the HTTP API (``"4"``, ``"NaN"``, ``"+Inf"``) as a float; NaN when unreadable."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
 
 
 @dataclass
@@ -197,7 +222,7 @@ class PrometheusSource:
         defs = list(SIGNAL_DEFS)
         queries = [signal_query(sd, window_seconds, selectors) for sd in defs]
         config_q = cache_config_query(window_seconds, selectors)
-        all_queries = queries + [config_q]
+        all_queries = queries + [config_q, operator_limit_query(window_seconds, selectors)]
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             futures = [pool.submit(self._query, q, end) for q in all_queries]
             results: list[list[dict[str, Any]] | SourceError] = []
@@ -231,7 +256,7 @@ class PrometheusSource:
                 keys[ident] = TargetKey(*ident)
             return keys[ident]
 
-        for sd, rows in zip(defs, results[:-1], strict=True):
+        for sd, rows in zip(defs, results[:-2], strict=True):
             if isinstance(rows, SourceError):
                 continue
             bucket_rows: dict[TargetKey, list[tuple[float, float]]] = {}
@@ -254,12 +279,16 @@ class PrometheusSource:
                     sig.values[sd.name] = value
             for key, rows_ in bucket_rows.items():
                 signals_for(key).buckets[sd.name] = sorted(rows_)
-        config_rows = results[-1]
+        config_rows, limit_rows = results[-2], results[-1]
         configs = CacheConfigIndex(
             [] if isinstance(config_rows, SourceError) else [r.get("metric", {}) for r in config_rows]
+        )
+        operator = OperatorLimitIndex(
+            [] if isinstance(limit_rows, SourceError) else [(r["metric"], _number(r["value"][1])) for r in limit_rows]
         )
         out: dict[TargetKey, Signals] = {}
         for key, sig in per_target.items():
             sig.cache_config = configs.get(key)
+            sig.operator_limits = operator.get(key)
             out[key] = finish_signals(sig)
         return PrometheusResult(out, all_queries, notes)
