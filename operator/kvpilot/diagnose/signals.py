@@ -323,14 +323,19 @@ class OperatorLimitIndex:
         return dict(self._by_pod.get((target.namespace, target.pod), {})) if target.pod else {}
 
 
-def _operator_limits(samples: Iterable, end: float, window_seconds: float) -> OperatorLimitIndex:
-    """The last ``kvpilot_vllmserver_limit`` sample in ``(end - window, end]`` per pod and limit
-    (``last_over_time``, as the Prometheus source asks for it).
+def _operator_limits(samples: Iterable[SampleLike], end: float, window_seconds: float) -> OperatorLimitIndex:
+    """The last ``kvpilot_vllmserver_limit`` sample in ``[end - window, end]`` per pod and limit
+    (``last_over_time``, as the Prometheus source asks for it; Prometheus 2.42 ranges include both ends).
     """
     rows = sorted(
-        (s.timestamp, dict(s.labels), s.value)
-        for s in samples
-        if s.name == OPERATOR_LIMIT_METRIC and s.timestamp is not None and end - window_seconds < s.timestamp <= end
+        (
+            (s.timestamp, dict(s.labels), s.value)
+            for s in samples
+            if s.name == OPERATOR_LIMIT_METRIC
+            and s.timestamp is not None
+            and end - window_seconds <= s.timestamp <= end
+        ),
+        key=lambda row: row[0],
     )
     return OperatorLimitIndex((labels, value) for _, labels, value in rows)
 

@@ -58,9 +58,10 @@ def test_a_recording_s_last_limit_sample_in_the_window_is_read():
     samples = [
         Sample("vllm:num_requests_running", vllm, 4.0, 100.0),
         Sample("vllm:num_requests_running", vllm, 4.0, 160.0),
-        Sample("kvpilot_vllmserver_limit", limit, 2.0, 30.0),  # before the 120 s window (40, 160]: ignored
+        Sample("kvpilot_vllmserver_limit", limit, 2.0, 30.0),  # before the 120 s window [40, 160]: ignored
         Sample("kvpilot_vllmserver_limit", limit, 4.0, 100.0),
         Sample("kvpilot_vllmserver_limit", limit, 5.0, 150.0),
+        Sample("kvpilot_vllmserver_limit", {**limit, "limit": "max_model_len"}, 8192.0, 150.0),  # same time
     ]
     [signals] = compute_signals(samples, 120.0, 160.0).values()
-    assert signals.operator_limits == {"max_num_seqs": 5.0}
+    assert signals.operator_limits == {"max_num_seqs": 5.0, "max_model_len": 8192.0}
