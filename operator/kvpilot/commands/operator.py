@@ -8,11 +8,13 @@ from kvpilot.commands._common import fail
 
 DEFAULT_PORT = 8081  # kvpilot.controller.metrics.DEFAULT_PORT (not imported: kopf loads only when run)
 DEFAULT_PATH = "/metrics"
+DEFAULT_PEERING_LIFETIME = 60  # kvpilot.controller.settings.DEFAULT_PEERING_LIFETIME (kopf's default)
 
 _EPILOG = """\b
 Examples:
   kvpilot operator --namespace llm                 watch one namespace
   kvpilot operator --all-namespaces --peering kvpilot   cluster-wide, HA via kopf peering
+  kvpilot operator -n llm --peering kvpilot --peering-lifetime 20   a dead peer blocks for <= 20 s
   kvpilot operator -n llm --standalone --liveness http://0.0.0.0:8080/healthz
   kvpilot operator -n llm --metrics-port 9100 --metrics-path /metrics   limits and reconcile metrics
   kvpilot operator -n llm --metrics-port 0                             no /metrics
@@ -21,7 +23,8 @@ Examples:
 The cluster comes from --kubeconfig, else $KUBECONFIG, else the in-cluster service account,
 else ~/.kube/config. The options are kopf's run options (kopf run --help), and --metrics-*:
 the operator serves each VLLMServer's limits, phase and expiry and its reconcile counters
-(docs/alerting.md); scrape it with honor_labels: true.
+(docs/alerting.md); scrape it with honor_labels: true. Several operators on one host
+(network) each need their own --metrics-port and --liveness port, or --metrics-port 0.
 """
 
 
@@ -37,7 +40,23 @@ the operator serves each VLLMServer's limits, phase and expiry and its reconcile
 @click.option("-A", "--all-namespaces", "clusterwide", is_flag=True, help="Watch every namespace.")
 @click.option("--standalone", is_flag=True, help="No peering: assume this is the only operator.")
 @click.option("-P", "--peering", "peering_name", metavar="NAME", help="kopf peering object name (for HA).")
-@click.option("-p", "--priority", type=int, default=None, help="Priority among peers (kopf's --priority).")
+@click.option(
+    "-p",
+    "--priority",
+    type=int,
+    default=None,
+    help="Priority among peers (kopf's --priority; the highest live one acts). Default with --peering: "
+    "by start time, the longest-running replica acts (replicas sharing one priority would all pause).",
+)
+@click.option(
+    "--peering-lifetime",
+    type=click.IntRange(1, 3600),
+    default=DEFAULT_PEERING_LIFETIME,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --peering: how long a replica stays alive for its peers without a heartbeat "
+    "(a replica killed without a goodbye blocks the others this long).",
+)
 @click.option(
     "--liveness", "liveness_endpoint", metavar="URL", help="Serve a liveness probe, e.g. http://0.0.0.0:8080/healthz."
 )
@@ -60,6 +79,7 @@ def command(
     standalone: bool,
     peering_name: str | None,
     priority: int | None,
+    peering_lifetime: int,
     liveness_endpoint: str | None,
     metrics_port: int,
     metrics_host: str,
@@ -102,6 +122,7 @@ def command(
         peering_name=peering_name,
         liveness_endpoint=liveness_endpoint,
         priority=priority,
+        peering_lifetime=peering_lifetime,
         reload=lambda: load_configuration(kubeconfig, context),
         metrics=metrics,
     )

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
+import socket
 import threading
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -18,7 +21,7 @@ import kubernetes.config
 
 from kvpilot.controller.handlers import build_registry
 from kvpilot.controller.metrics import OperatorMetrics
-from kvpilot.controller.settings import make_settings
+from kvpilot.controller.settings import make_settings, start_order_priority
 
 
 class ClusterConfigError(Exception):
@@ -51,6 +54,13 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     return configuration
 
 
+def operator_identity() -> str:
+    """This replica's name among its peers and in its Events' ``reportingInstance``: ``$POD_NAME``
+    (the Deployment sets it from the downward API), else ``<hostname>/<pid>``.
+    """
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}/{os.getpid()}"
+
+
 def run_operator(
     configuration: kubernetes.client.Configuration,
     *,
@@ -60,6 +70,7 @@ def run_operator(
     peering_name: str | None = None,
     liveness_endpoint: str | None = None,
     priority: int | None = None,
+    peering_lifetime: int | None = None,
     stop_flag: Any = None,
     ready_flag: Any = None,
     loop: asyncio.AbstractEventLoop | None = None,
@@ -74,10 +85,20 @@ def run_operator(
     pre-flight fetch model configs from the Hugging Face Hub; ``reload`` re-reads the cluster
     configuration when kopf must log in again (expired credentials); ``metrics`` receives the
     handlers' counters and the servers' limits (serve it with :meth:`OperatorMetrics.serve`).
+
+    With ``peering_name`` and no ``priority``, the priority follows the start time
+    (:func:`~kvpilot.controller.settings.start_order_priority`): the oldest live replica acts, the
+    others wait; ``peering_lifetime`` is how long a replica killed without a goodbye still blocks
+    the others (kopf's ``settings.peering.lifetime``, 60 s by default). The peer's identity and
+    its Events' ``reportingInstance`` are :func:`operator_identity`.
     """
+    identity = operator_identity()
+    if peering_name and priority is None:
+        priority = start_order_priority(time.time_ns(), random.randrange(1000))
     kopf.run(
         registry=build_registry(configuration, hub=hub, reload=reload, metrics=metrics),
-        settings=make_settings(),
+        settings=make_settings(peering_lifetime=peering_lifetime, reporting_instance=identity),
+        identity=identity,  # type: ignore[arg-type]
         namespaces=list(namespaces),
         clusterwide=clusterwide,
         standalone=standalone,

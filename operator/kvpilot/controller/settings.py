@@ -19,13 +19,39 @@ ANNOTATION_PREFIX = "kvpilot.dev"
 MANAGED_BY_SELECTOR = {LABEL_MANAGED_BY: "kvpilot"}
 
 
-def make_settings(settings: kopf.OperatorSettings | None = None) -> kopf.OperatorSettings:
+#: kopf's default peering lifetime (s): a peer not heard of for this long is dead
+#: (``kopf.OperatorSettings().peering.lifetime``; kopf touches its record 5-10 s before it ends).
+DEFAULT_PEERING_LIFETIME = 60
+#: Longest ``reportingInstance`` of an Event (k8s.io/kubernetes pkg/apis/events/validation:
+#: ``ReportingInstanceLengthLimit = 128``).
+REPORTING_INSTANCE_LIMIT = 128
+
+
+def make_settings(
+    settings: kopf.OperatorSettings | None = None,
+    *,
+    peering_lifetime: int | None = None,
+    reporting_instance: str | None = None,
+) -> kopf.OperatorSettings:
     """Kopf settings for kvpilot: progress and diff-base in ``kvpilot.dev/…`` annotations (status
     keeps only CRD-declared fields), kopf's own log lines not posted as Events (only warnings),
     watches of pods filtered server-side by ``app.kubernetes.io/managed-by=kvpilot``; no
     finalizers (no delete handler: owner references delete the pod and service).
+
+    Args:
+        settings: kopf settings to adjust (a fresh ``kopf.OperatorSettings()`` when None).
+        peering_lifetime: seconds a peer's record in the peering object counts as alive
+            (``settings.peering.lifetime``, default :data:`DEFAULT_PEERING_LIFETIME`): a replica
+            killed without a goodbye blocks the others this long; kopf refreshes the record every
+            ``max(1, lifetime - 5..10)`` s (kopf/_core/engines/peering.py, ``keepalive``).
+        reporting_instance: the Events' ``reportingInstance`` (which replica acted; kopf's
+            default is ``dev``), cut to 128 characters.
     """
     settings = settings or kopf.OperatorSettings()
+    if peering_lifetime is not None:
+        settings.peering.lifetime = peering_lifetime
+    if reporting_instance:
+        settings.posting.reporting_instance = reporting_instance[:REPORTING_INSTANCE_LIMIT]
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
@@ -35,6 +61,21 @@ def make_settings(settings: kopf.OperatorSettings | None = None) -> kopf.Operato
     # Only kvpilot's pods, filtered by the API server (not every pod of the cluster in memory).
     settings.watching.label_selectors["v1", "pods"] = ",".join(f"{k}={v}" for k, v in MANAGED_BY_SELECTOR.items())
     return settings
+
+
+def start_order_priority(started_ns: int, tie_breaker: int) -> int:
+    """The kopf peering priority of a replica that started at ``started_ns`` (ns since the epoch):
+    the earlier a replica started, the higher its priority, so the longest-running live replica
+    acts and a replica that joins (a rollout, a rescheduled pod) waits instead of taking over.
+
+    kopf pauses every operator that sees a live peer of higher *or equal* priority
+    (kopf/_core/engines/peering.py, ``process_peering_event``): replicas of one Deployment sharing
+    one ``--priority`` would all pause. Returns ``-(milliseconds * 1000 + tie_breaker % 1000)``:
+    distinct for replicas started in different milliseconds, the ``tie_breaker`` (random) separates
+    the same millisecond; magnitude below 2**53 (about 1.8e15 in 2026, exact as a JSON number) and
+    below 0, so any explicit ``--priority`` of 0 or more (an operator run by hand) outranks it.
+    """
+    return -((started_ns // 1_000_000) * 1000 + tie_breaker % 1000)
 
 
 def connection_info(configuration: kubernetes.client.Configuration) -> kopf.ConnectionInfo:

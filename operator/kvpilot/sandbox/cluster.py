@@ -104,8 +104,10 @@ class SandboxCluster:
 
         return kubernetes.client.ApiClient(self.configuration())
 
-    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
-        """Write a kubeconfig for this API (context ``kvpilot-sandbox``) and return its path."""
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default", token: str = "sandbox") -> Path:
+        """Write a kubeconfig for this API (context ``kvpilot-sandbox``) and return its path;
+        ``token`` is the bearer token its clients send (:meth:`requests` tells clients apart by it).
+        """
         path = Path(path)
         path.write_text(
             yaml.safe_dump(
@@ -114,7 +116,7 @@ class SandboxCluster:
                     "kind": "Config",
                     "current-context": "kvpilot-sandbox",
                     "clusters": [{"name": "kvpilot-sandbox", "cluster": {"server": self.url}}],
-                    "users": [{"name": "kvpilot-sandbox", "user": {"token": "sandbox"}}],
+                    "users": [{"name": "kvpilot-sandbox", "user": {"token": token}}],
                     "contexts": [
                         {
                             "name": "kvpilot-sandbox",
@@ -162,6 +164,16 @@ class SandboxCluster:
                 ]
 
         return self.call(read)
+
+    def requests(self) -> list[tuple[str, str, str]]:
+        """Every request served so far, in order, as ``(method, path, bearer token or "")``."""
+        assert self.emulator is not None, "the sandbox is not running"
+        served = list(self.emulator._requests)  # kmock records them; a snapshot of the list
+        out = []
+        for request in served:
+            auth = next((v for k, v in request.headers.items() if k.lower() == "authorization"), "")
+            out.append((request.method, request.url.path, auth[7:] if auth.startswith("Bearer ") else ""))
+        return out
 
     def inject(self, verb: str, plural: str, **fault: Any) -> Fault:
         """Answer matching requests with a failure from now on (see :class:`~kvpilot.sandbox.emulator.Fault`).

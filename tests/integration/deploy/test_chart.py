@@ -228,7 +228,8 @@ def test_namespaced_values_use_roles_and_a_kopf_peering_per_namespace():
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kvpilot-operator", "namespace": NS}]
         assert find(docs, "KopfPeering", "kvpilot", ns)
     command = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command[2:5] == ["--namespace=llm", "--namespace=research", "--peering=kvpilot"]
+    assert command[2:6] == ["--namespace=llm", "--namespace=research", "--peering=kvpilot", "--peering-lifetime=60"]
+    assert not [arg for arg in command if arg.startswith("--priority")]  # one shared priority pauses every replica
     assert not [d for d in docs if d["kind"] == "ClusterKopfPeering"]
 
 

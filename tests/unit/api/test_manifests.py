@@ -49,6 +49,8 @@ def test_the_ha_patch_turns_the_deployment_into_two_peering_replicas():
     assert patch == [
         {"op": "replace", "path": "/spec/replicas", "value": 2},
         {"op": "replace", "path": "/spec/template/spec/containers/0/command/3", "value": "--peering=kvpilot"},
+        # kopf's default lifetime; no --priority (replicas sharing one would all pause)
+        {"op": "add", "path": "/spec/template/spec/containers/0/command/4", "value": "--peering-lifetime=60"},
     ]
 
 

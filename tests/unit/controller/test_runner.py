@@ -45,3 +45,29 @@ def test_unusable_kubeconfig_names_the_file(tmp_path, monkeypatch):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(ClusterConfigError, match=str(missing)):
         load_configuration(str(missing))
+
+
+def test_start_order_priority_ranks_the_earlier_replica_higher_and_below_any_explicit_priority():
+    from kvpilot.controller.settings import start_order_priority
+
+    # 2026-12-01T13:00:00Z = 1_796_130_000 s; in ms x 1000 + the tie-breaker, negated
+    started = 1_796_130_000 * 10**9
+    assert start_order_priority(started, 7) == -(1_796_130_000_000 * 1000 + 7)
+    # one millisecond later ranks lower, whatever the tie-breakers
+    assert start_order_priority(started, 999) > start_order_priority(started + 10**6, 0)
+    # the same millisecond: the tie-breaker separates them
+    assert start_order_priority(started, 1) != start_order_priority(started, 2)
+    # exact as a JSON number (below 2**53) and outranked by kopf's default priority 0
+    assert -(2**53) < start_order_priority(started, 999) < 0
+
+
+def test_settings_carry_the_peering_lifetime_and_the_reporting_instance():
+    import kopf
+
+    from kvpilot.commands.operator import DEFAULT_PEERING_LIFETIME as CLI_DEFAULT
+    from kvpilot.controller.settings import DEFAULT_PEERING_LIFETIME, make_settings
+
+    assert CLI_DEFAULT == DEFAULT_PEERING_LIFETIME == kopf.OperatorSettings().peering.lifetime == 60
+    settings = make_settings(peering_lifetime=5, reporting_instance="x" * 200)
+    assert settings.peering.lifetime == 5
+    assert settings.posting.reporting_instance == "x" * 128  # events.k8s.io: at most 128 characters
