@@ -31,6 +31,9 @@ status writable through the main object   with a ``status`` subresource, the mai
                                           schema (:func:`semantics.prune`)
 no selectors                              ``labelSelector`` and ``fieldSelector`` on list/watch
 no-op writes emit events                  an unchanged object keeps its resourceVersion, no event
+no admission                              Pod Security ``baseline``/``restricted`` for pods created in
+                                          a namespace labelled ``pod-security.kubernetes.io/enforce``
+                                          → 403 with the plugin's message (:mod:`podsecurity`)
 any label value accepted                  names, label keys/values, ownerReference uids
                                           validated → 422 (:func:`semantics.validate_metadata`)
 ========================================  =====================================================
@@ -40,8 +43,8 @@ jsonschema installed). Also like a real server: 409 on create of an existing nam
 ``metadata.resourceVersion``; pods get ``status.phase: Pending`` on create and their spec is
 immutable except the fields Kubernetes allows; deleting an owner deletes its dependents
 (owner references, background propagation); finalizers hold deletion
-(``deletionTimestamp``). Not emulated: admission webhooks, CEL validation rules, defaulting from
-the schema, server-side apply, strategic-merge list semantics (treated as a JSON merge patch),
+(``deletionTimestamp``). Not emulated: admission webhooks, other admission plugins, CEL validation
+rules, defaulting from the schema, server-side apply, strategic-merge list semantics (treated as a JSON merge patch),
 graceful pod termination (a deleted pod is gone at once: there is no kubelet).
 
 Legitimate API errors (404, 409, 422 …) are answered as Kubernetes ``Status`` objects, not
@@ -71,7 +74,7 @@ import kmock
 from kmock._internal import apps, enums, rendering  # the pieces kmock's own handlers use
 
 from kvpilot.api.timestamps import now_rfc3339
-from kvpilot.sandbox import semantics
+from kvpilot.sandbox import podsecurity, semantics
 
 NAMESPACES = kmock.resource("", "v1", "namespaces")
 PODS = kmock.resource("", "v1", "pods")
@@ -669,8 +672,14 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         if errors:
             return _invalid(kind, name, errors, kind)
         async with self._lock:
-            if ns is not None and self._get(NAMESPACES, None, ns) is None:
+            namespace = self._get(NAMESPACES, None, ns) if ns is not None else None
+            if ns is not None and namespace is None:
                 return _status(404, "NotFound", f'namespaces "{ns}" not found', name=ns, kind="namespaces")
+            if res == PODS and (enforced := podsecurity.enforced_level(namespace)) is not None:
+                found = podsecurity.violations(body.get("spec") or {}, enforced[0])
+                if found:
+                    message = podsecurity.admission_message(name, *enforced, found)
+                    return _status(403, "Forbidden", message, name=name, kind="pods")
             if self._get(res, ns, name) is not None:
                 what = f"{res.plural}.{res.group}" if res.group else res.plural
                 return _status(409, "AlreadyExists", f'{what} "{name}" already exists', name=name, kind=res.plural)
