@@ -18,6 +18,7 @@ Examples:
   kvpilot operator -n llm --standalone --liveness http://0.0.0.0:8080/healthz
   kvpilot operator -n llm --metrics-port 9100 --metrics-path /metrics   limits and reconcile metrics
   kvpilot operator -n llm --metrics-port 0                             no /metrics
+  kvpilot operator -n llm --allowed-image 'docker.io/vllm/vllm-openai:*' --allowed-service-account vllm
 
 \b
 The cluster comes from --kubeconfig, else $KUBECONFIG, else the in-cluster service account,
@@ -69,6 +70,24 @@ the operator serves each VLLMServer's limits, phase and expiry and its reconcile
 )
 @click.option("--metrics-host", default="0.0.0.0", show_default=True, help="Address /metrics listens on.")
 @click.option("--metrics-path", default=DEFAULT_PATH, show_default=True, help="Path of the metrics endpoint.")
+@click.option(
+    "--allowed-image",
+    "allowed_images",
+    multiple=True,
+    metavar="GLOB",
+    envvar="KVPILOT_ALLOWED_IMAGES",
+    help="Only run VLLMServers whose image matches (repeatable, or comma-separated; e.g. "
+    "'docker.io/vllm/vllm-openai:*'). Others are Invalid (reason NotAllowed). Default: any image.",
+)
+@click.option(
+    "--allowed-service-account",
+    "allowed_service_accounts",
+    multiple=True,
+    metavar="GLOB",
+    envvar="KVPILOT_ALLOWED_SERVICE_ACCOUNTS",
+    help="Only run VLLMServers whose spec.serviceAccountName matches (repeatable, or comma-separated); "
+    "a server naming none is allowed (no token). Default: any.",
+)
 @click.option("--kubeconfig", metavar="FILE", help="Kubeconfig file (default: $KUBECONFIG).")
 @click.option("--context", metavar="NAME", help="Kubeconfig context.")
 @click.option("-v", "--verbose", is_flag=True, help="Log more.")
@@ -84,6 +103,8 @@ def command(
     metrics_port: int,
     metrics_host: str,
     metrics_path: str,
+    allowed_images: tuple[str, ...],
+    allowed_service_accounts: tuple[str, ...],
     kubeconfig: str | None,
     context: str | None,
     verbose: bool,
@@ -101,6 +122,7 @@ def command(
     import kopf
 
     from kvpilot.controller.metrics import OperatorMetrics
+    from kvpilot.controller.policy import SpecPolicy
     from kvpilot.controller.runner import ClusterConfigError, load_configuration, run_operator
 
     kopf.configure(verbose=verbose, quiet=quiet)
@@ -125,4 +147,5 @@ def command(
         peering_lifetime=peering_lifetime,
         reload=lambda: load_configuration(kubeconfig, context),
         metrics=metrics,
+        spec_policy=SpecPolicy.from_options(allowed_images, allowed_service_accounts),
     )

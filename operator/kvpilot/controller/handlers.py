@@ -4,7 +4,8 @@
 
 - ``create``/``resume``/``update`` of a VLLMServer → :meth:`Controller.reconcile_server`:
   validate the spec (an invalid one → phase ``Invalid``, a ``Valid=False`` condition and a
-  Warning Event naming the field, then :class:`kopf.PermanentError`: no pod, no retry loop),
+  Warning Event naming the field, then :class:`kopf.PermanentError`: no pod, no retry loop; the
+  same, reason ``NotAllowed``, for an image or service account outside the operator's allow-list),
   ensure the Service, apply :func:`logic.plan_pods` (adopt, replace on a spec change, never
   restart an ended server), write the status through ``/status``, then the KV pre-flight
   (``KVCapacity``; before the pod only with ``preflight: enforce``, so a slow Hub never
@@ -41,7 +42,7 @@ from kvpilot.api.constants import LABEL_SERVER
 from kvpilot.api.models import PreflightStatus
 from kvpilot.api.quantity import parse_quantity
 from kvpilot.api.timestamps import now_rfc3339
-from kvpilot.controller import failures, logic
+from kvpilot.controller import failures, logic, policy
 from kvpilot.controller.metrics import OperatorMetrics
 from kvpilot.controller.rest import JsonApi, core_path, custom_status_path
 from kvpilot.controller.settings import MANAGED_BY_SELECTOR, connection_info
@@ -69,9 +70,11 @@ class Controller:
         *,
         hub: bool = True,
         retry_policy: failures.RetryPolicy | None = None,
+        spec_policy: policy.SpecPolicy | None = None,
     ) -> None:
         self.hub = hub
         self.retry_policy = retry_policy or failures.RetryPolicy()
+        self.spec_policy = spec_policy or policy.SpecPolicy()
         self._hub_models = HubModelCache()
         #: uids of pods whose node's GPU-memory label the pre-flight has already read.
         self._preflighted_pods: set[str] = set()
@@ -407,6 +410,11 @@ class Controller:
             step[0] = "writing the Invalid status"
             self._write_status(server, logic.invalid_status(server, str(exc), now=now), logger)
             raise kopf.PermanentError(f"invalid spec: {exc}") from None
+        refused = policy.violation(self.spec_policy, pod_obj)
+        if refused is not None:  # the operator's allow-list (kvpilot operator --allowed-image ...)
+            step[0] = "writing the Invalid status"
+            self._write_status(server, logic.invalid_status(server, refused, now=now, reason="NotAllowed"), logger)
+            raise kopf.PermanentError(f"not allowed: {refused}")
         digest = spec_hash(spec)
         step[0] = "listing the server's pods"
         pods = self._pods(namespace, name, pods_index)
@@ -569,6 +577,7 @@ def build_registry(
     reload: Callable[[], kubernetes.client.Configuration] | None = None,
     metrics: OperatorMetrics | None = None,
     retry_policy: failures.RetryPolicy | None = None,
+    spec_policy: policy.SpecPolicy | None = None,
 ) -> kopf.OperatorRegistry:
     """A kopf registry with the VLLMServer operator's handlers, talking to ``configuration``'s cluster.
 
@@ -582,9 +591,11 @@ def build_registry(
         metrics: where the handlers count and time their runs and the VLLMServers' limits are
             kept for ``/metrics`` (:mod:`kvpilot.controller.metrics`); None: a fresh, unserved one.
         retry_policy: the backoff of transient API failures (:class:`failures.RetryPolicy`).
+        spec_policy: the allow-list of images and service accounts (:class:`policy.SpecPolicy`;
+            None: anything allowed).
     """
     registry = kopf.OperatorRegistry()
-    controller = Controller(configuration, hub=hub, retry_policy=retry_policy)
+    controller = Controller(configuration, hub=hub, retry_policy=retry_policy, spec_policy=spec_policy)
     logins = iter(range(1 << 62))
 
     def login(**_: Any) -> kopf.ConnectionInfo:

@@ -21,6 +21,7 @@ import kubernetes.config
 
 from kvpilot.controller.handlers import build_registry
 from kvpilot.controller.metrics import OperatorMetrics
+from kvpilot.controller.policy import SpecPolicy
 from kvpilot.controller.settings import make_settings, start_order_priority
 
 
@@ -77,6 +78,7 @@ def run_operator(
     hub: bool = True,
     reload: Callable[[], kubernetes.client.Configuration] | None = None,
     metrics: OperatorMetrics | None = None,
+    spec_policy: SpecPolicy | None = None,
 ) -> None:
     """Run the operator until stopped (kopf's ``run`` with kvpilot's registry and settings).
 
@@ -84,7 +86,8 @@ def run_operator(
     ``threading.Event`` (or asyncio) flags as :func:`kopf.run` takes them; ``hub`` lets the KV
     pre-flight fetch model configs from the Hugging Face Hub; ``reload`` re-reads the cluster
     configuration when kopf must log in again (expired credentials); ``metrics`` receives the
-    handlers' counters and the servers' limits (serve it with :meth:`OperatorMetrics.serve`).
+    handlers' counters and the servers' limits (serve it with :meth:`OperatorMetrics.serve`);
+    ``spec_policy`` is the allow-list of images and service accounts (None: anything).
 
     With ``peering_name`` and no ``priority``, the priority follows the start time
     (:func:`~kvpilot.controller.settings.start_order_priority`): the oldest live replica acts, the
@@ -96,7 +99,7 @@ def run_operator(
     if peering_name and priority is None:
         priority = start_order_priority(time.time_ns(), random.randrange(1000))
     kopf.run(
-        registry=build_registry(configuration, hub=hub, reload=reload, metrics=metrics),
+        registry=build_registry(configuration, hub=hub, reload=reload, metrics=metrics, spec_policy=spec_policy),
         settings=make_settings(peering_lifetime=peering_lifetime, reporting_instance=identity),
         identity=identity,  # type: ignore[arg-type]
         namespaces=list(namespaces),

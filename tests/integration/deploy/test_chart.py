@@ -322,3 +322,17 @@ def test_notes_print_the_first_commands():
     assert f"kubectl -n {NS} rollout status deployment/kvpilot-operator" in notes
     assert "kubectl get vllmservers -A" in notes
     assert "nvidia.com/gpu.memory" in notes
+
+
+def test_policy_values_become_the_operators_allow_list_flags():
+    docs = render(CHART / "ci" / "no-metrics-values.yaml")
+    command = find(docs, "Deployment", "kvpilot-operator")["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-4:] == [
+        "--allowed-image=docker.io/vllm/vllm-openai:*",
+        "--allowed-image=registry.example.com/vllm/*",
+        "--allowed-service-account=vllm",
+        "--verbose",
+    ]
+    # off by default: the default values render no allow-list flag
+    default = find(render(None), "Deployment", "kvpilot-operator")["spec"]["template"]["spec"]["containers"][0]
+    assert not [arg for arg in default["command"] if arg.startswith("--allowed-")]

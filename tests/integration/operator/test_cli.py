@@ -100,3 +100,36 @@ def test_demo_sections_can_be_extended_in_process():
     ctx = demo.run(Console(file=output, width=160), sections)
     assert seen == {"phase": "Ready", "tokens": 21520}
     assert ctx.cluster.emulator is not None and "Clean up" in output.getvalue()
+
+
+def test_operator_command_takes_the_allow_list_from_its_environment(cluster, namespace, tmp_path):
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "config")
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HF_HUB_OFFLINE": "1"}
+    env["KVPILOT_ALLOWED_IMAGES"] = "registry.example.com/* docker.io/vllm/*"  # whitespace-separated, as click splits
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    proc = subprocess.Popen(
+        [KVPILOT, "operator", "--namespace", namespace, "--standalone", "--quiet", "--metrics-port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        kubernetes.client.CustomObjectsApi(cluster.api_client()).create_namespaced_custom_object(
+            *SERVERS,
+            namespace,
+            "vllmservers",
+            copy.deepcopy(EXPERIMENT),  # the default image vllm/vllm-openai:…
+        )
+        status = wait_for(
+            lambda: (cluster.get("kvpilot.dev/v1alpha1/vllmservers", namespace, "qwen") or {}).get("status"),
+            timeout=30,
+            what="the status",
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert (status["phase"], status["reason"]) == ("Invalid", "NotAllowed")
+    assert "(registry.example.com/*, docker.io/vllm/*)" in status["message"]
+    assert cluster.list("v1/pods", namespace) == []
+    assert proc.returncode == 0, err

@@ -1,0 +1,77 @@
+"""The operator's optional allow-list of images and service accounts. Pure.
+
+Creating a VLLMServer is creating a Pod (docs/security.md): whoever may create one chooses the
+image and the service account the pod runs as. A cluster admin can narrow that in the operator's
+settings (``kvpilot operator --allowed-image … --allowed-service-account …``, the chart's
+``policy.*`` values): a VLLMServer whose pod would run an image or a service account outside the
+lists is ``Invalid``, naming the field, and gets no pod. Empty lists (the default) allow anything.
+
+Patterns are shell globs matched against the whole string (:func:`fnmatch.fnmatchcase`: ``*``
+matches any run of characters including ``/`` and ``:``), so ``docker.io/vllm/vllm-openai:*``
+allows every tag of one repository and ``registry.example.com/*`` a whole registry. Images are
+compared as written in the spec (no registry or tag normalisation: ``vllm/vllm-openai`` and
+``docker.io/vllm/vllm-openai`` are different strings; list both forms if users write both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SpecPolicy:
+    """What the operator lets a VLLMServer's pod run.
+
+    Attributes:
+        allowed_images: glob patterns of the container images allowed (empty: any image).
+        allowed_service_accounts: glob patterns of the ``spec.serviceAccountName`` values allowed
+            (empty: any). A server that names no service account is always allowed: its pod runs
+            as the namespace's ``default`` account without a token (``automountServiceAccountToken:
+            false``).
+    """
+
+    allowed_images: tuple[str, ...] = ()
+    allowed_service_accounts: tuple[str, ...] = ()
+
+    @classmethod
+    def from_options(cls, images: Iterable[str] = (), service_accounts: Iterable[str] = ()) -> SpecPolicy:
+        """A policy from option values; each may hold several patterns separated by commas or spaces."""
+        return cls(_patterns(images), _patterns(service_accounts))
+
+    @property
+    def active(self) -> bool:
+        """True when any list is set."""
+        return bool(self.allowed_images or self.allowed_service_accounts)
+
+
+def _patterns(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(p for v in values for p in v.replace(",", " ").split() if p)
+
+
+def _allowed(value: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatchcase(value, pattern) for pattern in patterns)
+
+
+def violation(policy: SpecPolicy, pod: dict[str, Any]) -> str | None:
+    """The first field of the rendered ``pod`` the policy refuses, as a one-line message naming the
+    VLLMServer field (``spec.image: …``), or None when it is allowed.
+    """
+    spec = pod.get("spec") or {}
+    if policy.allowed_images:
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            image = str(container.get("image") or "")
+            if not _allowed(image, policy.allowed_images):
+                return (
+                    f"spec.image: {image!r} is not among the images this operator allows "
+                    f"({', '.join(policy.allowed_images)})"
+                )
+    account = spec.get("serviceAccountName")
+    if policy.allowed_service_accounts and account and not _allowed(str(account), policy.allowed_service_accounts):
+        return (
+            f"spec.serviceAccountName: {account!r} is not among the service accounts this operator allows "
+            f"({', '.join(policy.allowed_service_accounts)})"
+        )
+    return None

@@ -1,0 +1,48 @@
+"""The operator's allow-list of images and service accounts (kvpilot.controller.policy)."""
+
+from __future__ import annotations
+
+from kvpilot.api import parse_spec
+from kvpilot.controller.policy import SpecPolicy, violation
+from kvpilot.render import render_objects
+
+
+def _pod(**spec) -> dict:
+    return render_objects("qwen", "llm", parse_spec({"model": "Qwen/Qwen2.5-1.5B-Instruct", **spec}))[0]
+
+
+def test_empty_lists_allow_anything():
+    assert not SpecPolicy().active
+    assert violation(SpecPolicy(), _pod(image="evil.example/miner:1", serviceAccountName="admin")) is None
+
+
+def test_image_globs_match_the_whole_string():
+    policy = SpecPolicy.from_options(["docker.io/vllm/vllm-openai:*, registry.example.com/vllm/*"])
+    assert policy.allowed_images == ("docker.io/vllm/vllm-openai:*", "registry.example.com/vllm/*")
+    assert violation(policy, _pod(image="docker.io/vllm/vllm-openai:v0.29.0")) is None
+    assert violation(policy, _pod(image="registry.example.com/vllm/team/a:1")) is None  # * spans "/"
+    # compared as written: the short form of the same repository is another string
+    refused = violation(policy, _pod(image="vllm/vllm-openai:v0.29.0"))
+    assert refused == (
+        "spec.image: 'vllm/vllm-openai:v0.29.0' is not among the images this operator allows "
+        "(docker.io/vllm/vllm-openai:*, registry.example.com/vllm/*)"
+    )
+    assert violation(policy, _pod(image="docker.io/vllm/vllm-openai-evil:1")) is not None  # no prefix match
+
+
+def test_the_default_image_is_checked_too():
+    from kvpilot.api.models import DEFAULT_IMAGE
+
+    refused = violation(SpecPolicy(allowed_images=("registry.example.com/*",)), _pod())
+    assert refused is not None and refused.startswith(f"spec.image: {DEFAULT_IMAGE!r}")
+
+
+def test_service_accounts():
+    policy = SpecPolicy.from_options(service_accounts=["vllm", "team-*"])
+    assert violation(policy, _pod(serviceAccountName="vllm")) is None
+    assert violation(policy, _pod(serviceAccountName="team-a")) is None
+    assert violation(policy, _pod()) is None  # none named: the namespace's default, without a token
+    assert violation(policy, _pod(serviceAccountName="cluster-admin-sa")) == (
+        "spec.serviceAccountName: 'cluster-admin-sa' is not among the service accounts this operator allows "
+        "(vllm, team-*)"
+    )
