@@ -30,8 +30,8 @@ import copy
 import json
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn, cast
 
 import kopf
 import kubernetes.client
@@ -101,7 +101,10 @@ class Controller:
     # ------------------------------------------------------------------ I/O helpers
     def _read_server(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            # the decoded JSON object; the client annotates custom-object reads as ``object``
+            return cast(
+                dict[str, Any], self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -120,7 +123,7 @@ class Controller:
         )
         if logic.is_transition(old, new):
             logger.info(f"{meta['name']}: {old.get('phase')} -> {new.get('phase')} ({new.get('reason')})")
-            kopf.event(
+            _event(
                 server,
                 type=logic.event_type(new),
                 reason=new.get("phase") or "Unknown",
@@ -175,9 +178,9 @@ class Controller:
     def _kv_warning_event(server: dict[str, Any], condition: dict[str, Any], warning: str | None) -> None:
         """A Warning Event when the pre-flight warns and ``server``'s condition was not False already."""
         old = (server.get("status") or {}).get("conditions") or []
-        before = next((c for c in old if c["type"] == condition["type"]), {})
+        before: dict[str, Any] = next((c for c in old if c["type"] == condition["type"]), {})
         if warning and before.get("status") != "False":
-            kopf.event(server, type="Warning", reason=condition["reason"], message=one_line(warning, limit=1024))
+            _event(server, type="Warning", reason=condition["reason"], message=one_line(warning, limit=1024))
 
     def _pods(self, namespace: str, name: str, index: kopf.Index | None = None) -> list[dict[str, Any]]:
         """The server's pods: from kopf's pod index when given (no API request: kopf keeps it from
@@ -297,7 +300,8 @@ class Controller:
             node = (pod.get("spec") or {}).get("nodeName")
             if node:
                 try:
-                    label = (self.core.read_node(node).metadata.labels or {}).get(GPU_MEMORY_LABEL)
+                    node_meta = self.core.read_node(node).metadata
+                    label = ((node_meta and node_meta.labels) or {}).get(GPU_MEMORY_LABEL)
                     if label:
                         return gpu_memory_from_node_label(label), f"{label} MiB (node {node} label {GPU_MEMORY_LABEL})"
                 except (ApiException, KVConfigError):
@@ -374,14 +378,15 @@ class Controller:
         )
         server = dict(server or {})
         meta = server.get("metadata") or {}
-        self._status_from.pop((meta.get("namespace"), meta.get("name")), None)  # the failure status replaces it
+        # the failure status replaces it
+        self._status_from.pop((meta.get("namespace") or "", meta.get("name") or ""), None)
         logger.warning(f"{meta.get('name')}: {failure.reason}: {failure.message}")
         if server.get("metadata", {}).get("uid"):
             try:  # best effort: the status write may be what is failing
                 self._write_status(server, failures.failure_status(server, failure, now=now_rfc3339()), logger)
             except Exception as write_exc:  # noqa: BLE001 - already failing; the Event and the log carry it
                 logger.warning(f"could not write the failure status: {type(write_exc).__name__}")
-            kopf.event(server, type="Warning", reason=failure.reason, message=one_line(failure.message, limit=1024))
+            _event(server, type="Warning", reason=failure.reason, message=one_line(failure.message, limit=1024))
         if failure.permanent:
             raise kopf.PermanentError(failure.message) from None
         raise kopf.TemporaryError(failure.message, delay=failure.delay) from None
@@ -440,7 +445,7 @@ class Controller:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-            kopf.event(
+            _event(
                 server,
                 type="Normal",
                 reason="PodReplaced",
@@ -458,7 +463,7 @@ class Controller:
                         raise
                     raise ApiException(status=409, reason="Conflict: the pod was deleted meanwhile") from None
             else:
-                kopf.event(
+                _event(
                     server,
                     type="Normal",
                     reason="PodCreated",
@@ -560,14 +565,22 @@ def _pod_state(pod: dict[str, Any]) -> tuple[str | None, str | None]:
     return meta.get("uid"), meta.get("resourceVersion")
 
 
-def pods_by_server(namespace: str, labels: Any, body: Any, **_: Any) -> dict[tuple[str, str], dict[str, Any]] | None:
+def _event(obj: Mapping[str, Any], *, type: str, reason: str, message: str) -> None:  # noqa: A002 - kopf.event's keyword
+    """``kopf.event`` for a plain-dict object (kopf reads only its apiVersion, kind and metadata)."""
+    # kopf annotates ``objs`` as its Body view; any mapping works (bodies.build_object_reference)
+    kopf.event(obj, type=type, reason=reason, message=message)  # type: ignore[arg-type]
+
+
+def pods_by_server(
+    namespace: str | None, labels: Any, body: Any, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]] | None:
     """Kopf index of kvpilot's pods: ``(namespace, server name) -> [pod]`` (label ``kvpilot.dev/server``).
 
     Reconciles read a server's pods here instead of listing them (kopf keeps the index from the
     pod watch it runs anyway, and fills it before any handler runs at start-up).
     """
     server = (labels or {}).get(LABEL_SERVER)
-    return {(namespace, server): dict(body)} if server else None
+    return {(namespace, server): dict(body)} if server and namespace is not None else None  # pods are namespaced
 
 
 def build_registry(
