@@ -9,6 +9,7 @@ scheduler and kubelet (:class:`Kubelet`).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import copy
 import threading
 from collections.abc import Callable, Coroutine
@@ -165,11 +166,11 @@ class SandboxCluster:
 
         return self.call(read)
 
-    def requests(self) -> list[tuple[str, str, str]]:
+    def requests(self) -> builtins.list[tuple[str, str, str]]:  # `list` here is the method above
         """Every request served so far, in order, as ``(method, path, bearer token or "")``."""
         assert self.emulator is not None, "the sandbox is not running"
         served = list(self.emulator._requests)  # kmock records them; a snapshot of the list
-        out = []
+        out: builtins.list[tuple[str, str, str]] = []
         for request in served:
             auth = next((v for k, v in request.headers.items() if k.lower() == "authorization"), "")
             out.append((request.method, request.url.path, auth[7:] if auth.startswith("Bearer ") else ""))
