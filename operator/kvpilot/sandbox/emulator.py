@@ -156,14 +156,15 @@ class Fault:
         """True when ``request`` is one this fault answers (and it is not spent)."""
         if self.hits >= self.times or request.resource is None or request.resource.plural != self.plural:
             return False
-        verb = {
+        verbs: dict[enums.action | None, str] = {
             enums.action.CREATE: "create",
             enums.action.UPDATE: "update",
             enums.action.DELETE: "delete",
             enums.action.FETCH: "get",
             enums.action.LIST: "list",
             enums.action.WATCH: "watch",
-        }.get(request.action)
+        }
+        verb = verbs.get(request.action)
         return (
             verb == self.verb
             and (request.subresource or None) == self.subresource
@@ -190,10 +191,25 @@ async def _cut_after_half_an_event(stream: AsyncIterator[Any], request: renderin
             continue
         line = json.dumps(item).encode()
         yield line[: len(line) // 2]
-        transport = request._raw_request.transport  # kmock keeps the aiohttp request privately
+        raw = request._raw_request  # kmock keeps the aiohttp request privately
+        transport = raw.transport if raw is not None else None
         if transport is not None:
             transport.close()  # flushes the half line, then closes: no terminating chunk
         raise _WatchCutError()
+
+
+def _resource_of(request: rendering.Request) -> kmock.resource:
+    """The request's resource: set for every request ``_handle`` serves (it checks)."""
+    if request.resource is None:
+        raise kmock.KubernetesResourceNotFoundError()
+    return request.resource
+
+
+def _name_of(request: rendering.Request) -> str:
+    """The object name of a fetch, update or delete (kmock guesses those actions only for a named path)."""
+    if request.name is None:
+        raise kmock.KubernetesEndpointNotFoundError()
+    return request.name
 
 
 class _WatchCutError(Exception):
@@ -205,7 +221,7 @@ def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
 
-def _pod_spec_without_mutables(spec: dict[str, Any]) -> dict[str, Any]:
+def _pod_spec_without_mutables(spec: dict[str, Any] | None) -> dict[str, Any]:
     spec = {k: v for k, v in (spec or {}).items() if k not in _POD_MUTABLE_SPEC}
     for key in ("containers", "initContainers"):
         if key in spec:
@@ -350,18 +366,15 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         ``text/plain`` log) would otherwise stick to every later answer of that reaction. This
         also skips ``KubernetesEmulator._handle``'s as-posted object tracking.
         """
-        serve = (
-            {
-                enums.action.LIST: self._serve_list,
-                enums.action.WATCH: self._serve_watch,
-                enums.action.FETCH: self._serve_fetch,
-                enums.action.CREATE: self._serve_create,
-                enums.action.UPDATE: self._serve_update,
-                enums.action.DELETE: self._serve_delete,
-            }.get(request.action)
-            if request.resource is not None and request.resource.plural
-            else None
-        )
+        servers: dict[enums.action | None, Callable[[rendering.Request], Any]] = {
+            enums.action.LIST: self._serve_list,
+            enums.action.WATCH: self._serve_watch,
+            enums.action.FETCH: self._serve_fetch,
+            enums.action.CREATE: self._serve_create,
+            enums.action.UPDATE: self._serve_update,
+            enums.action.DELETE: self._serve_delete,
+        }
+        serve = servers.get(request.action) if request.resource is not None and request.resource.plural else None
         if serve is None:
             return await apps.RawHandler._handle(self, request)
         fault = next((f for f in self.faults if f.matches(request)), None)
@@ -370,10 +383,9 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             if not fault.cut_watch:
                 return await fault.response(request)(request)
         result = serve(request)
-        if fault is not None and inspect.isasyncgen(result):
-            result = _cut_after_half_an_event(result, request)
-        if inspect.isasyncgen(result):
-            return await kmock.Response(payload=result)(request)
+        if inspect.isasyncgen(result):  # a watch
+            stream: AsyncIterator[Any] = _cut_after_half_an_event(result, request) if fault is not None else result
+            return await kmock.Response(payload=stream)(request)
         result = await result
         if not isinstance(result, kmock.Response):
             result = kmock.Response(status=200, payload=result)
@@ -431,7 +443,10 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         publish the watch event. Call with ``self._lock`` held.
         """
         self._rv += 1
-        shown = copy.deepcopy(obj if obj is not None else last)
+        state = obj if obj is not None else last
+        if state is None:
+            raise ValueError("_commit: give the new state (obj) or, for a deletion, the final one (last)")
+        shown = copy.deepcopy(state)
         shown["metadata"]["resourceVersion"] = str(self._rv)
         key = (res, ns, name)
         live = self._live_index.setdefault(res, {})
@@ -531,27 +546,28 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
     # ------------------------------------------------------------------ reads
     async def _serve_list(self, request: rendering.Request) -> Any:
         info = self._known(request)
+        res = _resource_of(request)
         try:
             labels, fields = self._selectors(request)
         except ValueError as exc:
             return _status(400, "BadRequest", str(exc))
         async with self._lock:
-            items = self._live(request.resource, lambda o: self._selected(o, request, labels, fields))
+            items = self._live(res, lambda o: self._selected(o, request, labels, fields))
             rv = self._rv
-        res = request.resource
         return {
             "apiVersion": f"{res.group}/{res.version}" if res.group else res.version,
-            "kind": f"{info.kind or res.plural.capitalize()}List",
+            "kind": f"{info.kind or (res.plural or '').capitalize()}List",
             "metadata": {"resourceVersion": str(rv)},
             "items": items,
         }
 
     async def _serve_fetch(self, request: rendering.Request) -> Any:
         self._known(request)
+        res, name = _resource_of(request), _name_of(request)
         async with self._lock:
-            obj = self._get(request.resource, request.namespace, request.name)
+            obj = self._get(res, request.namespace, name)
         if obj is None:
-            return self._not_found(request.resource, request.name)
+            return self._not_found(res, name)
         if request.subresource == "log" and request.resource == PODS:
             return self._serve_log(request, obj)
         if request.subresource not in (None, "status"):
@@ -598,13 +614,14 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         except ValueError as exc:
             yield {"type": "ERROR", "object": _status(400, "BadRequest", str(exc)).payload}
             return
-        res = request.resource
+        res = _resource_of(request)
         since = request.params.get("resourceVersion") or ""
         initial_events = request.params.get("sendInitialEvents") == "true"
         timeout = float(request.params["timeoutSeconds"]) if request.params.get("timeoutSeconds") else None
         bus = self._buses[res]
         async with self._lock:  # one lock for the snapshot and the subscription: no event lost
             marker = await bus.mark()
+            backlog: list[dict[str, Any]]  # watch events: {"type", "object"}
             if since in ("", "0") or initial_events:
                 backlog = [
                     {"type": "ADDED", "object": o}
@@ -651,7 +668,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
     # ------------------------------------------------------------------ writes
     async def _serve_create(self, request: rendering.Request) -> Any:
         info = self._known(request)
-        res, body = request.resource, request.data
+        res, body = _resource_of(request), request.data
         if not isinstance(body, dict):
             return _status(400, "BadRequest", "the request body must be a JSON object")
         meta = body.setdefault("metadata", {})
@@ -667,7 +684,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
         name = meta.get("name") or ""
-        kind = info.kind or res.plural
+        kind = info.kind or res.plural or ""
         errors = semantics.validate_metadata(body, dns1035_name=res.plural == "services" and not res.group)
         if errors:
             return _invalid(kind, name, errors, kind)
@@ -726,7 +743,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             return _status(
                 409,
                 "Conflict",
-                f"Operation cannot be fulfilled on {request.resource.plural} "
+                f"Operation cannot be fulfilled on {_resource_of(request).plural} "
                 f'"{current["metadata"]["name"]}": the object has been modified; '
                 f"please apply your changes to the latest version and try again",
             )
@@ -734,7 +751,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
 
     async def _serve_update(self, request: rendering.Request) -> Any:
         info = self._known(request)
-        res, ns, name, sub = request.resource, request.namespace, request.name, request.subresource
+        res, ns, name, sub = _resource_of(request), request.namespace, _name_of(request), request.subresource
         if sub not in (None, "status") or (sub == "status" and "status" not in info.subresources):
             raise kmock.KubernetesEndpointNotFoundError()
         async with self._lock:
@@ -829,7 +846,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
 
     async def _serve_delete(self, request: rendering.Request) -> Any:
         self._known(request)
-        res, ns, name = request.resource, request.namespace, request.name
+        res, ns, name = _resource_of(request), request.namespace, _name_of(request)
         async with self._lock:
             current = self._get(res, ns, name)
             if current is None:
