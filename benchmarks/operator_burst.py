@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import json
 import os
 import signal
 import statistics
@@ -104,8 +105,37 @@ def wait(predicate: Any, timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def operator_command(kind: str, kubeconfig: Path) -> list[str]:
+#: ``--kopf KEY=VALUE``: the kvpilot operator started through :func:`kvpilot.controller.runner.run_operator`
+#: with these kopf settings set first (what ``kvpilot operator`` does otherwise: quiet, Hub offline).
+LAUNCH_WITH_SETTINGS = """
+import json, sys
+import kopf
+from kvpilot.controller.runner import load_configuration, run_operator
+kopf.configure(quiet=True)
+settings = kopf.OperatorSettings()
+for key, value in json.loads(sys.argv[3]).items():
+    section, name = key.split(".")
+    setattr(getattr(settings, section), name, value)
+run_operator(load_configuration(sys.argv[1]), namespaces=[sys.argv[2]], standalone=True, settings=settings)
+"""
+
+
+def kopf_settings(pairs: list[str]) -> dict[str, Any]:
+    """``["queueing.worker_limit=20"]`` -> ``{"queueing.worker_limit": 20}`` (values as JSON, else strings)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def operator_command(kind: str, kubeconfig: Path, settings: dict[str, Any] | None = None) -> list[str]:
     """The operator's command line."""
+    if kind == "kvpilot" and settings:
+        return [sys.executable, "-c", LAUNCH_WITH_SETTINGS, str(kubeconfig), NS, json.dumps(settings)]
     if kind == "kvpilot":
         return [
             sys.executable,
@@ -141,7 +171,7 @@ def server(name: str) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "VLLMServer", "metadata": {"name": name}, "spec": SPEC}
 
 
-def run_once(kind: str, n: int, timeout: float) -> dict[str, Any]:
+def run_once(kind: str, n: int, timeout: float, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """One burst of ``n`` servers against a fresh sandbox; the figures of that run."""
     Record.servers, Record.pods = {}, {}
     with SandboxCluster(strict=False, timeout=60) as cluster, tempfile.TemporaryDirectory() as tmp:
@@ -151,7 +181,7 @@ def run_once(kind: str, n: int, timeout: float) -> dict[str, Any]:
         kubeconfig = cluster.write_kubeconfig(Path(tmp) / "kubeconfig", NS)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "operator")}
         proc = subprocess.Popen(
-            operator_command(kind, kubeconfig), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            operator_command(kind, kubeconfig, settings), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
         try:
             custom = kubernetes.client.CustomObjectsApi(client)
@@ -227,14 +257,26 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the Pods of one burst")
     ap.add_argument("--operators", default="bare,kvpilot")
+    ap.add_argument(
+        "--kopf",
+        action="append",
+        default=[],
+        metavar="SECTION.NAME=VALUE",
+        help="a kopf setting for kvpilot's operator, e.g. queueing.worker_limit=20 (repeatable; floor: kopf's own)",
+    )
     args = ap.parse_args()
+    settings = kopf_settings(args.kopf)
     kinds = args.operators.split(",")
     for n in (int(x) for x in args.servers.split(",")):
         runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
         for _ in range(args.repeat):
             for kind in kinds:  # interleaved, so both see the same machine load
-                runs[kind].append(run_once(kind, n, args.timeout))
-        print(f"\n{n} VLLMServers, median of {args.repeat}:")
+                runs[kind].append(run_once(kind, n, args.timeout, settings))
+        print(
+            f"\n{n} VLLMServers, median of {args.repeat}"
+            + (f", kvpilot with kopf settings {settings}" if settings else "")
+            + ":"
+        )
         print(f"  {'operator':<8} {'all Pods s':>10} {'p50 s':>7} {'p99 s':>7} {'CPU ms/srv':>10} {'RSS MiB':>8}")
         for kind in kinds:
             r = runs[kind]

@@ -79,6 +79,7 @@ def run_operator(
     reload: Callable[[], kubernetes.client.Configuration] | None = None,
     metrics: OperatorMetrics | None = None,
     spec_policy: SpecPolicy | None = None,
+    settings: kopf.OperatorSettings | None = None,
 ) -> None:
     """Run the operator until stopped (kopf's ``run`` with kvpilot's registry and settings).
 
@@ -87,7 +88,8 @@ def run_operator(
     pre-flight fetch model configs from the Hugging Face Hub; ``reload`` re-reads the cluster
     configuration when kopf must log in again (expired credentials); ``metrics`` receives the
     handlers' counters and the servers' limits (serve it with :meth:`OperatorMetrics.serve`);
-    ``spec_policy`` is the allow-list of images and service accounts (None: anything).
+    ``spec_policy`` is the allow-list of images and service accounts (None: anything);
+    ``settings``: kopf settings to start from (kvpilot's are applied on top, :func:`make_settings`).
 
     With ``peering_name`` and no ``priority``, the priority follows the start time
     (:func:`~kvpilot.controller.settings.start_order_priority`): the oldest live replica acts, the
@@ -100,7 +102,7 @@ def run_operator(
         priority = start_order_priority(time.time_ns(), random.randrange(1000))
     kopf.run(
         registry=build_registry(configuration, hub=hub, reload=reload, metrics=metrics, spec_policy=spec_policy),
-        settings=make_settings(peering_lifetime=peering_lifetime, reporting_instance=identity),
+        settings=make_settings(settings, peering_lifetime=peering_lifetime, reporting_instance=identity),
         identity=identity,  # type: ignore[arg-type]
         namespaces=list(namespaces),
         clusterwide=clusterwide,

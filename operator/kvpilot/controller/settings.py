@@ -17,6 +17,13 @@ from kvpilot.api.constants import LABEL_MANAGED_BY
 #: ``status``: a real API server prunes status fields the CRD does not declare).
 ANNOTATION_PREFIX = "kvpilot.dev"
 MANAGED_BY_SELECTOR = {LABEL_MANAGED_BY: "kvpilot"}
+#: Threads running the synchronous handlers (kopf's ``settings.execution.max_workers``). Each
+#: reconcile waits on three or more API round trips, so the thread count, not the CPU, bounds how
+#: many are in flight; Python's default pool, ``min(32, CPUs + 4)``, is 6 on a 2-core node, and a
+#: 1,000-server burst then queues behind round trips (create->Pod p50 10 s at 6 threads, 3.4-5.4 s
+#: at 20-32 on the benchmark machine, ``docs/performance.md``). More threads buy little: the
+#: GIL and kopf's event loop bind next.
+HANDLER_THREADS = 20
 
 
 #: kopf's default peering lifetime (s): a peer not heard of for this long is dead
@@ -36,7 +43,8 @@ def make_settings(
     """Kopf settings for kvpilot: progress and diff-base in ``kvpilot.dev/…`` annotations (status
     keeps only CRD-declared fields), kopf's own log lines not posted as Events (only warnings),
     watches of pods filtered server-side by ``app.kubernetes.io/managed-by=kvpilot``; no
-    finalizers (no delete handler: owner references delete the pod and service).
+    finalizers (no delete handler: owner references delete the pod and service);
+    :data:`HANDLER_THREADS` handler threads unless ``settings`` already says how many.
 
     Args:
         settings: kopf settings to adjust (a fresh ``kopf.OperatorSettings()`` when None).
@@ -58,6 +66,8 @@ def make_settings(
     )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    if settings.execution.max_workers is None:
+        settings.execution.max_workers = HANDLER_THREADS
     # Only kvpilot's pods, filtered by the API server (not every pod of the cluster in memory).
     settings.watching.label_selectors["v1", "pods"] = ",".join(f"{k}={v}" for k, v in MANAGED_BY_SELECTOR.items())
     return settings

@@ -71,3 +71,17 @@ def test_settings_carry_the_peering_lifetime_and_the_reporting_instance():
     settings = make_settings(peering_lifetime=5, reporting_instance="x" * 200)
     assert settings.peering.lifetime == 5
     assert settings.posting.reporting_instance == "x" * 128  # events.k8s.io: at most 128 characters
+
+
+def test_settings_give_the_handlers_their_thread_pool_unless_the_caller_chose():
+    import kopf
+
+    from kvpilot.controller.settings import HANDLER_THREADS, make_settings
+
+    settings = make_settings()
+    assert settings.execution.max_workers == HANDLER_THREADS == 20
+    assert settings.execution.executor._max_workers == 20  # the pool kopf runs sync handlers in
+    chosen = kopf.OperatorSettings()
+    chosen.execution.max_workers = 3
+    assert make_settings(chosen).execution.max_workers == 3
+    assert make_settings(chosen).persistence.diffbase_storage.key == "last-handled-configuration"
