@@ -57,6 +57,11 @@ from kvpilot.vllm.startup_log import parse_kv_cache_report
 #: Upper bound of log bytes read to find the KV line (vLLM prints it within its first few
 #: hundred lines; 8 MiB is far beyond that and bounds the read).
 LOG_LIMIT_BYTES = 8 * 2**20
+#: Lines and bytes of a failed pod's log read for the root cause (vLLM V1 prints it above the API
+#: server's traceback, beyond the kubelet's 2,048-byte termination message; 200 lines hold both
+#: tracebacks of an engine start-up failure).
+FAILURE_LOG_LINES = 200
+FAILURE_LOG_BYTES = 256 * 2**10
 #: The node label NVIDIA GPU feature discovery sets (MiB), for the KV pre-flight.
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 
@@ -258,6 +263,27 @@ class Controller:
             return None
         report = parse_kv_cache_report(text or "")
         return None if report is None else (report.kv_cache_tokens, report.max_concurrency)
+
+    def _failure_log(self, pod: dict[str, Any], logger: logging.Logger) -> str | None:
+        """The end of a failed pod's vLLM log (bounded: :data:`FAILURE_LOG_LINES` lines, at most
+        :data:`FAILURE_LOG_BYTES`), or None when it cannot be read (the termination message is
+        used then).
+        """
+        meta = pod["metadata"]
+        try:
+            return str(
+                self.core.read_namespaced_pod_log(
+                    meta["name"],
+                    meta["namespace"],
+                    container="vllm",
+                    tail_lines=FAILURE_LOG_LINES,
+                    limit_bytes=FAILURE_LOG_BYTES,
+                )
+                or ""
+            )
+        except ApiException as exc:
+            logger.warning(f"could not read the log of failed pod {meta['name']}: {exc.status} {exc.reason}")
+            return None
 
     # ------------------------------------------------------------------ KV pre-flight
     def _model_files(self, namespace: str, spec: VLLMServerSpec) -> tuple[dict | None, int | None, str]:
@@ -530,6 +556,11 @@ class Controller:
                 return
             report = logic.pod_report(pod)
             kv = None
+            failure_log = None
+            if report.phase == "Failed" and not (
+                status.get("podUid") == pod["metadata"].get("uid") and status.get("phase") == "Failed"
+            ):
+                failure_log = self._failure_log(pod, logger)
             same_pod = status.get("podUid") == pod["metadata"].get("uid")
             if report.ready and not (same_pod and status.get("kvCacheTokens") is not None):
                 kv = self._kv_from_log(pod, logger)
@@ -541,6 +572,7 @@ class Controller:
                 spec_hash=status["specHash"],
                 command=status.get("command"),
                 kv=kv,
+                failure_log=failure_log,
             )
             server = self._write_status(server, new, logger)
             self._remember_pod_state(namespace, name, pod)

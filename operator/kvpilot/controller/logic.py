@@ -21,6 +21,7 @@ from kvpilot.api import VLLM_PORT
 from kvpilot.api.constants import ANNOTATION_SPEC_HASH
 from kvpilot.api.timestamps import rfc3339
 from kvpilot.text.safe import one_line, redact_argv
+from kvpilot.vllm.failure_log import root_cause
 
 #: Phases after which the operator never starts a pod on its own (docs/operator.md, "Phases": an expired or
 #: failed server stays, with its pod, until a person changes the spec or deletes it).
@@ -56,13 +57,17 @@ def last_lines(text: str | None, count: int = TERMINATION_LINES) -> str:
     return " | ".join(lines[-count:])
 
 
-def pod_report(pod: dict[str, Any], ttl_seconds: int | None = None) -> PodReport:
+def pod_report(pod: dict[str, Any], ttl_seconds: int | None = None, failure_log: str | None = None) -> PodReport:
     """Map a Pod to the VLLMServer phase (docs/operator.md, "Phases": Pending | Loading | Ready | Failed | Expired).
 
     - ``Failed`` with reason ``DeadlineExceeded`` → Expired (the TTL ended it);
     - ``Failed`` otherwise → Failed: the container's termination reason (``OOMKilled``,
-      ``Error`` …) and exit code, plus the last lines of its termination message (with
-      ``FallbackToLogsOnError`` that is the end of vLLM's log);
+      ``Error`` …) and exit code, then the root cause vLLM printed
+      (:func:`kvpilot.vllm.failure_log.root_cause` of ``failure_log``, the end of the
+      container's log when the caller read it, else of the termination message), then the last
+      lines of its termination message (with ``FallbackToLogsOnError`` that is the end of vLLM's
+      log: at most 80 lines or 2,048 bytes, often only vLLM V1's "Engine core initialization
+      failed. See root cause above." and the API server's traceback);
     - ``Succeeded`` → Failed (a server that exits has stopped serving);
     - ``Pending``: ``PodScheduled=False`` → the scheduler's reason and message (e.g.
       ``0/3 nodes are available: 3 Insufficient nvidia.com/gpu``); a waiting container → its
@@ -84,7 +89,12 @@ def pod_report(pod: dict[str, Any], ttl_seconds: int | None = None) -> PodReport
         if terminated:
             reason = terminated.get("reason") or "Error"
             tail = last_lines(terminated.get("message"))
-            message = f"vLLM exited with code {terminated.get('exitCode')} ({reason})" + (f": {tail}" if tail else "")
+            cause = root_cause(failure_log) or root_cause(terminated.get("message"))
+            message = f"vLLM exited with code {terminated.get('exitCode')} ({reason})"
+            if cause and cause not in tail:
+                message += f": {cause}" + (f"; log ends: {tail}" if tail else "")
+            elif tail:
+                message += f": {tail}"
         else:
             reason = status.get("reason") or "PodFailed"
             message = status.get("message") or f"pod phase {phase}"
@@ -152,6 +162,7 @@ def server_status(
     spec_hash: str,
     command: list[str] | None = None,
     kv: tuple[int, float | None] | None = None,
+    failure_log: str | None = None,
 ) -> dict[str, Any]:
     """The VLLMServer ``status`` for its current pod (every key declared in the CRD's status schema).
 
@@ -164,6 +175,8 @@ def server_status(
         spec_hash: hash of the spec the pod is (or would be) made from.
         command: the ``vllm serve`` argv of that spec.
         kv: ``(kvCacheTokens, maxConcurrency)`` read from the pod's log, when just read.
+        failure_log: the end of a failed pod's log, when just read (its root cause leads the
+            message, :func:`pod_report`); a failed pod's later events keep that message.
 
     Returns:
         the complete status; keys that do not apply are absent (callers diff it with
@@ -188,8 +201,15 @@ def server_status(
             report = PodReport("Pending", "PodMissing", "no pod yet")
     else:
         pod_spec = pod.get("spec") or {}
-        report = pod_report(pod, pod_spec.get("activeDeadlineSeconds"))
+        report = pod_report(pod, pod_spec.get("activeDeadlineSeconds"), failure_log)
         pod_meta = pod.get("metadata") or {}
+        if (
+            report.phase == "Failed"
+            and failure_log is None
+            and old.get("podUid") == pod_meta.get("uid")
+            and (old.get("phase"), old.get("reason")) == ("Failed", report.reason)
+        ):  # a terminated container does not change: keep the message its log was read for
+            report = PodReport(report.phase, report.reason, old.get("message") or report.message)
         status.update(podName=pod_meta.get("name"), podUid=pod_meta.get("uid"))
         start = (pod.get("status") or {}).get("startTime")
         if start:

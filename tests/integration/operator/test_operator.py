@@ -290,6 +290,40 @@ def test_failed_start_reports_the_termination_message_and_is_not_restarted(clust
     assert [p["metadata"]["uid"] for p in pods] == [pod["metadata"]["uid"]]
 
 
+def test_failed_start_puts_vllms_root_cause_first(cluster, api, namespace, operator, kubelet, fixtures_dir):
+    # vLLM V1's last lines only say "See root cause above"; the kubelet keeps the last 2,048 bytes of
+    # the log as the termination message (FallbackToLogsOnError), which miss the cause: the operator
+    # reads the end of the log (bounded) once the pod failed.
+    log = (fixtures_dir / "vllm-failures" / "v1-kv-cache-too-small.log").read_text()
+    termination = log.encode()[-2048:].decode()
+    cause = next(line for line in log.splitlines() if line.startswith("(EngineCore_DP0 pid=312) ValueError: "))
+    cause = cause.removeprefix("(EngineCore_DP0 pid=312) ")
+    with operator():
+        pod = _started_pod(cluster, api, namespace, kubelet, log=log)
+        kubelet.fail(namespace, pod["metadata"]["name"], exit_code=1, reason="Error", message=termination)
+        status = wait_for(
+            lambda: _status(cluster, namespace).get("phase") == "Failed" and _status(cluster, namespace),
+            what="phase Failed",
+        )
+        event = _wait_event(cluster, namespace, lambda e: e["reason"] == "Failed")
+        # a later event of the same pod (a label on it) keeps the message
+        kubernetes.client.CoreV1Api(api).patch_namespaced_pod(
+            pod["metadata"]["name"], namespace, {"metadata": {"labels": {"seen": "yes"}}}
+        )
+        wait_for(lambda: _pods(cluster, namespace)[0]["metadata"]["labels"].get("seen"), what="the pod label")
+        later = _status(cluster, namespace)
+    assert status["message"].startswith(f"vLLM exited with code 1 (Error): {cause}; log ends: ")
+    assert status["message"].endswith(
+        "RuntimeError: Engine core initialization failed. See root cause above. "
+        "Failed core proc(s): {'EngineCore_DP0': 1}"
+    )
+    assert cause in event["message"]
+    assert later["message"] == status["message"]
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/log"
+    logs = [p for m, p, _ in cluster.requests() if m == "GET" and p == path]
+    assert len(logs) == 1  # read once, for the failure
+
+
 def _model_config_map(api, namespace: str, fixtures_dir) -> None:
     config = (fixtures_dir / "hf-configs" / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text()
     # Qwen2.5-1.5B-Instruct in bf16: 1,543,714,304 parameters x 2 bytes (its safetensors index total_size)
