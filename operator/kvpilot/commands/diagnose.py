@@ -59,7 +59,11 @@ class _WindowParam(DurationParam):
 @click.command(name="diagnose", cls=_DiagnoseCommand)
 @click.option("--prometheus", metavar="URL", help="Prometheus base URL (one query per signal for all targets).")
 @click.option("--metrics-url", metavar="URL", help="A vLLM /metrics URL, scraped repeatedly over the window.")
-@click.option("--recording", metavar="FILE", help="A recording (OpenMetrics with timestamps, from simulate --record).")
+@click.option(
+    "--recording",
+    metavar="FILE",
+    help="A recording (OpenMetrics with timestamps, from simulate --record; gzip too), read as a stream.",
+)
 @click.option("-n", "--namespace", default="", help="Kubernetes namespace of the target(s).")
 @click.option("--server", default="", help="VLLMServer name (its spec gives the limits when a cluster is reachable).")
 @click.option("--pod", default="", help="Pod name of the target.")

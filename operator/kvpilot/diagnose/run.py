@@ -206,6 +206,8 @@ def run(opts: Options) -> Report:
         source = f"prometheus {opts.prometheus}"
         window_seconds = opts.window_seconds
     else:
+        newest: float | None = None  # the source's newest timestamp, when it knows it
+        samples: list[Any]  # kvpilot.metrics.exposition.Sample or sources.recording.WindowSample
         if opts.metrics_url:
             from kvpilot.diagnose.sources.scrape import scrape_series
 
@@ -227,14 +229,18 @@ def run(opts: Options) -> Report:
             else:
                 notes.append(f"{scrapes} scrapes every {fig(opts.scrape_interval, 3)} s.")
         elif opts.recording:
-            from kvpilot.diagnose.sources.recording import load_recording
+            from kvpilot.diagnose.sources.recording import read_window
 
-            samples = load_recording(opts.recording)
+            # streamed: only the window's samples of the series the signals read are kept
+            recording = read_window(opts.recording, opts.window_seconds, opts.end)
+            samples, newest = recording.samples, recording.last_timestamp
             source = f"recording {opts.recording}"
         else:
             raise SourceError("no source: give --prometheus URL, --metrics-url URL or --recording FILE")
         stamps = [s.timestamp for s in samples if s.timestamp is not None]
-        end = opts.end if opts.end is not None else (max(stamps) if stamps else time.time())
+        if newest is None and stamps:
+            newest = max(stamps)
+        end = opts.end if opts.end is not None else (newest if newest is not None else time.time())
         window = opts.window_seconds
         if opts.metrics_url and stamps:
             window = max(1e-3, max(stamps) - min(stamps)) if opts.quick else window

@@ -17,14 +17,13 @@ from __future__ import annotations
 import functools
 import gzip
 import json
-import os
-import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from tests.support.child import run_measured
 
 TIMEOUT_S = 2.0
 MAX_RSS_KIB = 400 * 1024
@@ -139,24 +138,10 @@ def diagnose(*args: str, budget: float, timeout: float = TIMEOUT_S) -> tuple[int
     """Run ``kvpilot diagnose ARGS`` in a child: ``(exit code, stderr, seconds, peak RSS KiB)``;
     the child is killed (and the test fails) when it outlives ``budget`` seconds.
     """
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kvpilot.cli", "diagnose", "--no-kube", "--timeout", f"{timeout:g}s", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    run = run_measured(
+        [sys.executable, "-m", "kvpilot.cli", "diagnose", "--no-kube", "--timeout", f"{timeout:g}s", *args], budget
     )
-    killer = threading.Timer(budget, proc.kill)
-    killer.start()
-    try:
-        stderr = proc.stderr.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        killer.cancel()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    elapsed = time.monotonic() - started
-    assert elapsed < budget, f"still running after {budget} s (killed)"
-    return proc.returncode, stderr, elapsed, usage.ru_maxrss
+    return run.code, run.stderr, run.seconds, run.rss_kib
 
 
 # (mode, source flag, extra args, words in the one error line, run deadline in s)

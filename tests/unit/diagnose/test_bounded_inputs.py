@@ -65,15 +65,17 @@ def test_a_well_formed_row():
     assert _well_formed({"metric": {"pod": "p", "namespace": "n"}, "value": [1.5, "4"]})
 
 
-def test_a_recording_over_the_limit_is_refused_before_reading(tmp_path):
+def test_a_recording_without_line_breaks_is_refused_at_the_line_bound(tmp_path):
+    """33 MiB of NULs (a sparse file: no line break): one line over MAX_LINE_CHARS, refused before read whole."""
     from click.testing import CliRunner
 
     from kvpilot.cli import cli
-    from kvpilot.diagnose.sources.recording import MAX_RECORDING_BYTES
+    from kvpilot.metrics.recording import MAX_LINE_CHARS
 
     path = tmp_path / "big.om"
-    with open(path, "wb") as fh:  # a sparse file: 33 MiB of size, nothing written
-        fh.truncate(MAX_RECORDING_BYTES + 2**20)
+    with open(path, "wb") as fh:
+        fh.truncate(33 * 2**20)
     result = CliRunner().invoke(cli, ["diagnose", "--recording", str(path), "--no-kube"])
     assert result.exit_code == 3
-    assert "33.0 MiB, more than the limit of 32 MiB" in result.output
+    assert MAX_LINE_CHARS == 1_048_576
+    assert "line 1: line longer than 1,048,576 characters (the limit for a recording)" in result.output
