@@ -193,4 +193,6 @@ def make_engine(*, with_metrics: bool = False, **flags: Any) -> Engine:
             },
             max_model_len=config.max_model_len,
         )
-    return Engine(config, metrics=metrics, keep_finished=False)
+    # one step at a time: the step records and snapshots here are taken after every step (the fast-forward's
+    # equality with stepping is tests/unit/engine/test_fast_forward.py's)
+    return Engine(config, metrics=metrics, keep_finished=False, fast_forward=False)

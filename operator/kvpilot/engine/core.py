@@ -51,6 +51,7 @@ from kvpilot.engine.request import Request
 from kvpilot.gpus import gpu_profile
 
 _NEVER = 1 << 62  # a token count no request reaches
+_INF = float("inf")
 
 
 class MetricsSink(Protocol):
@@ -59,7 +60,7 @@ class MetricsSink(Protocol):
     def set_queue(
         self, *, running: int, waiting: int, waiting_capacity: int, waiting_deferred: int, kv_cache_usage: float
     ) -> None:
-        """Gauges after each step; ``kv_cache_usage`` 0-1 as ``BlockPool.get_usage``."""
+        """Gauges after each step (once per fast-forwarded stretch); ``kv_cache_usage`` 0-1 (``BlockPool.usage``)."""
 
     def record_step(
         self,
@@ -127,7 +128,13 @@ class Workload(Protocol):
 
 @dataclass(slots=True)
 class StepOutput:
-    """What one step did. Times in simulated seconds, counts in tokens unless said."""
+    """What one step did. Times in simulated seconds, counts in tokens unless said.
+
+    ``num_steps`` > 1: a fast-forwarded stretch of pure-decode steps (``kvpilot.engine.fast_forward``):
+    ``start`` of the first, ``duration`` to the end of the last, ``num_tokens`` / ``num_scheduled`` per step
+    (the same in each), ``generation_tokens`` and ``itl_counts`` summed over the steps, the state after the last.
+    ``itl_counts``: the inter-token gaps as ``(gap s, count)``.
+    """
 
     start: float
     duration: float
@@ -152,7 +159,7 @@ class StepOutput:
     num_steps: int = 1
 
 
-def _group_gaps(common: float, num_common: int, others: list[float]) -> list[tuple[float, int]]:
+def group_gaps(common: float, num_common: int, others: list[float]) -> list[tuple[float, int]]:
     """A step's inter-token gaps as ``(gap, count)``: the shared gap first, then the others one by one."""
     groups = [(common, num_common)] if num_common else []
     groups.extend((gap, 1) for gap in others)
@@ -169,6 +176,9 @@ class Engine:
         keep_finished: keep finished requests in ``finished`` (memory grows with every request).
         track_itls: record inter-token latencies (``StepOutput.itl_counts``, and each request's ``itls``
             when ``keep_finished``); default: when there is a ``metrics`` sink or ``keep_finished``.
+        fast_forward: in :meth:`run`, take stretches of pure-decode steps at once
+            (:func:`kvpilot.engine.fast_forward.decode_stretch`): the same results as stepping one by one
+            (metrics, request timings, block pool), ``on_step`` called once per stretch.
 
     Attributes (read-only for callers): ``now`` (s), ``pool`` (:class:`BlockPool`), ``running``
     (list, admission order), ``waiting`` (deque), ``finished`` (list of finished requests, in
@@ -183,12 +193,14 @@ class Engine:
         metrics: MetricsSink | None = None,
         keep_finished: bool = True,
         track_itls: bool | None = None,
+        fast_forward: bool = True,
     ) -> None:
         config = (config or EngineConfig()).resolved()
         config.validate()
         self.config = config
         self.metrics = metrics
         self.keep_finished = keep_finished
+        self.fast_forward = fast_forward
         # per-token inter-token latencies are kept only when someone reads them
         self._track_itls = metrics is not None or keep_finished if track_itls is None else track_itls
         self.block_size = config.block_size
@@ -512,7 +524,7 @@ class Engine:
             prompt_external,
             reported,
             ttfts,
-            _group_gaps(common_gap, num_common, other_gaps),
+            group_gaps(common_gap, num_common, other_gaps),
         )
         return self._emit(step_out)
 
@@ -609,8 +621,9 @@ class Engine:
             until: simulated time (s) to stop at; when given the run also lets idle time pass up
                 to it, so a recording covers the whole window.
             max_steps: stop after this many steps of this call.
-            on_step: called after every step with the :class:`StepOutput`, and with ``None`` at
-                idle points (at most ``tick`` seconds apart when ``tick`` is given).
+            on_step: called after every step with the :class:`StepOutput` (after a fast-forwarded
+                stretch once, ``num_steps`` > 1), and with ``None`` at idle points (at most ``tick``
+                seconds apart when ``tick`` is given).
             tick: longest idle gap between ``on_step`` calls (s).
 
         Returns:
@@ -620,6 +633,9 @@ class Engine:
 
         wl = as_workload(workload)
         steps = 0
+        fast_forward = self.fast_forward
+        if fast_forward:
+            from kvpilot.engine.fast_forward import decode_stretch
         while True:
             now = self.now
             if until is not None and now >= until:
@@ -637,8 +653,19 @@ class Engine:
                     break
                 self._idle_to(nxt, tick, on_step)
                 continue
-            out = self.step()
-            steps += 1
+            stretch = None
+            if fast_forward:
+                nxt = wl.next_arrival_time()
+                t_stop = _INF if nxt is None else nxt
+                if until is not None and until < t_stop:
+                    t_stop = until
+                stretch = decode_stretch(self, t_stop, _NEVER if max_steps is None else max_steps - steps)
+            if stretch is not None:
+                out = stretch
+                steps += out.num_steps
+            else:
+                out = self.step()
+                steps += 1
             for req in out.finished:
                 wl.on_finish(req, self.now)
             if on_step is not None:

@@ -308,10 +308,11 @@ def build(
     metrics: MetricsSink | None = None,
     keep_finished: bool = True,
     track_itls: bool | None = None,
+    fast_forward: bool = True,
 ) -> tuple[Engine, Any]:
     """``(Engine, Workload)`` for scenario ``name`` (or a :class:`Scenario`) with overrides.
 
-    ``metrics``, ``keep_finished``, ``track_itls``: as :class:`Engine` takes them.
+    ``metrics``, ``keep_finished``, ``track_itls``, ``fast_forward``: as :class:`Engine` takes them.
 
     Raises:
         ValueError: unknown scenario, unknown/invalid flag (message starts with the field name),
@@ -319,7 +320,11 @@ def build(
     """
     sc = resolve(name, overrides)
     engine = Engine(
-        EngineConfig.from_dict(sc.flags), metrics=metrics, keep_finished=keep_finished, track_itls=track_itls
+        EngineConfig.from_dict(sc.flags),
+        metrics=metrics,
+        keep_finished=keep_finished,
+        track_itls=track_itls,
+        fast_forward=fast_forward,
     )
     return engine, workload_from_dict(sc.workload)
 
@@ -330,6 +335,7 @@ def run_scenario(
     metrics: MetricsSink | None = None,
     on_step: Callable[[Engine, StepOutput | None], None] | None = None,
     tick: float | None = None,
+    fast_forward: bool = True,
 ) -> dict[str, Any]:
     """Run a scenario for its duration and report (JSON-able dict).
 
@@ -345,10 +351,11 @@ def run_scenario(
     "ttft_p50_ms"}]`` plus ``external_prefix_cache_hit_tokens`` when the CPU tier is on.
 
     Finished requests are not kept: :class:`~kvpilot.engine.report_stats.ReportStats` streams what the
-    report needs, so memory grows with the running requests, not with all requests.
+    report needs, so memory grows with the running requests, not with all requests. ``fast_forward``:
+    :class:`Engine`'s switch (the same report either way).
     """
     sc = resolve(name, overrides)
-    engine, workload = build(sc, metrics=metrics, keep_finished=False, track_itls=True)
+    engine, workload = build(sc, metrics=metrics, keep_finished=False, track_itls=True, fast_forward=fast_forward)
     budget = engine.config.max_num_batched_tokens
     assert budget is not None  # the engine runs on EngineConfig.resolved(): both batch limits are set
     stats = ReportStats(budget)

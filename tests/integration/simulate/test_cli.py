@@ -226,3 +226,16 @@ def test_vllm_args_refuse_unknown_models_and_flags():
         cli, ["simulate", "--vllm-args", "serve Qwen/Qwen2.5-1.5B-Instruct --pipeline-parallel-size 2"]
     )
     assert result.exit_code == 2 and "--pipeline-parallel-size" in result.output
+
+
+def test_no_fast_forward_gives_the_same_report_and_recording(tmp_path):
+    args = ["healthy", "--duration", "60"]
+    assert _json([*args, "--no-fast-forward"]) == _json(args)
+    bodies = []
+    for flag in ("--fast-forward", "--no-fast-forward"):
+        path = tmp_path / f"{flag}.om"
+        record = ["simulate", *args, "--record", str(path), "--interval", "5s", "--end", "1700000000", flag]
+        result = CliRunner().invoke(cli, record)
+        assert result.exit_code == 0, result.output
+        bodies.append([line for line in path.read_text().splitlines() if "_created" not in line])
+    assert bodies[0] == bodies[1] and len(bodies[0]) > 1000  # 13 snapshots of every family

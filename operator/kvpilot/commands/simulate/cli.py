@@ -144,6 +144,12 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
 )
 @click.option("--gpu", help="GPU profile (e.g. H100, A100, L4, laptop-8gb).")
 @click.option("--seed", type=int)
+@click.option(
+    "--fast-forward/--no-fast-forward",
+    default=True,
+    show_default=True,
+    help="Take stretches of decode-only steps at once (results identical to stepping one by one).",
+)
 def command(
     scenario: str | None,
     output: str,
@@ -158,6 +164,7 @@ def command(
     scenario_file: str | None,
     vllm_args: str | None,
     trace_file: str | None,
+    fast_forward: bool,
     **flags: Any,
 ) -> None:
     """Run the vLLM engine model: print results, --serve a live /metrics, or --record a timeline.
@@ -186,6 +193,7 @@ def command(
         vllm_argv=vllm_argv,
         flags=flags,
         trace_file=trace_file,
+        fast_forward=fast_forward,
     )
 
 
@@ -229,11 +237,13 @@ def run(
     default_host: str = DEFAULT_SERVE_HOST,
     trace_file: str | None = None,
     strict_vllm_args: bool = True,
+    fast_forward: bool = True,
 ) -> None:
     """The command's body (shared with :func:`vllm_shim`); exits 2 with one line on bad input.
 
     ``strict_vllm_args``: refuse models and flags in ``vllm_argv`` the engine does not model (``--vllm-args``);
     the ``vllm`` shim passes False, since a cluster's pod command names any model and serving flags.
+    ``fast_forward``: the engine's switch (``--no-fast-forward`` steps one by one; the same results).
     """
     from kvpilot.engine.exporter import DEFAULT_VLLM_VERSION
     from kvpilot.metrics.catalog import version_tuple
@@ -311,12 +321,26 @@ def run(
             overrides["duration"] = duration
             if trace is None and (known[scenario].workload.get("type") == "poisson" or "rate" in workload):
                 overrides["workload"] = {**overrides.get("workload", {}), "duration": duration}
-        result = engine_call(f"scenario {scenario}", scenarios.run_scenario, scenario, overrides=overrides or None)
+        result = engine_call(
+            f"scenario {scenario}",
+            scenarios.run_scenario,
+            scenario,
+            overrides=overrides or None,
+            fast_forward=fast_forward,
+        )
         _print_report(result, output)
         return
 
     horizon = total if record_to else duration
-    sim = Simulation(scenario, overrides, version, name, horizon=horizon, endless=bool(serve_at) and not duration)
+    sim = Simulation(
+        scenario,
+        overrides,
+        version,
+        name,
+        horizon=horizon,
+        endless=bool(serve_at) and not duration,
+        fast_forward=fast_forward,
+    )
     if record_to:
         try:
             lines, first, last = record(sim, Path(record_to), total, interval, end_ts)

@@ -54,6 +54,8 @@ class Simulation:
             is stretched to it (scenarios arrive for 300 s by default, a recording may be longer).
         endless: keep arrivals coming forever (``--serve`` without ``--duration``): when a Poisson
             workload runs out, the next chunk of the same length starts where it ended (seed + 1).
+        fast_forward: the engine's switch (:class:`~kvpilot.engine.core.Engine`); snapshots and scrapes
+            (``advance_to``'s ``t``) end a fast-forwarded stretch, so they see the state stepping would.
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class Simulation:
         model_name: str | None,
         horizon: float | None = None,
         endless: bool = False,
+        fast_forward: bool = True,
     ):
         from kvpilot.engine import scenarios
         from kvpilot.engine.exporter import VLLMMetrics
@@ -92,7 +95,12 @@ class Simulation:
             max_model_len=self.max_model_len,
         )
         self.engine, self.workload = engine_call(
-            f"scenario {scenario}", scenarios.build, spec, metrics=self.metrics, keep_finished=False
+            f"scenario {scenario}",
+            scenarios.build,
+            spec,
+            metrics=self.metrics,
+            keep_finished=False,
+            fast_forward=fast_forward,
         )
         self._lock = threading.Lock()
 

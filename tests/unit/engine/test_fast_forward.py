@@ -1,0 +1,147 @@
+"""Fast-forward (engine.fast_forward) gives exactly what stepping one by one gives.
+
+Both modes run the same workload; compared: the exported metrics text (every family, every bucket, every sum;
+``_created`` timestamps aside) at the same snapshot times, the ``kvpilot simulate`` report, every finished
+request's timings and inter-token gaps, the engine's counters and clock, and the block pool (free queue order,
+reference counts, hashes, the prefix cache's index). Workloads: every engine scenario and the reference tier's
+named and seeded random workloads (its generator, run here in-process without vLLM).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvpilot.engine.config import EngineConfig
+from kvpilot.engine.core import Engine
+from kvpilot.engine.exporter import VLLMMetrics
+from kvpilot.engine.scenarios import SCENARIOS, build, resolve, run_scenario
+from kvpilot.engine.workloads import OpenLoop
+from tests.reference.workloads import NAMED, RANDOM_SEEDS, random_workload
+
+
+def _metrics(engine: Engine, version: str) -> VLLMMetrics:
+    return VLLMMetrics(
+        vllm_version=version,
+        model_name="m",
+        cache_config={"block_size": str(engine.block_size), "num_gpu_blocks": str(engine.num_gpu_blocks)},
+        max_model_len=engine.config.max_model_len,
+    )
+
+
+def _text(metrics: VLLMMetrics) -> str:
+    body = metrics.exposition("text/plain")[0].decode()
+    return "\n".join(line for line in body.splitlines() if "_created" not in line)
+
+
+def _state(engine: Engine, finished: list) -> dict[str, Any]:
+    pool = engine.pool
+    return {
+        "now": engine.now,
+        "busy": engine.busy_time,
+        "counters": (
+            engine.num_steps,
+            engine.num_preemptions,
+            engine.prefix_queries,
+            engine.prefix_hits,
+            engine.external_queries,
+            engine.external_hits,
+            engine.prompt_tokens,
+            engine.generation_tokens,
+            engine.num_finished,
+        ),
+        "pool": (pool.free_queue(), pool.ref_cnt, pool.block_hash, pool._cached, pool._dups, pool.num_evictions),
+        "running": [(r.request_id, r.num_computed, r.num_output, r.blocks, r.last_token_time) for r in engine.running],
+        "waiting": [(r.request_id, r.num_computed, r.num_preemptions) for r in engine.waiting],
+        "finished": [
+            (
+                r.request_id,
+                r.scheduled_time,
+                r.first_token_time,
+                r.last_token_time,
+                r.finish_time,
+                r.num_output,
+                r.num_preemptions,
+                r.prefix_hit_tokens,
+                r.itls,
+            )
+            for r in finished
+        ],
+    }
+
+
+def _run(make, fast_forward: bool, times: list[float], version: str = "0.29.0") -> tuple[list[str], dict, int]:
+    """(metrics text at each of ``times``, final state, longest stretch) of one mode."""
+    engine, workload = make(fast_forward)
+    engine.metrics = metrics = _metrics(engine, version)
+    engine._track_itls = True
+    longest = [1]
+
+    def on_step(eng, out):
+        if out is not None and out.num_steps > longest[0]:
+            longest[0] = out.num_steps
+
+    texts = []
+    for t in times:
+        engine.run(workload, until=t, on_step=on_step)
+        texts.append(_text(metrics))
+    engine.run(workload, on_step=on_step)  # to the end
+    texts.append(_text(metrics))
+    return texts, _state(engine, engine.finished), longest[0]
+
+
+def _compare(make, times, version="0.29.0") -> int:
+    texts_step, state_step, one = _run(make, False, times, version)
+    texts_ff, state_ff, longest = _run(make, True, times, version)
+    assert one == 1
+    for t, a, b in zip([*times, "end"], texts_step, texts_ff, strict=True):
+        assert a == b, f"metrics differ at t={t}"
+    for key in state_step:
+        assert state_step[key] == state_ff[key], key
+    return longest
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_every_scenario_is_the_same_fast_forwarded(name):
+    sc = resolve(name)
+
+    def make(ff):
+        return build(sc, fast_forward=ff)
+
+    horizon = sc.duration or 600.0
+    longest = _compare(make, [horizon * k / 8 for k in range(1, 8)])
+    if name not in ("idle", "seed-lru", "compute-bound"):  # these have no decode stretch to skip
+        assert longest > 1
+    step_report = run_scenario(name, fast_forward=False)
+    assert run_scenario(name) == step_report
+
+
+def test_old_metric_names_are_the_same_fast_forwarded():
+    # vLLM 0.10.1 exposes time_per_output_token_seconds beside inter_token_latency_seconds; prefix counters in tokens
+    sc = resolve("healthy", {"duration": 60})
+    _compare(lambda ff: build(sc, fast_forward=ff), [15.0, 30.0, 45.0], version="0.10.1")
+    _compare(lambda ff: build(sc, fast_forward=ff), [20.0], version="0.8.5")
+
+
+def _reference(workload_fn):
+    def make(ff):
+        flags, requests = workload_fn()
+        base = {"gpu": "h100", "model": "qwen2.5-1.5b", "max_model_len": 8192}  # tests/reference/compare.make_engine
+        engine = Engine(EngineConfig.from_dict({**base, **flags}), keep_finished=True, fast_forward=ff)
+        return engine, OpenLoop(requests)
+
+    return make
+
+
+@pytest.mark.parametrize("name", list(NAMED))
+def test_reference_named_workloads_are_the_same_fast_forwarded(name):
+    _compare(_reference(NAMED[name]), [0.5, 1.0, 2.0, 5.0, 20.0, 100.0])
+
+
+def test_reference_random_workloads_are_the_same_fast_forwarded():
+    stretched = 0
+    for seed in RANDOM_SEEDS:
+        longest = _compare(_reference(lambda seed=seed: random_workload(seed)), [0.05, 0.2, 1.0, 3.0])
+        stretched += longest > 1
+    assert stretched > len(RANDOM_SEEDS) // 2  # most of them skip some steps
