@@ -33,6 +33,7 @@ from typing import Any
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.promql import share_above
 from kvpilot.diagnose.signals import Signals
+from kvpilot.diagnose.steptime import StepFit, fit_step_time
 from kvpilot.gpus import GPU_PROFILES, gpu_profile
 from kvpilot.text.numbers import count, fig, number
 
@@ -142,11 +143,19 @@ def compute_knee(limits: Limits) -> tuple[float, str]:
     return knee, "GPU unknown: the largest knee of kvpilot's GPU profiles"
 
 
-def budget_binds(share: float | None, tokens_per_step: float | None, budget: int | None) -> bool:
+def budget_binds(
+    share: float | None, tokens_per_step: float | None, budget: int | None, step_fit: StepFit | None = None
+) -> bool:
     """True when full steps are a token-budget cap: full (:func:`steps_full`) at a budget below
-    :data:`LARGE_BUDGET`. Full steps at or above it are compute-bound.
+    :data:`LARGE_BUDGET`, unless the step time measurably grows in proportion to tokens per step
+    (``step_fit.grows``: compute-bound at any budget); at or above it only when the step time measurably
+    stays flat as tokens per step grow (``step_fit.flat``). Otherwise full steps are compute-bound.
     """
-    return steps_full(share, tokens_per_step, budget) and budget is not None and budget < LARGE_BUDGET
+    if not steps_full(share, tokens_per_step, budget) or budget is None:
+        return False
+    if step_fit is not None and (step_fit.grows or step_fit.flat):
+        return step_fit.flat
+    return budget < LARGE_BUDGET
 
 
 @dataclass
@@ -174,6 +183,9 @@ class Facts:
         capacity_blocked: requests waited for capacity with free slots and KV at the ceiling.
         kv_room: not at the ceiling and no preemption; kv_known: the KV gauge exists.
         step_rate: engine steps per second with output; decode_per_step: generated tokens per step.
+        step_fit: seconds per step fitted on tokens per step over the sub-windows
+            (:func:`kvpilot.diagnose.steptime.fit_step_time`): ``grows`` = compute-bound at any budget,
+            ``flat`` = the budget binds at any budget.
         inferred: names of limits inferred from the gauges (lower confidence).
         model_config: the served model's config.json when given (for quantified recommendations).
     """
@@ -216,6 +228,7 @@ class Facts:
     decode_per_step: float | None
     inferred: tuple[str, ...] = field(default=())
     full_by_elimination: bool = False
+    step_fit: StepFit = field(default_factory=lambda: fit_step_time(()))
     model_config: dict[str, Any] | None = None
 
     def s(self, name: str) -> float | None:
@@ -365,4 +378,5 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         step_rate=step_rate,
         decode_per_step=gen / step_rate if gen is not None and step_rate else None,
         inferred=inferred,
+        step_fit=fit_step_time(signals.step_points),
     )

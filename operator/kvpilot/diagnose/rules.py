@@ -15,9 +15,11 @@ Order (first match is the primary verdict; a KV shortage wins over a coinciding
    requests waiting for capacity while sequence slots are free;
 4. ``max_num_seqs_cap`` - running pinned at ``max_num_seqs`` (known, or inferred from a flat
    running gauge) with a queue and KV room;
-5. ``token_budget_cap`` - steps full at a budget below 8192 with a queue, free slots, KV room;
-6. ``compute_bound`` - steps full at a budget of 8192 or more with a queue, free slots, KV room:
-   raising the budget only lengthens the steps;
+5. ``token_budget_cap`` - steps full at a budget below 8192 with a queue, free slots, KV room (or at
+   any budget when the measured step time stays flat as tokens per step grow);
+6. ``compute_bound`` - steps full at a budget of 8192 or more with a queue, free slots, KV room, or at
+   any budget when the measured step time grows in proportion to tokens per step
+   (kvpilot.diagnose.steptime): raising the budget only lengthens the steps;
 7. a standing queue no measured limit explains - the nearest limit is named, with the others it
    cannot be told apart from and what would tell them apart (lower confidence);
 8. ``prefix_cache_ineffective`` - low hit rate with a reason to expect hits;
@@ -42,7 +44,8 @@ from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding
 from kvpilot.diagnose.recommend import Inputs, recommend
 from kvpilot.diagnose.signals import Signals, legacy_or_escaped
-from kvpilot.text.numbers import count, fig, number, percent, times
+from kvpilot.diagnose.steptime import STEP_TIME_FLAT, STEP_TIME_GROWS
+from kvpilot.text.numbers import count, fig, number, percent, significant, times
 
 #: a prefix hit rate below this means most queried prompt tokens were recomputed; the prefix rule
 #: fires only with a reason to expect hits (see _prefix_finding).
@@ -208,19 +211,96 @@ def _full_steps_budget(f: Facts) -> int | None:
     return f.budget if f.full and f.queued and f.free_slots and f.kv_room else None
 
 
+def _budget_is_the_cap(f: Facts, budget: int) -> bool:
+    """Full steps are a budget cap (True) or compute-bound (False): the step-time fit decides when it
+    measured either side of its thresholds (kvpilot.diagnose.steptime), else the budget's size
+    (below :data:`LARGE_BUDGET`: a cap).
+    """
+    if f.step_fit.grows or f.step_fit.flat:
+        return f.step_fit.flat
+    return budget < LARGE_BUDGET
+
+
+#: a prefill spanning at least this many step times was split across steps (chunked prefill)
+PREFILL_SPLIT_STEPS = 2.0
+
+
+def _prefill_evidence(f: Facts) -> str | None:
+    """Mean prefill time per request against the step time: many step times = prompts chunked across steps
+    by the budget (vLLM: ``prefill_time = first_token_ts - scheduled_ts``, ``vllm/v1/metrics/stats.py``).
+    """
+    pre, itl, ratio = f.s("prefill_time_mean_s"), f.s("itl_mean_s"), f.s("prefill_step_times")
+    if pre is None:
+        return None
+    line = (
+        f"Prefill took {significant(pre, 3)} s per request on average (vllm:request_prefill_time_seconds "
+        "_sum / _count, first scheduling to first token)"
+    )
+    if ratio is None or itl is None:
+        return line + "; the step time is unknown (no vllm:inter_token_latency_seconds)."
+    line += f" = {number(ratio, 1)} step times of {significant(itl, 3)} s (mean inter-token latency)"
+    prompt, d = f.s("prompt_tokens_per_request"), f.decode_per_step
+    expected = (
+        f"; a {number(prompt)}-token prompt at {count(f.budget)} - {number(d, 1)} decode tokens per step takes "
+        f"ceil({number(prompt)} / {number(f.budget - d, 1)}) = {count(math.ceil(prompt / (f.budget - d)))} steps"
+        if prompt and d is not None and f.budget and f.budget > d
+        else ""
+    )
+    if ratio >= PREFILL_SPLIT_STEPS:
+        return line + f": prompts are prefilled across several steps (chunked by the budget){expected}."
+    return line + f": a prompt is prefilled in about one step, the budget does not split it{expected}."
+
+
+def _step_fit_evidence(f: Facts) -> str:
+    """The step-time test in one sentence: its points, fit and reading, or why there is no data."""
+    fit = f.step_fit
+    source = (
+        "mean seconds per step = vllm:inter_token_latency_seconds _sum / _count, tokens per step = "
+        "vllm:iteration_tokens_total _sum / _count, per sub-window"
+    )
+    if fit.elasticity is None:
+        return f"Step time against tokens per step: no data ({fit.reason}; {source})."
+    lo, hi = min(n for n, _ in fit.points), max(n for n, _ in fit.points)
+    reading = (
+        f"step time grows in proportion to tokens per step (E >= {fig(STEP_TIME_GROWS)}): throughput is flat, the "
+        "GPU is compute-bound"
+        if fit.grows
+        else f"step time stays flat as steps carry more tokens (E <= {fig(STEP_TIME_FLAT)}): more tokens per step "
+        "cost almost nothing, the budget binds"
+        if fit.flat
+        else f"between {fig(STEP_TIME_FLAT)} and {fig(STEP_TIME_GROWS)}: not decided by this test"
+    )
+    return (
+        f"Step time against tokens per step over {count(len(fit.points))} sub-windows ({number(lo)} to "
+        f"{number(hi)} tokens per step): seconds per step = {significant(fit.intercept_s, 3)} s + "
+        f"{significant(fit.slope_s_per_token, 3)} s per token, elasticity E = {number(fit.elasticity, 2)}: "
+        f"{reading} ({source})."
+    )
+
+
 def rule_token_budget_cap(f: Facts) -> Finding | None:
     """``token_budget_cap``: steps full at a budget below :data:`LARGE_BUDGET`, queued, free slots, KV room."""
     budget = _full_steps_budget(f)
-    if budget is None or budget >= LARGE_BUDGET:
+    if budget is None or not _budget_is_the_cap(f, budget):
         return None
     ev = [
         f"max_num_batched_tokens = {count(f.budget)} ({f.budget_how}) fills the steps: {_steps_evidence(f)}.",
         f"{f.evidence_queue}; {_APPROACH}: here the budget was used up in every step.",
         f"Running {fig(f.run_avg, 1)} on average, below max_num_seqs {fig(f.n_seqs)}; KV usage peaked at "
         f"{percent(f.kv_max)}, no preemptions.",
-        f"A budget of {count(f.budget)} is below vLLM's large-GPU default of {count(LARGE_BUDGET)} "
-        "(vLLM's tuning guide recommends more than 8192 for throughput on small models and large GPUs).",
+        (
+            f"A budget of {count(f.budget)} is below vLLM's large-GPU default of {count(LARGE_BUDGET)} "
+            "(vLLM's tuning guide recommends more than 8192 for throughput on small models and large GPUs)."
+            if budget < LARGE_BUDGET
+            else f"A budget of {count(f.budget)} is at or above vLLM's large-GPU default of {count(LARGE_BUDGET)}, "
+            "but the measured step time does not grow with the tokens per step (below), so a larger budget "
+            "still adds tokens per second."
+        ),
+        _step_fit_evidence(f),
     ]
+    prefill = _prefill_evidence(f)
+    if prefill:
+        ev.append(prefill)
     if budget >= 2 * f.knee:
         ev.append(
             f"Caveat: steps of {count(f.budget)} tokens are past twice this GPU's compute knee of {number(f.knee)} "
@@ -252,14 +332,20 @@ def _served_evidence(f: Facts) -> str | None:
 def rule_compute_bound(f: Facts) -> Finding | None:
     """``compute_bound``: steps full at a budget of :data:`LARGE_BUDGET` or more, queued, free slots, KV room."""
     budget = _full_steps_budget(f)
-    if budget is None or budget < LARGE_BUDGET:
+    if budget is None or _budget_is_the_cap(f, budget):
         return None
+    why = (
+        f"at {count(f.budget)} tokens, at or above vLLM's large-GPU default of {count(LARGE_BUDGET)}, a step "
+        f"already carries {times(budget / f.knee)} the {number(f.knee)} tokens at which compute binds "
+        f"({f.knee_how})"
+        if budget >= LARGE_BUDGET
+        else f"at {count(f.budget)} tokens, below vLLM's large-GPU default of {count(LARGE_BUDGET)}, the measured "
+        "step time already grows in proportion to the tokens per step (below)"
+    )
     ev = [
         f"Steps are full at max_num_batched_tokens {count(f.budget)} ({f.budget_how}): {_steps_evidence(f)}.",
-        f"{f.evidence_queue}; {_APPROACH}: here the budget was used up in every step, but at "
-        f"{count(f.budget)} tokens, at or above vLLM's large-GPU default of {count(LARGE_BUDGET)}, a step "
-        f"already carries {times(budget / f.knee)} the {number(f.knee)} tokens at which compute binds "
-        f"({f.knee_how}): a larger budget makes steps longer, not the engine faster.",
+        f"{f.evidence_queue}; {_APPROACH}: here the budget was used up in every step, but {why}: a larger "
+        "budget makes steps longer, not the engine faster.",
         f"Running {fig(f.run_avg, 1)} on average, below max_num_seqs {fig(f.n_seqs)} "
         f"({f.limits.max_num_seqs.source}); KV usage peaked at {percent(f.kv_max)} ({f.ceiling_how}); no "
         "preemptions.",
@@ -269,6 +355,7 @@ def rule_compute_bound(f: Facts) -> Finding | None:
             f"{fig(f.step_rate, 2)} steps/s with output = {fig(1 / f.step_rate, 3)} s per step at "
             f"{number(f.tokens_per_step)} tokens per step."
         )
+    ev.append(_step_fit_evidence(f))
     served = _served_evidence(f)
     if served:
         ev.append(served + ": the engine computes as fast as it can; more budget or slots will not help.")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kvpilot.diagnose import promql
+from kvpilot.diagnose.steptime import SUBWINDOWS, fit_step_time, subwindow_points
 from kvpilot.metrics.catalog import BY_NAME, PREFIX, exposed_names, match_name
 from kvpilot.text.numbers import significant
 
@@ -127,7 +128,21 @@ SIGNAL_DEFS: tuple[SignalDef, ...] = (
     SignalDef("requests_finished_increase", "vllm:request_success", "increase", "_total", agg="sum"),
     SignalDef("iteration_tokens_sum_increase", "vllm:iteration_tokens_total", "increase", "_sum", agg="sum"),
     SignalDef("iteration_steps_increase", "vllm:iteration_tokens_total", "increase", "_count", agg="sum"),
+    SignalDef("itl_sum_increase", "vllm:inter_token_latency_seconds", "increase", "_sum", agg="sum"),
+    SignalDef("itl_count_increase", "vllm:inter_token_latency_seconds", "increase", "_count", agg="sum"),
+    SignalDef("prefill_time_sum_increase", "vllm:request_prefill_time_seconds", "increase", "_sum", agg="sum"),
+    SignalDef("prefill_time_count_increase", "vllm:request_prefill_time_seconds", "increase", "_count", agg="sum"),
     *(SignalDef(name, fam, "buckets", "_bucket", agg="sum") for name, fam in HISTOGRAMS.items()),
+)
+
+#: The increases evaluated over each of the window's ``steptime.SUBWINDOWS`` sub-windows (in this order:
+#: ``steptime.subwindow_points``' arguments): tokens and steps of ``vllm:iteration_tokens_total``, seconds and
+#: gaps of ``vllm:inter_token_latency_seconds``.
+SUBWINDOW_DEFS: tuple[SignalDef, ...] = tuple(
+    sd
+    for sd in SIGNAL_DEFS
+    if sd.name
+    in ("iteration_tokens_sum_increase", "iteration_steps_increase", "itl_sum_increase", "itl_count_increase")
 )
 
 #: quantiles reported (signal name -> (histogram, q))
@@ -162,6 +177,8 @@ class Signals:
         spelling: canonical family -> the exposed family name that supplied it (says whether
             legacy or escaped names were used).
         cache_config: labels of ``vllm:cache_config_info`` for this target ({} when absent).
+        step_points: ``(tokens per step, seconds per step)`` of each sub-window with data
+            (:mod:`kvpilot.diagnose.steptime`), oldest first.
         operator_limits: the kvpilot operator's ``kvpilot_vllmserver_limit`` gauges for this target's
             namespace and pod (``{limit: value}``, e.g. ``{"max_num_seqs": 4.0}``; {} when absent).
         rejected: signal family (``kv_usage``, ``running``, ``waiting``) -> why its values were
@@ -175,6 +192,7 @@ class Signals:
     spelling: dict[str, str] = field(default_factory=dict)
     cache_config: dict[str, str] = field(default_factory=dict)
     operator_limits: dict[str, float] = field(default_factory=dict)
+    step_points: tuple[tuple[float, float], ...] = ()
     rejected: dict[str, str] = field(default_factory=dict)
     window_seconds: float = 0.0
     end: float = 0.0
@@ -409,17 +427,28 @@ def compute_signals(
                 values[sd.name] = result
         if not any(v is not None for v in values.values()) and not buckets:
             continue  # only info series or series outside the window
+        sub = window_seconds / SUBWINDOWS
+        per_sub: list[list[float | None]] = [
+            [_scalar(_evaluate_def(sd, families, end - (SUBWINDOWS - 1 - j) * sub, sub)[0]) for j in range(SUBWINDOWS)]
+            for sd in SUBWINDOW_DEFS
+        ]
         signals = Signals(
             values=values,
             buckets=buckets,
             spelling=spelling,
             cache_config=configs.get(target),
             operator_limits=operator.get(target),
+            step_points=subwindow_points(*per_sub),
             window_seconds=window_seconds,
             end=end,
         )
         out[target] = finish_signals(signals)
     return out
+
+
+def _scalar(value: object) -> float | None:
+    """A scalar signal's value (``_evaluate_def`` of a non-bucket signal), None for anything else."""
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _evaluate_def(
@@ -466,6 +495,12 @@ def finish_signals(signals: Signals) -> Signals:
       tokens per request: the load arriving, not only the load served (case C12).
     - quantiles of :data:`QUANTILES` via Prometheus's ``histogram_quantile`` with their bucket.
     - ``tokens_per_step_avg`` = increase of ``iteration_tokens_total_sum`` / of its ``_count``.
+    - ``itl_mean_s`` = increase of ``inter_token_latency_seconds_sum`` / of its ``_count`` (seconds per
+      decode step); ``prefill_time_mean_s`` the same for ``request_prefill_time_seconds`` (seconds from a
+      request's first scheduling to its first token); ``prefill_step_times`` = their ratio (how many step
+      times a prefill spans).
+    - ``step_subwindows`` and ``step_time_elasticity``: :func:`kvpilot.diagnose.steptime.fit_step_time`
+      over ``step_points``.
     - ``last_sample_age_s`` = end - last sample time.
     """
     v = signals.values
@@ -496,6 +531,15 @@ def finish_signals(signals: Signals) -> Signals:
     )
     tokens, steps = v.get("iteration_tokens_sum_increase"), v.get("iteration_steps_increase")
     v["tokens_per_step_avg"] = tokens / steps if tokens is not None and steps else None
+    itl_sum, itl_count = v.get("itl_sum_increase"), v.get("itl_count_increase")
+    v["itl_mean_s"] = itl_sum / itl_count if itl_sum is not None and itl_count else None
+    pre_sum, pre_count = v.get("prefill_time_sum_increase"), v.get("prefill_time_count_increase")
+    v["prefill_time_mean_s"] = pre_sum / pre_count if pre_sum is not None and pre_count else None
+    itl_mean, pre_mean = v["itl_mean_s"], v["prefill_time_mean_s"]
+    v["prefill_step_times"] = pre_mean / itl_mean if pre_mean is not None and itl_mean else None
+    fit = fit_step_time(signals.step_points)
+    v["step_subwindows"] = float(len(signals.step_points))
+    v["step_time_elasticity"] = fit.elasticity
     last = v.get("last_sample_time")
     v["last_sample_age_s"] = max(0.0, signals.end - last) if last is not None else None
     for name, (hist, q) in QUANTILES.items():

@@ -62,6 +62,10 @@ def _compare(recording: Path, end: float, window: float, tmp_path: Path) -> None
             assert set(from_prom.values) == set(mine.values)
             assert from_prom.spelling == mine.spelling
             assert from_prom.cache_config == mine.cache_config
+            # the step-time sub-windows: the same ranges ([w/5] offset ...), the same points
+            assert len(from_prom.step_points) == len(mine.step_points)
+            for (n1, t1), (n2, t2) in zip(from_prom.step_points, mine.step_points, strict=True):
+                assert _same(n1, n2) and _same(t1, t2), (from_prom.step_points, mine.step_points)
             assert {k: (q.lower, q.upper) for k, q in from_prom.quantiles.items()} == {
                 k: (q.lower, q.upper) for k, q in mine.quantiles.items()
             }

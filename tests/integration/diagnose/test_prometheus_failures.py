@@ -11,8 +11,14 @@ import json
 from click.testing import CliRunner
 
 from kvpilot.cli import cli
-from kvpilot.diagnose.signals import SIGNAL_DEFS
-from kvpilot.diagnose.sources.prometheus import cache_config_query, operator_limit_query, signal_query
+from kvpilot.diagnose.signals import SIGNAL_DEFS, SUBWINDOW_DEFS
+from kvpilot.diagnose.sources.prometheus import (
+    cache_config_query,
+    operator_limit_query,
+    query_count,
+    signal_query,
+    subwindow_query,
+)
 from tests.integration.diagnose.fakes import LoopbackServer, prom_vector
 from tests.support.prom import free_port
 
@@ -39,6 +45,7 @@ VALUES = {
     "preemptions_last": "0",
 }
 BY_QUERY = {signal_query(sd, WINDOW): sd for sd in SIGNAL_DEFS}
+SUB_QUERIES = [subwindow_query(sd, WINDOW) for sd in SUBWINDOW_DEFS]
 
 
 def scripted(fail=lambda name: None, override: dict | None = None, duplicate: bool = False):
@@ -49,7 +56,7 @@ def scripted(fail=lambda name: None, override: dict | None = None, duplicate: bo
         if path != "/api/v1/query":
             return 404, {"status": "error", "error": "not found"}
         q = query.get("query", "")
-        if q in (cache_config_query(WINDOW), operator_limit_query(WINDOW)):
+        if q in (cache_config_query(WINDOW), operator_limit_query(WINDOW), *SUB_QUERIES):
             return 200, prom_vector([])
         sd = BY_QUERY.get(q)
         if sd is None:
@@ -96,7 +103,7 @@ def test_scripted_prometheus_gives_the_verdict():
     assert doc["targets"][0]["target"]["pod"] == "qwen-0"
     # the report lists the PromQL it used (docs/diagnose-output.schema.json: "queries")
     queries = doc["targets"][0]["queries"]
-    assert len(queries) == len(SIGNAL_DEFS) + 2 and all("vllm" in q for q in queries)
+    assert len(queries) == query_count() and all("vllm" in q for q in queries)
     assert any(
         q.startswith(
             "label_replace(max by (namespace, pod, instance, job, model_name, engine) "
@@ -106,7 +113,7 @@ def test_scripted_prometheus_gives_the_verdict():
     )
     # one query per signal plus cache_config_info and the operator's kvpilot_vllmserver_limit, all at the
     # explicit time
-    assert len(prom.requests) == len(SIGNAL_DEFS) + 2
+    assert len(prom.requests) == query_count()
 
 
 def test_prometheus_down_exits_3_with_one_line():
@@ -133,7 +140,7 @@ def test_prometheus_errors_exit_3():
         result = run(prom.url)
     assert result.exit_code == 3 and "503" in result.output and "Traceback" not in result.output
     # no retry storm: one request per query
-    assert len(prom.requests) == len(SIGNAL_DEFS) + 2
+    assert len(prom.requests) == query_count()
 
 
 def test_prometheus_200_with_an_error_body_is_unreadable_not_a_traceback():

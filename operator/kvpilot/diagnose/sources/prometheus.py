@@ -15,9 +15,10 @@ with two series of the same label set ("vector cannot contain metrics with the s
 which is exactly what a v0.10 server exposing both generations produces. ``or`` keeps the first
 spelling that has data per target (the preference order of
 :func:`kvpilot.diagnose.signals.spellings`), and ``kvpilot_name`` tells which one supplied it.
-Two more queries read ``vllm:cache_config_info`` and the kvpilot operator's limits metric
-``kvpilot_vllmserver_limit`` (:func:`operator_limit_query`, joined on namespace and pod), so the number
-of queries is fixed (``len(SIGNAL_DEFS) + 2``), whatever the number of targets.
+More queries read the step-time sub-windows (:func:`subwindow_query`, one per ``SUBWINDOW_DEFS``),
+``vllm:cache_config_info`` and the kvpilot operator's limits metric ``kvpilot_vllmserver_limit``
+(:func:`operator_limit_query`, joined on namespace and pod), so the number of queries is fixed
+(:func:`query_count`), whatever the number of targets.
 
 Queries go through ``prometheus-api-client`` (``custom_query`` with an explicit ``time``; its
 range helpers' default start/end are computed at import time, so they are never relied on).
@@ -41,6 +42,7 @@ from kvpilot.diagnose import promql
 from kvpilot.diagnose.signals import (
     OPERATOR_LIMIT_METRIC,
     SIGNAL_DEFS,
+    SUBWINDOW_DEFS,
     TARGET_LABELS,
     CacheConfigIndex,
     OperatorLimitIndex,
@@ -52,6 +54,7 @@ from kvpilot.diagnose.signals import (
 )
 from kvpilot.diagnose.sources import SourceError, request_failure_reason
 from kvpilot.diagnose.sources.http import MAX_PROMETHEUS_BYTES, MAX_PROMETHEUS_ROWS, BoundedSession
+from kvpilot.diagnose.steptime import SUBWINDOWS, subwindow_points
 
 _FUNCTIONS = {
     "avg": "avg_over_time",
@@ -101,18 +104,46 @@ def _selector(name: str, matchers: list[str]) -> str:
     return "{" + ", ".join([f"__name__={_quote(name)}", *matchers]) + "}"
 
 
-def signal_query(sd: SignalDef, window_seconds: float, selectors: Selectors = Selectors()) -> str:
-    """The one PromQL query of signal ``sd`` for all targets (see the module docstring)."""
+def signal_query(
+    sd: SignalDef, window_seconds: float, selectors: Selectors = Selectors(), offset_seconds: float = 0.0
+) -> str:
+    """The one PromQL query of signal ``sd`` for all targets (see the module docstring); with
+    ``offset_seconds`` the range ends that long before the evaluation time (``[w] offset o``).
+    """
     by = ", ".join(TARGET_LABELS + (("le",) if sd.fn == "buckets" else ()))
     agg = "sum" if sd.agg == "sum" or sd.fn == "buckets" else "max"
     matchers = selectors.matchers() + [f"{k}={_quote(v)}" for k, v in sd.match]
-    window = f"[{int(round(window_seconds))}s]"
+    window = f"[{_seconds(window_seconds)}]" + (f" offset {_seconds(offset_seconds)}" if offset_seconds else "")
     arms = []
     for spelling in spellings(sd.family):
         sel = _selector(spelling + sd.suffix, matchers)
         inner = f"timestamp({sel})" if sd.fn == "timestamp" else f"{_FUNCTIONS[sd.fn]}({sel}{window})"
         arms.append(f'label_replace({agg} by ({by}) ({inner}), "{NAME_LABEL}", "{spelling}", "__name__", ".*")')
     return f" or ignoring({NAME_LABEL}) ".join(arms)
+
+
+def _seconds(value: float) -> str:
+    """A PromQL duration of whole milliseconds (``60s``, ``62500ms``): sub-windows need not be whole seconds."""
+    ms = int(round(value * 1000))
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+#: label telling the sub-window of a :func:`subwindow_query` row (0 = oldest)
+SUB_LABEL = "kvpilot_sub"
+
+
+def subwindow_query(sd: SignalDef, window_seconds: float, selectors: Selectors = Selectors()) -> str:
+    """Signal ``sd`` over each of the window's :data:`~kvpilot.diagnose.steptime.SUBWINDOWS` sub-windows, in
+    one instant query: one arm per sub-window (``[w/K] offset``), labelled ``kvpilot_sub="j"`` (0 = oldest),
+    so its ranges end exactly where the recording path's do.
+    """
+    sub = window_seconds / SUBWINDOWS
+    arms = [
+        f'label_replace(({signal_query(sd, sub, selectors, (SUBWINDOWS - 1 - j) * sub)}), "{SUB_LABEL}", "{j}", '
+        '"__name__", ".*")'
+        for j in range(SUBWINDOWS)
+    ]
+    return " or ".join(arms)
 
 
 def cache_config_query(window_seconds: float, selectors: Selectors = Selectors()) -> str:
@@ -133,6 +164,11 @@ def operator_limit_query(window_seconds: float, selectors: Selectors = Selectors
     window = f"[{int(round(window_seconds))}s]"
     matchers = [m for m in selectors.matchers() if not m.startswith("model_name")]  # the gauge has none
     return f"max by (namespace, pod, limit) (last_over_time({_selector(OPERATOR_LIMIT_METRIC, matchers)}{window}))"
+
+
+def query_count() -> int:
+    """Queries one :meth:`PrometheusSource.fetch` sends: one per signal, per sub-window signal, and two more."""
+    return len(SIGNAL_DEFS) + len(SUBWINDOW_DEFS) + 2
 
 
 def _well_formed(row: object) -> bool:
@@ -222,7 +258,8 @@ class PrometheusSource:
         defs = list(SIGNAL_DEFS)
         queries = [signal_query(sd, window_seconds, selectors) for sd in defs]
         config_q = cache_config_query(window_seconds, selectors)
-        all_queries = queries + [config_q, operator_limit_query(window_seconds, selectors)]
+        sub_queries = [subwindow_query(sd, window_seconds, selectors) for sd in SUBWINDOW_DEFS]
+        all_queries = queries + sub_queries + [config_q, operator_limit_query(window_seconds, selectors)]
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             futures = [pool.submit(self._query, q, end) for q in all_queries]
             results: list[list[dict[str, Any]] | SourceError] = []
@@ -256,7 +293,7 @@ class PrometheusSource:
                 keys[ident] = TargetKey(*ident)
             return keys[ident]
 
-        for sd, rows in zip(defs, results[:-2], strict=True):
+        for sd, rows in zip(defs, results[: len(defs)], strict=True):
             if isinstance(rows, SourceError):
                 continue
             bucket_rows: dict[TargetKey, list[tuple[float, float]]] = {}
@@ -279,6 +316,20 @@ class PrometheusSource:
                     sig.values[sd.name] = value
             for key, rows_ in bucket_rows.items():
                 signals_for(key).buckets[sd.name] = sorted(rows_)
+        per_sub: dict[TargetKey, list[list[float | None]]] = {}
+        for i, rows in enumerate(results[len(defs) : len(defs) + len(sub_queries)]):
+            for row in [] if isinstance(rows, SourceError) else rows:
+                labels = row["metric"]
+                try:
+                    j = int(labels.get(SUB_LABEL, ""))
+                except ValueError:
+                    continue
+                if 0 <= j < SUBWINDOWS:
+                    grid = per_sub.setdefault(key_of(labels), [[None] * SUBWINDOWS for _ in sub_queries])
+                    grid[i][j] = _number(row["value"][1])
+        for key, grid in per_sub.items():
+            if key in per_target:
+                per_target[key].step_points = subwindow_points(*grid)
         config_rows, limit_rows = results[-2], results[-1]
         configs = CacheConfigIndex(
             [] if isinstance(config_rows, SourceError) else [r.get("metric", {}) for r in config_rows]
