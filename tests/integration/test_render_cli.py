@@ -179,6 +179,17 @@ BAD = {
         "apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\nspec: {model: 2024-01-01}\n",
         "spec.model",
     ),
+    "bad-affinity.yaml": (
+        "apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
+        "spec: {model: m, affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: "
+        "[{topologyKey: '', labelSelector: {}}]}}}\n",
+        "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: can not be empty",
+    ),
+    "unknown-affinity-field.yaml": (
+        "apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\n"
+        "spec: {model: m, affinity: {nodeAffinity: {requiredDuringSchedulingRequiredDuringExecution: {}}}}\n",
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingRequiredDuringExecution: unknown field",
+    ),
     "list-engine.yaml": (
         "apiVersion: kvpilot.dev/v1alpha1\nkind: VLLMServer\nmetadata: {name: x}\nspec: {model: m, engine: [1]}\n",
         "spec.engine",

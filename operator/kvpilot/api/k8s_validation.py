@@ -140,10 +140,10 @@ def toleration_errors(
 #    kubernetes-validate 1.37.0's strict schema): unknown fields, wrong types, missing required
 #    fields. The fragment uses only ``type``/``properties``/``additionalProperties``/``items``/
 #    ``required``/``$ref``/``format: int32``, which the walker below interprets (jsonschema is not
-#    a runtime dependency, and its ~80 ms import would double ``kvpilot render``'s start-up);
+#    a runtime dependency, and its ~80 ms import would add a third to ``kvpilot render``'s start-up);
 # 2. the rules of ``validateAffinity`` in ``pkg/apis/core/validation/validation.go`` (kubernetes/
-#    kubernetes commit 000f260, the Kubernetes 1.34 line; unchanged in substance since 1.33, when
-#    matchLabelKeys/mismatchLabelKeys went GA) for a Pod create (``AllowInvalidLabelValueIn*`` false):
+#    kubernetes at commit 000f260, a Kubernetes 1.33+ tree: the MatchLabelKeysInPodAffinity gate,
+#    GA in 1.33, still checked) for a Pod create (``AllowInvalidLabelValueIn*`` false):
 #    - ``ValidateNodeSelector``: at least one ``nodeSelectorTerms`` entry;
 #    - ``ValidateNodeSelectorRequirement``: ``In``/``NotIn`` need values, ``Exists``/``DoesNotExist``
 #      forbid them, ``Gt``/``Lt`` need exactly one; any other operator is invalid; the key is a

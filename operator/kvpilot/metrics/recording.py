@@ -206,6 +206,12 @@ class RecordingReader:
     reading at a few µs a line instead of ~60-100 µs (``prometheus_client`` 0.26) and every line is
     still checked. Nothing after ``# EOF`` is read.
 
+    Why not ``prometheus_client``'s own streaming (``text_fd_to_metric_families`` reads a file object
+    family by family): it holds a whole family - every pod, every instant - before it yields it, so
+    memory grows with the file; and in 0.26 its "timestamp truncation" de-duplication drops a
+    histogram's later instants and raises "+Inf bucket missing" on any histogram with more than one
+    (see :mod:`kvpilot.metrics.exposition`), which every recording has.
+
     Args:
         fp: the text, line by line (a text file, ``io.StringIO``, a gzip text stream).
         keep: ``keep(name)`` -> whether the samples of that name are yielded (default all); lines of

@@ -1,7 +1,7 @@
 """``spec.affinity`` checked as the API server checks a Pod's affinity on create, both sides of each rule.
 
 Expected results are written out from kubernetes/kubernetes ``pkg/apis/core/validation/validation.go``
-(``validateAffinity`` and the functions it calls, Kubernetes 1.34 line), apimachinery
+(``validateAffinity`` and the functions it calls, commit 000f260, a Kubernetes 1.33+ tree), apimachinery
 ``pkg/apis/meta/v1/validation`` ``ValidateLabelSelector``, ``pkg/registry/core/pod/strategy.go``
 ``mutatePodAffinity`` (matchLabelKeys merged into the selector before validation), and the Kubernetes 1.37
 OpenAPI (kubernetes-validate's strict schema) for the shape. Every accepted affinity is also rendered
