@@ -4,8 +4,14 @@ Run: .venv/bin/python benchmarks/engine_bench.py
 
 1. ``seed-lru`` (docs/background.md §9) wall time; target < 0.2 s.
 2. A 10-minute Poisson trace at 50 req/s (prompts ~1,000 tokens, outputs ~200, max_num_seqs 256,
-   Qwen2.5-1.5B on an H100, budget 8,192) on one core: simulated/wall speed-up (target >= 60x), steps/s,
-   requests/s, and the cProfile of the run's hottest functions.
+   Qwen2.5-1.5B on an H100, budget 8,192) on one core, stepping one by one (the floor: the engine before
+   fast-forward) and fast-forwarding (``Engine(fast_forward=True)``, the default): simulated/wall speed-up
+   (target >= 1,000x), CPU seconds, steps, the stretches taken at once (count, mean length, share of the
+   steps), microseconds per step, and the cProfile of the fast-forwarded run's hottest functions.
+3. The same on a decode-heavy trace (``--decode-rate`` 1 req/s, outputs ~2,000 tokens): few arrivals and
+   finishes, so stretches are long.
+
+Both modes give identical results (tests/unit/engine/test_fast_forward.py); the figures differ only in time.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ def bench_seed_lru(repeat: int = 5) -> None:
     )
 
 
-def trace_engine(duration: float, rate: float) -> tuple[Engine, object]:
+def trace_engine(duration: float, rate: float, output_mean: int, fast_forward: bool) -> tuple[Engine, object]:
     cfg = EngineConfig(
         gpu="h100-sxm", model="qwen2.5-1.5b", max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=8192
     )
@@ -43,44 +49,59 @@ def trace_engine(duration: float, rate: float) -> tuple[Engine, object]:
         duration=duration,
         seed=42,
         prompt_len={"dist": "normal", "mean": 1000, "std": 200, "min": 100},
-        output_len={"dist": "normal", "mean": 200, "std": 50, "min": 10},
+        output_len={"dist": "normal", "mean": output_mean, "std": output_mean / 4, "min": 10},
+        lazy=True,
     )
-    return Engine(cfg, keep_finished=False), wl
+    return Engine(cfg, keep_finished=False, fast_forward=fast_forward), wl
 
 
-def bench_trace(duration: float, rate: float, profile: bool) -> None:
-    engine, wl = trace_engine(duration, rate)
-    n = len(wl)
-    t0 = time.perf_counter()
-    engine.run(wl)
-    wall = time.perf_counter() - t0
-    print(
-        f"trace: {n} requests over {duration:.0f} s at {rate:g} req/s -> simulated "
-        f"{engine.now:.1f} s in {wall:.2f} s wall = {engine.now / wall:.0f}x real time; "
-        f"{engine.num_steps} steps = {engine.num_steps / wall:,.0f} steps/s, "
-        f"{engine.num_finished / wall:,.0f} requests/s; preemptions {engine.num_preemptions}, "
-        f"generation tokens {engine.generation_tokens:,}"
-    )
+def bench_trace(name: str, duration: float, rate: float, output_mean: int, profile: bool) -> None:
+    print(f"{name}: Poisson {rate:g} req/s for {duration:.0f} s, outputs ~{output_mean} tokens")
+    speed = {}
+    for fast_forward in (False, True):
+        engine, wl = trace_engine(duration, rate, output_mean, fast_forward)
+        calls = [0]
+
+        def count(_eng: Engine, out: object, calls: list[int] = calls) -> None:
+            if out is not None:
+                calls[0] += 1
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        engine.run(wl, on_step=count)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        speed[fast_forward] = engine.now / cpu
+        stretches = engine.num_steps - calls[0]  # steps taken inside stretches beyond their first
+        print(
+            f"  {'fast-forward' if fast_forward else 'step by step (floor)':<20} simulated {engine.now:.1f} s in "
+            f"{wall:.2f} s wall / {cpu:.2f} s CPU = {engine.now / wall:,.0f}x wall, {engine.now / cpu:,.0f}x CPU; "
+            f"{engine.num_steps:,} steps in {calls[0]:,} calls ({stretches / max(engine.num_steps, 1):.0%} skipped, "
+            f"mean {engine.num_steps / max(calls[0], 1):.2f} steps a call), {1e6 * cpu / max(engine.num_steps, 1):.1f} "
+            f"us CPU a step; {engine.num_finished:,} requests, generation tokens {engine.generation_tokens:,}"
+        )
+    print(f"  fast-forward / step by step: {speed[True] / speed[False]:.2f}x (CPU)")
     if profile:
-        engine, wl = trace_engine(duration, rate)
+        engine, wl = trace_engine(duration, rate, output_mean, True)
         prof = cProfile.Profile()
         prof.enable()
         engine.run(wl)
         prof.disable()
         buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(8)
-        print("cProfile (sorted by own time, profiler overhead included):")
-        print("\n".join(line for line in buf.getvalue().splitlines() if line.strip())[:3000])
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(10)
+        print("  cProfile, fast-forward (sorted by own time, profiler overhead included):")
+        print("\n".join(line for line in buf.getvalue().splitlines() if line.strip())[:3500])
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=600.0)
     ap.add_argument("--rate", type=float, default=50.0)
+    ap.add_argument("--decode-rate", type=float, default=1.0, help="arrivals of the decode-heavy trace, req/s")
+    ap.add_argument("--decode-output", type=int, default=2000, help="mean output of the decode-heavy trace")
     ap.add_argument("--no-profile", action="store_true")
     args = ap.parse_args()
     bench_seed_lru()
-    bench_trace(args.duration, args.rate, not args.no_profile)
+    bench_trace("trace", args.duration, args.rate, 200, not args.no_profile)
+    bench_trace("decode-heavy", args.duration, args.decode_rate, args.decode_output, not args.no_profile)
 
 
 if __name__ == "__main__":

@@ -56,14 +56,14 @@ def measure(mode: str, n: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--requests", type=int, nargs="+", default=[10_000, 30_000, 100_000])
-    ap.add_argument("--no-kept", action="store_true", help="skip the 'kept' runs (the slowest, the largest)")
+    ap.add_argument("--kept-max", type=int, default=30_000, help="run 'kept' only up to this many requests")
     args = ap.parse_args()
     floor = measure("floor", 0)
     print(f"floor (engine imported, nothing run): {floor['rss_mib']:.0f} MiB")
     for n in args.requests:
         rep = measure("report", n)
         line = f"{n:>7,} requests: report {rep['rss_mib']:6.0f} MiB ({rep['wall_s']:.1f} s)"
-        if not args.no_kept:
+        if n <= args.kept_max:
             kept = measure("kept", n)
             line += f", kept {kept['rss_mib']:6.0f} MiB ({kept['wall_s']:.1f} s)"
         print(line + f"; {int(rep['finished']):,} finished", flush=True)

@@ -182,7 +182,8 @@ class Engine:
 
     Attributes (read-only for callers): ``now`` (s), ``pool`` (:class:`BlockPool`), ``running``
     (list, admission order), ``waiting`` (deque), ``finished`` (list of finished requests, in
-    finish order; ``keep_finished=False`` drops them), ``offload`` (:class:`CPUOffloadTier` or
+    finish order; ``keep_finished=False`` drops them), ``decoding_only`` (the last step scheduled and sampled every
+    running request), ``offload`` (:class:`CPUOffloadTier` or
     None), counters ``num_steps``, ``num_preemptions``, ``prefix_queries``, ``prefix_hits``,
     ``external_queries``, ``external_hits``, ``prompt_tokens``, ``generation_tokens``.
     """
@@ -201,6 +202,7 @@ class Engine:
         self.metrics = metrics
         self.keep_finished = keep_finished
         self.fast_forward = fast_forward
+        self.decoding_only = False  # after the last step every running request decodes (engine.fast_forward)
         # per-token inter-token latencies are kept only when someone reads them
         self._track_itls = metrics is not None or keep_finished if track_itls is None else track_itls
         self.block_size = config.block_size
@@ -318,6 +320,7 @@ class Engine:
         step_budget = budget
         start = self.now
 
+        self.decoding_only = False
         scheduled: list[Request] = []
         preempted = 0
         context = 0
@@ -490,6 +493,8 @@ class Engine:
                 req.last_token_time = now
                 if out >= req.max_output:
                     finished.append(req)
+        # every running request was scheduled and sampled: each is one token behind, as a decode stretch needs
+        self.decoding_only = gen == len(scheduled) == len(running)
         if finished:
             done_ids = {id(r) for r in finished}
             self.running = running = [r for r in running if id(r) not in done_ids]

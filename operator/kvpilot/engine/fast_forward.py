@@ -53,7 +53,7 @@ def decode_stretch(engine: Engine, t_stop: float, max_steps: int) -> StepOutput 
     """
     running = engine.running
     num = len(running)
-    if not num or max_steps < 1:
+    if not num or max_steps < 1 or not engine.decoding_only:
         return None
     cfg = engine.config
     budget = cfg.max_num_batched_tokens
@@ -62,23 +62,14 @@ def decode_stretch(engine: Engine, t_stop: float, max_steps: int) -> StepOutput 
         return None
     if engine.waiting and num < cfg.max_num_seqs and num < budget:
         return None  # a waiting request might be admitted: step normally
-    offload = engine.offload
-    ct = offload.chunk_tokens if offload is not None else 0
+    # the last step scheduled and sampled every running request (Engine.decoding_only): each is one token behind,
+    # has its first token, its preemptions reported and its prompt chunks stored; the steps before the one
+    # that finishes the first of them can go
     start = engine.now
-    context = 0
-    k = max_steps
-    for req in running:
-        c = req.num_computed
-        if req.total - c != 1 or req.num_output < 1 or req.num_preemptions != req.preemptions_reported:
-            return None
-        if ct and min(c, req.prompt_len) // ct > req.num_stored_chunks:
-            return None
-        left = req.max_output - req.num_output - 1  # steps before the one that finishes it
-        if left < k:
-            if left < 1:
-                return None
-            k = left
-        context += c
+    k = min(max_steps, min([req.max_output - req.num_output for req in running]) - 1)
+    if k < 1:
+        return None
+    context = sum([req.num_computed for req in running])
 
     # the clock: step j starts at starts[j]; a step starting at or after t_stop is not taken
     step_time = engine.cost.step_time
@@ -98,8 +89,12 @@ def decode_stretch(engine: Engine, t_stop: float, max_steps: int) -> StepOutput 
     events: list[tuple[int, int, int]] = []
     for i, req in enumerate(running):
         c = req.num_computed
-        events.extend((j, i, _ALLOC) for j in range(req.capacity - c, k, bs))
-        events.extend((j, i, _CACHE) for j in range(req.next_full - c - 1, k, bs))
+        first = req.capacity - c
+        if first < k:
+            events.extend([(j, i, _ALLOC) for j in range(first, k, bs)])
+        first = req.next_full - c - 1
+        if first < k:
+            events.extend([(j, i, _CACHE) for j in range(first, k, bs)])
     if events:
         events.sort()
         pool = engine.pool
