@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import cast
 
 import click
 from typing_extensions import override
@@ -48,7 +49,8 @@ class LazyGroup(click.Group):
         if entry is None:
             return None
         module, attr, _ = entry
-        return getattr(importlib.import_module(f"kvpilot.commands.{module}"), attr)
+        # each COMMANDS entry names a module's click command (tests/unit/test_cli_imports.py loads them all)
+        return cast(click.Command, getattr(importlib.import_module(f"kvpilot.commands.{module}"), attr))
 
     @override
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from kvpilot.alerts.rules import BY, Signals, limit, vllm
 
@@ -84,7 +85,7 @@ def _rate(s: Signals, name: str) -> str:
     return f"max by ({BY}) (rate({vllm(name, s.matchers)}[{s.window}]))"
 
 
-def build() -> dict:
+def build() -> dict[str, Any]:
     """The dashboard as Grafana's JSON model (built with the Foundation SDK's typed builders)."""
     from grafana_foundation_sdk.builders import dashboard as db
     from grafana_foundation_sdk.builders import prometheus, timeseries
@@ -141,7 +142,8 @@ def build() -> dict:
         for i, (legend, expr) in enumerate(queries):
             panel = panel.with_target(prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(chr(65 + i)))
         builder = builder.with_panel(panel)
-    return json.loads(json.dumps(builder.build(), cls=JSONEncoder))
+    doc: dict[str, Any] = json.loads(json.dumps(builder.build(), cls=JSONEncoder))  # a dashboard object
+    return doc
 
 
 def render() -> str:

@@ -44,6 +44,7 @@ from kvpilot.alerts.payload import (
     parse_notification,
     target_of,
 )
+from kvpilot.diagnose.model import Report
 from kvpilot.diagnose.run import Options, run
 from kvpilot.diagnose.sources import SourceError
 
@@ -144,13 +145,13 @@ def _error(status: int, message: str, **headers: str) -> web.Response:
 class AlertHook:
     """The receiver's state: config, cache, concurrency bound, metrics; :meth:`app` is the aiohttp app."""
 
-    def __init__(self, config: HookConfig, diagnose: Callable[[Options], Any] = run) -> None:
+    def __init__(self, config: HookConfig, diagnose: Callable[[Options], Report] = run) -> None:
         self.config = config
         self.metrics = HookMetrics()
         self._diagnose = diagnose
         self._semaphore = asyncio.Semaphore(config.max_concurrency)
         self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
-        self._in_flight: dict[str, asyncio.Future] = {}
+        self._in_flight: dict[str, asyncio.Future[dict[str, Any]]] = {}
 
     def app(self) -> web.Application:
         """The aiohttp application."""
@@ -238,7 +239,7 @@ class AlertHook:
         running = self._in_flight.get(fingerprint)
         if running is not None:
             return await asyncio.shield(running)
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._in_flight[fingerprint] = future
         try:
             report = await asyncio.wait_for(self._run(target), self.config.timeout_seconds)

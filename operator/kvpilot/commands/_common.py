@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 from typing_extensions import override
@@ -90,13 +90,13 @@ def parse_duration(text: str, field: str) -> float:
     return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
 
 
-class DurationParam(click.ParamType):
+class DurationParam(click.ParamType):  # type: ignore[type-arg]  # generic in new click, not in 8.1 (allowed)
     """click parameter type for durations (seconds), see :func:`parse_duration`."""
 
     name = "duration"
 
     @override
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, (int, float)):
             return float(value)
         try:
@@ -108,7 +108,7 @@ class DurationParam(click.ParamType):
 DURATION = DurationParam()
 
 
-class SizeParam(click.ParamType):
+class SizeParam(click.ParamType):  # type: ignore[type-arg]  # generic in new click, not in 8.1 (allowed)
     """click parameter type for sizes (bytes), see :func:`parse_size`; ``require_unit`` refuses bare numbers."""
 
     name = "size"
@@ -117,7 +117,7 @@ class SizeParam(click.ParamType):
         self.require_unit = require_unit
 
     @override
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
             return value
         try:

@@ -117,7 +117,8 @@ def wait_for(probe: Callable[[], T], what: str, timeout: float = WAIT_SECONDS) -
 def experiment_example() -> dict[str, Any]:
     """The packaged copy of ``manifests/examples/experiment.yaml`` (works from an installed wheel)."""
     text = importlib.resources.files("kvpilot").joinpath("data/experiment.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    example: dict[str, Any] = yaml.safe_load(text)  # one VLLMServer object
+    return example
 
 
 def _heading(ctx: DemoContext, title: str) -> None:
@@ -237,7 +238,7 @@ def section_kubelet(ctx: DemoContext) -> None:
     _heading(ctx, "Playing the node (no GPU here: the demo acts as scheduler and kubelet)")
     kubelet = Kubelet(ctx.cluster)
     name, pod = ctx.server["metadata"]["name"], ctx.pod_name
-    steps = [
+    steps: list[tuple[str, Callable[[], object], str]] = [
         (f"pod scheduled on {GPU_NODE}", lambda: kubelet.schedule(NAMESPACE, pod), "Pending"),
         ("container started, vLLM logs", lambda: kubelet.start(NAMESPACE, pod, log=STARTUP_LOG), "Loading"),
         ("readiness GET /v1/models passes", lambda: kubelet.ready(NAMESPACE, pod), "Ready"),

@@ -19,6 +19,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ WAIT_SECONDS = 20.0
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # (host, port) of an AF_INET socket
+        return port
 
 
 def _get_json(url: str) -> Any:
@@ -39,7 +41,7 @@ def _get_json(url: str) -> Any:
         return json.loads(resp.read(1 << 22))
 
 
-def _wait(probe, what: str) -> Any:
+def _wait(probe: Callable[[], Any], what: str) -> Any:
     deadline = time.monotonic() + WAIT_SECONDS
     while time.monotonic() < deadline:
         try:

@@ -27,6 +27,7 @@ from kvpilot.text.numbers import count, gib, number, percent
 
 if TYPE_CHECKING:
     from kvpilot.kv.capacity import KVCapacity
+    from kvpilot.metrics.exposition import Sample
 
 #: The 8 GB laptop GPU of the founding measurement (docs/engine.md), in bytes: 8 GiB.
 EXPERIMENT_GPU_MEMORY = 8 * 2**30
@@ -48,7 +49,8 @@ SIM_SECONDS, SNAPSHOT_SECONDS = 300.0, 15.0
 
 def _model_config() -> dict[str, Any]:
     text = importlib.resources.files("kvpilot").joinpath("data/Qwen2.5-1.5B-Instruct.config.json").read_text()
-    return json.loads(text)
+    config: dict[str, Any] = json.loads(text)  # the packaged config.json is an object
+    return config
 
 
 def section_kv(ctx: Any) -> None:
@@ -177,7 +179,7 @@ def section_engine(ctx: Any) -> None:
     ctx.more.append(("the engine model", "kvpilot simulate seed-lru --kv-offload-cpu 1.5GiB"))
 
 
-def _scenario_samples(name: str) -> tuple[list, dict[str, Any]]:
+def _scenario_samples(name: str) -> tuple[list[Sample], dict[str, Any]]:
     """Run scenario ``name`` for :data:`SIM_SECONDS` with vLLM's metrics; return timestamped samples
     (snapshots every :data:`SNAPSHOT_SECONDS`, as a recording holds them) and the resolved flags.
     """

@@ -12,6 +12,7 @@ import re
 import shutil
 import sys
 import time
+from typing import Any
 
 import click
 from typing_extensions import override
@@ -27,7 +28,7 @@ class _DiagnoseCommand(click.Command):
     """A click command whose usage errors exit with 64 (EX_USAGE) instead of click's 2."""
 
     @override
-    def parse_args(self, ctx, args):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
@@ -35,7 +36,7 @@ class _DiagnoseCommand(click.Command):
             raise
 
     @override
-    def invoke(self, ctx):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:
@@ -50,7 +51,7 @@ class _WindowParam(DurationParam):
     """A duration that remembers the text typed, so a bare number can be reported as seconds."""
 
     @override
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if ctx is not None and isinstance(value, str):
             ctx.meta[_WINDOW_TEXT] = value
         return super().convert(value, param, ctx)
@@ -131,36 +132,36 @@ class _WindowParam(DurationParam):
 )
 @click.option("--watch-count", type=click.IntRange(min=1), hidden=True, help="Stop --watch after this many runs.")
 def command(
-    prometheus,
-    metrics_url,
-    recording,
-    namespace,
-    server,
-    pod,
-    model_name,
-    window,
-    end,
-    max_num_seqs,
-    max_num_batched_tokens,
-    max_model_len,
-    kv_cache_tokens,
-    gpu_memory_utilization,
-    kv_cache_dtype,
-    block_size,
-    tensor_parallel_size,
-    gpu_memory,
-    gpu_name,
-    model_config,
-    quick,
-    scrape_interval,
-    no_kube,
-    kubeconfig,
-    context,
-    timeout,
-    output,
-    watch,
-    watch_count,
-):
+    prometheus: str | None,
+    metrics_url: str | None,
+    recording: str | None,
+    namespace: str,
+    server: str,
+    pod: str,
+    model_name: str,
+    window: float,
+    end: str | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    max_model_len: int | None,
+    kv_cache_tokens: int | None,
+    gpu_memory_utilization: float | None,
+    kv_cache_dtype: str | None,
+    block_size: int | None,
+    tensor_parallel_size: int | None,
+    gpu_memory: int | None,
+    gpu_name: str | None,
+    model_config: str | None,
+    quick: bool,
+    scrape_interval: float,
+    no_kube: bool,
+    kubeconfig: str | None,
+    context: str | None,
+    timeout: float,
+    output: str,
+    watch: float | None,
+    watch_count: int | None,
+) -> None:
     """Tell which limit binds a vLLM server - KV cache, max_num_seqs, token budget or compute - with numbers.
 
     Read-only: GETs Prometheus queries, /metrics, the VLLMServer spec (with --server/--pod and a

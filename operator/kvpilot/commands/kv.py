@@ -152,7 +152,7 @@ def _startup_rows(check: StartupMemoryCheck) -> list[tuple[str, str]]:
 
 
 def render_text(
-    cap: KVCapacity, source: str, check: StartupMemoryCheck | None = None, seqs: dict | None = None
+    cap: KVCapacity, source: str, check: StartupMemoryCheck | None = None, seqs: dict[str, Any] | None = None
 ) -> None:
     """Print the capacity (and the startup free-memory check, and ``--max-num-seqs``' pool share, when
     given) as a rich table with units (GiB = 2^30 bytes).
@@ -266,7 +266,7 @@ def render_text(
         console.print(notes)
 
 
-def layer_kinds_text(spec) -> str:
+def layer_kinds_text(spec: KVSpec) -> str:
     """``52 layers: 6 full attention, 23 Mamba, 23 without KV cache (MLP/MoE)``: every layer counted once."""
     kinds = [
         (spec.count(FULL), "full attention"),
@@ -396,24 +396,24 @@ Examples:
 )
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def command(
-    config,
-    kv_cache_dtype,
-    tensor_parallel_size,
-    pipeline_parallel_size,
-    data_parallel_size,
-    max_model_len,
-    block_size,
-    gpu_memory_utilization,
-    max_num_batched_tokens,
-    max_num_seqs,
-    kv_memory,
-    gpu_memory,
-    weights_memory,
-    overhead_memory,
-    free_gpu_memory,
-    speculative_config,
-    output,
-):
+    config: str,
+    kv_cache_dtype: str,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    data_parallel_size: int,
+    max_model_len: int | None,
+    block_size: int,
+    gpu_memory_utilization: float,
+    max_num_batched_tokens: int,
+    max_num_seqs: int | None,
+    kv_memory: int | None,
+    gpu_memory: int | None,
+    weights_memory: int | None,
+    overhead_memory: int | None,
+    free_gpu_memory: int | None,
+    speculative_config: str | None,
+    output: str,
+) -> None:
     """KV bytes/token, capacity, concurrency and feasibility of a model, from its config.json.
 
     CONFIG is a config.json file, a folder holding one (its *.safetensors give the weight size), or a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -69,7 +70,7 @@ def command(file: str, output: str, namespace: str | None) -> None:
     from kvpilot.render import render_objects
 
     docs = _documents(file, _read(file))
-    items: list[dict] = []
+    items: list[dict[str, Any]] = []
     for index, doc in enumerate(docs, start=1):
         where = file if len(docs) == 1 else f"{file} (document {index})"
         try:

@@ -54,7 +54,7 @@ class RetryPolicy:
 
     def delay(self, retry: int, retry_after: float | None = None) -> float:
         """Seconds before retry number ``retry`` (0-based); at least ``Retry-After``, never over the cap."""
-        delay = min(self.cap_seconds, self.base_seconds * 2 ** min(retry, 62))
+        delay = min(self.cap_seconds, self.base_seconds * 2.0 ** min(retry, 62))
         if retry_after is not None:
             delay = max(delay, min(retry_after, self.cap_seconds))
         return delay

@@ -64,6 +64,8 @@ FAILURE_LOG_LINES = 200
 FAILURE_LOG_BYTES = 256 * 2**10
 #: The node label NVIDIA GPU feature discovery sets (MiB), for the KV pre-flight.
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+#: kopf's index of kvpilot's pods (:func:`pods_by_server`): ``(namespace, server) -> pod objects``
+PodIndex = kopf.Index[tuple[str, str], dict[str, Any]]
 
 
 class Controller:
@@ -187,7 +189,7 @@ class Controller:
         if warning and before.get("status") != "False":
             _event(server, type="Warning", reason=condition["reason"], message=one_line(warning, limit=1024))
 
-    def _pods(self, namespace: str, name: str, index: kopf.Index | None = None) -> list[dict[str, Any]]:
+    def _pods(self, namespace: str, name: str, index: PodIndex | None = None) -> list[dict[str, Any]]:
         """The server's pods: from kopf's pod index when given (no API request: kopf keeps it from
         the pod watch it already runs), else one list call by label.
 
@@ -230,7 +232,9 @@ class Controller:
                 raise
             return None
 
-    def _adopt(self, read: Callable[..., Any], wanted: dict[str, Any], server: dict[str, Any], kind: str) -> dict:
+    def _adopt(
+        self, read: Callable[..., Any], wanted: dict[str, Any], server: dict[str, Any], kind: str
+    ) -> dict[str, Any]:
         """The existing object named like ``wanted`` when this server owns it (an earlier attempt
         created it: adopted); otherwise the 409 is re-raised with ``conflict_owner`` naming the holder.
 
@@ -239,7 +243,7 @@ class Controller:
                 another owner (or nobody) holds the name.
         """
         meta = wanted["metadata"]
-        existing = self.api.sanitize_for_serialization(read(meta["name"], meta["namespace"]))
+        existing: dict[str, Any] | None = self.api.sanitize_for_serialization(read(meta["name"], meta["namespace"]))
         if existing is None:  # pragma: no cover - the client raises 404 instead
             raise ApiException(status=404, reason="NotFound")
         refs = (existing.get("metadata") or {}).get("ownerReferences") or []
@@ -286,7 +290,7 @@ class Controller:
             return None
 
     # ------------------------------------------------------------------ KV pre-flight
-    def _model_files(self, namespace: str, spec: VLLMServerSpec) -> tuple[dict | None, int | None, str]:
+    def _model_files(self, namespace: str, spec: VLLMServerSpec) -> tuple[dict[str, Any] | None, int | None, str]:
         """``(config.json, weight bytes or None, where from)`` of the spec's model, or ``(None, None, why)``.
 
         Sources: the ``modelConfigRef`` ConfigMap (its key, plus an optional
@@ -337,7 +341,7 @@ class Controller:
 
     def preflight(
         self, namespace: str, spec: VLLMServerSpec, pods: list[dict[str, Any]]
-    ) -> tuple[dict, str | None, dict[str, Any]]:
+    ) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
         """The ``KVCapacity`` condition (kvpilot.kv.preflight), a warning when one request of
         ``maxModelLen`` cannot fit, and the numbers for ``status.preflight`` (camelCase; empty when
         not computed); Unknown when the model config or GPU memory is not known.
@@ -372,7 +376,7 @@ class Controller:
         name: str,
         logger: logging.Logger,
         retry: int = 0,
-        pods_by_server: kopf.Index | None = None,
+        pods_by_server: PodIndex | None = None,
         **_: Any,
     ) -> None:
         """create/resume/update: validate, ensure Service and Pod, write status (idempotent).
@@ -424,7 +428,7 @@ class Controller:
         name: str,
         logger: logging.Logger,
         step: list[str],
-        pods_index: kopf.Index | None = None,
+        pods_index: PodIndex | None = None,
     ) -> None:
         """The reconcile proper; ``step[0]`` names what it is doing (for a failure's message).
 

@@ -33,11 +33,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.types import StartResponse, WSGIEnvironment
 
 import kopf
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.metrics_core import Metric
 
 #: ``limit`` label value -> ``spec.engine`` field (None: from status). Names are vLLM's engine-arg
 #: names (vllm/engine/arg_utils.py, EngineArgs), as the diagnoser's limits use them.
@@ -123,7 +125,7 @@ class _ServerCollector:
     def __init__(self, metrics: OperatorMetrics) -> None:
         self._metrics = metrics
 
-    def describe(self) -> list:
+    def describe(self) -> list[Metric]:
         return []
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -240,7 +242,7 @@ class MetricsServer:
             raise ValueError(f"--metrics-path: must start with '/', got {path!r}")
         exposition = make_wsgi_app(registry)
 
-        def app(environ: dict, start_response: Callable) -> Any:
+        def app(environ: WSGIEnvironment, start_response: StartResponse) -> Any:
             if environ.get("PATH_INFO") != path:
                 start_response("404 Not Found", [("Content-Type", "text/plain")])
                 return [f"not found: the metrics are at {path}\n".encode()]

@@ -64,7 +64,7 @@ import string
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Self
 
 import aiohttp.web
 import attrs
@@ -249,7 +249,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
     pod_logs: dict[tuple[str, str], str] = attrs.field(factory=dict, init=False)
     faults: list[Fault] = attrs.field(factory=list, init=False)
     _rv: int = attrs.field(default=0, init=False)
-    _history: dict[Any, collections.deque] = attrs.field(factory=dict, init=False)
+    _history: dict[Any, collections.deque[tuple[int, dict[str, Any]]]] = attrs.field(factory=dict, init=False)
     _history_floor: dict[Any, int] = attrs.field(factory=dict, init=False)
     _schemas: dict[Any, dict[str, Any] | None] = attrs.field(factory=dict, init=False)
     #: ``{resource: {(namespace, name): kmock object}}`` of live objects, in creation order.
@@ -261,7 +261,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             warnings.simplefilter("ignore", DeprecationWarning)
             self.resources.load_bundled()
 
-    async def __aenter__(self):  # noqa: D105
+    async def __aenter__(self) -> Self:  # noqa: D105
         entered = await super().__aenter__()
         async with self._lock:
             for ns in DEFAULT_NAMESPACES:
@@ -468,14 +468,19 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         await self._buses[res].put(copy.deepcopy(event))
         return copy.deepcopy(shown)
 
-    def _selectors(self, request: rendering.Request) -> tuple[list, list]:
+    def _selectors(self, request: rendering.Request) -> tuple[list[semantics.Requirement], list[semantics.Requirement]]:
         return (
             semantics.parse_label_selector(request.params.get("labelSelector")),
             semantics.parse_field_selector(request.params.get("fieldSelector")),
         )
 
     @staticmethod
-    def _selected(obj: dict[str, Any], request: rendering.Request, labels: list, fields: list) -> bool:
+    def _selected(
+        obj: dict[str, Any],
+        request: rendering.Request,
+        labels: list[semantics.Requirement],
+        fields: list[semantics.Requirement],
+    ) -> bool:
         meta = obj.get("metadata", {})
         return (
             (request.namespace is None or meta.get("namespace") == request.namespace)
