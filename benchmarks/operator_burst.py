@@ -106,12 +106,13 @@ def wait(predicate: Any, timeout: float, what: str) -> None:
 
 
 #: ``--kopf KEY=VALUE``: the kvpilot operator started through :func:`kvpilot.controller.runner.run_operator`
-#: with these kopf settings set first (what ``kvpilot operator`` does otherwise: quiet, Hub offline).
+#: with these kopf settings set first (as ``kvpilot operator`` starts it otherwise: quiet, GC tuned, Hub offline).
 LAUNCH_WITH_SETTINGS = """
 import json, sys
 import kopf
-from kvpilot.controller.runner import load_configuration, run_operator
+from kvpilot.controller.runner import load_configuration, run_operator, tune_gc
 kopf.configure(quiet=True)
+tune_gc()
 settings = kopf.OperatorSettings()
 for key, value in json.loads(sys.argv[3]).items():
     section, name = key.split(".")

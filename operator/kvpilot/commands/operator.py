@@ -123,9 +123,10 @@ def command(
 
     from kvpilot.controller.metrics import OperatorMetrics
     from kvpilot.controller.policy import SpecPolicy
-    from kvpilot.controller.runner import ClusterConfigError, load_configuration, run_operator
+    from kvpilot.controller.runner import ClusterConfigError, load_configuration, run_operator, tune_gc
 
     kopf.configure(verbose=verbose, quiet=quiet)
+    tune_gc()
     try:
         configuration = load_configuration(kubeconfig, context)
     except ClusterConfigError as exc:

@@ -45,7 +45,7 @@ from kvpilot.api.timestamps import now_rfc3339
 from kvpilot.controller import failures, logic, policy
 from kvpilot.controller.metrics import OperatorMetrics
 from kvpilot.controller.rest import JsonApi, core_path, custom_status_path
-from kvpilot.controller.settings import MANAGED_BY_SELECTOR, connection_info
+from kvpilot.controller.settings import HANDLER_THREADS, MANAGED_BY_SELECTOR, connection_info
 from kvpilot.kv.hub import HubModelCache
 from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_preflight
 from kvpilot.kv.spec import KVConfigError
@@ -95,6 +95,9 @@ class Controller:
 
     def use(self, configuration: kubernetes.client.Configuration) -> None:
         """Talk to the cluster through ``configuration`` from now on (e.g. after kopf re-logs in)."""
+        # One pooled connection per handler thread (the client's default pool is 5 per CPU: with
+        # more threads than that, connections are dropped after each request and opened anew).
+        configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, HANDLER_THREADS)
         self.configuration = configuration
         self.api = kubernetes.client.ApiClient(configuration)
         self.core = kubernetes.client.CoreV1Api(self.api)

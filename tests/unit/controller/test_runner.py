@@ -85,3 +85,27 @@ def test_settings_give_the_handlers_their_thread_pool_unless_the_caller_chose():
     chosen.execution.max_workers = 3
     assert make_settings(chosen).execution.max_workers == 3
     assert make_settings(chosen).persistence.diffbase_storage.key == "last-handled-configuration"
+
+
+def test_operator_process_collects_garbage_less_often():
+    import gc
+
+    from kvpilot.controller.runner import GC_THRESHOLDS, tune_gc
+
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == GC_THRESHOLDS == (50_000, 20, 20)
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_controller_pools_a_connection_per_handler_thread():
+    import kubernetes.client
+
+    from kvpilot.controller.handlers import Controller
+
+    configuration = kubernetes.client.Configuration(host="http://127.0.0.1:1")
+    configuration.connection_pool_maxsize = 4
+    controller = Controller(configuration, hub=False)
+    assert controller.api.rest_client.pool_manager.connection_pool_kw["maxsize"] == 20  # HANDLER_THREADS
