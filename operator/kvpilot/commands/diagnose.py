@@ -178,7 +178,7 @@ def command(
     from urllib.parse import urlsplit
 
     from kvpilot.commands.simulate.options import parse_end
-    from kvpilot.diagnose.report import render
+    from kvpilot.diagnose.report import render_chunks
     from kvpilot.diagnose.run import Options, run
     from kvpilot.diagnose.sources import SourceError
 
@@ -250,7 +250,9 @@ def command(
         try:
             try:
                 report = run(opts)
-                click.echo(render(report, output, width=shutil.get_terminal_size().columns))
+                for chunk in render_chunks(report, output, width=shutil.get_terminal_size().columns):
+                    click.echo(chunk, nl=False)
+                click.echo()
                 code = report.exit_code()
             except SourceError as exc:
                 click.echo(f"kvpilot: error: {one_line(exc)}", err=True)

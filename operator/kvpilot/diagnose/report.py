@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -41,7 +42,39 @@ _SEVERITY_STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "
 
 def to_json(report: Report) -> str:
     """``-o json``: the report as indented JSON (NaN never appears: unknowns are null)."""
-    return json.dumps(report.to_json(), indent=2, allow_nan=False)
+    return "".join(json_chunks(report))
+
+
+_QUERIES = "\0queries\0"  # stands in for a target's queries (a sanitised string never holds NUL)
+
+
+def json_chunks(report: Report) -> Iterator[str]:
+    """:func:`to_json`'s text in pieces, one per target: ``json.dumps(report.to_json(), indent=2,
+    allow_nan=False)`` exactly, without the whole document in memory at once.
+
+    Every target of a run shares the same queries (32 strings, 80 % of a target's JSON): a list of
+    queries seen before is encoded once and its text reused, the rest of each target encoded anew.
+    """
+    doc = report.to_json()
+    targets = doc.pop("targets")
+    head = json.dumps({"source": doc["source"], "window_seconds": doc["window_seconds"]}, indent=2, allow_nan=False)
+    yield head[:-2] + ',\n  "targets": ['
+    encoded: dict[tuple[str, ...], str] = {}
+    for i, target in enumerate(targets):
+        queries = tuple(target["queries"])
+        if queries not in encoded:
+            encoded[queries] = _indented(json.dumps(list(queries), indent=2, allow_nan=False), 6)
+        target["queries"] = _QUERIES
+        text = _indented(json.dumps(target, indent=2, allow_nan=False), 4)
+        text = text.replace(f'"queries": {json.dumps(_QUERIES)}', f'"queries": {encoded[queries]}', 1)
+        yield ("," if i else "") + "\n    " + text
+    rest = json.dumps({"notes": doc["notes"]}, indent=2, allow_nan=False)
+    yield ("\n  ]," if targets else "],") + "\n" + rest[2:]
+
+
+def _indented(text: str, spaces: int) -> str:
+    """Indented JSON ``text`` nested ``spaces`` deeper (every line but the first)."""
+    return text.replace("\n", "\n" + " " * spaces)
 
 
 def _target_name(d: Diagnosis) -> str:
@@ -201,11 +234,20 @@ def render(report: Report, fmt: str, width: int = 100) -> str:
     Raises:
         ValueError: unknown format.
     """
+    return "".join(render_chunks(report, fmt, width))
+
+
+def render_chunks(report: Report, fmt: str, width: int = 100) -> Iterator[str]:
+    """:func:`render` in pieces (``-o json``: one per target), for writing as they come.
+
+    Raises:
+        ValueError: unknown format.
+    """
     report = safe_report(report)
     if fmt == "json":
-        return to_json(report)
+        return json_chunks(report)
     if fmt == "markdown":
-        return to_markdown(report)
+        return iter([to_markdown(report)])
     if fmt == "text":
-        return to_text(report, width)
+        return iter([to_text(report, width)])
     raise ValueError(f"-o: unknown output format {fmt!r} (text, json, markdown)")

@@ -10,20 +10,19 @@ every GET has
 - a **size cap** on the *decompressed* body, counted while it streams in 64 KiB chunks (aiohttp
   inflates ``Content-Encoding: gzip`` as it reads, so a gzip bomb stops at the cap, not in memory).
 
-:class:`BoundedSession` makes these GETs look like ``requests.Session.request`` so that
-``prometheus-api-client`` keeps doing the Prometheus HTTP API (parameters, status handling, JSON).
+With a ``sink`` the body is handed on chunk by chunk as it arrives instead of being kept (the
+Prometheus source decodes its answers that way, :mod:`kvpilot.diagnose.sources.vector`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import requests
-import requests.structures
 
 #: Largest Prometheus answer read (decompressed): 64 MiB is about 250,000 instant-vector rows
 #: of vLLM's label sets (~250 bytes a row), far beyond a cluster's vLLM servers.
@@ -31,11 +30,14 @@ MAX_PROMETHEUS_BYTES = 64 * 2**20
 #: Largest ``/metrics`` body read (decompressed): vLLM's own body is tens of KiB (a server with
 #: many LoRA adapters or long histograms a few MiB).
 MAX_SCRAPE_BYTES = 16 * 2**20
-#: Most rows (series) one Prometheus answer may hold, counted in the raw JSON before it is parsed:
-#: 50,000 is 50,000 targets for a gauge query or about 2,500 targets for a histogram-bucket query
-#: (20 buckets each). A larger answer is refused with a message to narrow the selection (each row
-#: costs about 1 KiB parsed, and every target's signals and report are kept).
+#: Most rows (series) one Prometheus signal answer may hold (one row per target): 50,000 targets.
+#: A larger answer is refused with a message to narrow the selection (every target's signals and
+#: report are kept: about 25 KiB each, docs/performance.md).
 MAX_PROMETHEUS_ROWS = 50_000
+#: Rows per target a histogram-bucket answer may hold (one per target and ``le``): its row and byte
+#: bounds are this many times the signal answer's, for the same 50,000 targets. vLLM 0.29's
+#: histograms that diagnose reads have 14-23 buckets (``vllm/v1/metrics/loggers.py``).
+MAX_HISTOGRAM_BUCKETS = 40
 _CHUNK = 64 * 2**10
 
 
@@ -56,8 +58,21 @@ class Fetched:
     body: bytes
 
 
+class _SinkError(Exception):
+    """An exception raised by a body sink, carried through the HTTP client's own handling."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
 async def _fetch(
-    url: str, params: dict[str, Any] | None, headers: dict[str, str] | None, deadline: float, max_bytes: int
+    url: str,
+    params: dict[str, Any] | None,
+    headers: dict[str, str] | None,
+    deadline: float,
+    max_bytes: int,
+    sink: Callable[[bytes], None] | None = None,
 ) -> Fetched:
     timeout = aiohttp.ClientTimeout(total=deadline)
     async with (
@@ -65,7 +80,18 @@ async def _fetch(
         session.get(url, params=params, headers=headers, allow_redirects=True, max_redirects=5) as response,
     ):
         body = bytearray()
+        streamed = 0
+        streaming = sink is not None and response.status == 200
         async for chunk in response.content.iter_chunked(_CHUNK):
+            if streaming:
+                streamed += len(chunk)
+                if streamed > max_bytes:
+                    raise ResponseTooLargeError(f"answer larger than {max_bytes / 2**20:g} MiB (the limit)")
+                try:
+                    sink(chunk)  # type: ignore[misc]
+                except Exception as exc:  # noqa: BLE001 - the sink's own error, re-raised by fetch()
+                    raise _SinkError(exc) from None
+                continue
             body += chunk
             if len(body) > max_bytes:
                 body.clear()  # the exception's traceback keeps this frame: release the bytes now
@@ -80,8 +106,13 @@ def fetch(
     headers: dict[str, str] | None = None,
     deadline: float = 10.0,
     max_bytes: int = MAX_SCRAPE_BYTES,
+    sink: Callable[[bytes], None] | None = None,
 ) -> Fetched:
     """GET ``url``: the whole request within ``deadline`` seconds, at most ``max_bytes`` of body.
+
+    With ``sink``, a 200 answer's body goes to ``sink(chunk)`` as it arrives and is not kept
+    (``Fetched.body`` is empty); an exception ``sink`` raises ends the request and is raised as it is.
+    Other statuses keep their body (an error message) as without ``sink``.
 
     Raises:
         DeadlineExceededError: not finished within ``deadline`` (connect, headers and body together).
@@ -91,7 +122,9 @@ def fetch(
     if deadline <= 0:
         raise DeadlineExceededError("no time left in the run's deadline")
     try:
-        return asyncio.run(_fetch(url, params, headers, deadline, max_bytes))
+        return asyncio.run(_fetch(url, params, headers, deadline, max_bytes, sink))
+    except _SinkError as exc:
+        raise exc.original from None
     except TimeoutError:
         raise DeadlineExceededError(f"timed out: no complete answer within {deadline:g} s") from None
     except aiohttp.ClientConnectorError as exc:
@@ -106,54 +139,3 @@ def _connector_reason(exc: aiohttp.ClientConnectorError) -> str:
     if isinstance(os_error, ConnectionRefusedError) or "refused" in text.lower():
         return "Connection refused"
     return text
-
-
-class BoundedSession(requests.Session):
-    """A ``requests.Session`` whose GETs go through :func:`fetch` (deadline and size cap).
-
-    Args:
-        max_bytes: the body cap of every request.
-        max_rows: the most ``"metric"`` keys (instant-vector rows) an answer may hold; None for no cap.
-        run_deadline: a ``time.monotonic()`` instant no request may outlive (the run's overall
-            deadline); None for none.
-
-    Only what ``prometheus-api-client``'s ``custom_query`` uses is supported: GET with ``params``,
-    ``headers`` and ``timeout`` (seconds, the whole-request deadline); TLS options are ignored
-    beyond aiohttp's defaults (system CA bundle, verification on).
-    """
-
-    def __init__(self, max_bytes: int, run_deadline: float | None = None, max_rows: int | None = None) -> None:
-        super().__init__()
-        self.max_bytes = max_bytes
-        self.run_deadline = run_deadline
-        self.max_rows = max_rows
-
-    def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
-        """GET ``url`` bounded (see the class); other methods are refused (diagnose is read-only)."""
-        method = method.decode() if isinstance(method, bytes) else method
-        url = url.decode() if isinstance(url, bytes) else url
-        if method.upper() != "GET":
-            raise requests.RequestException(f"{method} refused: diagnose only reads")
-        timeout = kwargs.get("timeout") or 10.0
-        if isinstance(timeout, tuple):
-            timeout = sum(t for t in timeout if t)
-        deadline = float(timeout)
-        if self.run_deadline is not None:
-            deadline = min(deadline, self.run_deadline - time.monotonic())
-        fetched = fetch(
-            url, params=kwargs.get("params"), headers=kwargs.get("headers"), deadline=deadline, max_bytes=self.max_bytes
-        )
-        if self.max_rows is not None and fetched.status == 200:
-            rows = fetched.body.count(b'"metric"')
-            if rows > self.max_rows:
-                raise ResponseTooLargeError(
-                    f"answer with {rows:,} series, more than the limit of {self.max_rows:,}: "
-                    "narrow the selection (--namespace, --server, --pod, --model-name)"
-                )
-        response = requests.Response()
-        response.status_code = fetched.status
-        response.headers = requests.structures.CaseInsensitiveDict(fetched.headers)
-        response._content = fetched.body
-        response.url = url
-        response.encoding = "utf-8"
-        return response

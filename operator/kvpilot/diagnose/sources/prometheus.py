@@ -20,23 +20,30 @@ More queries read the step-time sub-windows (:func:`subwindow_query`, one per ``
 (:func:`operator_limit_query`, joined on namespace and pod), so the number of queries is fixed
 (:func:`query_count`), whatever the number of targets.
 
-Queries go through ``prometheus-api-client`` (``custom_query`` with an explicit ``time``; its
-range helpers' default start/end are computed at import time, so they are never relied on).
-Only ``/api/v1/query`` is called.
+Only ``/api/v1/query`` is called (GET, ``query`` and an explicit ``time``), each as one bounded
+request (:mod:`kvpilot.diagnose.sources.http`) whose answer is decoded while it streams in
+(:mod:`kvpilot.diagnose.sources.vector`) into one small tuple per row: prometheus-api-client's
+``custom_query`` decodes a whole answer into dicts, about 400 MiB for one 10,000-target
+histogram answer (benchmarks/diagnose_scale.py, docs/performance.md).
+
+Bounds per answer: a signal query holds one row per target, at most :data:`MAX_PROMETHEUS_ROWS`
+(50,000 targets) and :data:`MAX_PROMETHEUS_BYTES`; a bucket query one row per target and bucket,
+a sub-window query one per target and sub-window, so their bounds are :data:`MAX_HISTOGRAM_BUCKETS`
+(or :data:`~kvpilot.diagnose.steptime.SUBWINDOWS`) times larger, for the same 50,000 targets.
 """
 
 from __future__ import annotations
 
+import gc
+import json
 import math
 import re
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import requests
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from urllib3.util.retry import Retry
 
 from kvpilot.diagnose import promql
 from kvpilot.diagnose.signals import (
@@ -53,7 +60,8 @@ from kvpilot.diagnose.signals import (
     spellings,
 )
 from kvpilot.diagnose.sources import SourceError, request_failure_reason
-from kvpilot.diagnose.sources.http import MAX_PROMETHEUS_BYTES, MAX_PROMETHEUS_ROWS, BoundedSession
+from kvpilot.diagnose.sources.http import MAX_HISTOGRAM_BUCKETS, MAX_PROMETHEUS_BYTES, MAX_PROMETHEUS_ROWS, fetch
+from kvpilot.diagnose.sources.vector import UnreadableAnswerError, VectorReader
 from kvpilot.diagnose.steptime import SUBWINDOWS, subwindow_points
 
 _FUNCTIONS = {
@@ -68,6 +76,8 @@ _FUNCTIONS = {
     "buckets": "increase",
 }
 NAME_LABEL = "kvpilot_name"
+_DONE: Future[list[Any]] = Future()
+_DONE.set_result([])
 
 
 def _quote(value: str) -> str:
@@ -196,6 +206,21 @@ def _number(text: str) -> float:
         return math.nan
 
 
+def _error_text(status: int, body: bytes) -> str:
+    """``HTTP 422: query timed out``: a non-200 answer in one line (the API's ``error`` when it is JSON)."""
+    text = body[:2000].decode("utf-8", "replace")
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("error"), str):
+        text = doc["error"]
+    text = " ".join(text.split())
+    if len(text) > 300:  # the reason ends the message (VictoriaMetrics quotes the whole query first)
+        text = text[:100] + " ... " + text[-200:]
+    return f"HTTP {status}: {text}"
+
+
 @dataclass
 class PrometheusResult:
     """Signals per target plus the queries sent and notes about failures."""
@@ -220,30 +245,82 @@ class PrometheusSource:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.workers = workers
-        # No retries on 5xx (the default retries 3 times with back-off): a failing Prometheus is
-        # reported, not hammered. Each query is one bounded GET (kvpilot.diagnose.sources.http):
-        # the whole request within ``timeout`` s and before ``run_deadline``, at most
-        # MAX_PROMETHEUS_BYTES of (decompressed) answer and MAX_PROMETHEUS_ROWS series.
-        self.client = PrometheusConnect(
-            url=self.url,
-            retry=Retry(total=0, status_forcelist=[]),
-            timeout=timeout,
-            session=BoundedSession(MAX_PROMETHEUS_BYTES, run_deadline, max_rows=MAX_PROMETHEUS_ROWS),
-        )
+        self.run_deadline = run_deadline
+        self._keys: dict[tuple[str, ...], tuple[str, ...]] = {}  # label tuples interned across answers
 
-    def _query(self, query: str, at: float) -> list[dict[str, Any]]:
+    def _query(self, query: str, at: float, kind: str = "signal") -> list[Any]:
+        """Rows of one instant query: ``(target labels, kvpilot_name, le, value text)`` tuples; for
+        ``kind="sub"`` ``(target labels, kvpilot_sub, None, value text)``; for ``"labels"`` and
+        ``"limit"`` ``(label mapping, value text)``.
+
+        One GET, no retry (a failing Prometheus is reported, not hammered): the whole request
+        within ``timeout`` s and before the run's deadline; ``kind`` selects the bounds (rows per
+        target: see the module docstring).
+        """
+        scale = {"buckets": MAX_HISTOGRAM_BUCKETS, "sub": SUBWINDOWS}.get(kind, 1)
+        labels_only = kind in ("labels", "limit")
+        second = SUB_LABEL if kind == "sub" else NAME_LABEL
+        max_rows, max_bytes = MAX_PROMETHEUS_ROWS * scale, MAX_PROMETHEUS_BYTES * scale
+        rows: list[Any] = []
+        seen = 0
+        keys = self._keys
+        targets: set[tuple[str, ...]] = set()  # of a bucket answer: at most MAX_PROMETHEUS_ROWS
+
+        def keep(batch: list[object]) -> None:
+            nonlocal seen
+            seen += len(batch)
+            if seen > max_rows or len(targets) > MAX_PROMETHEUS_ROWS:
+                rows.clear()  # counted to the end for the message, no longer kept
+                return
+            for row in batch:
+                # an instant query answers a vector: a list of {"metric": {label: str}, "value": [t, "v"]} rows
+                if not isinstance(row, dict):
+                    raise UnreadableAnswerError("not an instant vector")
+                if not _well_formed(row):
+                    continue
+                metric = row["metric"]
+                if labels_only:
+                    rows.append((metric, row["value"][1]))
+                    continue
+                ident = tuple([metric.get(k, "") for k in TARGET_LABELS])
+                if scale > 1:
+                    targets.add(ident)
+                rows.append((keys.setdefault(ident, ident), metric.get(second, ""), metric.get("le"), row["value"][1]))
+
+        deadline = self.timeout
+        if self.run_deadline is not None:
+            deadline = min(deadline, self.run_deadline - time.monotonic())
+        reader = VectorReader(keep)
         try:
-            result = self.client.custom_query(query, params={"time": f"{at:.3f}"})
-        except PrometheusApiClientException as exc:
-            raise SourceError(f"--prometheus {self.url}: {str(exc)[:300]}") from None
+            fetched = fetch(
+                f"{self.url}/api/v1/query",
+                params={"query": query, "time": f"{at:.3f}"},
+                deadline=deadline,
+                max_bytes=max_bytes,
+                sink=reader.feed,
+            )
+            if fetched.status != 200:
+                raise SourceError(f"--prometheus {self.url}: {_error_text(fetched.status, fetched.body)}")
+            reader.close()
+        except UnreadableAnswerError as exc:
+            rows.clear()
+            raise SourceError(f"--prometheus {self.url}: unreadable answer ({exc})") from None
         except requests.RequestException as exc:
+            rows.clear()
             raise SourceError(f"--prometheus {self.url}: {request_failure_reason(exc, self.timeout)}") from None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SourceError(f"--prometheus {self.url}: unreadable answer ({type(exc).__name__})") from None
-        # an instant query answers a vector: a list of {"metric": {label: str}, "value": [t, "v"]} rows
-        if not isinstance(result, list) or not all(isinstance(row, dict) for row in result):
-            raise SourceError(f"--prometheus {self.url}: unreadable answer (not an instant vector)")
-        return [row for row in result if _well_formed(row)]
+        finally:
+            reader.release()  # a failed query's traceback (kept with its error) keeps this frame
+        if len(targets) > MAX_PROMETHEUS_ROWS:
+            raise SourceError(
+                f"--prometheus {self.url}: answer with {seen:,} series of more than {MAX_PROMETHEUS_ROWS:,} "
+                "targets (the limit): narrow the selection (--namespace, --server, --pod, --model-name)"
+            )
+        if seen > max_rows:
+            raise SourceError(
+                f"--prometheus {self.url}: answer with {seen:,} series, more than the limit of {max_rows:,}: "
+                "narrow the selection (--namespace, --server, --pod, --model-name)"
+            )
+        return rows
 
     def fetch(self, window_seconds: float, end: float, selectors: Selectors = Selectors()) -> PrometheusResult:
         """Evaluate every signal at ``end`` (Unix seconds) over ``window_seconds``.
@@ -260,22 +337,31 @@ class PrometheusSource:
         config_q = cache_config_query(window_seconds, selectors)
         sub_queries = [subwindow_query(sd, window_seconds, selectors) for sd in SUBWINDOW_DEFS]
         all_queries = queries + sub_queries + [config_q, operator_limit_query(window_seconds, selectors)]
-        with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            futures = [pool.submit(self._query, q, end) for q in all_queries]
-            results: list[list[dict[str, Any]] | SourceError] = []
-            for fut in futures:
-                try:
-                    results.append(fut.result())
-                except SourceError as exc:
-                    results.append(exc)
-        errors = [r for r in results if isinstance(r, SourceError)]
-        if len(errors) == len(results):
-            raise errors[0]
-        notes = []
-        if errors:
-            notes.append(
-                f"{len(errors)} of {len(results)} Prometheus queries failed (their signals are unknown): {errors[0]}"
-            )
+        kinds = ["buckets" if sd.fn == "buckets" else "signal" for sd in defs]
+        kinds += ["sub"] * len(sub_queries) + ["labels", "limit"]
+        # the answers' rows are acyclic: without the cyclic collector (which rescans every live
+        # container each few hundred allocations) decoding 10,000 targets takes a quarter of the time
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with ThreadPoolExecutor(max_workers=self.workers) as pool:
+                futures = [pool.submit(self._query, q, end, kind) for q, kind in zip(all_queries, kinds, strict=True)]
+                return self._signals(defs, futures, all_queries, window_seconds, end)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _signals(
+        self,
+        defs: list[SignalDef],
+        futures: list[Future[list[Any]]],
+        all_queries: list[str],
+        window_seconds: float,
+        end: float,
+    ) -> PrometheusResult:
+        """Signals per target from the queries' rows (``futures`` in the order of ``all_queries``), each
+        answer read in that order as soon as it is there and dropped after.
+        """
         per_target: dict[TargetKey, Signals] = {}
 
         def signals_for(key: TargetKey) -> Signals:
@@ -286,57 +372,74 @@ class PrometheusSource:
             return per_target[key]
 
         keys: dict[tuple[str, ...], TargetKey] = {}
+        les: dict[str | None, float | None] = {}
+        errors: list[SourceError] = []
 
-        def key_of(labels: dict[str, str]) -> TargetKey:
-            ident = tuple(labels.get(k, "") for k in TARGET_LABELS)
-            if ident not in keys:
-                keys[ident] = TargetKey(*ident)
-            return keys[ident]
+        def key_of(ident: tuple[str, ...]) -> TargetKey:
+            key = keys.get(ident)
+            if key is None:
+                key = keys[ident] = TargetKey(*ident)
+            return key
 
-        for sd, rows in zip(defs, results[: len(defs)], strict=True):
-            if isinstance(rows, SourceError):
-                continue
-            bucket_rows: dict[TargetKey, list[tuple[float, float]]] = {}
-            for row in rows:
-                labels = row.get("metric", {})
-                key = key_of(labels)
+        def parse_le(text: str | None) -> float | None:
+            if text not in les:
                 try:
-                    value = float(row["value"][1])
-                except (KeyError, IndexError, TypeError, ValueError):
+                    les[text] = promql.parse_le(text or "")
+                except ValueError:
+                    les[text] = None
+            return les[text]
+
+        def answer(i: int) -> list[Any]:
+            try:
+                rows = futures[i].result()
+            except SourceError as exc:
+                errors.append(exc)
+                return []
+            futures[i] = _DONE  # its rows are dropped once read
+            return rows
+
+        for i, sd in enumerate(defs):
+            bucket_rows: dict[TargetKey, list[tuple[float, float]]] = {}
+            for ident, name, le, text in answer(i):
+                key = key_of(ident)
+                try:
+                    value = float(text)
+                except ValueError:
                     continue
-                sig = signals_for(key)
-                if labels.get(NAME_LABEL):
-                    sig.spelling.setdefault(sd.family, labels[NAME_LABEL])
+                sig = per_target.get(key) or signals_for(key)
+                if name:
+                    sig.spelling.setdefault(sd.family, name)
                 if sd.fn == "buckets":
-                    try:
-                        bucket_rows.setdefault(key, []).append((promql.parse_le(labels.get("le", "")), value))
-                    except ValueError:
-                        continue
+                    bound = parse_le(le)
+                    if bound is not None:
+                        bucket_rows.setdefault(key, []).append((bound, value))
                 else:
                     sig.values[sd.name] = value
             for key, rows_ in bucket_rows.items():
                 signals_for(key).buckets[sd.name] = sorted(rows_)
         per_sub: dict[TargetKey, list[list[float | None]]] = {}
-        for i, rows in enumerate(results[len(defs) : len(defs) + len(sub_queries)]):
-            for row in [] if isinstance(rows, SourceError) else rows:
-                labels = row["metric"]
+        n_sub = len(all_queries) - len(defs) - 2
+        for i in range(n_sub):
+            for ident, sub_text, _, text in answer(len(defs) + i):
                 try:
-                    j = int(labels.get(SUB_LABEL, ""))
+                    j = int(sub_text)
                 except ValueError:
                     continue
                 if 0 <= j < SUBWINDOWS:
-                    grid = per_sub.setdefault(key_of(labels), [[None] * SUBWINDOWS for _ in sub_queries])
-                    grid[i][j] = _number(row["value"][1])
+                    grid = per_sub.setdefault(key_of(ident), [[None] * SUBWINDOWS for _ in range(n_sub)])
+                    grid[i][j] = _number(text)
         for key, grid in per_sub.items():
             if key in per_target:
                 per_target[key].step_points = subwindow_points(*grid)
-        config_rows, limit_rows = results[-2], results[-1]
-        configs = CacheConfigIndex(
-            [] if isinstance(config_rows, SourceError) else [r.get("metric", {}) for r in config_rows]
-        )
-        operator = OperatorLimitIndex(
-            [] if isinstance(limit_rows, SourceError) else [(r["metric"], _number(r["value"][1])) for r in limit_rows]
-        )
+        configs = CacheConfigIndex([metric for metric, _ in answer(len(all_queries) - 2)])
+        operator = OperatorLimitIndex([(metric, _number(text)) for metric, text in answer(len(all_queries) - 1)])
+        if len(errors) == len(futures):
+            raise errors[0]
+        notes = []
+        if errors:
+            notes.append(
+                f"{len(errors)} of {len(futures)} Prometheus queries failed (their signals are unknown): {errors[0]}"
+            )
         out: dict[TargetKey, Signals] = {}
         for key, sig in per_target.items():
             sig.cache_config = configs.get(key)
