@@ -47,6 +47,7 @@ from kvpilot.alerts.payload import (
 from kvpilot.diagnose.model import Report
 from kvpilot.diagnose.run import Options, run
 from kvpilot.diagnose.sources import SourceError
+from kvpilot.text.numbers import fig
 
 log = logging.getLogger("kvpilot.alert_hook")
 
@@ -227,7 +228,7 @@ class AlertHook:
             result["diagnosis"] = await self._diagnosis(alert.fingerprint, target)
         except TimeoutError:
             self.metrics.errors.labels("timeout").inc()
-            result["error"] = f"diagnosis: no answer within {self.config.timeout_seconds:g} s"
+            result["error"] = f"diagnosis: no answer within {fig(self.config.timeout_seconds, 3)} s"
         except SourceError as exc:
             self.metrics.errors.labels("source").inc()
             result["error"] = f"diagnosis: {exc}"

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvpilot.diagnose.facts import LARGE_BUDGET
+from kvpilot.text.numbers import fig
 
 #: labels a target is identified by (the diagnoser's TargetKey plus Prometheus's instance/job)
 BY = "namespace, pod, instance, job, model_name, engine"
@@ -379,7 +380,7 @@ def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[A
             summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: p99 TTFT {{ $value | humanizeDuration }}",
             description=(
                 "p99 time to first token {{ $value | humanizeDuration }} over the last " + window + f" (threshold "
-                f"{TTFT_P99_SECONDS:g} s). A symptom: the diagnosis names the limit behind it."
+                f"{fig(TTFT_P99_SECONDS, 3)} s). A symptom: the diagnosis names the limit behind it."
             ),
             reasoning="an SLO symptom, not a cause; set the threshold to your own SLO",
         ),

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kvpilot.text.numbers import fig
+
 #: simulated seconds recorded, and between snapshots (the rules' 5 m window fits with room)
 RECORD_SECONDS, RECORD_INTERVAL = 330, 10
 ALERT = "VLLMMaxNumSeqsCap"
@@ -51,7 +53,7 @@ def _wait(probe: Callable[[], Any], what: str) -> Any:
         if result:
             return result
         time.sleep(0.2)
-    raise RuntimeError(f"alert demo: {what} within {WAIT_SECONDS:g} s")
+    raise RuntimeError(f"alert demo: {what} within {fig(WAIT_SECONDS, 3)} s")
 
 
 def _recording(tmp: Path, namespace: str, pod: str, end: float) -> list[Path]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from kvpilot.text.layout import Cell, records
-from kvpilot.text.numbers import count, gib, number, percent
+from kvpilot.text.numbers import count, fig, gib, number, percent, plain
 
 if TYPE_CHECKING:
     from kvpilot.kv.capacity import KVCapacity
@@ -96,7 +96,7 @@ def section_kv(ctx: Any) -> None:
     rows: list[tuple[str, KVCapacity, int, str]] = [
         ("as deployed", base, max_model_len, "reported at startup"),
         (
-            f"--gpu-memory-utilization {utilization:g} -> {more_util:g}",
+            f"--gpu-memory-utilization {plain(utilization)} -> {plain(more_util)}",
             raised,
             max_model_len,
             f"+{number(more_util - utilization, 2)} x 8 GiB = +{gib(extra)} of KV (weights unchanged)",
@@ -241,7 +241,7 @@ def section_diagnose(ctx: Any) -> None:
     ctx.extra["diagnoses"] = results
     headers = ["scenario", "verdict", "severity", "change", "evidence", "effect"]
     keep = len(headers) if ctx.verbose else 4
-    title = f"{SIM_SECONDS / 60:g} simulated minutes each, with each scenario's flags as the limits"
+    title = f"{fig(SIM_SECONDS / 60, 3)} simulated minutes each, with each scenario's flags as the limits"
     console.print(records(console, headers[:keep], [row[:keep] for row in rows], title=title, heading_columns=3))
     ctx.say(
         "the same rules read a live server: kvpilot diagnose --prometheus URL --server NAME -n NAMESPACE "

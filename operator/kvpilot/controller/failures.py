@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvpilot.controller.logic import set_condition
+from kvpilot.text.numbers import fig
 from kvpilot.text.safe import one_line
 
 #: HTTP codes after which the same request may succeed unchanged.
@@ -154,7 +155,7 @@ def _transient(message: str, retry: int, policy: RetryPolicy, retry_after: float
     if retry >= policy.limit:
         return _permanent("ReconcileFailed", f"gave up after {retry} retries: {message}")
     delay = policy.delay(retry, retry_after)
-    message = f"{message}; retry {retry + 1} of {policy.limit} in {delay:g} s"
+    message = f"{message}; retry {retry + 1} of {policy.limit} in {fig(delay, 3)} s"
     return Failure("APIError", one_line(message, limit=MESSAGE_LIMIT), permanent=False, delay=delay)
 
 

@@ -30,6 +30,14 @@ from kvpilot.text.numbers import significant
 Point = tuple[float, float]  # (timestamp seconds, value)
 
 
+def duration(seconds: float) -> str:
+    """A PromQL duration of whole milliseconds: ``60s``, ``62500ms`` (no thousands separators, no exponent;
+    Prometheus "Time durations", prometheus.io/docs/prometheus/latest/querying/basics/).
+    """
+    ms = int(round(seconds * 1000))
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
 def in_range(points: Sequence[Point], end: float, window: float) -> list[Point]:
     """The points a PromQL range selector ``[window]`` evaluated at ``end`` sees (``end-window <= t <= end``).
 

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from kvpilot.diagnose.limits import resolve_limits
 from kvpilot.diagnose.model import Diagnosis, Report
+from kvpilot.diagnose.promql import duration
 from kvpilot.diagnose.rules import diagnose_target
 from kvpilot.diagnose.signals import SIGNAL_DEFS, Signals, TargetKey, compute_signals
 from kvpilot.diagnose.sources import SourceError
@@ -246,7 +247,7 @@ def run(opts: Options) -> Report:
             window = max(1e-3, max(stamps) - min(stamps)) if opts.quick else window
         signals = compute_signals(samples, window, end)
         window_seconds = window
-        queries = [f"{sd.fn}({sd.family}{sd.suffix}[{window:g}s]) by target" for sd in SIGNAL_DEFS]
+        queries = [f"{sd.fn}({sd.family}{sd.suffix}[{duration(window)}]) by target" for sd in SIGNAL_DEFS]
     signals = _select(signals, opts, pod)
     report = Report(source=source, window_seconds=round(window_seconds, 3), notes=notes)
     instance = urlsplit(opts.metrics_url).netloc if opts.metrics_url else ""

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvpilot.text.numbers import fig
+
 #: Seconds one Hub request may take before the Hub counts as unreachable; ``HF_HUB_ETAG_TIMEOUT``
 #: (huggingface_hub's own variable for its metadata request, default 10 s there) overrides it.
 DEFAULT_HUB_TIMEOUT_SECONDS = 5.0
@@ -80,7 +82,7 @@ def _why(exc: BaseException, timeout: float) -> str:
         status = getattr(getattr(exc, "response", None), "status_code", None)
         return f"HTTP {status}" if status else type(exc).__name__
     if isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower():
-        return f"no answer within {timeout:g} s"
+        return f"no answer within {fig(timeout, 3)} s"
     text = str(exc).splitlines()[0][:120] if str(exc) else ""
     return f"unreachable ({text})" if text else f"unreachable ({type(exc).__name__})"
 

@@ -76,6 +76,13 @@ def fig(value: float | int | None, max_decimals: int = 2, unit: str = "") -> str
     return number(value, max_decimals, unit, trim=True)
 
 
+def plain(value: float | int | None, max_decimals: int = 6) -> str:
+    """A value a user types back (a flag's value, an option's bound): at most ``max_decimals`` decimals,
+    trailing zeros dropped, no thousands separators: ``1000`` -> ``1000``, ``0.90`` -> ``0.9``.
+    """
+    return number(value, max_decimals, trim=True, grouping=False)
+
+
 def significant(value: float | int | None, digits: int = 3, unit: str = "", *, max_decimals: int = 6) -> str:
     """``value`` in fixed point with about ``digits`` significant figures, never in scientific notation.
 

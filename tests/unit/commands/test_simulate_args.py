@@ -173,7 +173,7 @@ def test_simulate_refuses_a_block_size_vllm_refuses(tmp_path):
         # 1,000 requests/s x 2,000 s = 2,000,000 requests > the 1,000,000 of one run
         (["--arrival-rate", "1000", "--duration", "2000"], ["--arrival-rate", "2,000,000", "1,000,000"]),
         (["--num-requests", "2000000"], ["--num-requests", "1000000"]),
-        (["--duration", "25h"], ["--duration", "86400"]),  # 25 h = 90,000 s > one day
+        (["--duration", "25h"], ["--duration", "90,000 s", "86,400"]),  # 25 h = 90,000 s > one day
         (["--serve", "127.0.0.1:0", "--speed", "1e6"], ["--speed", "1000"]),
     ],
 )

@@ -32,6 +32,7 @@ from kvpilot.commands.simulate.options import (
     vllm_overrides,
 )
 from kvpilot.commands.simulate.session import Simulation, engine_call, record
+from kvpilot.text.numbers import fig, plain
 
 # The text report (rich) and --serve (http.server, prometheus_client) are imported where they run:
 # ``simulate --help`` and report mode need neither of the other's (start-up: docs/performance.md).
@@ -80,7 +81,7 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
     type=float,
     default=1.0,
     show_default=True,
-    help=f"Simulated seconds per wall-clock second for --serve (at most {MAX_SPEED:g}); counters are not "
+    help=f"Simulated seconds per wall-clock second for --serve (at most {plain(MAX_SPEED)}); counters are not "
     "rescaled: rate()s read SPEED x the simulated rates, latencies stay in simulated seconds.",
 )
 @click.option(
@@ -130,7 +131,7 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
 @click.option(
     "--arrival-rate",
     type=click.FloatRange(min=0, max=MAX_ARRIVAL_RATE),
-    help=f"Poisson arrivals, requests/s (at most {MAX_ARRIVAL_RATE:g}).",
+    help=f"Poisson arrivals, requests/s (at most {plain(MAX_ARRIVAL_RATE)}).",
 )
 @click.option("--prompt-tokens", type=click.IntRange(min=1), help="Mean prompt length, tokens.")
 @click.option("--output-tokens", type=click.IntRange(min=1), help="Mean output length, tokens.")
@@ -251,9 +252,11 @@ def run(
     if serve_at and record_to:
         fail("--serve and --record: choose one")
     if speed <= 0 or speed > MAX_SPEED:
-        fail(f"--speed: must be in (0, {MAX_SPEED:g}], got {speed:g}")
+        fail(f"--speed: must be in (0, {plain(MAX_SPEED)}], got {plain(speed)}")
     if duration is not None and duration > MAX_SIMULATED_SECONDS:
-        fail(f"--duration: {duration:g} s is above the maximum {MAX_SIMULATED_SECONDS:g} s (24h) of one run")
+        fail(
+            f"--duration: {fig(duration, 3)} s is above the maximum {fig(MAX_SIMULATED_SECONDS, 3)} s (24h) of one run"
+        )
     try:  # validate the mode's own options before any engine work
         listen = parse_listen(serve_at, default_host) if serve_at else None
         end_ts = parse_end(end, float(int(time.time())))  # whole seconds: readable timestamps
@@ -263,7 +266,7 @@ def run(
     if record_to and not Path(record_to).expanduser().resolve().parent.is_dir():
         fail(f"--record: cannot write {record_to}: its folder does not exist")
     if record_to and interval > total:
-        fail(f"--interval: {interval:g} s is longer than --duration {total:g} s")
+        fail(f"--interval: {fig(interval, 3)} s is longer than --duration {fig(total, 3)} s")
     overrides: dict[str, Any] = {}
     if scenario_file:
         overrides.update(load_scenario_file(scenario_file))
@@ -347,7 +350,8 @@ def run(
         except OSError as exc:
             fail(f"--record: cannot write {record_to}: {exc.strerror or exc}")
         click.echo(
-            f"wrote {lines} samples to {record_to}: {scenario}, {total:g} simulated s every {interval:g} s, "
+            f"wrote {lines} samples to {record_to}: {scenario}, {fig(total, 3)} simulated s every "
+            f"{fig(interval, 3)} s, "
             f"timestamps {first:.0f}..{last:.0f}"
         )
         return

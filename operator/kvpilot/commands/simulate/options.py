@@ -13,6 +13,7 @@ import click
 
 from kvpilot.commands._common import fail
 from kvpilot.commands.simulate.session import engine_call
+from kvpilot.text.numbers import fig, number
 
 #: vLLM's own defaults for the shim's listen address (``vllm serve --host`` default None = all
 #: interfaces, ``--port`` 8000; vllm/entrypoints/openai/cli_args.py, v0.33.0).
@@ -180,14 +181,17 @@ def check_bounds(
     except (TypeError, ValueError):
         return  # not numbers: the engine names the field
     if not duration and seconds > MAX_SIMULATED_SECONDS:
-        fail(f"--scenario-file duration: {seconds:g} s is above the maximum {MAX_SIMULATED_SECONDS:g} s (24h)")
+        fail(
+            f"--scenario-file duration: {fig(seconds, 3)} s is above the maximum "
+            f"{fig(MAX_SIMULATED_SECONDS, 3)} s (24h)"
+        )
     if rate is not None and rate > MAX_ARRIVAL_RATE:
-        fail(f"{rate_opt}: {rate:g} requests/s is above the maximum {MAX_ARRIVAL_RATE:g}")
+        fail(f"{rate_opt}: {fig(rate, 3)} requests/s is above the maximum {fig(MAX_ARRIVAL_RATE, 3)}")
     if count is not None and count > MAX_REQUESTS:
         opt = "--num-requests" if "num_requests" in from_cli else "--scenario-file workload.num_requests"
         fail(f"{opt}: {count:,} requests is above the maximum {MAX_REQUESTS:,} of one run")
     if rate is not None and count is None and rate * seconds > MAX_REQUESTS:
         fail(
-            f"{rate_opt}: {rate:g} requests/s for {seconds:g} s is {rate * seconds:,.0f} requests, above the "
-            f"maximum {MAX_REQUESTS:,} of one run (lower the rate or --duration)"
+            f"{rate_opt}: {fig(rate, 3)} requests/s for {fig(seconds, 3)} s is {number(rate * seconds)} requests, "
+            f"above the maximum {number(MAX_REQUESTS)} of one run (lower the rate or --duration)"
         )

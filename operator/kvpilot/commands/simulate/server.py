@@ -95,7 +95,7 @@ def serve(sim: Simulation, host: str, port: int, speed: float, duration: float |
     if isinstance(bound_host, bytes):  # AF_UNIX only; typeshed allows it
         bound_host = bound_host.decode()
     click.echo(
-        f"serving http://{bound_host}:{bound_port} (model {sim.model_name}, vLLM {version}, speed {speed:g}x)",
+        f"serving http://{bound_host}:{bound_port} (model {sim.model_name}, vLLM {version}, speed {fig(speed, 3)}x)",
         err=False,
     )
     width = shutil.get_terminal_size().columns

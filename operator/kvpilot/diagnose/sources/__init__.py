@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import requests
 
+from kvpilot.text.numbers import fig
+
 
 class SourceError(Exception):
     """A source could not be read at all (unreachable, unreadable input): exit status 3.
@@ -26,7 +28,7 @@ def request_failure_reason(exc: Exception, timeout: float) -> str:
     """
     text = str(exc)
     if isinstance(exc, requests.Timeout) or "timed out" in text.lower():
-        return f"no complete answer within {timeout:g} s (the whole-request deadline)"
+        return f"no complete answer within {fig(timeout, 3)} s (the whole-request deadline)"
     if "limit" in text and ("larger than" in text or "more than" in text):
         return text
     if "refused" in text.lower():

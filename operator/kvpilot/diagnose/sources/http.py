@@ -24,6 +24,8 @@ from typing import Any
 import aiohttp
 import requests
 
+from kvpilot.text.numbers import fig
+
 #: Largest Prometheus answer read (decompressed): 64 MiB is about 250,000 instant-vector rows
 #: of vLLM's label sets (~250 bytes a row), far beyond a cluster's vLLM servers.
 MAX_PROMETHEUS_BYTES = 64 * 2**20
@@ -95,7 +97,7 @@ async def _fetch(
             body += chunk
             if len(body) > max_bytes:
                 body.clear()  # the exception's traceback keeps this frame: release the bytes now
-                raise ResponseTooLargeError(f"answer larger than {max_bytes / 2**20:g} MiB (the limit)")
+                raise ResponseTooLargeError(f"answer larger than {fig(max_bytes / 2**20, 3)} MiB (the limit)")
         return Fetched(response.status, dict(response.headers), bytes(body))
 
 
@@ -126,7 +128,7 @@ def fetch(
     except _SinkError as exc:
         raise exc.original from None
     except TimeoutError:
-        raise DeadlineExceededError(f"timed out: no complete answer within {deadline:g} s") from None
+        raise DeadlineExceededError(f"timed out: no complete answer within {fig(deadline, 3)} s") from None
     except aiohttp.ClientConnectorError as exc:
         raise requests.ConnectionError(_connector_reason(exc)) from None
     except (aiohttp.ClientError, ValueError) as exc:  # a malformed answer, a broken connection, a bad URL

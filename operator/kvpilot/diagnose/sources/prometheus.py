@@ -123,19 +123,15 @@ def signal_query(
     by = ", ".join(TARGET_LABELS + (("le",) if sd.fn == "buckets" else ()))
     agg = "sum" if sd.agg == "sum" or sd.fn == "buckets" else "max"
     matchers = selectors.matchers() + [f"{k}={_quote(v)}" for k, v in sd.match]
-    window = f"[{_seconds(window_seconds)}]" + (f" offset {_seconds(offset_seconds)}" if offset_seconds else "")
+    window = f"[{promql.duration(window_seconds)}]" + (
+        f" offset {promql.duration(offset_seconds)}" if offset_seconds else ""
+    )
     arms = []
     for spelling in spellings(sd.family):
         sel = _selector(spelling + sd.suffix, matchers)
         inner = f"timestamp({sel})" if sd.fn == "timestamp" else f"{_FUNCTIONS[sd.fn]}({sel}{window})"
         arms.append(f'label_replace({agg} by ({by}) ({inner}), "{NAME_LABEL}", "{spelling}", "__name__", ".*")')
     return f" or ignoring({NAME_LABEL}) ".join(arms)
-
-
-def _seconds(value: float) -> str:
-    """A PromQL duration of whole milliseconds (``60s``, ``62500ms``): sub-windows need not be whole seconds."""
-    ms = int(round(value * 1000))
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 #: label telling the sub-window of a :func:`subwindow_query` row (0 = oldest)
