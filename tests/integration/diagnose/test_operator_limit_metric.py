@@ -2,7 +2,8 @@
 
 The ``max-num-seqs-cap`` scenario recording (tests/fixtures/recordings, made by ``kvpilot simulate``: running
 pinned at 4 with a queue) gets a pod's labels and, as the operator exports it, a ``kvpilot_vllmserver_limit``
-series for that pod; promtool backfills both and Prometheus 2.42 answers kvpilot's queries.
+series for that pod; promtool backfills both and Prometheus 2.42 answers kvpilot's queries. Then every engine
+scenario, its limits only in that metric: each verdict must be the scenario's, with the limit read, not inferred.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from kvpilot.cli import cli
+from tests.integration.diagnose.scenario_flags import EXPECTED, scenario_cli_args
 from tests.support.prom import PrometheusServer, backfill
 
 pytestmark = pytest.mark.prometheus
@@ -72,3 +74,47 @@ def test_without_the_metric_the_cap_is_inferred_as_before(tmp_path: Path):
     assert "max_num_seqs 4 (inferred; vLLM's default 256 not read)" in next(
         e for e in target["evidence"] if e.startswith("Limits: ")
     )
+
+
+@pytest.fixture(scope="module")
+def every_scenario(tmp_path_factory):
+    """One Prometheus holding every engine scenario's recording (pod ``p-SCENARIO``) and, for each, the
+    operator's kvpilot_vllmserver_limit with the flags the server runs with (scenario_flags).
+    """
+    tmp = tmp_path_factory.mktemp("scenarios")
+    data, ends = tmp / "data", {}
+    for scenario in sorted(EXPECTED):
+        pod = f"p-{scenario}"
+        lines = (RECORDING.parent / f"scenario_{scenario}.om").read_text().splitlines()
+        stamps = [float(ln.rsplit(" ", 1)[1]) for ln in lines if ln and not ln.startswith("#")]
+        start, ends[scenario] = int(min(stamps)), int(max(stamps))
+        (tmp / f"{scenario}.om").write_text(
+            "\n".join(
+                ln if ln.startswith("#") else ln.replace("{", f'{{namespace="llm",pod="{pod}",', 1) for ln in lines
+            )
+            + "\n"
+        )
+        flags = scenario_cli_args(scenario)[:6]  # --max-num-seqs N --max-num-batched-tokens B --max-model-len L
+        limits = {flag[2:].replace("-", "_"): value for flag, value in zip(flags[::2], flags[1::2], strict=True)}
+        series = "".join(
+            f'kvpilot_vllmserver_limit{{namespace="llm",pod="{pod}",server="{scenario}",limit="{name}"}} {value} {t}\n'
+            for name, value in limits.items()
+            for t in range(start, ends[scenario] + 1, 15)
+        )
+        (tmp / f"{scenario}-limits.om").write_text("# TYPE kvpilot_vllmserver_limit gauge\n" + series + "# EOF\n")
+        backfill(tmp / f"{scenario}.om", data)
+        backfill(tmp / f"{scenario}-limits.om", data)
+    with PrometheusServer(tmp, data_dir=data) as prom:
+        yield prom.url, ends
+
+
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+def test_every_scenario_is_right_with_the_limits_only_in_the_operator_metric(every_scenario, scenario):
+    url, ends = every_scenario
+    args = ["diagnose", "--no-kube", "--prometheus", url, "--pod", f"p-{scenario}", "--end", str(ends[scenario])]
+    result = CliRunner().invoke(cli, [*args, "--window", "300s", "-o", "json"])
+    [target] = json.loads(result.output)["targets"]
+    assert target["verdict"] == EXPECTED[scenario], target["evidence"]
+    n_seqs = int(scenario_cli_args(scenario)[1])
+    assert f"max_num_seqs {n_seqs:,} (kvpilot_vllmserver_limit)" in " ".join(target["evidence"])
+    assert "inferred" not in " ".join(target["evidence"])
