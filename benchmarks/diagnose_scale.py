@@ -138,17 +138,15 @@ def _query_count(url: str, metric: str, label: str) -> int:
 
 
 def floor_seconds(url: str, workers: int = 8) -> float:
-    """The floor: the same queries diagnose sends (its signal and cache-config queries for
-    namespace ``bench``), fetched by ``workers`` threads and JSON-decoded, nothing else (s).
+    """The floor: the same queries diagnose sends for namespace ``bench`` (``run_queries``), fetched
+    by ``workers`` threads and JSON-decoded, nothing else (s).
     """
     import concurrent.futures
     import urllib.parse
 
-    from kvpilot.diagnose.signals import SIGNAL_DEFS
-    from kvpilot.diagnose.sources.prometheus import Selectors, cache_config_query, signal_query
+    from kvpilot.diagnose.sources.prometheus import Selectors, run_queries
 
-    selectors = Selectors(namespace="bench")
-    queries = [signal_query(sd, 300, selectors) for sd in SIGNAL_DEFS] + [cache_config_query(300, selectors)]
+    queries = run_queries(300, Selectors(namespace="bench"))
 
     def fetch(query: str) -> int:
         params = urllib.parse.urlencode({"query": query, "time": f"{END:.3f}"})
@@ -186,7 +184,7 @@ def _diagnose(url: str, workdir: Path, tag: str) -> tuple[float, float, dict]:
             "-o",
             "json",
             "--timeout",
-            "120s",
+            "300s",
         ],
         capture_output=True,
         text=True,
@@ -222,7 +220,9 @@ def _backend(kind: str, pods: int, workdir: Path) -> Iterator[tuple[str, float, 
             prom.query('count(count by (pod) ({__name__=~"vllm[:_]num_requests_running"}))', at=END)
             yield prom.url, loaded, lambda: _query_count(prom.url, "prometheus_http_requests_total", "handler")
     else:
-        with VictoriaMetricsServer(workdir / f"vm-{pods}") as vm:
+        # VictoriaMetrics ends a query after -search.maxQueryDuration (default 30 s): a 10,000-target
+        # histogram query on a loaded 2-core machine takes longer, so the benchmark allows 300 s
+        with VictoriaMetricsServer(workdir / f"vm-{pods}", extra_args=["-search.maxQueryDuration=300s"]) as vm:
             t = time.monotonic()
             vm.import_lines(chunk.encode() for chunk in recording_chunks(pods, millis=True))
             loaded = time.monotonic() - t

@@ -172,6 +172,17 @@ def operator_limit_query(window_seconds: float, selectors: Selectors = Selectors
     return f"max by (namespace, pod, limit) (last_over_time({_selector(OPERATOR_LIMIT_METRIC, matchers)}{window}))"
 
 
+def run_queries(window_seconds: float, selectors: Selectors = Selectors()) -> list[str]:
+    """Every query one :meth:`PrometheusSource.fetch` sends, in its order: the signals, the sub-window
+    signals, ``cache_config_info``, the operator's limits.
+    """
+    return (
+        [signal_query(sd, window_seconds, selectors) for sd in SIGNAL_DEFS]
+        + [subwindow_query(sd, window_seconds, selectors) for sd in SUBWINDOW_DEFS]
+        + [cache_config_query(window_seconds, selectors), operator_limit_query(window_seconds, selectors)]
+    )
+
+
 def query_count() -> int:
     """Queries one :meth:`PrometheusSource.fetch` sends: one per signal, per sub-window signal, and two more."""
     return len(SIGNAL_DEFS) + len(SUBWINDOW_DEFS) + 2
@@ -329,10 +340,8 @@ class PrometheusSource:
             SourceError: every query failed (Prometheus down, unreachable, or rejecting all).
         """
         defs = list(SIGNAL_DEFS)
-        queries = [signal_query(sd, window_seconds, selectors) for sd in defs]
-        config_q = cache_config_query(window_seconds, selectors)
-        sub_queries = [subwindow_query(sd, window_seconds, selectors) for sd in SUBWINDOW_DEFS]
-        all_queries = queries + sub_queries + [config_q, operator_limit_query(window_seconds, selectors)]
+        all_queries = run_queries(window_seconds, selectors)
+        sub_queries = all_queries[len(defs) : -2]
         kinds = ["buckets" if sd.fn == "buckets" else "signal" for sd in defs]
         kinds += ["sub"] * len(sub_queries) + ["labels", "limit"]
         # the answers' rows are acyclic: without the cyclic collector (which rescans every live
