@@ -1,5 +1,7 @@
 """Names of the VLLMServer API (docs/crd-reference.md)."""
 
+from typing import Literal, get_args
+
 GROUP = "kvpilot.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -24,4 +26,5 @@ ANNOTATION_SPEC_HASH = "kvpilot.dev/spec-hash"
 #: ``vllm/config/cache.py`` (v0.11.1 … v0.16.0: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc,
 #: fp8_ds_mla). ``fp8_inc`` (Intel Gaudi) and ``fp8_ds_mla`` (DeepSeek MLA
 #: kernels) are accepted because vLLM accepts them; ``float16`` is not a vLLM choice.
-KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+KVCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"]
+KV_CACHE_DTYPES: tuple[str, ...] = get_args(KVCacheDtype)

@@ -26,7 +26,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from kvpilot.api.constants import KV_CACHE_DTYPES
+from kvpilot.api.constants import KVCacheDtype
 from kvpilot.api.quantity import QUANTITY_PATTERN, parse_quantity
 
 #: The pinned default image. vLLM v0.33.0 is the release docs/background.md's defaults
@@ -149,7 +149,7 @@ class EngineSpec(_Model):
         description="true renders --enable-chunked-prefill, false --no-enable-chunked-prefill, unset nothing "
         "(vLLM V1 default: on). With chunked prefill off, maxNumBatchedTokens must be >= maxModelLen.",
     )
-    kv_cache_dtype: Literal[KV_CACHE_DTYPES] | None = Field(  # type: ignore[valid-type]
+    kv_cache_dtype: KVCacheDtype | None = Field(
         None,
         description="Data type of the KV cache: auto (the model's dtype), bfloat16, fp8, fp8_e4m3, fp8_e5m2, "
         "fp8_inc, fp8_ds_mla. Renders --kv-cache-dtype. fp8 halves bytes per token.",

@@ -55,9 +55,10 @@ def parse_quantity(text: str | int) -> Decimal:
             (checked before any arithmetic, so ``1e9999999`` is refused, never a ``decimal.Overflow``).
     """
     text = str(text).strip()
-    if not is_quantity(text):
+    match = _NUMBER_RE.match(text) if is_quantity(text) else None  # a quantity always starts with its number
+    if match is None:
         raise ValueError(f"{text!r} is not a Kubernetes quantity (examples: 6Gi, 1536Mi, 16G, 500m)")
-    number, suffix = _NUMBER_RE.match(text).groups()  # type: ignore[union-attr]
+    number, suffix = match.groups()
     try:
         value = Decimal(number)
     except InvalidOperation as exc:  # pragma: no cover - excluded by the pattern

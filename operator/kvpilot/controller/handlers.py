@@ -68,6 +68,14 @@ GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 PodIndex = kopf.Index[tuple[str, str], dict[str, Any]]
 
 
+class NameConflict(ApiException):
+    """The API server's 409 on create, when another owner (or nobody) holds the name: ``conflict_owner`` says who."""
+
+    def __init__(self, conflict_owner: str) -> None:
+        super().__init__(status=409, reason="Conflict")
+        self.conflict_owner = conflict_owner
+
+
 class Controller:
     """The handlers' shared state: one API client and a lock per VLLMServer."""
 
@@ -254,9 +262,8 @@ class Controller:
         if any(ref.get("uid") == uid for ref in refs):
             return existing
         holder = next((f"{ref.get('kind')} {ref.get('name')}" for ref in refs if ref.get("controller")), None)
-        conflict = ApiException(status=409, reason="Conflict")
+        conflict = NameConflict(holder or "no controller")
         conflict.body = json.dumps({"message": f'{kind} "{meta["name"]}" already exists and is not this server\'s'})
-        conflict.conflict_owner = holder or "no controller"  # type: ignore[attr-defined]
         raise conflict
 
     def _kv_from_log(self, pod: dict[str, Any], logger: logging.Logger) -> tuple[int, float | None] | None:

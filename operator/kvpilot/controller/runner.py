@@ -119,7 +119,7 @@ def run_operator(
     kopf.run(
         registry=build_registry(configuration, hub=hub, reload=reload, metrics=metrics, spec_policy=spec_policy),
         settings=make_settings(settings, peering_lifetime=peering_lifetime, reporting_instance=identity),
-        identity=identity,  # type: ignore[arg-type]
+        identity=identity,  # type: ignore[arg-type]  # kopf's peering.Identity: a NewType of str it does not export
         namespaces=list(namespaces),
         clusterwide=clusterwide,
         standalone=standalone,
