@@ -551,9 +551,11 @@ class Controller:
         name = labels.get(LABEL_SERVER)
         if not name or event.get("type") is None:
             return
-        if event["type"] != "DELETED" and self._status_from.get((namespace, name)) == _pod_state(pod):
+        if self._status_is_from(event, namespace, name, pod):
             return  # the status was written from this very pod state (e.g. the ADDED of the pod just created)
         with self._lock(namespace, name):
+            if self._status_is_from(event, namespace, name, pod):
+                return  # the reconcile holding the lock just wrote it (the pod's ADDED came during its status write)
             server = self._read_server(namespace, name)
             if server is None:
                 return
@@ -596,6 +598,10 @@ class Controller:
                 # pre-flight lacked on create (once per pod: the label does not change under a pod).
                 self._preflighted_pods.add(uid)
                 self._preflight_status(server, parse_spec(server.get("spec")), [pod], now)
+
+    def _status_is_from(self, event: dict[str, Any], namespace: str, name: str, pod: dict[str, Any]) -> bool:
+        """True when the server's last status write was computed from exactly this pod state (not DELETED)."""
+        return event["type"] != "DELETED" and self._status_from.get((namespace, name)) == _pod_state(pod)
 
     def _remember_pod_state(self, namespace: str, name: str, pod: dict[str, Any] | None) -> None:
         """Note the pod state the server's status was just computed from (None: forget)."""

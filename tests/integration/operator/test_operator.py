@@ -514,3 +514,43 @@ def test_an_affinity_the_api_server_refuses_makes_the_server_invalid(cluster, ap
     assert valid and valid[0]["status"] == "False" and field in valid[0]["message"]
     assert "must be specified when `operator` is 'In' or 'NotIn'" in event["message"]
     assert _pods(cluster, namespace) == []
+
+
+def test_a_new_server_costs_six_requests_and_no_read_back(cluster, api, namespace, operator):
+    """Per new server: kopf's annotation patch, the Service, the Pod, one status write and two Events
+    (PodCreated, Pending), as docs/performance.md counts them; never a read of the server or its
+    Service and no pod list, also when the pod's ADDED arrives while the status is being written.
+    """
+    from kvpilot.controller.metrics import OperatorMetrics
+
+    metrics = OperatorMetrics()
+    names = [f"burst-{i}" for i in range(6)]
+    with operator(metrics=metrics):
+        for name in names:
+            _create(api, namespace, {**EXPERIMENT, "metadata": {"name": name}})
+        for name in names:
+            for reason in ("PodCreated", "Pending"):
+                _wait_event(
+                    cluster, namespace, lambda e, n=name, r=reason: (e["reason"], e["involvedObject"]["name"]) == (r, n)
+                )
+        # every pod's ADDED handled (the handler's own counter), so a read-back would have happened by now
+        wait_for(
+            lambda: (
+                metrics.registry.get_sample_value(
+                    "kvpilot_reconcile_total", {"handler": "pod_event", "outcome": "success"}
+                )
+                >= len(names)
+            ),
+            what="the pod events handled",
+        )
+    prefix = f"/namespaces/{namespace}/"
+    seen = [(r.method, r.url.path.split(prefix, 1)[1]) for r in cluster.emulator._requests if prefix in r.url.path]
+    for name in names:
+        assert seen.count(("PATCH", f"vllmservers/{name}")) == 1  # kopf's annotations
+        assert seen.count(("PATCH", f"vllmservers/{name}/status")) == 1
+        assert seen.count(("GET", f"vllmservers/{name}")) == 0
+        assert seen.count(("GET", f"services/{name}")) == 0
+    assert seen.count(("POST", "services")) == seen.count(("POST", "pods")) == len(names)
+    assert seen.count(("POST", "events")) == 2 * len(names)
+    # no list of one server's pods (kopf's own list and watch select by managed-by, not by server)
+    assert not [r for r in cluster.emulator._requests if "kvpilot.dev/server" in r.url.query_string]
