@@ -148,6 +148,12 @@ class Request:
             return hashes
         segs, extra = self.segments, self.extra_keys
         si, s0 = self._seg_i, self._seg_start
+        if k == num_blocks - 1 and k:  # the common case (one more block of a decode): inside the current segment
+            start = k * block_size
+            key, n = segs[si]
+            if s0 <= start and start + block_size <= s0 + n:
+                hashes.append(hash_block(hashes[-1], (key, start - s0), extra))
+                return hashes
         parent = hashes[-1] if hashes else None
         while k < num_blocks:
             start = k * block_size

@@ -117,6 +117,12 @@ def test_every_scenario_is_the_same_fast_forwarded(name):
     assert run_scenario(name) == step_report
 
 
+def test_the_cpu_tier_is_the_same_fast_forwarded():
+    # kv-exhaustion with a 1.5 GiB LMCache-like tier: stores and loads at prefill, decode stretches between
+    sc = resolve("kv-exhaustion", {"kv_offload_cpu_bytes": 1610612736, "duration": 120})
+    assert _compare(lambda ff: build(sc, fast_forward=ff), [30.0, 60.0, 90.0]) > 1
+
+
 def test_old_metric_names_are_the_same_fast_forwarded():
     # vLLM 0.10.1 exposes time_per_output_token_seconds beside inter_token_latency_seconds; prefix counters in tokens
     sc = resolve("healthy", {"duration": 60})
