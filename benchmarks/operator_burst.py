@@ -21,6 +21,10 @@ server by verb (what a real API server would have to serve). No kubelet runs: Po
 Run from the repository root:
     .venv/bin/python benchmarks/operator_burst.py                 # 100, 500, 1000 x 3
     .venv/bin/python benchmarks/operator_burst.py --servers 10000 --repeat 1
+    .venv/bin/python benchmarks/operator_burst.py --operators kvpilot --kopf execution.max_workers=6
+    KVPILOT_BENCH_PROFILE=prof.txt .venv/bin/python benchmarks/operator_burst.py --operators kvpilot
+``--kopf SECTION.NAME=VALUE`` starts kvpilot's operator with that kopf setting (the floor keeps
+kopf's defaults); ``KVPILOT_BENCH_PROFILE`` samples the GIL-holding thread with py-spy.
 Targets at 1,000: p50 <= 0.2 s, p99 <= 1 s, CPU per server <= 2x the floor's.
 """
 
