@@ -201,10 +201,14 @@ def draft_layers(
         n = text.get(key) if key else None
         if n is None and (base.model_type or "") in MTP_DEFAULT_ONE:
             n, key = 1, f"{base.model_type}'s default"
-        if n is None or isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if n is None:
             raise KVConfigError(
                 f"{prefix}num_nextn_predict_layers",
-                f"MTP needs the checkpoint's MTP layer count (num_nextn_predict_layers), got {n!r}",
+                "missing: MTP needs the checkpoint's MTP layer count (this config names no MTP layers)",
+            )
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise KVConfigError(
+                f"{prefix}{key}", f"MTP needs the checkpoint's MTP layer count as an integer >= 1, got {n}"
             )
         return DraftLayers(method, n, replace(base, model_dtype=target.model_dtype), str(key))
     if draft is None:  # pragma: no cover - parse_speculative_config requires a model for these methods

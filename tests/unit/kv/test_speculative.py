@@ -138,6 +138,8 @@ def test_bad_speculative_config_exits_2_naming_the_field(value, field):
     result = CliRunner().invoke(cli, ["kv", str(LLAMA), "--speculative-config", value])
     assert result.exit_code == 2, result.output
     assert f"error: {field}" in result.output and "Traceback" not in result.output
+    # no Python repr of a missing value in a user-facing message
+    assert "None" not in result.output, result.output
 
 
 def test_refused_with_pipeline_parallel_and_bad_draft_tp():
