@@ -175,6 +175,12 @@ def test_an_unreadable_file_is_one_line(tmp_path):
     cut.write_bytes(gzip.compress(f"{RUN} 1.0 100.0\n# EOF\n".encode())[:-12])  # into the deflate data
     with pytest.raises(SourceError, match="--recording"):
         read_window(cut, 300.0)
+    corrupt = bytearray(gzip.compress(f"{RUN} 1.0 100.0\n".encode() * 1000))
+    corrupt[20:30] = b"\xff" * 10  # inside the deflate data: zlib.error, not an OSError
+    broken = tmp_path / "broken.om.gz"
+    broken.write_bytes(bytes(corrupt))
+    with pytest.raises(SourceError, match="--recording .*broken.om.gz: "):
+        read_window(broken, 300.0)
 
 
 def test_read_recording_still_refuses_text_without_eof():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import io
 import math
+import zlib
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -189,7 +190,7 @@ def read_window(path: str | Path, window_seconds: float | None, end: float | Non
         raise SourceError(f"--recording {path}: {exc}") from None
     except ExpositionError as exc:
         raise SourceError(f"--recording {path}: not a readable recording: {exc}") from None
-    except (OSError, EOFError, UnicodeDecodeError) as exc:  # EOFError: a gzip stream cut short
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:  # EOFError/zlib.error: a broken gzip
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise SourceError(f"--recording {path}: {reason}") from None
     return RecordingWindow(window.samples(reader.last_timestamp), reader.last_timestamp, reader.lines)
