@@ -65,3 +65,18 @@ def test_a_recording_s_last_limit_sample_in_the_window_is_read():
     ]
     [signals] = compute_signals(samples, 120.0, 160.0).values()
     assert signals.operator_limits == {"max_num_seqs": 5.0, "max_model_len": 8192.0}
+
+
+def test_the_recording_reader_keeps_the_operator_s_limit(tmp_path):
+    from kvpilot.diagnose.sources.recording import load_recording
+
+    path = tmp_path / "r.om"
+    path.write_text(
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{namespace="llm",pod="qwen-0",engine="0"} 4 100\n'
+        "# TYPE kvpilot_vllmserver_limit gauge\n"
+        'kvpilot_vllmserver_limit{namespace="llm",pod="qwen-0",server="qwen",limit="max_num_seqs"} 4 100\n'
+        "# EOF\n"
+    )
+    [signals] = compute_signals(load_recording(path), 300.0, 100.0).values()
+    assert signals.operator_limits == {"max_num_seqs": 4.0}

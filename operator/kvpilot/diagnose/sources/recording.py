@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
-from kvpilot.diagnose.signals import LOOKBACK_SECONDS, SIGNAL_DEFS
+from kvpilot.diagnose.signals import LOOKBACK_SECONDS, OPERATOR_LIMIT_METRIC, SIGNAL_DEFS
 from kvpilot.diagnose.sources import SourceError
 from kvpilot.metrics.catalog import match_name
 from kvpilot.metrics.exposition import ExpositionError
@@ -48,7 +48,11 @@ _FAMILIES = frozenset({sd.family for sd in SIGNAL_DEFS} | {_INFO})
 
 
 def _wanted(name: str) -> bool:
-    """Whether the signals read samples named ``name`` (any spelling; never ``_created``)."""
+    """Whether the signals read samples named ``name`` (any spelling; never ``_created``), or it is the
+    operator's limits gauge (a limit source, kvpilot.diagnose.limits).
+    """
+    if name == OPERATOR_LIMIT_METRIC:
+        return True
     m = match_name(name)
     return m is not None and m.canonical in _FAMILIES and m.suffix != "_created"
 
