@@ -204,7 +204,7 @@ class RecordingReader:
     spelled as OpenMetrics writes them reuse that parse and only convert the two numbers (the grammar
     is the same, so the parser would accept them too). Anything else is parsed in full. That keeps
     reading at a few µs a line instead of ~60-100 µs (``prometheus_client`` 0.26) and every line is
-    still checked. Nothing after ``# EOF`` is read.
+    still checked. Nothing may follow ``# EOF`` but blank lines.
 
     Why not ``prometheus_client``'s own streaming (``text_fd_to_metric_families`` reads a file object
     family by family): it holds a whole family - every pod, every instant - before it yields it, so
@@ -223,7 +223,8 @@ class RecordingReader:
 
     Raises (while iterating):
         ExpositionError: an unreadable line, a line over the bound, a sample without a timestamp, a
-            value outside float64, or no ``# EOF`` at the end (line 0), with the 1-based line number.
+            value outside float64, no ``# EOF`` at the end (line 0), or data after it, with the 1-based line
+            number.
 
     Attributes (after iterating): ``lines`` read, ``samples`` seen, ``last_timestamp`` (newest of
     any sample, or None).
@@ -273,6 +274,21 @@ class RecordingReader:
                 self._cache[parts[0]] = ref
         return out
 
+    def _refuse_data_after_eof(self, readline: Callable[[int], str], limit: int) -> None:
+        """Read on after ``# EOF``: blank lines are allowed, anything else is refused at its line.
+
+        ``# EOF`` ends an OpenMetrics exposition (OpenMetrics 1.0, "ABNF": ``exposition = metricset HASH SP
+        eof [ LF ]``); ``prometheus_client``'s parser (0.26, ``openmetrics/parser.py``) raises "Received
+        line after # EOF" even for a blank one, which is let through here. Ignoring the rest would
+        diagnose the first of two concatenated recordings alone, without a word.
+        """
+        while raw := readline(limit + 1):
+            self.lines += 1
+            if raw.strip():
+                raise ExpositionError(
+                    self.lines, "data after '# EOF' (a recording ends there; two recordings concatenated?)"
+                )
+
     def __iter__(self) -> Iterator[tuple[SeriesRef, float, float]]:
         readline, limit = self._fp.readline, self._max
         saw_eof = False
@@ -290,6 +306,7 @@ class RecordingReader:
             if line[0] == "#":
                 if _EOF_LINE.match(line):
                     saw_eof = True
+                    self._refuse_data_after_eof(readline, limit)
                     break
                 continue  # HELP/TYPE/UNIT: no samples; each sample line is read alone
             parts = line.rsplit(" ", 2)

@@ -2,7 +2,7 @@
 
 The streamed, reduced samples must give exactly the signals the whole file gives (every fixture
 recording, several windows and ends); what is dropped is counted by hand on a synthetic recording
-(tests/support/big_recording.py); every line is still checked, nothing after ``# EOF`` is read, and
+(tests/support/big_recording.py); every line is still checked, data after ``# EOF`` is refused, and
 each bound is one line naming it.
 """
 
@@ -93,9 +93,13 @@ def _write(tmp_path, text: str) -> Path:
 RUN = 'vllm:num_requests_running{engine="0",model_name="m"}'
 
 
-def test_samples_after_eof_are_not_read(tmp_path):
-    path = _write(tmp_path, f"{RUN} 1.0 100.0\n# EOF\n{RUN} 9.0 200.0\nnot even a sample line {{\n")
-    got = read_window(path, 300.0)
+def test_data_after_eof_is_refused_blank_lines_are_not(tmp_path):
+    # prometheus_client raises "Received line after # EOF" (openmetrics/parser.py):
+    # two concatenated recordings must not be diagnosed as the first one alone
+    path = _write(tmp_path, f"{RUN} 1.0 100.0\n# EOF\n\n{RUN} 9.0 200.0\n# EOF\n")
+    with pytest.raises(SourceError, match=r"line 4: data after '# EOF'"):
+        read_window(path, 300.0)
+    got = read_window(_write(tmp_path, f"{RUN} 1.0 100.0\n# EOF\n\n  \n"), 300.0)
     assert [(s.value, s.timestamp) for s in got.samples] == [(1.0, 100.0)]
     assert got.last_timestamp == 100.0
 

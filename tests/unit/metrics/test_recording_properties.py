@@ -6,7 +6,7 @@ line alone with the same parser (``line + "# EOF"``), as the format's rules say 
 read: both must give the same samples, or fail at the same line. Texts mix well-formed lines with
 the spellings the memo must not vouch for (``1_000``, ``0x10``, ``nan``, infinite or missing
 timestamps, 400 digits), label values with spaces, comments, blank lines, control characters,
-U+2028, and lines after ``# EOF``.
+U+2028, and lines after ``# EOF`` (refused unless blank, as the parser refuses them).
 """
 
 from __future__ import annotations
@@ -39,11 +39,14 @@ _LINES = st.lists(st.one_of(_SAMPLE, _SAMPLE, _SAMPLE, _SAMPLE, _SAMPLE, _OTHER)
 def _reference(text: str) -> tuple[list[tuple], int | None]:
     """Every line parsed alone by prometheus_client: (samples, None) or (samples so far, failing line)."""
     out: list[tuple] = []
-    for line_no, raw in enumerate(io.StringIO(text), start=1):
+    lines = list(enumerate(io.StringIO(text), start=1))
+    for i, (line_no, raw) in enumerate(lines):
         line = raw.strip()
         if not line or line.startswith("#"):
             if line.startswith("# EOF") and line[5:].strip() == "":
-                return out, None
+                # prometheus_client refuses any line after "# EOF"; blank ones are let through
+                after = [n for n, rest in lines[i + 1 :] if rest.strip()]
+                return out, (after[0] if after else None)
             continue
         try:
             families = list(text_string_to_metric_families(line + "\n# EOF\n"))
@@ -78,11 +81,16 @@ def _same(a: list[tuple], b: list[tuple]) -> bool:
     )
 
 
+# after "# EOF": nothing, blank lines (read whole) or lines of any kind (refused at the first non-blank one)
+_AFTER = st.one_of(st.just([]), st.lists(st.sampled_from(["", "  "]), max_size=3), _LINES)
+
+
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_LINES, st.booleans(), _LINES)
+@given(_LINES, st.booleans(), _AFTER)
 @example(['x{engine="0"} 1.0 100.0', 'x{engine="0"} 1_000 101'], True, [])  # the memo must not vouch for 1_000
 @example(['x{engine="0"} 1.0 100.0', 'x{engine="0"} 2.0 +Inf'], True, [])  # nor for an infinite timestamp
 @example(['x{engine="0"} 1.0 100.0', 'x{engine="0"} ' + "1" * 400 + " 101"], True, [])  # nor for 400 digits
+@example(['x{engine="0"} 1.0 100.0'], True, ['x{engine="0"} 2.0 200.0', "# EOF"])  # two recordings concatenated
 def test_the_streamed_reader_reads_what_the_parser_reads_line_by_line(before, eof, after):
     text = "\n".join(before) + ("\n# EOF\n" if eof else "\n") + "\n".join(after)
     samples, failed = _streamed(text)
