@@ -268,7 +268,10 @@ def run(opts: Options) -> Report:
         diag = diagnose_target(sig, limits, _target_json(key, opts.server, instance), queries, opts.model_config)
         inferred = {name: diag.signals.get(f"inferred_{name}") for name in ("max_num_seqs", "max_num_batched_tokens")}
         diag.evidence.append(limits.describe(inferred))
-        diag.evidence.extend(limits.notes)
+        # a limit the rules inferred from the gauges is not the default the notes say was assumed
+        diag.evidence.extend(
+            n for n in limits.notes if not any(v is not None and n.startswith(f"{k} ") for k, v in inferred.items())
+        )
         report.targets.append(diag)
     if not report.targets:
         selector_text = ", ".join(

@@ -29,6 +29,18 @@ def test_json_output_validates_against_the_schema(recording):
     assert doc["source"].startswith("recording ") and doc["window_seconds"] == 300
 
 
+def test_an_inferred_limit_is_not_also_reported_as_the_assumed_default():
+    # C14: running sat at 4 with a queue and KV room, no flags: max_num_seqs inferred 4; the note that
+    # vLLM's default 256 was assumed for it would contradict that (it still holds for the token budget)
+    result = invoke("--recording", str(RECORDINGS / "case_C14.om"), "--window", "120s", "-o", "json")
+    (target,) = json.loads(result.output)["targets"]
+    assert target["signals"]["inferred_max_num_seqs"] == 4
+    text = " ".join(target["evidence"])
+    assert "max_num_seqs 4 (inferred; vLLM's default 256 not read)" in text
+    assert "max_num_seqs not configured anywhere readable" not in text
+    assert "max_num_batched_tokens not configured anywhere readable" in text
+
+
 def test_schema_rejects_what_the_contract_forbids():
     good = Report(
         "recording x",
