@@ -196,7 +196,8 @@ def command(
             f"(try {metrics_url.rstrip('/')}/metrics)"
         )
     if recording and not os.path.isfile(recording):
-        raise click.UsageError(f"--recording {recording!r}: no such file")
+        what = "a directory, not a recording file" if os.path.isdir(recording) else "no such file"
+        raise click.UsageError(f"--recording {recording!r}: {what}")
     try:
         end_seconds = None if end is None else parse_end(end, time.time())
     except ValueError as exc:

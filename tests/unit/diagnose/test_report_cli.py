@@ -152,6 +152,9 @@ def test_missing_recording_is_a_usage_error(tmp_path):
     result = invoke("--recording", str(tmp_path / "absent.om"))
     assert result.exit_code == 64 and "--recording" in result.output and "no such file" in result.output
     assert "Traceback" not in result.output
+    # a directory exists: saying "no such file" would send the user looking for the wrong mistake
+    result = invoke("--recording", str(tmp_path))
+    assert result.exit_code == 64 and "a directory, not a recording file" in result.output
 
 
 def test_metrics_url_without_a_path_gets_the_metrics_hint():
