@@ -4,7 +4,7 @@ Builds a synthetic recording of N pods: pod i replays the engine-scenario record
 ``tests/fixtures/recordings/scenario_<S>.om`` for S = the i-th of the eight scenarios, with
 ``namespace="bench"``, ``pod="vllm-<i>"`` added to every series, keeping only the series diagnose
 queries (the families of ``kvpilot.diagnose.signals.SIGNAL_DEFS`` and ``cache_config_info``:
-2,325 samples a pod, 31 scrapes 10 s apart over the 300 s window). Loaded into
+2,449 samples a pod, 31 scrapes 10 s apart over the 300 s window). Loaded into
 
 - ``prometheus``: backfilled with ``promtool tsdb create-blocks-from openmetrics``, then a fresh
   Prometheus on 127.0.0.1 serves the blocks;
@@ -84,7 +84,7 @@ def _families(path: Path, wanted: set[str]) -> collections.OrderedDict[str, tupl
 def recording_chunks(pods: int, millis: bool = False) -> Iterator[str]:
     """The N-pod recording, one family of one pod per chunk: OpenMetrics (seconds, with TYPE lines and
     ``# EOF``) or, ``millis=True``, the Prometheus text of VictoriaMetrics' import API (milliseconds).
-    Only the series diagnose queries (a tenth of each scenario's samples).
+    Only the series diagnose queries (about 40 % of each scenario's samples).
     """
     wanted = _wanted()
     sources = {s: _families(RECORDINGS / f"scenario_{s}.om", wanted) for s in SCENARIOS}
@@ -220,9 +220,11 @@ def _backend(kind: str, pods: int, workdir: Path) -> Iterator[tuple[str, float, 
             prom.query('count(count by (pod) ({__name__=~"vllm[:_]num_requests_running"}))', at=END)
             yield prom.url, loaded, lambda: _query_count(prom.url, "prometheus_http_requests_total", "handler")
     else:
-        # VictoriaMetrics ends a query after -search.maxQueryDuration (default 30 s): a 10,000-target
-        # histogram query on a loaded 2-core machine takes longer, so the benchmark allows 300 s
-        with VictoriaMetricsServer(workdir / f"vm-{pods}", extra_args=["-search.maxQueryDuration=300s"]) as vm:
+        # VictoriaMetrics ends a query after -search.maxQueryDuration (default 30 s) and refuses one
+        # (503) that waited -search.maxQueueDuration (10 s) for one of its -search.maxConcurrentRequests
+        # slots: a 10,000-target histogram query on a loaded 2-core machine takes longer, so 300 s each
+        vm_args = ["-search.maxQueryDuration=300s", "-search.maxQueueDuration=300s"]
+        with VictoriaMetricsServer(workdir / f"vm-{pods}", extra_args=vm_args) as vm:
             t = time.monotonic()
             vm.import_lines(chunk.encode() for chunk in recording_chunks(pods, millis=True))
             loaded = time.monotonic() - t
