@@ -18,7 +18,7 @@ Examples:
   kvpilot operator -n llm --standalone --liveness http://0.0.0.0:8080/healthz
   kvpilot operator -n llm --metrics-port 9100 --metrics-path /metrics   limits and reconcile metrics
   kvpilot operator -n llm --metrics-port 0                             no /metrics
-  kvpilot operator -n llm --allowed-image 'docker.io/vllm/vllm-openai:*' --allowed-service-account vllm
+  kvpilot operator -n llm --allowed-image 'vllm/vllm-openai:*' --allowed-service-account vllm
 
 \b
 The cluster comes from --kubeconfig, else $KUBECONFIG, else the in-cluster service account,
@@ -77,7 +77,8 @@ the operator serves each VLLMServer's limits, phase and expiry and its reconcile
     metavar="GLOB",
     envvar="KVPILOT_ALLOWED_IMAGES",
     help="Only run VLLMServers whose image matches (repeatable, or comma-separated; e.g. "
-    "'docker.io/vllm/vllm-openai:*'). Others are Invalid (reason NotAllowed). Default: any image.",
+    "'vllm/vllm-openai:*', the default image's form: images are compared as written, without docker.io/). "
+    "Others are Invalid (reason NotAllowed). Default: any image.",
 )
 @click.option(
     "--allowed-service-account",

@@ -46,3 +46,16 @@ def test_service_accounts():
         "spec.serviceAccountName: 'cluster-admin-sa' is not among the service accounts this operator allows "
         "(vllm, team-*)"
     )
+
+
+def test_the_operators_help_example_admits_the_default_image():
+    # an admin copying --help's example must not refuse every VLLMServer that leaves spec.image unset
+    import re
+
+    from click.testing import CliRunner
+
+    from kvpilot.cli import cli
+
+    help_text = CliRunner().invoke(cli, ["operator", "--help"]).output
+    (example,) = re.findall(r"--allowed-image '([^']+)' --allowed-service-account", help_text)
+    assert violation(SpecPolicy.from_options([example]), _pod()) is None
