@@ -185,6 +185,7 @@ def read_window(path: str | Path, window_seconds: float | None, end: float | Non
             naming the file and, for a bad line, its number).
     """
     window = _Window(window_seconds, end)
+    reader: RecordingReader | None = None
     try:
         with _open(Path(path)) as fp:
             reader = RecordingReader(fp, keep=_wanted)
@@ -194,9 +195,16 @@ def read_window(path: str | Path, window_seconds: float | None, end: float | Non
         raise SourceError(f"--recording {path}: {exc}") from None
     except ExpositionError as exc:
         raise SourceError(f"--recording {path}: not a readable recording: {exc}") from None
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:  # EOFError/zlib.error: a broken gzip
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise SourceError(f"--recording {path}: {reason}") from None
+    except UnicodeDecodeError:  # decoded a chunk at a time: the bad byte is after the lines already read
+        read = reader.lines if reader is not None else 0
+        where = f" after line {read:,}" if read else ""
+        raise SourceError(f"--recording {path}: not UTF-8 text{where} (OpenMetrics is UTF-8)") from None
+    except EOFError:  # gzip.open at the end of a stream cut before gzip's end-of-stream marker
+        raise SourceError(f"--recording {path}: the gzip stream is cut short (the file is incomplete)") from None
+    except (gzip.BadGzipFile, zlib.error):
+        raise SourceError(f"--recording {path}: not a valid gzip stream (the file is corrupt)") from None
+    except OSError as exc:
+        raise SourceError(f"--recording {path}: {exc.strerror or exc}") from None
     return RecordingWindow(window.samples(reader.last_timestamp), reader.last_timestamp, reader.lines)
 
 
