@@ -67,6 +67,16 @@ def parse_size(text: str, field: str = "size", require_unit: bool = False) -> in
     return int(round(float(number) * _UNITS[(unit or "").lower()]))
 
 
+def _message_once(exc: ValueError, field: str, param: click.Parameter | None) -> str:
+    """The message of a parser that names ``field``, for ``ParamType.fail``: click already names the option
+    ("Invalid value for '--window': ..."), so the parser's own ``field: `` prefix is dropped there.
+    """
+    message = str(exc)
+    if param is not None and message.startswith(f"{field}: "):
+        return message[len(field) + 2 :]
+    return message
+
+
 def _option_name(param: click.Parameter | None, default: str) -> str:
     """The option as the user typed it (``--kv-offload-cpu``), not its Python name (``kv_offload_cpu_bytes``);
     ``default`` when there is no option (a direct ``convert`` call).
@@ -74,19 +84,21 @@ def _option_name(param: click.Parameter | None, default: str) -> str:
     return max(param.opts, key=len) if param is not None and param.opts else default
 
 
-_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+#: Prometheus' duration units up to days (``ms``, ``s``, ``m``, ``h``, ``d``; Prometheus docs, "Time durations"),
+#: one number each; a bare number is seconds.
+_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 def parse_duration(text: str, field: str) -> float:
-    """``"90"``, ``"90s"``, ``"10m"``, ``"1.5h"``, ``"500ms"`` -> seconds (> 0); one syntax for every command.
+    """``"90"``, ``"90s"``, ``"10m"``, ``"1.5h"``, ``"1d"``, ``"500ms"`` -> seconds (> 0); one syntax for every command.
 
     Raises:
         ValueError: naming ``field`` when the text is not a positive duration.
     """
     m = _DURATION_RE.match(str(text))
     if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"{field}: {text!r} is not a positive duration (examples: 600, 90s, 10m, 1h)")
+        raise ValueError(f"{field}: {text!r} is not a positive duration (examples: 600, 90s, 10m, 1h, 1d)")
     return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
 
 
@@ -99,10 +111,11 @@ class DurationParam(click.ParamType):  # type: ignore[type-arg]  # generic in ne
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, (int, float)):
             return float(value)
+        field = _option_name(param, "duration")
         try:
-            return parse_duration(value, _option_name(param, "duration"))
+            return parse_duration(value, field)
         except ValueError as exc:
-            self.fail(str(exc), param, ctx)
+            self.fail(_message_once(exc, field, param), param, ctx)
 
 
 DURATION = DurationParam()
@@ -120,10 +133,11 @@ class SizeParam(click.ParamType):  # type: ignore[type-arg]  # generic in new cl
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
             return value
+        field = _option_name(param, "size")
         try:
-            return parse_size(value, field=_option_name(param, "size"), require_unit=self.require_unit)
+            return parse_size(value, field=field, require_unit=self.require_unit)
         except ValueError as exc:
-            self.fail(str(exc), param, ctx)
+            self.fail(_message_once(exc, field, param), param, ctx)
 
 
 SIZE = SizeParam()

@@ -19,13 +19,14 @@ from kvpilot.engine.core import Engine
 
 
 @pytest.mark.parametrize(
-    "text, seconds", [("600", 600.0), ("90s", 90.0), ("10m", 600.0), ("1.5h", 5400.0), ("500ms", 0.5)]
+    "text, seconds",
+    [("600", 600.0), ("90s", 90.0), ("10m", 600.0), ("1.5h", 5400.0), ("500ms", 0.5), ("1d", 86400.0)],
 )
 def test_parse_duration(text, seconds):
     assert parse_duration(text, "--duration") == seconds
 
 
-@pytest.mark.parametrize("text", ["0", "-5", "ten", "5d", ""])
+@pytest.mark.parametrize("text", ["0", "-5", "ten", "5x", "1h30m", ""])
 def test_parse_duration_rejects(text):
     with pytest.raises(ValueError, match="--duration"):
         parse_duration(text, "--duration")
@@ -121,6 +122,20 @@ def test_record_into_missing_folder_exits_2_with_one_line(tmp_path):
     assert isinstance(result.exception, SystemExit)
     assert result.output.count("\n") == 1 and "--record" in result.output
     assert not target.exists()
+
+
+@pytest.mark.parametrize(
+    "argv, option, code",
+    [
+        (["diagnose", "--window", "0s"], "--window", 64),  # diagnose's usage error is 64 (its exit-code table)
+        (["simulate", "healthy", "--kv-offload-cpu", "lots"], "--kv-offload-cpu", 2),
+    ],
+)
+def test_a_bad_duration_or_size_names_its_option_once(argv, option, code):
+    # click says "Invalid value for '--window': ..."; the parser's own "--window: " prefix is not repeated
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == code and f"Invalid value for '{option}': '" in result.output, result.output
+    assert result.output.count(option) == 1, result.output
 
 
 def test_size_error_names_the_option_as_typed():
