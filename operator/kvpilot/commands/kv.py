@@ -28,6 +28,7 @@ from kvpilot.kv import (
     seqs_pool_share,
     startup_memory_check,
 )
+from kvpilot.kv.capacity import refuse_draft_with_pipeline_parallel
 from kvpilot.kv.spec import FULL, LINEAR, MAMBA, NONE, SLIDING
 from kvpilot.kv.speculative import DraftLayers, draft_layers, parse_speculative_config
 from kvpilot.kv.weights import weights_from_index
@@ -109,10 +110,13 @@ def load_config(source: str, what: str = "CONFIG") -> tuple[dict[str, Any], Path
     return _read_config(downloaded, what), None
 
 
-def speculative_draft(raw: str, target_config: dict[str, Any], target: KVSpec) -> tuple[DraftLayers, int | None]:
+def speculative_draft(
+    raw: str, target_config: dict[str, Any], target: KVSpec, pipeline_parallel_size: int = 1
+) -> tuple[DraftLayers, int | None]:
     """``--speculative-config`` JSON -> (the draft's KV layers, its ``draft_tensor_parallel_size``), reading
     the draft's config.json (file, folder or Hub id, as CONFIG) when the method needs one. Exits 2 naming the
-    option on bad input.
+    option on bad input; a draft model with ``pipeline_parallel_size`` above 1 is refused before it is read
+    (offline, the Hub's error would hide the reason).
     """
     try:
         doc = json.loads(raw, parse_constant=_refuse_constant)
@@ -122,11 +126,16 @@ def speculative_draft(raw: str, target_config: dict[str, Any], target: KVSpec) -
         settings = parse_speculative_config(doc)
         draft, draft_config = None, None
         if settings.needs_draft_config and settings.model is not None:
+            refuse_draft_with_pipeline_parallel(pipeline_parallel_size)
             draft_config, _ = load_config(settings.model, "--speculative-config model")
             draft = kv_spec_from_config(draft_config)
         return draft_layers(settings, target, target_config, draft, draft_config), settings.draft_tensor_parallel_size
     except KVConfigError as exc:
         fail(str(exc))
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _gib(value: int | float | None) -> str:
@@ -169,9 +178,12 @@ def render_text(
         ("attention", f"{spec.attention.upper()}, {layer_kinds_text(spec)}"),
         (
             "KV heads per GPU × head dim",
-            f"{fp.kv_heads_per_gpu} × {spec.head_dim} ({spec.num_kv_heads} KV heads total)",
+            f"{fp.kv_heads_per_gpu} × {spec.head_dim} ({_plural(spec.num_kv_heads, 'KV head')} total)",
         ),
-        ("KV element", f"{fp.element_bytes} byte(s) ({cap.inputs['kv_cache_dtype']}; model {spec.model_dtype})"),
+        (
+            "KV element",
+            f"{_plural(fp.element_bytes, 'byte')} ({cap.inputs['kv_cache_dtype']}; model {spec.model_dtype})",
+        ),
         ("bytes per token (per GPU)", _bytes_per_token_text(cap)),
     ]
     if cap.draft is not None:
@@ -448,7 +460,11 @@ def command(
         spec = kv_spec_from_config(cfg)
     except KVConfigError as exc:
         fail(str(exc))
-    draft, draft_tp = (None, None) if speculative_config is None else speculative_draft(speculative_config, cfg, spec)
+    draft, draft_tp = (
+        (None, None)
+        if speculative_config is None
+        else speculative_draft(speculative_config, cfg, spec, pipeline_parallel_size)
+    )
     try:
         cap = capacity(
             spec,

@@ -397,8 +397,7 @@ def capacity(
         )
     draft_bytes = 0
     if draft is not None and draft.num_layers and draft.spec is not None:
-        if len(stages) > 1:
-            raise KVConfigError("--speculative-config", "not modelled with --pipeline-parallel-size above 1")
+        refuse_draft_with_pipeline_parallel(len(stages))
         draft_tp = tensor_parallel_size if draft_tensor_parallel_size is None else draft_tensor_parallel_size
         if draft_tp not in (1, tensor_parallel_size):
             raise KVConfigError(
@@ -505,6 +504,14 @@ def capacity(
         estimate=estimate,
         notes=tuple(notes),
     )
+
+
+def refuse_draft_with_pipeline_parallel(pipeline_parallel_size: int) -> None:
+    """A draft model's KV layers are not modelled across pipeline stages (which stage holds them is vLLM's
+    runner's choice): raises :class:`KVConfigError` naming ``--speculative-config`` when PP is above 1.
+    """
+    if pipeline_parallel_size > 1:
+        raise KVConfigError("--speculative-config", "not modelled with --pipeline-parallel-size above 1")
 
 
 def pp_stage_layers(num_layers: int, pipeline_parallel_size: int) -> list[int]:

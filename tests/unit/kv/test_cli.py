@@ -458,3 +458,25 @@ def test_derived_kv_memory_states_its_vllm_memory_accounting():
     doc = json.loads(CliRunner().invoke(cli, [*args, "-o", "json"]).output)
     notes = " ".join(doc.get("notes") or [])
     assert "memory accounting of vLLM 0.21-0.29" in notes and "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS" in notes
+
+
+def test_text_counts_heads_and_bytes_in_words(tmp_path):
+    # an MQA config (one KV head) with an fp8 KV cache (1 byte per element): singular nouns, no "(s)"
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 1,
+        "num_hidden_layers": 4,
+        "torch_dtype": "bfloat16",
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = CliRunner().invoke(
+        cli,
+        ["kv", str(path), "--kv-memory", "1GiB", "--kv-cache-dtype", "fp8", "--max-model-len", "4096"],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "(1 KV head total)" in result.output and "1 byte (fp8" in result.output, result.output
+    assert "(s)" not in result.output

@@ -230,3 +230,16 @@ def test_pool_blocks_equal_vllm_s_own_speculative_config_and_kv_cache_utils(tmp_
     # and the hand-worked figures: 7,943 (Llama + EAGLE), 15,033 (DeepSeek + MTP); Qwen2.5-7B + EAGLE:
     # 57,344 + 4,096 = 61,440 B per token, 16 GiB / (16 x 61,440) = 17,476 blocks
     assert [c["num_blocks"] for c in ours] == [7943, 15033, 17476]
+
+
+def test_a_draft_model_with_pipeline_parallel_is_refused_before_the_draft_is_read(monkeypatch):
+    # The draft is a Hub id that does not exist: were it fetched first, the user would read the Hub's (or the
+    # offline mode's) error instead of the reason the combination is refused.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = json.dumps({"method": "eagle", "model": "no-such-org/no-such-draft"})
+    result = CliRunner().invoke(
+        cli, ["kv", str(LLAMA), "--kv-memory", "16GiB", "-pp", "2", "--speculative-config", spec]
+    )
+    assert result.exit_code == 2, result.output
+    assert "--speculative-config: not modelled with --pipeline-parallel-size above 1" in result.output
+    assert "no-such-draft" not in result.output
