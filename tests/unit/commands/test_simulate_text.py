@@ -32,3 +32,14 @@ def test_value_text():
     assert value_text(16_000_000_000.0) == "16,000,000,000" and value_text(1_449_551_462) == "1,449,551,462"
     # 4 / 21 = 0.190476...: four significant figures
     assert value_text(4 / 21) == "0.1905" and value_text(0.0015) == "0.0015"
+
+
+def test_config_figures_carry_their_units():
+    # EngineConfig's defaults: 16e9 B/s load bandwidth, 1.5 ms step overhead, block size 16 tokens
+    from kvpilot.commands.simulate.report_text import render_text
+
+    config = {"block_size": 16, "offload_load_bandwidth": 16e9, "step_overhead": 1.5e-3, "weight_bytes": None}
+    config |= {"gpu": "h100-sxm", "enable_prefix_caching": True}
+    text = render_text({"config": config}, 80)
+    assert "16 tokens" in text and "16,000,000,000 B/s" in text and "0.0015 s" in text, text
+    assert "not set" in text and "yes" in text and "not set B" not in text, text

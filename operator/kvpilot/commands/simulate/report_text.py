@@ -33,6 +33,30 @@ def value_text(value: Any, missing: str = "none") -> str:
     return str(value)
 
 
+#: Units of the engine config's dimensioned fields (:class:`kvpilot.engine.config.EngineConfig`: bytes,
+#: bytes per second, seconds, tokens), printed after their value in text; ``-o json`` keeps bare numbers.
+CONFIG_UNITS = {
+    "kv_offload_cpu_bytes": "B",
+    "offload_chunk_tokens": "tokens",
+    "offload_load_bandwidth": "B/s",
+    "offload_store_bandwidth": "B/s",
+    "bytes_per_token": "B",
+    "non_kv_reserve_bytes": "B",
+    "weight_bytes": "B",
+    "step_overhead": "s",
+    "kv_cache_tokens": "tokens",
+    "max_model_len": "tokens",
+    "max_num_batched_tokens": "tokens",
+    "block_size": "tokens",
+}
+
+
+def _config_value(name: str, value: Any) -> str:
+    text = value_text(value, "not set")
+    unit = CONFIG_UNITS.get(name)
+    return f"{text} {unit}" if unit and value is not None and not isinstance(value, bool) else text
+
+
 def _pairs(mapping: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={value_text(v)}" for k, v in mapping.items())
 
@@ -50,7 +74,8 @@ def render_text(result: Mapping[str, Any], width: int) -> str:
         elif isinstance(value, Mapping) and len(value) > 4:
             grid.add_row(Text(key, style="bold"), "")
             for k, v in value.items():
-                grid.add_row(f"  {k}", Text(value_text(v, "not set" if key == "config" else "none")))
+                shown = _config_value(k, v) if key == "config" else value_text(v)
+                grid.add_row(f"  {k}", Text(shown))
         elif isinstance(value, Mapping):
             grid.add_row(Text(key, style="bold"), Text(_pairs(value)))
         else:
