@@ -77,8 +77,8 @@ the operator serves each VLLMServer's limits, phase and expiry and its reconcile
     metavar="GLOB",
     envvar="KVPILOT_ALLOWED_IMAGES",
     help="Only run VLLMServers whose image matches (repeatable, or comma-separated; e.g. "
-    "'vllm/vllm-openai:*', the default image's form: images are compared as written, without docker.io/). "
-    "Others are Invalid (reason NotAllowed). Default: any image.",
+    "'vllm/vllm-openai:*'; an image matches as written or as the runtime resolves it, so "
+    "'docker.io/vllm/vllm-openai:*' allows the same). Others are Invalid (reason NotAllowed). Default: any image.",
 )
 @click.option(
     "--allowed-service-account",

@@ -8,9 +8,16 @@ lists is ``Invalid``, naming the field, and gets no pod. Empty lists (the defaul
 
 Patterns are shell globs matched against the whole string (:func:`fnmatch.fnmatchcase`: ``*``
 matches any run of characters including ``/`` and ``:``), so ``docker.io/vllm/vllm-openai:*``
-allows every tag of one repository and ``registry.example.com/*`` a whole registry. Images are
-compared as written in the spec (no registry or tag normalisation: ``vllm/vllm-openai`` and
-``docker.io/vllm/vllm-openai`` are different strings; list both forms if users write both).
+allows every tag of one repository and ``registry.example.com/*`` a whole registry.
+
+An image is allowed when a pattern matches it as written, or when the pattern, normalised, matches the
+image normalised the way the container runtime resolves it (the Docker reference rules of
+``github.com/distribution/reference``, ``normalize.go``: a first path component without ``.`` or
+``:`` that is not ``localhost`` names no registry, so ``docker.io/`` is meant, and a one-component
+name is under ``library/``; an image with neither tag nor digest is ``:latest``). So
+``vllm/vllm-openai:v0.33.0`` and ``docker.io/vllm/vllm-openai:v0.33.0`` are the same image to both
+``vllm/vllm-openai:*`` and ``docker.io/vllm/vllm-openai:*``. A pattern whose first component holds a
+glob character (``*``, ``?``, ``[``) is matched as written only.
 """
 
 from __future__ import annotations
@@ -55,6 +62,35 @@ def _allowed(value: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatchcase(value, pattern) for pattern in patterns)
 
 
+def _with_registry(name: str) -> str:
+    """``name`` with Docker's default registry and ``library/`` made explicit (distribution/reference's
+    ``splitDockerDomain``): ``vllm/x`` -> ``docker.io/vllm/x``, ``ubuntu`` -> ``docker.io/library/ubuntu``;
+    a name whose first component is a registry (has ``.`` or ``:``, or is ``localhost``) is unchanged.
+    """
+    first, sep, rest = name.partition("/")
+    if first == "index.docker.io" and sep:  # Docker Hub's legacy name, normalised to docker.io
+        return _with_registry(rest)
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return name
+    return f"docker.io/{name}" if sep else f"docker.io/library/{name}"
+
+
+def normalized_image(image: str) -> str:
+    """The image as the container runtime pulls it: registry explicit (:func:`_with_registry`) and
+    ``:latest`` when it has neither tag nor digest (distribution/reference ``TagNameOnly``).
+    """
+    full = _with_registry(image)
+    last = full.rsplit("/", 1)[-1]
+    return full if ("@" in last or ":" in last) else f"{full}:latest"
+
+
+def _image_allowed(image: str, patterns: tuple[str, ...]) -> bool:
+    if _allowed(image, patterns):
+        return True
+    full = normalized_image(image)
+    return any(fnmatchcase(full, _with_registry(p)) for p in patterns if not any(c in p.split("/")[0] for c in "*?["))
+
+
 def violation(policy: SpecPolicy, pod: dict[str, Any]) -> str | None:
     """The first field of the rendered ``pod`` the policy refuses, as a one-line message naming the
     VLLMServer field (``spec.image: …``), or None when it is allowed.
@@ -63,7 +99,7 @@ def violation(policy: SpecPolicy, pod: dict[str, Any]) -> str | None:
     if policy.allowed_images:
         for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
             image = str(container.get("image") or "")
-            if not _allowed(image, policy.allowed_images):
+            if not _image_allowed(image, policy.allowed_images):
                 return (
                     f"spec.image: {image!r} is not among the images this operator allows "
                     f"({', '.join(policy.allowed_images)})"

@@ -105,7 +105,7 @@ def test_demo_sections_can_be_extended_in_process():
 def test_operator_command_takes_the_allow_list_from_its_environment(cluster, namespace, tmp_path):
     kubeconfig = cluster.write_kubeconfig(tmp_path / "config")
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HF_HUB_OFFLINE": "1"}
-    env["KVPILOT_ALLOWED_IMAGES"] = "registry.example.com/* docker.io/vllm/*"  # whitespace-separated, as click splits
+    env["KVPILOT_ALLOWED_IMAGES"] = "registry.example.com/* ghcr.io/vllm/*"  # whitespace-separated, as click splits
     env.pop("KUBERNETES_SERVICE_HOST", None)
     proc = subprocess.Popen(
         [KVPILOT, "operator", "--namespace", namespace, "--standalone", "--quiet", "--metrics-port", "0"],
@@ -130,6 +130,6 @@ def test_operator_command_takes_the_allow_list_from_its_environment(cluster, nam
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     assert (status["phase"], status["reason"]) == ("Invalid", "NotAllowed")
-    assert "(registry.example.com/*, docker.io/vllm/*)" in status["message"]
+    assert "(registry.example.com/*, ghcr.io/vllm/*)" in status["message"]
     assert cluster.list("v1/pods", namespace) == []
     assert proc.returncode == 0, err

@@ -21,13 +21,31 @@ def test_image_globs_match_the_whole_string():
     assert policy.allowed_images == ("docker.io/vllm/vllm-openai:*", "registry.example.com/vllm/*")
     assert violation(policy, _pod(image="docker.io/vllm/vllm-openai:v0.29.0")) is None
     assert violation(policy, _pod(image="registry.example.com/vllm/team/a:1")) is None  # * spans "/"
-    # compared as written: the short form of the same repository is another string
-    refused = violation(policy, _pod(image="vllm/vllm-openai:v0.29.0"))
+    refused = violation(policy, _pod(image="ghcr.io/vllm/vllm-openai:v0.29.0"))
     assert refused == (
-        "spec.image: 'vllm/vllm-openai:v0.29.0' is not among the images this operator allows "
+        "spec.image: 'ghcr.io/vllm/vllm-openai:v0.29.0' is not among the images this operator allows "
         "(docker.io/vllm/vllm-openai:*, registry.example.com/vllm/*)"
     )
     assert violation(policy, _pod(image="docker.io/vllm/vllm-openai-evil:1")) is not None  # no prefix match
+
+
+def test_images_match_as_the_runtime_resolves_them():
+    # Docker's reference rules (distribution/reference normalize.go): "vllm/vllm-openai" is
+    # docker.io/vllm/vllm-openai, "ubuntu" is docker.io/library/ubuntu, no tag means :latest.
+    long_form = SpecPolicy.from_options(["docker.io/vllm/vllm-openai:*"])
+    assert violation(long_form, _pod(image="vllm/vllm-openai:v0.29.0")) is None
+    assert violation(long_form, _pod(image="index.docker.io/vllm/vllm-openai:v0.29.0")) is None
+    assert violation(long_form, _pod(image="vllm/vllm-openai")) is None  # :latest
+    short_form = SpecPolicy.from_options(["vllm/vllm-openai:*"])
+    assert violation(short_form, _pod(image="docker.io/vllm/vllm-openai:v0.29.0")) is None
+    library = SpecPolicy.from_options(["docker.io/library/ubuntu:*"])
+    assert violation(library, _pod(image="ubuntu:24.04")) is None
+    # a registry host is never taken for a Docker Hub user, and a glob in the first component is not normalised
+    assert violation(short_form, _pod(image="vllm.example/vllm/vllm-openai:1")) is not None
+    assert violation(short_form, _pod(image="localhost/vllm/vllm-openai:1")) is not None
+    assert violation(SpecPolicy.from_options(["*/miner:*"]), _pod(image="ubuntu:1")) is not None
+    pinned = SpecPolicy.from_options(["docker.io/vllm/vllm-openai:v0.29.0"])
+    assert violation(pinned, _pod(image="vllm/vllm-openai:v0.30.0")) is not None
 
 
 def test_the_default_image_is_checked_too():
