@@ -32,7 +32,7 @@ from kvpilot.kv.capacity import refuse_draft_with_pipeline_parallel
 from kvpilot.kv.spec import FULL, LINEAR, MAMBA, NONE, SLIDING
 from kvpilot.kv.speculative import DraftLayers, draft_layers, parse_speculative_config
 from kvpilot.kv.weights import weights_from_index
-from kvpilot.text.numbers import count, fig, gib, number, percent, significant, times
+from kvpilot.text.numbers import count, fig, gib, noun, number, percent, significant, times
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -134,10 +134,6 @@ def speculative_draft(
         fail(str(exc))
 
 
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def _gib(value: int | float | None) -> str:
     return "-" if value is None else gib(value, 4)
 
@@ -178,11 +174,12 @@ def render_text(
         ("attention", f"{spec.attention.upper()}, {layer_kinds_text(spec)}"),
         (
             "KV heads per GPU × head dim",
-            f"{fp.kv_heads_per_gpu} × {spec.head_dim} ({_plural(spec.num_kv_heads, 'KV head')} total)",
+            f"{fp.kv_heads_per_gpu} × {spec.head_dim} ({spec.num_kv_heads} {noun(spec.num_kv_heads, 'KV head')} total)",
         ),
         (
             "KV element",
-            f"{_plural(fp.element_bytes, 'byte')} ({cap.inputs['kv_cache_dtype']}; model {spec.model_dtype})",
+            f"{fp.element_bytes} {noun(fp.element_bytes, 'byte')} "
+            f"({cap.inputs['kv_cache_dtype']}; model {spec.model_dtype})",
         ),
         ("bytes per token (per GPU)", _bytes_per_token_text(cap)),
     ]

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from kvpilot.text.numbers import noun
+
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 ENFORCE_VERSION_LABEL = "pod-security.kubernetes.io/enforce-version"
 LEVELS = ("privileged", "baseline", "restricted")
@@ -72,10 +74,6 @@ SAFE_SYSCTLS = frozenset(
 Violation = tuple[str, str]  # (ForbiddenReason, ForbiddenDetail)
 
 
-def _plural(singular: str, plural: str, n: int) -> str:
-    return singular if n == 1 else plural
-
-
 def _join_quote(items: list[str]) -> str:
     """Go's ``joinQuote``: each item double-quoted, joined by ``", "``."""
     return ", ".join(_quote(i) for i in items)
@@ -96,7 +94,7 @@ def _sc(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _containers_named(names: list[str]) -> str:
-    return f"{_plural('container', 'containers', len(names))} {_join_quote(names)}"
+    return f"{noun(len(names), 'container')} {_join_quote(names)}"
 
 
 # ----------------------------------------------------------------------------- baseline
@@ -127,7 +125,7 @@ def _capabilities_baseline(spec: dict[str, Any]) -> Violation | None:
 
 def _host_path_volumes(spec: dict[str, Any]) -> Violation | None:
     bad = [v["name"] for v in spec.get("volumes") or [] if "hostPath" in v]
-    return ("hostPath volumes", f"{_plural('volume', 'volumes', len(bad))} {_join_quote(bad)}") if bad else None
+    return ("hostPath volumes", f"{noun(len(bad), 'volume')} {_join_quote(bad)}") if bad else None
 
 
 def _host_ports(spec: dict[str, Any]) -> Violation | None:
@@ -141,8 +139,8 @@ def _host_ports(spec: dict[str, Any]) -> Violation | None:
         return None
     return (
         "hostPort",
-        f"{_containers_named(bad)} {_plural('uses', 'use', len(bad))} "
-        f"{_plural('hostPort', 'hostPorts', len(ports))} {', '.join(sorted(ports))}",
+        f"{_containers_named(bad)} {noun(len(bad), 'uses', 'use')} "
+        f"{noun(len(ports), 'hostPort')} {', '.join(sorted(ports))}",
     )
 
 

@@ -102,6 +102,14 @@ def count(value: float | int | None, unit: str = "") -> str:
     return number(value, 0, unit)
 
 
+def noun(n: int, singular: str, plural: str | None = None) -> str:
+    """The word for ``n`` things: ``singular`` when ``n`` is 1, else ``plural`` (default ``singular + "s"``).
+
+    ``noun(1, "KV head")`` -> ``KV head``; ``noun(2, "uses", "use")`` -> ``use`` (a verb agreeing with ``n``).
+    """
+    return singular if n == 1 else (plural if plural is not None else singular + "s")
+
+
 def percent(ratio: float | None, decimals: int = 1) -> str:
     """A ratio 0-1 as a percentage: ``0.1234`` -> ``12.3 %``."""
     return number(None if ratio is None else ratio * 100, decimals, "%")

@@ -79,3 +79,10 @@ def test_printed_text_parses_back_to_the_rounded_value(value, decimals, trim, un
     assert parsed == round(float(value), decimals) or (parsed == 0 and round(float(value), decimals) == 0)
     assert parsed_unit == unit
     assert "None" not in printed and "nan" not in printed
+
+
+def test_noun_agrees_with_the_count():
+    from kvpilot.text.numbers import noun
+
+    assert [noun(n, "KV head") for n in (0, 1, 2)] == ["KV heads", "KV head", "KV heads"]
+    assert (noun(1, "uses", "use"), noun(3, "uses", "use")) == ("uses", "use")  # irregular: the verb of a count
