@@ -13,10 +13,8 @@ import sys
 from typing import cast
 
 import click
-from typing_extensions import override
 
 from kvpilot import __version__
-from kvpilot.text.safe import one_line
 
 #: Exit status of an unexpected error inside kvpilot (a bug): ``EX_SOFTWARE`` of BSD's
 #: ``sysexits.h``, beside diagnose's ``EX_USAGE`` (64) and never one of its verdict codes (0-3).
@@ -37,14 +35,18 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 
 class LazyGroup(click.Group):
-    """A click group whose subcommands are imported on first use."""
+    """A click group whose subcommands are imported on first use.
 
-    @override
+    Its methods override ``click.Group``'s (not marked ``@typing_extensions.override``: importing
+    typing_extensions would cost every start 3-4 ms; docs/performance.md, "CLI start-up").
+    """
+
     def list_commands(self, ctx: click.Context) -> list[str]:
+        """The subcommands' names, in :data:`COMMANDS`' order."""
         return list(COMMANDS)
 
-    @override
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The click command named ``cmd_name``, its module imported now; None for an unknown name."""
         entry = COMMANDS.get(cmd_name)
         if entry is None:
             return None
@@ -52,8 +54,8 @@ class LazyGroup(click.Group):
         # each COMMANDS entry names a module's click command (tests/unit/test_cli_imports.py loads them all)
         return cast(click.Command, getattr(importlib.import_module(f"kvpilot.commands.{module}"), attr))
 
-    @override
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """``--help``'s command list from :data:`COMMANDS`' one-line helps, importing no command module."""
         rows = [(name, help_) for name, (_, _, help_) in COMMANDS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
@@ -84,6 +86,8 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - the CLI boundary: every unexpected error, one line
         if os.environ.get(DEBUG_ENV) == "1":
             raise
+        from kvpilot.text.safe import one_line  # here: only an error pays for its regular expressions
+
         detail = one_line(exc, limit=300)
         click.echo(
             f"kvpilot: internal error: {type(exc).__name__}{': ' + detail if detail else ''}"

@@ -7,9 +7,6 @@ import sys
 from typing import Any, NoReturn
 
 import click
-from typing_extensions import override
-
-from kvpilot.text.safe import one_line
 
 EXIT_BAD_INPUT = 2
 
@@ -42,6 +39,8 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     The message is made safe first (:func:`kvpilot.text.safe.one_line`): it often quotes input
     (a file's text, a server's answer), so terminal control characters are removed and secrets redacted.
     """
+    from kvpilot.text.safe import one_line  # here: a command that succeeds never compiles its patterns
+
     click.echo(f"kvpilot: error: {one_line(message)}", err=True)
     sys.exit(code)
 
@@ -107,8 +106,8 @@ class DurationParam(click.ParamType):  # type: ignore[type-arg]  # generic in ne
 
     name = "duration"
 
-    @override
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        """Click's hook (overrides ``ParamType.convert``): seconds, or a usage error naming the option."""
         if isinstance(value, (int, float)):
             return float(value)
         field = _option_name(param, "duration")
@@ -129,8 +128,8 @@ class SizeParam(click.ParamType):  # type: ignore[type-arg]  # generic in new cl
     def __init__(self, require_unit: bool = False) -> None:
         self.require_unit = require_unit
 
-    @override
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        """Click's hook (overrides ``ParamType.convert``): bytes, or a usage error naming the option."""
         if isinstance(value, int):
             return value
         field = _option_name(param, "size")

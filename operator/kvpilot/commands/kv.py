@@ -6,7 +6,6 @@ import json
 import os
 import re
 import sys
-from pathlib import Path
 from typing import Any, NoReturn
 
 import click
@@ -41,12 +40,13 @@ def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number (RFC 8259 section 6)")
 
 
-def _read_json(path: Path, what: str) -> object:
+def _read_json(path: str, what: str) -> object:
     """The JSON document at ``path``; exits 2 naming ``what`` when it is unreadable, not UTF-8,
     not JSON (``NaN``/``Infinity`` included: RFC 8259 has no such numbers) or nested too deeply.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
     except OSError as exc:
         fail(f"{what}: cannot read {path}: {exc.strerror or exc}")
     except UnicodeDecodeError as exc:
@@ -61,20 +61,21 @@ def _read_json(path: Path, what: str) -> object:
         fail(f"{what}: {path} is nested too deeply to be a model config")
 
 
-def local_weights_bytes(folder: Path) -> int | None:
+def local_weights_bytes(folder: str) -> int | None:
     """Total bytes of a local model folder's weights: the safetensors index's ``metadata.total_size``,
     else the sum of ``*.safetensors`` file sizes; None when there are none.
     """
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(index):
         total = weights_from_index(_read_json(index, "model.safetensors.index.json"))
         if total is not None:
             return total
-    files = sorted(folder.glob("*.safetensors"))
-    return sum(f.stat().st_size for f in files) if files else None
+    with os.scandir(folder) as entries:
+        sizes = [e.stat().st_size for e in entries if e.name.endswith(".safetensors") and e.is_file()]
+    return sum(sizes) if sizes else None
 
 
-def _read_config(path: Path, what: str = "CONFIG") -> dict[str, Any]:
+def _read_config(path: str, what: str = "CONFIG") -> dict[str, Any]:
     """The config.json at ``path`` as a JSON object; exits 2 as :func:`_read_json` does, or when it is not an object."""
     doc = _read_json(path, what)
     if not isinstance(doc, dict):
@@ -82,19 +83,20 @@ def _read_config(path: Path, what: str = "CONFIG") -> dict[str, Any]:
     return doc
 
 
-def load_config(source: str, what: str = "CONFIG") -> tuple[dict[str, Any], Path | None]:
+def load_config(source: str, what: str = "CONFIG") -> tuple[dict[str, Any], str | None]:
     """Read CONFIG (or the draft ``model`` of ``--speculative-config``, named by ``what``): a config.json
     file, a folder holding one, or a Hugging Face model id (downloaded).
 
     Returns ``(config, model_folder_or_None)``. Exits 2 with a one-line reason on any failure.
+    Paths are ``os.path`` strings, not ``pathlib`` (whose import costs every ``kvpilot kv`` 4-5 ms).
     """
-    path = Path(source).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
+    path = os.path.expanduser(source)
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "config.json")):
             fail(f"{what}: folder {path} holds no config.json")
-        return _read_config(path / "config.json", what), path
-    if path.is_file():
-        return _read_config(path, what), path.parent
+        return _read_config(os.path.join(path, "config.json"), what), path
+    if os.path.isfile(path):
+        return _read_config(path, what), os.path.dirname(path) or "."
     if not _HUB_ID.match(source) or source.endswith(".json"):
         fail(f"{what}: no such file or folder: {source}")
     from kvpilot.kv.hub import HubUnavailableError, fetch_file
@@ -107,7 +109,7 @@ def load_config(source: str, what: str = "CONFIG") -> tuple[dict[str, Any], Path
             f"({exc}); download https://huggingface.co/{source}/resolve/main/config.json "
             "and pass the file (or its folder)"
         )
-    return _read_config(downloaded, what), None
+    return _read_config(os.fspath(downloaded), what), None
 
 
 def speculative_draft(
@@ -262,7 +264,9 @@ def render_text(
         rows += _startup_rows(check)
     for name, value in rows:
         table.add_row(name, value)
-    console = Console(highlight=False)  # text wraps on spaces at the terminal's width ($COLUMNS when piped)
+    # Text wraps on spaces at the terminal's width ($COLUMNS when piped). Every string is printed as written:
+    # no console markup ("[bold]" in a path stays) and no ":name:" emoji codes (their table is 3-4 ms to load).
+    console = Console(highlight=False, markup=False, emoji=False)
     console.print(table)
     if cap.kv_memory_bytes is None:
         console.print("Give --kv-memory, or --gpu-memory with --weights-memory, for tokens, blocks and concurrency.")
@@ -449,7 +453,11 @@ def command(
         total = local_weights_bytes(folder) if folder is not None else hub_weights_bytes(config)
         if total is not None:
             weights_memory = total // max(1, tensor_parallel_size)
-            where = f"{folder}/*.safetensors" if folder is not None else f"{config} model.safetensors.index.json"
+            where = (
+                os.path.join(folder, "*.safetensors")
+                if folder is not None
+                else f"{config} model.safetensors.index.json"
+            )
             weights_source = f"{where} ÷ TP"
     # The startup check needs only the totals; KV tokens from --gpu-memory need the weights too.
     kv_gpu_memory = None if check is not None and kv_memory is None and weights_memory is None else gpu_memory

@@ -480,3 +480,22 @@ def test_text_counts_heads_and_bytes_in_words(tmp_path):
     assert result.exit_code == 0, result.output
     assert "(1 KV head total)" in result.output and "1 byte (fp8" in result.output, result.output
     assert "(s)" not in result.output
+
+
+def test_text_prints_a_path_as_written_without_console_markup_or_emoji_codes(tmp_path, monkeypatch):
+    # rich reads "[bold]" as a style tag and ":thumbs_up:" as an emoji code unless the console is told not to;
+    # the title names the CONFIG argument, so both must come out as typed
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "[bold]:thumbs_up:"
+    folder.mkdir()
+    (folder / "config.json").write_text((HF_CONFIGS / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text())
+    result = CliRunner().invoke(cli, ["kv", folder.name, "--kv-memory", "1GiB"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "KV cache of [bold]:thumbs_up:" in result.output, result.output
+
+
+def test_a_folder_named_safetensors_is_not_a_weight_file(tmp_path):
+    (tmp_path / "config.json").write_text((HF_CONFIGS / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text())
+    (tmp_path / "shards.safetensors").mkdir()  # a folder: no weights, so --gpu-memory alone cannot size the pool
+    result = run(str(tmp_path), "--gpu-memory", "24GiB")
+    assert result.exit_code == 2 and "--weights-memory: needed with --gpu-memory" in result.output, result.output
