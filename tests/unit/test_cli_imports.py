@@ -63,6 +63,10 @@ def test_kv_on_a_local_config_imports_rich_for_text_and_nothing_heavy_for_json()
     out, modules = loaded(*args)
     assert "KV cache of" in out
     assert modules & set(HEAVY) == {"rich"}
+    # what the text does not need: typing_extensions (@override marks methods for mypy only), pathlib (paths
+    # are os.path strings), rich's emoji table (emoji codes are off), the secret patterns (only an error uses them)
+    unneeded = {"typing_extensions", "pathlib", "rich._emoji_codes", "kvpilot.text.safe"}
+    assert not modules & unneeded, sorted(modules & unneeded)
     out, modules = loaded(*args, "-o", "json")
     # 28 layers x 2 KV heads x 128 head dim x 2 (K and V) x 2 bytes = 28,672 B per token;
     # 2.5 GiB = 2,684,354,560 B / 28,672 = 93,622.9 tokens -> 5,851 whole blocks of 16 = 93,616 tokens
@@ -86,3 +90,25 @@ def test_the_api_constants_load_without_pydantic():
         timeout=60,
     )
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+#: what serving or recording /metrics loads: the exporter, prometheus_client (whose package imports its HTTP
+#: exposition) and the standard library's HTTP server
+SERVING = {"kvpilot.engine.exporter", "prometheus_client", "http.server", "socketserver"}
+
+
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_simulate_report_mode_imports_no_exporter_and_no_http_server(output):
+    """Report mode streams its statistics (kvpilot.engine.report_stats); it serves and records nothing."""
+    out, modules = loaded("simulate", "seed-lru", "-o", output)
+    assert "seed-lru" in out  # the report was printed, not an error
+    assert not modules & SERVING, sorted(modules & SERVING)
+    assert not modules & {"kopf", "kubernetes", "aiohttp", "pydantic", "jinja2", "yaml", "huggingface_hub"}
+    assert ("rich" in modules) == (output == "text")  # the text report is a rich table, JSON needs none
+
+
+def test_simulate_record_mode_does_load_the_exporter(tmp_path):
+    """The probe above can see the exporter: --record writes the exporter's families, so it loads them."""
+    out, modules = loaded("simulate", "seed-lru", "--record", str(tmp_path / "x.om"), "--duration", "20s")
+    assert out.startswith("wrote ") and (tmp_path / "x.om").stat().st_size > 0
+    assert {"kvpilot.engine.exporter", "prometheus_client"} <= modules

@@ -44,12 +44,9 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 
 from kvpilot.metrics import catalog
-from kvpilot.metrics.catalog import names_for_version, version_tuple
+from kvpilot.metrics.catalog import DEFAULT_VLLM_VERSION, names_for_version, version_tuple
 
 __all__ = ["VLLMMetrics", "DEFAULT_VLLM_VERSION", "request_token_buckets"]
-
-#: the vLLM release the project's background is written against (docs/background.md, v0.33.0 source).
-DEFAULT_VLLM_VERSION = "0.33.0"
 
 SEMANTICS_0_29 = (0, 29)  # vLLM 0.29.0's stat-logger semantics (module docstring), proven by tests/reference
 ENGINE_LABEL_SINCE = (0, 8, 3)  # vLLM PR #13923

@@ -3,9 +3,9 @@
 - :mod:`kvpilot.metrics.catalog` — canonical names, legacy names, ``match_name()``, ``name_regex()``.
 - :mod:`kvpilot.metrics.exposition` — :func:`parse_exposition` for any ``/metrics`` body.
 - :mod:`kvpilot.metrics.recording` — :func:`write_recording` / :func:`read_recording`.
+
+Import each from its module: the package imports none of them, because the two parsers load
+``prometheus_client``, whose package imports ``http.server`` (its exposition serves ``/metrics``),
+and the catalog alone needs none of it (``kvpilot simulate``'s report mode reads the catalog's
+versions and never parses or serves metrics; docs/performance.md, "CLI start-up").
 """
-
-from kvpilot.metrics.exposition import ExpositionError, Sample, parse_exposition
-from kvpilot.metrics.recording import read_recording, write_recording
-
-__all__ = ["ExpositionError", "Sample", "parse_exposition", "read_recording", "write_recording"]

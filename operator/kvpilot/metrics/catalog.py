@@ -22,6 +22,10 @@ from dataclasses import dataclass
 
 PREFIX = "vllm:"
 
+#: the vLLM release whose metric names the engine model exposes unless told otherwise (``--vllm-version``);
+#: the release the project's background is written against (docs/background.md, v0.33.0 source).
+DEFAULT_VLLM_VERSION = "0.33.0"
+
 
 @dataclass(frozen=True)
 class MetricSpec:

@@ -246,8 +246,7 @@ def run(
     the ``vllm`` shim passes False, since a cluster's pod command names any model and serving flags.
     ``fast_forward``: the engine's switch (``--no-fast-forward`` steps one by one; the same results).
     """
-    from kvpilot.engine.exporter import DEFAULT_VLLM_VERSION
-    from kvpilot.metrics.catalog import version_tuple
+    from kvpilot.metrics.catalog import DEFAULT_VLLM_VERSION, version_tuple
 
     if serve_at and record_to:
         fail("--serve and --record: choose one")

@@ -43,7 +43,7 @@ def vllm_shim(argv: list[str] | None = None) -> None:
         click.echo(SHIM_USAGE)
         return
     if argv in (["--version"], ["-v"]):
-        from kvpilot.engine.exporter import DEFAULT_VLLM_VERSION
+        from kvpilot.metrics.catalog import DEFAULT_VLLM_VERSION
 
         click.echo(os.environ.get("KVPILOT_VLLM_VERSION", DEFAULT_VLLM_VERSION))
         return
