@@ -6,9 +6,11 @@ Model of ``vllm/v1/core/block_pool.py`` (``BlockPool``) and ``vllm/v1/core/kv_ca
 - ``num_blocks`` physical blocks of ``block_size`` tokens; block 0 is the reserved *null block*
   (``BlockPool.__init__`` pops it from the free queue and never frees it), so ``num_blocks - 1``
   are usable (docs/background.md §4: 21,520 tokens / 16 = 1,345 blocks, 1,344 usable).
-- The free queue is a doubly linked list over block ids (here two ``list[int]`` arrays, ``prev``
-  and ``next``, with sentinel head/tail), so a cached block hit by another request is removed from
-  the middle in O(1) (``FreeKVCacheBlockQueue.remove``).
+- The free queue is a doubly linked list over block ids in vLLM, so a cached block hit by another
+  request is removed from the middle in O(1) (``FreeKVCacheBlockQueue.remove``). Here it is one
+  ``list[int]`` read from a front index, so that taking ``n`` blocks from the front, appending at the
+  back and prepending are list slices and extends done in C; a removal from the middle leaves a stale
+  entry that allocation skips (:class:`BlockPool` says how). The order is the linked list's.
 - A full block gets a hash chained through its parent's hash plus extra keys (LoRA id, cache salt)
   (``hash_block_tokens(parent_hash, token_ids, extra_keys)``); only full blocks are hashed.
 - A freed block keeps its hash (it stays findable until the block is reused); eviction happens
@@ -31,8 +33,11 @@ and are promoted when the first is evicted.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
+from heapq import heappop, heappush
 
 BlockHash = Hashable
+
+_GONE = -(1 << 62)  # _pos of a block not in the free queue (no entry is live there)
 
 
 def hash_block(parent: BlockHash | None, content: Hashable, extra_keys: Hashable = None) -> int:
@@ -61,6 +66,23 @@ class BlockPool:
 
     Raises:
         ValueError: ``num_blocks < 2`` or ``block_size < 1``.
+
+    The free queue (``FreeKVCacheBlockQueue`` in vllm/v1/core/kv_cache_utils.py, a doubly linked list there) is
+    held as one Python list ``_q`` read from index ``_qh`` (the front) to its end (the back), so that what vLLM
+    does to it maps onto list operations done in C:
+
+    - ``popleft_n`` (``get_new_blocks``: the ``n`` least recently freed blocks) is the slice ``_q[_qh:_qh + n]``;
+    - ``append_n`` (hashed blocks freed, ``free_blocks``) is ``list.extend`` at the back;
+    - ``prepend_n`` (unhashed blocks freed, vLLM PR #42656) writes into the room before ``_qh`` (the list is
+      regrown on the left when there is none);
+    - ``remove`` (a prefix-cache hit on a free block, ``touch``) leaves a *stale* entry behind: ``_pos[b]`` is the
+      absolute position (``_qbase`` + list index) of block ``b``'s live entry, and an entry is live only where
+      its position matches. ``_stale`` is a heap of the positions of stale entries ahead of the front, so an
+      allocation whose slice holds none takes the slice as it is (the common case), and one that reaches a
+      stale entry walks past it.
+
+    The consumed part before ``_qh`` is dropped once it is more than half of the list (absolute positions do not
+    change), so the list stays O(num_blocks).
     """
 
     __slots__ = (
@@ -69,10 +91,11 @@ class BlockPool:
         "enable_caching",
         "ref_cnt",
         "block_hash",
-        "_prev",
-        "_next",
-        "_head",
-        "_tail",
+        "_q",
+        "_qh",
+        "_qbase",
+        "_pos",
+        "_stale",
         "num_free",
         "_cached",
         "_dups",
@@ -89,47 +112,40 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.ref_cnt = [0] * num_blocks
         self.block_hash: list[BlockHash | None] = [None] * num_blocks
-        head, tail = num_blocks, num_blocks + 1
-        self._head, self._tail = head, tail
         # free queue initially 1, 2, ..., num_blocks - 1 (the null block 0 is never free)
-        self._next = [i + 1 for i in range(num_blocks)] + [1, -1]
-        self._prev = [i - 1 for i in range(num_blocks)] + [-1, num_blocks - 1]
-        self._next[num_blocks - 1] = tail
-        self._prev[1] = head
-        self._next[0] = self._prev[0] = -1
+        self._q = list(range(1, num_blocks))
+        self._qh = 0
+        self._qbase = 0
+        self._pos = [_GONE, *range(num_blocks - 1)]  # block b sits at absolute position b - 1
+        self._stale: list[int] = []
         self.num_free = num_blocks - 1
         self._cached: dict[BlockHash, int] = {}
         self._dups: dict[BlockHash, list[int]] = {}
         self.num_evictions = 0
 
     # ------------------------------------------------------------------ queue primitives
-    def _unlink(self, b: int) -> None:
-        nxt, prv = self._next, self._prev
-        p, n = prv[b], nxt[b]
-        nxt[p] = n
-        prv[n] = p
-        nxt[b] = prv[b] = -1
-        self.num_free -= 1
-
-    def _prepend(self, blocks: Sequence[int]) -> None:
-        nxt, prv = self._next, self._prev
-        first = nxt[self._head]
-        p = self._head
+    def _prepend(self, blocks: list[int]) -> None:
+        """Put ``blocks`` at the front, ``blocks[0]`` first (``FreeKVCacheBlockQueue.prepend_n``)."""
+        m = len(blocks)
+        q, h, pos = self._q, self._qh, self._pos
+        if h < m:  # regrow on the left; the live entries keep their absolute positions
+            pad = m + max(64, len(q) >> 3)
+            self._qbase += h - pad
+            q[:h] = [0] * pad  # block 0's position is _GONE: these entries are never live
+            h = pad
+        h -= m
+        q[h : h + m] = blocks
+        p = self._qbase + h
         for b in blocks:
-            nxt[p] = b
-            prv[b] = p
-            p = b
-        nxt[p] = first
-        prv[first] = p
-        self.num_free += len(blocks)
+            pos[b] = p
+            p += 1
+        self._qh = h
+        self.num_free += m
 
     def free_queue(self) -> list[int]:
-        """Block ids in the free queue, front (evicted first) to back. O(free blocks); for tests."""
-        out, b = [], self._next[self._head]
-        while b != self._tail:
-            out.append(b)
-            b = self._next[b]
-        return out
+        """Block ids in the free queue, front (evicted first) to back. O(queue); for tests."""
+        q, pos, base = self._q, self._pos, self._qbase
+        return [q[i] for i in range(self._qh, len(q)) if pos[q[i]] == base + i]
 
     # ------------------------------------------------------------------ public operations
     def usage(self) -> float:
@@ -166,10 +182,12 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[int]) -> None:
         """Reference blocks hit by a request: remove free ones from the queue, ``ref_cnt += 1``."""
-        ref = self.ref_cnt
+        ref, pos, stale = self.ref_cnt, self._pos, self._stale
         for b in blocks:
-            if ref[b] == 0:
-                self._unlink(b)
+            if ref[b] == 0:  # in the free queue: its entry goes stale (FreeKVCacheBlockQueue.remove)
+                heappush(stale, pos[b])
+                pos[b] = _GONE
+                self.num_free -= 1
             ref[b] += 1
 
     def allocate(self, n: int) -> list[int]:
@@ -180,28 +198,47 @@ class BlockPool:
         """
         if n > self.num_free:
             raise ValueError(f"cannot get {n} free blocks from the pool ({self.num_free} free)")
-        nxt, prv, ref, bh, head = self._next, self._prev, self.ref_cnt, self.block_hash, self._head
-        cached, dups = self._cached, self._dups
-        out = []
-        b = nxt[head]
-        for _ in range(n):
-            out.append(b)
-            ref[b] = 1
-            h = bh[b]
-            if h is not None:
-                if dups or cached.get(h) != b:
-                    self._evict(b, h)
-                else:  # the common case: the only block with this hash
-                    bh[b] = None
-                    del cached[h]
-                    self.num_evictions += 1
-            b2 = nxt[b]
-            nxt[b] = prv[b] = -1
-            b = b2
-        # the first remaining block becomes the front
-        nxt[head] = b
-        prv[b] = head
+        q, h, base, stale = self._q, self._qh, self._qbase, self._stale
+        if not stale or stale[0] >= base + h + n:  # no stale entry in the slice
+            out = q[h : h + n]
+            h += n
+        else:  # walk past the stale entries
+            pos = self._pos
+            out = []
+            while len(out) < n:
+                b = q[h]
+                if pos[b] == base + h:
+                    out.append(b)
+                h += 1
+            while stale and stale[0] < base + h:
+                heappop(stale)
+        if h > 4096 and h + h > len(q):  # drop the consumed part
+            del q[:h]
+            self._qbase = base + h
+            h = 0
+        self._qh = h
         self.num_free -= n
+        ref, bh = self.ref_cnt, self.block_hash
+        if not self.enable_caching:
+            for b in out:
+                ref[b] = 1
+        elif self._dups:
+            for b in out:
+                ref[b] = 1
+                bhash = bh[b]
+                if bhash is not None:
+                    self._evict(b, bhash)
+        else:  # the common case: each hashed block is the only one with its hash (_cached[hash] == b)
+            cached = self._cached
+            evicted = 0
+            for b in out:
+                ref[b] = 1
+                bhash = bh[b]
+                if bhash is not None:
+                    bh[b] = None
+                    del cached[bhash]
+                    evicted += 1
+            self.num_evictions += evicted
         return out
 
     def _evict(self, b: int, h: BlockHash) -> None:
@@ -238,16 +275,13 @@ class BlockPool:
         if not self.enable_caching:
             return
         bh, cached = self.block_hash, self._cached
-        for k in range(start, end):
-            b = blocks[k]
+        setdefault = cached.setdefault
+        for b, h in zip(blocks[start:end], hashes[start:end], strict=True):
             if bh[b] is not None:
                 continue
-            h = hashes[k]
             bh[b] = h
-            if h in cached:
+            if setdefault(h, b) != b:  # a duplicate of a cached block: findable once the first is evicted
                 self._dups.setdefault(h, []).append(b)
-            else:
-                cached[h] = b
 
     def free(self, ordered_blocks: Iterable[int]) -> None:
         """Drop one reference from each block, in eviction order (first = evicted first).
@@ -259,11 +293,12 @@ class BlockPool:
         Raises:
             ValueError: a block freed more often than it was referenced.
         """
-        ref, bh, nxt, prv, tail = self.ref_cnt, self.block_hash, self._next, self._prev, self._tail
+        ref, bh, q, pos = self.ref_cnt, self.block_hash, self._q, self._pos
         caching = self.enable_caching
         front = []
-        last = prv[tail]
-        appended = 0
+        p = self._qbase + len(q)
+        start = p
+        append = q.append
         bad = None
         for b in ordered_blocks:
             if b == 0:
@@ -277,13 +312,10 @@ class BlockPool:
                 if caching and bh[b] is None:
                     front.append(b)
                 else:  # append at the tail
-                    nxt[last] = b
-                    prv[b] = last
-                    last = b
-                    appended += 1
-        nxt[last] = tail
-        prv[tail] = last
-        self.num_free += appended
+                    append(b)
+                    pos[b] = p
+                    p += 1
+        self.num_free += p - start
         if front:
             self._prepend(front)
         if bad is not None:

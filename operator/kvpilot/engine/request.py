@@ -55,6 +55,8 @@ class Request:
         "block_hashes",
         "_seg_i",
         "_seg_start",
+        "_seg_parent",
+        "_seg_base",
         "num_cached_blocks",
         "num_stored_chunks",
         "num_preemptions",
@@ -113,8 +115,12 @@ class Request:
         self.blocks: list[int] = []
         self.capacity = 0  # tokens the block table holds: len(blocks) * block_size
         self.block_hashes: list[int] = []
+        # ensure_hashes' place in the segments: segment _seg_i starts at token _seg_start; _seg_parent chains
+        # the segments before it, _seg_base is the hash base of its blocks
         self._seg_i = 0
         self._seg_start = 0
+        self._seg_parent: int | None = None
+        self._seg_base = hash_block(None, self.segments[0][0], self.extra_keys) << 64
         self.num_cached_blocks = 0
         self.next_full = 16  # tokens at which the next block becomes full (engine sets it)
         self.num_hit = 0  # tokens found in the GPU prefix cache + CPU tier at the last admission
@@ -138,48 +144,39 @@ class Request:
     def ensure_hashes(self, num_blocks: int, block_size: int) -> list[int]:
         """Extend ``block_hashes`` to cover the first ``num_blocks`` full blocks; return it.
 
-        Each hash chains the parent hash, the block's content spans ``(key, offset, length)``
-        and the extra keys (:func:`~kvpilot.engine.block_pool.hash_block`). Cost: one hash per
-        new full block.
+        A block's hash stands for the whole token prefix it ends (vLLM chains each block's hash through its
+        parent's: ``hash_block_tokens`` in vllm/v1/core/kv_cache_utils.py, so equal hashes mean equal prefixes).
+        Here the chain runs over *segments*: ``P_0 = None``, ``P_{i+1} = hash_block(P_i, (key_i, len_i), extra)``;
+        a block whose last token is token ``o - 1`` of segment ``i`` gets ``(hash_block(P_i, key_i, extra) << 64)
+        + o``. Two blocks get the same value exactly when their prefixes are the same segments (the same
+        identity as a per-block chain: a segment is tokens ``0..len-1`` of its key, so a token prefix has one
+        segment spelling), and the blocks of one segment are a ``range`` built in C: one Python hash per
+        segment, not per block.
         """
         hashes = self.block_hashes
         k = len(hashes)
         if k >= num_blocks:
             return hashes
-        segs, extra = self.segments, self.extra_keys
-        si, s0 = self._seg_i, self._seg_start
-        if k == num_blocks - 1 and k:  # the common case (one more block of a decode): inside the current segment
-            start = k * block_size
-            key, n = segs[si]
-            if s0 <= start and start + block_size <= s0 + n:
-                hashes.append(hash_block(hashes[-1], (key, start - s0), extra))
-                return hashes
-        parent = hashes[-1] if hashes else None
-        while k < num_blocks:
-            start = k * block_size
-            end = start + block_size
-            key, n = segs[si]
-            while start >= s0 + n:  # advance to the segment holding `start`
-                s0 += n
-                si += 1
-                key, n = segs[si]
-            if end <= s0 + n:
-                content: object = (key, start - s0)
-            else:
-                spans = []
-                pos, j, js = start, si, s0
-                while pos < end:
-                    kj, nj = segs[j]
-                    take = min(end, js + nj) - pos
-                    spans.append((kj, pos - js, take))
-                    pos += take
-                    js += nj
-                    j += 1
-                content = tuple(spans)
-            parent = hash_block(parent, content, extra)
-            hashes.append(parent)
-            k += 1
-        self._seg_i, self._seg_start = si, s0
+        segs = self.segments
+        si, s0, base = self._seg_i, self._seg_start, self._seg_base
+        key, n = segs[si]
+        end = (k + 1) * block_size  # tokens up to the end of block k
+        stop = num_blocks * block_size
+        while True:
+            if end > s0 + n:  # block k ends past segment si: move on to the segment holding its last token
+                while end > s0 + n:
+                    self._seg_parent = hash_block(self._seg_parent, (key, n), self.extra_keys)
+                    s0 += n
+                    si += 1
+                    key, n = segs[si]
+                base = hash_block(self._seg_parent, key, self.extra_keys) << 64
+            last = min(stop, s0 + n)  # last token count inside this segment to cover
+            last -= (last - end) % block_size
+            hashes.extend(range(base + end - s0, base + last - s0 + 1, block_size))
+            end = last + block_size
+            if end > stop:
+                break
+        self._seg_i, self._seg_start, self._seg_base = si, s0, base
         return hashes
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid

@@ -124,3 +124,32 @@ def test_pool_invariants(ops, num_blocks):
             pool.touch(hit)
             held.append(hit)
         _check_invariants(pool, held)
+
+
+def test_a_hit_in_the_middle_is_skipped_by_the_next_allocation():
+    pool = BlockPool(7, block_size=16)  # 6 usable, queue 1..6
+    a = pool.allocate(6)
+    for b in a:
+        pool.cache_block(b, ("h", b))
+    pool.free(a)  # all hashed: appended in the order given, queue 1..6
+    pool.touch([3, 4])  # two hits in the middle leave the queue 1, 2, 5, 6
+    assert pool.free_queue() == [1, 2, 5, 6]
+    assert pool.num_free == 4
+    assert pool.allocate(3) == [1, 2, 5]  # 3 and 4 are not free: skipped
+    pool.free([4, 3])  # hashed: to the back, 4 then 3
+    assert pool.free_queue() == [6, 4, 3]
+    assert pool.allocate(3) == [6, 4, 3]
+
+
+def test_the_queue_keeps_its_order_across_thousands_of_operations():
+    # 6,000 blocks; taking 5,000 one at a time consumes the front (the consumed part is dropped as it goes)
+    pool = BlockPool(6001, block_size=16)
+    taken = [pool.allocate(1)[0] for _ in range(5000)]
+    assert taken == list(range(1, 5001))
+    assert pool.free_queue() == list(range(5001, 6001))
+    pool.free(reversed(taken[:3]))  # unhashed: to the front, in the order given (3, 2, 1)
+    pool.cache_block(10, "x")
+    pool.free([10])  # hashed: to the back
+    assert pool.free_queue() == [3, 2, 1, *range(5001, 6001), 10]
+    assert pool.allocate(4) == [3, 2, 1, 5001]
+    assert pool.num_free == 1000
