@@ -128,25 +128,38 @@ class Controller:
                 return None
             raise
 
-    def _write_status(self, server: dict[str, Any], new: dict[str, Any], logger: logging.Logger) -> dict[str, Any]:
-        """Merge-patch ``/status`` with what changed; post an Event on a phase transition."""
+    def _write_status(
+        self, server: dict[str, Any], new: dict[str, Any], logger: logging.Logger, created: str | None = None
+    ) -> dict[str, Any]:
+        """Merge-patch ``/status`` with what changed; post an Event on a phase transition.
+
+        ``created`` (what a new server's reconcile just created, e.g. ``created pod qwen-2c965 and
+        service qwen``) leads that transition's Event, so a new server gets one Event, not two;
+        without a transition it is posted as its own ``PodCreated`` Event.
+        """
         old = server.get("status") or {}
         new = logic.safe_status(new)  # no terminal controls, no secrets in status (or the Event below)
         patch = logic.status_patch(old, new, keep=("preflight",))
+        transition = logic.is_transition(old, new)
         if not patch:
+            if created:
+                _event(server, type="Normal", reason="PodCreated", message=created)
             return server
         meta = server["metadata"]
         updated = self.json.merge_patch(
             custom_status_path(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"]), {"status": patch}
         )
-        if logic.is_transition(old, new):
+        if transition:
             logger.info(f"{meta['name']}: {old.get('phase')} -> {new.get('phase')} ({new.get('reason')})")
+            said = f"{new.get('reason')}: {new.get('message')}"
             _event(
                 server,
                 type=logic.event_type(new),
                 reason=new.get("phase") or "Unknown",
-                message=one_line(f"{new.get('reason')}: {new.get('message')}", limit=1024),
+                message=one_line(f"{created}; {said}" if created else said, limit=1024),
             )
+        elif created:
+            _event(server, type="Normal", reason="PodCreated", message=created)
         return updated
 
     def _write_kv_condition(
@@ -213,8 +226,9 @@ class Controller:
         pods = self.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_SERVER}={name}")
         return [self.api.sanitize_for_serialization(p) for p in pods.items]
 
-    def _ensure_service(self, service: dict[str, Any], server: dict[str, Any]) -> None:
-        """Create the Service unless this server's already exists (one it does not own is a conflict).
+    def _ensure_service(self, service: dict[str, Any], server: dict[str, Any]) -> bool:
+        """Create the Service unless this server's already exists (one it does not own is a conflict);
+        True when this call created it.
 
         A server whose status names no Service yet is new: the create comes first (one request;
         409 -> adopt). Otherwise the Service most likely exists: read first.
@@ -223,16 +237,18 @@ class Controller:
         if (server.get("status") or {}).get("serviceName"):
             try:
                 self._adopt(self.core.read_namespaced_service, service, server, "service")
-                return
+                return False
             except ApiException as exc:
                 if exc.status != 404:
                     raise
         try:
             self.json.create(core_path(meta["namespace"], "services"), service)
+            return True
         except ApiException as exc:
             if exc.status != 409:
                 raise
             self._adopt(self.core.read_namespaced_service, service, server, "service")  # created meanwhile
+            return False
 
     def _create_pod(self, pod: dict[str, Any], server: dict[str, Any]) -> dict[str, Any] | None:
         """Create ``pod``; None when its name is taken (409: the caller adopts or reports the holder)."""
@@ -475,7 +491,7 @@ class Controller:
                 )
                 raise kopf.PermanentError(f"pre-flight refused the spec: {warning}")
         step[0] = f"creating service {service['metadata']['name']}"
-        self._ensure_service(service, server)
+        service_created = self._ensure_service(service, server)
         plan = logic.plan_pods(server, pods, digest)
         for stale in plan.delete:
             logger.info(f"deleting pod {stale} (spec changed or duplicate)")
@@ -492,6 +508,7 @@ class Controller:
                 message=f"deleted pod {stale}: it was made from an older spec (or is a duplicate)",
             )
         pod = plan.keep
+        created = None  # a new server's first pod: said in its Pending transition's Event (one Event, not two)
         if plan.create:
             step[0] = f"creating pod {pod_obj['metadata']['name']}"
             pod = self._create_pod(pod_obj, server)
@@ -502,12 +519,17 @@ class Controller:
                     if exc.status != 404:
                         raise
                     raise ApiException(status=409, reason="Conflict: the pod was deleted meanwhile") from None
-            else:
+            elif plan.delete or (server.get("status") or {}).get("podName"):  # a replacement: its own Event
                 _event(
                     server,
                     type="Normal",
                     reason="PodCreated",
                     message=f"created pod {pod['metadata']['name']} for spec {digest}",
+                )
+            else:
+                service_name = service["metadata"]["name"]
+                created = f"created pod {pod['metadata']['name']} for spec {digest} " + (
+                    f"and service {service_name}" if service_created else f"(service {service_name} existed)"
                 )
         status = logic.server_status(
             server,
@@ -528,7 +550,7 @@ class Controller:
             status = self._with_kv_condition(server, status, condition, numbers, now)
             kv = condition, warning
         step[0] = "writing the status"
-        written = self._write_status(server, status, logger)
+        written = self._write_status(server, status, logger, created)
         self._remember_pod_state(namespace, name, pod)
         if kv is not None:
             self._kv_warning_event(server, *kv)
