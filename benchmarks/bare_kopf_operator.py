@@ -1,8 +1,9 @@
 """The floor for ``operator_burst.py``: a bare kopf operator that creates one Pod per VLLMServer.
 
 Same kopf, same ``kubernetes`` client, same synchronous handler style, same kopf persistence
-settings (progress and diff-base in annotations, Events only for warnings) as kvpilot's
-operator; it does nothing else: no validation, no Service, no status, no pod watch.
+settings (progress and a digest diff-base in ``status.kopf``: the same storage classes, imported;
+Events only for warnings) as kvpilot's operator; it does nothing else: no validation, no Service, no
+status of its own, no pod watch.
 
 Run: python benchmarks/bare_kopf_operator.py --kubeconfig FILE --namespace NS
 """
@@ -16,6 +17,9 @@ from typing import Any
 import kopf
 import kubernetes.client
 import kubernetes.config
+
+from kvpilot.api.constants import STATUS_KOPF
+from kvpilot.controller.settings import DIFFBASE_FIELD, DigestDiffBaseStorage
 
 GROUP, VERSION, PLURAL = "kvpilot.dev", "v1alpha1", "vllmservers"
 
@@ -47,10 +51,8 @@ def main() -> None:
     kopf.on.login(registry=registry)(login)
     kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)(create_pod)
     settings = kopf.OperatorSettings()
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kvpilot.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="kvpilot.dev", key="last-handled-configuration"
-    )
+    settings.persistence.progress_storage = kopf.StatusProgressStorage(name=STATUS_KOPF)
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(field=DIFFBASE_FIELD)
     settings.posting.level = logging.WARNING
     kopf.configure(quiet=True)
     kopf.run(registry=registry, settings=settings, namespaces=[args.namespace], standalone=True)

@@ -21,6 +21,10 @@ LABEL_SERVER = "kvpilot.dev/server"
 #: valid label value, so the model goes into an annotation; the spec hash the pod was made from).
 ANNOTATION_MODEL = "kvpilot.dev/model"
 ANNOTATION_SPEC_HASH = "kvpilot.dev/spec-hash"
+#: ``status`` field where kopf keeps its bookkeeping (kopf's status storages' default layout:
+#: ``status.kopf.progress``, ``status.kopf.last-handled-configuration``): in status, so a new
+#: server's status and kopf's record go out in one ``/status`` request.
+STATUS_KOPF = "kopf"
 
 #: ``spec.engine.kvCacheDtype``'s values (and ``kvpilot kv --kv-cache-dtype``'s): ``CacheDType`` of
 #: ``vllm/config/cache.py`` (v0.11.1 … v0.16.0: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc,

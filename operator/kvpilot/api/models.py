@@ -463,6 +463,28 @@ class Condition(_Model):
     )
 
 
+class KopfStatus(_Model):
+    """kopf's bookkeeping in ``status.kopf``: kopf's ``StatusProgressStorage`` with its default fields
+    (kopf 1.45 ``kopf/_cogs/configs/progress.py``) and the operator's digest diff-base
+    (``kvpilot.controller.settings.DigestDiffBaseStorage``); kopf's key style, not camelCase.
+    """
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", strict=True)
+
+    progress: dict[str, Any] | None = Field(
+        None,
+        description="Per handler id, kopf's record of a handler being retried or failed "
+        "(started, retries, delayed, failure, message); empty once it succeeded.",
+    )
+    last_handled_digest: str | None = Field(
+        None,
+        alias="last-handled-digest",
+        description="SHA-256 of the spec (and labels, annotations) last handled, as JSON: kopf's diff-base, "
+        "which tells a spec change from a restart.",
+    )
+    dummy: str | None = Field(None, description="Written by kopf to wake a handler waiting out a retry delay.")
+
+
 class PreflightStatus(_Model):
     """Numbers of the KV-capacity pre-flight check (kvpilot kv's JSON keys, camelCase)."""
 
@@ -550,3 +572,6 @@ class VLLMServerStatus(_Model):
     )
     command: list[str] | None = Field(None, description="The vllm serve command line of the current pod.")
     preflight: PreflightStatus | None = Field(None, description="KV-capacity pre-flight estimate.")
+    kopf: KopfStatus | None = Field(
+        None, description="The operator's bookkeeping, kept by kopf (its handlers' progress, the spec last handled)."
+    )

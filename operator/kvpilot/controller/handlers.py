@@ -38,7 +38,7 @@ import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 from kvpilot.api import GROUP, PLURAL, VERSION, SpecError, VLLMServerSpec, parse_spec, spec_hash
-from kvpilot.api.constants import LABEL_SERVER
+from kvpilot.api.constants import LABEL_SERVER, STATUS_KOPF
 from kvpilot.api.models import PreflightStatus
 from kvpilot.api.quantity import parse_quantity
 from kvpilot.api.timestamps import now_rfc3339
@@ -64,6 +64,9 @@ FAILURE_LOG_LINES = 200
 FAILURE_LOG_BYTES = 256 * 2**10
 #: The node label NVIDIA GPU feature discovery sets (MiB), for the KV pre-flight.
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+#: Longest a pod event waits for a new server's first status, handed to kopf's patch, to come back in a
+#: watch event (kopf's own wait for its patch, ``settings.persistence.consistency_timeout``, is 5 s).
+STATUS_IN_FLIGHT_TIMEOUT = 5.0
 #: kopf's index of kvpilot's pods (:func:`pods_by_server`): ``(namespace, server) -> pod objects``
 PodIndex = kopf.Index[tuple[str, str], dict[str, Any]]
 
@@ -97,6 +100,10 @@ class Controller:
         #: write was computed from: a pod event carrying exactly that pod state changes nothing
         #: (the status is a function of it), so it is answered without reading the server.
         self._status_from: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+        #: ``(namespace, server) -> flag``: a new server's first status went into kopf's patch (kopf
+        #: sends it with its own record in one request after the handler returns) and no watch event
+        #: of the server has shown it yet; set by :meth:`on_server_event`, awaited by pod events.
+        self._status_in_flight: dict[tuple[str, str], threading.Event] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self.use(configuration)
@@ -129,26 +136,38 @@ class Controller:
             raise
 
     def _write_status(
-        self, server: dict[str, Any], new: dict[str, Any], logger: logging.Logger, created: str | None = None
+        self,
+        server: dict[str, Any],
+        new: dict[str, Any],
+        logger: logging.Logger,
+        created: str | None = None,
+        via: kopf.Patch | None = None,
     ) -> dict[str, Any]:
         """Merge-patch ``/status`` with what changed; post an Event on a phase transition.
 
         ``created`` (what a new server's reconcile just created, e.g. ``created pod qwen-2c965 and
         service qwen``) leads that transition's Event, so a new server gets one Event, not two;
-        without a transition it is posted as its own ``PodCreated`` Event.
+        without a transition it is posted as its own ``PodCreated`` Event. With ``via`` (kopf's
+        ``patch`` of the running handler) the change goes into that patch instead of a request of
+        its own: kopf sends it with its own record after the handler returns.
         """
         old = server.get("status") or {}
         new = logic.safe_status(new)  # no terminal controls, no secrets in status (or the Event below)
-        patch = logic.status_patch(old, new, keep=("preflight",))
+        patch = logic.status_patch(old, new, keep=("preflight", STATUS_KOPF))
         transition = logic.is_transition(old, new)
         if not patch:
             if created:
                 _event(server, type="Normal", reason="PodCreated", message=created)
             return server
         meta = server["metadata"]
-        updated = self.json.merge_patch(
-            custom_status_path(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"]), {"status": patch}
-        )
+        if via is not None:
+            via.setdefault("status", {}).update(patch)
+            merged = {k: v for k, v in {**old, **patch}.items() if v is not None}
+            updated = {**server, "status": merged}
+        else:
+            updated = self.json.merge_patch(
+                custom_status_path(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"]), {"status": patch}
+            )
         if transition:
             logger.info(f"{meta['name']}: {old.get('phase')} -> {new.get('phase')} ({new.get('reason')})")
             said = f"{new.get('reason')}: {new.get('message')}"
@@ -403,9 +422,14 @@ class Controller:
         logger: logging.Logger,
         retry: int = 0,
         pods_by_server: PodIndex | None = None,
+        patch: kopf.Patch | None = None,
         **_: Any,
     ) -> None:
         """create/resume/update: validate, ensure Service and Pod, write status (idempotent).
+
+        A new server's status (its body has none) goes into kopf's ``patch``: kopf sends it in
+        one ``/status`` request with its own record of the handled spec (``status.kopf``),
+        instead of a status write and kopf's patch.
 
         Never stuck: any exception is classified (:func:`kvpilot.controller.failures.classify`)
         into a phase, a ``Ready=False`` condition with its reason and a Warning Event, then a
@@ -418,10 +442,11 @@ class Controller:
             try:
                 # A body without status is a server no reconcile has written yet: kopf's copy is
                 # current (only this operator writes status), so it is not read again.
-                server = copy.deepcopy(dict(body)) if not body.get("status") else self._read_server(namespace, name)
+                new = not body.get("status")
+                server = copy.deepcopy(dict(body)) if new else self._read_server(namespace, name)
                 if server is None:
                     return
-                self._reconcile(server, namespace, name, logger, step, pods_by_server)
+                self._reconcile(server, namespace, name, logger, step, pods_by_server, patch if new else None)
             except kopf.PermanentError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure ends in a phase, an Event and retry-or-stop
@@ -455,12 +480,13 @@ class Controller:
         logger: logging.Logger,
         step: list[str],
         pods_index: PodIndex | None = None,
+        via: kopf.Patch | None = None,
     ) -> None:
         """The reconcile proper; ``step[0]`` names what it is doing (for a failure's message).
 
-        Requests for a new server: the Service and Pod creates and one status write (the status
-        and, with ``preflight: warn``, the KV pre-flight's condition together); the pods come
-        from kopf's index (:meth:`_pods`).
+        Requests for a new server: the Service and Pod creates; its status (with ``preflight:
+        warn`` the KV pre-flight's condition too) goes into ``via``, kopf's patch, when given, else
+        one status write; the pods come from kopf's index (:meth:`_pods`).
         """
         now = now_rfc3339()
         step[0] = "validating and rendering the spec"
@@ -550,11 +576,12 @@ class Controller:
             status = self._with_kv_condition(server, status, condition, numbers, now)
             kv = condition, warning
         step[0] = "writing the status"
-        written = self._write_status(server, status, logger, created)
+        self._write_status(server, status, logger, created, via)
+        if via is not None and via.get("status"):  # kopf sends it after this handler returns
+            self._status_in_flight[(namespace, name)] = threading.Event()
         self._remember_pod_state(namespace, name, pod)
         if kv is not None:
             self._kv_warning_event(server, *kv)
-        server = written
 
     def _preflight_status(
         self, server: dict[str, Any], spec: VLLMServerSpec, pods: list[dict[str, Any]], now: str
@@ -578,6 +605,10 @@ class Controller:
         with self._lock(namespace, name):
             if self._status_is_from(event, namespace, name, pod):
                 return  # the reconcile holding the lock just wrote it (the pod's ADDED came during its status write)
+            in_flight = self._status_in_flight.get((namespace, name))
+            if in_flight is not None:  # the new server's first status is in kopf's patch: read it after it landed
+                in_flight.wait(STATUS_IN_FLIGHT_TIMEOUT)
+                self._status_in_flight.pop((namespace, name), None)
             server = self._read_server(namespace, name)
             if server is None:
                 return
@@ -620,6 +651,19 @@ class Controller:
                 # pre-flight lacked on create (once per pod: the label does not change under a pod).
                 self._preflighted_pods.add(uid)
                 self._preflight_status(server, parse_spec(server.get("spec")), [pod], now)
+
+    def on_server_event(self, event: Mapping[str, Any], namespace: str | None, name: str | None, **_: Any) -> None:
+        """A watch event of a VLLMServer (in kopf's loop): a new server's status handed to kopf's
+        patch has landed once an event shows it (or the server is gone).
+        """
+        key = (namespace or "", name or "")
+        if key not in self._status_in_flight:
+            return
+        body = event.get("object") or {}
+        if event.get("type") == "DELETED" or (body.get("status") or {}).get("specHash"):
+            flag = self._status_in_flight.pop(key, None)
+            if flag is not None:
+                flag.set()
 
     def _status_is_from(self, event: dict[str, Any], namespace: str, name: str, pod: dict[str, Any]) -> bool:
         """True when the server's last status write was computed from exactly this pod state (not DELETED)."""
@@ -701,6 +745,7 @@ def build_registry(
 
     async def on_server_event(**kwargs: Any) -> None:  # in kopf's loop: no thread-pool hop per server event
         metrics.on_server_event(**kwargs)
+        controller.on_server_event(**kwargs)
 
     kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, id="metrics")(on_server_event)
     return registry

@@ -6,16 +6,16 @@ of :func:`kvpilot.controller.handlers.build_registry`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+from typing import Any, cast
 
 import kopf
 import kubernetes.client
 
-from kvpilot.api.constants import LABEL_MANAGED_BY
+from kvpilot.api.constants import LABEL_MANAGED_BY, STATUS_KOPF
 
-#: kopf keeps its progress and last-handled spec in annotations under this prefix (never in
-#: ``status``: a real API server prunes status fields the CRD does not declare).
-ANNOTATION_PREFIX = "kvpilot.dev"
 MANAGED_BY_SELECTOR = {LABEL_MANAGED_BY: "kvpilot"}
 #: Threads running the synchronous handlers (kopf's ``settings.execution.max_workers``). Each
 #: reconcile waits on three or more API round trips, so the thread count, not the CPU, bounds how
@@ -34,14 +34,52 @@ DEFAULT_PEERING_LIFETIME = 60
 REPORTING_INSTANCE_LIMIT = 128
 
 
+#: Where kopf's record of the last handled spec goes (a digest, :class:`DigestDiffBaseStorage`).
+DIFFBASE_FIELD = f"status.{STATUS_KOPF}.last-handled-digest"
+
+
+class DigestDiffBaseStorage(kopf.StatusDiffBaseStorage):
+    """kopf's diff-base in ``status`` as a SHA-256 of the object's essence, not the essence itself.
+
+    kopf compares the essence it stored when a handler last succeeded (spec, labels, annotations:
+    ``DiffBaseStorage.build``) with the current one to tell a change (update) from a restart
+    (resume). kopf's ``StatusDiffBaseStorage`` stores the essence as JSON: a copy of the spec in
+    ``status``, a secret a person pasted into the spec included, which status must never carry
+    (:func:`kvpilot.controller.logic.safe_status`). A digest tells equal from different as well.
+    What is lost: an update handler's ``old``/``diff`` kwargs compare the new essence with an empty
+    one; kvpilot's reconcile uses neither (it acts on the whole current spec). kopf documents
+    custom storages as its extension point ("Persistence", kopf 1.45 ``kopf/_cogs/configs/diffbase.py``).
+    """
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        """The current essence when it hashes to the stored digest, an empty one when not, None when none is stored."""
+        stored: Any = super().fetch(body=body)  # the JSON stored: {"sha256": ...}, not an essence
+        if stored is None:
+            return None
+        current = self.build(body=body)
+        return current if stored == _digest(current) else cast(kopf.BodyEssence, {})
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        """Put ``{"sha256": <hex digest of the essence's sorted JSON>}`` into ``patch`` at :data:`DIFFBASE_FIELD`."""
+        super().store(body=body, patch=patch, essence=cast(kopf.BodyEssence, _digest(essence)))
+
+
+def _digest(essence: Any) -> dict[str, str]:
+    """``{"sha256": hex}`` of ``essence`` as compact JSON with sorted keys."""
+    encoded = json.dumps(essence, sort_keys=True, separators=(",", ":")).encode()
+    return {"sha256": hashlib.sha256(encoded).hexdigest()}
+
+
 def make_settings(
     settings: kopf.OperatorSettings | None = None,
     *,
     peering_lifetime: int | None = None,
     reporting_instance: str | None = None,
 ) -> kopf.OperatorSettings:
-    """Kopf settings for kvpilot: progress and diff-base in ``kvpilot.dev/…`` annotations (status
-    keeps only CRD-declared fields), kopf's own log lines not posted as Events (only warnings),
+    """Kopf settings for kvpilot: kopf's progress and diff-base (a digest, :class:`DigestDiffBaseStorage`)
+    in ``status.kopf`` (the CRD declares the field, a real API server prunes undeclared status fields), so a new
+    server's status, written through kopf's ``patch``, and kopf's record go out in one ``/status``
+    request (in annotations they are a request of their own); kopf's own log lines not posted as Events (only warnings),
     watches of pods filtered server-side by ``app.kubernetes.io/managed-by=kvpilot``; no
     finalizers (no delete handler: owner references delete the pod and service);
     :data:`HANDLER_THREADS` handler threads unless ``settings`` already says how many.
@@ -60,10 +98,8 @@ def make_settings(
         settings.peering.lifetime = peering_lifetime
     if reporting_instance:
         settings.posting.reporting_instance = reporting_instance[:REPORTING_INSTANCE_LIMIT]
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
-    )
+    settings.persistence.progress_storage = kopf.StatusProgressStorage(name=STATUS_KOPF)
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(field=DIFFBASE_FIELD)
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     if settings.execution.max_workers is None:

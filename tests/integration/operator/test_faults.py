@@ -116,8 +116,6 @@ def test_forbidden_pod_reports_the_admission_message(cluster, api, namespace, op
         ("create", "pods", None, 500),
         ("create", "services", None, 503),
         ("create", "services", None, 429),
-        ("update", "vllmservers", "status", 500),
-        ("update", "vllmservers", "status", 429),
     ],
 )
 def test_transient_failures_back_off_and_converge(cluster, api, namespace, operator, verb, plural, subresource, code):
@@ -135,6 +133,38 @@ def test_transient_failures_back_off_and_converge(cluster, api, namespace, opera
     assert [p["metadata"]["name"] for p in cluster.list("v1/pods", namespace)] == [POD_NAME]
     assert [s["metadata"]["name"] for s in cluster.list("v1/services", namespace)] == ["qwen"]
     assert any(f"HTTP {code}" in e["message"] and "retry 1 of 4" in e["message"] for e in events)
+
+
+@pytest.mark.parametrize("code", [500, 429])
+def test_a_failed_first_status_write_is_retried_by_kopf(cluster, api, namespace, operator, code):
+    """A new server's first status goes out in kopf's own patch (with kopf's record of the handled
+    spec): kopf retries a refused patch itself (``settings.networking.error_backoffs``: 1 s, 1 s, 2 s …)
+    and the status converges without a second pod or Service.
+    """
+    fault = cluster.inject("update", "vllmservers", subresource="status", code=code, times=2, namespace=namespace)
+    with operator(retry_policy=FAST):
+        _create(api, namespace)
+        status = wait_for(lambda: (s := _status(cluster, namespace)).get("podName") and s, timeout=15, what="status")
+    assert fault.hits == 2
+    assert status["phase"] == "Pending" and status["podName"] == POD_NAME
+    assert status["kopf"]["last-handled-digest"]  # kopf's record landed with it: the create is not run again
+    assert _requests(cluster, "POST", f"/namespaces/{namespace}/pods") == 1
+    assert [s["metadata"]["name"] for s in cluster.list("v1/services", namespace)] == ["qwen"]
+
+
+def test_a_pod_change_before_the_first_status_landed_is_not_lost(cluster, api, namespace, operator, kubelet):
+    """The pod is scheduled while kopf still retries the new server's first status (refused once:
+    kopf waits 1 s): the pod's event waits for that status to land, then reports the scheduling,
+    instead of finding no status, ignoring the pod and leaving "waiting for the scheduler" behind.
+    """
+    fault = cluster.inject("update", "vllmservers", subresource="status", code=500, times=1, namespace=namespace)
+    with operator(retry_policy=FAST):
+        _create(api, namespace)
+        wait_for(lambda: fault.hits == 1, what="the first status write refused")
+        kubelet.unschedulable(namespace, POD_NAME, message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+        status = _wait_phase(cluster, namespace, "Pending", "Unschedulable")
+    assert status["message"] == "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    assert status["podName"] == POD_NAME
 
 
 def test_retries_are_bounded_then_failed(cluster, api, namespace, operator):

@@ -7,6 +7,7 @@ node would act, and polls the API (bounded) for what the operator must do.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 
 import kubernetes.client
@@ -62,6 +63,12 @@ def _status(cluster, namespace: str, name: str = "qwen") -> dict:
     return _server(cluster, namespace, name).get("status") or {}
 
 
+def _handled_digest(server: dict) -> str | None:
+    """Kopf's record of the last handled spec in ``status.kopf`` (a SHA-256, never the spec itself)."""
+    stored = ((server.get("status") or {}).get("kopf") or {}).get("last-handled-digest")
+    return json.loads(stored)["sha256"] if stored else None
+
+
 def _pods(cluster, namespace: str) -> list[dict]:
     return cluster.list("v1/pods", namespace)
 
@@ -114,11 +121,15 @@ def test_create_makes_pod_and_service_owned_by_the_server(cluster, api, namespac
     assert status["phase"] == "Pending" and status["observedGeneration"] == 1
     assert pod["spec"]["activeDeadlineSeconds"] == 3600
     assert service["spec"]["ports"][0]["port"] == 8000
-    # Status only holds fields the CRD declares (a real API server would prune the rest) and
-    # kopf keeps its bookkeeping in annotations, not in status.
+    # Status only holds fields the CRD declares (a real API server would prune the rest); kopf's
+    # bookkeeping is the declared status.kopf, holding a digest of the handled spec, not a copy.
     declared = crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert set(status) <= set(declared)
-    assert "kopf" not in status
+    kopf_declared = declared["kopf"]["properties"]
+    status = wait_for(lambda: "kopf" in _status(cluster, namespace) and _status(cluster, namespace), what="status.kopf")
+    assert set(status["kopf"]) <= set(kopf_declared)
+    assert len(_handled_digest(_server(cluster, namespace))) == 64
+    assert not [a for a in _server(cluster, namespace)["metadata"].get("annotations") or {} if "kvpilot.dev" in a]
 
 
 def test_restarted_operator_adopts_the_pod_and_makes_no_second_one(cluster, api, namespace, operator):
@@ -208,11 +219,7 @@ def test_invalid_spec_is_reported_without_a_pod_or_retries(cluster, api, namespa
             what="phase Invalid",
         )
         server = wait_for(
-            lambda: (
-                "kvpilot.dev/last-handled-configuration"
-                in (_server(cluster, namespace)["metadata"].get("annotations") or {})
-                and _server(cluster, namespace)
-            ),
+            lambda: _handled_digest(_server(cluster, namespace)) and _server(cluster, namespace),
             what="the handled spec recorded",
         )
         _wait_event(cluster, namespace, lambda e: e["type"] == "Warning" and "spec.engine.extraArgs" in e["message"])
@@ -221,11 +228,13 @@ def test_invalid_spec_is_reported_without_a_pod_or_retries(cluster, api, namespa
     assert valid and valid[0]["status"] == "False" and "spec.engine.extraArgs" in valid[0]["message"]
     assert _pods(cluster, namespace) == []
     # kopf took the failure as permanent: the spec is recorded as handled (a temporary error
-    # would leave it unrecorded and retry), so nothing runs again until the spec changes.
-    annotations = server["metadata"]["annotations"]
-    handled = json.loads(annotations["kvpilot.dev/last-handled-configuration"])
-    assert handled["spec"]["engine"]["extraArgs"] == ["--max-num-seqs=8"]
-    assert "kvpilot.dev/reconcile" not in annotations  # no retry state pending
+    # would leave it unrecorded and retry), so nothing runs again until the spec changes. The record
+    # is a digest of kopf's essence of the server, here only its spec (no labels or annotations):
+    # sha256 of the spec as compact JSON with sorted keys, under "spec".
+    essence = json.dumps({"spec": server["spec"]}, sort_keys=True, separators=(",", ":")).encode()
+    assert _handled_digest(server) == hashlib.sha256(essence).hexdigest()
+    assert "reconcile" not in (server["status"]["kopf"].get("progress") or {})  # no retry state pending
+    assert server["spec"]["model"] not in json.dumps(server["status"])  # status holds no copy of the spec
 
 
 def test_ready_pod_log_fills_kv_capacity(cluster, api, namespace, operator, kubelet):
@@ -279,18 +288,11 @@ def test_failed_start_reports_the_termination_message_and_is_not_restarted(clust
             what="phase Failed",
         )
         # a label edit (not a spec change) re-runs the update handler: still no second pod
+        before = _handled_digest(_server(cluster, namespace))
         _custom(api).patch_namespaced_custom_object(
             *SERVERS, namespace, "vllmservers", "qwen", {"metadata": {"labels": {"team": "ml"}}}
         )
-        wait_for(
-            lambda: (
-                "team"
-                in str(
-                    _server(cluster, namespace)["metadata"]["annotations"].get("kvpilot.dev/last-handled-configuration")
-                )
-            ),
-            what="the update handled",
-        )
+        wait_for(lambda: _handled_digest(_server(cluster, namespace)) not in (before, None), what="the update handled")
         pods = _pods(cluster, namespace)
     assert status["reason"] == "Error"
     assert status["message"].startswith("vLLM exited with code 1 (Error)") and status["message"].endswith(tail)
@@ -523,11 +525,11 @@ def test_an_affinity_the_api_server_refuses_makes_the_server_invalid(cluster, ap
     assert _pods(cluster, namespace) == []
 
 
-def test_a_new_server_costs_five_requests_and_no_read_back(cluster, api, namespace, operator):
-    """Per new server: kopf's annotation patch, the Service, the Pod, one status write and one Event
-    (the Pending transition, naming the Pod and Service), as docs/performance.md counts them; never
-    a read of the server or its Service and no pod list, also when the pod's ADDED arrives while the
-    status is being written.
+def test_a_new_server_costs_four_requests_and_no_read_back(cluster, api, namespace, operator):
+    """Per new server: the Service, the Pod, one status write carrying the status and kopf's record
+    together, and one Event (the Pending transition, naming the Pod and Service), as
+    docs/performance.md counts them; never a read of the server or its Service and no pod list,
+    also when the pod's ADDED arrives while the status is being written.
     """
     from kvpilot.controller.metrics import OperatorMetrics
 
@@ -553,8 +555,11 @@ def test_a_new_server_costs_five_requests_and_no_read_back(cluster, api, namespa
     prefix = f"/namespaces/{namespace}/"
     seen = [(r.method, r.url.path.split(prefix, 1)[1]) for r in cluster.emulator._requests if prefix in r.url.path]
     for name in names:
-        assert seen.count(("PATCH", f"vllmservers/{name}")) == 1  # kopf's annotations
+        assert seen.count(("PATCH", f"vllmservers/{name}")) == 0  # kopf writes nothing outside status
         assert seen.count(("PATCH", f"vllmservers/{name}/status")) == 1
+        [write] = [r.data for r in cluster.emulator._requests if r.url.path.endswith(f"vllmservers/{name}/status")]
+        assert write["status"]["phase"] == "Pending" and write["status"]["podName"].startswith(f"{name}-")
+        assert set(write["status"]["kopf"]) == {"last-handled-digest"}  # kopf's record in the same request
         assert seen.count(("GET", f"vllmservers/{name}")) == 0
         assert seen.count(("GET", f"services/{name}")) == 0
     assert seen.count(("POST", "services")) == seen.count(("POST", "pods")) == len(names)

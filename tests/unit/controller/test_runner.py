@@ -84,7 +84,7 @@ def test_settings_give_the_handlers_their_thread_pool_unless_the_caller_chose():
     chosen = kopf.OperatorSettings()
     chosen.execution.max_workers = 3
     assert make_settings(chosen).execution.max_workers == 3
-    assert make_settings(chosen).persistence.diffbase_storage.key == "last-handled-configuration"
+    assert make_settings(chosen).persistence.diffbase_storage.field == ("status", "kopf", "last-handled-digest")
 
 
 def test_operator_process_collects_garbage_less_often():
@@ -109,3 +109,28 @@ def test_controller_pools_a_connection_per_handler_thread():
     configuration.connection_pool_maxsize = 4
     controller = Controller(configuration, hub=False)
     assert controller.api.rest_client.pool_manager.connection_pool_kw["maxsize"] == 20  # HANDLER_THREADS
+
+
+def test_digest_diffbase_tells_a_change_from_a_restart_without_copying_the_spec():
+    import hashlib
+    import json
+
+    import kopf
+
+    from kvpilot.controller.settings import DigestDiffBaseStorage
+
+    storage = DigestDiffBaseStorage(field="status.kopf.last-handled-digest")
+    spec = {"model": "m", "hfTokenSecretRef": {"name": "hf_PLANTEDsecret"}}
+    raw = {"apiVersion": "kvpilot.dev/v1alpha1", "kind": "VLLMServer", "metadata": {"name": "a"}, "spec": spec}
+    assert storage.fetch(body=kopf.Body(raw)) is None  # nothing stored yet: kopf's "create"
+    patch = kopf.Patch()
+    storage.store(body=kopf.Body(raw), patch=patch, essence=storage.build(body=kopf.Body(raw)))
+    stored = patch["status"]["kopf"]["last-handled-digest"]
+    # sha256 of kopf's essence (here only the spec) as compact JSON with sorted keys, written out:
+    expected = hashlib.sha256(json.dumps({"spec": spec}, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert json.loads(stored) == {"sha256": expected}
+    assert "hf_PLANTED" not in stored
+    handled = {**raw, "status": {"kopf": {"last-handled-digest": stored}}}
+    assert storage.fetch(body=kopf.Body(handled)) == {"spec": spec}  # unchanged: equal to the current essence
+    changed = {**handled, "spec": {**spec, "model": "n"}}
+    assert storage.fetch(body=kopf.Body(changed)) != storage.build(body=kopf.Body(changed))  # a change: an update
