@@ -12,13 +12,16 @@ queries (the families of ``kvpilot.diagnose.signals.SIGNAL_DEFS`` and ``cache_co
   ``/api/v1/import/prometheus`` API;
 
 then ``kvpilot diagnose --prometheus URL --no-kube -n bench -o json`` runs once as a command (a new
-process: imports included). Prints its wall time, the floor (the same queries fetched by 8 threads
-and JSON-decoded, nothing else), its peak RSS, the number of queries the server counted on its own
-/metrics, and the verdict counts, for each ``--pods`` count (the query count must not grow).
+process: imports included). Prints its wall time, the floor (the same queries, ``plan``, fetched by 8
+threads and JSON-decoded, nothing else, right after), its peak RSS and CPU (GNU time's %M, %U + %S),
+the server's CPU while diagnose ran (``/proc/PID/stat``), the number of queries the server counted on
+its own /metrics, the load average, and the verdict counts, for each ``--pods`` count (the query
+count must not grow). ``--per-query`` then sends each query alone, one after the other, and prints
+its wall time, the server's CPU for it, its answer's size and rows.
 
 Run from the repository root:  .venv/bin/python benchmarks/diagnose_scale.py --pods 1000 10000 [--backend both]
-Target: <= 5 s wall and <= 500 MiB (peak RSS of the diagnose process, GNU time's %M) for 10,000
-targets; queries constant.
+[--per-query] [--keep DIR]  (``--keep``: load each server's data into DIR once and reuse it on the next run)
+Target: <= 5 s wall and <= 500 MiB (peak RSS of the diagnose process) for 10,000 targets; queries constant.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import argparse
 import collections
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -138,19 +142,19 @@ def _query_count(url: str, metric: str, label: str) -> int:
 
 
 def floor_seconds(url: str, workers: int = 8) -> float:
-    """The floor: the same queries diagnose sends for namespace ``bench`` (``run_queries``), fetched
-    by ``workers`` threads and JSON-decoded, nothing else (s).
+    """The floor: the same queries diagnose sends for namespace ``bench`` (``plan``: instant and range
+    queries), fetched by ``workers`` threads and JSON-decoded, nothing else (s).
     """
     import concurrent.futures
     import urllib.parse
 
-    from kvpilot.diagnose.sources.prometheus import Selectors, run_queries
+    from kvpilot.diagnose.sources.prometheus import PlannedQuery, Selectors, plan
 
-    queries = run_queries(300, Selectors(namespace="bench"))
+    queries = plan(300, Selectors(namespace="bench"))
 
-    def fetch(query: str) -> int:
-        params = urllib.parse.urlencode({"query": query, "time": f"{END:.3f}"})
-        with urllib.request.urlopen(f"{url}/api/v1/query?{params}", timeout=600) as r:
+    def fetch(query: PlannedQuery) -> int:
+        params = urllib.parse.urlencode(query.params(END))
+        with urllib.request.urlopen(f"{url}{query.path}?{params}", timeout=600) as r:
             return len(json.loads(r.read())["data"]["result"])
 
     t = time.monotonic()
@@ -159,15 +163,23 @@ def floor_seconds(url: str, workers: int = 8) -> float:
     return time.monotonic() - t
 
 
-def _diagnose(url: str, workdir: Path, tag: str) -> tuple[float, float, dict]:
-    """``kvpilot diagnose --prometheus URL -n bench -o json`` as a new process: (wall s, peak RSS MiB, JSON)."""
+def server_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used: fields 14 and 15 of ``/proc/PID/stat`` (proc(5))."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _diagnose(url: str, workdir: Path, tag: str) -> tuple[float, float, float, dict]:
+    """``kvpilot diagnose --prometheus URL -n bench -o json`` as a new process: (wall s, peak RSS MiB,
+    CPU s, JSON).
+    """
     rss_file = workdir / f"rss-{tag}.txt"
     t = time.monotonic()
     result = subprocess.run(
         [
             "/usr/bin/time",
             "-f",
-            "%M",
+            "%M %U %S",
             "-o",
             str(rss_file),
             str(ROOT / ".venv" / "bin" / "kvpilot"),
@@ -193,40 +205,84 @@ def _diagnose(url: str, workdir: Path, tag: str) -> tuple[float, float, dict]:
     wall = time.monotonic() - t
     if result.returncode not in (0, 1, 2):  # 0-2: verdicts (docs/diagnosis.md, exit status); 3: no data
         raise RuntimeError(f"diagnose exited {result.returncode}: {result.stderr[-2000:]}")
-    rss_mib = int(rss_file.read_text().split()[-1]) / 1024  # GNU time's %M: peak RSS, KiB
-    return wall, rss_mib, json.loads(result.stdout)
+    rss_kib, user, system = rss_file.read_text().split()[-3:]  # GNU time's %M (peak RSS, KiB), %U, %S (s)
+    return wall, int(rss_kib) / 1024, float(user) + float(system), json.loads(result.stdout)
+
+
+def per_query(url: str, pid: int) -> list[dict]:
+    """Each query of ``plan`` alone, one after the other: wall s, the server's CPU s, answer MiB, rows."""
+    import urllib.parse
+
+    from kvpilot.diagnose.sources.prometheus import Selectors, plan
+
+    out = []
+    for query in plan(300, Selectors(namespace="bench")):
+        cpu, t = server_cpu(pid), time.monotonic()
+        with urllib.request.urlopen(f"{url}{query.path}?{urllib.parse.urlencode(query.params(END))}", timeout=600) as r:
+            body = r.read()
+        wall, cpu = time.monotonic() - t, server_cpu(pid) - cpu
+        name = (
+            query.sd.name
+            if query.sd
+            else {"labels": "cache_config_info", "limit": "kvpilot_vllmserver_limit"}[query.kind]
+        )
+        if query.spelling:
+            name += f" [{query.spelling}]"
+        if query.step_seconds:
+            name += " (range query)"
+        rows = len(json.loads(body)["data"]["result"])
+        out.append({"query": name, "wall_s": wall, "server_cpu_s": cpu, "mib": len(body) / 2**20, "rows": rows})
+    return out
 
 
 @contextlib.contextmanager
-def _backend(kind: str, pods: int, workdir: Path) -> Iterator[tuple[str, float, Callable[[], int]]]:
-    """A server holding the N-pod recording: yields (URL, seconds spent loading, query counter)."""
+def _backend(kind: str, pods: int, workdir: Path) -> Iterator[tuple[str, float, Callable[[], int], int]]:
+    """A server holding the N-pod recording: yields (URL, seconds spent loading, query counter, server PID).
+    Data already in ``workdir`` (``--keep``) is reused: loading then takes 0 s.
+    """
     if kind == "prometheus":
-        rec = workdir / f"bench-{pods}.om"
+        data = workdir / f"data-{pods}"
         t = time.monotonic()
-        with rec.open("w") as fp:
-            for chunk in recording_chunks(pods):
-                fp.write(chunk)
-        # promtool directly: tests.support's backfill stops after 120 s
-        subprocess.run(
-            ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(rec), str(workdir / f"data-{pods}")],
-            check=True,
-            capture_output=True,
-            timeout=3600,
-        )
-        rec.unlink()
+        if not (data.is_dir() and any(data.iterdir())):
+            rec = workdir / f"bench-{pods}.om"
+            with rec.open("w") as fp:
+                for chunk in recording_chunks(pods):
+                    fp.write(chunk)
+            # promtool directly: tests.support's backfill stops after 120 s
+            subprocess.run(
+                ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(rec), str(data)],
+                check=True,
+                capture_output=True,
+                timeout=3600,
+            )
+            rec.unlink()
         loaded = time.monotonic() - t
-        with PrometheusServer(workdir / f"prom-{pods}", data_dir=workdir / f"data-{pods}") as prom:
+        with PrometheusServer(workdir / f"prom-{pods}", data_dir=data) as prom:
             # warm-up query so the measured run does not pay for loading the blocks
             prom.query('count(count by (pod) ({__name__=~"vllm[:_]num_requests_running"}))', at=END)
-            yield prom.url, loaded, lambda: _query_count(prom.url, "prometheus_http_requests_total", "handler")
+            assert prom.proc is not None
+            yield (
+                prom.url,
+                loaded,
+                lambda: _query_count(prom.url, "prometheus_http_requests_total", "handler"),
+                prom.proc.pid,
+            )
     else:
         # VictoriaMetrics ends a query after -search.maxQueryDuration (default 30 s) and refuses one
         # (503) that waited -search.maxQueueDuration (10 s) for one of its -search.maxConcurrentRequests
-        # slots: a 10,000-target histogram query on a loaded 2-core machine takes longer, so 300 s each
-        vm_args = ["-search.maxQueryDuration=300s", "-search.maxQueueDuration=300s"]
+        # slots: a 10,000-target histogram query on a loaded 2-core machine takes longer, so 300 s each;
+        # 50,000 targets select 1,150,000 bucket series in one query (-search.maxUniqueTimeseries, 300,000)
+        vm_args = [
+            "-search.maxQueryDuration=300s",
+            "-search.maxQueueDuration=300s",
+            f"-search.maxUniqueTimeseries={max(300_000, 30 * pods)}",
+        ]
+        stored = workdir / f"vm-{pods}" / "vm-data"
+        fresh = not stored.is_dir()
         with VictoriaMetricsServer(workdir / f"vm-{pods}", extra_args=vm_args) as vm:
             t = time.monotonic()
-            vm.import_lines(chunk.encode() for chunk in recording_chunks(pods, millis=True))
+            if fresh:
+                vm.import_lines(chunk.encode() for chunk in recording_chunks(pods, millis=True))
             loaded = time.monotonic() - t
             vm.query('count(count by (pod) ({__name__=~"vllm[:_]num_requests_running"}))', at=END)
 
@@ -234,15 +290,19 @@ def _backend(kind: str, pods: int, workdir: Path) -> Iterator[tuple[str, float, 
                 time.sleep(1.5)  # VictoriaMetrics renders its /metrics at most once a second
                 return _query_count(vm.url, "vm_http_requests_total", "path")
 
-            yield vm.url, loaded, count
+            assert vm.proc is not None
+            yield vm.url, loaded, count, vm.proc.pid
 
 
-def run(pods: int, backend: str, workdir: Path) -> dict:
-    with _backend(backend, pods, workdir) as (url, loaded, count):
-        before = count()
-        wall, rss_mib, doc = _diagnose(url, workdir, f"{backend}-{pods}")
+def run(pods: int, backend: str, workdir: Path, queries_alone: bool = False) -> dict:
+    with _backend(backend, pods, workdir) as (url, loaded, count, pid):
+        before, load_before, cpu = count(), os.getloadavg()[0], server_cpu(pid)
+        wall, rss_mib, client_cpu, doc = _diagnose(url, workdir, f"{backend}-{pods}")
+        cpu = server_cpu(pid) - cpu
         queries = count() - before
         floor = floor_seconds(url)  # after the count: its queries are not diagnose's
+        load_after = os.getloadavg()[0]
+        alone = per_query(url, pid) if queries_alone else []
     verdicts = collections.Counter(t["verdict"] for t in doc["targets"])
     return {
         "backend": backend,
@@ -252,9 +312,13 @@ def run(pods: int, backend: str, workdir: Path) -> dict:
         "wall_s": wall,
         "floor_s": floor,
         "rss_mib": rss_mib,
+        "client_cpu_s": client_cpu,
+        "server_cpu_s": cpu,
+        "loadavg": (load_before, load_after),
         "queries": queries,
         "targets": len(doc["targets"]),
         "verdicts": dict(sorted(verdicts.items())),
+        "per_query": alone,
     }
 
 
@@ -262,21 +326,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, nargs="+", default=[1000, 10000], help="target counts, in order")
     parser.add_argument("--backend", choices=["prometheus", "victoriametrics", "both"], default="prometheus")
+    parser.add_argument("--per-query", action="store_true", help="then each query alone: time, server CPU, size")
+    parser.add_argument("--keep", metavar="DIR", help="load the servers' data into DIR once, reuse it next time")
     args = parser.parse_args()
     backends = ["prometheus", "victoriametrics"] if args.backend == "both" else [args.backend]
-    with tempfile.TemporaryDirectory(prefix="kvpilot-scale-") as tmp:
+    with contextlib.ExitStack() as stack:
+        if args.keep:
+            Path(args.keep).mkdir(parents=True, exist_ok=True)
+            tmp = args.keep
+        else:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="kvpilot-scale-"))
         for backend in backends:
             results = []
             for pods in args.pods:
-                r = run(pods, backend, Path(tmp))
+                r = run(pods, backend, Path(tmp), args.per_query)
                 results.append(r)
                 print(
                     f"{r['backend']}: {r['pods']:>6} pods ({r['samples']:,} samples, loaded in {r['load_s']:.1f} s): "
                     f"diagnose wall {r['wall_s']:.2f} s (floor: its queries fetched and decoded "
-                    f"{r['floor_s']:.2f} s), peak RSS {r['rss_mib']:.0f} MiB, "
-                    f"{r['queries']} queries, {r['targets']} targets, verdicts {r['verdicts']}",
+                    f"{r['floor_s']:.2f} s), peak RSS {r['rss_mib']:.0f} MiB, CPU {r['client_cpu_s']:.2f} s "
+                    f"(server {r['server_cpu_s']:.2f} s), {r['queries']} queries, {r['targets']} targets, "
+                    f"load average {r['loadavg'][0]:.1f}-{r['loadavg'][1]:.1f}, verdicts {r['verdicts']}",
                     flush=True,
                 )
+                for q in r["per_query"]:
+                    print(
+                        f"  {q['query']:<60} {q['wall_s']:6.3f} s  server CPU {q['server_cpu_s']:5.2f} s  "
+                        f"{q['mib']:6.2f} MiB  {q['rows']:>7,} rows"
+                    )
+                if r["per_query"]:
+                    total = {k: sum(q[k] for q in r["per_query"]) for k in ("wall_s", "server_cpu_s", "mib")}
+                    label = f"all {len(r['per_query'])} queries, one at a time"
+                    print(
+                        f"  {label:<60} {total['wall_s']:6.3f} s  "
+                        f"server CPU {total['server_cpu_s']:5.2f} s  {total['mib']:6.2f} MiB",
+                        flush=True,
+                    )
             counts = sorted({r["queries"] for r in results})
             print(f"{backend}: queries constant: {len(counts) == 1} ({', '.join(map(str, counts))})")
             for r in results:

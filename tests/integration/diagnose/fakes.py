@@ -104,6 +104,14 @@ def prom_vector(rows: list[tuple[dict, str]], at: float = 0.0, warnings: list[st
     return body
 
 
+def prom_matrix(rows: list[tuple[dict, list[tuple[float, str]]]]) -> dict:
+    """A Prometheus ``/api/v1/query_range`` success body with ``rows`` of ``(labels, [(time, value-string)])``."""
+    return {
+        "status": "success",
+        "data": {"resultType": "matrix", "result": [{"metric": m, "values": [list(p) for p in v]} for m, v in rows]},
+    }
+
+
 def kubeconfig(path, server_url: str) -> str:
     """Write a kubeconfig pointing at ``server_url`` (no auth) and return its path."""
     import yaml

@@ -11,15 +11,16 @@ import json
 from click.testing import CliRunner
 
 from kvpilot.cli import cli
-from kvpilot.diagnose.signals import SIGNAL_DEFS, SUBWINDOW_DEFS
+from kvpilot.diagnose.signals import SIGNAL_DEFS, SUBWINDOW_DEFS, spellings
 from kvpilot.diagnose.sources.prometheus import (
+    bucket_query,
     cache_config_query,
     operator_limit_query,
     query_count,
     signal_query,
     subwindow_query,
 )
-from tests.integration.diagnose.fakes import LoopbackServer, prom_vector
+from tests.integration.diagnose.fakes import LoopbackServer, prom_matrix, prom_vector
 from tests.support.prom import free_port
 
 END = 1_764_600_000.0
@@ -45,7 +46,10 @@ VALUES = {
     "preemptions_last": "0",
 }
 BY_QUERY = {signal_query(sd, WINDOW): sd for sd in SIGNAL_DEFS}
-SUB_QUERIES = [subwindow_query(sd, WINDOW) for sd in SUBWINDOW_DEFS]
+SUB_QUERIES = [subwindow_query(sd, WINDOW) for sd in SUBWINDOW_DEFS]  # range queries
+BUCKET_QUERIES = [
+    bucket_query(sd, spelling, WINDOW) for sd in SIGNAL_DEFS if sd.fn == "buckets" for spelling in spellings(sd.family)
+]
 
 
 def scripted(fail=lambda name: None, override: dict | None = None, duplicate: bool = False):
@@ -53,10 +57,12 @@ def scripted(fail=lambda name: None, override: dict | None = None, duplicate: bo
     values = {**VALUES, **(override or {})}
 
     def handle(method, path, query, body):
+        q = query.get("query", "")
+        if path == "/api/v1/query_range" and q in SUB_QUERIES:
+            return 200, prom_matrix([])
         if path != "/api/v1/query":
             return 404, {"status": "error", "error": "not found"}
-        q = query.get("query", "")
-        if q in (cache_config_query(WINDOW), operator_limit_query(WINDOW), *SUB_QUERIES):
+        if q in (cache_config_query(WINDOW), operator_limit_query(WINDOW), *BUCKET_QUERIES):
             return 200, prom_vector([])
         sd = BY_QUERY.get(q)
         if sd is None:

@@ -15,21 +15,29 @@ with two series of the same label set ("vector cannot contain metrics with the s
 which is exactly what a v0.10 server exposing both generations produces. ``or`` keeps the first
 spelling that has data per target (the preference order of
 :func:`kvpilot.diagnose.signals.spellings`), and ``kvpilot_name`` tells which one supplied it.
-More queries read the step-time sub-windows (:func:`subwindow_query`, one per ``SUBWINDOW_DEFS``),
-``vllm:cache_config_info`` and the kvpilot operator's limits metric ``kvpilot_vllmserver_limit``
-(:func:`operator_limit_query`, joined on namespace and pod), so the number of queries is fixed
-(:func:`query_count`), whatever the number of targets.
+Two kinds of signal are asked differently, for what they cost the server at 10,000 targets
+(benchmarks/diagnose_scale.py, docs/performance.md): a histogram's buckets (14-23 series a target)
+as one :func:`bucket_query` per spelling, without ``label_replace`` and ``or`` around them (the
+spelling a target's buckets come from is chosen per target from the answers); the step-time
+sub-windows (:func:`subwindow_query`, one per ``SUBWINDOW_DEFS``) as one range query each
+(``/api/v1/query_range``, one step per sub-window) instead of one instant query with an
+``offset`` arm per sub-window. More queries read ``vllm:cache_config_info`` and the kvpilot
+operator's limits metric ``kvpilot_vllmserver_limit`` (:func:`operator_limit_query`, joined on
+namespace and pod), so the number of queries is fixed (:func:`plan`, :func:`query_count`),
+whatever the number of targets.
 
-Only ``/api/v1/query`` is called (GET, ``query`` and an explicit ``time``), each as one bounded
+Only ``/api/v1/query`` and ``/api/v1/query_range`` are called (GET, with an explicit ``time``, or
+``start``/``end``/``step``), each as one bounded
 request (:mod:`kvpilot.diagnose.sources.http`) whose answer is decoded while it streams in
 (:mod:`kvpilot.diagnose.sources.vector`) into one small tuple per row: prometheus-api-client's
 ``custom_query`` decodes a whole answer into dicts, about 400 MiB for one 10,000-target
 histogram answer (benchmarks/diagnose_scale.py, docs/performance.md).
 
 Bounds per answer: a signal query holds one row per target, at most :data:`MAX_PROMETHEUS_ROWS`
-(50,000 targets) and :data:`MAX_PROMETHEUS_BYTES`; a bucket query one row per target and bucket,
-a sub-window query one per target and sub-window, so their bounds are :data:`MAX_HISTOGRAM_BUCKETS`
-(or :data:`~kvpilot.diagnose.steptime.SUBWINDOWS`) times larger, for the same 50,000 targets.
+(50,000 targets) and :data:`MAX_PROMETHEUS_BYTES`; a bucket query one row per target and bucket, so its
+bounds are :data:`MAX_HISTOGRAM_BUCKETS` times larger, for the same 50,000 targets; a sub-window
+range query one row per target with :data:`~kvpilot.diagnose.steptime.SUBWINDOWS` values, so its byte
+bound is that many times larger.
 """
 
 from __future__ import annotations
@@ -114,18 +122,16 @@ def _selector(name: str, matchers: list[str]) -> str:
     return "{" + ", ".join([f"__name__={_quote(name)}", *matchers]) + "}"
 
 
-def signal_query(
-    sd: SignalDef, window_seconds: float, selectors: Selectors = Selectors(), offset_seconds: float = 0.0
-) -> str:
-    """The one PromQL query of signal ``sd`` for all targets (see the module docstring); with
-    ``offset_seconds`` the range ends that long before the evaluation time (``[w] offset o``).
+def signal_query(sd: SignalDef, window_seconds: float, selectors: Selectors = Selectors()) -> str:
+    """The one PromQL query of signal ``sd`` for all targets (see the module docstring).
+
+    A histogram signal (``fn="buckets"``) is not sent this way but as one :func:`bucket_query` per
+    spelling (see :func:`plan`); this form of it, one row per target and ``le``, is the same rows.
     """
     by = ", ".join(TARGET_LABELS + (("le",) if sd.fn == "buckets" else ()))
     agg = "sum" if sd.agg == "sum" or sd.fn == "buckets" else "max"
     matchers = selectors.matchers() + [f"{k}={_quote(v)}" for k, v in sd.match]
-    window = f"[{promql.duration(window_seconds)}]" + (
-        f" offset {promql.duration(offset_seconds)}" if offset_seconds else ""
-    )
+    window = f"[{promql.duration(window_seconds)}]"
     arms = []
     for spelling in spellings(sd.family):
         sel = _selector(spelling + sd.suffix, matchers)
@@ -134,22 +140,34 @@ def signal_query(
     return f" or ignoring({NAME_LABEL}) ".join(arms)
 
 
-#: label telling the sub-window of a :func:`subwindow_query` row (0 = oldest)
-SUB_LABEL = "kvpilot_sub"
+def bucket_query(sd: SignalDef, spelling: str, window_seconds: float, selectors: Selectors = Selectors()) -> str:
+    """Histogram ``sd``'s bucket increases under one exposed ``spelling``: one row per target and ``le``.
+
+    ``sum by (namespace, pod, instance, job, model_name, engine, le) (increase(NAME_bucket[w]))``, with
+    no ``label_replace`` and no ``or``: the spelling is the query's own, and which spelling a target's
+    buckets come from is chosen per target from the answers (the first of :func:`spellings` with rows,
+    as :func:`kvpilot.diagnose.signals.compute_signals` does). Wrapping 230,000 bucket rows (10,000
+    targets) in ``label_replace(...) or ignoring(kvpilot_name) ...`` doubled Prometheus' work for them
+    (docs/performance.md).
+    """
+    by = ", ".join((*TARGET_LABELS, "le"))
+    matchers = selectors.matchers() + [f"{k}={_quote(v)}" for k, v in sd.match]
+    sel = _selector(spelling + sd.suffix, matchers)
+    return f"sum by ({by}) (increase({sel}[{promql.duration(window_seconds)}]))"
 
 
 def subwindow_query(sd: SignalDef, window_seconds: float, selectors: Selectors = Selectors()) -> str:
-    """Signal ``sd`` over each of the window's :data:`~kvpilot.diagnose.steptime.SUBWINDOWS` sub-windows, in
-    one instant query: one arm per sub-window (``[w/K] offset``), labelled ``kvpilot_sub="j"`` (0 = oldest),
-    so its ranges end exactly where the recording path's do.
+    """Signal ``sd`` over one sub-window (``window / SUBWINDOWS``): the expression of a range query whose
+    :data:`~kvpilot.diagnose.steptime.SUBWINDOWS` steps end where the recording path's sub-windows end
+    (:meth:`PlannedQuery.params`).
+
+    One range query evaluates the expression at each step over one selection of the series; one
+    instant query with an arm per sub-window (``[w/K] offset``) selected them K times, 8x the server's
+    time (docs/performance.md). The values are the same: a range query evaluates at ``start + k x step``
+    exactly as an instant query at that time (https://prometheus.io/docs/prometheus/latest/querying/api/
+    #range-queries).
     """
-    sub = window_seconds / SUBWINDOWS
-    arms = [
-        f'label_replace(({signal_query(sd, sub, selectors, (SUBWINDOWS - 1 - j) * sub)}), "{SUB_LABEL}", "{j}", '
-        '"__name__", ".*")'
-        for j in range(SUBWINDOWS)
-    ]
-    return " or ".join(arms)
+    return signal_query(sd, window_seconds / SUBWINDOWS, selectors)
 
 
 def cache_config_query(window_seconds: float, selectors: Selectors = Selectors()) -> str:
@@ -172,36 +190,120 @@ def operator_limit_query(window_seconds: float, selectors: Selectors = Selectors
     return f"max by (namespace, pod, limit) (last_over_time({_selector(OPERATOR_LIMIT_METRIC, matchers)}{window}))"
 
 
-def run_queries(window_seconds: float, selectors: Selectors = Selectors()) -> list[str]:
-    """Every query one :meth:`PrometheusSource.fetch` sends, in its order: the signals, the sub-window
-    signals, ``cache_config_info``, the operator's limits.
+@dataclass(frozen=True)
+class PlannedQuery:
+    """One HTTP query of a run: the expression, the endpoint and how its rows are read.
+
+    Attributes:
+        promql: the expression.
+        kind: ``signal`` (one row per target), ``buckets`` (one per target and ``le``), ``sub`` (a
+            range query: one row per target with a value per sub-window), ``labels``
+            (``cache_config_info``), ``limit`` (the operator's limits).
+        sd: the signal read (``signal``, ``buckets``, ``sub``), else None.
+        spelling: for ``buckets``, the exposed family selected.
+        step_seconds: for ``sub``, the sub-window (the range query's step); 0 for an instant query.
     """
-    return (
-        [signal_query(sd, window_seconds, selectors) for sd in SIGNAL_DEFS]
-        + [subwindow_query(sd, window_seconds, selectors) for sd in SUBWINDOW_DEFS]
-        + [cache_config_query(window_seconds, selectors), operator_limit_query(window_seconds, selectors)]
-    )
+
+    promql: str
+    kind: str
+    sd: SignalDef | None = None
+    spelling: str = ""
+    step_seconds: float = 0.0
+
+    @property
+    def path(self) -> str:
+        """``/api/v1/query_range`` for a range query, else ``/api/v1/query``."""
+        return "/api/v1/query_range" if self.step_seconds else "/api/v1/query"
+
+    def start(self, end: float) -> float:
+        """The range query's first evaluation time (Unix seconds): ``end - (SUBWINDOWS - 1) x step``."""
+        return end - (SUBWINDOWS - 1) * self.step_seconds
+
+    def params(self, end: float) -> dict[str, str]:
+        """The GET parameters for a window ending at ``end`` (Unix seconds).
+
+        A range query carries ``nocache=1``: VictoriaMetrics otherwise rounds ``start``/``end`` down to
+        a multiple of ``step`` to reuse its cache (``-search.disableCache``), moving the sub-windows off
+        the window; Prometheus, Thanos and Mimir ignore the parameter.
+        """
+        if not self.step_seconds:
+            return {"query": self.promql, "time": f"{end:.3f}"}
+        return {
+            "query": self.promql,
+            "start": f"{self.start(end):.3f}",
+            "end": f"{end:.3f}",
+            "step": promql.duration(self.step_seconds),
+            "nocache": "1",
+        }
+
+    @property
+    def text(self) -> str:
+        """The query as the report lists it (a range query says so in a PromQL comment)."""
+        if not self.step_seconds:
+            return self.promql
+        step = promql.duration(self.step_seconds)
+        return f"{self.promql}  # range query: {SUBWINDOWS} steps of {step} ending at the window's end"
+
+
+def plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[PlannedQuery]:
+    """Every query one :meth:`PrometheusSource.fetch` sends, in the order its answers are read: the
+    signals, each histogram's :func:`bucket_query` per spelling, the sub-window range queries,
+    ``cache_config_info``, the operator's limits. Their number does not depend on the targets.
+    """
+    out = [
+        PlannedQuery(signal_query(sd, window_seconds, selectors), "signal", sd)
+        for sd in SIGNAL_DEFS
+        if sd.fn != "buckets"
+    ]
+    out += [
+        PlannedQuery(bucket_query(sd, spelling, window_seconds, selectors), "buckets", sd, spelling)
+        for sd in SIGNAL_DEFS
+        if sd.fn == "buckets"
+        for spelling in spellings(sd.family)
+    ]
+    sub = window_seconds / SUBWINDOWS
+    out += [
+        PlannedQuery(subwindow_query(sd, window_seconds, selectors), "sub", sd, step_seconds=sub)
+        for sd in SUBWINDOW_DEFS
+    ]
+    out.append(PlannedQuery(cache_config_query(window_seconds, selectors), "labels"))
+    out.append(PlannedQuery(operator_limit_query(window_seconds, selectors), "limit"))
+    return out
+
+
+def run_queries(window_seconds: float, selectors: Selectors = Selectors()) -> list[str]:
+    """The text of every query one :meth:`PrometheusSource.fetch` sends (:func:`plan`), as the report lists them."""
+    return [q.text for q in plan(window_seconds, selectors)]
 
 
 def query_count() -> int:
-    """Queries one :meth:`PrometheusSource.fetch` sends: one per signal, per sub-window signal, and two more."""
-    return len(SIGNAL_DEFS) + len(SUBWINDOW_DEFS) + 2
+    """Queries one :meth:`PrometheusSource.fetch` sends: one per signal, one per histogram and spelling,
+    one per sub-window signal, and two more; the same for any number of targets.
+    """
+    return len(plan(300.0))
 
 
-def _well_formed(row: object) -> bool:
+def _well_formed(row: object, key: str = "value") -> bool:
     """True for an instant-vector row of the Prometheus HTTP API: ``metric`` a mapping of string
     labels to string values, ``value`` a ``[time, "number"]`` pair (prometheus.io/docs/prometheus/
-    latest/querying/api/#instant-vectors); other rows are skipped, never a crash.
+    latest/querying/api/#instant-vectors); with ``key="values"`` a range-matrix row, whose ``values``
+    is a list of such pairs (#range-vectors; each pair is checked by :func:`_point` as it is read).
+    Other rows are skipped, never a crash.
     """
     if not isinstance(row, dict):
         return False
-    metric, value = row.get("metric"), row.get("value")
+    metric, value = row.get("metric"), row.get(key)
     return (
         isinstance(metric, dict)
         and all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items())
-        and isinstance(value, list)
-        and len(value) == 2
-        and isinstance(value[1], str)
+        and (isinstance(value, list) if key == "values" else _point(value))
+    )
+
+
+def _point(value: object) -> bool:
+    """True for a ``[time, "number"]`` pair of the HTTP API."""
+    return (
+        isinstance(value, list) and len(value) == 2 and isinstance(value[0], (int, float)) and isinstance(value[1], str)
     )
 
 
@@ -255,23 +357,26 @@ class PrometheusSource:
         self.run_deadline = run_deadline
         self._keys: dict[tuple[str, ...], tuple[str, ...]] = {}  # label tuples interned across answers
 
-    def _query(self, query: str, at: float, kind: str = "signal") -> list[Any]:
-        """Rows of one instant query: ``(target labels, kvpilot_name, le, value text)`` tuples; for
-        ``kind="sub"`` ``(target labels, kvpilot_sub, None, value text)``; for ``"labels"`` and
-        ``"limit"`` ``(label mapping, value text)``.
+    def _query(self, query: PlannedQuery, end: float) -> list[Any]:
+        """Rows of one query: ``(target labels, spelling, le, value text)`` tuples (``spelling`` the
+        ``kvpilot_name`` label, or a bucket query's own; ``le`` None but for buckets); for ``sub``
+        ``(target labels, sub-window index 0 = oldest, None, value text)``, one per step; for
+        ``labels`` and ``limit`` ``(label mapping, value text)``.
 
         One GET, no retry (a failing Prometheus is reported, not hammered): the whole request
-        within ``timeout`` s and before the run's deadline; ``kind`` selects the bounds (rows per
+        within ``timeout`` s and before the run's deadline; the kind selects the bounds (rows per
         target: see the module docstring).
         """
+        kind = query.kind
         scale = {"buckets": MAX_HISTOGRAM_BUCKETS, "sub": SUBWINDOWS}.get(kind, 1)
         labels_only = kind in ("labels", "limit")
-        second = SUB_LABEL if kind == "sub" else NAME_LABEL
-        max_rows, max_bytes = MAX_PROMETHEUS_ROWS * scale, MAX_PROMETHEUS_BYTES * scale
+        max_rows, max_bytes = MAX_PROMETHEUS_ROWS * (scale if kind == "buckets" else 1), MAX_PROMETHEUS_BYTES * scale
         rows: list[Any] = []
         seen = 0
         keys = self._keys
         targets: set[tuple[str, ...]] = set()  # of a bucket answer: at most MAX_PROMETHEUS_ROWS
+        spelling = query.spelling
+        start, step = query.start(end), query.step_seconds
 
         def keep(batch: list[object]) -> None:
             nonlocal seen
@@ -280,9 +385,19 @@ class PrometheusSource:
                 rows.clear()  # counted to the end for the message, no longer kept
                 return
             for row in batch:
-                # an instant query answers a vector: a list of {"metric": {label: str}, "value": [t, "v"]} rows
+                # a list of {"metric": {label: str}, "value": [t, "v"]} rows ("values": [[t, "v"], ...] for a range)
                 if not isinstance(row, dict):
-                    raise UnreadableAnswerError("not an instant vector")
+                    raise UnreadableAnswerError("not an instant vector" if not step else "not a range matrix")
+                if step:
+                    if not _well_formed(row, "values"):
+                        continue
+                    metric = row["metric"]
+                    ident = tuple([metric.get(k, "") for k in TARGET_LABELS])
+                    ident = keys.setdefault(ident, ident)
+                    for point in row["values"]:
+                        if _point(point):
+                            rows.append((ident, round((point[0] - start) / step), None, point[1]))
+                    continue
                 if not _well_formed(row):
                     continue
                 metric = row["metric"]
@@ -290,18 +405,19 @@ class PrometheusSource:
                     rows.append((metric, row["value"][1]))
                     continue
                 ident = tuple([metric.get(k, "") for k in TARGET_LABELS])
-                if scale > 1:
+                if kind == "buckets":
                     targets.add(ident)
-                rows.append((keys.setdefault(ident, ident), metric.get(second, ""), metric.get("le"), row["value"][1]))
+                name = spelling or metric.get(NAME_LABEL, "")
+                rows.append((keys.setdefault(ident, ident), name, metric.get("le"), row["value"][1]))
 
         deadline = self.timeout
         if self.run_deadline is not None:
             deadline = min(deadline, self.run_deadline - time.monotonic())
-        reader = VectorReader(keep)
+        reader = VectorReader(keep, result_type="matrix" if step else "vector")
         try:
             fetched = fetch(
-                f"{self.url}/api/v1/query",
-                params={"query": query, "time": f"{at:.3f}"},
+                f"{self.url}{query.path}",
+                params=query.params(end),
                 deadline=deadline,
                 max_bytes=max_bytes,
                 sink=reader.feed,
@@ -339,41 +455,37 @@ class PrometheusSource:
         Raises:
             SourceError: every query failed (Prometheus down, unreachable, or rejecting all).
         """
-        defs = list(SIGNAL_DEFS)
-        all_queries = run_queries(window_seconds, selectors)
-        sub_queries = all_queries[len(defs) : -2]
-        kinds = ["buckets" if sd.fn == "buckets" else "signal" for sd in defs]
-        kinds += ["sub"] * len(sub_queries) + ["labels", "limit"]
+        queries = plan(window_seconds, selectors)
+        # the costliest first (a bucket query selects ~20 series a target), so none is left to run alone at the end
+        order = sorted(range(len(queries)), key=lambda i: queries[i].kind not in ("buckets", "sub"))
         # the answers' rows are acyclic: without the cyclic collector (which rescans every live
         # container each few hundred allocations) decoding 10,000 targets takes a quarter of the time
         collecting = gc.isenabled()
         gc.disable()
         try:
             with ThreadPoolExecutor(max_workers=self.workers) as pool:
-                futures = [pool.submit(self._query, q, end, kind) for q, kind in zip(all_queries, kinds, strict=True)]
-                return self._signals(defs, futures, all_queries, window_seconds, end)
+                submitted = {i: pool.submit(self._query, queries[i], end) for i in order}
+                return self._signals(queries, [submitted[i] for i in range(len(queries))], window_seconds, end)
         finally:
             if collecting:
                 gc.enable()
 
     def _signals(
         self,
-        defs: list[SignalDef],
+        queries: list[PlannedQuery],
         futures: list[Future[list[Any]]],
-        all_queries: list[str],
         window_seconds: float,
         end: float,
     ) -> PrometheusResult:
-        """Signals per target from the queries' rows (``futures`` in the order of ``all_queries``), each
+        """Signals per target from the queries' rows (``futures`` in the order of ``queries``), each
         answer read in that order as soon as it is there and dropped after.
         """
         per_target: dict[TargetKey, Signals] = {}
+        defs = [sd for sd in SIGNAL_DEFS if sd.fn != "buckets"]
 
         def signals_for(key: TargetKey) -> Signals:
             if key not in per_target:
-                per_target[key] = Signals(
-                    values={sd.name: None for sd in defs if sd.fn != "buckets"}, window_seconds=window_seconds, end=end
-                )
+                per_target[key] = Signals(values={sd.name: None for sd in defs}, window_seconds=window_seconds, end=end)
             return per_target[key]
 
         keys: dict[tuple[str, ...], TargetKey] = {}
@@ -403,41 +515,54 @@ class PrometheusSource:
             futures[i] = _DONE  # its rows are dropped once read
             return rows
 
-        for i, sd in enumerate(defs):
-            bucket_rows: dict[TargetKey, list[tuple[float, float]]] = {}
-            for ident, name, le, text in answer(i):
-                key = key_of(ident)
-                try:
-                    value = float(text)
-                except ValueError:
-                    continue
-                sig = per_target.get(key) or signals_for(key)
-                if name:
-                    sig.spelling.setdefault(sd.family, name)
-                if sd.fn == "buckets":
+        # histogram name -> target -> its buckets from the first spelling (in preference order) that has any
+        buckets: dict[str, dict[TargetKey, list[tuple[float, float]]]] = {}
+        sub_defs = [q.sd for q in queries if q.kind == "sub"]
+        per_sub: dict[TargetKey, list[list[float | None]]] = {}
+        for i, query in enumerate(queries):
+            sd = query.sd
+            if sd is None:
+                continue
+            if query.kind == "signal":
+                for ident, name, _, text in answer(i):
+                    try:
+                        value = float(text)
+                    except ValueError:
+                        continue
+                    sig = per_target.get(key_of(ident)) or signals_for(key_of(ident))
+                    if name:
+                        sig.spelling.setdefault(sd.family, name)
+                    sig.values[sd.name] = value
+            elif query.kind == "buckets":
+                found = buckets.setdefault(sd.name, {})
+                fresh: dict[TargetKey, list[tuple[float, float]]] = {}
+                for ident, name, le, text in answer(i):
+                    key = key_of(ident)
+                    if key in found:
+                        continue  # a spelling earlier in the preference order has this target's buckets
+                    try:
+                        value = float(text)
+                    except ValueError:
+                        continue
+                    signals_for(key).spelling.setdefault(sd.family, name)
                     bound = parse_le(le)
                     if bound is not None:
-                        bucket_rows.setdefault(key, []).append((bound, value))
-                else:
-                    sig.values[sd.name] = value
-            for key, rows_ in bucket_rows.items():
-                signals_for(key).buckets[sd.name] = sorted(rows_)
-        per_sub: dict[TargetKey, list[list[float | None]]] = {}
-        n_sub = len(all_queries) - len(defs) - 2
-        for i in range(n_sub):
-            for ident, sub_text, _, text in answer(len(defs) + i):
-                try:
-                    j = int(sub_text)
-                except ValueError:
-                    continue
-                if 0 <= j < SUBWINDOWS:
-                    grid = per_sub.setdefault(key_of(ident), [[None] * SUBWINDOWS for _ in range(n_sub)])
-                    grid[i][j] = _number(text)
+                        fresh.setdefault(key, []).append((bound, value))
+                found.update(fresh)
+            else:  # a sub-window range query
+                n = sub_defs.index(sd)
+                for ident, j, _, text in answer(i):
+                    if 0 <= j < SUBWINDOWS:
+                        grid = per_sub.setdefault(key_of(ident), [[None] * SUBWINDOWS for _ in sub_defs])
+                        grid[n][j] = _number(text)
+        for name, by_target in buckets.items():
+            for key, rows_ in by_target.items():
+                per_target[key].buckets[name] = sorted(rows_)
         for key, grid in per_sub.items():
             if key in per_target:
                 per_target[key].step_points = subwindow_points(*grid)
-        configs = CacheConfigIndex([metric for metric, _ in answer(len(all_queries) - 2)])
-        operator = OperatorLimitIndex([(metric, _number(text)) for metric, text in answer(len(all_queries) - 1)])
+        configs = CacheConfigIndex([metric for metric, _ in answer(len(queries) - 2)])
+        operator = OperatorLimitIndex([(metric, _number(text)) for metric, text in answer(len(queries) - 1)])
         if len(errors) == len(futures):
             raise errors[0]
         notes = []
@@ -450,4 +575,4 @@ class PrometheusSource:
             sig.cache_config = configs.get(key)
             sig.operator_limits = operator.get(key)
             out[key] = finish_signals(sig)
-        return PrometheusResult(out, all_queries, notes)
+        return PrometheusResult(out, [q.text for q in queries], notes)

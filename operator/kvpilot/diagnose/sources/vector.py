@@ -1,9 +1,11 @@
-"""A Prometheus instant-vector answer decoded while it streams in, row batch by row batch (no I/O).
+"""A Prometheus instant-vector (or range-matrix) answer decoded while it streams in, row batch by row batch (no I/O).
 
 ``/api/v1/query`` answers ``{"status":"success","data":{"resultType":"vector","result":[ROW, ...]}}``
 with ``ROW = {"metric":{label: value}, "value":[t, "v"]}``
 (https://prometheus.io/docs/prometheus/latest/querying/api/#instant-vectors; Thanos, Mimir and
-VictoriaMetrics answer the same). Decoding the whole answer at once holds the body, its text and
+VictoriaMetrics answer the same); ``/api/v1/query_range`` answers ``"resultType":"matrix"`` with
+``ROW = {"metric":{...}, "values":[[t, "v"], ...]}`` (#range-vectors), read the same way with
+``result_type="matrix"``. Decoding the whole answer at once holds the body, its text and
 a dict per row together: a 10,000-target histogram answer (230,000 rows, 40 MiB) costs about
 400 MiB that way. :class:`VectorReader` holds one chunk of text at a time instead: every complete
 run of rows in the buffer is decoded by :func:`json.loads` in one call (C speed) and handed to
@@ -26,7 +28,6 @@ from collections.abc import Callable
 
 _RESULT = re.compile(r'"result"\s*:\s*\[')
 _SUCCESS = re.compile(r'"status"\s*:\s*"success"')
-_VECTOR = re.compile(r'"resultType"\s*:\s*"vector"')
 _SEPARATOR = re.compile(r"\s*,?\s*")
 _DECODER = json.JSONDecoder()
 
@@ -43,14 +44,24 @@ class VectorReader:
             them; the callback checks their shape).
         max_row: most characters one row may take (a vLLM row is about 250).
         max_whole: most characters kept when the answer has to be decoded whole (see the module).
+        result_type: the ``resultType`` expected: ``vector`` (an instant query) or ``matrix`` (a
+            range query).
 
     Raises (from :meth:`feed` / :meth:`close`):
-        UnreadableAnswerError: not UTF-8 JSON, ``status`` not ``success``, not a vector, a row
-            longer than ``max_row``.
+        UnreadableAnswerError: not UTF-8 JSON, ``status`` not ``success``, not of ``result_type``, a
+            row longer than ``max_row``.
     """
 
-    def __init__(self, on_rows: Callable[[list[object]], None], max_row: int = 1 << 20, max_whole: int = 64 << 20):
+    def __init__(
+        self,
+        on_rows: Callable[[list[object]], None],
+        max_row: int = 1 << 20,
+        max_whole: int = 64 << 20,
+        result_type: str = "vector",
+    ):
         self.on_rows = on_rows
+        self.result_type = result_type
+        self._type = re.compile(r'"resultType"\s*:\s*"' + re.escape(result_type) + '"')
         self.max_row = max_row
         self.max_whole = max_whole
         self._text = codecs.getincrementaldecoder("utf-8")()
@@ -108,7 +119,7 @@ class VectorReader:
                 self._state = "whole"
             return
         head = self._buf[: found.start()]
-        if not (_SUCCESS.search(head) and _VECTOR.search(head)):
+        if not (_SUCCESS.search(head) and self._type.search(head)):
             self._state = "whole"  # an unusual key order, an error, a scalar: decoded whole at close
             return
         self._buf = self._buf[found.end() :]
@@ -157,6 +168,8 @@ class VectorReader:
         if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(doc.get("data"), dict):
             raise UnreadableAnswerError("status is not success")
         result = doc["data"].get("result")
-        if doc["data"].get("resultType", "vector") != "vector" or not isinstance(result, list):
-            raise UnreadableAnswerError("not an instant vector")
+        if doc["data"].get("resultType", self.result_type) != self.result_type or not isinstance(result, list):
+            raise UnreadableAnswerError(
+                "not an instant vector" if self.result_type == "vector" else "not a range matrix"
+            )
         self.on_rows(result)
