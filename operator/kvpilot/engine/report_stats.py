@@ -1,78 +1,107 @@
-"""The statistics of ``kvpilot simulate``'s report, streamed: memory O(running requests), not O(all requests).
+"""The statistics of ``kvpilot simulate``'s report, streamed in bounded memory: O(running requests), not O(all).
 
-:class:`ReportStats` is an ``on_step`` observer (:meth:`kvpilot.engine.core.Engine.run`). It keeps counts,
-peaks and, for the report's exact percentiles, only the numbers they need:
+:class:`ReportStats` is an ``on_step`` observer (:meth:`kvpilot.engine.core.Engine.run`). Counts, token sums and
+peaks are kept exactly. The latency percentiles (TTFT, e2e, queue time, inter-token latency, each pass's TTFT)
+come from :class:`Quantiles`, a DDSketch (DataDog's ``ddsketch`` package; Masson, Rim and Lee, "DDSketch: A
+Fast and Fully-Mergeable Quantile Sketch with Relative-Error Guarantees", PVLDB 12(12), 2019): a count per
+logarithmic bucket, so its size depends on the range of the values, never on how many there are (about 6,000
+buckets, at most tens of KiB, from 1 ms to 100 s at :data:`RELATIVE_ACCURACY`).
 
-- per finished request one float per latency series (TTFT, e2e, queue) in an ``array('d')``: 8 bytes per
-  request and series, where a kept :class:`~kvpilot.engine.request.Request` with its per-token inter-token
-  latencies cost several KiB (docs/performance.md, engine section);
-- the inter-token latencies of every token of the run as a multiset ``{gap: count}`` (the engine's
-  ``StepOutput.itl_counts``): within a step every request that also produced a token in the previous step has the
-  same gap, so the distinct gaps are bounded by the steps, not by the tokens (about 100 bytes per step);
-- per request tag (``seed-lru``'s passes) a count, two token sums and its TTFTs.
-
-The percentiles are linear interpolation between the closest ranks (numpy's default method) on exactly the values
-the report used when it kept every finished request, except that ``itl_p50`` now counts the gaps of requests still
-running at the end too, as vLLM's ``vllm:inter_token_latency_seconds`` does (on every built-in scenario the
-printed figure is the same: tests/unit/engine/test_report_stats.py).
+**Error bound.** Every percentile printed is within :data:`RELATIVE_ACCURACY` (0.1 %) of the exact one, relative
+to the exact value (:meth:`Quantiles.percentile` proves it), before the report rounds it (to 6 decimals of a
+second, 0.1 ms for a pass's TTFT). Exact means numpy's default method, linear interpolation between the closest
+ranks, over every value the report used to keep (every finished request's latency; every token's inter-token
+gap, the requests still running at the end included, as vLLM's ``vllm:inter_token_latency_seconds`` observes each
+token when it comes). Before the sketch those values were kept, 8 bytes per finished request and series plus
+about 100 bytes per step for the gaps, so memory grew with the run (docs/performance.md, "Report memory").
 """
 
 from __future__ import annotations
 
 import math
-from array import array
-from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+
+from ddsketch import DDSketch
 
 if TYPE_CHECKING:
     from kvpilot.engine.core import Engine, StepOutput
     from kvpilot.engine.request import Request
 
-__all__ = ["ReportStats", "TagStats", "percentile", "weighted_percentile"]
+__all__ = ["RELATIVE_ACCURACY", "Quantiles", "ReportStats", "TagStats"]
+
+#: ``alpha`` of the DDSketch paper: a percentile is within this fraction of the exact value (0.1 %).
+RELATIVE_ACCURACY = 0.0001
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Percentile ``q`` (0-1) with linear interpolation between closest ranks (numpy's default); None if empty."""
-    if not values:
-        return None
-    v = sorted(values)
-    pos = (len(v) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+class Quantiles:
+    """Streamed percentiles of non-negative values (seconds), within :data:`RELATIVE_ACCURACY` of the exact ones.
+
+    Memory: one count per logarithmic bucket ``(gamma^(k-1), gamma^k]`` with ``gamma = (1 + a) / (1 - a)``
+    (``a`` = :data:`RELATIVE_ACCURACY`) between the smallest and the largest value seen, that is
+    ``ln(max / min) / ln(gamma)`` buckets (about 6,000 from 1 ms to 100 s), plus one count of zeros; never
+    the values themselves. :attr:`count` is exact.
+    """
+
+    def __init__(self) -> None:
+        self._sketch = DDSketch(RELATIVE_ACCURACY)
+
+    def add(self, value: float, count: int = 1) -> None:
+        """Count ``value`` (>= 0) ``count`` times."""
+        self._sketch.add(value, count)
+
+    @property
+    def count(self) -> int:
+        """How many values were added (exact)."""
+        return int(self._sketch.count)
+
+    def _order_statistic(self, i: int) -> float:
+        """The approximation of the ``i``-th smallest value (0-based): asking DDSketch for rank ``i + 1/2``
+        selects the bucket holding it (the first whose cumulative count exceeds the rank), whatever float
+        rounding does to the rank; the last value at quantile 1.
+        """
+        n = self.count
+        value = self._sketch.get_quantile_value(1.0 if i >= n - 1 else (i + 0.5) / (n - 1))
+        assert value is not None  # 0 <= i < n
+        return float(value)
+
+    def percentile(self, q: float) -> float | None:
+        """Percentile ``q`` (0-1), numpy's default definition, within :data:`RELATIVE_ACCURACY`; None if empty.
+
+        Proof of the bound, for values ``x_0 <= ... <= x_(n-1)``, all >= 0, and ``a`` the relative accuracy:
+
+        1. The exact percentile is ``p = (1 - f) x_lo + f x_hi`` with ``pos = (n - 1) q``, ``lo = floor(pos)``,
+           ``hi = min(lo + 1, n - 1)``, ``f = pos - lo`` in [0, 1).
+        2. :meth:`_order_statistic` returns for ``x_i`` the representative of its bucket: 0 for a zero (kept
+           apart, exact); else for ``x_i`` in ``(gamma^(k-1), gamma^k]`` the value ``2 gamma^k / (1 + gamma)``.
+           Since ``1 + gamma = 2 / (1 - a)``, that is ``(1 - a) gamma^k = (1 + a) gamma^(k-1)``: at most
+           ``(1 + a) x_i`` and at least ``(1 - a) x_i``, so ``|x~_i - x_i| <= a x_i`` (the paper's
+           Proposition 3; a value on a bucket's edge that float rounding puts in the next bucket gets the
+           next representative, again within ``a``, up to about 1e-15 of float rounding).
+        3. ``p~ = (1 - f) x~_lo + f x~_hi``, so ``|p~ - p| <= (1 - f) a x_lo + f a x_hi = a p``: the weights
+           are non-negative and the values too.
+
+        ``tests/unit/engine/test_report_stats.py`` checks the bound on random values against sorted lists.
+        """
+        n = self.count
+        if not n:
+            return None
+        pos = (n - 1) * q
+        lo = math.floor(pos)
+        hi = min(lo + 1, n - 1)
+        v_lo = self._order_statistic(lo)
+        v_hi = v_lo if hi == lo else self._order_statistic(hi)
+        return v_lo + (v_hi - v_lo) * (pos - lo)
 
 
-def weighted_percentile(counts: Counter[float], q: float) -> float | None:
-    """:func:`percentile` of the multiset ``{value: count}``: the same float as over the expanded list."""
-    total = sum(counts.values())
-    if not total:
-        return None
-    pos = (total - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, total - 1)
-    v_lo = v_hi = None
-    seen = 0
-    for value in sorted(counts):
-        seen += counts[value]
-        if v_lo is None and seen > lo:
-            v_lo = value
-        if seen > hi:
-            v_hi = value
-            break
-    assert v_lo is not None and v_hi is not None  # lo <= hi < total
-    return v_lo + (v_hi - v_lo) * (pos - lo)
-
-
-@dataclass
 class TagStats:
-    """Finished requests of one tag: how many, their GPU / CPU-tier prefix hits (tokens), their TTFTs (s)."""
+    """Finished requests of one tag: how many, their GPU / CPU-tier prefix hits (tokens, exact), their TTFTs (s)."""
 
-    requests: int = 0
-    prefix_cache_hit_tokens: int = 0
-    external_prefix_cache_hit_tokens: int = 0
-    ttfts: array[float] = field(default_factory=lambda: array("d"))
+    def __init__(self) -> None:
+        self.requests = 0
+        self.prefix_cache_hit_tokens = 0
+        self.external_prefix_cache_hit_tokens = 0
+        self.ttfts = Quantiles()
 
 
 class ReportStats:
@@ -82,18 +111,18 @@ class ReportStats:
         budget: ``max_num_batched_tokens``: a step with that many tokens counts in ``steps_at_budget``.
 
     Attributes: ``peaks`` {running, waiting, kv_cache_usage}, ``steps_at_budget`` (steps), ``ttft``, ``e2e``,
-    ``queue`` (s, one per finished request, finish order), ``itl`` (``Counter`` of every gap, s), ``tags``
-    (:class:`TagStats` per tag, in the order each tag first finished).
+    ``queue`` (:class:`Quantiles` of the finished requests' latencies, s), ``itl`` (:class:`Quantiles` of every
+    inter-token gap, s), ``tags`` (:class:`TagStats` per tag, in the order each tag first finished).
     """
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.peaks: dict[str, Any] = {"running": 0, "waiting": 0, "kv_cache_usage": 0.0}
         self.steps_at_budget = 0
-        self.ttft: array[float] = array("d")
-        self.e2e: array[float] = array("d")
-        self.queue: array[float] = array("d")
-        self.itl: Counter[float] = Counter()
+        self.ttft = Quantiles()
+        self.e2e = Quantiles()
+        self.queue = Quantiles()
+        self.itl = Quantiles()
         self.tags: dict[str, TagStats] = {}
 
     def observe(self, engine: Engine, out: StepOutput | None) -> None:
@@ -109,9 +138,9 @@ class ReportStats:
             peaks["waiting"] = out.waiting
         if out.kv_cache_usage > peaks["kv_cache_usage"]:
             peaks["kv_cache_usage"] = out.kv_cache_usage
-        itl = self.itl
+        add_gap = self.itl.add
         for gap, n in out.itl_counts:
-            itl[gap] += n
+            add_gap(gap, n)
         if out.finished:
             self.add_finished(out.finished)
 
@@ -119,11 +148,11 @@ class ReportStats:
         """Account for finished requests (their timings are final)."""
         for r in requests:
             if r.first_token_time is not None:
-                self.ttft.append(r.first_token_time - r.arrival_time)
+                self.ttft.add(r.first_token_time - r.arrival_time)
             if r.finish_time is not None:
-                self.e2e.append(r.finish_time - r.arrival_time)
+                self.e2e.add(r.finish_time - r.arrival_time)
             if r.scheduled_time is not None:
-                self.queue.append(r.scheduled_time - r.arrival_time)
+                self.queue.add(r.scheduled_time - r.arrival_time)
             if r.tag is not None:
                 tag = self.tags.get(r.tag)
                 if tag is None:
@@ -132,15 +161,17 @@ class ReportStats:
                 tag.prefix_cache_hit_tokens += r.prefix_hit_tokens
                 tag.external_prefix_cache_hit_tokens += r.external_hit_tokens
                 if r.first_token_time is not None:
-                    tag.ttfts.append(r.first_token_time - r.arrival_time)
+                    tag.ttfts.add(r.first_token_time - r.arrival_time)
 
     def latency_s(self) -> dict[str, float | None]:
-        """``ttft_p50``, ``ttft_p95``, ``itl_p50``, ``e2e_p50``, ``queue_p50`` (s, 6 decimals; None without data)."""
+        """``ttft_p50``, ``ttft_p95``, ``itl_p50``, ``e2e_p50``, ``queue_p50`` (s, 6 decimals; None without data),
+        each within :data:`RELATIVE_ACCURACY` of the exact percentile before rounding.
+        """
         figures = {
-            "ttft_p50": percentile(self.ttft, 0.5),
-            "ttft_p95": percentile(self.ttft, 0.95),
-            "itl_p50": weighted_percentile(self.itl, 0.5),
-            "e2e_p50": percentile(self.e2e, 0.5),
-            "queue_p50": percentile(self.queue, 0.5),
+            "ttft_p50": self.ttft.percentile(0.5),
+            "ttft_p95": self.ttft.percentile(0.95),
+            "itl_p50": self.itl.percentile(0.5),
+            "e2e_p50": self.e2e.percentile(0.5),
+            "queue_p50": self.queue.percentile(0.5),
         }
         return {k: (None if v is None else round(v, 6)) for k, v in figures.items()}

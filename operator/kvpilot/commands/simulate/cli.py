@@ -174,6 +174,8 @@ def command(
     prefix-thrash, healthy, idle (default healthy with --vllm-args or --trace, else required).
     --trace FILE.jsonl replaces the scenario's workload with the file's requests; without --duration the
     run lasts the scenario's time or until 60 s after the last arrival, whichever is longer.
+    The report's percentiles (latency_s, each pass's TTFT p50) are streamed: within 0.01 % of the exact
+    values (a DDSketch, before rounding), so memory does not grow with the number of requests.
     """
     try:
         vllm_argv = shlex.split(vllm_args) if vllm_args else None

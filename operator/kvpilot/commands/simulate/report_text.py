@@ -4,7 +4,7 @@ One ``label  value`` row per field, nested mappings indented, lists of records a
 wrap on spaces under their first line, so no name or number is split. Figures print through
 :mod:`kvpilot.text.numbers` (thousands separators, about four significant figures, never ``None``:
 an unset ``config`` field reads ``not set``, a figure with no data ``none``). ``-o json`` keeps the
-exact values.
+unrounded values (the percentiles within :data:`kvpilot.engine.report_stats.RELATIVE_ACCURACY` of exact).
 """
 
 from __future__ import annotations
