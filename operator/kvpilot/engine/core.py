@@ -33,7 +33,9 @@ Sources: ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``) and
 code side by side with this one and asserts identical schedules.
 
 Work per step is O(scheduled requests) plus O(new full blocks); decodes cost a few attribute
-updates each.
+updates each. :meth:`Engine.run` with ``fast_forward`` takes the steps in which every running request
+decodes through :func:`kvpilot.engine.fast_forward.decode_run` instead, at a cost that does not grow with
+the running requests (the same results).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class MetricsSink(Protocol):
     def set_queue(
         self, *, running: int, waiting: int, waiting_capacity: int, waiting_deferred: int, kv_cache_usage: float
     ) -> None:
-        """Gauges after each step (once per fast-forwarded stretch); ``kv_cache_usage`` 0-1 (``BlockPool.usage``)."""
+        """Gauges after each step (once per fast-forwarded run); ``kv_cache_usage`` 0-1 (``BlockPool.usage``)."""
 
     def record_step(
         self,
@@ -130,7 +132,8 @@ class Workload(Protocol):
 class StepOutput:
     """What one step did. Times in simulated seconds, counts in tokens unless said.
 
-    ``num_steps`` > 1: a fast-forwarded stretch of pure-decode steps (``kvpilot.engine.fast_forward``):
+    ``num_steps`` > 1: a fast-forwarded run of steps in which the same requests only decode
+    (``kvpilot.engine.fast_forward``):
     ``start`` of the first, ``duration`` to the end of the last, ``num_tokens`` / ``num_scheduled`` per step
     (the same in each), ``generation_tokens`` and ``itl_counts`` summed over the steps, the state after the last.
     ``itl_counts``: the inter-token gaps as ``(gap s, count)``.
@@ -176,9 +179,12 @@ class Engine:
         keep_finished: keep finished requests in ``finished`` (memory grows with every request).
         track_itls: record inter-token latencies (``StepOutput.itl_counts``, and each request's ``itls``
             when ``keep_finished``); default: when there is a ``metrics`` sink or ``keep_finished``.
-        fast_forward: in :meth:`run`, take stretches of pure-decode steps at once
-            (:func:`kvpilot.engine.fast_forward.decode_stretch`): the same results as stepping one by one
-            (metrics, request timings, block pool), ``on_step`` called once per stretch.
+        fast_forward: in :meth:`run`, take the steps in which every running request decodes (arrivals,
+            admissions and finishes included) without visiting each request each step
+            (:func:`kvpilot.engine.fast_forward.decode_run`): the same results as stepping one by one
+            (metrics, request timings, block pool); ``on_step`` called once per run of steps in which nothing
+            arrives, is admitted or finishes, and a running request's progress fields brought up to date when it
+            finishes and when the run ends.
 
     Attributes (read-only for callers): ``now`` (s), ``pool`` (:class:`BlockPool`), ``running``
     (list, admission order), ``waiting`` (deque), ``finished`` (list of finished requests, in
@@ -312,11 +318,9 @@ class Engine:
         pool = self.pool
         running = self.running
         waiting = self.waiting
-        caching = cfg.enable_prefix_caching
         offload = self.offload
         budget = cfg.max_num_batched_tokens
-        max_seqs = cfg.max_num_seqs
-        assert budget is not None and max_seqs is not None  # __init__ runs on config.resolved(): both set
+        assert budget is not None  # __init__ runs on config.resolved()
         step_budget = budget
         start = self.now
 
@@ -359,73 +363,11 @@ class Engine:
             pairs += end if n == 1 else n * c + ((n * n + n) >> 1)
 
         # 2. waiting requests, FCFS, only if nothing was preempted
-        step_pq = step_ph = step_eq = step_eh = 0
-        load_tokens = 0
-        if not preempted:
-            chunked = cfg.enable_chunked_prefill
-            reserve_full = cfg.scheduler_reserve_full_isl
-            max_len = cfg.max_model_len
-            while waiting and budget > 0 and len(running) < max_seqs:
-                req = waiting[0]
-                total = req.total
-                hit_blocks: list[int] = []
-                if caching:
-                    max_blocks = (total - 1) // bs
-                    hit_blocks = pool.lookup(req.ensure_hashes(max_blocks, bs), max_blocks)
-                gpu_hit = len(hit_blocks) * bs
-                ext = 0
-                if offload is not None:
-                    ct = offload.chunk_tokens
-                    per = ct // bs
-                    max_chunks = (total - 1) // ct
-                    hashes = req.ensure_hashes(max_chunks * per, bs)
-                    keys = [hashes[(j + 1) * per - 1] for j in range(max_chunks)]
-                    ext_total = offload.lookup(keys) * ct
-                    if ext_total > gpu_hit:
-                        ext = ext_total - gpu_hit
-                computed = gpu_hit + ext
-                n = total - computed
-                if n > budget:
-                    if not chunked:
-                        break
-                    n = budget
-                end = computed + n
-                need = -(-end // bs) - len(hit_blocks)
-                ref = pool.ref_cnt
-                evictable = sum(1 for b in hit_blocks if ref[b] == 0)
-                if reserve_full:  # the whole request must fit (allocate_slots' full_sequence_must_fit)
-                    need_full = -(-min(total, max_len) // bs) - len(hit_blocks)
-                    if need_full + evictable > pool.num_free:
-                        break
-                if need + evictable > pool.num_free:
-                    break
-                waiting.popleft()
-                pool.touch(hit_blocks)
-                req.blocks = hit_blocks + pool.allocate(need) if need > 0 else hit_blocks
-                req.capacity = len(req.blocks) * bs
-                req.num_cached_blocks = len(hit_blocks)
-                req.next_full = (len(hit_blocks) + 1) * bs if caching else _NEVER
-                req.num_computed = end
-                req.num_hit = computed
-                if end >= req.next_full:
-                    self._cache_full_blocks(req, end)
-                if caching and req.num_preemptions == 0:
-                    step_pq += total
-                    step_ph += gpu_hit
-                    req.prefix_hit_tokens = gpu_hit
-                if req.num_preemptions == 0:
-                    req.external_hit_tokens = ext
-                    if offload is not None:
-                        step_eq += total
-                        step_eh += ext
-                if req.scheduled_time is None:
-                    req.scheduled_time = start
-                load_tokens += ext
-                running.append(req)
-                sched_append(req)
-                budget -= n
-                context += end
-                pairs += n * computed + ((n * n + n) >> 1)
+        step_pq = step_ph = step_eq = step_eh = load_tokens = 0
+        if not preempted and waiting:
+            budget, ctx, prs, step_pq, step_ph, step_eq, step_eh, load_tokens = self._admit(budget, start, scheduled)
+            context += ctx
+            pairs += prs
 
         num_tokens = step_budget - budget
         if not scheduled:
@@ -455,44 +397,11 @@ class Engine:
         self.busy_time += dt
 
         # 4. outputs: requests that caught up sample one token
-        prompt_done = gen = prompt_cached = prompt_external = reported = 0
         finished: list[Request] = []
-        track_itls = self._track_itls
-        keep_itls = self.keep_finished
-        ttfts: list[float] = []
-        # inter-token gaps grouped: every request whose previous token came at this step's start shares one gap
         common_gap = now - start
-        num_common = 0
-        other_gaps: list[float] = []
-        for req in scheduled:
-            c = req.num_computed
-            if c >= req.total:
-                out = req.num_output + 1
-                req.num_output = out
-                req.total = c + 1
-                gen += 1
-                if out == 1:
-                    req.first_token_time = now
-                    prompt_done += req.prompt_len
-                    prompt_cached += req.prefix_hit_tokens
-                    prompt_external += req.external_hit_tokens
-                    ttfts.append(now - req.arrival_time)
-                elif track_itls:
-                    last = req.last_token_time
-                    if last == start:
-                        num_common += 1
-                        gap = common_gap
-                    else:
-                        gap = now - last
-                        other_gaps.append(gap)
-                    if keep_itls:
-                        req.itls.append(gap)
-                if req.num_preemptions != req.preemptions_reported:
-                    reported += req.num_preemptions - req.preemptions_reported
-                    req.preemptions_reported = req.num_preemptions
-                req.last_token_time = now
-                if out >= req.max_output:
-                    finished.append(req)
+        gen, prompt_done, prompt_cached, prompt_external, reported, ttfts, num_common, other_gaps = self._sample(
+            scheduled, start, now, finished
+        )
         # every running request was scheduled and sampled: each is one token behind, as a decode stretch needs
         self.decoding_only = gen == len(scheduled) == len(running)
         if finished:
@@ -532,6 +441,154 @@ class Engine:
             group_gaps(common_gap, num_common, other_gaps),
         )
         return self._emit(step_out)
+
+    def _admit(
+        self, budget: int, start: float, scheduled: list[Request]
+    ) -> tuple[int, int, int, int, int, int, int, int]:
+        """Admit waiting requests FCFS into ``running`` and ``scheduled`` (``Scheduler.schedule``'s waiting loop).
+
+        Args:
+            budget: tokens left in the step after the running requests (> 0 or nothing is admitted).
+            start: the step's start (s), a first admission's ``scheduled_time``.
+            scheduled: the step's scheduled requests; the admitted ones are appended.
+
+        Returns:
+            ``(budget left, context, attention pairs, prefix queries, prefix hits, external queries, external
+            hits, tokens loaded from the CPU tier)`` of the admitted requests (the cost model's and the
+            metrics' inputs).
+        """
+        cfg = self.config
+        bs = self.block_size
+        pool = self.pool
+        running = self.running
+        waiting = self.waiting
+        caching = cfg.enable_prefix_caching
+        offload = self.offload
+        max_seqs = cfg.max_num_seqs
+        assert max_seqs is not None  # a resolved config
+        sched_append = scheduled.append
+        context = pairs = 0
+        step_pq = step_ph = step_eq = step_eh = load_tokens = 0
+        chunked = cfg.enable_chunked_prefill
+        reserve_full = cfg.scheduler_reserve_full_isl
+        max_len = cfg.max_model_len
+        while waiting and budget > 0 and len(running) < max_seqs:
+            req = waiting[0]
+            total = req.total
+            hit_blocks: list[int] = []
+            if caching:
+                max_blocks = (total - 1) // bs
+                hit_blocks = pool.lookup(req.ensure_hashes(max_blocks, bs), max_blocks)
+            gpu_hit = len(hit_blocks) * bs
+            ext = 0
+            if offload is not None:
+                ct = offload.chunk_tokens
+                per = ct // bs
+                max_chunks = (total - 1) // ct
+                hashes = req.ensure_hashes(max_chunks * per, bs)
+                keys = [hashes[(j + 1) * per - 1] for j in range(max_chunks)]
+                ext_total = offload.lookup(keys) * ct
+                if ext_total > gpu_hit:
+                    ext = ext_total - gpu_hit
+            computed = gpu_hit + ext
+            n = total - computed
+            if n > budget:
+                if not chunked:
+                    break
+                n = budget
+            end = computed + n
+            need = -(-end // bs) - len(hit_blocks)
+            ref = pool.ref_cnt
+            evictable = sum(1 for b in hit_blocks if ref[b] == 0)
+            if reserve_full:  # the whole request must fit (allocate_slots' full_sequence_must_fit)
+                need_full = -(-min(total, max_len) // bs) - len(hit_blocks)
+                if need_full + evictable > pool.num_free:
+                    break
+            if need + evictable > pool.num_free:
+                break
+            waiting.popleft()
+            pool.touch(hit_blocks)
+            req.blocks = hit_blocks + pool.allocate(need) if need > 0 else hit_blocks
+            req.capacity = len(req.blocks) * bs
+            req.num_cached_blocks = len(hit_blocks)
+            req.next_full = (len(hit_blocks) + 1) * bs if caching else _NEVER
+            req.num_computed = end
+            req.num_hit = computed
+            if end >= req.next_full:
+                self._cache_full_blocks(req, end)
+            if caching and req.num_preemptions == 0:
+                step_pq += total
+                step_ph += gpu_hit
+                req.prefix_hit_tokens = gpu_hit
+            if req.num_preemptions == 0:
+                req.external_hit_tokens = ext
+                if offload is not None:
+                    step_eq += total
+                    step_eh += ext
+            if req.scheduled_time is None:
+                req.scheduled_time = start
+            load_tokens += ext
+            running.append(req)
+            sched_append(req)
+            budget -= n
+            context += end
+            pairs += n * computed + ((n * n + n) >> 1)
+        return budget, context, pairs, step_pq, step_ph, step_eq, step_eh, load_tokens
+
+    def _sample(
+        self, scheduled: Iterable[Request], start: float, now: float, finished: list[Request]
+    ) -> tuple[int, int, int, int, int, list[float], int, list[float]]:
+        """The requests of ``scheduled`` whose tokens are all computed sample one (``update_from_output``).
+
+        Args:
+            scheduled: the step's scheduled requests, in order.
+            start: the step's start (s).
+            now: the step's end (s).
+            finished: the requests reaching their ``max_output`` are appended, in order.
+
+        Returns:
+            ``(generated tokens, prompt tokens, their GPU-cached part, their CPU-tier part, preemptions reported,
+            TTFTs, requests whose inter-token gap is the step's own (their previous token came at its start),
+            the other gaps)``: what ``IterationStats`` collects for the step (vLLM's OutputProcessor), gaps in s.
+        """
+        prompt_done = gen = prompt_cached = prompt_external = reported = 0
+        track_itls = self._track_itls
+        keep_itls = self.keep_finished
+        ttfts: list[float] = []
+        # inter-token gaps grouped: every request whose previous token came at this step's start shares one gap
+        common_gap = now - start
+        num_common = 0
+        other_gaps: list[float] = []
+        for req in scheduled:
+            c = req.num_computed
+            if c >= req.total:
+                out = req.num_output + 1
+                req.num_output = out
+                req.total = c + 1
+                gen += 1
+                if out == 1:
+                    req.first_token_time = now
+                    prompt_done += req.prompt_len
+                    prompt_cached += req.prefix_hit_tokens
+                    prompt_external += req.external_hit_tokens
+                    ttfts.append(now - req.arrival_time)
+                elif track_itls:
+                    last = req.last_token_time
+                    if last == start:
+                        num_common += 1
+                        gap = common_gap
+                    else:
+                        gap = now - last
+                        other_gaps.append(gap)
+                    if keep_itls:
+                        req.itls.append(gap)
+                if req.num_preemptions != req.preemptions_reported:
+                    reported += req.num_preemptions - req.preemptions_reported
+                    req.preemptions_reported = req.num_preemptions
+                req.last_token_time = now
+                if out >= req.max_output:
+                    finished.append(req)
+        return gen, prompt_done, prompt_cached, prompt_external, reported, ttfts, num_common, other_gaps
 
     def _emit(self, out: StepOutput) -> StepOutput:
         m = self.metrics
@@ -627,7 +684,7 @@ class Engine:
                 to it, so a recording covers the whole window.
             max_steps: stop after this many steps of this call.
             on_step: called after every step with the :class:`StepOutput` (after a fast-forwarded
-                stretch once, ``num_steps`` > 1), and with ``None`` at idle points (at most ``tick``
+                run of decode-only steps once, ``num_steps`` > 1), and with ``None`` at idle points (at most ``tick``
                 seconds apart when ``tick`` is given).
             tick: longest idle gap between ``on_step`` calls (s).
 
@@ -640,7 +697,14 @@ class Engine:
         steps = 0
         fast_forward = self.fast_forward
         if fast_forward:
-            from kvpilot.engine.fast_forward import decode_stretch
+            from kvpilot.engine.fast_forward import decode_run
+
+        def emit(out: StepOutput) -> None:
+            for req in out.finished:
+                wl.on_finish(req, self.now)
+            if on_step is not None:
+                on_step(self, out)
+
         while True:
             now = self.now
             if until is not None and now >= until:
@@ -658,23 +722,13 @@ class Engine:
                     break
                 self._idle_to(nxt, tick, on_step)
                 continue
-            stretch = None
             if fast_forward:
-                nxt = wl.next_arrival_time()
-                t_stop = _INF if nxt is None else nxt
-                if until is not None and until < t_stop:
-                    t_stop = until
-                stretch = decode_stretch(self, t_stop, _NEVER if max_steps is None else max_steps - steps)
-            if stretch is not None:
-                out = stretch
-                steps += out.num_steps
-            else:
-                out = self.step()
-                steps += 1
-            for req in out.finished:
-                wl.on_finish(req, self.now)
-            if on_step is not None:
-                on_step(self, out)
+                taken = decode_run(self, wl, until, _NEVER if max_steps is None else max_steps - steps, emit)
+                if taken:
+                    steps += taken
+                    continue
+            emit(self.step())
+            steps += 1
         return self
 
     def _idle_to(

@@ -74,6 +74,10 @@ class Request:
         "total",
         "next_full",
         "num_hit",
+        "ff_base",
+        "ff_seq",
+        "ff_from",
+        "ff_finish",
     )
 
     def __init__(
@@ -135,6 +139,10 @@ class Request:
         self.prefix_hit_tokens = 0
         self.external_hit_tokens = 0
         self.finished_reason: str | None = None
+        # fast-forward's bookkeeping while the request decodes in a stretch (kvpilot.engine.fast_forward): its
+        # computed tokens are ff_base + the stretch's step index, ff_seq its running order, ff_from the first
+        # stretch step it decodes in, ff_finish the step it finishes in
+        self.ff_base = self.ff_seq = self.ff_from = self.ff_finish = 0
 
     @property
     def num_tokens(self) -> int:

@@ -17,7 +17,7 @@ from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.core import Engine
 from kvpilot.engine.exporter import VLLMMetrics
 from kvpilot.engine.scenarios import SCENARIOS, build, resolve, run_scenario
-from kvpilot.engine.workloads import OpenLoop
+from kvpilot.engine.workloads import OpenLoop, poisson
 from tests.reference.workloads import NAMED, RANDOM_SEEDS, random_workload
 
 
@@ -151,3 +151,46 @@ def test_reference_random_workloads_are_the_same_fast_forwarded():
         longest = _compare(_reference(lambda seed=seed: random_workload(seed)), [0.05, 0.2, 1.0, 3.0])
         stretched += longest > 1
     assert stretched > len(RANDOM_SEEDS) // 2  # most of them skip some steps
+
+
+def _poisson_engine(ff: bool, **kw):
+    cfg = EngineConfig(gpu="h100-sxm", model="qwen2.5-1.5b", max_num_seqs=256, max_num_batched_tokens=8192)
+    wl = poisson(
+        30,
+        num_requests=300,
+        seed=7,
+        prompt_len={"dist": "normal", "mean": 500, "std": 100, "min": 50},
+        output_len={"dist": "normal", "mean": 60, "std": 15, "min": 5},
+        prefix_groups=4,
+        prefix_len=128,
+        **kw,
+    )
+    return Engine(cfg, keep_finished=True, fast_forward=ff), wl
+
+
+def test_arrivals_admissions_and_finishes_happen_inside_a_stretch():
+    # 30 req/s with ~2.5 ms steps: an arrival and a finish about every 13 steps; shared 128-token prefixes hit
+    assert _compare(_poisson_engine, [2.0, 5.0, 8.0]) > 1
+    assert _compare(lambda ff: _poisson_engine(ff, lazy=True), [3.0]) > 1
+    engine, wl = _poisson_engine(True)
+    calls = [0]
+    step = engine.step
+
+    def counted():
+        calls[0] += 1
+        return step()
+
+    engine.step = counted
+    admissions = finishes = 0
+
+    def on_step(eng, out):
+        nonlocal admissions, finishes
+        if out is not None:
+            admissions += len(out.ttfts)
+            finishes += len(out.finished)
+
+    engine.run(wl, on_step=on_step)
+    assert engine.num_finished == finishes == admissions == 300
+    assert engine.prefix_hits > 0
+    # only the first step of each busy period and the steps after a chunked prefill go through Engine.step
+    assert calls[0] < engine.num_steps / 20
