@@ -294,8 +294,8 @@ def decode_run(
                 _plan(cal, req, g + 1, c, bs)
                 context += c
             if finished:
-                done = {id(r) for r in finished}
-                engine.running = running = [r for r in running if id(r) not in done]
+                for req in finished:  # in place: the running list keeps its order (Engine.step filters a copy)
+                    running.remove(req)
                 for req in finished:
                     engine._finish(req, now)
             num = len(running)
@@ -479,8 +479,12 @@ def _apply(
                     cal.add(nxt, seq, _ALLOC, r)
             e = end
             continue
-        if kind == _CACHE:
-            engine._cache_full_blocks(req, req.ff_base + g + 1)
+        if kind == _CACHE:  # Engine._cache_full_blocks for the one block this token fills
+            k = req.num_cached_blocks  # next_full == (k + 1) * block_size is the token count reached now
+            hashes = req.block_hashes
+            pool.cache_block(req.blocks[k], hashes[k] if k < len(hashes) else req.ensure_hashes(k + 1, bs)[k])
+            req.num_cached_blocks = k + 1
+            req.next_full += bs
             if nxt <= req.ff_finish:
                 cal.add(nxt, req.ff_seq, _CACHE, req)
         else:
