@@ -26,7 +26,11 @@ per-server lock, so a transition is seen (and announced) once.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
 import copy
+import functools
 import json
 import logging
 import threading
@@ -593,15 +597,21 @@ class Controller:
         return self._write_kv_condition(server, condition, warning, now, numbers), warning, condition
 
     # ------------------------------------------------------------------ Pod handler
-    def on_pod_event(self, event: dict[str, Any], namespace: str, logger: logging.Logger, **_: Any) -> None:
-        """Any change of a kvpilot pod: recompute its server's status (and read the KV line once Ready)."""
+    def pod_event_changes_nothing(self, event: Mapping[str, Any], namespace: str) -> bool:
+        """Whether a pod event needs no work (no I/O, cheap enough for kopf's loop): not a server's
+        pod, or its server's status was written from this very pod state (e.g. the ADDED of the pod
+        the reconcile just created).
+        """
         pod = event.get("object") or {}
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        name = labels.get(LABEL_SERVER)
-        if not name or event.get("type") is None:
+        name = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVER)
+        return not name or event.get("type") is None or self._status_is_from(event, namespace, name, pod)
+
+    def on_pod_event(self, event: Mapping[str, Any], namespace: str, logger: logging.Logger, **_: Any) -> None:
+        """Any change of a kvpilot pod: recompute its server's status (and read the KV line once Ready)."""
+        if self.pod_event_changes_nothing(event, namespace):
             return
-        if self._status_is_from(event, namespace, name, pod):
-            return  # the status was written from this very pod state (e.g. the ADDED of the pod just created)
+        pod = event["object"]
+        name = pod["metadata"]["labels"][LABEL_SERVER]
         with self._lock(namespace, name):
             if self._status_is_from(event, namespace, name, pod):
                 return  # the reconcile holding the lock just wrote it (the pod's ADDED came during its status write)
@@ -665,7 +675,7 @@ class Controller:
             if flag is not None:
                 flag.set()
 
-    def _status_is_from(self, event: dict[str, Any], namespace: str, name: str, pod: dict[str, Any]) -> bool:
+    def _status_is_from(self, event: Mapping[str, Any], namespace: str, name: str, pod: dict[str, Any]) -> bool:
         """True when the server's last status write was computed from exactly this pod state (not DELETED)."""
         return event["type"] != "DELETED" and self._status_from.get((namespace, name)) == _pod_state(pod)
 
@@ -739,9 +749,24 @@ def build_registry(
     reconcile = metrics.timed("reconcile", controller.reconcile_server)
     for decorator in (kopf.on.create, kopf.on.resume, kopf.on.update):
         decorator(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(reconcile)
-    kopf.index("v1", "pods", registry=registry, labels=MANAGED_BY_SELECTOR, id="pods_by_server")(pods_by_server)
-    on_pod = metrics.timed("pod_event", controller.on_pod_event)
-    kopf.on.event("v1", "pods", registry=registry, labels=MANAGED_BY_SELECTOR)(on_pod)
+
+    async def pods_index(**kwargs: Any) -> dict[tuple[str, str], dict[str, Any]] | None:
+        return pods_by_server(**kwargs)  # in kopf's loop: a sync index handler costs a thread-pool hop per pod event
+
+    kopf.index("v1", "pods", registry=registry, labels=MANAGED_BY_SELECTOR, id="pods_by_server")(pods_index)
+    pod_threads = concurrent.futures.ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="kvpilot-pod-event")
+
+    async def on_pod_event(event: Mapping[str, Any], namespace: str, **kwargs: Any) -> None:
+        """A pod event that changes nothing is answered in kopf's loop; the others run
+        :meth:`Controller.on_pod_event` in a thread (it makes requests), with kopf's context (its Event queue).
+        """
+        if controller.pod_event_changes_nothing(event, namespace):
+            return
+        run = functools.partial(contextvars.copy_context().run, controller.on_pod_event, event, namespace, **kwargs)
+        await asyncio.get_running_loop().run_in_executor(pod_threads, run)
+
+    on_pod = metrics.timed_async("pod_event", on_pod_event)
+    kopf.on.event("v1", "pods", registry=registry, labels=MANAGED_BY_SELECTOR, id="pod_event")(on_pod)
 
     async def on_server_event(**kwargs: Any) -> None:  # in kopf's loop: no thread-pool hop per server event
         metrics.on_server_event(**kwargs)

@@ -25,11 +25,12 @@ handler keeps it; a ``DELETED`` event drops it), so a deleted server leaves no s
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -200,27 +201,41 @@ class OperatorMetrics:
         elif meta.get("name"):
             self.observe(body)
 
+    @contextlib.contextmanager
+    def _measured(self, handler: str) -> Iterator[None]:
+        """Count one run of ``handler`` by outcome and time it (the body of :meth:`timed`'s wrappers)."""
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            yield
+            outcome = "success"
+        except kopf.PermanentError:
+            outcome = "permanent_error"
+            raise
+        except kopf.TemporaryError:
+            outcome = "temporary_error"
+            raise
+        finally:
+            self.latency.labels(handler).observe(time.perf_counter() - started)
+            self.reconciles.labels(handler, outcome).inc()
+
     def timed(self, handler: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` counting its runs by outcome and timing them under ``handler``."""
-        count, latency = self.reconciles, self.latency.labels(handler)
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            outcome = "error"
-            try:
-                result = fn(*args, **kwargs)
-                outcome = "success"
-                return result
-            except kopf.PermanentError:
-                outcome = "permanent_error"
-                raise
-            except kopf.TemporaryError:
-                outcome = "temporary_error"
-                raise
-            finally:
-                latency.observe(time.perf_counter() - started)
-                count.labels(handler, outcome).inc()
+            with self._measured(handler):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    def timed_async(self, handler: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        """:meth:`timed` for a coroutine function (a handler kopf awaits in its loop)."""
+
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self._measured(handler):
+                return await fn(*args, **kwargs)
 
         return wrapper
 
