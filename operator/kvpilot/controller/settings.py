@@ -51,12 +51,31 @@ class DigestDiffBaseStorage(kopf.StatusDiffBaseStorage):
     custom storages as its extension point ("Persistence", kopf 1.45 ``kopf/_cogs/configs/diffbase.py``).
     """
 
+    def __init__(self, *, field: str) -> None:
+        super().__init__(field=field)
+        #: ``(body, essence)`` built by the last :meth:`fetch`: kopf builds the same body's essence
+        #: right after fetching (``kopf/_core/reactor/processing.py``), in its one event-loop thread.
+        self._built: tuple[kopf.Body, kopf.BodyEssence] | None = None
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        """The essence kopf compares (spec, labels, annotations), without deep-copying ``status`` first
+        (kopf's ``build`` copies the whole body, then drops status) and built once per event.
+        """
+        built, self._built = self._built, None
+        if extra_fields:  # a handler filtering on status fields (kvpilot has none): kopf's own way
+            return super().build(body=body, extra_fields=extra_fields)
+        if built is not None and built[0] is body:
+            return built[1]
+        slim = cast(kopf.RawBody, {k: v for k, v in body.items() if k != "status"})
+        return super().build(body=kopf.Body(slim))
+
     def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
         """The current essence when it hashes to the stored digest, an empty one when not, None when none is stored."""
         stored: Any = super().fetch(body=body)  # the JSON stored: {"sha256": ...}, not an essence
         if stored is None:
             return None
         current = self.build(body=body)
+        self._built = (body, current)
         return current if stored == _digest(current) else cast(kopf.BodyEssence, {})
 
     def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:

@@ -134,3 +134,20 @@ def test_digest_diffbase_tells_a_change_from_a_restart_without_copying_the_spec(
     assert storage.fetch(body=kopf.Body(handled)) == {"spec": spec}  # unchanged: equal to the current essence
     changed = {**handled, "spec": {**spec, "model": "n"}}
     assert storage.fetch(body=kopf.Body(changed)) != storage.build(body=kopf.Body(changed))  # a change: an update
+
+
+def test_digest_diffbase_builds_kopfs_own_essence_without_copying_status():
+    import kopf
+
+    from kvpilot.controller.settings import DigestDiffBaseStorage
+
+    raw = {
+        "apiVersion": "kvpilot.dev/v1alpha1",
+        "kind": "VLLMServer",
+        "metadata": {"name": "a", "uid": "u", "labels": {"team": "ml"}, "annotations": {"x.dev/y": "1"}},
+        "spec": {"model": "m"},
+        "status": {"phase": "Pending", "kopf": {"last-handled-digest": "{}"}, "conditions": [{"type": "Ready"}]},
+    }
+    ours = DigestDiffBaseStorage(field="status.kopf.last-handled-digest").build(body=kopf.Body(raw))
+    assert ours == kopf.StatusDiffBaseStorage(name="kopf").build(body=kopf.Body(raw))  # kopf's own build: the reference
+    assert ours == {"spec": {"model": "m"}, "metadata": {"labels": {"team": "ml"}, "annotations": {"x.dev/y": "1"}}}
