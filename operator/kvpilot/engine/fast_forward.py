@@ -165,10 +165,15 @@ def decode_run(
                     while g < max_steps and now < t_stop:
                         if nxt == g:
                             events = cal.events[g]
-                            if not _blocks_only(events, pool.num_free):
+                            if len(events) == 1:  # the common case: one request's allocation or full block
+                                kind = events[0][1]
+                                if kind == _FINISH or (kind == _ALLOC and not pool.num_free):
+                                    break
+                            elif _blocks_only(events, pool.num_free):
+                                events.sort()
+                            else:
                                 break
                             del cal.events[g]
-                            events.sort()
                             _apply(engine, cal, events, g, [])
                             nxt = cal.next_step(g + 1)
                         start = now
@@ -177,7 +182,8 @@ def decode_run(
                         now = start + dt
                         busy += dt
                         common = now - start
-                        gaps.append(common)
+                        if keep:
+                            gaps.append(common)
                         context = ctx
                         g += 1
                         taken += 1
@@ -247,7 +253,8 @@ def decode_run(
             engine.now = now
             engine.busy_time += dt
             common = now - start
-            gaps.append(common)
+            if keep:
+                gaps.append(common)
 
             # outputs: every decoding request samples, so does an admitted one whose prompt is all computed
             num_common = dec if track else 0

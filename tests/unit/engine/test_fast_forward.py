@@ -194,3 +194,19 @@ def test_arrivals_admissions_and_finishes_happen_inside_a_stretch():
     assert engine.prefix_hits > 0
     # only the first step of each busy period and the steps after a chunked prefill go through Engine.step
     assert calls[0] < engine.num_steps / 20
+
+
+def test_max_steps_stops_a_stretch_where_stepping_stops():
+    def go(ff):
+        engine, wl = _poisson_engine(ff)
+        engine.metrics = metrics = _metrics(engine, "0.29.0")
+        engine._track_itls = True
+        seen = []
+        for n in (1, 7, 100, 3, 1000, 17, 500):
+            engine.run(wl, max_steps=n)
+            seen.append((engine.num_steps, _text(metrics)))
+        return seen, _state(engine, engine.finished)
+
+    seen, state = go(True)
+    assert [n for n, _ in seen] == [1, 8, 108, 111, 1111, 1128, 1628]  # running sums of the max_steps asked for
+    assert (seen, state) == go(False)
