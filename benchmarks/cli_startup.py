@@ -71,7 +71,7 @@ import kvpilot.cli; mark("import kvpilot.cli")
 import yaml; mark("import yaml")
 import jinja2; mark("import jinja2")
 from pydantic import BaseModel; mark("from pydantic import BaseModel")
-import importlib.metadata; mark("import importlib.metadata (pydantic's plugin loader imports it at a model's first build)")
+import importlib.metadata; mark("import importlib.metadata (pydantic's plugin loader, at a model's first build)")
 list(importlib.metadata.entry_points(group="pydantic")); mark("the plugin scan (what PYDANTIC_DISABLE_PLUGINS skips)")
 import pydantic.alias_generators, pydantic.fields, pydantic.functional_validators, pydantic.main
 mark("import the rest of pydantic the models use")
