@@ -357,12 +357,15 @@ class PrometheusSource:
         self.workers = workers
         self.run_deadline = run_deadline
         self._keys: dict[tuple[str, ...], tuple[str, ...]] = {}  # label tuples interned across answers
+        self._names: dict[str, str] = {}  # kvpilot_name values, interned
+        self._les: dict[str | None, float | None] = {}  # le text -> bound
 
     def _query(self, query: PlannedQuery, end: float) -> list[Any]:
-        """Rows of one query: ``(target labels, spelling, le, value text)`` tuples (``spelling`` the
-        ``kvpilot_name`` label, or a bucket query's own; ``le`` None but for buckets); for ``sub``
-        ``(target labels, sub-window index 0 = oldest, None, value text)``, one per step; for
-        ``labels`` and ``limit`` ``(label mapping, value text)``.
+        """Rows of one query, as small tuples of shared label tuples and floats: ``(target labels,
+        kvpilot_name, value)`` for ``signal``; ``(target labels, upper bound or None, value)`` for
+        ``buckets``; ``(target labels, sub-window index 0 = oldest, value)`` for ``sub``, one per step;
+        ``(label mapping, value text)`` for ``labels`` and ``limit``. A row whose value is not a
+        number is dropped (a sub-window's is NaN), as :func:`float` decides.
 
         One GET, no retry (a failing Prometheus is reported, not hammered): the whole request
         within ``timeout`` s and before the run's deadline; the kind selects the bounds (rows per
@@ -375,7 +378,6 @@ class PrometheusSource:
         rows: list[Any] = []
         seen = 0
         keys = self._keys
-        spelling = query.spelling
         start, step = query.start(end), query.step_seconds
 
         def target(metric: dict[str, Any]) -> tuple[str, ...] | None:
@@ -394,6 +396,17 @@ class PrometheusSource:
                     return None
                 known = keys.setdefault(ident, ident)
             return known
+
+        names, les = self._names, self._les
+
+        def bound(le: str | None) -> float | None:
+            """A bucket's upper bound (``"+Inf"``, ``"0.5"``), None when unreadable; read once per text."""
+            if le not in les:
+                try:
+                    les[le] = promql.parse_le(le or "")
+                except ValueError:
+                    les[le] = None
+            return les[le]
 
         def keep(batch: list[object]) -> None:
             nonlocal seen
@@ -415,7 +428,7 @@ class PrometheusSource:
                         continue
                     for point in points:
                         if _point(point):
-                            rows.append((ident, round((point[0] - start) / step), None, point[1]))
+                            rows.append((ident, round((point[0] - start) / step), _number(point[1])))
                     continue
                 value = row.get("value")
                 if not _point(value):
@@ -425,10 +438,20 @@ class PrometheusSource:
                         rows.append((metric, value[1]))
                     continue
                 ident = target(metric)
-                name, le = spelling or metric.get(NAME_LABEL, ""), metric.get("le")
-                if ident is None or type(name) is not str or not (le is None or type(le) is str):
+                if ident is None:
                     continue
-                rows.append((ident, name, le, value[1]))
+                try:
+                    number = float(value[1])
+                except ValueError:
+                    continue
+                if kind == "buckets":
+                    le = metric.get("le")
+                    if le is None or type(le) is str:
+                        rows.append((ident, bound(le), number))
+                    continue
+                name = metric.get(NAME_LABEL, "")
+                if type(name) is str:
+                    rows.append((ident, names.setdefault(name, name), number))
 
         deadline = self.timeout
         if self.run_deadline is not None:
@@ -510,7 +533,6 @@ class PrometheusSource:
             return per_target[key]
 
         keys: dict[tuple[str, ...], TargetKey] = {}
-        les: dict[str | None, float | None] = {}
         errors: list[SourceError] = []
 
         def key_of(ident: tuple[str, ...]) -> TargetKey:
@@ -518,14 +540,6 @@ class PrometheusSource:
             if key is None:
                 key = keys[ident] = TargetKey(*ident)
             return key
-
-        def parse_le(text: str | None) -> float | None:
-            if text not in les:
-                try:
-                    les[text] = promql.parse_le(text or "")
-                except ValueError:
-                    les[text] = None
-            return les[text]
 
         def answer(i: int) -> list[Any]:
             try:
@@ -545,11 +559,7 @@ class PrometheusSource:
             if sd is None:
                 continue
             if query.kind == "signal":
-                for ident, name, _, text in answer(i):
-                    try:
-                        value = float(text)
-                    except ValueError:
-                        continue
+                for ident, name, value in answer(i):
                     sig = per_target.get(key_of(ident)) or signals_for(key_of(ident))
                     if name:
                         sig.spelling.setdefault(sd.family, name)
@@ -557,25 +567,20 @@ class PrometheusSource:
             elif query.kind == "buckets":
                 found = buckets.setdefault(sd.name, {})
                 fresh: dict[TargetKey, list[tuple[float, float]]] = {}
-                for ident, name, le, text in answer(i):
+                for ident, bound, value in answer(i):
                     key = key_of(ident)
                     if key in found:
                         continue  # a spelling earlier in the preference order has this target's buckets
-                    try:
-                        value = float(text)
-                    except ValueError:
-                        continue
-                    signals_for(key).spelling.setdefault(sd.family, name)
-                    bound = parse_le(le)
+                    signals_for(key).spelling.setdefault(sd.family, query.spelling)
                     if bound is not None:
                         fresh.setdefault(key, []).append((bound, value))
                 found.update(fresh)
             else:  # a sub-window range query
                 n = sub_defs.index(sd)
-                for ident, j, _, text in answer(i):
+                for ident, j, value in answer(i):
                     if 0 <= j < SUBWINDOWS:
                         grid = per_sub.setdefault(key_of(ident), [[None] * SUBWINDOWS for _ in sub_defs])
-                        grid[n][j] = _number(text)
+                        grid[n][j] = value
         for name, by_target in buckets.items():
             for key, rows_ in by_target.items():
                 per_target[key].buckets[name] = sorted(rows_)
