@@ -16,7 +16,9 @@ figures printed are the medians):
 Printed per operator: time from the first create to the last Pod, create->Pod latency p50/p99
 (each VLLMServer's ADDED to its Pod's ADDED, timed inside the API), operator CPU (user+system,
 ``/proc/PID/stat``) per server, operator peak RSS (``VmHWM``), and the API requests it made per
-server by verb (what a real API server would have to serve). No kubelet runs: Pods stay Pending.
+server by verb (what a real API server would have to serve), and the CPU of the benchmark's own
+process per server ("API ms/srv": the sandbox API and the 4 creating clients; it shares the 2
+cores with the operator, so where it grows, the operator's latency does). No kubelet runs: Pods stay Pending.
 
 Run from the repository root:
     .venv/bin/python benchmarks/operator_burst.py                 # 100, 500, 1000 x 3
@@ -196,6 +198,7 @@ def run_once(kind: str, n: int, timeout: float, settings: dict[str, Any] | None 
                 raise RuntimeError(f"{kind} operator exited: {proc.stderr.read().decode()[-2000:]}")
             time.sleep(1.0)  # let the warm-up server's status writes finish before counting CPU
             cpu0, req0 = cpu_seconds(proc.pid), len(cluster.emulator._requests)
+            api0 = cpu_seconds(os.getpid())
             profiler = profile(proc.pid)
             names = [f"s{i:05d}" for i in range(n)]
             t0 = time.monotonic()
@@ -220,6 +223,7 @@ def run_once(kind: str, n: int, timeout: float, settings: dict[str, Any] | None 
                 still = still + 1 if now - cpu < 0.011 else 0
                 cpu = now
             rss = peak_rss_mib(proc.pid)
+            api_cpu = cpu_seconds(os.getpid()) - api0
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)
                 profiler.wait(60)
@@ -240,6 +244,7 @@ def run_once(kind: str, n: int, timeout: float, settings: dict[str, Any] | None 
         "p99_s": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         "cpu_ms_per_server": (cpu - cpu0) * 1000 / n,
         "rss_mib": rss,
+        "api_ms_per_server": api_cpu * 1000 / n,
         "requests": verbs,
     }
 
@@ -282,12 +287,16 @@ def main() -> None:
             + (f", kvpilot with kopf settings {settings}" if settings else "")
             + ":"
         )
-        print(f"  {'operator':<8} {'all Pods s':>10} {'p50 s':>7} {'p99 s':>7} {'CPU ms/srv':>10} {'RSS MiB':>8}")
+        print(
+            f"  {'operator':<8} {'all Pods s':>10} {'p50 s':>7} {'p99 s':>7} {'CPU ms/srv':>10} {'RSS MiB':>8}"
+            f" {'API ms/srv':>10}"
+        )
         for kind in kinds:
             r = runs[kind]
             print(
                 f"  {kind:<8} {median(r, 'all_pods_s'):>10.2f} {median(r, 'p50_s'):>7.3f} {median(r, 'p99_s'):>7.3f}"
                 f" {median(r, 'cpu_ms_per_server'):>10.2f} {median(r, 'rss_mib'):>8.0f}"
+                f" {median(r, 'api_ms_per_server'):>10.2f}"
             )
         if "bare" in runs and "kvpilot" in runs:
             ratio = median(runs["kvpilot"], "cpu_ms_per_server") / median(runs["bare"], "cpu_ms_per_server")

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import copy
 import inspect
 import json
 import random
@@ -405,7 +404,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         key = (res, ns, name)
         if key not in self.objects or self.objects[key].deleted:
             return None
-        return copy.deepcopy(self.objects[key].raw)
+        return semantics.clone(self.objects[key].raw)
 
     def _live(self, res: Any, keep: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
         """Copies of the live objects of ``res`` for which ``keep`` is true, in creation order.
@@ -415,11 +414,11 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         resource) comparisons and O(objects returned) copies, not a copy of every object stored.
         """
         index = self._live_index.get(res) or {}
-        return [copy.deepcopy(raw) for raw in (obj.raw for obj in index.values()) if keep is None or keep(raw)]
+        return [semantics.clone(raw) for raw in (obj.raw for obj in index.values()) if keep is None or keep(raw)]
 
     def _new_object(self, res: Any, ns: str | None, body: dict[str, Any]) -> dict[str, Any]:
         info = self._info(res)
-        obj = copy.deepcopy(body)
+        obj = semantics.clone(body)
         obj["apiVersion"] = f"{res.group}/{res.version}" if res.group else res.version
         obj["kind"] = info.kind if info and info.kind else res.plural.capitalize()
         meta = obj.setdefault("metadata", {})
@@ -446,7 +445,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         state = obj if obj is not None else last
         if state is None:
             raise ValueError("_commit: give the new state (obj) or, for a deletion, the final one (last)")
-        shown = copy.deepcopy(state)
+        shown = semantics.clone(state)
         shown["metadata"]["resourceVersion"] = str(self._rv)
         key = (res, ns, name)
         live = self._live_index.setdefault(res, {})
@@ -455,9 +454,9 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             live.pop((ns, name), None)
         else:
             if key in self.objects:
-                self.objects[key].history.append(copy.deepcopy(shown))
+                self.objects[key].history.append(semantics.clone(shown))
             else:
-                self.objects[key] = copy.deepcopy(shown)
+                self.objects[key] = semantics.clone(shown)
             if (ns, name) not in live:
                 live[(ns, name)] = self.objects[key]
         event = {"type": kind, "object": shown}
@@ -465,8 +464,8 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         history.append((self._rv, event))
         while len(history) > self.history_limit:
             self._history_floor[res] = history.popleft()[0]
-        await self._buses[res].put(copy.deepcopy(event))
-        return copy.deepcopy(shown)
+        await self._buses[res].put(semantics.clone(event))
+        return semantics.clone(shown)
 
     def _selectors(self, request: rendering.Request) -> tuple[list[semantics.Requirement], list[semantics.Requirement]]:
         return (
@@ -654,7 +653,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                     }
                 ]
             else:
-                backlog = [copy.deepcopy(ev) for rv, ev in self._history.get(res, ()) if rv > int(since)]
+                backlog = [semantics.clone(ev) for rv, ev in self._history.get(res, ()) if rv > int(since)]
         try:
             for event in backlog:
                 if event["type"] in ("ERROR", "BOOKMARK") or self._selected(event["object"], request, labels, fields):
@@ -724,7 +723,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip()
         body = request.data
         if request.method == "PUT":
-            new = copy.deepcopy(body)
+            new = semantics.clone(body)
         elif content_type == "application/json-patch+json":
             try:
                 new = jsonpatch.apply_patch(current, body)
@@ -828,7 +827,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             raw = obj.raw
             owned = any(ref.get("uid") == uid for ref in raw["metadata"].get("ownerReferences") or [])
             if owned or (res == NAMESPACES and n == name):
-                await self._mark_or_delete(r, n, nm, copy.deepcopy(raw))
+                await self._mark_or_delete(r, n, nm, semantics.clone(raw))
         if res == CRDS:
             for version in last.get("spec", {}).get("versions", []):
                 gone = kmock.resource(last["spec"]["group"], version["name"], last["spec"]["names"]["plural"])
@@ -872,8 +871,8 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             current = self._get(res, ns, name)
             if current is None:
                 return None
-            new = copy.deepcopy(current)
-            new["status"] = copy.deepcopy(status)
+            new = semantics.clone(current)
+            new["status"] = semantics.clone(status)
             if spec_changes:
                 new["spec"] = semantics.merge_patch(new.get("spec"), spec_changes)
             if new == current:

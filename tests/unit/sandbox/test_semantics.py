@@ -97,3 +97,17 @@ def test_prune_to_structural_schema():
         "labels": {"a": "b"},
         "free": {"anything": {"goes": 1}},
     }
+
+
+def test_clone_is_a_deep_copy_of_json_shaped_data():
+    import copy
+
+    from kvpilot.sandbox.semantics import clone
+
+    obj = {"a": [1, 2.5, {"b": None, "c": True}], "d": {"e": "x"}, "f": (1, 2)}
+    copied = clone(obj)
+    assert copied == copy.deepcopy(obj)
+    copied["a"][2]["b"] = "changed"
+    copied["d"]["e"] = "y"
+    assert obj == {"a": [1, 2.5, {"b": None, "c": True}], "d": {"e": "x"}, "f": (1, 2)}  # the original is untouched
+    assert copied["f"] == (1, 2)  # not JSON-shaped: deep-copied as copy.deepcopy does
