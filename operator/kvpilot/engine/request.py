@@ -165,6 +165,12 @@ class Request:
         k = len(hashes)
         if k >= num_blocks:
             return hashes
+        if k == num_blocks - 1 and k:  # one more block (a decode's): in the segment of the last one, its value + size
+            s0 = self._seg_start
+            end = num_blocks * block_size
+            if s0 < end - block_size and end <= s0 + self.segments[self._seg_i][1]:
+                hashes.append(hashes[-1] + block_size)
+                return hashes
         segs = self.segments
         si, s0, base = self._seg_i, self._seg_start, self._seg_base
         key, n = segs[si]
