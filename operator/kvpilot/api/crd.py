@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -123,6 +124,28 @@ def status_schema() -> dict[str, Any]:
     writes is declared, because a real API server prunes undeclared status fields.
     """
     return structural(VLLMServerStatus.model_json_schema(by_alias=True, mode="validation"))
+
+
+def missing_status_fields(installed: Mapping[str, Any]) -> list[str]:
+    """``status.<field>`` paths this release's CRD declares and ``installed`` does not, in version ``VERSION``.
+
+    ``installed`` is a CustomResourceDefinition as the API server returns it (JSON). A real API
+    server prunes status fields the CRD does not declare (Kubernetes docs, "Field pruning"), so an
+    operator that keeps a field there (kopf's record in ``status.kopf``) next to an older CRD loses
+    it at every write. Empty when all are declared, when ``status`` keeps unknown fields
+    (``x-kubernetes-preserve-unknown-fields``) or when ``installed`` has no ``VERSION`` (kopf
+    reports a resource it cannot find itself).
+    """
+    for version in (installed.get("spec") or {}).get("versions") or []:
+        if version.get("name") != VERSION:
+            continue
+        root = (version.get("schema") or {}).get("openAPIV3Schema") or {}
+        status = (root.get("properties") or {}).get("status") or {}
+        if status.get("x-kubernetes-preserve-unknown-fields"):
+            return []
+        declared = status.get("properties") or {}
+        return [f"status.{field}" for field in status_schema()["properties"] if field not in declared]
+    return []
 
 
 def crd_manifest() -> dict[str, Any]:

@@ -124,7 +124,13 @@ def command(
 
     from kvpilot.controller.metrics import OperatorMetrics
     from kvpilot.controller.policy import SpecPolicy
-    from kvpilot.controller.runner import ClusterConfigError, load_configuration, run_operator, tune_gc
+    from kvpilot.controller.runner import (
+        ClusterConfigError,
+        OutdatedCRDError,
+        load_configuration,
+        run_operator,
+        tune_gc,
+    )
 
     kopf.configure(verbose=verbose, quiet=quiet)
     tune_gc()
@@ -138,16 +144,19 @@ def command(
             metrics.serve(metrics_host, metrics_port, metrics_path)
         except OSError as exc:
             fail(f"--metrics-port: cannot listen on {metrics_host}:{metrics_port}: {exc.strerror or exc}")
-    run_operator(
-        configuration,
-        namespaces=namespaces,
-        clusterwide=clusterwide,
-        standalone=standalone,
-        peering_name=peering_name,
-        liveness_endpoint=liveness_endpoint,
-        priority=priority,
-        peering_lifetime=peering_lifetime,
-        reload=lambda: load_configuration(kubeconfig, context),
-        metrics=metrics,
-        spec_policy=SpecPolicy.from_options(allowed_images, allowed_service_accounts),
-    )
+    try:
+        run_operator(
+            configuration,
+            namespaces=namespaces,
+            clusterwide=clusterwide,
+            standalone=standalone,
+            peering_name=peering_name,
+            liveness_endpoint=liveness_endpoint,
+            priority=priority,
+            peering_lifetime=peering_lifetime,
+            reload=lambda: load_configuration(kubeconfig, context),
+            metrics=metrics,
+            spec_policy=SpecPolicy.from_options(allowed_images, allowed_service_accounts),
+        )
+    except OutdatedCRDError as exc:
+        fail(str(exc))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
+import logging
 import os
 import random
 import socket
@@ -20,6 +22,8 @@ import kopf
 import kubernetes.client
 import kubernetes.config
 
+from kvpilot.api.constants import CRD_NAME
+from kvpilot.api.crd import missing_status_fields
 from kvpilot.controller.handlers import build_registry
 from kvpilot.controller.metrics import OperatorMetrics
 from kvpilot.controller.policy import SpecPolicy
@@ -71,6 +75,45 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     return configuration
 
 
+class OutdatedCRDError(Exception):
+    """The VLLMServer CRD in the cluster lacks status fields this operator writes (message names them)."""
+
+
+#: Longest wait (s) for the API server's answer to the CRD read of :func:`check_crd`.
+CRD_READ_TIMEOUT = 10.0
+
+
+def check_crd(configuration: kubernetes.client.Configuration) -> None:
+    """Refuse to run beside a VLLMServer CRD older than this operator (:func:`missing_status_fields`).
+
+    Helm installs ``crds/`` but never upgrades them: after ``helm upgrade`` from the release that
+    kept kopf's record in annotations, the cluster's CRD lacks ``status.kopf``, the API server
+    prunes kopf's record at every write, and kopf takes every event of a server for a new server
+    (its creation handler again, a warning per write) and loses its retry state. A CRD that cannot be
+    read (no RBAC, not installed, no answer within :data:`CRD_READ_TIMEOUT`) is left to kopf,
+    which reports it.
+
+    Raises:
+        OutdatedCRDError: naming the missing fields and the fix.
+    """
+    api = kubernetes.client.ApiextensionsV1Api(kubernetes.client.ApiClient(configuration))
+    try:
+        response = api.read_custom_resource_definition(
+            CRD_NAME, _preload_content=False, _request_timeout=CRD_READ_TIMEOUT
+        )
+        installed = json.loads(response.data)
+    except Exception as exc:  # noqa: BLE001 - a check only: kopf reports an unreadable CRD itself
+        logging.getLogger(__name__).warning(f"could not read CRD {CRD_NAME} to check it: {type(exc).__name__}")
+        return
+    missing = missing_status_fields(installed)
+    if missing:
+        raise OutdatedCRDError(
+            f"the cluster's CRD {CRD_NAME} does not declare {', '.join(missing)}, which this operator writes "
+            "(the API server would drop it at every write): apply this release's CRD first, "
+            "kubectl apply -f manifests/crd/vllmservers.yaml (helm upgrade never updates a chart's crds/)"
+        )
+
+
 def operator_identity() -> str:
     """This replica's name among its peers and in its Events' ``reportingInstance``: ``$POD_NAME``
     (the Deployment sets it from the downward API), else ``<hostname>/<pid>``.
@@ -112,7 +155,11 @@ def run_operator(
     others wait; ``peering_lifetime`` is how long a replica killed without a goodbye still blocks
     the others (kopf's ``settings.peering.lifetime``, 60 s by default). The peer's identity and
     its Events' ``reportingInstance`` are :func:`operator_identity`.
+
+    Raises:
+        OutdatedCRDError: before kopf starts, when the cluster's CRD is older than this operator (:func:`check_crd`).
     """
+    check_crd(configuration)
     identity = operator_identity()
     if peering_name and priority is None:
         priority = start_order_priority(time.time_ns(), random.randrange(1000))

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import kubernetes.client
 
+from kvpilot.api.crd import crd_manifest
+from kvpilot.sandbox import SandboxCluster
 from tests.conftest import REPO
 from tests.integration.operator.conftest import SERVERS, wait_for
 from tests.integration.operator.test_operator import EXPERIMENT
@@ -133,3 +135,27 @@ def test_operator_command_takes_the_allow_list_from_its_environment(cluster, nam
     assert "(registry.example.com/*, ghcr.io/vllm/*)" in status["message"]
     assert cluster.list("v1/pods", namespace) == []
     assert proc.returncode == 0, err
+
+
+def test_operator_refuses_a_crd_without_status_kopf_in_one_line(tmp_path):
+    # After `helm upgrade` from the release that kept kopf's record in annotations, the cluster's CRD
+    # lacks status.kopf (Helm never upgrades crds/): the API server would prune kopf's record at
+    # every write, so the operator refuses to start and says what to apply.
+    older = crd_manifest()
+    del older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["kopf"]
+    with SandboxCluster(strict=True) as sandbox:
+        kubernetes.client.ApiextensionsV1Api(sandbox.api_client()).create_custom_resource_definition(older)
+        kubeconfig = sandbox.write_kubeconfig(tmp_path / "config")
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HF_HUB_OFFLINE": "1"}
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        result = subprocess.run(
+            [KVPILOT, "operator", "--namespace", "default", "--standalone", "--metrics-port", "0"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvpilot: error: the cluster's CRD vllmservers.kvpilot.dev")
+    assert "status.kopf" in lines[0] and "kubectl apply -f manifests/crd/vllmservers.yaml" in lines[0]

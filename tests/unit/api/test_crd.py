@@ -210,3 +210,20 @@ def test_structural_conversion_rules():
     }
     with pytest.raises(ValueError):
         structural({"anyOf": [{"type": "integer"}, {"type": "boolean"}]})
+
+
+def test_missing_status_fields_names_what_an_older_crd_lacks():
+    from kvpilot.api.crd import crd_manifest, missing_status_fields
+
+    assert missing_status_fields(crd_manifest()) == []
+    # the previous release's CRD: the same schema without status.kopf (kopf's record was in annotations)
+    older = crd_manifest()
+    del older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["kopf"]
+    assert missing_status_fields(older) == ["status.kopf"]
+    # a status that keeps unknown fields is never pruned; a CRD without v1alpha1 is kopf's to report
+    older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"] = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    assert missing_status_fields(older) == []
+    assert missing_status_fields({"spec": {"versions": [{"name": "v1beta1"}]}}) == []
