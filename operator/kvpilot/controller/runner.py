@@ -101,7 +101,7 @@ def check_crd(configuration: kubernetes.client.Configuration) -> None:
         response = api.read_custom_resource_definition(
             CRD_NAME, _preload_content=False, _request_timeout=CRD_READ_TIMEOUT
         )
-        installed = json.loads(response.data)
+        installed = json.loads(response.data)  # type: ignore[attr-defined]  # _preload_content=False: the raw HTTP response
     except Exception as exc:  # noqa: BLE001 - a check only: kopf reports an unreadable CRD itself
         logging.getLogger(__name__).warning(f"could not read CRD {CRD_NAME} to check it: {type(exc).__name__}")
         return
