@@ -4,10 +4,10 @@
 peaks are kept exactly. The latency percentiles (TTFT, e2e, queue time, inter-token latency, each pass's TTFT)
 come from :class:`Quantiles`, a DDSketch (DataDog's ``ddsketch`` package; Masson, Rim and Lee, "DDSketch: A
 Fast and Fully-Mergeable Quantile Sketch with Relative-Error Guarantees", PVLDB 12(12), 2019): a count per
-logarithmic bucket, so its size depends on the range of the values, never on how many there are (about 6,000
-buckets, at most tens of KiB, from 1 ms to 100 s at :data:`RELATIVE_ACCURACY`).
+logarithmic bucket, so its size depends on the range of the values, never on how many there are (about 58,000
+buckets, a few hundred KiB at most, from 1 ms to 100 s at :data:`RELATIVE_ACCURACY`).
 
-**Error bound.** Every percentile printed is within :data:`RELATIVE_ACCURACY` (0.1 %) of the exact one, relative
+**Error bound.** Every percentile printed is within :data:`RELATIVE_ACCURACY` (0.01 %) of the exact one, relative
 to the exact value (:meth:`Quantiles.percentile` proves it), before the report rounds it (to 6 decimals of a
 second, 0.1 ms for a pass's TTFT). Exact means numpy's default method, linear interpolation between the closest
 ranks, over every value the report used to keep (every finished request's latency; every token's inter-token
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RELATIVE_ACCURACY", "Quantiles", "ReportStats", "TagStats"]
 
-#: ``alpha`` of the DDSketch paper: a percentile is within this fraction of the exact value (0.1 %).
+#: ``alpha`` of the DDSketch paper: a percentile is within this fraction of the exact value (0.01 %).
 RELATIVE_ACCURACY = 0.0001
 
 
@@ -39,7 +39,7 @@ class Quantiles:
 
     Memory: one count per logarithmic bucket ``(gamma^(k-1), gamma^k]`` with ``gamma = (1 + a) / (1 - a)``
     (``a`` = :data:`RELATIVE_ACCURACY`) between the smallest and the largest value seen, that is
-    ``ln(max / min) / ln(gamma)`` buckets (about 6,000 from 1 ms to 100 s), plus one count of zeros; never
+    ``ln(max / min) / ln(gamma)`` buckets (about 58,000 from 1 ms to 100 s), plus one count of zeros; never
     the values themselves. :attr:`count` is exact.
     """
 
