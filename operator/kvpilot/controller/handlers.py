@@ -768,6 +768,11 @@ def build_registry(
     on_pod = metrics.timed_async("pod_event", on_pod_event)
     kopf.on.event("v1", "pods", registry=registry, labels=MANAGED_BY_SELECTOR, id="pod_event")(on_pod)
 
+    async def stop_pod_threads(**_: Any) -> None:  # the operator stops: its idle pod-event threads end too
+        pod_threads.shutdown(wait=False)
+
+    kopf.on.cleanup(registry=registry)(stop_pod_threads)
+
     async def on_server_event(**kwargs: Any) -> None:  # in kopf's loop: no thread-pool hop per server event
         metrics.on_server_event(**kwargs)
         controller.on_server_event(**kwargs)

@@ -566,3 +566,18 @@ def test_a_new_server_costs_four_requests_and_no_read_back(cluster, api, namespa
     assert seen.count(("POST", "events")) == len(names)
     # no list of one server's pods (kopf's own list and watch select by managed-by, not by server)
     assert not [r for r in cluster.emulator._requests if "kvpilot.dev/server" in r.url.query_string]
+
+
+def test_pod_event_threads_end_with_the_operator(cluster, api, namespace, operator, kubelet):
+    import threading
+
+    def pod_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("kvpilot-pod-event")]
+
+    before = set(pod_threads())
+    with operator():
+        pod = _started_pod(cluster, api, namespace, kubelet)  # its scheduling and start are pod events with work
+        wait_for(lambda: _status(cluster, namespace).get("phase") == "Loading", what="phase Loading")
+        assert set(pod_threads()) - before, "a pod event ran in the operator's pod-event threads"
+    wait_for(lambda: not set(pod_threads()) - before, what="the pod-event threads ended")
+    assert pod["metadata"]["name"].startswith("qwen-")
