@@ -223,9 +223,10 @@ class PlannedQuery:
     def params(self, end: float) -> dict[str, str]:
         """The GET parameters for a window ending at ``end`` (Unix seconds).
 
-        A range query carries ``nocache=1``: VictoriaMetrics otherwise rounds ``start``/``end`` down to
-        a multiple of ``step`` to reuse its cache (``-search.disableCache``), moving the sub-windows off
-        the window; Prometheus, Thanos and Mimir ignore the parameter.
+        A range query carries ``nocache=1``: with its cache on, VictoriaMetrics rounds ``start`` and
+        ``end`` to a multiple of ``step`` for queries of 50 points or more (``AdjustStartEnd``,
+        ``app/vmselect/promql/eval.go``), which would move the sub-windows off the window; ours have 5
+        points, so the parameter only keeps it so. Prometheus, Thanos and Mimir ignore it.
         """
         if not self.step_seconds:
             return {"query": self.promql, "time": f"{end:.3f}"}
