@@ -149,7 +149,10 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
     "--fast-forward/--no-fast-forward",
     default=True,
     show_default=True,
-    help="Take stretches of decode-only steps at once (results identical to stepping one by one).",
+    help=(
+        "Take runs of steps at once, visiting a request only when it needs a block, fills one or finishes"
+        " (results identical to stepping one by one)."
+    ),
 )
 def command(
     scenario: str | None,
