@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import copy
 import json
 import os
@@ -40,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from diagnose_scale import END, build_recording  # noqa: E402
+from diagnose_scale import END, recording_chunks  # noqa: E402
 
 from tests.support.prom import PrometheusServer, backfill, free_port  # noqa: E402
 
@@ -63,7 +64,8 @@ def shifted_recording(path: Path) -> None:
     diagnoses of the next two minutes see fresh samples, not a target gone quiet).
     """
     raw = path.with_suffix(".raw")
-    build_recording(PODS, raw)
+    with raw.open("w") as fp:
+        fp.writelines(recording_chunks(PODS))
     offset = time.time() + 150 - END
     with raw.open() as src, path.open("w") as out:
         for line in src:
@@ -77,7 +79,7 @@ def shifted_recording(path: Path) -> None:
 def body(i: int) -> bytes:
     doc = copy.deepcopy(BODY)
     alert = doc["alerts"][0]
-    pod = f"vllm-{i % PODS:04d}"
+    pod = f"vllm-{i % PODS:05d}"  # diagnose_scale.recording_chunks' pod names
     alert["labels"].update(namespace="bench", pod=pod)
     alert["labels"].pop("model_name", None)  # the recordings' pods serve other model names
     alert["fingerprint"] = f"{i % PODS:016x}"
@@ -111,6 +113,7 @@ async def load(url: str, rate: float, duration: float, max_in_flight: int) -> di
     bodies = [body(i) for i in range(PODS)]
     latencies: list[float] = []
     errors = 0
+    verdicts: collections.Counter[str] = collections.Counter()  # what the answers said, by verdict
     gate = asyncio.Semaphore(max_in_flight)
     connector = aiohttp.TCPConnector(limit=max_in_flight)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -126,9 +129,10 @@ async def load(url: str, rate: float, duration: float, max_in_flight: int) -> di
                         headers={"Content-Type": "application/json"},
                         timeout=aiohttp.ClientTimeout(total=30),
                     ) as r:
-                        await r.read()
+                        raw = await r.read()
                         if r.status == 200:
                             latencies.append(time.perf_counter() - t)
+                            verdicts.update(_verdicts(raw))
                         else:
                             errors += 1
                 except (aiohttp.ClientError, TimeoutError):
@@ -144,7 +148,17 @@ async def load(url: str, rate: float, duration: float, max_in_flight: int) -> di
             tasks.append(asyncio.create_task(one(i)))
         await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - t0
-    return {"sent": n, "latencies": sorted(latencies), "errors": errors, "elapsed": elapsed}
+    return {"sent": n, "latencies": sorted(latencies), "errors": errors, "elapsed": elapsed, "verdicts": verdicts}
+
+
+def _verdicts(raw: bytes) -> list[str]:
+    """The verdicts of an alert hook's answer (``results[].diagnosis.targets[].verdict``); the floor's fixed
+    document has none.
+    """
+    doc = json.loads(raw)
+    return [
+        t["verdict"] for res in doc.get("results") or [] for t in ((res.get("diagnosis") or {}).get("targets") or [])
+    ]
 
 
 def run(argv: list[str], port: int, args: argparse.Namespace) -> dict:
@@ -171,6 +185,8 @@ def report(label: str, r: dict) -> None:
         f"  {label:<22} answered {len(lat):>5}/{r['sent']}  errors {r['errors']:>4}  p50 {p50:>8.1f} ms"
         f"  p99 {p99:>8.1f} ms  {len(lat) / r['elapsed']:>6.0f} req/s  peak RSS {r['rss']:>5.0f} MiB"
     )
+    if r["verdicts"]:
+        print("    verdicts: " + ", ".join(f"{v} {n}" for v, n in sorted(r["verdicts"].items())))
 
 
 def main() -> None:
