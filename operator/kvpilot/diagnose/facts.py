@@ -53,6 +53,11 @@ BUDGET_FULL_FILL = 0.9
 #: (raising it only lengthens the steps); full steps below it are a token-budget cap.
 LARGE_BUDGET = 8192
 
+#: a mean prefill spanning at least this many step times was split across steps (chunked prefill by the
+#: budget); below it a prompt is prefilled in about one step (``prefill_step_times``: mean
+#: ``vllm:request_prefill_time_seconds`` over the mean step, ``vllm/v1/metrics/stats.py``)
+PREFILL_SPLIT_STEPS = 2.0
+
 #: running within this many requests of a cap counts as pinned at it (running rounds to the cap:
 #: 3.6 of 4 is pinned, 250 of 256 is not)
 PINNED_SLACK = 0.5
@@ -254,8 +259,11 @@ def _infer_limits(
 
     - running sits at an integer N (``running_avg >= N - 0.5`` with N = ``running_max``, below the
       default) while steps carry about one token per running request (decode only: no prompt is
-      being prefilled, so the budget is not what refuses them): ``max_num_seqs`` = N;
-    - otherwise, steps carry far more tokens than requests run (prefill in every step) and the mean
+      being prefilled, so the budget is not what refuses them), or while prompts longer than the mean
+      step are each prefilled in under :data:`PREFILL_SPLIT_STEPS` step times (the budget holds a whole
+      prompt, so it is not what refuses them either): ``max_num_seqs`` = N;
+    - otherwise, unless whole prompts are prefilled in one step as above, steps carry far more tokens than
+      requests run (prefill in every step) and the mean
       step is below 90 % of the default budget: the budget is the mean step (a binding budget fills
       every step); a mean step above the default budget means the server runs a larger one, at least
       that mean.
@@ -271,20 +279,37 @@ def _infer_limits(
         return n_seqs, n_how, budget, b_how, ()
     # decode only: about one token per running request per step (no step data: not excluded)
     decode_only = tps is None or tps <= 2 * run_max
+    # prompts longer than the mean step, each prefilled in about one step: the budget holds a whole prompt,
+    # so a budget of the mean step (the inference below) cannot be what refused the queue
+    prompt, split = signals.get("prompt_tokens_per_request"), signals.get("prefill_step_times")
+    whole_prompts = (
+        tps is not None and prompt is not None and split is not None and split < PREFILL_SPLIT_STEPS and prompt > tps
+    )
     flat = run_avg >= run_max - PINNED_SLACK
-    if limits.max_num_seqs.source == "default" and flat and (n_seqs is None or run_max < n_seqs) and decode_only:
-        steps = (
-            f"steps carried {fig(tps, 1)} tokens (decode only, no prefill refused by the budget)"
-            if tps is not None
-            else "steps not measured (a small token budget would look the same)"
-        )
+    if (
+        limits.max_num_seqs.source == "default"
+        and flat
+        and (n_seqs is None or run_max < n_seqs)
+        and (decode_only or whole_prompts)
+    ):
+        if tps is None:
+            steps = "steps not measured (a small token budget would look the same)"
+        elif decode_only:
+            steps = f"steps carried {fig(tps, 1)} tokens (decode only, no prefill refused by the budget)"
+        else:
+            steps = (
+                f"prompts of {number(prompt)} tokens were prefilled in {fig(split, 1)} step times though steps "
+                f"averaged {fig(tps, 1)} tokens (the budget holds a whole prompt and refused none)"
+            )
         n_how = (
             f"inferred: running sat at {count(run_max)} while requests waited with KV room and {steps}; vLLM's "
             f"default would be {count(n_seqs)}. Lower confidence: pass --max-num-seqs or --pod to confirm"
         )
         n_seqs = int(run_max)
         inferred.append("max_num_seqs")
-    elif limits.max_num_batched_tokens.source == "default" and tps is not None and not decode_only:
+    elif (
+        limits.max_num_batched_tokens.source == "default" and tps is not None and not decode_only and not whole_prompts
+    ):
         if budget is None or tps < BUDGET_FULL_FILL * budget:
             b_how = (
                 f"inferred: steps averaged {fig(tps, 1)} tokens with a queue, free slots and KV room, which only "

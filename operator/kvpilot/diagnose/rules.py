@@ -39,7 +39,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from kvpilot.diagnose.facts import LARGE_BUDGET, Facts, derive_facts
+from kvpilot.diagnose.facts import LARGE_BUDGET, PREFILL_SPLIT_STEPS, Facts, derive_facts
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding
 from kvpilot.diagnose.recommend import Inputs, recommend
@@ -219,10 +219,6 @@ def _budget_is_the_cap(f: Facts, budget: int) -> bool:
     if f.step_fit.grows or f.step_fit.flat:
         return f.step_fit.flat
     return budget < LARGE_BUDGET
-
-
-#: a prefill spanning at least this many step times was split across steps (chunked prefill)
-PREFILL_SPLIT_STEPS = 2.0
 
 
 def _prefill_evidence(f: Facts) -> str | None:

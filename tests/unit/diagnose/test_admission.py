@@ -122,6 +122,41 @@ def test_unknown_budget_inferred_from_steps_pinned_at_one_size():
     assert d.recommendations[0].current == 600 and d.recommendations[0].suggested == 1200
 
 
+def prefill(prompt_tokens: float, step_times: float) -> dict:
+    """Raw signals giving ``prompt_tokens_per_request`` and ``prefill_step_times``: 1 request/s of
+    ``prompt_tokens`` tokens; 1,000 inter-token gaps of 10 ms (mean step 0.01 s) and 100 prefills of
+    ``step_times`` x 0.01 s each.
+    """
+    return dict(
+        prompt_tokens_per_s=prompt_tokens,
+        requests_finished_per_s=1.0,
+        itl_sum_increase=10.0,
+        itl_count_increase=1000.0,
+        prefill_time_sum_increase=step_times * 0.01 * 100,
+        prefill_time_count_increase=100.0,
+    )
+
+
+def test_whole_prompts_prefilled_in_one_step_rule_out_a_budget_of_the_mean_step():
+    # Both limits unknown; running flat at 4 (avg 3.8 >= 4 - 0.5) with a queue and KV room; steps average
+    # 8.04 tokens (printed "8") > 2 x 4 = 8, so the decode-only test alone would read a budget of 8. But
+    # 509-token prompts are prefilled in 1.2 step times (< 2: not split): a budget that holds a whole
+    # 509-token prompt is not a budget of 8, so the limit that refused the queue is max_num_seqs = 4.
+    # (the engine model's max-num-seqs-cap recording with the window ending 210 s into it reads so:
+    # tests/integration/diagnose/test_recording_windows.py)
+    d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(509, 1.2))
+    assert d.verdict == "max_num_seqs_cap" and d.confidence == 0.6
+    assert "inferred: running sat at 4" in d.evidence[0]
+    assert "prompts of 509 tokens were prefilled in 1.2 step times though steps averaged 8 tokens" in d.evidence[0]
+    assert all(r.flag != "--max-num-batched-tokens" for r in d.recommendations)
+    # the same steps with prompts prefilled across 8.9 step times (chunked by the budget): the budget of 8 stands
+    d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(509, 8.9))
+    assert d.verdict == "token_budget_cap" and "max_num_batched_tokens = 8 (inferred" in d.evidence[0]
+    # prompts of 6 tokens, shorter than the 8.04-token mean step: one step holds one, nothing is ruled out
+    d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(6, 1.2))
+    assert d.verdict == "token_budget_cap"
+
+
 def test_unknown_budget_below_steps_means_a_larger_budget():
     # steps average 30,000 tokens > 1.1 x the 2,048 default: the server runs a budget of at least 30,000,
     # which is >= 8,192 -> compute_bound (inferred, 0.8 - 0.2 = 0.6)
