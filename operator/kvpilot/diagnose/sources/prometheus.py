@@ -273,11 +273,6 @@ def plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[Plan
     return out
 
 
-def run_queries(window_seconds: float, selectors: Selectors = Selectors()) -> list[str]:
-    """The text of every query one :meth:`PrometheusSource.fetch` sends (:func:`plan`), as the report lists them."""
-    return [q.text for q in plan(window_seconds, selectors)]
-
-
 def query_count() -> int:
     """Queries one :meth:`PrometheusSource.fetch` sends: one per signal, one per histogram and spelling,
     one per sub-window signal, and two more; the same for any number of targets.
