@@ -33,7 +33,7 @@ CHART = REPO / "charts" / "kvpilot"
 
 #: the monitoring.coreos.com/v1alpha1 AlertmanagerConfig fields this check knows (the API's own names)
 FIELDS = {
-    "spec": {"route", "receivers", "inhibitRules", "muteTimeIntervals", "timeIntervals"},
+    "spec": {"route", "receivers", "inhibitRules", "muteTimeIntervals"},
     "route": {
         "receiver",
         "matchers",
