@@ -215,6 +215,7 @@ def command(
             click.echo(f"kvpilot: error: --model-config {model_config}: {exc}", err=True)
             sys.exit(EXIT_USAGE)
     opts = Options(
+        reader="cli",
         prometheus=prometheus or "",
         metrics_url=metrics_url or "",
         recording=recording or "",

@@ -32,6 +32,7 @@ from typing import Any
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.promql import share_above
+from kvpilot.diagnose.severity import growing as queue_growing
 from kvpilot.diagnose.signals import Signals
 from kvpilot.diagnose.steptime import StepFit, fit_step_time
 from kvpilot.gpus import GPU_PROFILES, gpu_profile
@@ -303,7 +304,7 @@ def _infer_limits(
             )
         n_how = (
             f"inferred: running sat at {count(run_max)} while requests waited with KV room and {steps}; vLLM's "
-            f"default would be {count(n_seqs)}. Lower confidence: pass --max-num-seqs or --pod to confirm"
+            f"default would be {count(n_seqs)}"
         )
         n_seqs = int(run_max)
         inferred.append("max_num_seqs")
@@ -313,8 +314,7 @@ def _infer_limits(
         if budget is None or tps < BUDGET_FULL_FILL * budget:
             b_how = (
                 f"inferred: steps averaged {fig(tps, 1)} tokens with a queue, free slots and KV room, which only "
-                f"a budget of that size explains; vLLM's default would be {count(budget)}. Lower confidence: pass "
-                "--max-num-batched-tokens or --pod to confirm"
+                f"a budget of that size explains; vLLM's default would be {count(budget)}"
             )
             budget = max(1, round(tps))
             inferred.append("max_num_batched_tokens")
@@ -338,7 +338,7 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     trend = s("waiting_trend_per_s")
     growth = trend * window if trend is not None else None
     queued = (wait_avg or 0) > 0 and (wait_max or 0) >= 1
-    growing = growth is not None and growth >= 1.0
+    growing = queue_growing(growth)
     standing = queued and (growing or (wait_avg or 0) >= 1)
     ceiling, ceiling_how = kv_ceiling(signals, limits)
     at_ceiling = kv_max is not None and ceiling is not None and kv_max >= ceiling

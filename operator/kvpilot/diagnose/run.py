@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from kvpilot.diagnose.limits import resolve_limits
+from kvpilot.diagnose.limits import Reader, confirm_inferred, resolve_limits
 from kvpilot.diagnose.model import Diagnosis, Report
 from kvpilot.diagnose.promql import duration
-from kvpilot.diagnose.rules import diagnose_target
+from kvpilot.diagnose.rules import diagnose_target, escaped_names_note
 from kvpilot.diagnose.signals import SIGNAL_DEFS, Signals, TargetKey, compute_signals
 from kvpilot.diagnose.sources import SourceError
 from kvpilot.diagnose.sources.kube import PodLimits
@@ -40,6 +40,9 @@ class Options:
         use_kube: look up VLLMServer specs (GET only) when ``--server``/``--pod`` and a namespace
             are given; ``kubeconfig``/``context`` choose the cluster.
         notes: sentences the caller adds to the report (how an option was read).
+        reader: who reads the report (kvpilot.diagnose.limits.Reader): ``cli`` for ``kvpilot diagnose``,
+            ``service`` (the default) for an answer whose reader cannot pass flags (the alert hook, the demo);
+            it chooses what the advice on an inferred limit tells them to do.
         timeout: seconds for each whole HTTP request (connect + headers + body).
         deadline: seconds for all of the run's reads (see :meth:`run_deadline_seconds`).
     """
@@ -66,6 +69,7 @@ class Options:
     timeout: float = 10.0
     deadline: float | None = None
     notes: list[str] = field(default_factory=list)
+    reader: Reader = "service"
 
     def run_deadline_seconds(self) -> float | None:
         """Seconds the whole run may spend reading its source (None: a recording, no network).
@@ -249,6 +253,9 @@ def run(opts: Options) -> Report:
         window_seconds = window
         queries = [f"{sd.fn}({sd.family}{sd.suffix}[{duration(window)}]) by target" for sd in SIGNAL_DEFS]
     signals = _select(signals, opts, pod)
+    escaped = escaped_names_note(signals.values())
+    if escaped:
+        notes.append(escaped)
     report = Report(source=source, window_seconds=round(window_seconds, 3), notes=notes)
     instance = urlsplit(opts.metrics_url).netloc if opts.metrics_url else ""
     pods = _PodReader(opts, pod, notes)
@@ -268,6 +275,11 @@ def run(opts: Options) -> Report:
         diag = diagnose_target(sig, limits, _target_json(key, opts.server, instance), queries, opts.model_config)
         inferred = {name: diag.signals.get(f"inferred_{name}") for name in ("max_num_seqs", "max_num_batched_tokens")}
         diag.evidence.append(limits.describe(inferred))
+        advice = confirm_inferred(
+            [k for k, v in inferred.items() if v is not None], opts.reader, pod_read=from_pod is not None
+        )
+        if advice:
+            diag.evidence.append(advice)
         # a limit the rules inferred from the gauges is not the default the notes say was assumed
         diag.evidence.extend(
             n for n in limits.notes if not any(v is not None and n.startswith(f"{k} ") for k, v in inferred.items())

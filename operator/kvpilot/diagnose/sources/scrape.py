@@ -17,13 +17,22 @@ from kvpilot.diagnose.sources import SourceError, request_failure_reason
 from kvpilot.diagnose.sources.http import MAX_SCRAPE_BYTES, fetch
 from kvpilot.metrics.exposition import ExpositionError, Sample, parse_exposition
 
-#: Accept header: plain text 0.0.4 first, so names keep their colon (docs/metrics.md, "Escaping": an
-#: OpenMetrics request to prometheus_client >= 0.22 gets ``_``-escaped names); either parses.
 #: Most lines one scrape may have (checked before parsing): vLLM's /metrics holds about a
 #: thousand lines per served model (its histograms' buckets included), so 50,000 leaves room for
 #: many engines and LoRA adapters while a 100,000-series body is refused in milliseconds.
 MAX_SCRAPE_LINES = 50_000
-ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+#: Accept header: what Prometheus 3.x asks for (OpenMetrics 1.0.0 with ``escaping=allow-utf-8``, then
+#: OpenMetrics 0.0.1, the text format 1.0.0 and 0.0.4), so names arrive as a current Prometheus stores
+#: them: the server's own, colons kept. prometheus_client (vLLM's exporter) honours the first media type
+#: it knows, whatever its q, and from 0.22 escapes ``:`` to ``_`` when OpenMetrics comes without
+#: ``escaping=`` (``prometheus_client.exposition.choose_encoder``): the header Prometheus 2.x sends, and
+#: the one this module sent before, which made every target look renamed (docs/metrics.md, "Escaping").
+ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.1"
+)
 
 
 def scrape_once(
