@@ -1,6 +1,7 @@
 """What the alert-hook tests run against: the real ``kvpilot alert-hook`` process on 127.0.0.1, a
 Prometheus stand-in that misbehaves on purpose (never answers, trickles, answers hostile labels), raw
-sockets, and a receiver for the forward sink. Every server listens on loopback on a free port and is
+sockets for slow and malformed clients (the forward sink's receiver and the Kubernetes API stand-in are
+tests.integration.diagnose.fakes.LoopbackServer). Every server listens on loopback on a free port and is
 stopped by the test (the hook by its PID).
 """
 
@@ -171,41 +172,6 @@ class StandIn:
     def snapshot(self) -> list[Query]:
         with self.lock:
             return list(self.queries)
-
-
-class Receiver:
-    """An HTTP server on 127.0.0.1 keeping every body POSTed to it (the forward sink's target)."""
-
-    def __init__(self) -> None:
-        self.bodies: list[bytes] = []
-        self.headers: list[dict[str, str]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                length = int(self.headers.get("Content-Length") or 0)
-                outer.bodies.append(self.rfile.read(length))
-                outer.headers.append(dict(self.headers))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/results"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Receiver:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
 
 
 class HookProcess:

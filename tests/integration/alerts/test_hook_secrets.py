@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 
-from tests.integration.alerts.hook_support import HookProcess, Receiver, StandIn, alert_body
+from tests.integration.alerts.hook_support import HookProcess, StandIn, alert_body
 from tests.integration.diagnose.fakes import LoopbackServer, kubeconfig
 
 PASSWORD = "pa55-w0rd-secret"
@@ -48,7 +48,7 @@ def _clean(text: str, where: str) -> None:
 
 
 def test_no_secret_or_raw_label_leaves_through_any_output_of_the_hook(tmp_path):
-    events, annotations = [], []
+    events, annotations, forwarded = [], [], []
 
     def kube(method, path, query, body):
         if method == "GET":  # the VLLMServer the Event is about
@@ -60,6 +60,10 @@ def test_no_secret_or_raw_label_leaves_through_any_output_of_the_hook(tmp_path):
         annotations.append(body.decode())
         return 200, {"id": 1}
 
+    def forward(method, path, query, body):
+        forwarded.append(body.decode())
+        return 200, {}
+
     alert = {
         "namespace": "llm",
         "pod": "qwen-7f3a2",
@@ -69,7 +73,7 @@ def test_no_secret_or_raw_label_leaves_through_any_output_of_the_hook(tmp_path):
     body = alert_body(alert, fingerprint=API_KEY)
     with (
         StandIn("rows", _rows, _fail) as prom,
-        Receiver() as forward,
+        LoopbackServer(forward) as collector,
         LoopbackServer(kube) as api,
         LoopbackServer(grafana) as grafana_api,
     ):
@@ -83,7 +87,7 @@ def test_no_secret_or_raw_label_leaves_through_any_output_of_the_hook(tmp_path):
             "--sink",
             "forward",
             "--forward-url",
-            forward.url,
+            collector.url + "/results",
             "--sink",
             "grafana",
             "--grafana-url",
@@ -110,10 +114,10 @@ def test_no_secret_or_raw_label_leaves_through_any_output_of_the_hook(tmp_path):
     assert result["alertname"] == "VLLMMaxNumSeqsCap" and result["fingerprint"] == "[REDACTED]"
     # Prometheus got the credentials as basic auth
     assert sent == {"Basic " + base64.b64encode(f"alice:{PASSWORD}".encode()).decode()}
-    assert forward.bodies and annotations and events and stdout.strip()
+    assert forwarded and annotations and events and stdout.strip()
     for where, text in [("the answer", json.dumps(answer)), ("stdout", stdout), ("stderr", stderr)]:
         _clean(text, where)
-    for i, text in enumerate(b.decode() for b in forward.bodies):
+    for i, text in enumerate(forwarded):
         _clean(text, f"forwarded body {i}")
         assert json.loads(text)["alert"]["labels"]["note"] == "HF_TOKEN=[REDACTED]"
     for i, text in enumerate(annotations):
@@ -121,6 +125,12 @@ def test_no_secret_or_raw_label_leaves_through_any_output_of_the_hook(tmp_path):
     for i, text in enumerate(events):
         _clean(text, f"event {i}")
         assert "VLLMMaxNumSeqsCap on llm/qwen-7f3a2" in json.loads(text)["message"]
+
+
+def _diagnose(*args: str) -> subprocess.CompletedProcess:
+    """``kvpilot diagnose --no-kube -n llm ARGS`` in a child process (JSON unless ARGS say otherwise)."""
+    argv = [sys.executable, "-m", "kvpilot.cli", "diagnose", "--no-kube", "-n", "llm", "-o", "json", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
 def test_prometheus_credentials_from_a_file(tmp_path):
@@ -134,26 +144,7 @@ def test_prometheus_credentials_from_a_file(tmp_path):
         assert status == 200 and answer["results"][0]["diagnosis"] is not None
         assert {q.headers.get("Authorization") for q in prom.snapshot()} == {"Bearer prom-bearer-token"}
         before = len(prom.snapshot())
-        cli = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "kvpilot.cli",
-                "diagnose",
-                "--no-kube",
-                "--prometheus",
-                prom.url,
-                "--prometheus-basic-auth-file",
-                str(tmp_path / "prom-basic"),
-                "-n",
-                "llm",
-                "-o",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        cli = _diagnose("--prometheus", prom.url, "--prometheus-basic-auth-file", str(tmp_path / "prom-basic"))
         assert cli.returncode in (0, 1, 2, 3) and "Traceback" not in cli.stderr, cli.stderr
         headers = {q.headers.get("Authorization") for q in prom.snapshot()[before:]}
     assert headers == {"Basic " + base64.b64encode(f"alice:{PASSWORD}".encode()).decode()}
@@ -165,24 +156,7 @@ def test_diagnose_prints_no_password_and_no_raw_label(tmp_path):
         url = prom.url.replace("http://", f"http://alice:{PASSWORD}@")
         outputs = []
         for fmt in ("json", "text", "markdown"):
-            cli = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "kvpilot.cli",
-                    "diagnose",
-                    "--no-kube",
-                    "--prometheus",
-                    url,
-                    "-n",
-                    "llm",
-                    "-o",
-                    fmt,
-                ],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            cli = _diagnose("--prometheus", url, "-o", fmt)
             assert cli.returncode in (0, 1, 2, 3) and "Traceback" not in cli.stderr, cli.stderr
             outputs.append((fmt, cli.stdout + cli.stderr))
     doc = json.loads(outputs[0][1])
