@@ -206,10 +206,10 @@ def command(
 def kv_cache_log_line(block_size: int, num_gpu_blocks: int, max_model_len: int) -> str:
     """VLLM's startup report of its KV cache, in v0.30+'s one-line format, for the engine model's pool.
 
-    Source: ``vllm/v1/core/kv_cache_utils.py`` (``_report_kv_cache_config``): ``"%s KV cache size: %s tokens,
-    Maximum concurrency for %s tokens per request: %.2fx"`` with the tokens ``num_blocks * block_size`` and the
-    concurrency ``num_blocks / cdiv(max_model_len, block_size)`` for one full-attention group
-    (``get_max_concurrency_for_kv_cache_config``). E.g. 1,345 blocks of 16 at 8,192 tokens: 21,520 tokens,
+    Source: ``update_kv_cache_capacity`` (vllm/v1/core/kv_cache_utils.py, vLLM 0.29.0): ``"GPU KV cache size: %s
+    tokens, Maximum concurrency for %s tokens per request: %.2fx"`` with the figures of
+    :func:`kvpilot.kv.capacity.kv_cache_capacity` (tokens ``int(concurrency x max_model_len)``, concurrency
+    ``num_blocks / cdiv(max_model_len, block_size)``). E.g. 1,345 blocks of 16 at 8,192 tokens: 21,520 tokens,
     1,345 / 512 = 2.63x, the line vLLM logged in the founding experiment (docs/operator.md).
 
     Args:
@@ -217,8 +217,9 @@ def kv_cache_log_line(block_size: int, num_gpu_blocks: int, max_model_len: int) 
         num_gpu_blocks: KV blocks of the pool (vLLM's ``num_gpu_blocks``).
         max_model_len: tokens of one request at most.
     """
-    tokens = num_gpu_blocks * block_size
-    concurrency = num_gpu_blocks / -(-max_model_len // block_size)
+    from kvpilot.kv.capacity import kv_cache_capacity
+
+    tokens, concurrency = kv_cache_capacity(num_gpu_blocks, block_size, max_model_len)
     return (
         f"INFO [kv_cache_utils.py] GPU KV cache size: {tokens:,} tokens, "
         f"Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x"
