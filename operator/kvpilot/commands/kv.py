@@ -361,7 +361,12 @@ Examples:
 @click.option(
     "--data-parallel-size", "-dp", type=int, default=1, show_default=True, help="Replicas; never divides per-GPU KV."
 )
-@click.option("--max-model-len", type=int, default=None, help="Tokens of one request [default: the config's].")
+@click.option(
+    "--max-model-len",
+    type=int,
+    default=None,
+    help="Tokens of one request [default: the model's context, as vLLM derives it from the config].",
+)
 @click.option("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, show_default=True, help="Tokens per KV block.")
 @click.option(
     "--gpu-memory-utilization",
