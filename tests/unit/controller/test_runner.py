@@ -151,3 +151,43 @@ def test_digest_diffbase_builds_kopfs_own_essence_without_copying_status():
     ours = DigestDiffBaseStorage(field="status.kopf.last-handled-digest").build(body=kopf.Body(raw))
     assert ours == kopf.StatusDiffBaseStorage(name="kopf").build(body=kopf.Body(raw))  # kopf's own build: the reference
     assert ours == {"spec": {"model": "m"}, "metadata": {"labels": {"team": "ml"}, "annotations": {"x.dev/y": "1"}}}
+
+
+def test_digest_diffbase_reuses_an_essence_only_for_the_same_object_state_in_any_call_order(monkeypatch):
+    """Nothing depends on kopf calling fetch before build: the memo is keyed by (uid, resourceVersion)."""
+    import kopf
+
+    from kvpilot.controller.settings import DigestDiffBaseStorage
+
+    built: list[dict] = []
+    kopfs_build = kopf.StatusDiffBaseStorage.build
+
+    def counted(self, *, body, extra_fields=None):
+        built.append(dict(body))
+        return kopfs_build(self, body=body, extra_fields=extra_fields)
+
+    monkeypatch.setattr(kopf.StatusDiffBaseStorage, "build", counted)
+    storage = DigestDiffBaseStorage(field="status.kopf.last-handled-digest")
+
+    def body(rv, model):
+        meta = {"name": "a", "uid": "u", "resourceVersion": rv} if rv else {"name": "a"}
+        return kopf.Body({"metadata": meta, "spec": {"model": model}})
+
+    patch = kopf.Patch()
+    storage.store(body=body("1", "m"), patch=patch, essence={"spec": {"model": "m"}})
+    record = {"status": {"kopf": {"last-handled-digest": patch["status"]["kopf"]["last-handled-digest"]}}}
+
+    def stored(b):
+        return kopf.Body({**b, **record})
+
+    first = stored(body("1", "m"))
+    assert storage.build(body=first) == storage.fetch(body=first) == {"spec": {"model": "m"}}  # build, then fetch
+    second = stored(body("2", "n"))  # a spec change: a new resourceVersion
+    assert storage.fetch(body=second) == {}  # differs from the record: kopf's "update"
+    assert storage.build(body=second) == {"spec": {"model": "n"}}  # fetch, then build: not the old essence
+    assert len(built) == 2  # one essence per object state, whichever call came first
+    assert storage.build(body=first) == {"spec": {"model": "m"}}  # an older state again: built anew
+    unversioned = stored(body(None, "m"))
+    storage.build(body=unversioned)
+    storage.build(body=unversioned)
+    assert len(built) == 5  # never memoised without a resourceVersion
