@@ -222,9 +222,56 @@ def test_own_pod_missed_by_a_stale_list_is_adopted(cluster, api, namespace, monk
     events: list[dict] = []
     monkeypatch.setattr(kopf, "event", lambda obj, **event: events.append(event))  # no kopf context here
     controller = Controller(cluster.configuration(), hub=False, retry_policy=FAST)
-    controller._pods = lambda namespace, name, index=None: []  # a stale list or pod index: no pod seen
-    controller.reconcile_server(body=server, namespace=namespace, name="qwen", logger=logging.getLogger("t"))
+    stale_index: dict = {}  # kopf's pod index before the pod's ADDED reached it: no pod seen
+    controller.reconcile_server(
+        body=server, namespace=namespace, name="qwen", logger=logging.getLogger("t"), pods_by_server=stale_index
+    )
     status = _status(cluster, namespace)
     assert status["podName"] == POD_NAME and status["phase"] == "Pending"
     assert len(cluster.list("v1/pods", namespace)) == 1
     assert not [e for e in events if e["type"] == "Warning"]
+
+
+@pytest.mark.parametrize("plural", ["services", "pods"])
+def test_a_create_conflict_for_an_object_that_does_not_exist_is_retried(cluster, api, namespace, operator, plural):
+    """A 409 on create, then no object of that name (a create that raced a deletion, a stale cache in
+    front of the API server): transient for every object the operator creates, retried with the
+    policy's backoff, not ``Failed/APIRejected`` for a 404 of the read that followed the 409.
+    """
+    fault = cluster.inject("create", plural, code=409, times=1, namespace=namespace)
+    with operator(retry_policy=FAST):
+        _create(api, namespace)
+        status = wait_for(
+            lambda: (s := _status(cluster, namespace)).get("podName") and s.get("reason") != "APIError" and s,
+            timeout=15,
+            what="the pod's status",
+        )
+        events = wait_for(lambda: _warnings(cluster, namespace, "APIError"), what="the APIError event")
+    assert fault.hits == 1
+    assert (status["phase"], status["reason"]) == ("Pending", "Scheduling")
+    assert [p["metadata"]["name"] for p in cluster.list("v1/pods", namespace)] == [POD_NAME]
+    assert [s["metadata"]["name"] for s in cluster.list("v1/services", namespace)] == ["qwen"]
+    assert len(events) == 1 and "HTTP 409" in events[0]["message"] and "retry 1 of 4" in events[0]["message"]
+    assert not _warnings(cluster, namespace, "APIRejected")
+
+
+@pytest.mark.parametrize(("code", "kubelet_acts"), [(409, False), (404, False), (409, True)])
+def test_a_first_status_write_kopf_could_not_make_is_written_again(
+    cluster, api, namespace, operator, kubelet, code, kubelet_acts
+):
+    """A new server's first status rides kopf's patch; kopf neither retries a 409 on it nor notices
+    a 404 (it takes the object for deleted). The pod's events still write the status the operator
+    computes: its ADDED, within ``STATUS_IN_FLIGHT_TIMEOUT`` (5 s), or a later change of the pod.
+    """
+    fault = cluster.inject("update", "vllmservers", subresource="status", code=code, times=1, namespace=namespace)
+    with operator(retry_policy=FAST):
+        _create(api, namespace)
+        wait_for(lambda: fault.hits == 1, what="the first status write refused")
+        if kubelet_acts:
+            kubelet.unschedulable(
+                namespace, POD_NAME, message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+            )
+        reason = "Unschedulable" if kubelet_acts else "Scheduling"
+        status = _wait_phase(cluster, namespace, "Pending", reason, timeout=15)
+    assert status["podName"] == POD_NAME and status["specHash"].startswith(POD_NAME[-5:])
+    assert [p["metadata"]["name"] for p in cluster.list("v1/pods", namespace)] == [POD_NAME]
