@@ -16,6 +16,7 @@ import pytest
 
 from kvpilot.controller.failures import RetryPolicy
 from tests.integration.operator.conftest import SERVERS, wait_for
+from tests.support.waiting import stays_false
 
 SERVER = {
     "apiVersion": "kvpilot.dev/v1alpha1",
@@ -86,8 +87,17 @@ def test_unowned_pod_holding_the_name_is_reported_once_not_retried(cluster, api,
         status = _wait_phase(cluster, namespace, "Failed", "NameConflict")
         wait_for(lambda: _warnings(cluster, namespace, "NameConflict"), what="the NameConflict event")
         attempts = _requests(cluster, "POST", "/pods")
-        # permanent: no further create attempts while the operator keeps running (bounded wait, then count)
-        wait_for(lambda: len(cluster.list("v1/events", namespace)) >= 1, what="events")
+        # Permanent: no further create while the operator keeps running. Were it a TemporaryError, kopf
+        # would make FAST's 4 retries 0.1, 0.2, 0.4 and 0.5 s apart: the window is that whole schedule
+        # (1.2 s) plus 1 s of kopf's own latency.
+        window = sum(FAST.delay(retry) for retry in range(FAST.limit)) + 1.0
+        stays_false(
+            lambda: (
+                _requests(cluster, "POST", "/pods") > attempts or len(_warnings(cluster, namespace, "NameConflict")) > 1
+            ),
+            window,
+            what="a retried create",
+        )
     assert f'pod "{POD_NAME}" already exists' in status["message"] and "no controller" in status["message"]
     assert _ready_condition(status)["reason"] == "NameConflict"
     assert attempts == 2  # the squatter (by the test) and the operator's one attempt
