@@ -267,8 +267,8 @@ class Controller:
     # ------------------------------------------------------------------ Pod handler
     def pod_event_changes_nothing(self, event: Mapping[str, Any], namespace: str) -> bool:
         """Whether a pod event needs no work (no I/O, cheap enough for kopf's loop): not a server's
-        pod, or its server's stored status was computed from this very pod state (e.g. the ADDED of
-        the pod the reconcile just created, once that status is stored).
+        pod, or its server's status was computed from this very pod state (e.g. the ADDED of the pod
+        the reconcile just created).
         """
         pod = event.get("object") or {}
         name = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVER)
@@ -284,9 +284,9 @@ class Controller:
         name = pod["metadata"]["labels"][LABEL_SERVER]
         key = (namespace, name)
         with self._lock(namespace, name):
-            self.ledger.wait(key)  # a new server's first status in kopf's patch: read the server after it landed
             if self.pod_event_changes_nothing(event, namespace):
-                return  # the reconcile that held the lock stored it from this pod state
+                return  # the reconcile that held the lock computed the status from this pod state
+            self.ledger.wait(key)  # a new server's first status in kopf's patch: read the server after it landed
             server = self.kube.read_server(namespace, name)
             if server is None:
                 return
@@ -419,16 +419,14 @@ def build_registry(
     pod_threads = concurrent.futures.ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="kvpilot-pod-event")
 
     async def on_pod_event(event: Mapping[str, Any], namespace: str, **kwargs: Any) -> None:
-        """A pod event that changes nothing is answered in kopf's loop (after the server's first status,
-        when it is in kopf's patch, has landed); the others run :meth:`Controller.on_pod_event` in a
+        """A pod event that changes nothing is answered in kopf's loop; the others wait there for the
+        server's first status while it is in kopf's patch, then run :meth:`Controller.on_pod_event` in a
         thread (it makes requests), with kopf's context (its Event queue).
         """
         if controller.pod_event_changes_nothing(event, namespace):
             return
         server = str((((event.get("object") or {}).get("metadata") or {}).get("labels") or {}).get(LABEL_SERVER))
         await controller.ledger.wait_async((namespace, server))
-        if controller.pod_event_changes_nothing(event, namespace):
-            return
         run = functools.partial(contextvars.copy_context().run, controller.on_pod_event, event, namespace, **kwargs)
         await asyncio.get_running_loop().run_in_executor(pod_threads, run)
 

@@ -7,21 +7,23 @@ same model), diffs it with the stored status (:func:`~kvpilot.controller.logic.s
 sends the difference: in a JSON merge patch of ``/status`` of its own, or, for a new server, in
 kopf's ``patch`` (kopf sends it with its own record of the handled spec in one request after the
 handler returns). The Events of the change (:func:`~kvpilot.controller.logic.status_events`) are
-posted once it is stored: at once after its own request, when the server's next watch event shows
-it for kopf's patch.
+posted once it is stored: at once after its own request; for kopf's patch, when the server's next
+watch event shows it.
 
-:class:`StatusLedger` remembers which pod state each server's *stored* status was computed from, so
-a pod event carrying exactly that state needs no work (the ADDED of the pod a reconcile just created),
-and which first statuses are still in kopf's patch. A status handed to kopf counts as stored only once
-a watch event shows it: kopf does not retry its patch on a 409 and takes a 404 for a deleted object, so
-until then the pod's events are not skipped, and one that finds the status still missing after
-:data:`STATUS_IN_FLIGHT_TIMEOUT` writes it itself (docs/reliability.md).
+:class:`StatusLedger` remembers which pod state each server's status was computed from, so a pod
+event carrying exactly that state needs no work (the ADDED of the pod a reconcile just created),
+and which first statuses are still in kopf's patch: a pod event with work waits for it (at most
+:data:`STATUS_IN_FLIGHT_TIMEOUT`) before it reads the server. kopf does not retry its patch on a
+409 and takes a 404 for a deleted object: a pod event that then reads a server without the status
+writes it itself, and the Events kopf's patch would have carried give way to that write's own
+(docs/reliability.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 from collections.abc import Mapping
@@ -63,17 +65,16 @@ def post(obj: Mapping[str, Any], event: logic.Event) -> None:
 
 @dataclass
 class _InFlight:
-    """A first status in kopf's patch: the pod state it was computed from, its Events, and who waits."""
+    """A first status in kopf's patch: the server it was computed for, its Events, and who waits."""
 
-    pod: PodState | None
     server: dict[str, Any]
     events: list[logic.Event]
     landed: concurrent.futures.Future[bool] = field(default_factory=concurrent.futures.Future)
 
 
 class StatusLedger:
-    """What each server's stored status was computed from (see the module's docstring); thread-safe:
-    the handler threads write it, kopf's loop reads it and resolves the statuses in kopf's patch.
+    """What each server's status was computed from (see the module's docstring); thread-safe: the
+    handler threads write it, kopf's loop reads it and resolves the statuses in kopf's patch.
     """
 
     def __init__(self) -> None:
@@ -82,7 +83,7 @@ class StatusLedger:
         self._lock = threading.Lock()
 
     def stored(self, key: Key, pod: Mapping[str, Any] | None) -> None:
-        """The server's stored status is now the one computed from ``pod``'s state (None: from no pod)."""
+        """The server's status is now the one computed from ``pod``'s state (None: from no pod)."""
         with self._lock:
             if pod is None:
                 self._from.pop(key, None)
@@ -95,17 +96,17 @@ class StatusLedger:
             self._from.pop(key, None)
 
     def is_from(self, key: Key, pod: Mapping[str, Any]) -> bool:
-        """Whether the server's stored status was computed from exactly this pod state."""
+        """Whether the server's status was computed from exactly this pod state."""
         with self._lock:
             return self._from.get(key) == pod_state(pod)
 
     def handed_to_kopf(
         self, key: Key, pod: Mapping[str, Any] | None, server: dict[str, Any], events: list[logic.Event]
     ) -> None:
-        """A first status went into kopf's patch; its ``events`` wait for it to be stored."""
+        """A first status, computed from ``pod``, went into kopf's patch; its ``events`` wait for it to be stored."""
+        self.stored(key, pod)
         with self._lock:
-            self._from.pop(key, None)
-            self._in_flight[key] = _InFlight(pod_state(pod) if pod is not None else None, server, events)
+            self._in_flight[key] = _InFlight(server, events)
 
     def in_flight(self, key: Key) -> concurrent.futures.Future[bool] | None:
         """The future of the server's first status in kopf's patch (True once stored), or None."""
@@ -115,48 +116,40 @@ class StatusLedger:
 
     def seen(self, key: Key, body: Mapping[str, Any], deleted: bool) -> None:
         """A watch event of the server (kopf's loop): a status in kopf's patch is stored once an event
-        shows it (its ``specHash``): its Events are posted and its pod state recorded.
+        shows it (its ``specHash``): its Events are posted; a deleted server's are dropped.
         """
         with self._lock:
             flight = self._in_flight.get(key)
-            if flight is None:
-                return
-            shown = (body.get("status") or {}).get("specHash")
-            if not deleted and not shown:
+            shown = bool((body.get("status") or {}).get("specHash"))
+            if flight is None or not (shown or deleted):
                 return
             del self._in_flight[key]
-            if shown and flight.pod is not None:
-                self._from[key] = flight.pod
         if shown:
             for event in flight.events:
                 post(flight.server, event)
-        flight.landed.set_result(bool(shown))
+        flight.landed.set_result(shown)
 
-    def give_up(self, key: Key) -> None:
-        """Stop waiting for the server's status in kopf's patch (not seen within the timeout: kopf lost it)."""
+    def superseded(self, key: Key) -> None:
+        """The server's first status in kopf's patch was lost (the server was read without it) and a write
+        of the operator's own replaced it: its Events give way to that write's.
+        """
         with self._lock:
             flight = self._in_flight.pop(key, None)
         if flight is not None and not flight.landed.done():
             flight.landed.set_result(False)
 
     def wait(self, key: Key, timeout: float = STATUS_IN_FLIGHT_TIMEOUT) -> None:
-        """In a handler thread: wait (at most ``timeout`` s) for the server's status in kopf's patch."""
+        """In a handler thread: wait (at most ``timeout`` s) for the server's status in kopf's patch to be stored."""
         landed = self.in_flight(key)
-        if landed is None:
-            return
-        try:
-            landed.result(timeout)
-        except concurrent.futures.TimeoutError:
-            self.give_up(key)
+        if landed is not None:
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                landed.result(timeout)
 
     async def wait_async(self, key: Key, timeout: float = STATUS_IN_FLIGHT_TIMEOUT) -> None:
         """:meth:`wait` in kopf's loop (no thread held)."""
         landed = self.in_flight(key)
-        if landed is None:
-            return
-        done, _ = await asyncio.wait({asyncio.wrap_future(landed)}, timeout=timeout)
-        if not done:
-            self.give_up(key)
+        if landed is not None:
+            await asyncio.wait({asyncio.wrap_future(landed)}, timeout=timeout)
 
 
 class StatusWriter:
@@ -221,6 +214,8 @@ class StatusWriter:
             return updated
         else:
             updated = self.kube.patch_server_status(meta["namespace"], meta["name"], patch)
+            if not old.get("specHash"):  # read without the first status kopf's patch carried: that one is lost
+                self.ledger.superseded(key)
         self.ledger.stored(key, pod)
         for event in events:
             post(server, event)
