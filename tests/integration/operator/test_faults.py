@@ -57,7 +57,7 @@ def _warnings(cluster, namespace: str, reason: str) -> list[dict]:
 
 def _requests(cluster, method: str, path_end: str) -> int:
     """How many requests the sandbox received with ``method`` whose path ends with ``path_end``."""
-    return sum(1 for r in cluster.emulator._requests if r.method == method and r.url.path.endswith(path_end))
+    return sum(1 for r in cluster.served() if r.method == method and r.path.endswith(path_end))
 
 
 def _wait_phase(cluster, namespace: str, phase: str, reason: str, timeout: float = 15.0) -> dict:
