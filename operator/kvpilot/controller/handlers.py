@@ -123,7 +123,7 @@ class Controller:
             try:
                 # A body without status is a server no reconcile has written yet: kopf's copy is
                 # current (only this operator writes status), so it is not read again.
-                new = not body.get("status")
+                new = logic.is_new_server(body)
                 server = copy.deepcopy(dict(body)) if new else self.kube.read_server(namespace, name)
                 if server is None:
                     return
@@ -224,16 +224,15 @@ class Controller:
         )
         if note.event is not None:
             post(server, note.event)
-        status = logic.server_status(
+        status = logic.reconciled_status(
             server,
+            plan,
             pod,
             now=now,
             service_name=service["metadata"]["name"],
             spec_hash=digest,
             command=vllm_command(spec),
         )
-        if pod is None and not plan.create:  # ended with this spec: stays ended, no new pod
-            status = logic.keep_ended_record(status, server.get("status"))
         if order == "after":  # after the pod exists: a slow or unreachable Hub never delays it
             step[0] = "running the KV pre-flight"
             kv = self.preflight.run(namespace, spec, [pod] if pod else [])
@@ -252,12 +251,9 @@ class Controller:
 
     def _ensure_service(self, service: dict[str, Any], server: dict[str, Any]) -> bool:
         """Create the Service unless this server's already exists (one it does not own is a conflict);
-        True when this call created it.
-
-        A server whose status names no Service yet is new: the create comes first (one request;
-        409 -> adopt). Otherwise the Service most likely exists: read first.
+        True when this call created it (read first or create first: :func:`logic.service_read_first`).
         """
-        if (server.get("status") or {}).get("serviceName"):
+        if logic.service_read_first(server):
             existing = self.kube.read(service, "services")
             if existing is not None:
                 self.kube.adopt(existing, service, "services", server)  # NameConflict when it is not ours
@@ -270,11 +266,10 @@ class Controller:
         pod, or its server's status was computed from this very pod state (e.g. the ADDED of the pod
         the reconcile just created).
         """
-        pod = event.get("object") or {}
-        name = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVER)
-        if not name or event.get("type") is None:
+        name = logic.pod_event_server(dict(event))
+        if name is None:
             return True
-        return event.get("type") != "DELETED" and self.ledger.is_from((namespace, name), pod)
+        return event.get("type") != "DELETED" and self.ledger.is_from((namespace, name), event["object"])
 
     def on_pod_event(self, event: Mapping[str, Any], namespace: str, logger: logging.Logger, **_: Any) -> None:
         """Any change of a kvpilot pod: recompute its server's status (:func:`logic.pod_event_plan`)."""
@@ -290,7 +285,7 @@ class Controller:
             server = self.kube.read_server(namespace, name)
             if server is None:
                 return
-            plan = logic.pod_event_plan(server, pod, event["type"], self._spec_of(server))
+            plan = logic.pod_event_plan(server, pod, event["type"])
             now = now_rfc3339()
             if plan.action == "ignore":
                 logger.debug(f"pod {pod['metadata']['name']}: {plan.why}")
@@ -326,19 +321,6 @@ class Controller:
                     server, server.get("status") or {}, result.condition, result.numbers, now=now
                 )
                 self.status.write(server, status, logger, pod=pod, kv=(result.condition, result.warning))
-
-    @staticmethod
-    def _spec_of(server: dict[str, Any]) -> tuple[str, list[str]] | None:
-        """``(spec hash, vllm serve argv)`` of the server's spec when its stored status lacks them
-        (:func:`logic.pod_event_plan` needs them only then); None when the spec is invalid.
-        """
-        if (server.get("status") or {}).get("specHash"):
-            return None
-        try:
-            spec = parse_spec(server.get("spec"))
-        except SpecError:
-            return None
-        return spec_hash(spec), vllm_command(spec)
 
     def _log(self, pod: dict[str, Any], logger: logging.Logger, limit: int, lines: int | None = None) -> str | None:
         """The pod's vLLM log (bounded), or None when it cannot be read (logged)."""
@@ -425,8 +407,7 @@ def build_registry(
         """
         if controller.pod_event_changes_nothing(event, namespace):
             return
-        server = str((((event.get("object") or {}).get("metadata") or {}).get("labels") or {}).get(LABEL_SERVER))
-        await controller.ledger.wait_async((namespace, server))
+        await controller.ledger.wait_async((namespace, str(logic.pod_event_server(dict(event)))))
         run = functools.partial(contextvars.copy_context().run, controller.on_pod_event, event, namespace, **kwargs)
         await asyncio.get_running_loop().run_in_executor(pod_threads, run)
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvpilot.api import VLLM_PORT
-from kvpilot.api.constants import ANNOTATION_SPEC_HASH
+from kvpilot.api import VLLM_PORT, SpecError, parse_spec, spec_hash
+from kvpilot.api.constants import ANNOTATION_SPEC_HASH, LABEL_SERVER
 from kvpilot.api.timestamps import rfc3339
 from kvpilot.text.safe import one_line, redact_argv
 from kvpilot.vllm.failure_log import root_cause
@@ -635,17 +635,27 @@ class PodEventPlan:
     preflight_again: bool = False
 
 
-def pod_event_plan(
-    server: dict[str, Any], pod: dict[str, Any], event_type: str, spec: tuple[str, list[str]] | None = None
-) -> PodEventPlan:
+def current_spec(server: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """``(spec hash, vllm serve argv)`` of the server's spec as it is now; None when the spec is invalid
+    (the reconcile reports that). The hash and the command line are the renderer's
+    (:func:`kvpilot.api.spec_hash`, :func:`kvpilot.render.vllm_command`).
+    """
+    from kvpilot.render import vllm_command  # the renderer's templates load on first use
+
+    try:
+        spec = parse_spec(server.get("spec"))
+    except SpecError:
+        return None
+    return spec_hash(spec), vllm_command(spec)
+
+
+def pod_event_plan(server: dict[str, Any], pod: dict[str, Any], event_type: str) -> PodEventPlan:
     """What an event of ``pod`` (``ADDED``/``MODIFIED``/``DELETED``) does to ``server``'s status.
 
     Args:
         server: the VLLMServer as read now.
         pod: the pod of the event (labelled with the server's name).
         event_type: the watch event's type.
-        spec: ``(spec hash, vllm serve argv)`` of the server's current spec, when the caller has it
-            (needed only when the status lacks ``specHash``); None when the spec is invalid.
 
     Rules:
         - a server ``Invalid`` for its current generation ignores its pods (the reconcile said why);
@@ -662,27 +672,75 @@ def pod_event_plan(
     meta = server.get("metadata") or {}
     if status.get("phase") == "Invalid" and status.get("observedGeneration") == meta.get("generation"):
         return PodEventPlan("ignore", why="the server's spec is invalid")
-    spec_hash, command = status.get("specHash"), status.get("command")
-    if not spec_hash:
+    digest, command = status.get("specHash"), status.get("command")
+    if not digest:
+        spec = current_spec(server)
         if spec is None:
             return PodEventPlan("ignore", why="no status and no valid spec yet")
-        spec_hash, command = spec
+        digest, command = spec
         refs = (pod.get("metadata") or {}).get("ownerReferences") or []
         if not any(ref.get("uid") == meta.get("uid") for ref in refs):
             return PodEventPlan("ignore", why="not the server's own pod")
-    if not is_current_pod({**status, "specHash": spec_hash}, pod):
+    if not is_current_pod({**status, "specHash": digest}, pod):
         return PodEventPlan("ignore", why="an old pod being replaced, or not the server's pod")
     service_name = status.get("serviceName") or meta.get("name") or ""
     if event_type == "DELETED":
-        return PodEventPlan("deleted", spec_hash=spec_hash, command=command, service_name=service_name)
+        return PodEventPlan("deleted", spec_hash=digest, command=command, service_name=service_name)
     report = pod_report(pod)
     same_pod = status.get("podUid") == (pod.get("metadata") or {}).get("uid")
     return PodEventPlan(
         "update",
-        spec_hash=spec_hash,
+        spec_hash=digest,
         command=command,
         service_name=service_name,
         read_failure_log=report.phase == "Failed" and not (same_pod and status.get("phase") == "Failed"),
         read_kv_log=report.ready and not (same_pod and status.get("kvCacheTokens") is not None),
         preflight_again=waits_for_node_gpu_memory(server, pod),
     )
+
+
+# ----------------------------------------------------------------------------- the reconcile's own decisions
+def is_new_server(body: dict[str, Any]) -> bool:
+    """A server no reconcile has written a status for yet: its body as kopf delivered it is current
+    (only this operator writes status), so it is not read again, and its first status goes into kopf's
+    patch (one ``/status`` request with kopf's own record).
+    """
+    return not body.get("status")
+
+
+def service_read_first(server: dict[str, Any]) -> bool:
+    """Whether the reconcile reads the Service before creating it: when the status names one (it most
+    likely exists: a read, no failed create). A new server's Service is created first (one request;
+    409 -> adopt, :func:`after_create_conflict`).
+    """
+    return bool((server.get("status") or {}).get("serviceName"))
+
+
+def reconciled_status(
+    server: dict[str, Any],
+    plan: PodPlan,
+    pod: dict[str, Any] | None,
+    *,
+    now: str,
+    service_name: str,
+    spec_hash: str,
+    command: list[str] | None,
+) -> dict[str, Any]:
+    """The status a reconcile writes (:func:`server_status` for ``pod``); a server that ended with this
+    spec and has no pod (``plan`` creates none) keeps the record of its last run (:func:`keep_ended_record`).
+    """
+    status = server_status(server, pod, now=now, service_name=service_name, spec_hash=spec_hash, command=command)
+    if pod is None and not plan.create:
+        status = keep_ended_record(status, server.get("status"))
+    return status
+
+
+def pod_event_server(event: dict[str, Any]) -> str | None:
+    """The server a pod watch event is about (its ``kvpilot.dev/server`` label), or None: not a server's
+    pod, or not a watch event (kopf's initial listing calls the handler with ``type`` None).
+    """
+    if event.get("type") is None:
+        return None
+    labels = ((event.get("object") or {}).get("metadata") or {}).get("labels") or {}
+    name = labels.get(LABEL_SERVER)
+    return str(name) if name else None

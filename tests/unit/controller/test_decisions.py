@@ -4,6 +4,9 @@ verdict, what a pod event does. Expected values are written out by hand from doc
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pytest
 
 from kvpilot.controller import failures, logic
@@ -176,12 +179,22 @@ def test_only_the_current_pod_changes_the_status():
 
 def test_a_status_that_never_landed_is_computed_for_the_specs_own_hash():
     """The first status never landed (kopf lost its patch on a 409 or 404): the pod event computes it afresh."""
-    spec = ("abcde12345", ["vllm", "serve", "Qwen/Qwen2.5-1.5B-Instruct"])
-    plan = logic.pod_event_plan(_server({}), _pod(), "ADDED", spec)
-    assert (plan.action, plan.spec_hash, plan.command, plan.service_name) == ("update", *spec, "qwen")
-    assert logic.pod_event_plan(_server({}), _pod(), "ADDED", None).action == "ignore"  # an invalid spec
-    assert logic.pod_event_plan(_server({}), _pod(owner="other"), "ADDED", spec).action == "ignore"  # not its pod
-    assert logic.pod_event_plan(_server({}), _pod(spec_hash="0000000000"), "ADDED", spec).action == "ignore"
+    spec = {"model": "Qwen/Qwen2.5-1.5B-Instruct"}
+    # the renderer's hash: sha256 of the spec as compact JSON with sorted keys, its first 16 hex
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    assert logic.current_spec(_server({}, spec=spec)) == (digest, ["vllm", "serve", spec["model"], "--port", "8000"])
+    plan = logic.pod_event_plan(_server({}, spec=spec), _pod(spec_hash=digest), "ADDED")
+    assert (plan.action, plan.spec_hash, plan.command, plan.service_name) == (
+        "update",
+        digest,
+        ["vllm", "serve", spec["model"], "--port", "8000"],
+        "qwen",
+    )
+    invalid = _server({}, spec={"model": spec["model"], "engine": {"maxNumSeqs": 0}})
+    assert logic.current_spec(invalid) is None
+    assert logic.pod_event_plan(invalid, _pod(spec_hash=digest), "ADDED").action == "ignore"  # the reconcile says why
+    assert logic.pod_event_plan(_server({}, spec=spec), _pod(spec_hash=digest, owner="x"), "ADDED").action == "ignore"
+    assert logic.pod_event_plan(_server({}, spec=spec), _pod(), "ADDED").action == "ignore"  # another spec's pod
 
 
 def test_the_failure_log_is_read_once_when_the_pod_has_just_failed():
@@ -218,3 +231,54 @@ def test_a_scheduled_pod_reruns_a_preflight_that_lacked_the_gpu_memory():
     scheduled["spec"]["nodeName"] = "gpu-node-1"
     assert logic.pod_event_plan(_server(waiting), scheduled, "MODIFIED").preflight_again
     assert not logic.pod_event_plan(_server(waiting), _pod(), "MODIFIED").preflight_again  # no node yet
+
+
+# ----------------------------------------------------------------------------- the reconcile's own
+def test_a_body_without_status_is_a_new_server():
+    assert logic.is_new_server({"metadata": {"name": "qwen"}})
+    assert logic.is_new_server({"metadata": {"name": "qwen"}, "status": {}})
+    assert not logic.is_new_server({"status": {"phase": "Pending"}})
+
+
+def test_the_service_is_read_first_only_when_the_status_names_one():
+    assert not logic.service_read_first(_server({}))  # new: create first, a 409 is adopted
+    assert logic.service_read_first(_server({"serviceName": "qwen"}))
+
+
+def test_an_ended_server_without_a_pod_keeps_its_record_through_a_reconcile():
+    ended = {
+        "phase": "Expired",
+        "reason": "DeadlineExceeded",
+        "message": "m",
+        "specHash": "abcde12345",
+        "podName": "qwen-abcde",
+    }
+    kept = logic.reconciled_status(
+        _server(ended), logic.PodPlan(), None, now=NOW, service_name="qwen", spec_hash="abcde12345", command=None
+    )
+    assert (kept["phase"], kept["reason"], kept["podName"]) == ("Expired", "DeadlineExceeded", "qwen-abcde")
+    fresh = logic.reconciled_status(
+        _server({}),
+        logic.PodPlan(create=True),
+        _pod(),
+        now=NOW,
+        service_name="qwen",
+        spec_hash="abcde12345",
+        command=None,
+    )
+    assert (fresh["phase"], fresh["reason"], fresh["podName"]) == ("Pending", "Scheduling", "qwen-abcde")
+
+
+def test_a_pod_event_names_its_server_by_the_label():
+    assert logic.pod_event_server({"type": "ADDED", "object": _pod()}) == "qwen"
+    assert logic.pod_event_server({"type": None, "object": _pod()}) is None  # kopf's initial listing
+    assert logic.pod_event_server({"type": "ADDED", "object": {"metadata": {"labels": {}}}}) is None
+
+
+def test_the_pod_index_keys_a_pod_by_its_namespace_and_server():
+    from kvpilot.controller.handlers import pods_by_server
+
+    pod = _pod()
+    assert pods_by_server("ns", pod["metadata"]["labels"], pod) == {("ns", "qwen"): pod}
+    assert pods_by_server("ns", {}, pod) is None  # not a server's pod
+    assert pods_by_server(None, pod["metadata"]["labels"], pod) is None  # pods are namespaced

@@ -131,3 +131,17 @@ def test_kopfs_record_is_never_written_and_preflight_is_kept_unless_set(writer):
     patch = kopf.Patch()
     writer.write(stored, {**PENDING, "preflight": None}, LOG, via=patch)
     assert patch["status"] == {"preflight": None}  # an explicit None removes them
+
+
+def test_a_pod_event_of_the_state_the_status_came_from_needs_no_work():
+    from kvpilot.controller.handlers import Controller
+
+    controller = Controller(kubernetes.client.Configuration(host="http://127.0.0.1:9"), hub=False)
+    pod = {"metadata": {**POD["metadata"], "labels": {"kvpilot.dev/server": "qwen"}}}
+    assert not controller.pod_event_changes_nothing({"type": "ADDED", "object": pod}, "ns")
+    controller.ledger.stored(KEY, pod)
+    assert controller.pod_event_changes_nothing({"type": "ADDED", "object": pod}, "ns")
+    assert not controller.pod_event_changes_nothing({"type": "DELETED", "object": pod}, "ns")  # a deletion always works
+    later = {"metadata": {**pod["metadata"], "resourceVersion": "8"}}
+    assert not controller.pod_event_changes_nothing({"type": "MODIFIED", "object": later}, "ns")
+    assert controller.pod_event_changes_nothing({"type": "ADDED", "object": {"metadata": {}}}, "ns")  # not a server's
