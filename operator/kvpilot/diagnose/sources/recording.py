@@ -206,8 +206,3 @@ def read_window(path: str | Path, window_seconds: float | None, end: float | Non
     except OSError as exc:
         raise SourceError(f"--recording {path}: {exc.strerror or exc}") from None
     return RecordingWindow(window.samples(reader.last_timestamp), reader.last_timestamp, reader.lines)
-
-
-def load_recording(path: str | Path) -> list[WindowSample]:
-    """The samples the signals read from a recording file, every instant (:func:`read_window` without a window)."""
-    return read_window(path, None).samples
