@@ -39,8 +39,8 @@ from kvpilot.metrics.recording import RecordingReader, SeriesRef
 #: answer's series (kvpilot.diagnose.sources.http).
 MAX_SERIES = 50_000
 #: Samples of those series kept at once (the window + lookback): e.g. 10 pods x 90 series x 300 s at
-#: 1 s is 270,000. About 175 bytes each through the signal computation: 950,000 peaked at 223 MiB
-#: with the ~55 MiB of imports (benchmarks/recording_stream.py's recording, ``--window 1h``).
+#: 1 s is 270,000; the bound keeps a diagnosis near a quarter of a GiB (the memory it was measured at:
+#: docs/performance.md, "diagnose on a large recording").
 MAX_WINDOW_SAMPLES = 1_000_000
 
 _INFO = "vllm:cache_config_info"
