@@ -38,7 +38,7 @@ class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use.
 
     Its methods override ``click.Group``'s (not marked ``@typing_extensions.override``: importing
-    typing_extensions would cost every start 3-4 ms; docs/performance.md, "CLI start-up").
+    typing_extensions would cost every start its import; docs/performance.md, "CLI start-up").
     """
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -88,7 +88,8 @@ def load_config(source: str, what: str = "CONFIG") -> tuple[dict[str, Any], str 
     file, a folder holding one, or a Hugging Face model id (downloaded).
 
     Returns ``(config, model_folder_or_None)``. Exits 2 with a one-line reason on any failure.
-    Paths are ``os.path`` strings, not ``pathlib`` (whose import costs every ``kvpilot kv`` 4-5 ms).
+    Paths are ``os.path`` strings, not ``pathlib`` (whose import every ``kvpilot kv`` would pay: docs/performance.md,
+    "CLI start-up").
     """
     path = os.path.expanduser(source)
     if os.path.isdir(path):
@@ -262,7 +263,8 @@ def render_text(
     for name, value in rows:
         table.add_row(name, value)
     # Text wraps on spaces at the terminal's width ($COLUMNS when piped). Every string is printed as written:
-    # no console markup ("[bold]" in a path stays) and no ":name:" emoji codes (their table is 3-4 ms to load).
+    # no console markup ("[bold]" in a path stays) and no ":name:" emoji codes (their table costs a start-up's
+    # load: docs/performance.md, "CLI start-up").
     console = Console(highlight=False, markup=False, emoji=False)
     console.print(table)
     if cap.kv_memory_bytes is None:

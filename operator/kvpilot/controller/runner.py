@@ -33,10 +33,8 @@ from kvpilot.controller.settings import make_settings, start_order_priority
 #: allocations of tracked objects instead of CPython's 700, and 20 (not 10) of each generation
 #: before the next older one. kopf keeps every watched object's body, so the heap holds a few
 #: hundred thousand long-lived objects per 1,000 servers and each full collection walks them
-#: all: with CPython's thresholds a 1,000-server burst spent 1.7 s of its 8.5 s CPU collecting
-#: (946, 86 and 7 collections of the three generations), with these 0.3 s (9, 0, 0), RSS no
-#: higher (``benchmarks/operator_burst.py``, ``docs/performance.md``). Python's ``gc`` docs:
-#: https://docs.python.org/3/library/gc.html#gc.set_threshold
+#: all (the CPU a burst spent collecting, before and after: docs/performance.md, "What the code's
+#: choices bought"). Python's ``gc`` docs: https://docs.python.org/3/library/gc.html#gc.set_threshold
 GC_THRESHOLDS = (50_000, 20, 20)
 
 

@@ -29,8 +29,6 @@ UNKNOWN = "unknown"
 UNBOUNDED = "unbounded"
 
 GIB = 2**30
-MIB = 2**20
-KIB = 2**10
 
 
 def _finite(value: float | int | None) -> TypeGuard[float | int]:
