@@ -14,7 +14,7 @@ from collections.abc import Callable
 import requests
 
 from kvpilot.diagnose.sources import SourceError, request_failure_reason
-from kvpilot.diagnose.sources.http import MAX_SCRAPE_BYTES, fetch
+from kvpilot.diagnose.sources.http import MAX_SCRAPE_BYTES, display_url, fetch, split_credentials
 from kvpilot.metrics.exposition import ExpositionError, Sample, parse_exposition
 
 #: Most lines one scrape may have (checked before parsing): vLLM's /metrics holds about a
@@ -40,7 +40,8 @@ def scrape_once(
 ) -> str:
     """GET ``url`` once and return the body (decoded as UTF-8, undecodable bytes replaced).
 
-    The whole request (connect, headers, body) must finish within ``timeout`` seconds and before
+    Userinfo in ``url`` (``http://user:password@host``) is sent as basic auth and left out of every
+    message. The whole request (connect, headers, body) must finish within ``timeout`` seconds and before
     ``run_deadline`` (a ``time.monotonic()`` instant); the decompressed body may be at most
     :data:`~kvpilot.diagnose.sources.http.MAX_SCRAPE_BYTES` (:mod:`kvpilot.diagnose.sources.http`).
     ``session`` is accepted for callers that pass one; the bounded GET does not use it.
@@ -49,12 +50,14 @@ def scrape_once(
         SourceError: connection refused, deadline passed, body too large, or a non-200 answer (one line).
     """
     deadline = timeout if run_deadline is None else min(timeout, run_deadline - time.monotonic())
+    bare, authorization = split_credentials(url)  # userinfo is sent as basic auth, never printed
+    headers = {"Accept": ACCEPT} | ({"Authorization": authorization} if authorization else {})
     try:
-        fetched = fetch(url, headers={"Accept": ACCEPT}, deadline=deadline, max_bytes=MAX_SCRAPE_BYTES)
+        fetched = fetch(bare, headers=headers, deadline=deadline, max_bytes=MAX_SCRAPE_BYTES)
     except requests.RequestException as exc:
-        raise SourceError(f"--metrics-url {url}: {request_failure_reason(exc, deadline)}") from None
+        raise SourceError(f"--metrics-url {bare}: {request_failure_reason(exc, deadline)}") from None
     if fetched.status != 200:
-        raise SourceError(f"--metrics-url {url}: HTTP {fetched.status}")
+        raise SourceError(f"--metrics-url {bare}: HTTP {fetched.status}")
     return fetched.body.decode("utf-8", errors="replace")
 
 
@@ -109,13 +112,15 @@ def scrape_series(
             lines = body.count("\n")
             if lines > MAX_SCRAPE_LINES:
                 raise SourceError(
-                    f"--metrics-url {url}: {lines:,} lines in one scrape, more than the limit of "
+                    f"--metrics-url {display_url(url)}: {lines:,} lines in one scrape, more than the limit of "
                     f"{MAX_SCRAPE_LINES:,} (a vLLM server exposes about a thousand per model)"
                 )
             try:
                 samples.extend(parse_exposition(body, default_timestamp=started))
             except ExpositionError as exc:
-                raise SourceError(f"--metrics-url {url}: not Prometheus text or OpenMetrics: {exc}") from None
+                raise SourceError(
+                    f"--metrics-url {display_url(url)}: not Prometheus text or OpenMetrics: {exc}"
+                ) from None
             done += 1
             if i < count - 1:
                 sleep(max(0.0, gap - (clock() - started)))
