@@ -6,7 +6,6 @@ Exit status (docs/user-guide.md): 0 no bottleneck, 1 warning, 2 critical, 3 coul
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -253,10 +252,18 @@ def command(
         notes.append(f"--window {window_text.strip()} read as {window_text.strip()} seconds (write 5m for minutes).")
     config = None
     if model_config:
+        from kvpilot.text.documents import MAX_JSON_BYTES, load_json
+
         try:
-            with open(model_config, encoding="utf-8") as fp:
-                config = json.load(fp)
-        except (OSError, ValueError) as exc:
+            with open(model_config, "rb") as fp:
+                raw = fp.read(MAX_JSON_BYTES + 1)
+            if len(raw) > MAX_JSON_BYTES:
+                raise ValueError(f"larger than {MAX_JSON_BYTES:,} bytes (the bound for this file)")
+            doc = load_json(raw.decode("utf-8"))  # bounded: nesting, integer digits, numbers
+            if not isinstance(doc, dict):
+                raise ValueError("a config.json is a JSON object")
+            config = doc
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError and DocumentError are ValueErrors
             click.echo(f"kvpilot: error: --model-config {model_config}: {exc}", err=True)
             sys.exit(EXIT_USAGE)
     opts = Options(

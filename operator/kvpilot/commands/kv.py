@@ -6,12 +6,12 @@ import json
 import os
 import re
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from kvpilot.api.constants import KV_CACHE_DTYPES
-from kvpilot.commands._common import MEMORY_SIZE, fail
+from kvpilot.commands._common import MEMORY_SIZE, fail, read_input
 from kvpilot.kv import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -36,29 +36,18 @@ from kvpilot.text.numbers import count, fig, gib, noun, number, percent, signifi
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def _refuse_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not a JSON number (RFC 8259 section 6)")
-
-
 def _read_json(path: str, what: str) -> object:
-    """The JSON document at ``path``; exits 2 naming ``what`` when it is unreadable, not UTF-8,
-    not JSON (``NaN``/``Infinity`` included: RFC 8259 has no such numbers) or nested too deeply.
+    """The JSON document at ``path``, read within the bounds of :mod:`kvpilot.text.documents` (at most
+    ``MAX_JSON_BYTES``, nesting, integer digits, numbers a float holds); exits 2 naming ``what`` when it is
+    unreadable, not UTF-8, not JSON (``NaN``/``Infinity`` included: RFC 8259 has no such numbers) or beyond a bound.
     """
+    from kvpilot.text.documents import MAX_JSON_BYTES, DocumentError, load_json
+
+    text = read_input(path, MAX_JSON_BYTES, what)
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        fail(f"{what}: cannot read {path}: {exc.strerror or exc}")
-    except UnicodeDecodeError as exc:
-        fail(f"{what}: {path} is not UTF-8 text (byte {exc.start}: {exc.reason})")
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        fail(f"{what}: {path} is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})")
-    except ValueError as exc:
-        fail(f"{what}: {path} is not valid JSON ({exc})")
-    except RecursionError:
-        fail(f"{what}: {path} is nested too deeply to be a model config")
+        return load_json(text)
+    except DocumentError as exc:
+        fail(f"{what}: {path}: {exc}")
 
 
 def local_weights_bytes(folder: str) -> int | None:
@@ -121,10 +110,12 @@ def speculative_draft(
     option on bad input; a draft model with ``pipeline_parallel_size`` above 1 is refused before it is read
     (offline, the Hub's error would hide the reason).
     """
+    from kvpilot.text.documents import DocumentError, load_json
+
     try:
-        doc = json.loads(raw, parse_constant=_refuse_constant)
-    except ValueError as exc:
-        fail(f"--speculative-config: not a JSON object ({exc})")
+        doc = load_json(raw)
+    except DocumentError as exc:
+        fail(f"--speculative-config: {exc}")
     try:
         settings = parse_speculative_config(doc)
         draft, draft_config = None, None
