@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kvpilot.engine.block_pool import NO_HIT, BlockPool
+from kvpilot.engine.block_pool import NO_HIT, BlockPool, Hit
 from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.hardware import CostModel, model_profile
 from kvpilot.engine.offload import CPUOffloadTier
@@ -600,10 +600,7 @@ class Engine:
         pool = self.pool
         req = self.waiting[0]
         total = req.total
-        hit = NO_HIT
-        if caching and pool.may_hit(req.first_hash(bs)):
-            max_blocks = (total - 1) // bs
-            hit = pool.lookup(req.hash_runs(0, max_blocks, bs), max_blocks)
+        hit = self._prefix_hit(req) if caching else NO_HIT
         hit_blocks = hit.num_blocks
         gpu_hit = hit_blocks * bs
         ext = 0 if self.offload is None else self._offload_hit(req, gpu_hit)
@@ -637,14 +634,7 @@ class Engine:
             req.next_full = _NEVER
         adm.load_tokens += ext
         if not req.num_preemptions:
-            if caching:
-                adm.prefix_queries += total
-                adm.prefix_hits += gpu_hit
-                req.prefix_hit_tokens = gpu_hit
-            req.external_hit_tokens = ext
-            if self.offload is not None:
-                adm.external_queries += total
-                adm.external_hits += ext
+            self._count_first_admission(adm, req, gpu_hit, ext)
         if req.scheduled_time is None:
             req.scheduled_time = start
         self.running.append(req)
@@ -652,6 +642,26 @@ class Engine:
         adm.context += end
         adm.pairs += n * computed + ((n * n + n) >> 1)
         return True
+
+    def _prefix_hit(self, req: Request) -> Hit:
+        """The GPU prefix cache's hit for ``req`` (``get_computed_blocks``): at most ``num_tokens - 1`` tokens."""
+        bs = self.block_size
+        pool = self.pool
+        if not pool.may_hit(req.first_hash(bs)):
+            return NO_HIT
+        max_blocks = (req.total - 1) // bs
+        return pool.lookup(req.hash_runs(0, max_blocks, bs), max_blocks)
+
+    def _count_first_admission(self, adm: Admission, req: Request, gpu_hit: int, ext: int) -> None:
+        """Prefix-cache statistics of a request admitted for the first time (``record_prefix_cache_stats``)."""
+        if self.config.enable_prefix_caching:
+            adm.prefix_queries += req.total
+            adm.prefix_hits += gpu_hit
+            req.prefix_hit_tokens = gpu_hit
+        req.external_hit_tokens = ext
+        if self.offload is not None:
+            adm.external_queries += req.total
+            adm.external_hits += ext
 
     def _offload_hit(self, req: Request, gpu_hit: int) -> int:
         """Tokens the CPU tier holds beyond the GPU hit (``get_num_new_matched_tokens``), whole chunks."""

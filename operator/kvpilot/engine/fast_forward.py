@@ -117,6 +117,7 @@ class _Stretch:
         "no_admission",
         "track",
         "keep",
+        "observed",
         "phases",
         "finishing",
         "finish_steps",
@@ -153,6 +154,7 @@ class _Stretch:
         self.no_admission = engine.offload is not None  # the CPU tier's loads and stores are left to Engine.step
         self.track = engine.track_itls
         self.keep = engine.keep_finished and self.track
+        self.observed = self.track or engine.metrics is not None  # quiet steps' gaps are recorded
         self.phases: list[list[list[int]]] = [[] for _ in range(self.bs)]
         self.finishing: dict[int, list[Request]] = {}
         self.finish_steps: list[int] = []
@@ -199,42 +201,47 @@ class _Stretch:
                     break
             self.event_step()
 
-    def quiet_steps(self) -> int:
-        """Steps in which nothing can happen but decodes and their block allocations, up to the next finish, the
-        next arrival or an allocation the free blocks do not cover (then the stretch is done); how many were taken.
-        None when a waiting request may be admitted in this step, or nothing (or too much) decodes.
-
-        Their allocations are made at the end, all at once, in step order then running order: nothing else takes
-        blocks from the queue or gives some back in between, so each block is the one stepping would have taken.
+    def _quiet_bounds(self) -> tuple[int, float] | None:
+        """(the first step that may not be quiet: the next finish or ``max_steps``; the time a quiet step must start
+        before: the next arrival or ``until``), None when this very step may not be quiet (nothing decodes, too much
+        decodes, a waiting request may be admitted, or the bounds are reached).
         """
         num = self.num
         budget = self.budget
         if not 0 < num <= budget or (self.engine.waiting and not self.blocked and num < self.max_seqs and num < budget):
-            return 0
-        g = self.g
+            return None
         g_end = self.finish_steps[0] if self.finish_steps else self.max_steps
         if g_end > self.max_steps:
             g_end = self.max_steps
-        if g >= g_end:
-            return 0
         t_arrival = self.workload.next_arrival_time()
         t_stop = self.stop_at if t_arrival is None or t_arrival > self.stop_at else t_arrival
-        now = self.now
-        if now >= t_stop:
+        if self.g >= g_end or self.now >= t_stop:
+            return None
+        return g_end, t_stop
+
+    def quiet_steps(self) -> int:
+        """Steps in which nothing can happen but decodes and their block allocations, up to the next finish, the
+        next arrival or an allocation the free blocks do not cover (then the stretch is done); how many were taken.
+
+        Their allocations are made at the end, all at once, in step order then running order, and so are their
+        records (inter-token gaps, ``record_step``): nothing else takes blocks from the queue, gives some back or
+        reaches the metrics sink in between, so each block is the one stepping would have taken.
+        """
+        bounds = self._quiet_bounds()
+        if bounds is None:
             return 0
+        g_end, t_stop = bounds
         engine = self.engine
         pool = engine.pool
         step_time = engine.cost.step_time
-        metrics = engine.metrics
-        num, track, keep, gaps, phases, bs = self.num, self.track, self.keep, self.gaps, self.phases, self.bs
-        run = self.run_steps
-        itl_counts = run.itl_counts if run.steps else []
+        num, phases, bs, observed = self.num, self.phases, self.bs, self.observed
+        g = g0 = self.g
+        now = first = self.now
         context = self.context
         busy = engine.busy_time
-        first, g0 = now, g
         free = pool.num_free
         allocating: list[list[int]] = []
-        observed = keep or track or metrics is not None
+        gaps: list[float] = []
         while g < g_end and now < t_stop:
             tails = phases[g % bs]
             if tails:
@@ -250,27 +257,7 @@ class _Stretch:
             busy += dt
             g += 1
             if observed:
-                common = now - start
-                if keep:
-                    gaps.append(common)
-                if track:
-                    itl_counts.append((common, num))
-                if metrics is not None:
-                    metrics.record_step(
-                        num_tokens=num,
-                        prompt_tokens=0,
-                        generation_tokens=num,
-                        preemptions=0,
-                        prefix_queries=0,
-                        prefix_hits=0,
-                        external_queries=0,
-                        external_hits=0,
-                        prompt_cached=0,
-                        prompt_external=0,
-                        preemptions_reported=0,
-                        ttfts=(),
-                        itl_counts=((common, num),) if track else (),
-                    )
+                gaps.append(now - start)
         if allocating:
             pool.grow_tails(allocating)
         taken = g - g0
@@ -279,20 +266,46 @@ class _Stretch:
         engine.busy_time = busy
         if taken:
             engine.count_decode_steps(taken, num * taken)
-            run.add_steps(first, now, taken, num, len(engine.waiting), pool.usage(), itl_counts)
+            self.run_steps.add_steps(
+                first, now, taken, num, len(engine.waiting), pool.usage(), self._observe_quiet(gaps, num)
+            )
         return taken
+
+    def _observe_quiet(self, gaps: list[float], num: int) -> list[tuple[float, int]]:
+        """Record quiet steps' inter-token ``gaps`` (each the gap of all ``num`` decoding requests): the requests' own
+        ``itls`` (``gaps``), one ``record_step`` each for the metrics sink; return them as ``(gap, count)`` pairs.
+        """
+        if self.keep:
+            self.gaps += gaps
+        metrics = self.engine.metrics
+        track = self.track
+        if metrics is not None:
+            for gap in gaps:
+                metrics.record_step(
+                    num_tokens=num,
+                    prompt_tokens=0,
+                    generation_tokens=num,
+                    preemptions=0,
+                    prefix_queries=0,
+                    prefix_hits=0,
+                    external_queries=0,
+                    external_hits=0,
+                    prompt_cached=0,
+                    prompt_external=0,
+                    preemptions_reported=0,
+                    ttfts=(),
+                    itl_counts=((gap, num),) if track else (),
+                )
+        return [(gap, num) for gap in gaps] if track else []
 
     def event_step(self) -> None:
         """One step in which something may arrive, be admitted or finish (``done`` when it cannot be taken here)."""
         engine = self.engine
         g = self.g
-        start = self.now
         num = self.num
-        budget = self.budget
-        arrived = self.workload.pop_arrivals(start) if g else []
-        if not num or num > budget:
-            for req in arrived:
-                engine.add_request(req)
+        arrived = self.workload.pop_arrivals(self.now) if g else []
+        if not 0 < num <= self.budget:
+            self._add(arrived)
             self.done = True
             return
         finishing = None
@@ -301,29 +314,35 @@ class _Stretch:
             finishing = self.finishing.pop(g)
         if arrived:
             self.blocked = False
-        admit = bool(engine.waiting or arrived) and num < self.max_seqs and num < budget and not self.blocked
+        admit = bool(engine.waiting or arrived) and num < self.max_seqs and num < self.budget and not self.blocked
         if arrived or admit or finishing:
             # the run so far is handed on before anything changes, so on_step sees the state after its last step
             self.run_steps.flush(self.emit)
-        for req in arrived:
-            engine.add_request(req)
+        self._add(arrived)
         tails = self.phases[g % self.bs]
-        pool = engine.pool
-        if (admit and self.no_admission) or len(tails) > pool.num_free:  # Engine.step's; the 2nd preempts
+        if (admit and self.no_admission) or len(tails) > engine.pool.num_free:  # Engine.step's; the 2nd preempts
             self.done = True
             return
         if tails:
-            pool.grow_tails(tails)
+            engine.pool.grow_tails(tails)
+        self._forward(finishing or [], admit, bool(arrived) or admit)
+
+    def _forward(self, finishing: list[Request], admit: bool, event: bool) -> None:
+        """Step ``g`` after its decodes' allocations: admissions with the budget the decodes leave, the forward pass,
+        the outputs. ``finishing``: the decoding requests whose last token this step is.
+        """
+        engine = self.engine
+        start = self.now
+        num = self.num
         ctx = self.context + num
+        scheduled: list[Request] = []
         if admit:
-            scheduled: list[Request] = []
-            adm = engine.admit(budget - num, start, scheduled)
+            adm = engine.admit(self.budget - num, start, scheduled)
             if not scheduled:
                 self.blocked = True
-            num_tokens = budget - adm.budget
+            num_tokens = self.budget - adm.budget
             dt = engine.cost.step_time(num_tokens, ctx + adm.context, ctx + adm.pairs)
         else:
-            scheduled = []
             adm = _NO_ADMISSION
             num_tokens = num
             dt = engine.cost.step_time(num, ctx, ctx)
@@ -331,7 +350,7 @@ class _Stretch:
         engine.busy_time += dt
         if self.keep:
             self.gaps.append(now - start)
-        self._outputs(start, dt, finishing or [], scheduled, adm, num_tokens, bool(arrived) or admit)
+        self._outputs(start, dt, finishing, scheduled, adm, num_tokens, event)
 
     def _outputs(
         self,
@@ -352,13 +371,7 @@ class _Stretch:
         now = self.now
         common = now - start
         dec = self.num
-        others: list[float]
-        if not self.track:
-            num_common, others = 0, []
-        elif g:
-            num_common, others = dec, []
-        else:
-            num_common, others = self._first_gaps(start, common)
+        num_common, others = self._gaps_before(start, common)
         for req in finished:  # decoding requests finishing: brought up to date
             self._catch_up(req, req.ff_base + g + 1, g + 1, True)
         self.context += dec
@@ -368,12 +381,7 @@ class _Stretch:
             num_common += out.num_common
             others += out.other_gaps
         if finished:
-            running = engine.running
-            for req in finished:  # in place: the running list keeps its order (Engine.step filters a copy)
-                running.remove(req)
-            for req in finished:
-                engine.finish(req, now)
-            self.blocked = False
+            self._leave(finished, now)
         self.num = num = len(engine.running)
         itl_counts = group_gaps(common, num_common, others)
         engine.count_step(adm, out, 0, dec)
@@ -409,6 +417,25 @@ class _Stretch:
                 self.done = True
         else:
             self.run_steps.add(start, now, dec, step_out.waiting, step_out.kv_cache_usage, itl_counts)
+
+    def _leave(self, finished: list[Request], now: float) -> None:
+        """The requests that finished at ``now`` leave the running list and free their blocks (``Engine.finish``)."""
+        running = self.engine.running
+        for req in finished:  # in place: the running list keeps its order (Engine.step filters a copy)
+            running.remove(req)
+        for req in finished:
+            self.engine.finish(req, now)
+        self.blocked = False
+
+    def _gaps_before(self, start: float, common: float) -> tuple[int, list[float]]:
+        """The decoding requests' inter-token gaps of this step: ``(requests whose gap is the step's own, the other
+        gaps)``; in the first step a request's previous token may be older than the step's start.
+        """
+        if not self.track:
+            return 0, []
+        if self.g:
+            return self.num, []
+        return self._first_gaps(start, common)
 
     def _sample_admitted(self, scheduled: list[Request], start: float, finished: list[Request]) -> Sampled:
         """The admitted requests whose prompt is all computed sample their first token (``Engine.sample``) and decode
@@ -465,6 +492,11 @@ class _Stretch:
         if self.caching:
             self.engine.cache_full_blocks(req, c)
 
+    def _add(self, arrived: list[Request]) -> None:
+        """Queue the requests that arrived (``Engine.add_request``)."""
+        for req in arrived:
+            self.engine.add_request(req)
+
     def close(self) -> None:
         """Hand on the last run of steps, bring the decoding requests up to date, set the gauges."""
         self.run_steps.flush(self.emit)
@@ -502,10 +534,12 @@ class _Run:
     def add_steps(
         self, start: float, end: float, steps: int, num: int, waiting: int, usage: float, itls: list[tuple[float, int]]
     ) -> None:
-        """``steps`` more steps from ``start`` to ``end`` (s); ``itls``: the run's gaps so far with theirs added."""
-        if not self.steps:
+        """``steps`` more steps from ``start`` to ``end`` (s) with ``num`` decoding requests, their gaps ``itls``."""
+        if self.steps:
+            self.itl_counts += itls
+        else:
             self.start = start
-        self.itl_counts = itls
+            self.itl_counts = itls
         self.steps += steps
         self.end, self.num, self.waiting, self.usage = end, num, waiting, usage
 
