@@ -377,20 +377,26 @@ class BlockPool:
                 e.seq = self._seq
                 e.fl = fam[h >> FAMILY_SHIFT] = [e]
                 continue
+            prev = exts[-2] if len(exts) > 1 else None
+            if (
+                prev is not None
+                and prev.fl is fl
+                and not prev.dup
+                and len(prev.holders) == 1
+                and prev.h0 is not None
+                and prev.h0 + len(prev.ids) * bs == h
+                and (len(fl) == 1 or not _overlaps(fl, h, c, bs))
+            ):  # continues the table's previous extent (a chunk, a decode's next block), nobody else has the hashes
+                if c == len(ids):
+                    prev.ids += ids
+                    exts.pop()
+                else:
+                    prev.ids += ids[:c]
+                    del ids[:c]
+                continue
             if _overlaps(fl, h, c, bs):
                 self._cache_duplicates(table, h, c)
                 continue
-            prev = exts[-2] if len(exts) > 1 else None
-            if prev is not None and prev.fl is fl and not prev.dup and len(prev.holders) == 1:
-                h0 = prev.h0
-                if h0 is not None and h0 + len(prev.ids) * bs == h:  # continues it (a chunk, a decode's next block)
-                    if c == len(ids):
-                        prev.ids += ids
-                        exts.pop()
-                    else:
-                        prev.ids += ids[:c]
-                        del ids[:c]
-                    continue
             self._register(self._carve(table, tail, h, c))
 
     def _carve(self, table: BlockTable, tail: _Ext, h: BlockHash, c: int) -> _Ext:

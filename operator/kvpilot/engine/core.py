@@ -431,7 +431,7 @@ class Engine:
         scheduled: list[Request] = []
         # 1. running requests, in order; 2. waiting requests, FCFS, only if nothing was preempted
         rp = self._schedule_running(budget, scheduled)
-        adm = self.admit(rp.budget, start, scheduled) if not rp.preempted and self.waiting else Admission(rp.budget)
+        adm = self.admit(rp.budget, start, scheduled) if not rp.preempted and self.waiting else None
         if not scheduled:
             return self.record(
                 StepOutput.build(
@@ -452,11 +452,15 @@ class Engine:
                 )
             )
         # 3. the forward pass: its time, with the CPU tier's loads and stores
-        num_tokens = budget - adm.budget
-        dt = self.cost.step_time(num_tokens, rp.context + adm.context, rp.pairs + adm.pairs)
+        if adm is None:
+            num_tokens = budget - rp.budget
+            dt = self.cost.step_time(num_tokens, rp.context, rp.pairs)
+        else:
+            num_tokens = budget - adm.budget
+            dt = self.cost.step_time(num_tokens, rp.context + adm.context, rp.pairs + adm.pairs)
         offload = self.offload
         if offload is not None:
-            dt += adm.load_tokens * offload.load_time_per_token
+            dt += (0 if adm is None else adm.load_tokens) * offload.load_time_per_token
             dt += self._store_chunks(scheduled) * offload.store_time_per_token
         now = start + dt
         self.now = now
@@ -472,30 +476,31 @@ class Engine:
             for req in finished:
                 self.finish(req, now)
         self.count_step(adm, out, rp.preempted)
-        return self.record(
-            StepOutput.build(
-                start=start,
-                duration=dt,
-                num_tokens=num_tokens,
-                num_scheduled=len(scheduled),
-                prompt_tokens=out.prompt_tokens,
-                generation_tokens=out.generation_tokens,
-                preemptions=rp.preempted,
-                prefix_queries=adm.prefix_queries,
-                prefix_hits=adm.prefix_hits,
-                external_queries=adm.external_queries,
-                external_hits=adm.external_hits,
-                running=len(self.running),
-                waiting=len(self.waiting),
-                kv_cache_usage=self.pool.usage(),
-                finished=finished,
-                prompt_cached=out.prompt_cached,
-                prompt_external=out.prompt_external,
-                preemptions_reported=out.preemptions_reported,
-                ttfts=out.ttfts,
-                itl_counts=group_gaps(now - start, out.num_common, out.other_gaps),
-            )
+        step_out = StepOutput.build(
+            start=start,
+            duration=dt,
+            num_tokens=num_tokens,
+            num_scheduled=len(scheduled),
+            running=len(self.running),
+            waiting=len(self.waiting),
+            kv_cache_usage=self.pool.usage(),
+            generation_tokens=out.generation_tokens,
+            itl_counts=group_gaps(now - start, out.num_common, out.other_gaps),
+            finished=finished,
+            prompt_tokens=out.prompt_tokens,
+            ttfts=out.ttfts,
+            preemptions=rp.preempted,
+            preemptions_reported=out.preemptions_reported,
         )
+        if adm is not None:  # the admission's fields (the keywords above are the ones a decode step has)
+            step_out.prefix_queries = adm.prefix_queries
+            step_out.prefix_hits = adm.prefix_hits
+            step_out.external_queries = adm.external_queries
+            step_out.external_hits = adm.external_hits
+        if out.prompt_tokens:  # first tokens: their prompts' cached parts
+            step_out.prompt_cached = out.prompt_cached
+            step_out.prompt_external = out.prompt_external
+        return self.record(step_out)
 
     def _schedule_running(self, budget: int, scheduled: list[Request]) -> _RunningPass:
         """Schedule the running requests in order (``Scheduler.schedule``'s running loop); preempt when out of blocks.
@@ -509,6 +514,7 @@ class Engine:
         running = self.running
         rp = _RunningPass(budget)
         context = pairs = 0
+        sched_append = scheduled.append
         for req in running:  # safe: preemption only pops from the end of the list
             if budget <= 0:
                 break
@@ -526,7 +532,7 @@ class Engine:
             req.num_computed = end
             if end >= req.next_full:  # never true with caching off (next_full is huge)
                 self.cache_full_blocks(req, end)
-            scheduled.append(req)
+            sched_append(req)
             budget -= n
             context += end
             pairs += end if n == 1 else n * c + ((n * n + n) >> 1)
