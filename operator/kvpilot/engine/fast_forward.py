@@ -14,7 +14,7 @@ needs attention:
 - its *block allocations* come every ``block_size`` steps, at the steps ``g`` with ``g % block_size`` equal to its
   phase (its first one ``capacity - computed`` steps ahead): a request is in the list of its phase, in running
   order, and a step takes one block from the front of the free queue for each request of its phase's list, in
-  that order (``BlockPool.grow_each``: taking ``n`` blocks at once from the front of the queue is taking them one
+  that order (``BlockPool.grow_tails``: taking ``n`` blocks at once from the front of the queue is taking them one
   by one, ``get_new_blocks`` in vllm/v1/core/block_pool.py), so block ids, free-queue order and evictions are
   those of stepping;
 - the blocks its decodes fill enter the prefix cache when it finishes or the run ends (``Engine.cache_full_blocks``
