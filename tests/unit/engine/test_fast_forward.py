@@ -51,7 +51,7 @@ def _state(engine: Engine, finished: list) -> dict[str, Any]:
             engine.generation_tokens,
             engine.num_finished,
         ),
-        "pool": (pool.free_queue(), pool.ref_cnt, pool.block_hash, pool._cached, pool._dups, pool.num_evictions),
+        "pool": pool.snapshot([r.table for r in engine.running]),
         "running": [(r.request_id, r.num_computed, r.num_output, r.blocks, r.last_token_time) for r in engine.running],
         "waiting": [(r.request_id, r.num_computed, r.num_preemptions) for r in engine.waiting],
         "finished": [
@@ -75,7 +75,7 @@ def _run(make, fast_forward: bool, times: list[float], version: str = "0.29.0") 
     """(metrics text at each of ``times``, final state, longest stretch) of one mode."""
     engine, workload = make(fast_forward)
     engine.metrics = metrics = _metrics(engine, version)
-    engine._track_itls = True
+    engine.track_itls = True
     longest = [1]
 
     def on_step(eng, out):
@@ -200,7 +200,7 @@ def test_max_steps_stops_a_stretch_where_stepping_stops():
     def go(ff):
         engine, wl = _poisson_engine(ff)
         engine.metrics = metrics = _metrics(engine, "0.29.0")
-        engine._track_itls = True
+        engine.track_itls = True
         seen = []
         for n in (1, 7, 100, 3, 1000, 17, 500):
             engine.run(wl, max_steps=n)
