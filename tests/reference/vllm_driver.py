@@ -12,8 +12,13 @@ stdout::
                     "requests": [{"request_id", "arrival_time", "segments": [[key, length], ...],
                                   "output_len", "finish_reason": "length" | "stop"}],
                     "snapshot_interval": seconds | null, "until": seconds | null,
-                    "record_steps": bool}]}
+                    "record_steps": bool | "light"}]}
     -> {"vllm_version": str, "results": [{"name", "steps": [...], "snapshots": [[t, families]], ...}]}
+
+``record_steps``: ``true`` records every step in full (``scheduled`` per request, ``preempted``, prefix-cache
+stats, ``running``/``waiting``, ``kv_cache_usage``, ``refusal``); ``"light"`` only ``start``, ``duration``,
+``tokens``, ``running``, ``queue``, ``kv_cache_usage``, ``compute_share``, ``refusal`` and ``refusal_detail``
+(long recordings); ``false`` none.
 
 How each piece is built (vLLM 0.29.0):
 
@@ -37,6 +42,26 @@ How each piece is built (vLLM 0.29.0):
   pairs * attn_flop)`` (kvpilot's roofline, ``kvpilot/engine/hardware.py::CostModel.step_time``,
   with the same context/pair sums as ``kvpilot/engine/core.py``), so both sides see the same seconds.
 - Metrics are read from prometheus_client's registry vLLM's stat logger fills (``REGISTRY``).
+
+Ground truth of every step (``refusal``, :class:`RefusalProbe`): why the head of vLLM's waiting queue was not
+admitted, read from vLLM's own ``Scheduler.schedule`` as it runs, never re-derived. The head is the first request,
+in the order ``schedule()`` visits the queues (``_select_waiting_queue_for_scheduling``: skipped requests first
+under FCFS), that was waiting when the step began and is still waiting when it ends. Its reason:
+
+- ``kv_cache``: the step preempted a request (``_preempt_request`` was called: the waiting loop does not run), or
+  ``kv_cache_manager.allocate_slots`` returned ``None`` for the head;
+- ``lora``: the head was set aside (``step_skipped_waiting``) because its adapter cannot join the batch
+  (``max_loras`` adapters already scheduled: vLLM's ``deferred`` waiting reason);
+- ``other``: set aside for another reason (``refusal_detail`` names its status: ``WAITING_FOR_REMOTE_KVS``,
+  ``WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR``, ...), or the loop stopped at the head on a path this driver never
+  exercises (``scheduler_break``);
+- ``token_budget``: the loop ended with the budget used up (``token_budget`` or ``input_budget`` spent, read from
+  ``schedule()``'s locals when its waiting loop ends), or stopped at the head because its prompt cannot be
+  chunked (``enable_chunked_prefill`` off and the prompt longer than the budget left) or its speculative padding
+  does not fit;
+- ``max_num_seqs``: the loop ended on its running cap (``len(running) >= max_num_running_reqs``), checked after
+  the budget, in ``schedule()``'s order;
+- ``none``: nothing was left waiting.
 """
 
 from __future__ import annotations
@@ -47,6 +72,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import FrameType
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -91,6 +117,7 @@ def _imports() -> dict:
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash, update_kv_cache_capacity
+    from vllm.v1.core.sched import scheduler as scheduler_module
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.engine import EngineCoreRequest
     from vllm.v1.engine.output_processor import OutputProcessor
@@ -98,7 +125,7 @@ def _imports() -> dict:
     from vllm.v1.metrics.loggers import PrometheusStatLogger
     from vllm.v1.metrics.stats import IterationStats
     from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request
+    from vllm.v1.request import Request, RequestStatus
     from vllm.v1.structured_output import StructuredOutputManager
 
     return {
@@ -113,7 +140,7 @@ def _imports() -> dict:
         "get_request_block_hasher": get_request_block_hasher,
         "init_none_hash": init_none_hash,
         "update_kv_cache_capacity": update_kv_cache_capacity,
-        "Scheduler": Scheduler,
+        "Scheduler": probed_scheduler_class(Scheduler, scheduler_module),
         "EngineCoreRequest": EngineCoreRequest,
         "OutputProcessor": OutputProcessor,
         "FullAttentionSpec": FullAttentionSpec,
@@ -123,11 +150,182 @@ def _imports() -> dict:
         "IterationStats": IterationStats,
         "ModelRunnerOutput": ModelRunnerOutput,
         "Request": Request,
+        "RequestStatus": RequestStatus,
         "StructuredOutputManager": StructuredOutputManager,
     }
 
 
+def probed_scheduler_class(scheduler_cls, scheduler_module):
+    """The ``Scheduler`` of vLLM with two observation points for :class:`RefusalProbe`, its code unchanged.
+
+    - ``prefill_capacity_bound`` becomes a property: ``schedule()`` assigns it right after its waiting loop
+      ends (``if not defer_prefills: self.prefill_capacity_bound = bool(self.waiting)``), so its setter sees
+      ``schedule()``'s frame at that moment;
+    - ``create_request_queue`` (the name ``scheduler.py`` calls) marks the queue ``schedule()`` creates, its
+      ``step_skipped_waiting``.
+    """
+    create_request_queue = scheduler_module.create_request_queue
+
+    def probed_create_request_queue(policy):
+        queue = create_request_queue(policy)
+        caller = sys._getframe(1)
+        owner = caller.f_locals.get("self")
+        probe = getattr(owner, "__dict__", {}).get("refusal_probe")
+        if probe is not None and caller.f_code.co_name == "schedule":
+            probe.step_queue(queue)
+        return queue
+
+    scheduler_module.create_request_queue = probed_create_request_queue
+
+    class ProbedScheduler(scheduler_cls):
+        @property
+        def prefill_capacity_bound(self) -> bool:
+            return self.__dict__.get("_prefill_capacity_bound", False)
+
+        @prefill_capacity_bound.setter
+        def prefill_capacity_bound(self, value: bool) -> None:
+            self.__dict__["_prefill_capacity_bound"] = value
+            probe = self.__dict__.get("refusal_probe")
+            if probe is not None:
+                probe.loop_exit(sys._getframe(1))
+
+    return ProbedScheduler
+
+
 V: dict = {}
+
+
+class RefusalProbe:
+    """Why the head of vLLM's waiting queue was not admitted in one ``schedule()`` call (module docstring).
+
+    Installed on one scheduler: wraps its ``kv_cache_manager.allocate_slots``, ``_preempt_request`` and
+    ``_select_waiting_queue_for_scheduling`` (instance attributes), marks the step's ``step_skipped_waiting``
+    queue (``create_request_queue`` called during ``schedule()``), and is called by :class:`ProbedScheduler`
+    when the waiting loop ends, with ``schedule()``'s frame. Nothing here decides admission: every fact is
+    something vLLM's code did.
+    """
+
+    def __init__(self, sched) -> None:
+        self.sched = sched
+        self.active = False
+        self.visited: list = []  # requests the waiting loop peeked, in order
+        self.skipped: dict[str, tuple[str, str]] = {}  # request id -> (reason, detail) when set aside
+        self.kv_refused: set[str] = set()  # waiting requests allocate_slots returned None for
+        self.preempted: list[str] = []
+        self.loop_exit_locals: dict | None = None
+        kvm = sched.kv_cache_manager
+        allocate_slots = kvm.allocate_slots
+        running = V["RequestStatus"].RUNNING
+
+        def probed_allocate_slots(request, *args, **kwargs):
+            blocks = allocate_slots(request, *args, **kwargs)
+            if self.active and blocks is None and request.status != running:
+                self.kv_refused.add(request.request_id)
+            return blocks
+
+        kvm.allocate_slots = probed_allocate_slots
+        preempt = sched._preempt_request
+
+        def probed_preempt(request, *args, **kwargs):
+            if self.active:
+                self.preempted.append(request.request_id)
+            return preempt(request, *args, **kwargs)
+
+        sched._preempt_request = probed_preempt
+        select = sched._select_waiting_queue_for_scheduling
+
+        def probed_select():
+            queue = select()
+            if self.active and queue is not None:
+                self.visited.append(queue.peek_request())
+            return queue
+
+        sched._select_waiting_queue_for_scheduling = probed_select
+
+    def step_queue(self, queue) -> None:
+        """``queue`` was created by ``schedule()``: its ``step_skipped_waiting``; record what it is given."""
+        prepend = queue.prepend_request
+
+        def probed_prepend(request):
+            if self.active:
+                self.skipped[request.request_id] = self.skip_reason(request, sys._getframe(1))
+            return prepend(request)
+
+        queue.prepend_request = probed_prepend
+
+    def skip_reason(self, request, frame: FrameType) -> tuple[str, str]:
+        """Which of ``schedule()``'s set-aside branches ``request`` took, from its state at that moment."""
+        status = request.status
+        if self.sched._is_blocked_waiting_status(status):
+            return "other", status.name
+        if request.num_stale_output_tokens > 0 and not request.drop_stale_output:
+            return "other", "stale_output"
+        lora_config = self.sched.lora_config
+        loras = frame.f_locals.get("scheduled_loras")
+        if (
+            lora_config is not None
+            and request.lora_request is not None
+            and loras is not None
+            and len(loras) == lora_config.max_loras
+            and request.lora_request.lora_int_id not in loras
+        ):
+            return "lora", "max_loras"
+        return "other", "kv_connector"
+
+    def loop_exit(self, frame: FrameType) -> None:
+        """``schedule()``'s waiting loop ended: keep the locals that say why."""
+        if self.active and frame.f_code.co_name == "schedule":
+            self.loop_exit_locals = dict(frame.f_locals)
+
+    def begin(self) -> None:
+        self.active = True
+        self.visited, self.skipped, self.kv_refused, self.preempted = [], {}, set(), []
+        self.loop_exit_locals = None
+
+    def end(self, so) -> tuple[str, str]:
+        """``(reason, detail)`` for the step ``so`` (a ``SchedulerOutput``) just scheduled."""
+        self.active = False
+        sched = self.sched
+        if self.preempted:
+            return "kv_cache", "preempted"
+        scheduled = so.num_scheduled_tokens
+        head = next((r for r in self.visited if r.request_id not in scheduled), None)
+        if head is not None:
+            rid = head.request_id
+            if rid in self.skipped:
+                return self.skipped[rid]
+            if rid in self.kv_refused:
+                return "kv_cache", "allocate_slots"
+            return self.stopped_at_head()
+        if not (len(sched.waiting) + len(sched.skipped_waiting)):
+            return "none", ""
+        return self.loop_ended()
+
+    def stopped_at_head(self) -> tuple[str, str]:
+        """The waiting loop broke at the head without asking the KV cache (``schedule()``'s locals then)."""
+        loc = self.loop_exit_locals or {}
+        budget_left = loc.get("request_token_budget")
+        if budget_left is None:
+            return "other", "scheduler_break"
+        if not self.sched.scheduler_config.enable_chunked_prefill and loc.get("num_new_tokens", 0) > budget_left:
+            return "token_budget", "prompt_cannot_be_chunked"
+        if self.sched.num_spec_tokens > 0 and loc.get("padded_num_tokens", 0) > budget_left:
+            return "token_budget", "spec_decode_padding"
+        return "other", "scheduler_break"
+
+    def loop_ended(self) -> tuple[str, str]:
+        """The waiting loop ended before the head: which of its checks, in ``schedule()``'s order."""
+        sched = self.sched
+        loc = self.loop_exit_locals
+        if loc is None:
+            return "other", "paused"
+        if loc["token_budget"] <= 0:
+            return "token_budget", "budget_used"
+        if loc["input_budget"] <= loc["draft_slots"]:
+            return "token_budget", "input_budget_used"
+        if len(sched.running) + sched.num_waiting_for_streaming_input >= sched.max_num_running_reqs:
+            return "max_num_seqs", "running_at_cap"
+        return "other", "loop_ended"
 
 
 def build(cfg: dict, workdir: Path):
@@ -185,6 +383,7 @@ def build(cfg: dict, workdir: Path):
         block_size=bs,
         log_stats=True,
     )
+    scheduler.refusal_probe = RefusalProbe(scheduler)
     output_processor = V["OutputProcessor"](None, log_stats=True)
     stat_logger = V["PrometheusStatLogger"](vllm_config, engine_indexes=[0])
     stat_logger.log_engine_initialized()
@@ -276,7 +475,8 @@ class Runner:
             req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)}, sampled_token_ids=sampled
         )
 
-    def step_time(self, so) -> tuple[float, int, int]:
+    def step_time(self, so) -> tuple[float, float, float]:
+        """``(seconds, memory term, compute term)`` of the step ``so`` (module docstring)."""
         context = pairs = 0
         for rid, n in so.num_scheduled_tokens.items():
             end = self.sched.requests[rid].num_computed_tokens
@@ -286,7 +486,7 @@ class Runner:
         k = self.cost
         t_mem = k["weight_time"] + context * k["kv_time_per_token"]
         t_cmp = so.total_num_scheduled_tokens * k["flop_per_token"] + pairs * k["attn_flop"]
-        return k["overhead"] + (t_mem if t_mem > t_cmp else t_cmp), context, pairs
+        return k["overhead"] + (t_mem if t_mem > t_cmp else t_cmp), t_mem, t_cmp
 
     def arrivals(self) -> None:
         now = CLOCK.now
@@ -342,8 +542,12 @@ class Runner:
                 continue
             t0 = CLOCK.now
             w0 = _REAL_MONOTONIC()
+            probe = self.sched.refusal_probe
+            probe.begin()
             so = self.sched.schedule()
-            dt, context, pairs = self.step_time(so) if so.total_num_scheduled_tokens else (0.0, 0, 0)
+            refusal, refusal_detail = probe.end(so)
+            queue = len(self.sched.waiting) + len(self.sched.skipped_waiting)
+            dt, t_mem, t_cmp = self.step_time(so) if so.total_num_scheduled_tokens else (0.0, 0.0, 0.0)
             model_out = self.model_output(so)
             CLOCK.now = t0 + dt
             outputs = self.sched.update_from_output(so, model_out)
@@ -355,7 +559,22 @@ class Runner:
                 self.proc.update_scheduler_stats(eco.scheduler_stats)
                 self.logger.record(scheduler_stats=eco.scheduler_stats, iteration_stats=iteration_stats)
                 stats = eco.scheduler_stats
-            if record:
+            if record == "light":
+                self.steps.append(
+                    {
+                        "start": t0,
+                        "duration": dt,
+                        "tokens": so.total_num_scheduled_tokens,
+                        "running": len(self.sched.running),
+                        "queue": queue,
+                        "kv_cache_usage": stats.kv_cache_usage if stats is not None else None,
+                        # the share of the step's time that grows with the tokens computed (roofline compute term)
+                        "compute_share": t_cmp / dt if dt and t_cmp >= t_mem else 0.0,
+                        "refusal": refusal,
+                        "refusal_detail": refusal_detail,
+                    }
+                )
+            elif record:
                 pcs = stats.prefix_cache_stats if stats is not None else None
                 self.steps.append(
                     {
@@ -370,6 +589,9 @@ class Runner:
                         "running": len(self.sched.running),
                         "waiting": len(self.sched.waiting),
                         "kv_cache_usage": stats.kv_cache_usage if stats is not None else None,
+                        "queue": queue,
+                        "refusal": refusal,
+                        "refusal_detail": refusal_detail,
                     }
                 )
             self.maybe_snapshot()
