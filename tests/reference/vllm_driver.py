@@ -15,6 +15,13 @@ stdout::
                     "record_steps": bool | "light"}]}
     -> {"vllm_version": str, "results": [{"name", "steps": [...], "snapshots": [[t, families]], ...}]}
 
+Optional, for vLLM features kvpilot's engine does not model (absent: as before): in ``config``, ``policy``
+(``"fcfs"`` | ``"priority"``: ``SchedulerConfig.policy``), ``lora`` (``{"max_loras", "max_lora_rank"}``:
+``LoRAConfig``), ``speculative`` (``{"num_speculative_tokens", "acceptance_rate", "seed"}``: an n-gram
+``SpeculativeConfig``, whose drafts and acceptance the stand-in model runner makes), ``remote_kv``
+(``{"seconds_per_token"}``: ``RemoteKVStandIn``, a KV connector loading prompts computed elsewhere); in a
+request, ``priority`` (int), ``lora`` (adapter name: a ``LoRARequest``), ``remote_prefill`` (bool).
+
 ``record_steps``: ``true`` records every step in full (``scheduled`` per request, ``preempted``, prefix-cache
 stats, ``running``/``waiting``, ``kv_cache_usage``, ``refusal``); ``"light"`` only ``start``, ``duration``,
 ``tokens``, ``running``, ``queue``, ``kv_cache_usage``, ``compute_share``, ``refusal`` and ``refusal_detail``
@@ -37,10 +44,16 @@ How each piece is built (vLLM 0.29.0):
 - ``update_from_output`` -> ``OutputProcessor.process_outputs(outputs, timestamp, IterationStats())``
   -> ``PrometheusStatLogger.record(scheduler_stats, iteration_stats)``, the order of ``AsyncLLM``'s
   output handler (an ``IterationStats`` only when the step has outputs).
+- Speculative decoding: after each step, as ``EngineCore.post_step`` does, the stand-in drafter hands
+  ``num_speculative_tokens`` draft tokens per request to ``Scheduler.update_draft_token_ids``; the model runner
+  accepts each next draft with probability ``acceptance_rate`` (seeded) and samples the accepted ones plus
+  one, so vLLM's scheduler rolls back the rejected ones and its ``SpecDecodingStats`` count them.
 - Time: ``time.time``/``time.monotonic`` are replaced by the simulated clock, which the step time
   advances: ``overhead + max(weight_time + context * kv_time_per_token, tokens * flop_per_token +
   pairs * attn_flop)`` (kvpilot's roofline, ``kvpilot/engine/hardware.py::CostModel.step_time``,
   with the same context/pair sums as ``kvpilot/engine/core.py``), so both sides see the same seconds.
+  With nothing to run but KV transfers in flight (``remote_kv``), one empty step lasts until the next
+  transfer lands or request arrives, as the engine loop would spin until then.
 - Metrics are read from prometheus_client's registry vLLM's stat logger fills (``REGISTRY``).
 
 Ground truth of every step (``refusal``, :class:`RefusalProbe`): why the head of vLLM's waiting queue was not
@@ -68,6 +81,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -114,7 +128,17 @@ def _imports() -> dict:
     import torch
     from prometheus_client import REGISTRY
     from vllm import SamplingParams
-    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import (
+        CacheConfig,
+        KVTransferConfig,
+        LoRAConfig,
+        ModelConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+        VllmConfig,
+    )
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorMetadata
+    from vllm.lora.request import LoRARequest
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash, update_kv_cache_capacity
     from vllm.v1.core.sched import scheduler as scheduler_module
@@ -124,7 +148,7 @@ def _imports() -> dict:
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.metrics.loggers import PrometheusStatLogger
     from vllm.v1.metrics.stats import IterationStats
-    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
     from vllm.v1.structured_output import StructuredOutputManager
 
@@ -133,6 +157,14 @@ def _imports() -> dict:
         "REGISTRY": REGISTRY,
         "SamplingParams": SamplingParams,
         "CacheConfig": CacheConfig,
+        "KVTransferConfig": KVTransferConfig,
+        "LoRAConfig": LoRAConfig,
+        "SpeculativeConfig": SpeculativeConfig,
+        "KVConnectorBase_V1": KVConnectorBase_V1,
+        "KVConnectorMetadata": KVConnectorMetadata,
+        "LoRARequest": LoRARequest,
+        "DraftTokenIds": DraftTokenIds,
+        "KVConnectorOutput": KVConnectorOutput,
         "ModelConfig": ModelConfig,
         "SchedulerConfig": SchedulerConfig,
         "VllmConfig": VllmConfig,
@@ -340,6 +372,7 @@ def build(cfg: dict, workdir: Path):
         max_model_len=int(cfg["max_model_len"]),
         enable_chunked_prefill=bool(cfg["enable_chunked_prefill"]),
         is_encoder_decoder=False,
+        policy=cfg.get("policy", "fcfs"),
     )
     model_config = V["ModelConfig"](
         model=str(model_dir),
@@ -356,8 +389,26 @@ def build(cfg: dict, workdir: Path):
         cache_dtype="auto",
         enable_prefix_caching=bool(cfg["enable_prefix_caching"]),
     )
+    extra = {}
+    if cfg.get("lora"):
+        extra["lora_config"] = V["LoRAConfig"](
+            max_loras=int(cfg["lora"]["max_loras"]), max_lora_rank=int(cfg["lora"].get("max_lora_rank", 16))
+        )
+    if cfg.get("speculative"):
+        # n-gram drafting needs no draft model; the drafts and their acceptance are the stand-in's (Runner)
+        extra["speculative_config"] = V["SpeculativeConfig"](
+            method="ngram", num_speculative_tokens=int(cfg["speculative"]["num_speculative_tokens"])
+        )
+    if cfg.get("remote_kv"):
+        globals()["RemoteKVStandIn"] = remote_kv_connector_class()  # the factory imports it from __main__
+        extra["kv_transfer_config"] = V["KVTransferConfig"](
+            kv_connector="RemoteKVStandIn",
+            kv_role="kv_consumer",
+            kv_connector_module_path="__main__",
+            kv_connector_extra_config={"seconds_per_token": float(cfg["remote_kv"]["seconds_per_token"])},
+        )
     vllm_config = V["VllmConfig"](
-        scheduler_config=scheduler_config, model_config=model_config, cache_config=cache_config
+        scheduler_config=scheduler_config, model_config=model_config, cache_config=cache_config, **extra
     )
     num_blocks = int(cfg["num_gpu_blocks"])
     kv_cache_config = V["KVCacheConfig"](
@@ -390,6 +441,68 @@ def build(cfg: dict, workdir: Path):
     return scheduler, output_processor, stat_logger, hasher, vllm_config
 
 
+def remote_kv_connector_class():
+    """``RemoteKVStandIn``: the decode side of prefill/decode disaggregation, through vLLM's connector API.
+
+    A request the workload marks ``remote_prefill`` had its prompt's KV computed elsewhere: the connector tells
+    the scheduler all its prompt tokens are external and load asynchronously
+    (``get_num_new_matched_tokens -> (prompt - computed, True)``, as vLLM's NixlConnector does for
+    ``do_remote_prefill``), so vLLM allocates its blocks and parks it in ``WAITING_FOR_REMOTE_KVS`` (its
+    ``deferred`` waiting reason) until a step's output reports it in ``finished_recving``. The stand-in link
+    moves ``seconds_per_token`` per token, one transfer at a time, first come first served
+    (``kv_connector_extra_config``). Worker-side methods do nothing: there is no worker.
+    """
+
+    class RemoteKVStandIn(V["KVConnectorBase_V1"]):
+        def __init__(self, vllm_config, role, kv_cache_config):
+            super().__init__(vllm_config, role, kv_cache_config)
+            extra = vllm_config.kv_transfer_config.kv_connector_extra_config
+            self.seconds_per_token = float(extra.get("seconds_per_token", 0.0))
+            self.remote: dict[str, int] = {}  # request id -> prompt tokens computed remotely, not loaded yet
+            self.transfers: dict[str, float] = {}  # request id -> simulated time its transfer lands
+            self.link_free = 0.0
+
+        def get_num_new_matched_tokens(self, request, num_computed_tokens):
+            n = self.remote.get(request.request_id, 0)
+            return (n - num_computed_tokens, True) if n > num_computed_tokens else (0, False)
+
+        def update_state_after_alloc(self, request, blocks, num_external_tokens):
+            if num_external_tokens > 0:
+                start = max(CLOCK.now, self.link_free)
+                self.link_free = start + num_external_tokens * self.seconds_per_token
+                self.transfers[request.request_id] = self.link_free
+                self.remote.pop(request.request_id, None)  # loaded once; a preempted request recomputes
+
+        def build_connector_meta(self, scheduler_output):
+            return V["KVConnectorMetadata"]()
+
+        def request_finished(self, request, block_ids):
+            return False, None
+
+        def start_load_kv(self, forward_context, **kwargs):
+            return None
+
+        def wait_for_layer_load(self, layer_name):
+            return None
+
+        def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+            return None
+
+        def wait_for_save(self):
+            return None
+
+        def finished_by(self, t: float) -> set[str]:
+            done = {rid for rid, at in self.transfers.items() if at <= t + 1e-12}
+            for rid in done:
+                del self.transfers[rid]
+            return done
+
+        def next_done(self) -> float:
+            return min(self.transfers.values(), default=float("inf"))
+
+    return RemoteKVStandIn
+
+
 def snapshot() -> list:
     """The registry's vLLM families now: [[name, type, help, [[sample, labels, value], ...]], ...]."""
     out = []
@@ -419,6 +532,11 @@ class Runner:
         self.meta: dict[str, dict] = {}
         self.steps: list = []
         self.snapshots: list = []
+        self.lora_ids: dict[str, int] = {}
+        spec_cfg = spec["config"].get("speculative") or {}
+        self.acceptance = float(spec_cfg.get("acceptance_rate", 0.0))
+        self.draft_rng = random.Random(int(spec_cfg.get("seed", 0)))
+        self.connector = self.sched.connector
 
     def tokens(self, segments) -> list[int]:
         out: list[int] = []
@@ -441,6 +559,13 @@ class Runner:
             detokenize=False,
         )
         params.update_from_generation_config({}, None)
+        lora = r.get("lora")
+        lora_request = None
+        if lora:
+            lora_id = self.lora_ids.setdefault(str(lora), len(self.lora_ids) + 1)
+            lora_request = V["LoRARequest"](lora_name=str(lora), lora_int_id=lora_id, lora_path=f"/adapters/{lora}")
+        if r.get("remote_prefill"):
+            self.connector.remote[rid] = len(prompt)
         ecr = V["EngineCoreRequest"](
             request_id=rid,
             prompt_token_ids=prompt,
@@ -448,32 +573,73 @@ class Runner:
             sampling_params=params,
             pooling_params=None,
             arrival_time=CLOCK.EPOCH + float(r["arrival_time"]),
-            lora_request=None,
+            lora_request=lora_request,
             cache_salt=None,
             data_parallel_rank=None,
+            priority=int(r.get("priority", 0)),
             external_req_id=rid,
         )
         self.meta[rid] = {"index": r["_index"], "output_len": output_len, "stop": stop}
         self.proc.add_request(ecr, None)
         self.sched.add_request(V["Request"].from_engine_core_request(ecr, self.hasher))
 
-    def model_output(self, so):
+    def accepted(self, drafts: int) -> int:
+        """How many of ``drafts`` scheduled draft tokens the stand-in verifier accepts.
+
+        Each next draft is accepted with probability ``acceptance_rate`` until the first rejection (the
+        prefix acceptance of speculative decoding), drawn from the workload's seeded generator.
+        """
+        n = 0
+        while n < drafts and self.draft_rng.random() < self.acceptance:
+            n += 1
+        return n
+
+    def model_output(self, so, end: float):
+        """The stand-in model runner's output for the step ``so``, which ends at simulated ``end``.
+
+        One sampled token per request whose prefill is complete, plus the draft tokens accepted; a
+        ``"stop"`` request's tokens from its last position on are the stop token. With the remote-KV
+        stand-in, the transfers done by ``end`` are reported as ``finished_recving`` (a worker's
+        ``get_finished``).
+        """
         req_ids, sampled = [], []
         for rid in so.num_scheduled_tokens:
             req = self.sched.requests[rid]
             req_ids.append(rid)
             if req.num_computed_tokens >= req.num_tokens:
                 m = self.meta[rid]
-                k = req.num_output_tokens
-                if m["stop"] and k + 1 >= m["output_len"]:
-                    sampled.append([STOP_TOKEN])
-                else:
-                    sampled.append([GEN_BASE * (m["index"] + 1) + k])
+                k0 = req.num_output_tokens
+                n = 1 + self.accepted(len(so.scheduled_spec_decode_tokens.get(rid, ())))
+                sampled.append(
+                    [
+                        STOP_TOKEN if m["stop"] and k + 1 >= m["output_len"] else GEN_BASE * (m["index"] + 1) + k
+                        for k in range(k0, k0 + n)
+                    ]
+                )
             else:
                 sampled.append([])
+        kv_out = None
+        if self.connector is not None:
+            done = self.connector.finished_by(end)
+            if done:
+                kv_out = V["KVConnectorOutput"](finished_recving=done)
         return V["ModelRunnerOutput"](
-            req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)}, sampled_token_ids=sampled
+            req_ids=req_ids,
+            req_id_to_index={r: i for i, r in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+            kv_connector_output=kv_out,
         )
+
+    def propose_drafts(self, so) -> None:
+        """``EngineCore.post_step``: the stand-in drafter's tokens for every request that ran this step.
+
+        Always ``num_speculative_tokens`` drafts (vLLM's n-gram proposer may find fewer; acceptance is what
+        :meth:`accepted` decides); vLLM drops the ones of finished requests and of unfinished prefills.
+        """
+        k = self.sched.num_spec_tokens
+        ids = [rid for rid in so.num_scheduled_tokens if rid in self.sched.requests]
+        drafts = [[GEN_BASE * (self.meta[rid]["index"] + 1) + (1 << 30) + j for j in range(k)] for rid in ids]
+        self.sched.update_draft_token_ids(V["DraftTokenIds"](req_ids=ids, draft_token_ids=drafts))
 
     def step_time(self, so) -> tuple[float, float, float]:
         """``(seconds, memory term, compute term)`` of the step ``so`` (module docstring)."""
@@ -548,9 +714,20 @@ class Runner:
             refusal, refusal_detail = probe.end(so)
             queue = len(self.sched.waiting) + len(self.sched.skipped_waiting)
             dt, t_mem, t_cmp = self.step_time(so) if so.total_num_scheduled_tokens else (0.0, 0.0, 0.0)
-            model_out = self.model_output(so)
+            transfers = self.connector is not None and bool(self.connector.transfers)
+            if not so.total_num_scheduled_tokens and transfers:
+                # nothing to run but KV transfers in flight: the engine loops until one lands or a request arrives
+                nxt = self.connector.next_done()
+                if self.next_req < len(self.pending):
+                    nxt = min(nxt, float(self.pending[self.next_req]["arrival_time"]))
+                if until is not None:
+                    nxt = min(nxt, until)
+                dt = max(0.0, nxt - t0)
+            model_out = self.model_output(so, t0 + dt)
             CLOCK.now = t0 + dt
             outputs = self.sched.update_from_output(so, model_out)
+            if self.sched.num_spec_tokens and so.total_num_scheduled_tokens:
+                self.propose_drafts(so)
             sched_wall += _REAL_MONOTONIC() - w0
             stats = None
             for eco in outputs.values():
@@ -595,7 +772,7 @@ class Runner:
                     }
                 )
             self.maybe_snapshot()
-            if not so.total_num_scheduled_tokens and not outputs:
+            if not so.total_num_scheduled_tokens and not outputs and not transfers:
                 raise RuntimeError(f"vLLM scheduled nothing with requests pending at t={CLOCK.now}")
         self.maybe_snapshot(final=True)
         return {
