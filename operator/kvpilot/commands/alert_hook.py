@@ -224,8 +224,8 @@ def command(
                 import kubernetes.client
 
                 chosen.append(KubeEventSink(kubernetes.client.ApiClient(load_configuration(kubeconfig))))
-            except ClusterConfigError as exc:
-                fail(f"--kubeconfig: {exc}")
+            except ClusterConfigError as exc:  # names the file or $KUBECONFIG; the option only when it was given
+                fail(f"--kubeconfig {exc}" if kubeconfig else f"--sink kube-event: {exc}")
     config = HookConfig(
         prometheus=shown.rstrip("/"),
         prometheus_authorization=authorization,

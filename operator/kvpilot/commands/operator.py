@@ -136,8 +136,8 @@ def command(
     tune_gc()
     try:
         configuration = load_configuration(kubeconfig, context)
-    except ClusterConfigError as exc:
-        fail(f"--kubeconfig: {exc}")
+    except ClusterConfigError as exc:  # names the file or $KUBECONFIG; the option only when it was given
+        fail(f"--kubeconfig {exc}" if kubeconfig else str(exc))
     metrics = OperatorMetrics()
     if metrics_port:
         try:
