@@ -163,7 +163,14 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
     help="Deadline of each whole HTTP request (connect + headers + body); the run's reads together get "
     "3x this with --prometheus, the scraping time + 2x this with --metrics-url.",
 )
-@click.option("-o", "--output", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json", "markdown"]),
+    default="text",
+    show_default=True,
+    help="Report format (json: docs/diagnose-output.schema.json).",
+)
 @click.option(
     "--watch",
     type=click.FloatRange(min=0, min_open=True),
@@ -214,7 +221,8 @@ def command(
     \b
     Examples:
       kvpilot diagnose --prometheus http://127.0.0.1:9090 -n llm
-      kvpilot diagnose --metrics-url http://10.0.0.7:8000/metrics --quick --max-num-seqs 4
+      kvpilot diagnose --metrics-url http://10.0.0.7:8000/metrics --quick \\
+          --max-num-seqs 4
       kvpilot diagnose --recording run.om --max-num-batched-tokens 65000 -o json
     """
     from urllib.parse import urlsplit
