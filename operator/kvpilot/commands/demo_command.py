@@ -23,8 +23,8 @@ def command(verbose: bool) -> None:
     applies the packaged experiment example, runs the real operator, plays the node openly (there
     is no GPU), then shows the KV math, the engine model against a measured vLLM run, a diagnosis
     of each engine scenario and one alert from rule to diagnosis. About 120 lines at 80 columns
-    (--verbose: every section's detail); 8 s of CPU (docs/user-guide.md has the measured wall
-    times); prints its measured run time last; leaves nothing behind.
+    (--verbose: every section's detail); prints its run time last (docs/user-guide.md has
+    measured times); leaves nothing behind.
     """
     from rich.console import Console
     from rich.text import Text
