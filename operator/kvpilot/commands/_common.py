@@ -64,7 +64,10 @@ def parse_size(text: str, field: str = "size", require_unit: bool = False) -> in
             f"{field}: {text!r} has no unit; a memory size in bytes is never meant here "
             f"(write e.g. {text}GiB or {text}GB)"
         )
-    return int(round(float(number) * _UNITS[(unit or "").lower()]))
+    value = float(number) * _UNITS[(unit or "").lower()]
+    if not math.isfinite(value):  # e.g. 400 digits: float("9" * 400) is inf
+        raise ValueError(f"{field}: {text[:40]!r}{'...' if len(text) > 40 else ''} is too large to be a size")
+    return int(round(value))
 
 
 def _message_once(exc: ValueError, field: str, param: click.Parameter | None) -> str:

@@ -37,6 +37,7 @@ from kvpilot.diagnose.signals import Signals
 from kvpilot.diagnose.steptime import StepFit, fit_step_time
 from kvpilot.gpus import GPU_PROFILES, gpu_profile
 from kvpilot.text.numbers import count, fig, number
+from kvpilot.vllm.defaults import LARGE_GPU_MAX_NUM_BATCHED_TOKENS
 
 #: share of engine steps in the token budget's bucket (or above) from which the budget binds, when
 #: only buckets are known: a majority of steps. The bucket is found from max_num_batched_tokens.
@@ -52,7 +53,7 @@ BUDGET_FULL_FILL = 0.9
 #: and Tuning", Chunked Prefill, docs.vllm.ai v0.9-v0.29) recommends a budget above 8192 for
 #: throughput on small models and large GPUs: steps full at a budget this large are compute-bound
 #: (raising it only lengthens the steps); full steps below it are a token-budget cap.
-LARGE_BUDGET = 8192
+LARGE_BUDGET = LARGE_GPU_MAX_NUM_BATCHED_TOKENS
 
 #: a mean prefill spanning at least this many step times was split across steps (chunked prefill by the
 #: budget); below it a prompt is prefilled in about one step (``prefill_step_times``: mean

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, overload
 
 from kvpilot.diagnose.signals import OPERATOR_LIMIT_METRIC
-from kvpilot.kv.capacity import (  # vLLM's defaults and GPU tiers, one home
+from kvpilot.text.numbers import fig
+from kvpilot.vllm.defaults import (  # vLLM's defaults and GPU tiers, one home
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     is_large_gpu,
     vllm_batch_defaults,
 )
-from kvpilot.text.numbers import fig
 
 #: field -> (spec engine key (camelCase), cache_config_info label)
 _FIELDS: dict[str, tuple[str, str]] = {

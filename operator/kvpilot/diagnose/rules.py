@@ -47,6 +47,7 @@ from kvpilot.diagnose.severity import FIXED, kv_severity, queue_severity
 from kvpilot.diagnose.signals import Signals, legacy_or_escaped
 from kvpilot.diagnose.steptime import STEP_TIME_FLAT, STEP_TIME_GROWS
 from kvpilot.text.numbers import count, fig, number, percent, significant, times
+from kvpilot.vllm.defaults import DEFAULT_BLOCK_SIZE
 
 #: a prefix hit rate below this means most queried prompt tokens were recomputed; the prefix rule
 #: fires only with a reason to expect hits (see _prefix_finding).
@@ -680,7 +681,7 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
     queries, hits = s("prefix_queries_increase"), s("prefix_hits_increase")
     if not queries or queries <= 0 or hits is None:
         return None
-    block = limits.value("block_size") or 16
+    block = limits.value("block_size") or DEFAULT_BLOCK_SIZE
     per_request = s("prompt_tokens_per_request")
     finished = s("requests_finished_increase")
     if finished and finished > 0:
