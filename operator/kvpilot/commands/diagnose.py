@@ -162,7 +162,14 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
     help="Deadline of each whole HTTP request (connect + headers + body); the run's reads together get "
     "3x this with --prometheus, the scraping time + 2x this with --metrics-url.",
 )
-@click.option("-o", "--output", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json", "markdown"]),
+    default="text",
+    show_default=True,
+    help="Report format (json: docs/diagnose-output.schema.json).",
+)
 @click.option(
     "--watch",
     type=click.FloatRange(min=0, min_open=True),
@@ -213,7 +220,8 @@ def command(
     \b
     Examples:
       kvpilot diagnose --prometheus http://127.0.0.1:9090 -n llm
-      kvpilot diagnose --metrics-url http://10.0.0.7:8000/metrics --quick --max-num-seqs 4
+      kvpilot diagnose --metrics-url http://10.0.0.7:8000/metrics --quick \\
+          --max-num-seqs 4
       kvpilot diagnose --recording run.om --max-num-batched-tokens 65000 -o json
     """
     from urllib.parse import urlsplit
@@ -229,9 +237,15 @@ def command(
         raise click.UsageError("give exactly one source: --prometheus URL, --metrics-url URL or --recording FILE")
     if quick and not metrics_url:
         raise click.UsageError("--quick works with --metrics-url only")
-    for flag, url in (("--prometheus", prometheus), ("--metrics-url", metrics_url)):
+    for flag, url, example in (
+        ("--prometheus", prometheus, "http://127.0.0.1:9090"),
+        ("--metrics-url", metrics_url, "http://127.0.0.1:8000/metrics"),
+    ):
         if url and not re.match(r"^https?://[^/\s]+", url):
-            raise click.UsageError(f"{flag} {display_url(url)!r}: not an http(s) URL (example: http://127.0.0.1:9090)")
+            if "://" not in url and re.match(r"^[\w.-]+(:\d+)?(/\S*)?$", url.split("@")[-1]):
+                meant = display_url("http://" + url)  # host[:port][/path] without its scheme (credentials dropped)
+                raise click.UsageError(f"{flag} {meant[7:]!r}: not an http(s) URL; did you mean {meant}?")
+            raise click.UsageError(f"{flag} {display_url(url)!r}: not an http(s) URL (example: {example})")
     if metrics_url and urlsplit(metrics_url).path in ("", "/"):
         shown = display_url(metrics_url)
         raise click.UsageError(

@@ -316,11 +316,15 @@ def _bytes_per_token_text(cap: KVCapacity) -> str:
 EPILOG = """\b
 Examples:
   kvpilot kv config.json --kv-memory 2.89GiB --max-model-len 29000
-  kvpilot kv ./Qwen2.5-7B-Instruct --gpu-memory 24GiB --gpu-memory-utilization 0.9
+  kvpilot kv ./Qwen2.5-7B-Instruct --gpu-memory 24GiB \\
+      --gpu-memory-utilization 0.9
   kvpilot kv Qwen/Qwen2.5-1.5B-Instruct --kv-cache-dtype fp8 -o json
-  kvpilot kv config.json --tensor-parallel-size 2 --gpu-memory 24GiB --weights-memory 13.95GB
-  kvpilot kv config.json --gpu-memory 22.05GiB --free-gpu-memory 19.77GiB --gpu-memory-utilization 0.9
-  kvpilot kv DeepSeek-V3/config.json --kv-memory 16GiB --speculative-config '{"method": "mtp"}'
+  kvpilot kv config.json --tensor-parallel-size 2 --gpu-memory 24GiB \\
+      --weights-memory 13.95GB
+  kvpilot kv config.json --gpu-memory 22.05GiB --free-gpu-memory 19.77GiB \\
+      --gpu-memory-utilization 0.9
+  kvpilot kv DeepSeek-V3/config.json --kv-memory 16GiB \\
+      --speculative-config '{"method": "mtp"}'
 """
 
 
@@ -358,7 +362,8 @@ Examples:
     "--max-model-len",
     type=int,
     default=None,
-    help="Tokens of one request [default: the model's context, as vLLM derives it from the config].",
+    show_default="the model's context, as vLLM derives it from the config",
+    help="Tokens of one request.",
 )
 @click.option("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, show_default=True, help="Tokens per KV block.")
 @click.option(
@@ -392,14 +397,15 @@ Examples:
     "--weights-memory",
     type=MEMORY_SIZE,
     default=None,
-    help="Weights per GPU [default: *.safetensors of a local model folder ÷ TP].",
+    show_default="*.safetensors of a local model folder ÷ TP",
+    help="Weights per GPU.",
 )
 @click.option(
     "--overhead-memory",
     type=MEMORY_SIZE,
     default=None,
-    help=f"Activations + CUDA context + graphs per GPU [default: {number(DEFAULT_OVERHEAD_BYTES / GIB, 2)}GiB, "
-    "estimate].",
+    show_default=f"{number(DEFAULT_OVERHEAD_BYTES / GIB, 2)}GiB, an estimate",
+    help="Activations + CUDA context + graphs per GPU.",
 )
 @click.option(
     "--free-gpu-memory",
@@ -415,7 +421,9 @@ Examples:
     help='vLLM --speculative-config, e.g. \'{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3-Instruct-8B"}\' '
     'or \'{"method": "mtp"}\': the draft\'s KV layers share the pool (model: a config.json, folder or Hub id).',
 )
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
+)
 def command(
     config: str,
     kv_cache_dtype: str,

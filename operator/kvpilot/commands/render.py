@@ -13,10 +13,10 @@ _EPILOG = """\b
 Examples:
   kvpilot render manifests/examples/experiment.yaml
   kvpilot render manifests/examples/production-fp8.yaml -o json
-  kvpilot render server.yaml --namespace llm | kubectl apply --dry-run=server -f -
+  kvpilot render server.yaml --namespace llm \\
+      | kubectl apply --dry-run=server -f -
   cat server.yaml | kvpilot render -
 
-\b
 FILE holds one or more VLLMServer documents (apiVersion kvpilot.dev/v1alpha1); "-" reads stdin.
 The output is a preview of what the operator creates: the same Pod (named
 <name>-<first 5 hex of the spec hash>) and Service, but without owner references (there is no

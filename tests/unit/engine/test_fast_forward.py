@@ -102,6 +102,7 @@ def _compare(make, times, version="0.29.0") -> int:
     return longest
 
 
+@pytest.mark.slow  # make test-unit skips it, make test runs it
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_every_scenario_is_the_same_fast_forwarded(name):
     sc = resolve(name)
@@ -117,6 +118,7 @@ def test_every_scenario_is_the_same_fast_forwarded(name):
     assert run_scenario(name) == step_report
 
 
+@pytest.mark.slow  # make test-unit skips it, make test runs it
 def test_the_cpu_tier_is_the_same_fast_forwarded():
     # kv-exhaustion with a 1.5 GiB LMCache-like tier: stores and loads at prefill, decode stretches between
     sc = resolve("kv-exhaustion", {"kv_offload_cpu_bytes": 1610612736, "duration": 120})
@@ -145,6 +147,7 @@ def test_reference_named_workloads_are_the_same_fast_forwarded(name):
     _compare(_reference(NAMED[name]), [0.5, 1.0, 2.0, 5.0, 20.0, 100.0])
 
 
+@pytest.mark.slow  # make test-unit skips it, make test runs it
 def test_reference_random_workloads_are_the_same_fast_forwarded():
     stretched = 0
     for seed in RANDOM_SEEDS:
