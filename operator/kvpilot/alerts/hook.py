@@ -648,7 +648,8 @@ class HookServer:
         await runner.setup()
         self._runners.append(runner)
         handlers = runner.server
-        assert handlers is not None  # set by setup()
+        if handlers is None:  # setup() sets it
+            raise RuntimeError("the alert hook's HTTP runner has no server after setup()")
 
         def connection() -> asyncio.BaseProtocol:
             if len(handlers.connections) >= cfg.max_connections:

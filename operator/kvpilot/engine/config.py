@@ -28,7 +28,13 @@ from kvpilot.kv.capacity import (
 from kvpilot.kv.size import footprint
 from kvpilot.kv.spec import KVConfigError
 from kvpilot.text.numbers import gib
-from kvpilot.vllm.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, NULL_BLOCKS, resolve_batch_limits
+from kvpilot.vllm.defaults import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    NULL_BLOCKS,
+    BatchLimits,
+    resolve_batch_limits,
+)
 
 #: kvpilot.kv's option names -> the engine field each comes from (its errors name the engine's field).
 _KV_OPTION_FIELDS = {
@@ -125,17 +131,29 @@ class EngineConfig:
         """
         if self.max_num_seqs is not None and self.max_num_batched_tokens is not None:
             return self
+        limits = self.batch_limits()
+        return dataclasses.replace(
+            self, max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens
+        )
+
+    def batch_limits(self) -> BatchLimits:
+        """``max_num_seqs`` and ``max_num_batched_tokens`` as the engine runs with them: as given, or as vLLM sets
+        them for this GPU and ``max_model_len`` when left ``None``
+        (:func:`kvpilot.vllm.defaults.resolve_batch_limits`).
+
+        Raises:
+            ValueError: a limit is left to vLLM and the GPU profile is unknown.
+        """
+        if self.max_num_seqs is not None and self.max_num_batched_tokens is not None:
+            return BatchLimits(self.max_num_seqs, self.max_num_batched_tokens)
         gpu = gpu_profile(self.gpu)
-        limits = resolve_batch_limits(
+        return resolve_batch_limits(
             gpu.memory_bytes,
             gpu.name,
             max_model_len=int(self.max_model_len),
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
             enable_chunked_prefill=bool(self.enable_chunked_prefill),
-        )
-        return dataclasses.replace(
-            self, max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -193,7 +211,8 @@ class EngineConfig:
             )
         except KVConfigError as exc:
             raise _engine_error(exc) from None
-        assert budget is not None  # the GPU's memory is given, so the budget is derived
+        if budget is None:  # kv_memory_budget derives one whenever the GPU's memory is given
+            raise ValueError(f"gpu: {self.gpu!r} has no memory size to derive the KV cache from")
         blocks = pool_blocks(budget.kv_memory_bytes, self.block_size, self.resolved_bytes_per_token())
         if blocks < NULL_BLOCKS + 1:
             left = requested_memory_bytes(gpu.memory_bytes, self.gpu_memory_utilization) - (budget.non_kv_bytes or 0)

@@ -356,9 +356,7 @@ def run_scenario(
     """
     sc = resolve(name, overrides)
     engine, workload = build(sc, metrics=metrics, keep_finished=False, track_itls=True, fast_forward=fast_forward)
-    budget = engine.config.max_num_batched_tokens
-    assert budget is not None  # the engine runs on EngineConfig.resolved(): both batch limits are set
-    stats = ReportStats(budget)
+    stats = ReportStats(engine.limits.max_num_batched_tokens)
 
     def observe(eng: Engine, out: StepOutput | None) -> None:
         stats.observe(eng, out)

@@ -420,8 +420,9 @@ def from_dict(spec: dict[str, Any] | None) -> Any:
             n = spec.pop("num_requests", None)
             if n is None:
                 raise ValueError("workload.num_requests: required for closed_loop")
-            ol = poisson(1.0, num_requests=int(n), **spec)
-            assert isinstance(ol, OpenLoop)  # not lazy
+            ol = poisson(1.0, num_requests=int(n), **spec, lazy=False)
+            if not isinstance(ol, OpenLoop):  # lazy=False: the whole list
+                raise TypeError(f"poisson(lazy=False) returned {type(ol).__name__}, not OpenLoop")
             return ClosedLoop(ol.requests, concurrency=conc, think_time=think)
         if kind == "trace":
             for key in spec:

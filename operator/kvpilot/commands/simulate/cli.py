@@ -404,7 +404,8 @@ def run(
             f"timestamps {first:.0f}..{last:.0f}"
         )
         return
-    assert listen is not None  # serve_at was given: parsed above
+    if listen is None:  # without --serve or --record the report returned above
+        raise RuntimeError("--serve: no address was parsed")
     listen_host, listen_port = listen
     if vllm_argv:  # the `vllm serve` stand-in: vLLM's startup report, which the operator reads from the pod log
         click.echo(kv_cache_log_line(sim.engine.block_size, sim.engine.num_gpu_blocks, sim.max_model_len))
