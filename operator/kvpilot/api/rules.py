@@ -60,20 +60,27 @@ def check_cross_field_rules(spec: VLLMServerSpec) -> None:
         SpecError: naming the first offending field (camelCase path under ``spec``).
     """
     e = spec.engine
-    if e.max_num_batched_tokens is not None and e.max_num_seqs is not None:
-        if e.max_num_batched_tokens < e.max_num_seqs:
-            raise SpecError(
-                "spec.engine.maxNumBatchedTokens",
-                f"{e.max_num_batched_tokens} is smaller than maxNumSeqs ({e.max_num_seqs}); vLLM requires "
-                "max_num_batched_tokens >= max_num_seqs",
-            )
-    if e.enable_chunked_prefill is False and e.max_num_batched_tokens is not None and e.max_model_len is not None:
-        if e.max_num_batched_tokens < e.max_model_len:
-            raise SpecError(
-                "spec.engine.maxNumBatchedTokens",
-                f"{e.max_num_batched_tokens} is smaller than maxModelLen ({e.max_model_len}) with chunked prefill "
-                "off; vLLM requires max_num_batched_tokens >= max_model_len unless chunked prefill is on",
-            )
+    if (
+        e.max_num_batched_tokens is not None
+        and e.max_num_seqs is not None
+        and e.max_num_batched_tokens < e.max_num_seqs
+    ):
+        raise SpecError(
+            "spec.engine.maxNumBatchedTokens",
+            f"{e.max_num_batched_tokens} is smaller than maxNumSeqs ({e.max_num_seqs}); vLLM requires "
+            "max_num_batched_tokens >= max_num_seqs",
+        )
+    if (
+        e.enable_chunked_prefill is False
+        and e.max_num_batched_tokens is not None
+        and e.max_model_len is not None
+        and e.max_num_batched_tokens < e.max_model_len
+    ):
+        raise SpecError(
+            "spec.engine.maxNumBatchedTokens",
+            f"{e.max_num_batched_tokens} is smaller than maxModelLen ({e.max_model_len}) with chunked prefill "
+            "off; vLLM requires max_num_batched_tokens >= max_model_len unless chunked prefill is on",
+        )
     tp = e.tensor_parallel_size or 1
     if spec.resources.gpus is not None and spec.resources.gpus < tp:
         raise SpecError(

@@ -313,10 +313,7 @@ class RecordingReader:
             ref = self._cache.get(parts[0]) if len(parts) == 3 else None
             if ref is not None:
                 value, ts = _number(parts[1]), _real(parts[2])
-                if value is not None and ts is not None:
-                    found = [(ref, value, ts)]
-                else:
-                    found = self._parse(line, parts)
+                found = [(ref, value, ts)] if value is not None and ts is not None else self._parse(line, parts)
             else:
                 found = self._parse(line, parts)
             for ref, value, ts in found:

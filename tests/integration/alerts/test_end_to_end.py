@@ -11,6 +11,7 @@ started on 127.0.0.1 and stopped by its PID; every wait is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import subprocess
@@ -83,7 +84,6 @@ def test_rule_to_alertmanager_to_hook_to_event(cluster, api, namespace, kubelet,
     token.write_text(TOKEN)
     kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig", namespace=namespace)
     sim_port, hook_port, am_port = free_port(), free_port(), free_port()
-    logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("sim", "hook", "alertmanager")}
     runner = KopfRunner(
         ["run", "--standalone", "--namespace", namespace],
         registry=build_registry(cluster.configuration(), hub=False, metrics=metrics),
@@ -91,7 +91,8 @@ def test_rule_to_alertmanager_to_hook_to_event(cluster, api, namespace, kubelet,
         timeout=10,
     )
     try:
-        with runner, Collector() as collector:
+        with runner, Collector() as collector, contextlib.ExitStack() as files:
+            logs = {n: files.enter_context(open(tmp_path / f"{n}.log", "w")) for n in ("sim", "hook", "alertmanager")}
             # 1. a VLLMServer with maxNumSeqs 4, its pod Ready: the operator exports the limit for that pod
             body = copy.deepcopy(EXPERIMENT)
             kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -227,8 +228,6 @@ def test_rule_to_alertmanager_to_hook_to_event(cluster, api, namespace, kubelet,
         for proc in reversed(procs):
             stop_process(proc)
         operator_metrics.close()
-        for log in logs.values():
-            log.close()
     [diagnosis] = result["diagnosis"]["targets"]
     assert diagnosis["verdict"] == "max_num_seqs_cap", diagnosis["evidence"]
     # one severity policy (kvpilot.diagnose.severity): the queue grows, so the alert that reached the hook is

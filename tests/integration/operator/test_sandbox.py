@@ -195,13 +195,12 @@ def test_crd_is_discoverable_with_its_status_subresource(api):
 
 
 def test_strict_mode_reports_requests_to_unknown_resources():
-    with pytest.raises(UnknownResourceError):
-        with SandboxCluster(strict=True) as sandbox:
-            with pytest.raises(ApiException) as answer:
-                kubernetes.client.CustomObjectsApi(sandbox.api_client()).list_namespaced_custom_object(
-                    "nope.dev", "v1", "default", "things"
-                )
-            assert answer.value.status == 404  # the client got a 404; the sandbox re-raises on exit
+    with pytest.raises(UnknownResourceError), SandboxCluster(strict=True) as sandbox:
+        with pytest.raises(ApiException) as answer:
+            kubernetes.client.CustomObjectsApi(sandbox.api_client()).list_namespaced_custom_object(
+                "nope.dev", "v1", "default", "things"
+            )
+        assert answer.value.status == 404  # the client got a 404; the sandbox re-raises on exit
 
 
 def test_custom_resources_are_validated_against_the_crd_schema(api, namespace):

@@ -84,7 +84,7 @@ def test_settings_give_the_handlers_their_thread_pool_unless_the_caller_chose():
     assert settings.execution.max_workers == HANDLER_THREADS
     # more handlers wait on API round trips at once than Python's default pool would run on a 2-core node
     # (concurrent.futures.ThreadPoolExecutor: min(32, CPUs + 4) = 6): all of them meet at a barrier
-    assert HANDLER_THREADS > min(32, 2 + 4)
+    assert min(32, 2 + 4) < HANDLER_THREADS
     barrier = threading.Barrier(HANDLER_THREADS, timeout=10)
     futures = [settings.execution.executor.submit(barrier.wait) for _ in range(HANDLER_THREADS)]
     assert sorted(f.result(timeout=15) for f in futures) == list(range(HANDLER_THREADS))

@@ -119,4 +119,4 @@ def test_constants_are_vllm_s(tmp_path: Path):
     assert defaults.NULL_BLOCKS == 10 - vllm["free_blocks_of_10"] == 1
     assert list(defaults.MAX_MODEL_LEN_KEYS) == vllm["max_model_len_keys"]
     assert list(defaults.ROPE_TYPES_WITHOUT_CONTEXT_FACTOR) == vllm["rope_types_without_factor"]
-    assert defaults.ROPE_PRESCALED_MODEL_TYPES == (vllm["prescaled_model_type"],)
+    assert (vllm["prescaled_model_type"],) == defaults.ROPE_PRESCALED_MODEL_TYPES
