@@ -111,7 +111,7 @@ def test_namespace_from_option_metadata_or_default(tmp_path):
     assert pod_of(kvpilot(str(f)))["metadata"]["namespace"] == "gpu-lab"
 
 
-def test_stdin_and_multi_document(tmp_path):
+def test_stdin_and_multi_document():
     text = (EXAMPLES / "experiment.yaml").read_text()
     second = text.replace("name: qwen-experiment", "name: second")
     result = kvpilot("-", stdin=text + "\n---\n" + second)

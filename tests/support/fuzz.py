@@ -66,7 +66,7 @@ def _budget(cpu_seconds: float, memory_bytes: int) -> Iterator[None]:
     ``RLIMIT_AS`` set to the process's size now + ``memory_bytes`` (a ``MemoryError``, not the machine's RAM).
     """
 
-    def over(signum: int, frame: object) -> None:
+    def over(_signum: int, _frame: object) -> None:
         raise _OverBudgetError(f"more than {cpu_seconds} s of CPU for one input")
 
     previous = signal.signal(signal.SIGPROF, over)

@@ -376,7 +376,7 @@ class AlertHook:
             level = logging.ERROR if status >= 500 else logging.INFO
             log.log(level, f"{request.method} {path} from {one_line(request.remote or '?', 64)}: {status} {reason}")
 
-    async def handle_healthz(self, request: web.Request) -> web.Response:
+    async def handle_healthz(self, _request: web.Request) -> web.Response:
         """``GET /healthz``: the process serves."""
         return web.Response(text="ok\n")
 

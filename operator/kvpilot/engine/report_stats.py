@@ -126,7 +126,7 @@ class ReportStats:
         self.itl = Quantiles()
         self.tags: dict[str, TagStats] = {}
 
-    def observe(self, engine: Engine, out: StepOutput | None) -> None:
+    def observe(self, _engine: Engine, out: StepOutput | None) -> None:
         """``on_step``: fold one step (or one fast-forwarded stretch of ``out.num_steps`` steps) in."""
         if out is None:
             return

@@ -136,8 +136,8 @@ class ClosedLoop:
             self._next += 1
         return out
 
-    def on_finish(self, request: Request, now: float) -> None:
-        """The client of ``request`` sends its next one ``think_time`` later."""
+    def on_finish(self, _request: Request, now: float) -> None:
+        """The client of the finished request sends its next one ``think_time`` later."""
         if self._next + len(self._ready) < len(self.requests):
             t = now + self.think_time
             self.requests[self._next + len(self._ready)].arrival_time = t

@@ -452,7 +452,7 @@ class FaithfulKubernetes:
             },
         )
 
-    def _serve_fetch(self, request: Request, info: ResourceInfo) -> Reply:
+    def _serve_fetch(self, request: Request, _info: ResourceInfo) -> Reply:
         res, name = _resource_of(request), _name_of(request)
         obj = self._get(res, request.namespace, name)
         if obj is None:
@@ -710,7 +710,7 @@ class FaithfulKubernetes:
             return self._commit(res, ns, name, obj, "MODIFIED")
         return self._delete_now(res, ns, name, obj, orphan)
 
-    def _serve_delete(self, request: Request, info: ResourceInfo) -> Reply:
+    def _serve_delete(self, request: Request, _info: ResourceInfo) -> Reply:
         res, ns, name = _resource_of(request), request.namespace, _name_of(request)
         current = self._get(res, ns, name)
         if current is None:

@@ -86,8 +86,8 @@ class StandIn:
     """
 
     mode: str
-    rows: Callable[[Query], list[dict[str, str]]] = lambda q: []
-    fail: Callable[[Query], tuple[int, str] | None] = lambda q: None
+    rows: Callable[[Query], list[dict[str, str]]] = lambda _q: []
+    fail: Callable[[Query], tuple[int, str] | None] = lambda _q: None
     queries: list[Query] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -173,7 +173,7 @@ async def test_a_group_diagnoses_each_firing_alert_and_only_acknowledges_the_res
 
 @pytest.mark.parametrize("name", ["alertmanager_resolved.json", "grafana_resolved.json"])
 async def test_resolved_alerts_are_acknowledged_without_work(prometheus, name):
-    def never(opts):
+    def never(_opts):
         raise AssertionError("a resolved alert must not be diagnosed")
 
     async with Hook(AlertHook(_config(prometheus), diagnose=never)) as hook:
@@ -204,7 +204,7 @@ async def test_unknown_keys_are_ignored(prometheus):
     ],
 )
 async def test_requests_without_the_right_credentials_are_refused(prometheus, headers):
-    async with Hook(AlertHook(_config(prometheus), diagnose=lambda o: pytest.fail("no work unauthenticated"))) as hook:
+    async with Hook(AlertHook(_config(prometheus), diagnose=lambda _o: pytest.fail("no work unauthenticated"))) as hook:
         status, answer = await hook.post(_fixture("alertmanager_firing.json"), headers=headers)
     assert status == 401 and answer == {"error": "unauthorized"}
 

@@ -101,7 +101,7 @@ async def test_a_bug_answers_500_counted_and_logged_in_one_line(caplog):
 
     hook = AlertHook(HookConfig(prometheus="http://127.0.0.1:9", bearer_token=TOKEN))
 
-    async def broken(notification):
+    async def broken(_notification):
         raise KeyError("planted")
 
     hook._answer = broken

@@ -50,17 +50,17 @@ def _clean(text: str, where: str) -> None:
 def test_no_secret_or_raw_label_leaves_through_any_output_of_the_hook(tmp_path):
     events, annotations, forwarded = [], [], []
 
-    def kube(method, path, query, body):
+    def kube(method, _path, _query, body):
         if method == "GET":  # the VLLMServer the Event is about
             return 200, {"apiVersion": "kvpilot.dev/v1alpha1", "kind": "VLLMServer", "metadata": {"uid": "u-1"}}
         events.append(body.decode())
         return 201, json.loads(body)
 
-    def grafana(method, path, query, body):
+    def grafana(_method, _path, _query, body):
         annotations.append(body.decode())
         return 200, {"id": 1}
 
-    def forward(method, path, query, body):
+    def forward(_method, _path, _query, body):
         forwarded.append(body.decode())
         return 200, {}
 
@@ -151,7 +151,7 @@ def test_prometheus_credentials_from_a_file(tmp_path):
     assert PASSWORD not in cli.stdout + cli.stderr
 
 
-def test_diagnose_prints_no_password_and_no_raw_label(tmp_path):
+def test_diagnose_prints_no_password_and_no_raw_label():
     with StandIn("rows", _rows, _fail) as prom:
         url = prom.url.replace("http://", f"http://alice:{PASSWORD}@")
         outputs = []

@@ -50,7 +50,7 @@ def test_the_same_fingerprint_for_another_target_gets_its_own_diagnosis(tmp_path
 def test_alerts_outside_the_allowed_namespaces_are_refused_before_any_read(tmp_path):
     kube_requests = []
 
-    def kube(method, path, query, body):
+    def kube(method, path, _query, _body):
         kube_requests.append((method, path))
         return 404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
 

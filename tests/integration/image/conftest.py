@@ -94,7 +94,7 @@ def podman() -> Iterator[Podman]:
 
 
 @pytest.fixture(scope="session")
-def image(podman: Podman) -> str:
+def image(podman: Podman) -> str:  # noqa: ARG001 - podman's teardown removes what the build leaves
     """The image built from this checkout (scripts/build-image.sh: cached base, buildah --layers)."""
     result = subprocess.run(
         [str(REPO / "scripts" / "build-image.sh"), TAG],

@@ -236,7 +236,7 @@ def test_own_pod_missed_by_a_stale_list_is_adopted(cluster, api, namespace, monk
     import kopf
 
     events: list[dict] = []
-    monkeypatch.setattr(kopf, "event", lambda obj, **event: events.append(event))  # no kopf context here
+    monkeypatch.setattr(kopf, "event", lambda _obj, **event: events.append(event))  # no kopf context here
     controller = Controller(cluster.configuration(), hub=False, retry_policy=FAST)
     stale_index: dict = {}  # kopf's pod index before the pod's ADDED reached it: no pod seen
     controller.reconcile_server(

@@ -64,7 +64,7 @@ def test_failed_json_patch_test_is_422_and_changes_nothing(api, namespace, clust
     assert cluster.get("v1/pods", namespace, "c") == before
 
 
-def test_generation_bumps_on_spec_changes_only_and_noop_writes_keep_the_version(api, namespace, cluster):
+def test_generation_bumps_on_spec_changes_only_and_noop_writes_keep_the_version(api, namespace):
     custom = kubernetes.client.CustomObjectsApi(api)
     created = custom.create_namespaced_custom_object(*SERVERS, namespace, "vllmservers", copy.deepcopy(EXPERIMENT))
     labelled = custom.patch_namespaced_custom_object(
@@ -145,7 +145,7 @@ def test_selectors_and_namespace_listing(api, namespace):
     assert core.read_namespace(namespace).metadata.name == namespace
 
 
-def test_pod_log_is_text_and_400_before_the_container_runs(api, namespace, cluster, kubelet):
+def test_pod_log_is_text_and_400_before_the_container_runs(api, namespace, kubelet):
     core = kubernetes.client.CoreV1Api(api)
     core.create_namespaced_pod(namespace, _pod("l"))
     with pytest.raises(ApiException) as exc:

@@ -30,7 +30,7 @@ PENDING = {"phase": "Pending", "reason": "Scheduling", "message": "waiting for t
 def events(monkeypatch):
     posted: list[tuple[str, str, str]] = []
     monkeypatch.setattr(
-        kopf, "event", lambda obj, **event: posted.append((event["type"], event["reason"], event["message"]))
+        kopf, "event", lambda _obj, **event: posted.append((event["type"], event["reason"], event["message"]))
     )
     return posted
 

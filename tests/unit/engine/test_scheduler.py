@@ -101,7 +101,7 @@ def test_max_num_seqs_is_never_exceeded(cap, rate, seed):
             prompt_len={"dist": "uniform", "min": 10, "max": 600},
             output_len={"dist": "uniform", "min": 1, "max": 50},
         ),
-        on_step=lambda e, out: seen.append(out.running if out else 0),
+        on_step=lambda _e, out: seen.append(out.running if out else 0),
     )
     assert max(seen) <= cap
     assert eng.num_finished == 30
@@ -196,7 +196,7 @@ def test_engine_keeps_the_pool_consistent_under_preemption(seed, blocks, caching
         output_len={"dist": "uniform", "min": 1, "max": 2 * (blocks - 1)},
     )
 
-    def check(e, out):
+    def check(e, _out):
         pool = e.pool
         queue = pool.free_queue()
         assert len(queue) == len(set(queue)) == pool.num_free

@@ -256,11 +256,11 @@ def test_hub_id_downloads_config_and_weight_index(tmp_path, monkeypatch):
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 15_231_233_024}}))
     calls = []
 
-    def fake_download(repo_id, filename, **kwargs):
+    def fake_download(repo_id, filename, **_kwargs):
         calls.append((repo_id, filename))
         return str(tmp_path / filename)
 
-    def fake_metadata(url, **kwargs):  # the one bounded HEAD that decides "reachable" first
+    def fake_metadata(_url, **kwargs):  # the one bounded HEAD that decides "reachable" first
         assert kwargs["timeout"] == 5.0  # kvpilot.kv.hub's default per-request bound (seconds)
         return object()
 

@@ -144,7 +144,7 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
 @click.option(
     "--block-size",
     type=int,
-    callback=lambda ctx, param, value: block_size_option(value),
+    callback=lambda _ctx, _param, value: block_size_option(value),
     help="Tokens per KV block: one of vLLM's 1, 8, 16, 32, 64, 128, 256.",
 )
 @click.option(
