@@ -133,7 +133,8 @@ def test_help_has_examples():
     assert "kvpilot render manifests/examples/experiment.yaml" in result.stdout
     assert "-o, --output [yaml|json]" in result.stdout
     text = " ".join(result.stdout.split())
-    assert "preview" in text and "bypasses the operator" in text
+    assert "preview" in text
+    assert "bypasses the operator" in text
 
 
 BAD = {

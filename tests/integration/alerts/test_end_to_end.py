@@ -202,7 +202,8 @@ def test_rule_to_alertmanager_to_hook_to_event(cluster, api, namespace, kubelet,
             with prom:
                 firing = prom.wait_for_series('ALERTS{alertname="VLLMMaxNumSeqsCap", alertstate="firing"}', timeout=120)
                 assert firing[0]["metric"]["limit_source"] == "kvpilot_vllmserver_limit"
-                assert firing[0]["metric"]["pod"] == pod and firing[0]["metric"]["namespace"] == namespace
+                assert firing[0]["metric"]["pod"] == pod
+                assert firing[0]["metric"]["namespace"] == namespace
 
                 def forwarded():
                     return next(
@@ -239,9 +240,12 @@ def test_rule_to_alertmanager_to_hook_to_event(cluster, api, namespace, kubelet,
         for b in collector.bodies
     )
     assert "of 4 (spec)" in diagnosis["evidence"][0]  # the limit came from the VLLMServer spec
-    assert diagnosis["target"]["namespace"] == namespace and diagnosis["target"]["pod"] == pod
+    assert diagnosis["target"]["namespace"] == namespace
+    assert diagnosis["target"]["pod"] == pod
     assert result["target"]["server"] == "qwen"
-    assert event["involvedObject"]["kind"] == "VLLMServer" and event["involvedObject"]["name"] == "qwen"
-    assert "max_num_seqs_cap" in event["message"] and event["type"] == "Warning"
+    assert event["involvedObject"]["kind"] == "VLLMServer"
+    assert event["involvedObject"]["name"] == "qwen"
+    assert "max_num_seqs_cap" in event["message"]
+    assert event["type"] == "Warning"
     hook_lines = [json.loads(x) for x in (tmp_path / "hook.log").read_text().splitlines() if x.startswith("{")]
     assert any(x["alertname"] == "VLLMMaxNumSeqsCap" and x["verdict"] == "max_num_seqs_cap" for x in hook_lines)

@@ -136,8 +136,10 @@ def test_operator_process_collects_garbage_less_often():
         tuned = _collections_while_allocating(700_000)
     finally:
         gc.set_threshold(*before)
-    assert len(default) >= 700_000 // 700 - 10 and 2 in default
-    assert 0 < len(tuned) <= 700_000 // 50_000 and set(tuned) == {0}
+    assert len(default) >= 700_000 // 700 - 10
+    assert 2 in default
+    assert 0 < len(tuned) <= 700_000 // 50_000
+    assert set(tuned) == {0}
 
 
 def test_controller_pools_a_connection_per_handler_thread():

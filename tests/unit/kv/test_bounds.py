@@ -34,10 +34,10 @@ def _one_line_naming(result, field: str) -> None:
     lines = result.output.strip().splitlines()
     # a number beyond the bounds of every file kvpilot reads (kvpilot.text.documents: 100 digits) is refused
     # while the file is read, the file named before the field
-    assert lines == [lines[0]] and re.match(rf"kvpilot: error: (CONFIG: \S+: )?{re.escape(field)}: ", lines[0]), (
-        result.output
-    )
-    assert "internal error" not in result.output and "Error:" not in result.output.split(": error: ")[0]
+    assert lines == [lines[0]], result.output
+    assert re.match(rf"kvpilot: error: (CONFIG: \S+: )?{re.escape(field)}: ", lines[0]), result.output
+    assert "internal error" not in result.output
+    assert "Error:" not in result.output.split(": error: ")[0]
 
 
 @pytest.mark.parametrize(
@@ -145,7 +145,9 @@ def test_a_400_digit_size_is_a_usage_error_not_an_overflow(tmp_path, option):
         else [option, "9" * 400 + "GiB"]
     )
     result = _kv(tmp_path, QWEN, *args)
-    assert result.exit_code == 2 and "too large to be a size" in result.output and "internal error" not in result.output
+    assert result.exit_code == 2
+    assert "too large to be a size" in result.output
+    assert "internal error" not in result.output
     # a large finite size is refused by the memory bound (64 TiB), naming the option
     _one_line_naming(_kv(tmp_path, QWEN, "--kv-memory", "65537GiB"), "--kv-memory")
 

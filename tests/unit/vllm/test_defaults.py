@@ -30,7 +30,9 @@ def test_tiers_by_hand():
     # else (and an unknown GPU: vLLM's "device_memory = 0"): 2048 / 256
     assert vllm_batch_defaults(70 * GIB - 1, "h100") == (256, 2048)
     assert vllm_batch_defaults(None, None) == (256, 2048)
-    assert is_large_gpu(192 * GIB, "a100") and not is_large_gpu(80 * GIB, "A100") and not is_large_gpu(None, "h100")
+    assert is_large_gpu(192 * GIB, "a100")
+    assert not is_large_gpu(80 * GIB, "A100")
+    assert not is_large_gpu(None, "h100")
 
 
 def test_clamps_by_hand():
