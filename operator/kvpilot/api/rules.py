@@ -111,7 +111,7 @@ _LMCACHE_ENV = ("LMCACHE_LOCAL_CPU", "LMCACHE_MAX_LOCAL_CPU_SIZE")
 _RESERVED_MOUNTS = ("/home/vllm", "/dev/shm")
 
 
-def _check_env(spec: VLLMServerSpec) -> None:
+def _check_env(spec: VLLMServerSpec) -> None:  # noqa: C901
     mount = spec.model_cache.mount_path.rstrip("/")
     if mount in _RESERVED_MOUNTS or mount == "":
         raise SpecError("spec.modelCache.mountPath", f"{mount or '/'} is mounted by kvpilot itself; pick another path")
@@ -147,7 +147,7 @@ def _check_env(spec: VLLMServerSpec) -> None:
                 raise SpecError(f"spec.env[{i}].valueFrom{'.' + path if path else ''}", problem)
 
 
-def _check_labels(spec: VLLMServerSpec) -> None:
+def _check_labels(spec: VLLMServerSpec) -> None:  # noqa: C901
     for key, value in spec.pod_labels.items():
         where = f"spec.podLabels.{key}"
         if key in MANAGED_LABEL_KEYS:

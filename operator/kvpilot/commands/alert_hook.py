@@ -159,7 +159,7 @@ def _listen(text: str, option: str = "--listen") -> tuple[str, int]:
     "--limits-from-cluster", is_flag=True, help="Read limits from the VLLMServer spec (GET; needs a kubeconfig)."
 )
 @click.option("--kubeconfig", metavar="FILE", help="Cluster for --sink kube-event and --limits-from-cluster.")
-def command(
+def command(  # noqa: C901
     prometheus: str,
     prometheus_bearer_token_file: str | None,
     prometheus_basic_auth_file: str | None,

@@ -150,7 +150,7 @@ def _startup_rows(check: StartupMemoryCheck) -> list[tuple[str, str]]:
     ]
 
 
-def render_text(
+def render_text(  # noqa: C901
     cap: KVCapacity, source: str, check: StartupMemoryCheck | None = None, seqs: dict[str, Any] | None = None
 ) -> None:
     """Print the capacity (and the startup free-memory check, and ``--max-num-seqs``' pool share, when

@@ -493,14 +493,9 @@ class BlockPool:
             return
         bs = self.block_size
         for h in range(e.h0 + j * bs, e.h0 + k * bs, bs):  # a primary with duplicates: promote the earliest
-            best = None
-            for x in fl:
-                if x.dup and x.h0 is not None and _covers(x, h, bs) and (best is None or x.seq < best.seq):
-                    best = x
-            if best is not None:
-                if best.h0 is None:
-                    raise _unhashed_in_index()
-                self._split(best, (h - best.h0) // bs, 1).dup = False
+            found = _earliest_duplicate(fl, h, bs)
+            if found is not None:
+                self._split(*found, 1).dup = False
 
     def _register(self, e: _Ext, dup: bool = False) -> None:
         """Enter hashed extent ``e`` in the index (registration order ``seq``)."""
@@ -596,6 +591,16 @@ def _covers(e: _Ext, h: BlockHash, bs: int) -> bool:
         raise _unhashed_in_index()
     d = h - h0
     return 0 <= d < len(e.ids) * bs and d % bs == 0
+
+
+def _earliest_duplicate(fl: list[_Ext], h: BlockHash, bs: int) -> tuple[_Ext, int] | None:
+    """The earliest-registered duplicate extent of ``fl`` holding hash ``h`` and that block's index in it."""
+    best, at = None, 0
+    for x in fl:
+        h0 = x.h0
+        if x.dup and h0 is not None and _covers(x, h, bs) and (best is None or x.seq < best.seq):
+            best, at = x, (h - h0) // bs
+    return None if best is None else (best, at)
 
 
 def _primary_at(fl: list[_Ext] | None, h: BlockHash, bs: int) -> _Ext | None:

@@ -280,7 +280,7 @@ class EngineConfig:
             )
 
 
-def _coerce(name: str, value: Any, typ: Any) -> Any:
+def _coerce(name: str, value: Any, typ: Any) -> Any:  # noqa: C901
     text = str(typ)
     try:
         if value is None:

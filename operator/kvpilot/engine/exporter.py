@@ -276,7 +276,7 @@ class VLLMMetrics:
             text += f" DEPRECATED: Use {canonical} instead."
         return text
 
-    def _build(self, max_model_len: int) -> None:
+    def _build(self, max_model_len: int) -> None:  # noqa: C901
         token_buckets = request_token_buckets(max_model_len)
         for spec in catalog.CATALOG:
             if spec.type == "info":
@@ -418,7 +418,7 @@ class VLLMMetrics:
             self._set("vllm:num_requests_waiting_by_reason", waiting_deferred, "deferred")
             self._set("vllm:kv_cache_usage_perc", kv_cache_usage)
 
-    def record_step(
+    def record_step(  # noqa: C901
         self,
         *,
         num_tokens: int,

@@ -273,7 +273,7 @@ def model_dtype(config: dict[str, Any]) -> str:
     return "bfloat16"
 
 
-def _layer_counts(
+def _layer_counts(  # noqa: C901
     cfg: dict[str, Any], prefix: str, n: int, max_pos: object = None
 ) -> tuple[tuple[tuple[str, int], ...], int | None, list[str]]:
     """Layers of each kind, the sliding window and notes, from explicit or implicit layer patterns
@@ -396,7 +396,7 @@ def _rope_parameters(cfg: dict[str, Any], prefix: str) -> tuple[list[dict[str, A
     return [], ""
 
 
-def context_length(config: dict[str, Any]) -> ContextLength | None:
+def context_length(config: dict[str, Any]) -> ContextLength | None:  # noqa: C901
     """The model's context as vLLM 0.29.0 derives ``max_model_len`` from ``config`` (tokens), or None when the
     config names none of :data:`~kvpilot.vllm.defaults.MAX_MODEL_LEN_KEYS`.
 

@@ -280,7 +280,7 @@ def _syntax_error(exc: Exception) -> DocumentError:
 
 
 @functools.cache
-def _loader_class() -> Callable[[str], Any]:
+def _loader_class() -> Callable[[str], Any]:  # noqa: C901
     """PyYAML's ``SafeLoader`` with a composer that measures every node (built on first use: PyYAML is
     imported only by the commands that read YAML).
     """

@@ -133,7 +133,7 @@ def _unknown_flags(unknown: list[str]) -> list[str]:
     return out
 
 
-def parse_vllm_args(argv: list[str], strict: bool = False) -> VLLMArgs:
+def parse_vllm_args(argv: list[str], strict: bool = False) -> VLLMArgs:  # noqa: C901
     """Parse ``[vllm] serve MODEL [flags]`` (or flags alone).
 
     ``MODEL`` selects a model profile when it is one of :data:`MODEL_IDS` (else a note, and the

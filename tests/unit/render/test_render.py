@@ -675,7 +675,7 @@ _RESTRICTED_VOLUME_TYPES = {
 }
 
 
-def _restricted_violations(pod: dict) -> list[str]:
+def _restricted_violations(pod: dict) -> list[str]:  # noqa: C901
     spec, out = pod["spec"], []
     psc = spec.get("securityContext") or {}
     for flag in ("hostNetwork", "hostPID", "hostIPC"):

@@ -264,7 +264,7 @@ def model_context(profile: str) -> int | None:
         return None
 
 
-def run(
+def run(  # noqa: C901
     scenario: str | None,
     *,
     output: str = "text",
