@@ -121,7 +121,7 @@ def main() -> None:
     """
     try:
         cli(prog_name="kvpilot")
-    except Exception as exc:  # noqa: BLE001 - the CLI boundary: every unexpected error, one line
+    except Exception as exc:  # the CLI boundary: every unexpected error, one line
         if os.environ.get(DEBUG_ENV) == "1":
             raise
         from kvpilot.text.safe import one_line  # here: only an error pays for its regular expressions

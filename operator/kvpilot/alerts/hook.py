@@ -361,7 +361,7 @@ class AlertHook:
         except web.HTTPException as exc:  # the router's 404 and 405
             self._account(request, exc.status, exc.reason)
             raise
-        except Exception as exc:  # noqa: BLE001 - any bug ends as one counted, logged 500, never a traceback
+        except Exception as exc:  # any bug ends as one counted, logged 500, never a traceback
             log.debug("internal error", exc_info=True)
             response = _error(500, "internal error")
             response.log_reason = f"internal error: {type(exc).__name__}: {one_line(exc, 200)}"

@@ -49,7 +49,7 @@ class Collector:
         bodies = self.bodies
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):  # http.server's name
                 length = int(self.headers.get("Content-Length") or 0)
                 bodies.append(json.loads(self.rfile.read(min(length, 1 << 22))))
                 self.send_response(200)
