@@ -32,7 +32,7 @@ from typing import Any
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.promql import share_above
-from kvpilot.diagnose.signals import Signals
+from kvpilot.diagnose.signals import SignalName, Signals
 from kvpilot.diagnose.steptime import StepFit, fit_step_time
 from kvpilot.gpus import GPU_PROFILES, gpu_profile
 from kvpilot.text.numbers import count, fig, number
@@ -236,8 +236,8 @@ class Facts:
     step_fit: StepFit = field(default_factory=lambda: fit_step_time(()))
     model_config: dict[str, Any] | None = None
 
-    def s(self, name: str) -> float | None:
-        """One signal's value (None when unknown)."""
+    def s(self, name: SignalName) -> float | None:
+        """One signal's value (None when unknown; a misspelt name is a mypy error)."""
         return self.signals.get(name)
 
     @property

@@ -43,7 +43,7 @@ from kvpilot.diagnose.facts import LARGE_BUDGET, PREFILL_SPLIT_STEPS, Facts, der
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding
 from kvpilot.diagnose.recommend import Inputs, recommend
-from kvpilot.diagnose.signals import Signals, legacy_or_escaped
+from kvpilot.diagnose.signals import SignalName, Signals, legacy_or_escaped
 from kvpilot.diagnose.steptime import STEP_TIME_FLAT, STEP_TIME_GROWS
 from kvpilot.text.numbers import count, fig, number, percent, significant, times
 
@@ -530,7 +530,7 @@ def diagnose_target(
     """
     facts = derive_facts(signals, limits)
     facts.model_config = model_config
-    out_signals = dict(signals.values)
+    out_signals: dict[str, float | None] = {name: value for name, value in signals.values.items()}
     out_signals["budget_full_step_share"] = facts.share
     out_signals["kv_admission_ceiling"] = facts.ceiling
     out_signals["inferred_max_num_seqs"] = facts.n_seqs if "max_num_seqs" in facts.inferred else None
@@ -577,12 +577,12 @@ def _finish(diag: Diagnosis, primary: Finding, findings: list[Finding], signals:
 def _latency_evidence(signals: Signals) -> list[str]:
     out = []
     # what one observation of each histogram is: a request's first token, or one gap between output tokens
-    for name, label, unit in (
+    quantiles: tuple[tuple[SignalName, str, str], ...] = (
         ("ttft_p99_s", "p99 TTFT", "requests"),
         ("ttft_p50_s", "p50 TTFT", "requests"),
         ("itl_p99_s", "p99 ITL", "inter-token gaps"),
-        ("queue_time_p99_s", "p99 queue time", "requests"),
-    ):
+    )
+    for name, label, unit in quantiles:
         q = signals.quantiles.get(name)
         if q is not None:
             out.append(

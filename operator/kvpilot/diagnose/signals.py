@@ -23,7 +23,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol, TypeGuard, get_args
 
 from kvpilot.diagnose import promql
 from kvpilot.diagnose.steptime import SUBWINDOWS, fit_step_time, subwindow_points
@@ -63,6 +63,74 @@ class TargetKey:
         return not labels.get("engine") or not self.engine or labels.get("engine") == self.engine
 
 
+#: Every signal name, the keys of :attr:`Signals.values` and of ``-o json``'s ``signals`` (docs/diagnosis.md,
+#: "Signals"): the measured ones of :data:`SIGNAL_DEFS`, then the ones :func:`finish_signals` derives. Typed, so a
+#: misspelt name in a rule is a mypy error rather than a signal that is silently unknown.
+SignalName = Literal[
+    "running_avg",
+    "running_max",
+    "running_min",
+    "running_last",
+    "samples_in_window",
+    "last_sample_time",
+    "waiting_avg",
+    "waiting_max",
+    "waiting_last",
+    "waiting_trend_per_s",
+    "waiting_capacity_avg",
+    "waiting_deferred_avg",
+    "kv_usage_avg",
+    "kv_usage_max",
+    "kv_usage_last",
+    "preemptions_increase",
+    "preemptions_per_s",
+    "preemptions_last",
+    "prompt_tokens_per_s",
+    "generation_tokens_per_s",
+    "prefix_queries_increase",
+    "prefix_hits_increase",
+    "external_prefix_queries_increase",
+    "external_prefix_hits_increase",
+    "requests_finished_per_s",
+    "requests_finished_increase",
+    "iteration_tokens_sum_increase",
+    "iteration_steps_increase",
+    "itl_sum_increase",
+    "itl_count_increase",
+    "prefill_time_sum_increase",
+    "prefill_time_count_increase",
+    # derived by finish_signals
+    "prefix_hit_rate",
+    "prompt_tokens_per_request",
+    "offered_prompt_tokens_per_s",
+    "tokens_per_step_avg",
+    "itl_mean_s",
+    "prefill_time_mean_s",
+    "prefill_step_times",
+    "step_subwindows",
+    "step_time_elasticity",
+    "last_sample_age_s",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "itl_p99_s",
+]
+#: the names of :data:`SignalName`, for run-time checks
+SIGNAL_NAMES: frozenset[str] = frozenset(get_args(SignalName))
+#: the histograms kept as bucket increases (:data:`HISTOGRAMS`), the keys of :attr:`Signals.buckets`
+HistogramName = Literal["ttft", "itl", "iteration_tokens"]
+_HISTOGRAM_NAMES: frozenset[str] = frozenset(get_args(HistogramName))
+
+
+def is_signal_name(name: str) -> TypeGuard[SignalName]:
+    """True when ``name`` is a :data:`SignalName` (a key of :attr:`Signals.values`)."""
+    return name in SIGNAL_NAMES
+
+
+def is_histogram_name(name: str) -> TypeGuard[HistogramName]:
+    """True when ``name`` is a :data:`HistogramName` (a key of :attr:`Signals.buckets`)."""
+    return name in _HISTOGRAM_NAMES
+
+
 @dataclass(frozen=True)
 class SignalDef:
     """One signal: ``agg by (target) (fn(family[window]))`` in PromQL terms.
@@ -79,7 +147,7 @@ class SignalDef:
         agg: how series of one target combine: ``max`` (duplicates, ``pid``) or ``sum``.
     """
 
-    name: str
+    name: SignalName | HistogramName
     family: str
     fn: str
     suffix: str = ""
@@ -93,7 +161,7 @@ _BY_REASON = "vllm:num_requests_waiting_by_reason"
 #: Histograms kept as bucket increases (signal name -> family); quantiles come from them. Only the
 #: ones the report uses: each costs one bucket row per target and ``le`` (about 20 per target), the
 #: largest part of a 1,000-target query (benchmarks/diagnose_scale.py).
-HISTOGRAMS: dict[str, str] = {
+HISTOGRAMS: dict[HistogramName, str] = {
     "ttft": "vllm:time_to_first_token_seconds",
     "itl": "vllm:inter_token_latency_seconds",
     "iteration_tokens": "vllm:iteration_tokens_total",
@@ -146,7 +214,7 @@ SUBWINDOW_DEFS: tuple[SignalDef, ...] = tuple(
 )
 
 #: quantiles reported (signal name -> (histogram, q))
-QUANTILES: dict[str, tuple[str, float]] = {
+QUANTILES: dict[SignalName, tuple[HistogramName, float]] = {
     "ttft_p50_s": ("ttft", 0.5),
     "ttft_p99_s": ("ttft", 0.99),
     "itl_p99_s": ("itl", 0.99),
@@ -186,9 +254,9 @@ class Signals:
         window_seconds / end: the window evaluated, ``end`` in Unix seconds.
     """
 
-    values: dict[str, float | None] = field(default_factory=dict)
-    buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    quantiles: dict[str, promql.Quantile] = field(default_factory=dict)
+    values: dict[SignalName, float | None] = field(default_factory=dict)
+    buckets: dict[HistogramName, list[tuple[float, float]]] = field(default_factory=dict)
+    quantiles: dict[SignalName, promql.Quantile] = field(default_factory=dict)
     spelling: dict[str, str] = field(default_factory=dict)
     cache_config: dict[str, str] = field(default_factory=dict)
     operator_limits: dict[str, float] = field(default_factory=dict)
@@ -197,8 +265,8 @@ class Signals:
     window_seconds: float = 0.0
     end: float = 0.0
 
-    def get(self, name: str) -> float | None:
-        """The value of signal ``name``, ``None`` when unknown."""
+    def get(self, name: SignalName) -> float | None:
+        """The value of signal ``name``, ``None`` when unknown (a :data:`SignalName`: mypy rejects a misspelt one)."""
         return self.values.get(name)
 
 
@@ -413,17 +481,17 @@ def compute_signals(
     operator = _operator_limits(samples, end, window_seconds)
     out: dict[TargetKey, Signals] = {}
     for target, families in index.items():
-        values: dict[str, float | None] = {}
-        buckets: dict[str, list[tuple[float, float]]] = {}
+        values: dict[SignalName, float | None] = {}
+        buckets: dict[HistogramName, list[tuple[float, float]]] = {}
         spelling: dict[str, str] = {}
         for sd in SIGNAL_DEFS:
             result, used = _evaluate_def(sd, families, end, window_seconds)
             if used:
                 spelling.setdefault(sd.family, used)
-            if sd.fn == "buckets":
+            if is_histogram_name(sd.name):
                 if isinstance(result, list) and result:
                     buckets[sd.name] = result
-            elif not isinstance(result, list):
+            elif is_signal_name(sd.name) and not isinstance(result, list):
                 values[sd.name] = result
         if not any(v is not None for v in values.values()) and not buckets:
             continue  # only info series or series outside the window

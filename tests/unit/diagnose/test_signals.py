@@ -203,3 +203,16 @@ def test_impossible_values_are_unknowns_and_never_evidence():
         )
     )
     assert full.get("kv_usage_max") == 1.0 and not full.rejected
+
+
+def test_signal_names_are_exactly_what_the_computation_produces():
+    # SignalName types every rule's lookup (a misspelt name is a mypy error); it must hold every name
+    # compute_signals + finish_signals produce and nothing else, or a typed name could still be unknown
+    from kvpilot.diagnose.signals import HISTOGRAMS, SIGNAL_DEFS, SIGNAL_NAMES, Signals, finish_signals
+
+    produced = set(finish_signals(Signals(values={})).values) | {sd.name for sd in SIGNAL_DEFS if sd.fn != "buckets"}
+    assert produced == SIGNAL_NAMES
+    assert {sd.name for sd in SIGNAL_DEFS if sd.fn == "buckets"} == set(HISTOGRAMS)
+    # a recording's target carries every measured name (None when unknown), as the Prometheus source does
+    s = only(compute_signals(series("vllm:num_requests_running", [1, 2]), 30.0))
+    assert {sd.name for sd in SIGNAL_DEFS if sd.fn != "buckets"} <= set(s.values)

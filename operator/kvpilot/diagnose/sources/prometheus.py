@@ -65,6 +65,8 @@ from kvpilot.diagnose.signals import (
     Signals,
     TargetKey,
     finish_signals,
+    is_histogram_name,
+    is_signal_name,
     spellings,
 )
 from kvpilot.diagnose.sources import SourceError, request_failure_reason
@@ -525,7 +527,11 @@ class PrometheusSource:
 
         def signals_for(key: TargetKey) -> Signals:
             if key not in per_target:
-                per_target[key] = Signals(values={sd.name: None for sd in defs}, window_seconds=window_seconds, end=end)
+                per_target[key] = Signals(
+                    values={sd.name: None for sd in defs if is_signal_name(sd.name)},
+                    window_seconds=window_seconds,
+                    end=end,
+                )
             return per_target[key]
 
         keys: dict[tuple[str, ...], TargetKey] = {}
@@ -559,7 +565,8 @@ class PrometheusSource:
                     sig = per_target.get(key_of(ident)) or signals_for(key_of(ident))
                     if name:
                         sig.spelling.setdefault(sd.family, name)
-                    sig.values[sd.name] = value
+                    if is_signal_name(sd.name):
+                        sig.values[sd.name] = value
             elif query.kind == "buckets":
                 found = buckets.setdefault(sd.name, {})
                 fresh: dict[TargetKey, list[tuple[float, float]]] = {}
@@ -579,7 +586,8 @@ class PrometheusSource:
                         grid[n][j] = value
         for name, by_target in buckets.items():
             for key, rows_ in by_target.items():
-                per_target[key].buckets[name] = sorted(rows_)
+                if is_histogram_name(name):
+                    per_target[key].buckets[name] = sorted(rows_)
         for key, grid in per_sub.items():
             if key in per_target:
                 per_target[key].step_points = subwindow_points(*grid)
