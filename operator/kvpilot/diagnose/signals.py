@@ -76,6 +76,7 @@ SignalName = Literal[
     "waiting_avg",
     "waiting_max",
     "waiting_last",
+    "waiting_median",
     "waiting_trend_per_s",
     "waiting_capacity_avg",
     "waiting_deferred_avg",
@@ -99,6 +100,11 @@ SignalName = Literal[
     "itl_count_increase",
     "prefill_time_sum_increase",
     "prefill_time_count_increase",
+    "queue_time_sum_increase",
+    "queue_time_count_increase",
+    # read off vllm:lora_requests_info's labels (LoraIndex)
+    "lora_max_loras",
+    "lora_adapters_max",
     # derived by finish_signals
     "prefix_hit_rate",
     "prompt_tokens_per_request",
@@ -107,6 +113,8 @@ SignalName = Literal[
     "itl_mean_s",
     "prefill_time_mean_s",
     "prefill_step_times",
+    "queue_time_mean_s",
+    "queue_step_times",
     "step_subwindows",
     "step_time_elasticity",
     "last_sample_age_s",
@@ -139,7 +147,8 @@ class SignalDef:
         name: the signal's key in ``Signals.values`` and in ``-o json`` (units in the name:
             ``_per_s`` per second, ``_s`` seconds; ``kv_usage_*`` ratio 0-1; others requests or tokens).
         family: canonical catalog family (``vllm:num_requests_waiting``).
-        fn: ``avg`` | ``max`` | ``min`` | ``last`` | ``deriv`` (per second) | ``rate`` (per second)
+        fn: ``avg`` | ``max`` | ``min`` | ``last`` | ``median`` (``quantile_over_time(0.5, ...)``) | ``deriv``
+            (per second) | ``rate`` (per second)
             | ``increase`` | ``count`` (samples in window) | ``timestamp`` (last sample time,
             5 m lookback) | ``buckets`` (increase of each ``_bucket``, by ``le``).
         suffix: sample suffix (``_total`` for counters, ``_bucket`` for histograms).
@@ -177,6 +186,7 @@ SIGNAL_DEFS: tuple[SignalDef, ...] = (
     SignalDef("waiting_avg", _WAIT, "avg"),
     SignalDef("waiting_max", _WAIT, "max"),
     SignalDef("waiting_last", _WAIT, "last"),
+    SignalDef("waiting_median", _WAIT, "median"),
     SignalDef("waiting_trend_per_s", _WAIT, "deriv"),
     SignalDef("waiting_capacity_avg", _BY_REASON, "avg", match=(("reason", "capacity"),)),
     SignalDef("waiting_deferred_avg", _BY_REASON, "avg", match=(("reason", "deferred"),)),
@@ -200,6 +210,8 @@ SIGNAL_DEFS: tuple[SignalDef, ...] = (
     SignalDef("itl_count_increase", "vllm:inter_token_latency_seconds", "increase", "_count", agg="sum"),
     SignalDef("prefill_time_sum_increase", "vllm:request_prefill_time_seconds", "increase", "_sum", agg="sum"),
     SignalDef("prefill_time_count_increase", "vllm:request_prefill_time_seconds", "increase", "_count", agg="sum"),
+    SignalDef("queue_time_sum_increase", "vllm:request_queue_time_seconds", "increase", "_sum", agg="sum"),
+    SignalDef("queue_time_count_increase", "vllm:request_queue_time_seconds", "increase", "_count", agg="sum"),
     *(SignalDef(name, fam, "buckets", "_bucket", agg="sum") for name, fam in HISTOGRAMS.items()),
 )
 
@@ -307,6 +319,8 @@ def evaluate(fn: str, points: list[promql.Point], end: float, window: float) -> 
         return promql.max_over_time(pts)
     if fn == "min":
         return promql.min_over_time(pts)
+    if fn == "median":
+        return promql.quantile_over_time(0.5, pts)
     if fn == "last":
         return pts[-1][1] if pts else None
     if fn == "count":
@@ -426,6 +440,83 @@ def _operator_limits(samples: Iterable[SampleLike], end: float, window_seconds: 
     return OperatorLimitIndex((labels, value) for _, labels, value in rows)
 
 
+#: vLLM's LoRA gauge (``vllm/v1/metrics/loggers.py``, vLLM 0.29, servers started with ``--enable-lora``):
+#: labels ``max_lora``, ``running_lora_adapters``, ``waiting_lora_adapters`` (comma-separated adapter names);
+#: no ``model_name``/``engine``. Each step sets the series of the current label set to the current time
+#: (``set_to_current_time``); series of earlier label sets stay with the time they were last current.
+LORA_INFO = "vllm:lora_requests_info"
+
+
+def _adapters(labels: Mapping[str, str]) -> int:
+    """Distinct adapters named in ``running_lora_adapters`` and ``waiting_lora_adapters``.
+
+    vLLM 0.29 fills both labels from the same adapters (``LoRARequestStates.update_scheduler_stats``,
+    ``vllm/v1/metrics/stats.py``: every adapter with a request in flight, waiting or running, in both
+    dicts), so this counts the adapters with requests in flight.
+    """
+    names: set[str] = set()
+    for key in ("running_lora_adapters", "waiting_lora_adapters"):
+        names.update(n.strip() for n in str(labels.get(key, "")).split(",") if n.strip())
+    return len(names)
+
+
+class LoraIndex:
+    """``vllm:lora_requests_info`` label sets indexed by place (namespace, pod, instance, job), like
+    :class:`CacheConfigIndex` (the gauge has no ``model_name``).
+
+    Rows are ``(labels, value)`` with value the newest sample of that label set in the window (the server's
+    time when the set was last current: ``max_over_time``). A place's label sets current during the window
+    are those set within ``window_seconds`` of its newest (one clock, the server's, so a recording's
+    timestamps need not match it); they give ``lora_max_loras`` (``max_lora``) and ``lora_adapters_max``
+    (the most adapters with requests in flight at once, :func:`_adapters`).
+    """
+
+    def __init__(self, rows: Iterable[tuple[Mapping[str, str], float]], window_seconds: float):
+        by_place: dict[tuple[str, ...], list[tuple[Mapping[str, str], float]]] = defaultdict(list)
+        for labels, value in rows:
+            if finite(value) is not None:
+                by_place[tuple(labels.get(k, "") for k in ("namespace", "pod", "instance", "job"))].append(
+                    (labels, value)
+                )
+        self._by_place: dict[tuple[str, ...], dict[SignalName, float | None]] = {}
+        for place, sets in by_place.items():
+            newest = max(v for _, v in sets)
+            current = [labels for labels, v in sets if v >= newest - window_seconds]
+            slots = [finite(_float(labels.get("max_lora"))) for labels in current]
+            known = [m for m in slots if m is not None]
+            self._by_place[place] = {
+                "lora_max_loras": max(known) if known else None,
+                "lora_adapters_max": float(max(_adapters(labels) for labels in current)),
+            }
+
+    def get(self, target: TargetKey) -> dict[SignalName, float | None]:
+        """``lora_max_loras`` and ``lora_adapters_max`` for ``target``'s place, {} without the gauge."""
+        return dict(self._by_place.get((target.namespace, target.pod, target.instance, target.job), {}))
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _lora_rows(samples: Iterable[SampleLike], end: float, window_seconds: float) -> list[tuple[dict[str, str], float]]:
+    """Each ``vllm:lora_requests_info`` label set (any spelling) with its newest value in ``[end - window, end]``."""
+    newest: dict[_SeriesId, tuple[dict[str, str], float]] = {}
+    for s in samples:
+        m = match_name(s.name)
+        if m is None or m.canonical != LORA_INFO or m.suffix == "_created" or s.timestamp is None:
+            continue
+        if not end - window_seconds <= s.timestamp <= end:
+            continue
+        labels = {k: v for k, v in s.labels.items() if k != "__name__"}
+        ident = tuple(sorted(labels.items()))
+        if ident not in newest or newest[ident][1] < s.value:
+            newest[ident] = (labels, float(s.value))
+    return list(newest.values())
+
+
 class CacheConfigIndex:
     """``cache_config_info`` label sets indexed by where they come from (namespace, pod, instance, job).
 
@@ -479,6 +570,7 @@ def compute_signals(
     index = _index(samples)
     configs = CacheConfigIndex(_cache_config(samples))
     operator = _operator_limits(samples, end, window_seconds)
+    lora = LoraIndex(_lora_rows(samples, end, window_seconds), window_seconds)
     out: dict[TargetKey, Signals] = {}
     for target, families in index.items():
         values: dict[SignalName, float | None] = {}
@@ -500,6 +592,7 @@ def compute_signals(
             [_scalar(_evaluate_def(sd, families, end - (SUBWINDOWS - 1 - j) * sub, sub)[0]) for j in range(SUBWINDOWS)]
             for sd in SUBWINDOW_DEFS
         ]
+        values.update(lora.get(target))
         signals = Signals(
             values=values,
             buckets=buckets,
@@ -566,7 +659,9 @@ def finish_signals(signals: Signals) -> Signals:
     - ``itl_mean_s`` = increase of ``inter_token_latency_seconds_sum`` / of its ``_count`` (seconds per
       decode step); ``prefill_time_mean_s`` the same for ``request_prefill_time_seconds`` (seconds from a
       request's first scheduling to its first token); ``prefill_step_times`` = their ratio (how many step
-      times a prefill spans).
+      times a prefill spans); ``queue_time_mean_s`` the same for ``request_queue_time_seconds`` (seconds
+      from arrival to first scheduling, ``vllm/v1/metrics/stats.py``) and ``queue_step_times`` its ratio to
+      the step time (how many steps a request waited).
     - ``step_subwindows`` and ``step_time_elasticity``: :func:`kvpilot.diagnose.steptime.fit_step_time`
       over ``step_points``.
     - ``last_sample_age_s`` = end - last sample time.
@@ -574,6 +669,8 @@ def finish_signals(signals: Signals) -> Signals:
     v = signals.values
     for name, value in list(v.items()):
         v[name] = finite(value)
+    v.setdefault("lora_max_loras", None)
+    v.setdefault("lora_adapters_max", None)
     # impossible values are unknowns, not evidence: vLLM's KV gauge is a fraction 0-1 (a percent-scaled
     # gauge of another exporter matched by vllm_... would read 45 as "45x full"), request counts are >= 0
     for name, value in list(v.items()):
@@ -605,6 +702,9 @@ def finish_signals(signals: Signals) -> Signals:
     v["prefill_time_mean_s"] = pre_sum / pre_count if pre_sum is not None and pre_count else None
     itl_mean, pre_mean = v["itl_mean_s"], v["prefill_time_mean_s"]
     v["prefill_step_times"] = pre_mean / itl_mean if pre_mean is not None and itl_mean else None
+    queue_sum, queue_count = v.get("queue_time_sum_increase"), v.get("queue_time_count_increase")
+    queue_mean = v["queue_time_mean_s"] = queue_sum / queue_count if queue_sum is not None and queue_count else None
+    v["queue_step_times"] = queue_mean / itl_mean if queue_mean is not None and itl_mean else None
     fit = fit_step_time(signals.step_points)
     v["step_subwindows"] = float(len(signals.step_points))
     v["step_time_elasticity"] = fit.elasticity
