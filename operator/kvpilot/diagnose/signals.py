@@ -115,6 +115,8 @@ SignalName = Literal[
     "prefill_step_times",
     "queue_time_mean_s",
     "queue_step_times",
+    "prefix_reused_share",
+    "prefix_reused_tokens",
     "step_subwindows",
     "step_time_elasticity",
     "last_sample_age_s",
@@ -125,7 +127,7 @@ SignalName = Literal[
 #: the names of :data:`SignalName`, for run-time checks
 SIGNAL_NAMES: frozenset[str] = frozenset(get_args(SignalName))
 #: the histograms kept as bucket increases (:data:`HISTOGRAMS`), the keys of :attr:`Signals.buckets`
-HistogramName = Literal["ttft", "itl", "iteration_tokens"]
+HistogramName = Literal["ttft", "itl", "iteration_tokens", "prompt_tokens", "computed_tokens"]
 _HISTOGRAM_NAMES: frozenset[str] = frozenset(get_args(HistogramName))
 
 
@@ -174,6 +176,10 @@ HISTOGRAMS: dict[HistogramName, str] = {
     "ttft": "vllm:time_to_first_token_seconds",
     "itl": "vllm:inter_token_latency_seconds",
     "iteration_tokens": "vllm:iteration_tokens_total",
+    # per request: prompt tokens, and prompt tokens less those found in the prefix cache (vLLM 0.29+): the reuse
+    # of each request, judged per prefix (prefix_reuse)
+    "prompt_tokens": "vllm:request_prompt_tokens",
+    "computed_tokens": "vllm:request_prefill_kv_computed_tokens",
 }
 
 SIGNAL_DEFS: tuple[SignalDef, ...] = (
@@ -708,6 +714,9 @@ def finish_signals(signals: Signals) -> Signals:
     fit = fit_step_time(signals.step_points)
     v["step_subwindows"] = float(len(signals.step_points))
     v["step_time_elasticity"] = fit.elasticity
+    v["prefix_reused_share"], v["prefix_reused_tokens"] = prefix_reuse(
+        signals.buckets.get("prompt_tokens", []), signals.buckets.get("computed_tokens", [])
+    )
     last = v.get("last_sample_time")
     v["last_sample_age_s"] = max(0.0, signals.end - last) if last is not None else None
     for name, (hist, q) in QUANTILES.items():
@@ -718,6 +727,52 @@ def finish_signals(signals: Signals) -> Signals:
         else:
             v[name] = None
     return signals
+
+
+#: the least share of requests whose reuse :func:`prefix_reuse` reports: one request in twenty, so a single
+#: request's hit in a window of many is not taken for a prefix the traffic shares
+REUSED_SHARE_MIN = 0.05
+
+
+def _cdf(buckets: Iterable[tuple[float, float]]) -> dict[float, float] | None:
+    """``{upper bound: share of observations <= it}`` of one histogram's bucket increases, None without any."""
+    merged: dict[float, float] = {}
+    for bound, n in buckets:
+        if not math.isnan(n):
+            merged[bound] = merged.get(bound, 0.0) + n
+    total = merged.get(math.inf, 0.0)
+    if total <= 0:
+        return None
+    return {b: min(1.0, n / total) for b, n in merged.items()}
+
+
+def prefix_reuse(
+    prompt: Iterable[tuple[float, float]], computed: Iterable[tuple[float, float]]
+) -> tuple[float | None, float | None]:
+    """Per-request reuse from vLLM's per-request histograms: ``(share, tokens)``, "at least ``share`` of the
+    requests found at least ``tokens`` prompt tokens each in the prefix cache".
+
+    ``vllm:request_prompt_tokens`` observes each finished request's prompt, ``vllm:request_prefill_kv_computed_tokens``
+    its prompt less the tokens found cached (``PrometheusStatLogger.record``, ``vllm/v1/metrics/loggers.py``, vLLM
+    0.29). The two are not paired per request, but for bucket bounds ``e1 < e2`` at least ``F_computed(e1) -
+    F_prompt(e2)`` of the requests had a prompt above ``e2`` and computed at most ``e1`` (the two shares overlap by
+    at least that much), so each of them reused at least ``e2 - e1`` tokens. Of the pairs with a share of at least
+    :data:`REUSED_SHARE_MIN`, the one with the largest ``e2 - e1`` is returned (a lower bound of the longest prefix
+    that many requests reused). ``(None, None)`` when either histogram is missing or no pair qualifies (reuse
+    within one bucket's width, or none).
+    """
+    p_cdf, c_cdf = _cdf(prompt), _cdf(computed)
+    if p_cdf is None or c_cdf is None:
+        return None, None
+    best: tuple[float, float] | None = None
+    for e1, c in c_cdf.items():
+        for e2, p in p_cdf.items():
+            if math.isinf(e1) or math.isinf(e2) or e2 <= e1:
+                continue
+            share = c - p
+            if share >= REUSED_SHARE_MIN and (best is None or e2 - e1 > best[1]):
+                best = (share, e2 - e1)
+    return best if best is not None else (None, None)
 
 
 def legacy_or_escaped(signals: Signals) -> dict[str, str]:
