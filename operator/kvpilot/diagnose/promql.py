@@ -249,6 +249,19 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> Quan
     return Quantile(q, value, start, end, observations)
 
 
+def merged_buckets(buckets: Sequence[tuple[float, float]]) -> dict[float, float] | None:
+    """``{upper bound: cumulative count}`` with duplicate bounds summed and NaN counts dropped; None without a
+    ``+Inf`` bucket holding observations.
+    """
+    merged: dict[float, float] = {}
+    for bound, count in buckets:
+        if not math.isnan(count):
+            merged[bound] = merged.get(bound, 0.0) + count
+    if merged.get(math.inf, 0.0) <= 0:
+        return None
+    return merged
+
+
 def share_above(buckets: Sequence[tuple[float, float]], threshold: float) -> tuple[float, float] | None:
     """Share of observations above the largest bucket bound strictly below ``threshold``.
 
@@ -264,11 +277,8 @@ def share_above(buckets: Sequence[tuple[float, float]], threshold: float) -> tup
     Returns:
         ``(share 0-1, lower_bound_used)``, or ``None`` without observations or a ``+Inf`` bucket.
     """
-    merged: dict[float, float] = {}
-    for bound, count in buckets:
-        if not math.isnan(count):
-            merged[bound] = merged.get(bound, 0.0) + count
-    if math.inf not in merged or merged[math.inf] <= 0:
+    merged = merged_buckets(buckets)
+    if merged is None:
         return None
     total = merged[math.inf]
     below = [b for b in merged if b < threshold]
@@ -291,11 +301,8 @@ def share_in_bucket(buckets: Sequence[tuple[float, float]], value: float) -> flo
     Returns:
         the share 0-1, or ``None`` without observations or a ``+Inf`` bucket.
     """
-    merged: dict[float, float] = {}
-    for bound, count in buckets:
-        if not math.isnan(count):
-            merged[bound] = merged.get(bound, 0.0) + count
-    if math.inf not in merged or merged[math.inf] <= 0:
+    merged = merged_buckets(buckets)
+    if merged is None:
         return None
     bounds = sorted(merged)
     upper = min(b for b in bounds if b >= value)

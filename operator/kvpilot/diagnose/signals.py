@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeGuard, get_args
 
@@ -734,20 +734,16 @@ def finish_signals(signals: Signals) -> Signals:
 REUSED_SHARE_MIN = 0.05
 
 
-def _cdf(buckets: Iterable[tuple[float, float]]) -> dict[float, float] | None:
+def _cdf(buckets: Sequence[tuple[float, float]]) -> dict[float, float] | None:
     """``{upper bound: share of observations <= it}`` of one histogram's bucket increases, None without any."""
-    merged: dict[float, float] = {}
-    for bound, n in buckets:
-        if not math.isnan(n):
-            merged[bound] = merged.get(bound, 0.0) + n
-    total = merged.get(math.inf, 0.0)
-    if total <= 0:
+    merged = promql.merged_buckets(buckets)
+    if merged is None:
         return None
-    return {b: min(1.0, n / total) for b, n in merged.items()}
+    return {b: min(1.0, n / merged[math.inf]) for b, n in merged.items()}
 
 
 def prefix_reuse(
-    prompt: Iterable[tuple[float, float]], computed: Iterable[tuple[float, float]]
+    prompt: Sequence[tuple[float, float]], computed: Sequence[tuple[float, float]]
 ) -> tuple[float | None, float | None]:
     """Per-request reuse from vLLM's per-request histograms: ``(share, tokens)``, "at least ``share`` of the
     requests found at least ``tokens`` prompt tokens each in the prefix cache".

@@ -21,6 +21,13 @@ ROOM = dict(running_avg=8, running_max=9, kv_usage_avg=0.09, kv_usage_max=0.1)
 LIMITS = {"max_num_seqs": 256, "max_num_batched_tokens": 8192}
 #: 8 running decode 8 tokens per step: 0.1 % of the budget
 STEPS = dict(iteration_tokens_sum_increase=8000.0, iteration_steps_increase=1000.0)
+#: the issue's queue: 5 of 256 running, KV at a third of its ceiling, nothing deferred
+FEW_RUNNING = dict(QUEUE, running_avg=5, running_max=6, kv_usage_avg=0.3, kv_usage_max=0.31, waiting_deferred_avg=0)
+
+
+def steps(tokens_per_step: float) -> dict:
+    """1,000 engine steps averaging ``tokens_per_step`` tokens."""
+    return dict(iteration_tokens_sum_increase=tokens_per_step * 1000, iteration_steps_increase=1000.0)
 
 
 def test_deferred_requests_with_more_adapters_than_slots_are_a_lora_slot_cap():
@@ -72,16 +79,7 @@ def test_no_limit_binding_with_the_flags_known_is_an_unexplained_queue():
     # the issue's case: steps at 37 % of the budget (3,031 of 8,192), 2 % of max_num_seqs (5 of 256), KV at a
     # third of its ceiling: something outside the three limits holds the queue; never token_budget_cap 0.4
     # nor "pass the flags" when they were passed
-    sig = make(
-        **QUEUE,
-        running_avg=5,
-        running_max=6,
-        kv_usage_avg=0.3,
-        kv_usage_max=0.31,
-        iteration_tokens_sum_increase=3031000.0,
-        iteration_steps_increase=1000.0,
-        waiting_deferred_avg=0,
-    )
+    sig = make(**FEW_RUNNING, **steps(3031))
     d = diagnose_target(sig, resolve_limits(cli=LIMITS))
     assert (d.verdict, d.severity, d.confidence) == ("unexplained_queue", "warning", 0.7)
     text = " ".join(d.evidence)
@@ -94,16 +92,7 @@ def test_no_limit_binding_with_the_flags_known_is_an_unexplained_queue():
     # the budget not read (vLLM's default 2,048 for an unknown GPU) and steps of 1,500 (73 %, not full, no
     # prefill time to infer a smaller budget from): the same, asking for the limit that was assumed (and only
     # that one), at 0.7 - 0.2 = 0.5
-    sig = make(
-        **QUEUE,
-        running_avg=5,
-        running_max=6,
-        kv_usage_avg=0.3,
-        kv_usage_max=0.31,
-        iteration_tokens_sum_increase=1500000.0,
-        iteration_steps_increase=1000.0,
-        waiting_deferred_avg=0,
-    )
+    sig = make(**FEW_RUNNING, **steps(1500))
     d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 256}))
     assert d.verdict == "unexplained_queue" and d.confidence == 0.5
     assert "Not read, vLLM's default assumed: --max-num-batched-tokens; pass it" in " ".join(d.evidence)
@@ -113,16 +102,7 @@ def test_a_budget_known_only_as_at_least_the_mean_step_is_not_full_by_definition
     # steps average 3,031 tokens, more than 1.1 x vLLM's default 2,048: the server runs a budget of at least
     # 3,031, but how full its steps are is unknown (never "100 % of the budget"); with slots free, KV room and
     # nothing deferred the budget is left by elimination, inferred (0.8 - 0.2)
-    sig = make(
-        **QUEUE,
-        running_avg=5,
-        running_max=6,
-        kv_usage_avg=0.3,
-        kv_usage_max=0.31,
-        iteration_tokens_sum_increase=3031000.0,
-        iteration_steps_increase=1000.0,
-        waiting_deferred_avg=0,
-    )
+    sig = make(**FEW_RUNNING, **steps(3031))
     d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 256}))
     assert (d.verdict, d.confidence) == ("token_budget_cap", 0.6)
     assert "100.0 % of the budget" not in d.evidence[0] and "elimination" in d.evidence[0]
@@ -135,13 +115,8 @@ def test_chunked_prefill_off_is_named_when_prompts_do_not_fit_what_a_step_leaves
     # 6,000-token prompts, steps averaging 3,031 of 8,192: a step leaves 5,161 tokens, less than a prompt, and
     # prompts are prefilled in 1.1 step times (not chunked): consistent with chunked prefill off
     sig = make(
-        **QUEUE,
-        running_avg=5,
-        running_max=6,
-        kv_usage_avg=0.3,
-        kv_usage_max=0.31,
-        iteration_tokens_sum_increase=3031000.0,
-        iteration_steps_increase=1000.0,
+        **FEW_RUNNING,
+        **steps(3031),
         prompt_tokens_per_s=6000.0,
         requests_finished_per_s=1.0,
         itl_sum_increase=10.0,
