@@ -98,7 +98,7 @@ def test_promtool_checks_the_rules_file_and_the_prometheusrule(tmp_path):
     for path in (MONITORING / "prometheus-rules.yaml", tmp_path / "from-prometheusrule.yaml"):
         out = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
-        assert "SUCCESS: 7 rules found" in out.stdout
+        assert "SUCCESS: 8 rules found" in out.stdout  # VLLMLoRASlotCap joined the seven
 
 
 def test_the_three_renderings_carry_the_same_rules():
@@ -119,6 +119,7 @@ def test_names_labels_and_annotations_follow_the_contract():
         "VLLMPreemptions",
         "VLLMMaxNumSeqsCap",
         "VLLMTokenBudgetCap",
+        "VLLMLoRASlotCap",
         "VLLMPrefixCacheIneffective",
         "VLLMTargetDown",
         "VLLMTTFTHigh",
