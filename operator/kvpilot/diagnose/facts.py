@@ -306,10 +306,11 @@ class Facts:
         ceiling / ceiling_how: :func:`kv_ceiling`; at_ceiling: ``kv_max >= ceiling``.
         capacity_blocked: requests waited for capacity with free slots and KV at the ceiling.
         kv_room: not at the ceiling and no preemption; kv_known: the KV gauge exists.
-        deferred: requests deferred on average (``reason="deferred"``); lora_max / lora_adapters: the
-            server's ``max_loras`` and the most LoRA adapters with requests in flight at once
-            (``vllm:lora_requests_info``); lora_blocked: requests deferred while more adapters had
-            requests than the batch can hold.
+        deferred: requests deferred on average (``reason="deferred"``); lora_max / lora_adapters /
+            lora_seen: the server's ``max_loras``, the most LoRA adapters with scheduled requests at once (slots in
+            use) and the distinct adapters seen over the window (``vllm:lora_requests_info``); lora_blocked:
+            requests deferred while every LoRA slot held an adapter (vLLM defers a request whose adapter would
+            exceed ``max_loras``).
         step_rate: engine steps per second with output; decode_per_step: generated tokens per step.
         step_fit: seconds per step fitted on tokens per step over the sub-windows
             (:func:`kvpilot.diagnose.steptime.fit_step_time`): ``grows`` = compute-bound at any budget,
@@ -360,6 +361,7 @@ class Facts:
     deferred: float | None
     lora_max: float | None
     lora_adapters: float | None
+    lora_seen: float | None
     lora_blocked: bool
     step_rate: float | None
     decode_per_step: float | None
@@ -528,7 +530,7 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         and deferred > 0
         and lora_max is not None
         and lora_adapters is not None
-        and lora_adapters > lora_max
+        and lora_adapters >= lora_max
     )
     tps = s("tokens_per_step_avg")
     if "max_num_batched_tokens" in inf.names:
@@ -598,6 +600,7 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         deferred=deferred,
         lora_max=lora_max,
         lora_adapters=lora_adapters,
+        lora_seen=s("lora_adapters_seen"),
         lora_blocked=lora_blocked,
         step_rate=step_rate,
         decode_per_step=gen / step_rate if gen is not None and step_rate else None,

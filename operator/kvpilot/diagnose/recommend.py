@@ -389,25 +389,28 @@ def _prefix(inputs: Inputs) -> list[Recommendation]:
 
 
 def _lora_slots(inputs: Inputs) -> list[Recommendation]:
-    """``--max-loras M -> K`` on a LoRA slot cap: K = the most adapters with requests in flight at once
-    (``vllm:lora_requests_info``), so every adapter with a waiting request can join a step.
+    """``--max-loras M -> K`` on a LoRA slot cap: K = the adapters seen with requests over the window
+    (``vllm:lora_requests_info``), at least M + 1, so each of them can join a step.
 
     vLLM 0.29 (``vllm/config/lora.py``): ``max_loras`` defaults to 1, and ``max_cpu_loras`` (default
     ``max_loras``) must be at least ``max_loras``. Each GPU slot holds one adapter's weights up to
-    ``max_lora_rank``, memory the KV pool no longer gets.
+    ``max_lora_rank``, memory the KV pool no longer gets. vLLM's gauge names an adapter only once a request of
+    it was scheduled, so adapters whose requests only waited are not counted: K is a lower bound.
     """
     s = inputs.signals
-    slots, adapters, deferred = s.get("lora_max_loras"), s.get("lora_adapters_max"), s.get("waiting_deferred_avg")
-    if slots is None or adapters is None or adapters <= slots:
+    slots, seen, deferred = s.get("lora_max_loras"), s.get("lora_adapters_seen"), s.get("waiting_deferred_avg")
+    if slots is None:
         return []
-    current, suggested = int(slots), int(adapters)
+    current = int(slots)
+    suggested = max(current + 1, int(seen or 0))
     effect = (
-        f"{count(suggested)} adapters had requests in flight at once for {count(current)} batch slots, so requests "
-        "of the others were deferred"
+        f"{count(seen)} adapters had requests over the window for {count(current)} batch slots, so requests of the "
+        "others were deferred"
         + (f" ({fig(deferred, 1)} on average)" if deferred else "")
-        + f"; with {count(suggested)} slots every one of them can join a step. Raise --max-cpu-loras to at least "
-        f"{count(suggested)} too (vLLM requires max_cpu_loras >= max_loras); each slot holds one adapter's weights "
-        "up to --max-lora-rank on the GPU, memory the KV cache no longer gets."
+        + f"; with {count(suggested)} slots that many can join one step (vLLM names an adapter only once a request "
+        f"of it ran, so more may be waiting). Raise --max-cpu-loras to at least {count(suggested)} too (vLLM requires "
+        "max_cpu_loras >= max_loras); each slot holds one adapter's weights up to --max-lora-rank on the GPU, "
+        "memory the KV cache no longer gets."
     )
     return [Recommendation("--max-loras", current, suggested, effect)]
 

@@ -161,8 +161,8 @@ def _limit_state(f: Facts, limit: str) -> tuple[bool, float | None, str | None]:
         return (
             f.lora_blocked,
             f.lora_adapters / f.lora_max,
-            f"up to {count(f.lora_adapters)} LoRA adapters with requests in flight for max_loras "
-            f"{count(f.lora_max)} (vllm:lora_requests_info)",
+            f"up to {count(f.lora_adapters)} of max_loras {count(f.lora_max)} LoRA slots held an adapter with "
+            "scheduled requests (vllm:lora_requests_info)",
         )
     if f.kv_max is None or not f.ceiling:
         return False, None, None
@@ -339,18 +339,19 @@ def rule_max_num_seqs_cap(f: Facts) -> Finding | None:
 
 
 def rule_lora_slot_cap(f: Facts) -> Finding | None:
-    """``lora_slot_cap``: requests deferred while more LoRA adapters have requests in flight than the batch
-    has slots (``max_loras``), with a queue: the third admission check (``Scheduler.schedule`` skips a waiting
-    request whose adapter would make the step's adapters exceed ``max_loras``).
+    """``lora_slot_cap``: requests deferred while every LoRA slot (``max_loras``) held an adapter, with a queue:
+    the third admission check (``Scheduler.schedule`` skips a waiting request whose adapter would make the step's
+    adapters exceed ``max_loras``).
     """
     if not (f.queue and f.lora_blocked):
         return None
     ev = [
         f"{fig(f.deferred, 1)} requests on average were deferred "
-        '(vllm:num_requests_waiting_by_reason{reason="deferred"}) while up to '
-        f"{count(f.lora_adapters)} LoRA adapters had requests in flight for max_loras {count(f.lora_max)} "
-        "(vllm:lora_requests_info): vLLM skips a waiting request whose adapter cannot join a step that "
-        "already holds max_loras adapters (Scheduler.schedule, vllm/v1/core/sched/scheduler.py).",
+        '(vllm:num_requests_waiting_by_reason{reason="deferred"}) while all '
+        f"{count(f.lora_max)} LoRA slots (max_loras) held an adapter with scheduled requests, "
+        f"{count(f.lora_seen)} adapters over the window (vllm:lora_requests_info): vLLM skips a waiting request "
+        "whose adapter cannot join a step that already holds max_loras adapters (Scheduler.schedule, "
+        "vllm/v1/core/sched/scheduler.py).",
         f"{f.evidence_queue}; {_APPROACH}: here the adapters' slots refused them.",
     ]
     budget = _limit_state(f, "token_budget")
@@ -567,7 +568,7 @@ def _unexplained_causes(f: Facts) -> list[str]:
         )
         + "; vLLM skips a waiting request whose LoRA adapter cannot join the batch (vllm:lora_requests_info: "
         + (
-            f"up to {count(f.lora_adapters)} adapters for max_loras {count(f.lora_max)}"
+            f"up to {count(f.lora_adapters)} of {count(f.lora_max)} slots held an adapter"
             if f.lora_max is not None and f.lora_adapters is not None
             else "not exported: no --enable-lora"
         )

@@ -105,6 +105,7 @@ SignalName = Literal[
     # read off vllm:lora_requests_info's labels (LoraIndex)
     "lora_max_loras",
     "lora_adapters_max",
+    "lora_adapters_seen",
     # derived by finish_signals
     "prefix_hit_rate",
     "prompt_tokens_per_request",
@@ -453,17 +454,18 @@ def _operator_limits(samples: Iterable[SampleLike], end: float, window_seconds: 
 LORA_INFO = "vllm:lora_requests_info"
 
 
-def _adapters(labels: Mapping[str, str]) -> int:
-    """Distinct adapters named in ``running_lora_adapters`` and ``waiting_lora_adapters``.
+def _adapter_names(labels: Mapping[str, str]) -> set[str]:
+    """Adapters named in ``running_lora_adapters`` and ``waiting_lora_adapters``.
 
     vLLM 0.29 fills both labels from the same adapters (``LoRARequestStates.update_scheduler_stats``,
-    ``vllm/v1/metrics/stats.py``: every adapter with a request in flight, waiting or running, in both
-    dicts), so this counts the adapters with requests in flight.
+    ``vllm/v1/metrics/stats.py``), and a request joins them only when its QUEUED and SCHEDULED events reach the
+    output processor, which they do with its first output: the adapters named are those with a request scheduled
+    (or preempted) and not finished, never one whose requests all still wait. So at most ``max_lora`` at once.
     """
     names: set[str] = set()
     for key in ("running_lora_adapters", "waiting_lora_adapters"):
         names.update(n.strip() for n in str(labels.get(key, "")).split(",") if n.strip())
-    return len(names)
+    return names
 
 
 class LoraIndex:
@@ -473,8 +475,9 @@ class LoraIndex:
     Rows are ``(labels, value)`` with value the newest sample of that label set in the window (the server's
     time when the set was last current: ``max_over_time``). A place's label sets current during the window
     are those set within ``window_seconds`` of its newest (one clock, the server's, so a recording's
-    timestamps need not match it); they give ``lora_max_loras`` (``max_lora``) and ``lora_adapters_max``
-    (the most adapters with requests in flight at once, :func:`_adapters`).
+    timestamps need not match it); they give ``lora_max_loras`` (``max_lora``), ``lora_adapters_max`` (the
+    most adapters named at once: slots in use, :func:`_adapter_names`) and ``lora_adapters_seen`` (the distinct
+    adapters named over the window: those that had requests).
     """
 
     def __init__(self, rows: Iterable[tuple[Mapping[str, str], float]], window_seconds: float):
@@ -492,11 +495,12 @@ class LoraIndex:
             known = [m for m in slots if m is not None]
             self._by_place[place] = {
                 "lora_max_loras": max(known) if known else None,
-                "lora_adapters_max": float(max(_adapters(labels) for labels in current)),
+                "lora_adapters_max": float(max(len(_adapter_names(labels)) for labels in current)),
+                "lora_adapters_seen": float(len(set().union(*(_adapter_names(labels) for labels in current)))),
             }
 
     def get(self, target: TargetKey) -> dict[SignalName, float | None]:
-        """``lora_max_loras`` and ``lora_adapters_max`` for ``target``'s place, {} without the gauge."""
+        """The three LoRA signals for ``target``'s place, {} without the gauge."""
         return dict(self._by_place.get((target.namespace, target.pod, target.instance, target.job), {}))
 
 
@@ -677,6 +681,7 @@ def finish_signals(signals: Signals) -> Signals:
         v[name] = finite(value)
     v.setdefault("lora_max_loras", None)
     v.setdefault("lora_adapters_max", None)
+    v.setdefault("lora_adapters_seen", None)
     # impossible values are unknowns, not evidence: vLLM's KV gauge is a fraction 0-1 (a percent-scaled
     # gauge of another exporter matched by vllm_... would read 45 as "45x full"), request counts are >= 0
     for name, value in list(v.items()):

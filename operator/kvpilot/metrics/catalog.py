@@ -342,7 +342,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         "Running stats on lora requests.",
         labels=("max_lora", "waiting_lora_adapters", "running_lora_adapters"),
         note="only with --enable-lora; value = the time the label set was last current (set_to_current_time); "
-        "no model_name or engine label; in v0.29 both adapter labels list every adapter with a request in flight",
+        "no model_name or engine label; in v0.29 both adapter labels list the adapters with a request scheduled",
     ),
     MetricSpec(
         "vllm:cache_config_info",

@@ -30,46 +30,50 @@ def steps(tokens_per_step: float) -> dict:
     return dict(iteration_tokens_sum_increase=tokens_per_step * 1000, iteration_steps_increase=1000.0)
 
 
-def test_deferred_requests_with_more_adapters_than_slots_are_a_lora_slot_cap():
-    # 6 deferred on average; 4 adapters with requests in flight for max_loras 2: the adapters' slots refused them
-    sig = make(**QUEUE, **ROOM, **STEPS, waiting_deferred_avg=6, lora_max_loras=2, lora_adapters_max=4)
-    d = diagnose_target(sig, resolve_limits(cli=LIMITS))
+def test_deferred_requests_with_every_lora_slot_held_are_a_lora_slot_cap():
+    # 6 deferred on average while both max_loras slots held an adapter (2 of 2), 4 adapters seen over the window:
+    # the adapters' slots refused them (vLLM 0.29 names an adapter only once a request of it was scheduled)
+    lora = dict(waiting_deferred_avg=6, lora_max_loras=2, lora_adapters_max=2, lora_adapters_seen=4)
+    d = diagnose_target(make(**QUEUE, **ROOM, **STEPS, **lora), resolve_limits(cli=LIMITS))
     assert (d.verdict, d.severity, d.confidence) == ("lora_slot_cap", "warning", 0.8)
     text = " ".join(d.evidence)
-    assert "up to 4 LoRA adapters had requests in flight for max_loras 2" in text
+    assert "while all 2 LoRA slots (max_loras) held an adapter with scheduled requests, 4 adapters over the" in text
     assert "The checks before it had room" in text
     [r] = d.recommendations
     assert (r.flag, r.current, r.suggested) == ("--max-loras", 2, 4) and "--max-cpu-loras" in r.expected_effect
-    # as many adapters as slots (2 for 2): the deferral is not LoRA's; nothing else binds -> unexplained_queue,
-    # which names the deferred count and the adapters
-    sig = make(**QUEUE, **ROOM, **STEPS, waiting_deferred_avg=6, lora_max_loras=2, lora_adapters_max=2)
-    d = diagnose_target(sig, resolve_limits(cli=LIMITS))
+    # only 2 adapters seen for 2 slots: still at least one more slot (M + 1 = 3)
+    d = diagnose_target(make(**QUEUE, **ROOM, **STEPS, **{**lora, "lora_adapters_seen": 2}), resolve_limits(cli=LIMITS))
+    assert d.recommendations[0].suggested == 3
+    # a slot free (1 of 2): the deferral is not LoRA's; nothing else binds -> unexplained_queue, naming the
+    # deferred count and the slots
+    d = diagnose_target(make(**QUEUE, **ROOM, **STEPS, **{**lora, "lora_adapters_max": 1}), resolve_limits(cli=LIMITS))
     assert d.verdict == "unexplained_queue"
-    assert "6 on average were deferred" in " ".join(d.evidence) and "up to 2 adapters for max_loras 2" in " ".join(
-        d.evidence
+    text = " ".join(d.evidence)
+    assert "6 on average were deferred" in text and "up to 1 of 2 slots held an adapter" in text
+    # nothing deferred: LoRA refused no one, whatever the slots
+    d = diagnose_target(
+        make(**QUEUE, **ROOM, **STEPS, **{**lora, "waiting_deferred_avg": 0}), resolve_limits(cli=LIMITS)
     )
-    # nothing deferred: LoRA did not refuse anyone, whatever the adapters
-    sig = make(**QUEUE, **ROOM, **STEPS, waiting_deferred_avg=0, lora_max_loras=2, lora_adapters_max=4)
-    assert diagnose_target(sig, resolve_limits(cli=LIMITS)).verdict == "unexplained_queue"
+    assert d.verdict == "unexplained_queue"
 
 
 def test_lora_gauge_read_from_a_recording():
     # vllm:lora_requests_info: each step sets the current label set's series to the server's time; an older
     # set keeps the time it was last current. Window 300 s: the server's newest time is 1,400, so sets current
-    # since 1,100 count: {a,b,c} (max_lora 2), not the stale {a} of time 500
+    # since 1,100 count: {a,b} (max_lora 2), not the stale {c} of time 500
     labels = {"namespace": "llm", "pod": "p"}
-    old = {**labels, "max_lora": "2", "running_lora_adapters": "a", "waiting_lora_adapters": "a"}
-    now = {**labels, "max_lora": "2", "running_lora_adapters": "a,b,c", "waiting_lora_adapters": "a,b,c"}
+    old = {**labels, "max_lora": "2", "running_lora_adapters": "c", "waiting_lora_adapters": "c"}
+    now = {**labels, "max_lora": "2", "running_lora_adapters": "a,b", "waiting_lora_adapters": "a,b"}
     t0 = 1_000_000.0
     samples = [Sample("vllm:num_requests_running", {**labels, "model_name": "m"}, 2.0, t0 + 10 * i) for i in range(30)]
     samples += [Sample("vllm:lora_requests_info", old, 500.0, t0 + 10 * i) for i in range(30)]
     samples += [Sample("vllm:lora_requests_info", now, 1110.0 + 10 * i, t0 + 10 * i) for i in range(30)]
     [sig] = compute_signals(samples, 300.0).values()
-    assert (sig.get("lora_max_loras"), sig.get("lora_adapters_max")) == (2.0, 3.0)
-    # the stale set becomes current again at the window's end (time 1,400): 3 adapters still the most at once
+    assert (sig.get("lora_max_loras"), sig.get("lora_adapters_max"), sig.get("lora_adapters_seen")) == (2.0, 2.0, 2.0)
+    # the stale set becomes current again at the window's end (time 1,400): still 2 at once, 3 seen
     samples.append(Sample("vllm:lora_requests_info", old, 1400.0, t0 + 290))
     [sig] = compute_signals(samples, 300.0).values()
-    assert sig.get("lora_adapters_max") == 3.0
+    assert (sig.get("lora_adapters_max"), sig.get("lora_adapters_seen")) == (2.0, 3.0)
     # a server without --enable-lora exports no such gauge: unknown, never 0 slots
     [sig] = compute_signals(samples[:30], 300.0).values()
     assert sig.get("lora_max_loras") is None and sig.get("lora_adapters_max") is None
