@@ -43,10 +43,12 @@ from typing import Any
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.promql import share_above, share_in_bucket
+from kvpilot.diagnose.severity import growing as queue_growing
 from kvpilot.diagnose.signals import SignalName, Signals
 from kvpilot.diagnose.steptime import StepFit, fit_step_time
 from kvpilot.gpus import GPU_PROFILES, gpu_profile
 from kvpilot.text.numbers import count, fig, number, percent
+from kvpilot.vllm.defaults import LARGE_GPU_MAX_NUM_BATCHED_TOKENS
 
 #: the admission checks of ``Scheduler.schedule`` in the order vLLM 0.29 makes them for a waiting request
 #: (module docstring): the first that measures as binding is what refused the queue
@@ -66,7 +68,7 @@ BUDGET_FULL_FILL = 0.9
 #: and Tuning", Chunked Prefill, docs.vllm.ai v0.9-v0.29) recommends a budget above 8192 for
 #: throughput on small models and large GPUs: steps full at a budget this large are compute-bound
 #: (raising it only lengthens the steps); full steps below it are a token-budget cap.
-LARGE_BUDGET = 8192
+LARGE_BUDGET = LARGE_GPU_MAX_NUM_BATCHED_TOKENS
 
 #: a mean prefill spanning at least this many step times was split across steps (chunked prefill by the
 #: budget); below it a prompt is prefilled in about one step (``prefill_step_times``: mean
@@ -165,19 +167,31 @@ def pinned_slack(signals: Signals) -> float:
     return PINNED_SLACK + (running_dip(signals) or 0.0) + _dip_noise(signals)
 
 
+def running_level(signals: Signals) -> float | None:
+    """The running gauge's level over the window: the larger of its mean and its median (requests).
+
+    The median keeps a window that starts cold or holds a short lull (a few samples of 0 or 21 before the cap
+    fills) from reading a cap held in most samples as free; the mean keeps a large dip (a cap of 1,024 reading
+    998) from hanging on which sample is the middle one.
+    """
+    avg, median = signals.get("running_avg"), signals.get("running_median")
+    known = [v for v in (avg, median) if v is not None]
+    return max(known) if known else None
+
+
 def fits_a_cap_at(signals: Signals, cap: float) -> bool:
     """True when the running gauge is what a batch pinned at ``cap`` requests would show.
 
     At a pinned cap each step runs ``cap`` requests and the gauge reads ``cap`` less those that finished in it
-    (:func:`running_dip`), so ``running_avg + dip`` is the batch each step ran: within :func:`pinned_slack` of
+    (:func:`running_dip`), so :func:`running_level` ``+ dip`` is the batch each step ran: within :func:`pinned_slack` of
     the cap from below, and never above it by more than :data:`PINNED_SLACK` and the noise (a batch cannot
     exceed its cap). Prefill-heavy traffic whose requests each live two steps (the compute-bound recording: 11.4
     running of a max of 12 with 10.6 finishing per step, a batch of 22) does not fit a cap of 12.
     """
-    run_avg = signals.get("running_avg")
-    if run_avg is None:
+    level = running_level(signals)
+    if level is None:
         return False
-    batch = run_avg + (running_dip(signals) or 0.0)
+    batch = level + (running_dip(signals) or 0.0)
     return cap - PINNED_SLACK - _dip_noise(signals) <= batch <= cap + PINNED_SLACK + _dip_noise(signals)
 
 
@@ -295,7 +309,7 @@ class Facts:
         budget / budget_how: the same for max_num_batched_tokens (tokens).
         budget_evidence: for an inferred budget, the evidence that it binds (:class:`Inferred`).
         dip / slack: :func:`running_dip` and :func:`pinned_slack`.
-        pinned / free_slots: running at / below n_seqs (within ``slack``).
+        pinned / free_slots: running (:func:`running_level`) at / below n_seqs (within ``slack``).
         tokens_per_step: mean tokens per engine step; fill: tokens_per_step / budget.
         share / share_edge: share of steps in the budget's bucket and that bucket's lower edge.
         full: :func:`steps_full`, or ``full_by_elimination``: no step measurement (or a budget known only as
@@ -391,9 +405,32 @@ class Facts:
         return text
 
 
+#: a budget of the mean step splits a P-token prompt over at least P / (mean step - decode tokens per step) steps
+#: of about the mean step's length (every step full), so the prefill time measures at least that many step
+#: times; measured below this share of it, prompts went through in fewer, longer steps than such a budget allows
+SPAN_AGREEMENT = 0.8
+
+
 def _prefill_spans(signals: Signals) -> float | None:
     """Mean prefill time in step times (``prefill_step_times``), or None."""
     return signals.get("prefill_step_times")
+
+
+def steps_a_budget_needs(signals: Signals, budget: float) -> float | None:
+    """Steps a budget of ``budget`` tokens takes to prefill the mean prompt: ``P / (budget - d)``, d the generated
+    tokens per step (``generation_tokens_per_s`` over steps per second; 0 when unknown). None when unknown or
+    when the decodes alone fill the budget.
+    """
+    prompt, gen, steps = (
+        signals.get("prompt_tokens_per_request"),
+        signals.get("generation_tokens_per_s"),
+        signals.get("iteration_steps_increase"),
+    )
+    window = signals.window_seconds
+    d = gen / (steps / window) if gen is not None and steps and window else 0.0
+    if prompt is None or budget - d <= 0:
+        return None
+    return prompt / (budget - d)
 
 
 def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -> Inferred:
@@ -409,8 +446,9 @@ def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -
       ``max_num_seqs`` = N when running sits at an integer N below the default (N = ``running_max`` and the
       gauge is what a batch pinned there shows: :func:`fits_a_cap_at`) while steps are decode only (at most
       :data:`DECODE_TOKENS_PER_RUNNING` tokens per running request: no prompt is prefilled for the budget
-      to refuse) or prompts are not split across steps (prefilled in under :data:`PREFILL_SPLIT_STEPS`
-      step times: the budget held each whole prompt and refused none);
+      to refuse) or prompts are not split the way a budget of the mean step would split them (prefilled in under
+      :data:`PREFILL_SPLIT_STEPS` step times, or in fewer than :data:`SPAN_AGREEMENT` of the steps such a budget
+      needs, :func:`steps_a_budget_needs`: that budget refused none);
     - otherwise, with prefill in every step and the mean step below :data:`BUDGET_FULL_FILL` of the
       default, ``max_num_batched_tokens`` = the mean step, but only with evidence that a budget of that size
       binds beyond the mean itself (which a budget set to it fills by definition): prompts prefilled across
@@ -429,8 +467,7 @@ def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -
     if seqs_default and run_max is not None and n_seqs is not None and run_max > n_seqs:
         n_how = (
             f"inferred: running reached {count(run_max)}, above vLLM's default {count(n_seqs)} for this GPU tier, "
-            f"so the server runs a larger max_num_seqs, at least {count(run_max)}. Lower confidence: pass "
-            "--max-num-seqs or --pod to confirm"
+            f"so the server runs a larger max_num_seqs, at least {count(run_max)}"
         )
         n_seqs = int(run_max)
         names.append("max_num_seqs")
@@ -449,8 +486,13 @@ def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -
     # decode only: about one token per running request per step (no step data: not excluded)
     decode_only = tps is None or tps <= DECODE_TOKENS_PER_RUNNING * run_max
     spans, prompt = _prefill_spans(signals), signals.get("prompt_tokens_per_request")
-    # prompts not split across steps: the budget held each whole prompt, so it refused none
-    whole = spans is not None and spans < PREFILL_SPLIT_STEPS
+    # prompts not split the way a budget of the mean step would split them: under 2 step times (the budget held
+    # each whole prompt), or fewer than such a budget needs (one long prefill step reads as a couple of step
+    # times, SPAN_AGREEMENT): that budget refused none of them
+    needed = steps_a_budget_needs(signals, tps) if tps is not None else None
+    whole = spans is not None and (
+        spans < PREFILL_SPLIT_STEPS or (needed is not None and spans < SPAN_AGREEMENT * needed)
+    )
     if seqs_default and flat and (n_seqs is None or run_max < n_seqs) and (decode_only or whole):
         if tps is None:
             steps = "steps not measured (a small token budget would look the same)"
@@ -459,11 +501,16 @@ def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -
         else:
             steps = (
                 f"prompts of {number(prompt)} tokens were prefilled in {fig(spans, 1)} step times though steps "
-                f"averaged {fig(tps, 1)} tokens (the budget holds a whole prompt and refused none)"
+                f"averaged {fig(tps, 1)} tokens"
+                + (
+                    f" (a budget of that size would take {number(needed, 1)} steps; the budget refused none)"
+                    if needed is not None and spans is not None and spans >= PREFILL_SPLIT_STEPS
+                    else " (the budget holds a whole prompt and refused none)"
+                )
             )
         n_how = (
             f"inferred: running sat at {count(run_max)} while requests waited with KV room and {steps}; vLLM's "
-            f"default would be {count(n_seqs)}. Lower confidence: pass --max-num-seqs or --pod to confirm"
+            f"default would be {count(n_seqs)}"
         )
         n_seqs = int(run_max)
         names.append("max_num_seqs")
@@ -484,8 +531,7 @@ def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -
             if evidence:
                 b_how = (
                     f"inferred: steps averaged {fig(tps, 1)} tokens with a queue, free slots and KV room, and "
-                    f"{evidence}; vLLM's default would be {count(budget)}. Lower confidence: pass "
-                    "--max-num-batched-tokens or --pod to confirm"
+                    f"{evidence}; vLLM's default would be {count(budget)}"
                 )
                 budget = max(1, round(tps))
                 names.append("max_num_batched_tokens")
@@ -502,7 +548,7 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     trend = s("waiting_trend_per_s")
     growth = trend * window if trend is not None else None
     queued = (wait_avg or 0) > 0 and (wait_max or 0) >= 1
-    growing = growth is not None and growth >= 1.0
+    growing = queue_growing(growth)
     # a request was left waiting in at least half the samples (the median of the waiting gauge; its mean only
     # where the median is unknown): a burst that lifts the mean while most samples see no queue is not standing
     median = s("waiting_median")
@@ -516,7 +562,8 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     inf = infer_limits(signals, limits, queue, kv_room)
     n_seqs, budget = inf.n_seqs, inf.budget
     dip, slack = running_dip(signals), pinned_slack(signals)
-    pinned = n_seqs is not None and run_avg is not None and run_avg >= n_seqs - slack
+    level = running_level(signals)
+    pinned = n_seqs is not None and level is not None and level >= n_seqs - slack
     free_slots = n_seqs is not None and run_avg is not None and not pinned
     cap_wait = s("waiting_capacity_avg")
     # vLLM's reason="capacity" counts every ordinary waiting request (SchedulerStats.num_waiting_reqs:

@@ -33,12 +33,13 @@ Order (first match is the primary verdict):
 11. ``no_data`` - one of the two gauges missing;
 12. ``idle`` / ``healthy``.
 
-Secondary findings: ``prefix_cache_ineffective`` beside another verdict, and
-``metrics_schema_mismatch`` when only legacy or escaped names exist.
+Secondary findings: ``prefix_cache_ineffective`` beside another verdict, and ``metrics_schema_mismatch``
+when only legacy names exist (escaped ones are one report note, :func:`escaped_names_note`).
 
-Confidences are ranks, not calibrated probabilities: a verdict read off the limit's own gauge at a
-limit that was read ranks above one whose limit was vLLM's default assumed or inferred from the
-gauges, and each missing input lowers it by :data:`PENALTY`.
+Severities come from the one policy, :mod:`kvpilot.diagnose.severity`. Confidences are ranks, not
+calibrated probabilities: a verdict read off the limit's own gauge at a limit that was read ranks above one
+whose limit was vLLM's default assumed or inferred from the gauges, and each missing input lowers it by
+:data:`PENALTY`.
 
 Pure functions, no I/O.
 """
@@ -46,16 +47,18 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kvpilot.diagnose.facts import ADMISSION_ORDER, LARGE_BUDGET, PREFILL_SPLIT_STEPS, Facts, derive_facts
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding
 from kvpilot.diagnose.recommend import Inputs, recommend
+from kvpilot.diagnose.severity import FIXED, kv_severity, queue_severity
 from kvpilot.diagnose.signals import SignalName, Signals, legacy_or_escaped
 from kvpilot.diagnose.steptime import STEP_TIME_FLAT, STEP_TIME_GROWS
 from kvpilot.text.numbers import count, fig, number, percent, significant, times
+from kvpilot.vllm.defaults import DEFAULT_BLOCK_SIZE
 
 #: a prefix hit rate below this means most queried prompt tokens were recomputed; the prefix rule
 #: fires only with a reason to expect hits (see _prefix_finding).
@@ -67,6 +70,16 @@ LOW_HIT_RATE = 0.5
 #: prompt tokens it covers, often 30-60 %; thrash instead drives hits towards 0. Half of
 #: :data:`LOW_HIT_RATE` keeps the thrash cases (0-15 %) and leaves shared-prefix traffic alone.
 LRU_THRASH_HIT_RATE = LOW_HIT_RATE / 2
+
+#: a prefix seen reused (``prefix_reused_tokens``) by fewer than this share of the requests, with most prompt tokens
+#: missing the cache and the cache turned over, is one most requests did not find: vLLM's ground truth calls a
+#: cache ineffective when fewer than half the requests that re-use a shared prefix find it
+REUSED_BY_MOST = 0.5
+
+#: the external (connector) cache supplying at least this share of the tokens asked of it is the prompts' source
+#: (prefill/decode disaggregation: every prompt's KV arrives from a prefill server), not an offload cache of
+#: evicted blocks, which first-time prompts miss
+REMOTE_PREFILL_SHARE = 0.99
 
 #: a target is down when its last sample is older than this many of its own average sample intervals:
 #: one late scrape (a slow answer) or two is jitter, three missed in a row is a target that stopped
@@ -228,7 +241,7 @@ def rule_target_down(f: Facts) -> Finding | None:
     )
     return Finding(
         "target_down",
-        "critical",
+        FIXED["target_down"],
         CONF_TARGET_DOWN,
         [
             f"The target's series stopped: {last}, while it reported every {fig(interval, 1)} s on average "
@@ -265,7 +278,7 @@ def _kv_finding(f: Facts) -> Finding:
             f"Running requests also sat at max_num_seqs ({fig(f.run_avg, 1)} of {fig(f.n_seqs)}), but the "
             "KV shortage binds first: raising max_num_seqs would add preemptions."
         )
-    severity = "critical" if f.preempt >= 1 and (f.queue or f.growing) else "warning"
+    severity = kv_severity(f.preempt >= 1, f.queue, f.growing)
     conf = CONF_KV_PREEMPTED if f.preempt >= 1 and f.at_ceiling else CONF_KV
     return Finding("kv_cache_exhaustion", severity, conf, ev, recommend("kv_cache_exhaustion", _inputs(f)))
 
@@ -294,7 +307,8 @@ def _pinned_evidence(f: Facts) -> str:
     return (
         f"At a pinned cap vLLM's running gauge reads the cap less the requests that finished in the step before "
         f"each sample ({number(f.dip, 2)} per step here: vllm:request_success_total over "
-        f"vllm:iteration_tokens_total_count), so running averaging within {fig(f.slack, 1)} of it is pinned."
+        f"vllm:iteration_tokens_total_count), so running within {fig(f.slack, 1)} of it (the larger of its mean and "
+        "median) is pinned."
     )
 
 
@@ -305,9 +319,11 @@ def rule_max_num_seqs_cap(f: Facts) -> Finding | None:
     if not (f.pinned and f.queue):
         return None
     inferred = "max_num_seqs" in f.inferred
+    median = f.s("running_median")
     ev = [
-        f"Running requests pinned at max_num_seqs: average {fig(f.run_avg)}, max {fig(f.run_max)} of "
-        f"{fig(f.n_seqs)} ({f.n_seqs_how}).",
+        f"Running requests pinned at max_num_seqs: average {fig(f.run_avg)}"
+        + (f", median {fig(median)}" if median is not None and f.run_avg is not None and median > f.run_avg else "")
+        + f", max {fig(f.run_max)} of {fig(f.n_seqs)} ({f.n_seqs_how}).",
         _pinned_evidence(f),
         f"{f.evidence_queue}; {_APPROACH}: here every slot was taken.",
         (
@@ -331,7 +347,7 @@ def rule_max_num_seqs_cap(f: Facts) -> Finding | None:
     )
     return Finding(
         "max_num_seqs_cap",
-        "critical" if f.growing else "warning",
+        queue_severity(f.growing),
         round(base - (0 if f.kv_known else PENALTY), 2),
         ev,
         recommend("max_num_seqs_cap", _inputs(f), max_num_seqs=f.n_seqs),
@@ -364,7 +380,7 @@ def rule_lora_slot_cap(f: Facts) -> Finding | None:
         ev.append(runner)
     return Finding(
         "lora_slot_cap",
-        "critical" if f.growing else "warning",
+        queue_severity(f.growing),
         round(CONF_LORA - (0 if f.kv_known else PENALTY), 2),
         ev,
         recommend("lora_slot_cap", _inputs(f)),
@@ -507,7 +523,7 @@ def rule_token_budget_cap(f: Facts) -> Finding | None:
         )
     return Finding(
         "token_budget_cap",
-        "critical" if f.growing else "warning",
+        queue_severity(f.growing),
         _queue_rule_confidence(f, CONF_BUDGET),
         ev,
         recommend("token_budget_cap", _inputs(f), max_num_batched_tokens=f.budget),
@@ -547,7 +563,7 @@ def rule_compute_bound(f: Facts) -> Finding | None:
         ev.append(served + ": the engine computes as fast as it can; more budget or slots will not help.")
     return Finding(
         "compute_bound",
-        "critical" if f.growing else "warning",
+        queue_severity(f.growing),
         _queue_rule_confidence(f, CONF_BUDGET),
         ev,
         recommend("compute_bound", _inputs(f)),
@@ -638,7 +654,7 @@ def rule_unexplained_queue(f: Facts) -> Finding | None:
         ev.append("The queue was short on average; a shorter --window around its peak may show a limit binding.")
     return Finding(
         "unexplained_queue",
-        "warning",
+        queue_severity(f.growing),
         round(CONF_UNEXPLAINED - PENALTY * len(assumed) - (0 if f.kv_known else PENALTY), 2),
         ev,
         recommend("unexplained_queue", _inputs(f)),
@@ -831,33 +847,53 @@ def _kv_headroom_evidence(signals: Signals, limits: Limits) -> list[str]:
     return out
 
 
-def _schema_finding(signals: Signals) -> Finding | None:
-    """``metrics_schema_mismatch`` when only legacy or escaped names supplied a family (case C19).
+def _escaped(odd: dict[str, str]) -> list[tuple[str, str]]:
+    return sorted((f, u) for f, u in odd.items() if u.startswith("vllm_"))
 
-    One line: how many families, of which kind, and one example (the first by canonical name).
+
+def _schema_finding(signals: Signals) -> Finding | None:
+    """``metrics_schema_mismatch`` when only legacy names supplied a family (case C19): this server's vLLM
+    exposes names of an older generation, which dashboards and rules written for today's names miss.
+
+    Names escaped by the scrape (``vllm_`` for ``vllm:``) are not the server's doing and are the same for
+    every target of one Prometheus: :func:`escaped_names_note` says it once per report instead.
+    One line: how many families, and one example (the first by canonical name).
     """
     odd = legacy_or_escaped(signals)
-    if not odd:
-        return None
-    escaped = sorted((f, u) for f, u in odd.items() if u.startswith("vllm_"))
     legacy = sorted((f, u) for f, u in odd.items() if not u.startswith("vllm_"))
-    kinds = ", ".join(
-        f"{len(group)} {kind}"
-        for kind, group in (("escaped (colon written as '_')", escaped), ("legacy", legacy))
-        if group
-    )
-    family, used = (escaped or legacy)[0]
-    one = len(odd) == 1
+    if not legacy:
+        return None
+    family, used = legacy[0]
+    one = len(legacy) == 1
     return Finding(
         "metrics_schema_mismatch",
-        "warning",
+        FIXED["metrics_schema_mismatch"],
         CONF_SCHEMA,
         [
-            f"Only under non-canonical names: {len(odd)} metric famil{'y' if one else 'ies'} ({kinds}), e.g. {used} "
-            f"for {family}. "
-            "Dashboards and alert rules written for the other spelling see no data (kvpilot matches vllm[:_] and "
-            "both generations, so its numbers are unaffected)."
+            f"Only under legacy names: {len(legacy)} metric famil{'y' if one else 'ies'}, e.g. {used} for {family} "
+            "(an older vLLM). Dashboards and alert rules written for today's names see no data for this server "
+            "(kvpilot reads both generations, so its numbers are unaffected)."
         ],
+    )
+
+
+def escaped_names_note(signals: Iterable[Signals]) -> str | None:
+    """One report note when the source stores vLLM's names with ``_`` for ``:`` (``vllm_num_requests_running``).
+
+    That is Prometheus 2.x scraping prometheus_client >= 0.22 (vLLM's exporter escapes the colon when asked
+    for OpenMetrics without ``escaping=``): every vLLM series of that Prometheus is stored so, whatever
+    the server. kvpilot reads both spellings; the user's own dashboards and rules need them too.
+    """
+    escaped = sorted({f for sig in signals for f, _ in _escaped(legacy_or_escaped(sig))})
+    if not escaped:
+        return None
+    example = escaped[0]
+    return (
+        f"This source stores vLLM's metrics with '_' for ':' ({len(escaped)} famil"
+        f"{'y' if len(escaped) == 1 else 'ies'}, e.g. {example.replace(':', '_')} for {example}): Prometheus 2.x "
+        "scraping vLLM's prometheus_client >= 0.22 does this to every vLLM series. kvpilot reads both spellings and "
+        "its alert rules match vllm[:_]; dashboards and rules of your own that query vllm:... see no data here: "
+        'select {__name__=~"vllm[:_]..."}, or scrape with Prometheus 3.x, which keeps the colons.'
     )
 
 
@@ -869,13 +905,15 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
     discounting the hits preemption recompute would produce) only opens the question; ``warning`` needs a
     reason to expect hits that did not come:
 
-    - an external (connector) cache hit more than the GPU cache: the traffic repeats, the GPU evicted it;
+    - an external (connector) cache hit more than the GPU cache: the traffic repeats, the GPU evicted it (unless
+      the connector supplied nearly every token asked of it, :data:`REMOTE_PREFILL_SHARE`: prompts computed
+      elsewhere, as in prefill/decode disaggregation);
     - prompts shorter than one block (block granularity, case C17): nothing can hit;
     - the cache turned over (the tokens written to it in the window, queried - hits, exceed the KV capacity)
-      and the reuse that happens shows a prefix was lost: vLLM's per-request histograms show at least
-      :data:`~kvpilot.diagnose.signals.REUSED_SHARE_MIN` of the requests reusing a prefix of at least T tokens
-      (``prefix_reused_tokens``, :func:`~kvpilot.diagnose.signals.prefix_reuse`) while requests reused under
-      half of T on average, or some hits came while requests reused less than one block each on average;
+      and the reuse that happens shows a prefix was lost: vLLM's per-request histograms show a prefix of at
+      least T tokens (``prefix_reused_tokens``, :func:`~kvpilot.diagnose.signals.prefix_reuse`) reused by fewer
+      than :data:`REUSED_BY_MOST` of the requests, or some hits came while requests reused less than one block
+      each on average;
     - without those histograms (vLLM before 0.29), a turned-over cache with some hits below
       :data:`LRU_THRASH_HIT_RATE`, as before, saying the counters cannot tell it from a hot prefix.
 
@@ -888,7 +926,7 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
     queries, hits = s("prefix_queries_increase"), s("prefix_hits_increase")
     if not queries or queries <= 0 or hits is None:
         return None
-    block = limits.value("block_size") or 16
+    block = limits.value("block_size") or DEFAULT_BLOCK_SIZE
     per_request = s("prompt_tokens_per_request")
     finished = s("requests_finished_increase")
     if finished and finished > 0:
@@ -918,7 +956,11 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
     ]
     reason = False
     ext_q, ext_h = s("external_prefix_queries_increase"), s("external_prefix_hits_increase")
-    if ext_h and ext_h > hits:
+    # a connector that supplied (nearly) every token it was asked for is where the prompts are computed
+    # (prefill/decode disaggregation: vLLM counts a remote prefill's load as external hits), not a cache of what
+    # the GPU evicted: no reason to expect GPU hits
+    remote_prefill = bool(ext_h and ext_q and ext_h >= REMOTE_PREFILL_SHARE * ext_q)
+    if ext_h and ext_h > hits and not remote_prefill:
         ev.append(
             f"The external KV cache hit {number(ext_h)} of {number(ext_q)} tokens: the traffic does repeat, but "
             "the GPU cache had evicted it."
@@ -951,16 +993,12 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
     )
     lost = ""
     if turnover is not None and turnover > 1 and hits > 0:
-        if (
-            reused_tokens is not None
-            and reused_share is not None
-            and per_hit is not None
-            and (per_hit < reused_tokens / 2)
-        ):
+        if reused_tokens is not None and reused_share is not None and reused_share < REUSED_BY_MOST:
             lost = (
-                f"at least {percent(reused_share)} of the requests reused a prefix of at least {count(reused_tokens)} "
-                "tokens each (vllm:request_prefill_kv_computed_tokens against vllm:request_prompt_tokens), yet "
-                f"requests reused {number(per_hit)} tokens on average: most found that prefix evicted"
+                f"{percent(reused_share)} of the requests reused a prefix of at least {count(reused_tokens)} tokens "
+                "each (vllm:request_prefill_kv_computed_tokens against vllm:request_prompt_tokens), fewer than half, "
+                f"and requests reused {number(per_hit)} tokens on average: the others found no such prefix, evicted "
+                "if they share it"
             )
         elif per_hit is not None and per_hit < block:
             lost = (
@@ -985,7 +1023,7 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
         )
         return Finding(
             "prefix_cache_ineffective",
-            "warning",
+            FIXED["prefix_cache_ineffective"],
             CONF_PREFIX,
             ev,
             recommend("prefix_cache_ineffective", Inputs(signals=signals, limits=limits)),

@@ -43,10 +43,10 @@ def _data(tmp_path: Path, limits: dict[str, int]) -> Path:
     return data
 
 
-def _diagnose(url: str, *extra: str, exit_code: int = 2) -> dict:
+def _diagnose(url: str, *extra: str) -> dict:
     args = ["diagnose", "--no-kube", "--prometheus", url, "--end", str(END), "--window", "300s", "-o", "json"]
     result = CliRunner().invoke(cli, [*args, *extra])
-    assert result.exit_code == exit_code, result.output  # 2: a critical finding, 1: a warning
+    assert result.exit_code == 2, result.output  # a finding
     [target] = json.loads(result.output)["targets"]
     return target
 
@@ -56,8 +56,8 @@ def test_the_operator_s_limit_replaces_the_inference(tmp_path: Path):
     with PrometheusServer(tmp_path, data_dir=data) as prom:
         target = _diagnose(prom.url)
         # 8 passed for a server that runs 4: running 3.9 of 8 binds nothing, so no limit explains the queue
-        # (unexplained_queue, a warning), where the nearest limit was named before
-        overridden = _diagnose(prom.url, "--max-num-seqs", "8", exit_code=1)
+        # (unexplained_queue, critical as the queue grows), where the nearest limit was named before
+        overridden = _diagnose(prom.url, "--max-num-seqs", "8")
     assert target["verdict"] == "max_num_seqs_cap" and target["target"]["pod"] == "qwen-0"
     limits_line = next(e for e in target["evidence"] if e.startswith("Limits: "))
     assert "max_num_seqs 4 (kvpilot_vllmserver_limit)" in limits_line

@@ -48,10 +48,11 @@ def test_fill_threshold_90_percent():
     # 3,687 / 4,096 = 90.01 %: full -> token_budget_cap
     assert diag(lim, running_avg=10, running_max=12, **QUEUE, **steps(3687)).verdict == "token_budget_cap"
     # 3,686 / 4,096 = 89.99 %: not full; slots free (10 of 256), KV room: no admission limit measures as
-    # binding, so something outside them holds the queue: unexplained_queue (warning), with every ratio, never
-    # the nearest limit named at the edge of plausibility; both limits were read, so 0.7 and no "pass the flags"
+    # binding, so something outside them holds the queue: unexplained_queue (critical: the queue grows by 30),
+    # with every ratio, never the nearest limit named at the edge of plausibility; both limits were read, so 0.7
+    # and no "pass the flags"
     d = diag(lim, running_avg=10, running_max=12, **QUEUE, **steps(3686))
-    assert (d.verdict, d.severity, d.confidence) == ("unexplained_queue", "warning", 0.7)
+    assert (d.verdict, d.severity, d.confidence) == ("unexplained_queue", "critical", 0.7)
     text = " ".join(d.evidence)
     assert "no admission limit measured as binding" in text
     assert "running 10 of max_num_seqs 256 (cli) = 3.9 %" in text
@@ -108,7 +109,7 @@ def test_unknown_max_num_seqs_inferred_from_running_flat_at_n():
     # tokens <= 2 x 8 (decode only: no prefill for the budget to refuse), queue, KV room -> max_num_seqs = 8
     d = diag({}, running_avg=8, running_max=8, **QUEUE, **steps(12))
     assert d.verdict == "max_num_seqs_cap" and d.confidence == 0.6
-    assert "inferred: running sat at 8" in d.evidence[0] and "Lower confidence" in d.evidence[0]
+    assert "inferred: running sat at 8" in d.evidence[0]  # what to do about it: limits.confirm_inferred
     assert d.recommendations and d.recommendations[0].current == 8
     # never compute_bound / scale out for an unknown limit
     assert all("replicas" not in r.flag for r in d.recommendations)
@@ -179,9 +180,14 @@ def test_whole_prompts_prefilled_in_one_step_rule_out_a_budget_of_the_mean_step(
     assert "inferred: running sat at 4" in d.evidence[0]
     assert "prompts of 509 tokens were prefilled in 1.2 step times though steps averaged 8 tokens" in d.evidence[0]
     assert all(r.flag != "--max-num-batched-tokens" for r in d.recommendations)
-    # the same steps with prompts prefilled across 8.9 step times (chunked by the budget): the budget of 8 stands
-    d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(509, 8.9))
+    # 60-token prompts prefilled across 8.9 step times: a budget of 8 needs 60 / 8.04 = 7.5 steps (no decode
+    # rate given), and 8.9 >= 0.8 x 7.5: chunked by a budget of that size, which stands. (The 509-token prompts
+    # this used to take would need 63 steps at a budget of 8: prefilled in 8.9 step times, they refute it.)
+    d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(60, 8.9))
     assert d.verdict == "token_budget_cap" and "max_num_batched_tokens = 8 (inferred" in d.evidence[0]
+    # 509-token prompts in 8.9 step times: fewer steps than a budget of 8 needs (63): it refused none, the cap did
+    d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(509, 8.9))
+    assert d.verdict == "max_num_seqs_cap" and "a budget of that size would take 63.3 steps" in d.evidence[0]
     # prompts of 6 tokens prefilled in 1.2 step times: a budget of 8 with 3.8 decodes per step would leave 4.2
     # tokens and split a 6-token prompt over 2 steps; prefilled in under 2 step times, the prompts were not split,
     # so the budget refused none of them and running flat at 4 is the limit (the earlier expectation,

@@ -72,8 +72,9 @@ def test_a_hot_system_prompt_amid_unique_documents_is_no_warning():
 
 
 def test_a_long_prefix_most_requests_miss_is_a_warning():
-    # prompts of 3,200 tokens sharing 3,000-token prefixes; 13 % found theirs (computed 200), hits 13 % x 3,000 =
-    # 390 a request (T = 1,800 from the histograms: 390 < 900), the 49,152-token cache turned over: a warning
+    # prompts of 3,200 tokens sharing 3,000-token prefixes; 13 % found theirs (computed 200): a prefix of at least
+    # 1,800 tokens reused by 13 % < 50 % of the requests, 390 tokens a request, the 49,152-token cache turned
+    # over: a warning
     def case(hit: int) -> object:
         return diagnose_target(
             signals(
@@ -89,13 +90,13 @@ def test_a_long_prefix_most_requests_miss_is_a_warning():
     d = case(130)
     assert (d.verdict, d.severity) == ("prefix_cache_ineffective", "warning")
     text = " ".join(d.evidence)
-    assert "at least 13.0 % of the requests reused a prefix of at least 1,800 tokens" in text
-    assert "390 tokens on average: most found that prefix evicted" in text
-    # 300 found theirs: 900 a request, not under 1,800 / 2; the hit rate 900 / 3,200 = 28.1 % >= 25 %: no finding
-    d = case(300)
+    assert "13.0 % of the requests reused a prefix of at least 1,800 tokens each" in text
+    assert "390 tokens on average: the others found no such prefix" in text
+    # 499 found theirs (49.9 %, 1,497 a request; 46.8 % of the tokens hit, under 50 %): fewer than half -> a warning
+    assert case(499).verdict == "prefix_cache_ineffective"
+    # 500 found theirs: half the requests, not fewer; 46.9 % of tokens hit, over 25 %: no finding
+    d = case(500)
     assert d.verdict == "healthy" and not [f for f in d.findings if f.verdict == "prefix_cache_ineffective"]
-    # 299 found theirs: 897 a request < 900 -> a warning
-    assert case(299).verdict == "prefix_cache_ineffective"
 
 
 def test_hits_under_a_block_a_request_on_a_turned_over_cache_are_a_warning():
@@ -122,3 +123,25 @@ def test_hits_under_a_block_a_request_on_a_turned_over_cache_are_a_warning():
     assert d.verdict == "healthy" and [f.severity for f in d.findings if f.verdict == "prefix_cache_ineffective"] == [
         "ok"
     ]
+
+
+def test_a_connector_that_supplies_every_token_is_remote_prefill_not_an_eviction():
+    # prefill/decode disaggregation: vLLM counts a remote prefill's load as external prefix-cache hits, so the
+    # connector hit 541,152 of 541,152 queried tokens (vLLM's own remote-KV recording) and the GPU none: the prompts
+    # are computed elsewhere, no reason to expect GPU hits (99 % and up is the connector's own work)
+    def case(ext_hits: float) -> object:
+        sig = signals(
+            {2000: 270},
+            {2000: 270},
+            prefix_queries_increase=541152.0,
+            prefix_hits_increase=0.0,
+            external_prefix_queries_increase=541152.0,
+            external_prefix_hits_increase=ext_hits,
+            requests_finished_increase=270.0,
+        )
+        return diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": 122736, "max_num_seqs": 256}))
+
+    assert case(541152.0).verdict == "healthy" and case(0.99 * 541152).verdict == "healthy"
+    # 98.9 %: an offload cache that first-time prompts missed, holding what the GPU evicted -> the warning
+    d = case(0.989 * 541152)
+    assert d.verdict == "prefix_cache_ineffective" and "the GPU cache had evicted it" in " ".join(d.evidence)
