@@ -386,7 +386,7 @@ _add(
         "preemption-churn-1024",
         "churn",
         "",
-        "--max-num-seqs 1024 on an L4 (Qwen2.5-7B, 122,736 KV tokens): far fewer of the ~1,000-token requests fit "
+        "--max-num-seqs 1024 on an L4 (Qwen2.5-7B, 122,544 KV tokens): far fewer of the ~1,000-token requests fit "
         "the KV cache than the slots allow; running requests need blocks as they grow and are preempted over and "
         "over.",
         {"gpu": "l4", "model": "qwen2.5-7b", "max_model_len": 8192, "max_num_seqs": 1024},
