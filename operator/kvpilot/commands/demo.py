@@ -4,7 +4,7 @@ The demo is a sequence of named sections (:data:`SECTIONS`); each is a function 
 shared :class:`DemoContext`. Later parts of kvpilot (KV math, engine scenarios, diagnosis)
 append their own sections to the list without touching these.
 
-What runs is real: a Kubernetes API on 127.0.0.1 (:mod:`kvpilot.sandbox`, kmock with a real
+What runs is real: a Kubernetes API on 127.0.0.1 (:mod:`kvpilot.sandbox`, with a real API
 server's semantics), the VLLMServer CRD, the example ``experiment.yaml`` shipped inside the
 package, and the kopf operator. Only the node is played — and the demo says so — because
 there is no GPU: it marks the pod scheduled, running, then ready, and serves a vLLM startup
@@ -142,7 +142,7 @@ def section_cluster(ctx: DemoContext) -> None:
     kubernetes.client.ApiextensionsV1Api(ctx.api).create_custom_resource_definition(manifest)  # type: ignore[arg-type]
     kubernetes.client.CoreV1Api(ctx.api).create_namespace({"metadata": {"name": NAMESPACE}})  # type: ignore[arg-type]
     ctx.console.print(
-        f"sandbox API (kmock, strict) at [cyan]{ctx.cluster.url}[/]; "
+        f"sandbox API (strict) at [cyan]{ctx.cluster.url}[/]; "
         f"CRD [cyan]{manifest['metadata']['name']}[/] installed; namespace [cyan]{NAMESPACE}[/]"
     )
 

@@ -19,7 +19,7 @@ from kvpilot.commands._common import fail
 def command(verbose: bool) -> None:
     """The embedded default: a VLLMServer becomes a pod, end to end, with no cluster and no GPU.
 
-    Starts a Kubernetes API on 127.0.0.1 (kmock), installs the CRD, applies the packaged
+    Starts a Kubernetes API on 127.0.0.1 (kvpilot's sandbox), installs the CRD, applies the packaged
     experiment example, runs the real operator, plays the node openly (there is no GPU), then
     shows the KV math, the engine model against the founding measurement and a diagnosis of
     each engine scenario and one alert from rule to diagnosis. About 120 lines at 80 columns

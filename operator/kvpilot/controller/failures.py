@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kvpilot.controller.logic import set_condition
+from kvpilot.controller.logic import EVENT_MESSAGE_LIMIT, Event, set_condition
 from kvpilot.text.numbers import fig
 from kvpilot.text.safe import one_line
 
@@ -176,3 +176,8 @@ def failure_status(server: dict[str, Any], failure: Failure, *, now: str) -> dic
         old.get("conditions"), "Ready", "False", failure.reason, failure.message, now=now, generation=generation
     )
     return new
+
+
+def failure_event(failure: Failure) -> Event:
+    """The Warning Event a failed reconcile posts: reason = :attr:`Failure.reason`, the message on one line."""
+    return Event("Warning", failure.reason, one_line(failure.message, limit=EVENT_MESSAGE_LIMIT))

@@ -1,4 +1,4 @@
-"""The real kopf operator against the sandbox API (kmock with a real server's semantics).
+"""The real kopf operator against the sandbox API (a real API server's semantics).
 
 Each test creates VLLMServers with the kubernetes client, plays the scheduler/kubelet where a
 node would act, and polls the API (bounded) for what the operator must do.
@@ -553,11 +553,12 @@ def test_a_new_server_costs_four_requests_and_no_read_back(cluster, api, namespa
             what="the pod events handled",
         )
     prefix = f"/namespaces/{namespace}/"
-    seen = [(r.method, r.url.path.split(prefix, 1)[1]) for r in cluster.emulator._requests if prefix in r.url.path]
+    served = cluster.served()
+    seen = [(r.method, r.path.split(prefix, 1)[1]) for r in served if prefix in r.path]
     for name in names:
         assert seen.count(("PATCH", f"vllmservers/{name}")) == 0  # kopf writes nothing outside status
         assert seen.count(("PATCH", f"vllmservers/{name}/status")) == 1
-        [write] = [r.data for r in cluster.emulator._requests if r.url.path.endswith(f"vllmservers/{name}/status")]
+        [write] = [r.data for r in served if r.path.endswith(f"vllmservers/{name}/status")]
         assert write["status"]["phase"] == "Pending" and write["status"]["podName"].startswith(f"{name}-")
         assert set(write["status"]["kopf"]) == {"last-handled-digest"}  # kopf's record in the same request
         assert seen.count(("GET", f"vllmservers/{name}")) == 0
@@ -565,7 +566,7 @@ def test_a_new_server_costs_four_requests_and_no_read_back(cluster, api, namespa
     assert seen.count(("POST", "services")) == seen.count(("POST", "pods")) == len(names)
     assert seen.count(("POST", "events")) == len(names)
     # no list of one server's pods (kopf's own list and watch select by managed-by, not by server)
-    assert not [r for r in cluster.emulator._requests if "kvpilot.dev/server" in r.url.query_string]
+    assert not [r for r in served if "kvpilot.dev/server" in r.query_string]
 
 
 def test_pod_event_threads_end_with_the_operator(cluster, api, namespace, operator, kubelet):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import yaml
 
@@ -80,7 +82,10 @@ def test_settings_give_the_handlers_their_thread_pool_unless_the_caller_chose():
 
     settings = make_settings()
     assert settings.execution.max_workers == HANDLER_THREADS == 20
-    assert settings.execution.executor._max_workers == 20  # the pool kopf runs sync handlers in
+    # the pool kopf runs sync handlers in holds 20 of them at once: 20 tasks meet at a barrier of 20
+    barrier = threading.Barrier(20, timeout=10)
+    futures = [settings.execution.executor.submit(barrier.wait) for _ in range(20)]
+    assert sorted(f.result(timeout=15) for f in futures) == list(range(20))
     chosen = kopf.OperatorSettings()
     chosen.execution.max_workers = 3
     assert make_settings(chosen).execution.max_workers == 3
@@ -108,7 +113,8 @@ def test_controller_pools_a_connection_per_handler_thread():
     configuration = kubernetes.client.Configuration(host="http://127.0.0.1:1")
     configuration.connection_pool_maxsize = 4
     controller = Controller(configuration, hub=False)
-    assert controller.api.rest_client.pool_manager.connection_pool_kw["maxsize"] == 20  # HANDLER_THREADS
+    # the kubernetes client sizes its urllib3 pool from this setting (HANDLER_THREADS)
+    assert controller.kube.configuration.connection_pool_maxsize == configuration.connection_pool_maxsize == 20
 
 
 def test_digest_diffbase_tells_a_change_from_a_restart_without_copying_the_spec():
@@ -151,3 +157,43 @@ def test_digest_diffbase_builds_kopfs_own_essence_without_copying_status():
     ours = DigestDiffBaseStorage(field="status.kopf.last-handled-digest").build(body=kopf.Body(raw))
     assert ours == kopf.StatusDiffBaseStorage(name="kopf").build(body=kopf.Body(raw))  # kopf's own build: the reference
     assert ours == {"spec": {"model": "m"}, "metadata": {"labels": {"team": "ml"}, "annotations": {"x.dev/y": "1"}}}
+
+
+def test_digest_diffbase_reuses_an_essence_only_for_the_same_object_state_in_any_call_order(monkeypatch):
+    """Nothing depends on kopf calling fetch before build: the memo is keyed by (uid, resourceVersion)."""
+    import kopf
+
+    from kvpilot.controller.settings import DigestDiffBaseStorage
+
+    built: list[dict] = []
+    kopfs_build = kopf.StatusDiffBaseStorage.build
+
+    def counted(self, *, body, extra_fields=None):
+        built.append(dict(body))
+        return kopfs_build(self, body=body, extra_fields=extra_fields)
+
+    monkeypatch.setattr(kopf.StatusDiffBaseStorage, "build", counted)
+    storage = DigestDiffBaseStorage(field="status.kopf.last-handled-digest")
+
+    def body(rv, model):
+        meta = {"name": "a", "uid": "u", "resourceVersion": rv} if rv else {"name": "a"}
+        return kopf.Body({"metadata": meta, "spec": {"model": model}})
+
+    patch = kopf.Patch()
+    storage.store(body=body("1", "m"), patch=patch, essence={"spec": {"model": "m"}})
+    record = {"status": {"kopf": {"last-handled-digest": patch["status"]["kopf"]["last-handled-digest"]}}}
+
+    def stored(b):
+        return kopf.Body({**b, **record})
+
+    first = stored(body("1", "m"))
+    assert storage.build(body=first) == storage.fetch(body=first) == {"spec": {"model": "m"}}  # build, then fetch
+    second = stored(body("2", "n"))  # a spec change: a new resourceVersion
+    assert storage.fetch(body=second) == {}  # differs from the record: kopf's "update"
+    assert storage.build(body=second) == {"spec": {"model": "n"}}  # fetch, then build: not the old essence
+    assert len(built) == 2  # one essence per object state, whichever call came first
+    assert storage.build(body=first) == {"spec": {"model": "m"}}  # an older state again: built anew
+    unversioned = stored(body(None, "m"))
+    storage.build(body=unversioned)
+    storage.build(body=unversioned)
+    assert len(built) == 5  # never memoised without a resourceVersion
