@@ -107,9 +107,13 @@ def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
 
     A new request needs room for its whole prompt (``scheduler_reserve_full_isl``, vLLM PR #37307)
     or, when it is smaller, a running request's share, so admission stops about two requests' worth
-    below 1.0: ``ceiling = 1 - 2 x max(kv_avg / running_avg, prompt_tokens_per_request /
-    kv_cache_tokens)``, clamped to [0.5, 1] (``KVCacheManager.allocate_slots``,
-    ``vllm/v1/core/kv_cache_manager.py``: cached-but-evictable blocks count as free).
+    below 1.0: ``1 - 2 x max(kv_avg / running_avg, prompt_tokens_per_request / kv_cache_tokens)``
+    (``KVCacheManager.allocate_slots``, ``vllm/v1/core/kv_cache_manager.py``: cached-but-evictable blocks
+    count as free). vLLM sets the usage gauge after each step, once that step's finished requests freed
+    their blocks, so at the ceiling the gauge reads below it by their share: the requests finished per step
+    (:func:`running_dip`, plus its noise over the window's samples, :data:`PINNED_NOISE_SD`) times one
+    running request's share ``kv_avg / running_avg``. The ceiling returned is that reading, clamped to
+    [0.5, 1].
 
     Returns ``(None, reason)`` when KV usage is unknown.
     """
@@ -123,9 +127,19 @@ def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
     if prompt and kv_tokens:
         shares.append(prompt / kv_tokens)
     share = max(shares) if shares else 0.0
-    ceiling = min(1.0, max(0.5, 1.0 - 2.0 * share))
+    # the gauge is set after each step once its finished requests freed their blocks (as the running gauge,
+    # :func:`running_dip`): at the ceiling it reads that much below it, about the finished requests' share
+    freed = (running_dip(signals) or 0.0) + _dip_noise(signals) if run_avg and run_avg > 0 else 0.0
+    freed_share = freed * kv_avg / run_avg if run_avg and run_avg > 0 else 0.0
+    ceiling = min(1.0, max(0.5, 1.0 - 2.0 * share - freed_share))
     how = (
         f"admission ceiling {number(ceiling, 3)} = 1 - 2 x {number(share, 4)} (one request's share of KV)"
+        + (
+            f" - {number(freed_share, 4)} (the {number(freed, 2)} requests a step finishes, freed before the gauge "
+            "is set)"
+            if freed_share > 0
+            else ""
+        )
         if shares
         else "admission ceiling 1.0 (no running requests to size a request's share)"
     )
@@ -277,6 +291,8 @@ class Inferred:
             (the prefill spans or the steps' mass at one size); "" otherwise.
         budget_bound: the budget is only a lower bound (a default the steps contradict: at least the mean
             step), so how full its steps are is not measured.
+        seqs_bound: the same for max_num_seqs (a default the running gauge contradicts: at least
+            ``running_max``), so running at it is pinned only with KV room (:func:`derive_facts`).
     """
 
     n_seqs: int | None
@@ -286,6 +302,7 @@ class Inferred:
     names: tuple[str, ...] = ()
     budget_evidence: str = ""
     budget_bound: bool = False
+    seqs_bound: bool = False
 
 
 @dataclass
@@ -481,8 +498,9 @@ def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -
         names.append("max_num_batched_tokens")
         budget_default = False
     bound = "max_num_batched_tokens" in names
+    seqs_bound = "max_num_seqs" in names
     if not (queue and kv_room and run_avg is not None and run_max and run_max >= 1):
-        return Inferred(n_seqs, n_how, budget, b_how, tuple(names), budget_bound=bound)
+        return Inferred(n_seqs, n_how, budget, b_how, tuple(names), budget_bound=bound, seqs_bound=seqs_bound)
     # decode only: about one token per running request per step (no step data: not excluded)
     decode_only = tps is None or tps <= DECODE_TOKENS_PER_RUNNING * run_max
     spans, prompt = _prefill_spans(signals), signals.get("prompt_tokens_per_request")
@@ -535,7 +553,7 @@ def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -
                 )
                 budget = max(1, round(tps))
                 names.append("max_num_batched_tokens")
-    return Inferred(n_seqs, n_how, budget, b_how, tuple(names), evidence, bound)
+    return Inferred(n_seqs, n_how, budget, b_how, tuple(names), evidence, bound, seqs_bound)
 
 
 def derive_facts(signals: Signals, limits: Limits) -> Facts:
@@ -563,7 +581,9 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     n_seqs, budget = inf.n_seqs, inf.budget
     dip, slack = running_dip(signals), pinned_slack(signals)
     level = running_level(signals)
-    pinned = n_seqs is not None and level is not None and level >= n_seqs - slack
+    # a max_num_seqs known only as at least running_max (a contradicted default) is where running stopped, which
+    # the KV cache at its ceiling explains as well (vLLM's last check refused the head): pinned only with KV room
+    pinned = n_seqs is not None and level is not None and level >= n_seqs - slack and (not inf.seqs_bound or kv_room)
     free_slots = n_seqs is not None and run_avg is not None and not pinned
     cap_wait = s("waiting_capacity_avg")
     # vLLM's reason="capacity" counts every ordinary waiting request (SchedulerStats.num_waiting_reqs:
