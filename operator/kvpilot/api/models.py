@@ -274,7 +274,10 @@ class EnvVar(_Model):
     value_from: dict[str, Any] | None = Field(
         None,
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
-        description="Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef).",
+        description="Kubernetes EnvVarSource: exactly one of secretKeyRef, configMapKeyRef, fieldRef, "
+        "resourceFieldRef, checked as the API server checks a Pod's (its OpenAPI shape, the supported fieldPath "
+        "and resource values, divisors, names and keys). fileKeyRef is refused: a kvpilot pod has no init "
+        "container to write its file.",
     )
 
 

@@ -36,7 +36,11 @@ from kvpilot.text.safe import one_line
 
 #: HTTP codes after which the same request may succeed unchanged.
 RETRYABLE_CODES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-#: Longest message kept (Kubernetes Events cap ``message`` at 1 KiB; conditions stay readable).
+#: Longest failure message kept (status ``message``, the ``Ready`` condition, the Events): the step and the API's
+#: refusal it quotes in about six 80-column lines of ``kubectl describe``, and whole in the transition Event, which
+#: :func:`~kvpilot.controller.logic.status_events` leads with what was created and the reason: at most 208 characters
+#: (a 69-character pod name, a 16-hex spec hash, a 63-character Service name, ``ReconcileFailed``), 208 + 480 < 1 KiB
+#: (:data:`EVENT_MESSAGE_LIMIT`).
 MESSAGE_LIMIT = 480
 
 

@@ -367,7 +367,7 @@ def build_registry(
     """A kopf registry with the VLLMServer operator's handlers, talking to ``configuration``'s cluster.
 
     Args:
-        configuration: where the cluster is (``kvpilot.controller.load_configuration()`` for a
+        configuration: where the cluster is (``kvpilot.controller.runner.load_configuration()`` for a
             kubeconfig or the in-cluster service account; the sandbox's own for the demo/tests).
         hub: whether the KV pre-flight may fetch a model's config.json from the Hugging Face
             Hub (off for the offline sandbox; a ``modelConfigRef`` ConfigMap always works).

@@ -3,7 +3,7 @@
 The generated API methods (``CoreV1Api.create_namespaced_pod`` …) validate their arguments with
 pydantic's ``validate_call`` and build or walk model objects; for the three writes every new
 VLLMServer costs (its Service, its Pod, its status) that is about half of the client-side CPU
-of each request (0.7 -> 0.37 ms per create on the benchmark machine, ``docs/performance.md``).
+of each request (docs/performance.md, "What the code's choices bought").
 :class:`JsonApi` sends the same requests through the same :class:`kubernetes.client.ApiClient`
 (its public ``param_serialize`` and ``call_api``: the same connection pool, authentication,
 headers and TLS settings) and returns the JSON the API served, as a dict (a pod's log as text).

@@ -20,9 +20,8 @@ MANAGED_BY_SELECTOR = {LABEL_MANAGED_BY: "kvpilot"}
 #: Threads running the synchronous handlers (kopf's ``settings.execution.max_workers``). Each
 #: reconcile waits on three or more API round trips, so the thread count, not the CPU, bounds how
 #: many are in flight; Python's default pool, ``min(32, CPUs + 4)``, is 6 on a 2-core node, and a
-#: 1,000-server burst then queues behind round trips (create->Pod p50 10 s at 6 threads, 3.4-5.4 s
-#: at 20-32 on the benchmark machine, ``docs/performance.md``). More threads buy little: the
-#: GIL and kopf's event loop bind next.
+#: burst then queues behind round trips. More threads buy little: the GIL and kopf's event loop
+#: bind next (the burst's latency at 6, 20 and 32 threads: docs/performance.md, "What the code's choices bought").
 HANDLER_THREADS = 20
 
 

@@ -250,8 +250,8 @@ _IMMUTABLE = (str, int, float, bool)
 
 def clone(value: _T) -> _T:
     """A deep copy of JSON-shaped data (dicts, lists, strings, numbers, booleans, None): what
-    ``copy.deepcopy`` returns for it, about 3.5x faster (no memo: decoded JSON shares no parts and
-    has no cycles; 24 against 87 us for a rendered vLLM Pod). Any other value is deep-copied.
+    ``copy.deepcopy`` returns for it, without deepcopy's memo (decoded JSON shares no parts and has
+    no cycles), so faster (docs/performance.md, "What the code's choices bought"). Any other value is deep-copied.
     """
     kind = type(value)
     if kind is dict:

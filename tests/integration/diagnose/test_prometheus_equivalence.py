@@ -15,7 +15,7 @@ import pytest
 from kvpilot.diagnose.promql import histogram_quantile
 from kvpilot.diagnose.signals import compute_signals
 from kvpilot.diagnose.sources.prometheus import PrometheusSource
-from kvpilot.diagnose.sources.recording import load_recording
+from kvpilot.diagnose.sources.recording import read_window
 from tests.support.prom import PrometheusServer, backfill
 
 pytestmark = pytest.mark.prometheus
@@ -48,7 +48,7 @@ def _escaped_copy(src: Path, dst: Path) -> Path:
 
 def _compare(recording: Path, end: float, window: float, tmp_path: Path) -> None:
     backfill(recording, tmp_path / "data")
-    replay = compute_signals(load_recording(recording), window, end)
+    replay = compute_signals(read_window(recording, window, end).samples, window, end)
     with PrometheusServer(tmp_path, data_dir=tmp_path / "data") as prom:
         result = PrometheusSource(prom.url).fetch(window, end)
         assert result.notes == []

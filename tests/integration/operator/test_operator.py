@@ -501,6 +501,21 @@ def test_preflight_reads_the_gpu_memory_label_once_the_pod_is_scheduled(
     assert "21,520 tokens" in after["message"]
 
 
+def _assert_invalid(cluster, api, namespace, operator, body: dict, field: str, words: str) -> None:
+    """The server goes ``Invalid``: a ``Valid=False`` condition and a Warning Event naming ``field``, no pod."""
+    with operator():
+        _create(api, namespace, body)
+        status = wait_for(
+            lambda: _status(cluster, namespace).get("phase") == "Invalid" and _status(cluster, namespace),
+            what="phase Invalid",
+        )
+        event = _wait_event(cluster, namespace, lambda e: e["type"] == "Warning" and field in e["message"])
+    valid = [c for c in status["conditions"] if c["type"] == "Valid"]
+    assert valid and valid[0]["status"] == "False" and field in valid[0]["message"]
+    assert words in event["message"]
+    assert _pods(cluster, namespace) == []
+
+
 def test_an_affinity_the_api_server_refuses_makes_the_server_invalid(cluster, api, namespace, operator):
     """A required node-affinity ``In`` without values (ValidateNodeSelectorRequirement): Invalid, no pod."""
     body = copy.deepcopy(EXPERIMENT)
@@ -512,17 +527,20 @@ def test_an_affinity_the_api_server_refuses_makes_the_server_invalid(cluster, ap
         "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
         ".matchExpressions[0].values"
     )
-    with operator():
-        _create(api, namespace, body)
-        status = wait_for(
-            lambda: _status(cluster, namespace).get("phase") == "Invalid" and _status(cluster, namespace),
-            what="phase Invalid",
-        )
-        event = _wait_event(cluster, namespace, lambda e: e["type"] == "Warning" and field in e["message"])
-    valid = [c for c in status["conditions"] if c["type"] == "Valid"]
-    assert valid and valid[0]["status"] == "False" and field in valid[0]["message"]
-    assert "must be specified when `operator` is 'In' or 'NotIn'" in event["message"]
-    assert _pods(cluster, namespace) == []
+    _assert_invalid(
+        cluster, api, namespace, operator, body, field, "must be specified when `operator` is 'In' or 'NotIn'"
+    )
+
+
+def test_an_env_value_from_the_api_server_refuses_makes_the_server_invalid(cluster, api, namespace, operator):
+    """Two sources in one valueFrom (validateEnvVarValueFrom): Invalid, no pod. Before, the pod create was
+    sent and refused by the API server, and the server ended Failed/APIRejected.
+    """
+    body = copy.deepcopy(EXPERIMENT)
+    sources = {"secretKeyRef": {"name": "a", "key": "k"}, "configMapKeyRef": {"name": "b", "key": "k"}}
+    body["spec"]["env"] = [{"name": "X", "valueFrom": sources}]
+    words = "may not have more than one field specified at a time"
+    _assert_invalid(cluster, api, namespace, operator, body, "spec.env[0].valueFrom", words)
 
 
 def test_a_new_server_costs_four_requests_and_no_read_back(cluster, api, namespace, operator):

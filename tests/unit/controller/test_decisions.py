@@ -81,6 +81,34 @@ def test_an_event_message_is_one_line_of_at_most_1024_characters():
     assert "\n" not in event.message and len(event.message) <= 1024 and event.type == "Warning"
 
 
+def test_a_cut_failure_message_still_reaches_the_transition_event_whole():
+    """The failure message is cut (failures.MESSAGE_LIMIT) so that the Event repeating it, after the longest note of
+    what was created and the longest reason, is not cut again by the 1 KiB Event limit.
+    """
+    from kubernetes.client.exceptions import ApiException
+
+    name = "q" * 63  # the longest VLLMServer name (api.rules.check_server_name), so the longest Service name
+    note = logic.creation_note(
+        logic.PodPlan(create=True),
+        {},
+        pod_name=f"{name}-abcde",  # render.pod_name: <name>-<5 hex>
+        spec_hash="0123456789abcdef",  # api.spec_hash: 16 hex
+        service_name=name,
+        service_created=False,  # "(service ... existed)" is the longer of the two wordings
+        adopted=False,
+    )
+    exc = ApiException(status=500, reason="Internal Server Error")
+    exc.body = json.dumps({"message": "etcd: " + "x" * 5000})
+    failure = failures.classify(exc, step=f"creating pod {name}-abcde", retry=10, policy=failures.RetryPolicy())
+    assert failure.reason == "ReconcileFailed"  # the longest reason
+    assert failure.message.startswith("gave up after 10 retries: creating pod q") and failure.message.endswith("x…")
+    status = failures.failure_status(_server(), failure, now=NOW)
+    assert status["message"] == failure.message
+    [event] = logic.status_events({"phase": "Pending"}, status, note.created)
+    assert event.message == f"{note.created}; ReconcileFailed: {failure.message}"  # nothing cut twice
+    assert len(event.message) <= 1024  # what the API server accepts
+
+
 def test_the_kv_warning_is_posted_once_per_verdict():
     condition = {"type": "KVCapacity", "status": "False", "reason": "MaxModelLenExceedsKV", "message": "m"}
     warned = {"conditions": [dict(condition)]}
