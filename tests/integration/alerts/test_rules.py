@@ -116,8 +116,8 @@ def test_promtool_checks_the_rules_file_and_the_prometheusrule(tmp_path):
     for path in (MONITORING / "prometheus-rules.yaml", tmp_path / "from-prometheusrule.yaml"):
         out = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
-        # 7 alerts; 5 of them also as a critical variant (all but VLLMPrefixCacheIneffective and VLLMTargetDown)
-        assert "SUCCESS: 12 rules found" in out.stdout
+        # 8 alerts; 6 of them also as a critical variant (all but VLLMPrefixCacheIneffective and VLLMTargetDown)
+        assert "SUCCESS: 14 rules found" in out.stdout
 
 
 def test_the_three_renderings_carry_the_same_rules():
@@ -145,6 +145,7 @@ def test_names_labels_and_annotations_follow_the_contract():
             "VLLMPreemptions",
             "VLLMMaxNumSeqsCap",
             "VLLMTokenBudgetCap",
+            "VLLMLoRASlotCap",
             "VLLMPrefixCacheIneffective",
             "VLLMTargetDown",
             "VLLMTTFTHigh",
