@@ -77,12 +77,17 @@ def test_document_error_of_render_names_the_file_and_the_field(tmp_path):
     )
 
 
+def qwen_without(path, key: str):
+    """``path``, written with Qwen2.5-7B's config.json less ``key``."""
+    config = json.loads(QWEN.read_text())
+    del config[key]
+    path.write_text(json.dumps(config))
+    return path
+
+
 def test_kv_config_error_of_a_config_field_now_names_the_file(tmp_path):
     """Before: ``kvpilot: error: num_attention_heads: missing from config.json`` (which file, for a draft?)."""
-    config = json.loads(QWEN.read_text())
-    del config["num_attention_heads"]
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
+    path = qwen_without(tmp_path / "config.json", "num_attention_heads")
     assert error_line("kv", str(path), "--kv-memory", "1GiB") == (
         f"kvpilot: error: {path}: num_attention_heads: missing from config.json"
     )
@@ -113,10 +118,7 @@ def test_document_error_of_kv_names_the_file_and_the_key(tmp_path):
 
 
 def test_kv_config_error_of_a_draft_names_the_draft_s_file(tmp_path):
-    draft = json.loads(QWEN.read_text())
-    del draft["num_attention_heads"]
-    path = tmp_path / "draft.json"
-    path.write_text(json.dumps(draft))
+    path = qwen_without(tmp_path / "draft.json", "num_attention_heads")
     spec = json.dumps({"method": "eagle", "model": str(path), "num_speculative_tokens": 2})
     assert error_line("kv", str(QWEN), "--kv-memory", "1GiB", "--speculative-config", spec) == (
         f"kvpilot: error: --speculative-config model: {path}: num_attention_heads: missing from config.json"
