@@ -7,7 +7,8 @@ import os
 
 import click
 
-from kvpilot.commands._common import DURATION, SIZE, fail, read_secret_file
+from kvpilot.commands._common import DURATION, SIZE, fail, fail_input, read_secret_file
+from kvpilot.text.errors import InputError
 
 _EPILOG = """\b
 Examples:
@@ -45,9 +46,9 @@ Bounds (docs/security.md): --max-connections, --header-timeout, --body-timeout, 
 def _read_secret(path: str | None, env: str, option: str) -> str | None:
     if path:
         try:
-            return read_secret_file(path)
-        except ValueError as exc:
-            fail(f"{option}: {exc}")
+            return read_secret_file(path, option)
+        except InputError as exc:
+            fail_input(exc)
     return (os.environ.get(env) or None) if env else None
 
 

@@ -51,6 +51,7 @@ from kvpilot.engine.hardware import CostModel, model_profile
 from kvpilot.engine.offload import CPUOffloadTier
 from kvpilot.engine.request import Request
 from kvpilot.gpus import gpu_profile
+from kvpilot.text.errors import InvalidValueError
 
 _NEVER = 1 << 62  # a token count no request reaches
 _INF = float("inf")
@@ -398,14 +399,14 @@ class Engine:
         Output is capped at ``max_model_len - prompt_len`` tokens (finished_reason "length").
 
         Raises:
-            ValueError: the prompt is not shorter than ``max_model_len`` (vLLM rejects it with
+            InvalidValueError: the prompt is not shorter than ``max_model_len`` (vLLM rejects it with
                 HTTP 400 before the engine sees it).
         """
         mml = self.config.max_model_len
         if request.prompt_len >= mml:
-            raise ValueError(
-                f"prompt_len: request {request.request_id!r} has {request.prompt_len}"
-                f" prompt tokens, max_model_len is {mml}"
+            raise InvalidValueError(
+                "prompt_len",
+                f"request {request.request_id!r} has {request.prompt_len} prompt tokens, max_model_len is {mml}",
             )
         if request.prompt_len + request.output_len > mml:
             request.max_output = mml - request.prompt_len

@@ -42,6 +42,7 @@ from kvpilot.kv.bounds import (
     MAX_TOKENS,
     MAX_WIDTH,
 )
+from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import count as fmt_count
 from kvpilot.text.numbers import significant
 from kvpilot.vllm.defaults import (
@@ -71,18 +72,14 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, int | None]] = {
 }
 
 
-class KVConfigError(ValueError):
-    """A config.json (or an option) that cannot give KV numbers.
+class KVConfigError(InvalidValueError):
+    """A config.json (or an option) that cannot give KV numbers (an :class:`~kvpilot.text.errors.InputError`
+    and a ``ValueError``).
 
     Attributes:
         field: the config field or option at fault (e.g. ``num_attention_heads``, ``--kv-cache-dtype``).
         message: one line saying what is wrong.
     """
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from kvpilot.commands._common import DURATION, SIZE, fail
+from kvpilot.commands._common import DURATION, SIZE, fail, fail_input
 from kvpilot.commands.simulate.options import (
     DEFAULT_INTERVAL,
     DEFAULT_RECORD_DURATION,
@@ -32,6 +32,7 @@ from kvpilot.commands.simulate.options import (
     vllm_overrides,
 )
 from kvpilot.commands.simulate.session import Simulation, engine_call, record
+from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import fig, plain
 
 # The text report (rich) and --serve (http.server, prometheus_client) are imported where they run:
@@ -303,8 +304,8 @@ def run(  # noqa: C901
     try:  # validate the mode's own options before any engine work
         listen = parse_listen(serve_at, default_host) if serve_at else None
         end_ts = parse_end(end, float(int(time.time())))  # whole seconds: readable timestamps
-    except ValueError as exc:
-        fail(str(exc))
+    except InvalidValueError as exc:
+        fail_input(exc)
     total = duration or DEFAULT_RECORD_DURATION
     if record_to and not Path(record_to).expanduser().resolve().parent.is_dir():
         fail(f"--record: cannot write {record_to}: its folder does not exist")
