@@ -173,6 +173,7 @@ def test_invalid_value_of_a_secret_file_names_the_option_and_the_file(tmp_path):
 def test_click_usage_errors_stay_click_s():
     result = CliRunner().invoke(cli, ["kv", str(QWEN), "--kv-memory", "lots"])
     assert result.exit_code == 2
-    assert result.stderr.startswith("Usage: ") and " kv [OPTIONS] CONFIG\n" in result.stderr
+    assert result.stderr.startswith("Usage: ")
+    assert " kv [OPTIONS] CONFIG\n" in result.stderr
     assert "Invalid value for '--kv-memory': 'lots' is not a size (examples: 1.5GiB, 512MiB, 16GB)" in result.stderr
     assert "kvpilot: error:" not in result.stderr
