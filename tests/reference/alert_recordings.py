@@ -34,7 +34,7 @@ from typing import Any
 
 from kvpilot.engine import scenarios
 from tests.reference.harness import driver_spec, run_vllm
-from tests.reference.vllm_recordings import _families
+from tests.reference.vllm_recordings import snapshot_families
 
 OUT = Path(__file__).resolve().parent.parent / "fixtures" / "recordings" / "vllm-alerts"
 DURATION, INTERVAL, END = 600.0, 15.0, 1_764_600_000.0
@@ -86,7 +86,9 @@ def generate(python: str) -> dict[str, str]:
     answer = run_vllm(python, [spec(n) for n in names], timeout=3600)
     files = {}
     for name, result in zip(names, answer["results"], strict=True):
-        snaps = [(END - DURATION + t, _families(snap)) for t, snap in result["snapshots"] if t <= DURATION + 1e-9]
+        snaps = [
+            (END - DURATION + t, snapshot_families(snap)) for t, snap in result["snapshots"] if t <= DURATION + 1e-9
+        ]
         files[f"{name}.om"] = recording_text(snaps)
         files[f"{name}.truth.json"] = json.dumps({"vllm": answer["vllm_version"], "samples": truth(result)}, indent=1)
     return files
