@@ -32,7 +32,7 @@ _HISTOGRAMS = (
     "vllm:time_to_first_token_seconds",
     "vllm:inter_token_latency_seconds",
     "vllm:e2e_request_latency_seconds",  # not read by diagnose
-    "vllm:request_prompt_tokens",  # not read by diagnose
+    "vllm:request_prompt_tokens",  # read only for predictions (FIT_SIGNAL_DEFS)
     "vllm:request_params_n",  # not read by diagnose
 )
 

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kvpilot.diagnose.limits import resolve_limits
-from kvpilot.diagnose.model import Diagnosis, Report
+from kvpilot.diagnose.model import Diagnosis, DiagnosisBasis, Report
 from kvpilot.diagnose.promql import duration
 from kvpilot.diagnose.rules import diagnose_target
 from kvpilot.diagnose.signals import SIGNAL_DEFS, Signals, TargetKey, compute_signals
@@ -42,6 +42,9 @@ class Options:
         notes: sentences the caller adds to the report (how an option was read).
         timeout: seconds for each whole HTTP request (connect + headers + body).
         deadline: seconds for all of the run's reads (see :meth:`run_deadline_seconds`).
+        fit_signals: also compute :data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS` from a recording or
+            scrapes (``kvpilot.advice`` fits a workload from them; ``--prometheus`` asks for them
+            afterwards, for the targets it predicts).
     """
 
     prometheus: str = ""
@@ -66,6 +69,7 @@ class Options:
     timeout: float = 10.0
     deadline: float | None = None
     notes: list[str] = field(default_factory=list)
+    fit_signals: bool = False
 
     def run_deadline_seconds(self) -> float | None:
         """Seconds the whole run may spend reading its source (None: a recording, no network).
@@ -245,7 +249,7 @@ def run(opts: Options) -> Report:
         window = opts.window_seconds
         if opts.metrics_url and stamps:
             window = max(1e-3, max(stamps) - min(stamps)) if opts.quick else window
-        signals = compute_signals(samples, window, end)
+        signals = compute_signals(samples, window, end, fit=opts.fit_signals)
         window_seconds = window
         queries = [f"{sd.fn}({sd.family}{sd.suffix}[{duration(window)}]) by target" for sd in SIGNAL_DEFS]
     signals = _select(signals, opts, pod)
@@ -266,6 +270,7 @@ def run(opts: Options) -> Report:
             operator_metric=sig.operator_limits,
         )
         diag = diagnose_target(sig, limits, _target_json(key, opts.server, instance), queries, opts.model_config)
+        diag.basis = DiagnosisBasis(key, sig, limits)
         inferred = {name: diag.signals.get(f"inferred_{name}") for name in ("max_num_seqs", "max_num_batched_tokens")}
         diag.evidence.append(limits.describe(inferred))
         # a limit the rules inferred from the gauges is not the default the notes say was assumed

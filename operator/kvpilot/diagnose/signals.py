@@ -73,7 +73,8 @@ class SignalDef:
         family: canonical catalog family (``vllm:num_requests_waiting``).
         fn: ``avg`` | ``max`` | ``min`` | ``last`` | ``deriv`` (per second) | ``rate`` (per second)
             | ``increase`` | ``count`` (samples in window) | ``timestamp`` (last sample time,
-            5 m lookback) | ``buckets`` (increase of each ``_bucket``, by ``le``).
+            5 m lookback) | ``first`` (the value at the window's start: the last sample at or before it,
+            5 m lookback; PromQL ``NAME offset w``) | ``buckets`` (increase of each ``_bucket``, by ``le``).
         suffix: sample suffix (``_total`` for counters, ``_bucket`` for histograms).
         match: label equality filters, e.g. ``(("reason", "capacity"),)``.
         agg: how series of one target combine: ``max`` (duplicates, ``pid``) or ``sum``.
@@ -145,6 +146,29 @@ SUBWINDOW_DEFS: tuple[SignalDef, ...] = tuple(
     in ("iteration_tokens_sum_increase", "iteration_steps_increase", "itl_sum_increase", "itl_count_increase")
 )
 
+#: What the workload and step-time fit of ``kvpilot.advice`` reads besides :data:`SIGNAL_DEFS` (docs/diagnosis.md,
+#: "Predictions"): the queue and running set at the window's start, the means of TTFT and queue time (the
+#: observed side of the replay check), the prompt and output lengths of the requests finished in the window
+#: (``vllm:request_prompt_tokens`` / ``vllm:request_generation_tokens``, observed at finish:
+#: ``PrometheusStatLogger.record``, ``vllm/v1/metrics/loggers.py``, vLLM 0.29) and the cached prompt tokens.
+#: Evaluated only when asked (``compute_signals(fit=True)``; ``--prometheus``: a second round of queries for
+#: the targets predicted, ``PrometheusSource.fetch_fit``), so a diagnosis alone sends no more queries.
+FIT_SIGNAL_DEFS: tuple[SignalDef, ...] = (
+    SignalDef("running_first", _RUN, "first"),
+    SignalDef("waiting_first", _WAIT, "first"),
+    SignalDef("ttft_sum_increase", "vllm:time_to_first_token_seconds", "increase", "_sum", agg="sum"),
+    SignalDef("ttft_count_increase", "vllm:time_to_first_token_seconds", "increase", "_count", agg="sum"),
+    SignalDef("queue_time_sum_increase", "vllm:request_queue_time_seconds", "increase", "_sum", agg="sum"),
+    SignalDef("queue_time_count_increase", "vllm:request_queue_time_seconds", "increase", "_count", agg="sum"),
+    SignalDef("prompt_len_sum_increase", "vllm:request_prompt_tokens", "increase", "_sum", agg="sum"),
+    SignalDef("prompt_len_count_increase", "vllm:request_prompt_tokens", "increase", "_count", agg="sum"),
+    SignalDef("output_len_sum_increase", "vllm:request_generation_tokens", "increase", "_sum", agg="sum"),
+    SignalDef("output_len_count_increase", "vllm:request_generation_tokens", "increase", "_count", agg="sum"),
+    SignalDef("prompt_tokens_cached_increase", "vllm:prompt_tokens_cached", "increase", "_total", agg="sum"),
+    SignalDef("prompt_len", "vllm:request_prompt_tokens", "buckets", "_bucket", agg="sum"),
+    SignalDef("output_len", "vllm:request_generation_tokens", "buckets", "_bucket", agg="sum"),
+)
+
 #: quantiles reported (signal name -> (histogram, q))
 QUANTILES: dict[str, tuple[str, float]] = {
     "ttft_p50_s": ("ttft", 0.5),
@@ -184,6 +208,8 @@ class Signals:
         rejected: signal family (``kv_usage``, ``running``, ``waiting``) -> why its values were
             discarded as impossible (KV usage outside 0-1, a negative request count); they are ``None``.
         window_seconds / end: the window evaluated, ``end`` in Unix seconds.
+        fit / fit_buckets: the values and bucket increases of :data:`FIT_SIGNAL_DEFS` when they were
+            evaluated ({} otherwise), for ``kvpilot.advice``.
     """
 
     values: dict[str, float | None] = field(default_factory=dict)
@@ -196,6 +222,8 @@ class Signals:
     rejected: dict[str, str] = field(default_factory=dict)
     window_seconds: float = 0.0
     end: float = 0.0
+    fit: dict[str, float | None] = field(default_factory=dict)
+    fit_buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     def get(self, name: str) -> float | None:
         """The value of signal ``name``, ``None`` when unknown."""
@@ -232,6 +260,10 @@ def evaluate(fn: str, points: list[promql.Point], end: float, window: float) -> 
     if fn == "timestamp":
         seen = [t for t, _ in points if end - LOOKBACK_SECONDS < t <= end]
         return seen[-1] if seen else None
+    if fn == "first":
+        start = end - window
+        before = [v for t, v in points if start - LOOKBACK_SECONDS < t <= start]
+        return before[-1] if before else None
     pts = promql.in_range(points, end, window)
     if fn == "avg":
         return promql.avg_over_time(pts)
@@ -382,6 +414,7 @@ def compute_signals(
     samples: Iterable[SampleLike],
     window_seconds: float,
     end: float | None = None,
+    fit: bool = False,
 ) -> dict[TargetKey, Signals]:
     """Signals per target from timestamped samples (a recording, or repeated scrapes).
 
@@ -391,6 +424,7 @@ def compute_signals(
             timestamp are ignored; names are matched through the catalog in any spelling.
         window_seconds: the window (seconds), the ``[w]`` of every range function.
         end: evaluation time (Unix seconds); default the newest sample's timestamp.
+        fit: also evaluate :data:`FIT_SIGNAL_DEFS` into ``Signals.fit`` / ``Signals.fit_buckets``.
 
     Returns:
         ``{TargetKey: Signals}`` for every target with at least one vLLM series; ``{}`` when none.
@@ -432,7 +466,18 @@ def compute_signals(
             [_scalar(_evaluate_def(sd, families, end - (SUBWINDOWS - 1 - j) * sub, sub)[0]) for j in range(SUBWINDOWS)]
             for sd in SUBWINDOW_DEFS
         ]
+        fit_values: dict[str, float | None] = {}
+        fit_buckets: dict[str, list[tuple[float, float]]] = {}
+        for sd in FIT_SIGNAL_DEFS if fit else ():
+            result = _evaluate_def(sd, families, end, window_seconds)[0]
+            if isinstance(result, list):
+                if result:
+                    fit_buckets[sd.name] = result
+            else:
+                fit_values[sd.name] = finite(result)
         signals = Signals(
+            fit=fit_values,
+            fit_buckets=fit_buckets,
             values=values,
             buckets=buckets,
             spelling=spelling,

@@ -62,9 +62,9 @@ def test_only_the_window_of_the_series_diagnose_reads_is_kept(tmp_path):
     # per pod and second: 3 gauges + 3 counters + 2 request_success + 5 histograms x (13 buckets + count + sum)
     assert lines == 2 * 1200 * (3 + 3 + 2 + 5 * 15)
     got = read_window(path, 300.0)
-    # read: 3 + 3 + 2 + 2 histograms (ttft, itl) x 15 = 38 series a pod; e2e, prompt tokens, params_n are not;
-    # kept: the 5-minute window [end - 300, end] inclusive = 301 samples a series
-    assert len(got.samples) == 2 * 38 * 301
+    # read: 3 + 3 + 2 + 3 histograms (ttft, itl; prompt tokens for predictions) x 15 = 53 series a pod;
+    # e2e and params_n are not; kept: the 5-minute window [end - 300, end] inclusive = 301 samples a series
+    assert len(got.samples) == 2 * 53 * 301
     assert got.last_timestamp == T0 + 1199
     assert min(s.timestamp for s in got.samples) == T0 + 1199 - 300
     assert not any("e2e_request_latency" in s.name for s in got.samples)

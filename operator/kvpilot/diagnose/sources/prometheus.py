@@ -55,6 +55,7 @@ import requests
 
 from kvpilot.diagnose import promql
 from kvpilot.diagnose.signals import (
+    FIT_SIGNAL_DEFS,
     OPERATOR_LIMIT_METRIC,
     SIGNAL_DEFS,
     SUBWINDOW_DEFS,
@@ -136,7 +137,12 @@ def signal_query(sd: SignalDef, window_seconds: float, selectors: Selectors = Se
     arms = []
     for spelling in spellings(sd.family):
         sel = _selector(spelling + sd.suffix, matchers)
-        inner = f"timestamp({sel})" if sd.fn == "timestamp" else f"{_FUNCTIONS[sd.fn]}({sel}{window})"
+        if sd.fn == "timestamp":
+            inner = f"timestamp({sel})"
+        elif sd.fn == "first":  # the value at the window's start (5 m lookback), as signals.evaluate reads it
+            inner = f"{sel} offset {promql.duration(window_seconds)}"
+        else:
+            inner = f"{_FUNCTIONS[sd.fn]}({sel}{window})"
         arms.append(f'label_replace({agg} by ({by}) ({inner}), "{NAME_LABEL}", "{spelling}", "__name__", ".*")')
     return f" or ignoring({NAME_LABEL}) ".join(arms)
 
@@ -270,6 +276,24 @@ def plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[Plan
     ]
     out.append(PlannedQuery(cache_config_query(window_seconds, selectors), "labels"))
     out.append(PlannedQuery(operator_limit_query(window_seconds, selectors), "limit"))
+    return out
+
+
+def fit_plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[PlannedQuery]:
+    """The queries of :meth:`PrometheusSource.fetch_fit`: one per scalar of
+    :data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS`, one per histogram and spelling, as :func:`plan` sends them.
+    """
+    out = [
+        PlannedQuery(signal_query(sd, window_seconds, selectors), "signal", sd)
+        for sd in FIT_SIGNAL_DEFS
+        if sd.fn != "buckets"
+    ]
+    out += [
+        PlannedQuery(bucket_query(sd, spelling, window_seconds, selectors), "buckets", sd, spelling)
+        for sd in FIT_SIGNAL_DEFS
+        if sd.fn == "buckets"
+        for spelling in spellings(sd.family)
+    ]
     return out
 
 
@@ -509,6 +533,49 @@ class PrometheusSource:
         finally:
             if collecting:
                 gc.enable()
+
+    def fetch_fit(
+        self, window_seconds: float, end: float, selectors: Selectors = Selectors()
+    ) -> dict[TargetKey, tuple[dict[str, float | None], dict[str, list[tuple[float, float]]]]]:
+        """:data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS` at ``end`` over ``window_seconds`` for the
+        targets ``selectors`` select (:func:`fit_plan`: 19 queries, the prediction's second round, sent
+        only for the targets it predicts).
+
+        Returns:
+            ``{target: (values, bucket increases)}``, the shapes of ``Signals.fit`` / ``Signals.fit_buckets``;
+            a value no query answered is absent.
+
+        Raises:
+            SourceError: every query failed.
+        """
+        queries = fit_plan(window_seconds, selectors)
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            futures = [pool.submit(self._query, q, end) for q in queries]
+        out: dict[TargetKey, tuple[dict[str, float | None], dict[str, list[tuple[float, float]]]]] = {}
+        errors: list[SourceError] = []
+        for query, future in zip(queries, futures, strict=True):
+            try:
+                rows = future.result()
+            except SourceError as exc:
+                errors.append(exc)
+                continue
+            sd = query.sd
+            assert sd is not None  # every fit query reads a signal
+            if query.kind == "signal":
+                for ident, _name, value in rows:
+                    values, _ = out.setdefault(TargetKey(*ident), ({}, {}))
+                    values[sd.name] = value if math.isfinite(value) else None
+                continue
+            fresh: dict[TargetKey, list[tuple[float, float]]] = {}
+            for ident, bound, value in rows:
+                key = TargetKey(*ident)
+                if bound is not None and sd.name not in out.get(key, ({}, {}))[1]:
+                    fresh.setdefault(key, []).append((bound, value))
+            for key, rows_ in fresh.items():  # a spelling earlier in the preference order wins
+                out.setdefault(key, ({}, {}))[1][sd.name] = sorted(rows_)
+        if errors and len(errors) == len(queries):
+            raise errors[0]
+        return out
 
     def _signals(
         self,
