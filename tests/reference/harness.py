@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +61,30 @@ def driver_spec(
     served_model_name: str = "kvpilot/reference",
     snapshot_interval: float | None = None,
     until: float | None = None,
-    record_steps: bool = True,
+    record_steps: bool | str = True,
+    features: Mapping[str, Any] | None = None,
+    request_fields: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The driver's workload document for ``requests`` on an engine built with the same flags."""
+    """The driver's workload document for ``requests`` on an engine built with the same flags.
+
+    Args:
+        name: the result's name.
+        engine: its flags (``engine.config``), KV blocks and step-time coefficients are the driver's.
+        requests: the requests (prompt segments, output length, arrival, finish reason).
+        served_model_name: the ``model_name`` label vLLM exports.
+        snapshot_interval: read the registry every so many simulated seconds (``None``: at the end only).
+        until: stop at this simulated time (``None``: when every request finished).
+        record_steps: ``True`` full step records, ``"light"`` the ground-truth fields only, ``False`` none.
+        features: vLLM features kvpilot's engine does not model, added to the driver's ``config``:
+            ``policy`` (``"fcfs"``/``"priority"``), ``lora`` (``{"max_loras", "max_lora_rank"}``),
+            ``speculative`` (``{"num_speculative_tokens", "acceptance_rate", "seed"}``), ``remote_kv``
+            (``{"seconds_per_token"}``); the step time stays the engine's roofline of the tokens scheduled.
+        request_fields: request id -> fields added to that request: ``priority`` (int, lower first),
+            ``lora`` (adapter name), ``remote_prefill`` (bool: its prompt's KV comes through ``remote_kv``).
+    """
     cfg = engine.config
     hf = json.loads((HF_CONFIGS / MODEL_CONFIGS[cfg.model]).read_text())
+    fields = request_fields or {}
     return {
         "name": name,
         "config": {
@@ -79,9 +98,10 @@ def driver_spec(
             "gpu_memory_utilization": cfg.gpu_memory_utilization,
             "served_model_name": served_model_name,
             "hf_config": hf,
+            **(features or {}),
         },
         "cost": cost_coefficients(engine),
-        "requests": [request_spec(r) for r in requests],
+        "requests": [{**request_spec(r), **fields.get(r.request_id, {})} for r in requests],
         "snapshot_interval": snapshot_interval,
         "until": until,
         "record_steps": record_steps,
