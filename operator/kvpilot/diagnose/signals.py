@@ -74,7 +74,8 @@ class SignalDef:
         fn: ``avg`` | ``max`` | ``min`` | ``last`` | ``deriv`` (per second) | ``rate`` (per second)
             | ``increase`` | ``count`` (samples in window) | ``timestamp`` (last sample time,
             5 m lookback) | ``first`` (the value at the window's start: the last sample at or before it,
-            5 m lookback; PromQL ``NAME offset w``) | ``buckets`` (increase of each ``_bucket``, by ``le``).
+            5 m lookback; PromQL ``NAME offset w``) | ``value`` (the last sample at or before the end, 5 m
+            lookback: the instant selector) | ``buckets`` (increase of each ``_bucket``, by ``le``).
         suffix: sample suffix (``_total`` for counters, ``_bucket`` for histograms).
         match: label equality filters, e.g. ``(("reason", "capacity"),)``.
         agg: how series of one target combine: ``max`` (duplicates, ``pid``) or ``sum``.
@@ -169,6 +170,16 @@ FIT_SIGNAL_DEFS: tuple[SignalDef, ...] = (
     SignalDef("output_len", "vllm:request_generation_tokens", "buckets", "_bucket", agg="sum"),
 )
 
+#: The fit's time series: each of these at ``FIT_STEPS + 1`` instants from the window's start to its end (the last
+#: sample at or before each, 5 m lookback: a PromQL range query of the instant selector), so the arrivals of each
+#: stretch of the window follow from what finished and what the gauges gained (``kvpilot.advice.fit``).
+FIT_STEPS = 60
+FIT_SERIES: tuple[SignalDef, ...] = (
+    SignalDef("finished", "vllm:request_success", "value", "_total", agg="sum"),
+    SignalDef("running", _RUN, "value"),
+    SignalDef("waiting", _WAIT, "value"),
+)
+
 #: quantiles reported (signal name -> (histogram, q))
 QUANTILES: dict[str, tuple[str, float]] = {
     "ttft_p50_s": ("ttft", 0.5),
@@ -209,7 +220,8 @@ class Signals:
             discarded as impossible (KV usage outside 0-1, a negative request count); they are ``None``.
         window_seconds / end: the window evaluated, ``end`` in Unix seconds.
         fit / fit_buckets: the values and bucket increases of :data:`FIT_SIGNAL_DEFS` when they were
-            evaluated ({} otherwise), for ``kvpilot.advice``.
+            evaluated ({} otherwise), for ``kvpilot.advice``; ``fit_series``: each of :data:`FIT_SERIES` at the
+            ``FIT_STEPS + 1`` instants from the window's start to its end (None where there is no sample).
     """
 
     values: dict[str, float | None] = field(default_factory=dict)
@@ -224,6 +236,7 @@ class Signals:
     end: float = 0.0
     fit: dict[str, float | None] = field(default_factory=dict)
     fit_buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    fit_series: dict[str, list[float | None]] = field(default_factory=dict)
 
     def get(self, name: str) -> float | None:
         """The value of signal ``name``, ``None`` when unknown."""
@@ -260,9 +273,9 @@ def evaluate(fn: str, points: list[promql.Point], end: float, window: float) -> 
     if fn == "timestamp":
         seen = [t for t, _ in points if end - LOOKBACK_SECONDS < t <= end]
         return seen[-1] if seen else None
-    if fn == "first":
-        start = end - window
-        before = [v for t, v in points if start - LOOKBACK_SECONDS < t <= start]
+    if fn in ("first", "value"):
+        at = end - window if fn == "first" else end
+        before = [v for t, v in points if at - LOOKBACK_SECONDS < t <= at]
         return before[-1] if before else None
     pts = promql.in_range(points, end, window)
     if fn == "avg":
@@ -475,9 +488,18 @@ def compute_signals(
                     fit_buckets[sd.name] = result
             else:
                 fit_values[sd.name] = finite(result)
+        step = window_seconds / FIT_STEPS
+        fit_series = {
+            sd.name: [
+                _scalar(_evaluate_def(sd, families, end - window_seconds + j * step, step)[0])
+                for j in range(FIT_STEPS + 1)
+            ]
+            for sd in (FIT_SERIES if fit else ())
+        }
         signals = Signals(
             fit=fit_values,
             fit_buckets=fit_buckets,
+            fit_series=fit_series,
             values=values,
             buckets=buckets,
             spelling=spelling,

@@ -55,7 +55,9 @@ import requests
 
 from kvpilot.diagnose import promql
 from kvpilot.diagnose.signals import (
+    FIT_SERIES,
     FIT_SIGNAL_DEFS,
+    FIT_STEPS,
     OPERATOR_LIMIT_METRIC,
     SIGNAL_DEFS,
     SUBWINDOW_DEFS,
@@ -141,6 +143,8 @@ def signal_query(sd: SignalDef, window_seconds: float, selectors: Selectors = Se
             inner = f"timestamp({sel})"
         elif sd.fn == "first":  # the value at the window's start (5 m lookback), as signals.evaluate reads it
             inner = f"{sel} offset {promql.duration(window_seconds)}"
+        elif sd.fn == "value":  # the last sample (5 m lookback): a range query's steps read it at each instant
+            inner = sel
         else:
             inner = f"{_FUNCTIONS[sd.fn]}({sel}{window})"
         arms.append(f'label_replace({agg} by ({by}) ({inner}), "{NAME_LABEL}", "{spelling}", "__name__", ".*")')
@@ -197,6 +201,17 @@ def operator_limit_query(window_seconds: float, selectors: Selectors = Selectors
     return f"max by (namespace, pod, limit) (last_over_time({_selector(OPERATOR_LIMIT_METRIC, matchers)}{window}))"
 
 
+@dataclass
+class FitRows:
+    """One target's answers to :func:`fit_plan`: ``values`` / ``buckets`` / ``series`` as ``Signals.fit`` /
+    ``fit_buckets`` / ``fit_series`` hold them.
+    """
+
+    values: dict[str, float | None] = field(default_factory=dict)
+    buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    series: dict[str, list[float | None]] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class PlannedQuery:
     """One HTTP query of a run: the expression, the endpoint and how its rows are read.
@@ -209,6 +224,7 @@ class PlannedQuery:
         sd: the signal read (``signal``, ``buckets``, ``sub``), else None.
         spelling: for ``buckets``, the exposed family selected.
         step_seconds: for ``sub``, the sub-window (the range query's step); 0 for an instant query.
+        points: for ``sub``, the range query's points, ending at the window's end.
     """
 
     promql: str
@@ -216,6 +232,7 @@ class PlannedQuery:
     sd: SignalDef | None = None
     spelling: str = ""
     step_seconds: float = 0.0
+    points: int = SUBWINDOWS
 
     @property
     def path(self) -> str:
@@ -223,8 +240,8 @@ class PlannedQuery:
         return "/api/v1/query_range" if self.step_seconds else "/api/v1/query"
 
     def start(self, end: float) -> float:
-        """The range query's first evaluation time (Unix seconds): ``end - (SUBWINDOWS - 1) x step``."""
-        return end - (SUBWINDOWS - 1) * self.step_seconds
+        """The range query's first evaluation time (Unix seconds): ``end - (points - 1) x step``."""
+        return end - (self.points - 1) * self.step_seconds
 
     def params(self, end: float) -> dict[str, str]:
         """The GET parameters for a window ending at ``end`` (Unix seconds).
@@ -250,7 +267,7 @@ class PlannedQuery:
         if not self.step_seconds:
             return self.promql
         step = promql.duration(self.step_seconds)
-        return f"{self.promql}  # range query: {SUBWINDOWS} steps of {step} ending at the window's end"
+        return f"{self.promql}  # range query: {self.points} steps of {step} ending at the window's end"
 
 
 def plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[PlannedQuery]:
@@ -293,6 +310,11 @@ def fit_plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[
         for sd in FIT_SIGNAL_DEFS
         if sd.fn == "buckets"
         for spelling in spellings(sd.family)
+    ]
+    step = window_seconds / FIT_STEPS
+    out += [
+        PlannedQuery(signal_query(sd, window_seconds, selectors), "sub", sd, step_seconds=step, points=FIT_STEPS + 1)
+        for sd in FIT_SERIES
     ]
     return out
 
@@ -392,7 +414,7 @@ class PrometheusSource:
         target: see the module docstring).
         """
         kind = query.kind
-        scale = {"buckets": MAX_HISTOGRAM_BUCKETS, "sub": SUBWINDOWS}.get(kind, 1)
+        scale = {"buckets": MAX_HISTOGRAM_BUCKETS, "sub": query.points}.get(kind, 1)
         labels_only = kind in ("labels", "limit")
         max_rows, max_bytes = MAX_PROMETHEUS_ROWS * (scale if kind == "buckets" else 1), MAX_PROMETHEUS_BYTES * scale
         rows: list[Any] = []
@@ -536,14 +558,14 @@ class PrometheusSource:
 
     def fetch_fit(
         self, window_seconds: float, end: float, selectors: Selectors = Selectors()
-    ) -> dict[TargetKey, tuple[dict[str, float | None], dict[str, list[tuple[float, float]]]]]:
-        """:data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS` at ``end`` over ``window_seconds`` for the
-        targets ``selectors`` select (:func:`fit_plan`: 19 queries, the prediction's second round, sent
-        only for the targets it predicts).
+    ) -> dict[TargetKey, FitRows]:
+        """:data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS` at ``end`` over ``window_seconds``, and
+        :data:`~kvpilot.diagnose.signals.FIT_SERIES` over the window, for the targets ``selectors`` select
+        (:func:`fit_plan`: 22 queries, the prediction's second round, sent only for the targets it predicts).
 
         Returns:
-            ``{target: (values, bucket increases)}``, the shapes of ``Signals.fit`` / ``Signals.fit_buckets``;
-            a value no query answered is absent.
+            ``{target: FitRows}``: the shapes of ``Signals.fit`` / ``fit_buckets`` / ``fit_series``; a value no
+            query answered is absent (a series point: None).
 
         Raises:
             SourceError: every query failed.
@@ -551,7 +573,7 @@ class PrometheusSource:
         queries = fit_plan(window_seconds, selectors)
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             futures = [pool.submit(self._query, q, end) for q in queries]
-        out: dict[TargetKey, tuple[dict[str, float | None], dict[str, list[tuple[float, float]]]]] = {}
+        out: dict[TargetKey, FitRows] = {}
         errors: list[SourceError] = []
         for query, future in zip(queries, futures, strict=True):
             try:
@@ -563,16 +585,23 @@ class PrometheusSource:
             assert sd is not None  # every fit query reads a signal
             if query.kind == "signal":
                 for ident, _name, value in rows:
-                    values, _ = out.setdefault(TargetKey(*ident), ({}, {}))
-                    values[sd.name] = value if math.isfinite(value) else None
-                continue
-            fresh: dict[TargetKey, list[tuple[float, float]]] = {}
-            for ident, bound, value in rows:
-                key = TargetKey(*ident)
-                if bound is not None and sd.name not in out.get(key, ({}, {}))[1]:
-                    fresh.setdefault(key, []).append((bound, value))
-            for key, rows_ in fresh.items():  # a spelling earlier in the preference order wins
-                out.setdefault(key, ({}, {}))[1][sd.name] = sorted(rows_)
+                    out.setdefault(TargetKey(*ident), FitRows()).values[sd.name] = (
+                        value if math.isfinite(value) else None
+                    )
+            elif query.kind == "sub":
+                for ident, j, value in rows:
+                    series = out.setdefault(TargetKey(*ident), FitRows()).series
+                    points = series.setdefault(sd.name, [None] * query.points)
+                    if 0 <= j < query.points and math.isfinite(value):
+                        points[j] = value
+            else:
+                fresh: dict[TargetKey, list[tuple[float, float]]] = {}
+                for ident, bound, value in rows:
+                    key = TargetKey(*ident)
+                    if bound is not None and sd.name not in out.get(key, FitRows()).buckets:
+                        fresh.setdefault(key, []).append((bound, value))
+                for key, rows_ in fresh.items():  # a spelling earlier in the preference order wins
+                    out.setdefault(key, FitRows()).buckets[sd.name] = sorted(rows_)
         if errors and len(errors) == len(queries):
             raise errors[0]
         return out
