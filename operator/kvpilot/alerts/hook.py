@@ -4,7 +4,8 @@ Routes:
 
 - ``POST /alerts`` (and ``POST /``): an Alertmanager (v4) or Grafana (v1) webhook body. Each firing
   alert's labels name a target (:func:`kvpilot.alerts.payload.target_of`); the hook runs the same
-  read-only diagnosis as ``kvpilot diagnose --prometheus`` (:func:`kvpilot.diagnose.run.run`) and
+  read-only diagnosis as ``kvpilot diagnose --prometheus``, with its predictions
+  (:func:`kvpilot.advice.run.predict_for_alert`: the replay and what-ifs within 10 s) and
   answers ``200`` with ``{"sender", "receiver", "results": [{"fingerprint", "alertname", "status",
   "target", "cached", "diagnosis": <diagnose -o json> | null, "error": str | null}]}``. Resolved
   alerts are acknowledged (``"diagnosis": null``) without work. ``400`` malformed JSON, ``401`` missing
@@ -35,6 +36,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kvpilot.advice.run import predict_for_alert
 from kvpilot.alerts.payload import (
     Alert,
     Notification,
@@ -45,7 +47,7 @@ from kvpilot.alerts.payload import (
     target_of,
 )
 from kvpilot.diagnose.model import Report
-from kvpilot.diagnose.run import Options, run
+from kvpilot.diagnose.run import Options
 from kvpilot.diagnose.sources import SourceError
 from kvpilot.text.numbers import fig
 
@@ -146,7 +148,7 @@ def _error(status: int, message: str, **headers: str) -> web.Response:
 class AlertHook:
     """The receiver's state: config, cache, concurrency bound, metrics; :meth:`app` is the aiohttp app."""
 
-    def __init__(self, config: HookConfig, diagnose: Callable[[Options], Report] = run) -> None:
+    def __init__(self, config: HookConfig, diagnose: Callable[[Options], Report] = predict_for_alert) -> None:
         self.config = config
         self.metrics = HookMetrics()
         self._diagnose = diagnose

@@ -83,6 +83,7 @@ def run(url, *extra):
         cli,
         [
             "diagnose",
+            "--no-what-if",
             "--prometheus",
             url,
             "--no-kube",

@@ -168,6 +168,7 @@ def test_seqs_cap_no_raise_when_kv_holds_no_more():
 def test_recommendations_never_contradict_the_verdict(scenario):
     args = [
         "diagnose",
+        "--no-what-if",
         "--recording",
         str(FIXTURES / "recordings" / f"scenario_{scenario}.om"),
         "--no-kube",
