@@ -51,7 +51,16 @@ from kvpilot.engine.config import EngineConfig
 from kvpilot.text.numbers import fig, number, percent, significant
 
 #: verdicts whose window holds a queue a change could shorten: predictions run for them by default
-QUEUE_VERDICTS = frozenset({"kv_cache_exhaustion", "max_num_seqs_cap", "token_budget_cap", "compute_bound"})
+QUEUE_VERDICTS = frozenset(
+    {
+        "kv_cache_exhaustion",
+        "max_num_seqs_cap",
+        "token_budget_cap",
+        "compute_bound",
+        "lora_slot_cap",
+        "unexplained_queue",
+    }
+)
 #: verdicts with nothing to replay
 NO_REPLAY = frozenset({"no_data", "target_down", "idle"})
 #: default candidates simulated per target (the replicas search comes on top when no flag keeps up)

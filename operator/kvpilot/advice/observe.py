@@ -7,7 +7,9 @@ its queue, in its own order (``Scheduler.schedule``, ``vllm/v1/core/sched/schedu
 admission in a step that preempted (any preemption in the window: ``kv_cache``); the loop runs while the
 token budget lasts (steps full: ``token_budget``); then ``max_num_seqs`` requests running (running pinned at
 it: ``max_num_seqs``); then the KV cache (at its admission ceiling: ``kv_cache``); ``none`` without a standing
-queue (fewer than half a request waiting on average). A queue none of these explains keeps the verdict's
+queue (fewer than half a request waiting on average); ``lora`` when at least half the queue is deferred
+(``vllm:num_requests_waiting_by_reason{reason="deferred"}``: LoRA slots, KV transfer, which the engine model does
+not have, so such a window is never replayed as matching). A queue none of these explains keeps the verdict's
 nearest limit, and a window without the gauges reads unknown (not checked).
 
 Pure functions, no I/O.
@@ -30,6 +32,7 @@ VERDICT_LIMITS: dict[str, str] = {
     "max_num_seqs_cap": "max_num_seqs",
     "token_budget_cap": "token_budget",
     "compute_bound": "token_budget",
+    "lora_slot_cap": "lora",
     "healthy": "none",
     "idle": "none",
     "prefix_cache_ineffective": "none",
@@ -50,6 +53,9 @@ def observed_binding(
         return None
     if waiting < STANDING_QUEUE:
         return "none"
+    deferred = v.get("waiting_deferred_avg")
+    if deferred is not None and deferred >= waiting / 2:  # set aside (LoRA slots, KV transfer): not admitted at all
+        return "lora"
     if (v.get("preemptions_increase") or 0) > 0:
         return "kv_cache"
     per_step = v.get("tokens_per_step_avg")

@@ -66,6 +66,10 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
     advice = advice or AdviceOptions()
     if advice.budget_seconds <= 0:
         return diagnose_run.run(opts)
+    if opts.quick:  # two scrapes seconds apart: no window to fit a workload to
+        report = diagnose_run.run(opts)
+        report.notes.append("--quick: no predictions (a replay needs a window of scrapes, not two).")
+        return report
     started = time.monotonic()
     report = diagnose_run.run(dataclasses.replace(opts, fit_signals=True))
     deadline = started + advice.budget_seconds

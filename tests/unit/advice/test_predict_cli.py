@@ -123,3 +123,17 @@ def test_no_what_if_is_the_diagnosis_alone():
     (target,) = json.loads(invoke(*BUDGET, "--no-what-if", "-o", "json").output)["targets"]
     assert "replay" not in target and "what_if" not in target
     assert target["recommendations"][0]["expected_effect"].startswith("up to 512 tokens per step")
+
+
+def test_quick_has_no_predictions(monkeypatch):
+    import kvpilot.diagnose.run as run_module
+    from kvpilot.advice.run import AdviceOptions, diagnose_and_predict
+    from kvpilot.diagnose.model import Report
+
+    asked = []
+    monkeypatch.setattr(run_module, "run", lambda opts: asked.append(opts) or Report("metrics-url x", 3.0, []))
+    report = diagnose_and_predict(run_module.Options(metrics_url="http://10.0.0.7:8000/metrics", quick=True))
+    assert report.notes == ["--quick: no predictions (a replay needs a window of scrapes, not two)."]
+    assert not asked[0].fit_signals
+    # predictions turned off: the diagnosis alone, no note
+    assert diagnose_and_predict(run_module.Options(recording="r.om"), AdviceOptions(budget_seconds=0)).notes == []

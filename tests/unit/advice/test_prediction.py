@@ -96,6 +96,9 @@ def test_the_observed_binding_limit_follows_vllm_s_order():
     # running pinned (within 0.5 of the cap) before KV at its ceiling: the cap is checked before allocate_slots
     assert observed_binding(_signals(running_avg=15.5, kv_usage_max=0.95), 16, 2048, 0.9, "x") == "max_num_seqs"
     assert observed_binding(_signals(running_avg=15.4, kv_usage_max=0.95), 16, 2048, 0.9, "x") == "kv_cache"
+    # half the queue deferred (LoRA slots, KV transfer): lora, which the engine model never reproduces
+    assert observed_binding(_signals(waiting_deferred_avg=5.0), 16, 2048, 0.9, "x") == "lora"
+    assert observed_binding(_signals(waiting_deferred_avg=4.9), 16, 2048, 0.9, "compute_bound") == "token_budget"
     # none of them: the verdict's limit; no gauge: unknown
     assert observed_binding(_signals(), 16, 2048, 0.9, "compute_bound") == "token_budget"
     assert observed_binding(Signals(values={}), 16, 2048, 0.9, "healthy") is None
