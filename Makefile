@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install lint crd chart image clean vllm-ref
+.PHONY: demo test install lint crd chart image clean vllm-ref alert-walkthrough
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/kvpilot demo
+
+# A simulated vLLM, real Prometheus and Alertmanager with the shipped rules and config, and the alert hook, on
+# loopback: about 6 minutes to the first alert at the hook (docs/alerting.md, "A local walkthrough").
+alert-walkthrough: $(STAMP)
+	$(BIN)/python scripts/alert-walkthrough.py
 
 # pytest exit code 5 (no tests collected) is a failure, like any other non-zero code.
 test: $(STAMP)
@@ -43,7 +48,7 @@ crd: $(STAMP)
 # The Helm chart carries copies of manifests/crd/ (crds/) and manifests/monitoring/ (files/); tests check them.
 chart:
 	cp manifests/crd/*.yaml charts/kvpilot/crds/
-	cp manifests/monitoring/prometheus-rules.yaml charts/kvpilot/files/
+	cp manifests/monitoring/prometheus-rules.yaml manifests/monitoring/alertmanagerconfig.yaml charts/kvpilot/files/
 	find charts/kvpilot/files/dashboards -name '*.json' -delete
 	for f in manifests/monitoring/*.json; do [ ! -e "$$f" ] || cp "$$f" charts/kvpilot/files/dashboards/; done
 

@@ -8,6 +8,7 @@ missing tool is a failure: CI must install everything it needs.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 from pathlib import Path
 
@@ -58,3 +59,35 @@ def require_vllm_python() -> str:
 def fixtures_dir() -> Path:
     """tests/fixtures: the test data, each folder with a PROVENANCE.md naming its public source."""
     return FIXTURES
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Property tests get a fresh hypothesis seed every run, CI included, unless ``--hypothesis-seed`` is
+    given; the seed is printed in the header and again after a failure (``--hypothesis-seed=N`` replays it).
+
+    Hypothesis' own ``ci`` profile (loaded when ``$CI`` is set) derandomizes, running the same examples
+    every time; it is kept otherwise (no database, no deadline, ``print_blob``).
+    """
+    from hypothesis import core, settings
+
+    settings.register_profile("ci", settings.get_profile("ci"), derandomize=False)
+    if in_ci() and not config.getoption("hypothesis_profile", None):
+        settings.load_profile("ci")
+    if config.getoption("hypothesis_seed", None) is None:
+        core.global_force_seed = random.SystemRandom().getrandbits(32)
+
+
+def _hypothesis_seed_line() -> str:
+    from hypothesis import core
+
+    seed = core.global_force_seed
+    return f"hypothesis seed: {seed} (replay with --hypothesis-seed={seed})"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return _hypothesis_seed_line()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        terminalreporter.write_line(_hypothesis_seed_line())

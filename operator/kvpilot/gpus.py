@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GiB = 1 << 30
+from kvpilot.text.numbers import GIB
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class GPUProfile:
 GPU_PROFILES: dict[str, GPUProfile] = {
     "h100-sxm": GPUProfile(
         "h100-sxm",
-        80 * GiB,
+        80 * GIB,
         3.35e12,
         989e12,
         "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3, 3.35 TB/s, BF16 1,979 TFLOPS "
@@ -34,21 +34,21 @@ GPU_PROFILES: dict[str, GPUProfile] = {
     ),
     "a100-80gb": GPUProfile(
         "a100-80gb",
-        80 * GiB,
+        80 * GIB,
         2.039e12,
         312e12,
         "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): 2,039 GB/s HBM2e, BF16 312 TFLOPS dense (624 with sparsity)",
     ),
     "l4": GPUProfile(
         "l4",
-        24 * GiB,
+        24 * GIB,
         300e9,
         121e12,
         "NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, BF16 242 TFLOPS with sparsity = 121 dense",
     ),
     "laptop-8gb": GPUProfile(
         "laptop-8gb",
-        8 * GiB,
+        8 * GIB,
         256e9,
         40.1e12,
         "NVIDIA GeForce RTX 4070 Laptop GPU (8 GB GDDR6, 128-bit, 16 Gbps = 256 GB/s; 36 SMs, "
@@ -58,7 +58,7 @@ GPU_PROFILES: dict[str, GPUProfile] = {
     ),
     "laptop-896gbs": GPUProfile(
         "laptop-896gbs",
-        24 * GiB,
+        24 * GIB,
         896e9,
         100e12,
         "GeForce RTX 5090 Laptop GPU class: 24 GB GDDR7, 896 GB/s (docs/background.md §1's example); "

@@ -104,7 +104,9 @@ def _fetch_fit(opts: Options, diag: Diagnosis, deadline: float, notes: list[str]
     if not key.pod:
         selectors = Selectors(namespace=opts.namespace or key.namespace, model_name=key.model_name)
     try:
-        source = PrometheusSource(opts.prometheus, timeout=opts.timeout, run_deadline=deadline)
+        source = PrometheusSource(
+            opts.prometheus, timeout=opts.timeout, run_deadline=deadline, authorization=opts.prometheus_authorization
+        )
         rows = source.fetch_fit(signals.window_seconds, signals.end, selectors).get(key)
     except SourceError as exc:
         notes.append(f"No predictions for {key.pod or key.instance or key.job}: {exc}")
@@ -117,5 +119,8 @@ def _fetch_fit(opts: Options, diag: Diagnosis, deadline: float, notes: list[str]
 
 
 def predict_for_alert(opts: Options) -> Report:
-    """The alert hook's diagnosis: :func:`diagnose_and_predict` within :data:`HOOK_BUDGET_SECONDS`."""
-    return diagnose_and_predict(opts, AdviceOptions(budget_seconds=HOOK_BUDGET_SECONDS))
+    """The alert hook's diagnosis: :func:`diagnose_and_predict` within :data:`HOOK_BUDGET_SECONDS`, and never past
+    the hook's own deadline (``opts.deadline``, seconds from now: no work outlives its answer).
+    """
+    budget = HOOK_BUDGET_SECONDS if opts.deadline is None else min(HOOK_BUDGET_SECONDS, opts.deadline)
+    return diagnose_and_predict(opts, AdviceOptions(budget_seconds=budget))

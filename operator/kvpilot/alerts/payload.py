@@ -17,10 +17,13 @@ Field sets (unknown keys are ignored: both senders add fields over time):
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from kvpilot.text.safe import one_line
 
 #: a Kubernetes namespace / pod name (RFC 1123 label / subdomain; Kubernetes "Object Names and IDs")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -29,14 +32,64 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _POD_OF_SERVER = re.compile(r"(?P<server>.+)-[0-9a-f]{5}")
 #: the longest label value taken (model names are Hugging Face ids: org/name, 96 + 96 characters)
 MAX_LABEL_CHARS = 253
+#: default most alerts one body may carry (``--max-alerts``): Alertmanager's ``webhook_config``
+#: ``max_alerts`` (0 = all) truncates a group to what the receiver takes
+MAX_ALERTS = 100
+#: characters of a sender's key or value quoted in an error message
+_QUOTED_CHARS = 40
+
+
+class BodyError(ValueError):
+    """The body is not JSON (not UTF-8, malformed, a number or nesting Python cannot read): HTTP 400."""
 
 
 class PayloadShapeError(ValueError):
     """The body is JSON but neither sender's shape (the message names the field): HTTP 422."""
 
 
+class TooManyAlertsError(PayloadShapeError):
+    """The body carries more alerts than the receiver takes (``--max-alerts``): HTTP 413."""
+
+
 class TargetError(ValueError):
     """An alert's labels do not name a target that may be queried (the message names the label)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BodyError(f"body: {name} is not a JSON number (RFC 8259)")
+
+
+def decode_body(raw: bytes) -> Any:
+    """A webhook body decoded: UTF-8 JSON (RFC 8259: JSON between systems is UTF-8; ``NaN`` and
+    ``Infinity`` are not JSON numbers).
+
+    Every failure is one :class:`BodyError` naming what is wrong, never quoting the body: an integer
+    of more than Python's 4,300 digits (``sys.get_int_max_str_digits``) or nesting deeper than its
+    recursion limit (about 1,000 levels) included, which ``json.loads`` raises as ``ValueError`` and
+    ``RecursionError``.
+
+    Raises:
+        BodyError: the body is not such JSON.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BodyError(f"body: not UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise BodyError(f"body: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise BodyError("body: JSON nested too deeply to read") from None
+    except BodyError:
+        raise
+    except ValueError:  # int('9' * 5000): Python refuses integers of more than 4,300 digits
+        raise BodyError("body: a number too long to read") from None
+
+
+def _quoted(value: str) -> str:
+    """A sender's key or value as an error message quotes it: one safe line, cut short."""
+    return repr(one_line(value, _QUOTED_CHARS))
 
 
 @dataclass(frozen=True)
@@ -80,21 +133,35 @@ def _str_map(value: Any, where: str) -> dict[str, str]:
     out = {}
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise PayloadShapeError(f"{where}.{k}: expected a string")
+            raise PayloadShapeError(f"{where}.{one_line(k, _QUOTED_CHARS)}: expected a string")
         out[k] = v
     return out
+
+
+def _optional_str(value: Any, where: str) -> str:
+    """A string field that may be absent or null ("" then)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise PayloadShapeError(f"{where}: expected a string")
+    return value
 
 
 def _fingerprint(labels: Mapping[str, str]) -> str:
     """A stand-in fingerprint (sha256 of the sorted labels) for a sender that sent none."""
     text = "\xff".join(f"{k}\xff{v}" for k, v in sorted(labels.items()))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def parse_notification(body: Any) -> Notification:
-    """The :class:`Notification` of a decoded JSON body.
+def parse_notification(body: Any, max_alerts: int | None = None) -> Notification:
+    """The :class:`Notification` of a decoded JSON body (:func:`decode_body`).
+
+    Args:
+        body: the decoded JSON.
+        max_alerts: most alerts taken (None: any number), checked before any alert is read.
 
     Raises:
+        TooManyAlertsError: more than ``max_alerts`` alerts.
         PayloadShapeError: not an object, an unknown ``version``, or a field of the wrong type.
     """
     if not isinstance(body, Mapping):
@@ -105,10 +172,16 @@ def parse_notification(body: Any) -> Notification:
     elif version == "1":
         sender = "grafana"
     else:
-        raise PayloadShapeError(f"version: expected '4' (Alertmanager) or '1' (Grafana), got {str(version)[:20]!r}")
+        got = _quoted(version) if isinstance(version, str) else "null" if version is None else type(version).__name__
+        raise PayloadShapeError(f"version: expected '4' (Alertmanager) or '1' (Grafana), got {got}")
     alerts_raw = body.get("alerts")
     if not isinstance(alerts_raw, list):
         raise PayloadShapeError("alerts: expected a list")
+    if max_alerts is not None and len(alerts_raw) > max_alerts:
+        raise TooManyAlertsError(
+            f"alerts: {len(alerts_raw):,} alerts, more than the {max_alerts:,} this receiver takes in one body "
+            "(Alertmanager: set max_alerts in the webhook_config)"
+        )
     alerts = []
     for i, raw in enumerate(alerts_raw):
         if not isinstance(raw, Mapping):
@@ -117,25 +190,23 @@ def parse_notification(body: Any) -> Notification:
         if status not in ("firing", "resolved"):
             raise PayloadShapeError(f"alerts[{i}].status: expected 'firing' or 'resolved'")
         labels = _str_map(raw.get("labels"), f"alerts[{i}].labels")
-        fingerprint = raw.get("fingerprint")
-        if fingerprint is not None and not isinstance(fingerprint, str):
-            raise PayloadShapeError(f"alerts[{i}].fingerprint: expected a string")
+        fingerprint = _optional_str(raw.get("fingerprint"), f"alerts[{i}].fingerprint")
         alerts.append(
             Alert(
                 status=status,
                 labels=labels,
                 annotations=_str_map(raw.get("annotations"), f"alerts[{i}].annotations"),
                 fingerprint=fingerprint or _fingerprint(labels),
-                starts_at=str(raw.get("startsAt") or ""),
+                starts_at=_optional_str(raw.get("startsAt"), f"alerts[{i}].startsAt"),
             )
         )
     return Notification(
         sender=sender,
-        receiver=str(body.get("receiver") or ""),
-        status=str(body.get("status") or ""),
+        receiver=_optional_str(body.get("receiver"), "receiver"),
+        status=_optional_str(body.get("status"), "status"),
         alerts=alerts,
-        group_key=str(body.get("groupKey") or ""),
-        external_url=str(body.get("externalURL") or ""),
+        group_key=_optional_str(body.get("groupKey"), "groupKey"),
+        external_url=_optional_str(body.get("externalURL"), "externalURL"),
     )
 
 
@@ -157,8 +228,8 @@ def _clean(labels: Mapping[str, str], name: str) -> str:
     value = labels.get(name, "")
     if len(value) > MAX_LABEL_CHARS:
         raise TargetError(f"label {name}: longer than {MAX_LABEL_CHARS} characters")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-        raise TargetError(f"label {name}: contains control characters")
+    if not value.isprintable():  # categories Cc, Cf, Cs, Co, Cn, Zl, Zp: controls, bidi overrides, surrogates
+        raise TargetError(f"label {name}: contains control or format characters")
     return value
 
 

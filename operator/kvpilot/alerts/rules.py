@@ -1,11 +1,19 @@
 """The alert rules, defined once: each a PromQL expression that holds exactly when the diagnoser
-(:mod:`kvpilot.diagnose.rules`) would name its verdict, plus labels and annotations.
+(:mod:`kvpilot.diagnose.rules`, on the facts of :mod:`kvpilot.diagnose.facts`) would name its verdict,
+plus labels and annotations.
 
 :mod:`kvpilot.alerts.render` turns :func:`alert_rules` into a Prometheus rules file, a
-``PrometheusRule`` and Grafana alerting provisioning; the committed files under
-``manifests/monitoring/`` are its output (a test fails on drift). Thresholds, ``for:`` durations and
-the fallbacks without the operator's limits metric are explained in docs/alerting.md; the decision
-each alert encodes is the one of docs/diagnosis.md.
+``PrometheusRule``, Grafana alerting provisioning and the Alertmanager configurations that route them;
+the committed files under ``manifests/monitoring/`` are its output (a test fails on drift). Thresholds,
+``for:`` durations and the fallbacks without the operator's limits metric are explained in
+docs/alerting.md; the decision each alert encodes is the one of docs/diagnosis.md, and every threshold
+is the diagnoser's own constant, imported here, never restated.
+
+Severity (:mod:`kvpilot.diagnose.severity`, the one policy the diagnoser and the hook follow too): an
+alert whose verdict is critical under a condition (a growing queue; preemptions while requests queue)
+is rendered twice with the same ``alertname``: ``severity: warning`` on its condition, and
+``severity: critical`` on its condition and :attr:`AlertRule.critical_when`. The shipped Alertmanager
+configurations inhibit the warning while the critical one fires.
 
 Expression conventions (docs/diagnosis.md "Metric-name realities"):
 
@@ -27,9 +35,13 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
-from kvpilot.diagnose.facts import LARGE_BUDGET
+from kvpilot.diagnose import severity
+from kvpilot.diagnose.facts import BUDGET_FULL_FILL, LARGE_BUDGET, PINNED_SLACK, PREFILL_SPLIT_STEPS
+from kvpilot.diagnose.rules import LOW_HIT_RATE, LRU_THRASH_HIT_RATE
+from kvpilot.kv.capacity import DEFAULT_BLOCK_SIZE
 from kvpilot.text.numbers import fig
 
 #: labels a target is identified by (the diagnoser's TargetKey plus Prometheus's instance/job)
@@ -42,22 +54,24 @@ WINDOW = "5m"
 #: the range over which a vanished target is still remembered (VLLMTargetDown)
 DOWN_WINDOW = "1h"
 
-#: half a sequence: running averages within 0.5 of max_num_seqs count as pinned (diagnose/rules.py)
-PINNED_SLACK = 0.5
-#: steps count as full at this share of max_num_batched_tokens (diagnose.rules.BUDGET_FULL_FILL)
-BUDGET_FULL_FILL = 0.9
-#: a budget binds below vLLM's large-GPU budget (8192, ``EngineArgs.get_batch_defaults`` in
-#: ``vllm/engine/arg_utils.py``, vLLM 0.29): full steps at or above it are compute-bound, as the
-#: diagnoser decides (diagnose.facts.LARGE_BUDGET, docs/diagnosis.md)
-BUDGET_MAX_BINDING = LARGE_BUDGET
-#: hit rates below this are low; the LRU-thrash band is below half of it (diagnose.rules.LOW_HIT_RATE)
-LOW_HIT_RATE = 0.5
-LRU_THRASH_HIT_RATE = LOW_HIT_RATE / 2
-#: vLLM's default --block-size on CUDA (vllm/config/cache.py, CacheConfig.block_size): only full
-#: blocks are cached, so prompts shorter than this never hit
-DEFAULT_BLOCK_SIZE = 16
-#: p99 time to first token above this (seconds; a bound of vLLM's TTFT buckets) is an SLO breach
+#: p99 time to first token above this (seconds; a bound of vLLM's TTFT buckets) is an SLO breach: the one
+#: threshold of the rules that is not the diagnoser's (the diagnoser reports latency, it does not judge it)
 TTFT_P99_SECONDS = 5.0
+
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def window_seconds(window: str) -> float:
+    """A Prometheus duration (``5m``, ``1h30m``, ``30s``) in seconds.
+
+    Raises:
+        ValueError: not a Prometheus duration.
+    """
+    parts = _DURATION.findall(window)
+    if not parts or "".join(n + u for n, u in parts) != window:
+        raise ValueError(f"window: {window!r} is not a Prometheus duration such as 5m or 30s")
+    return sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
 
 
 def vllm(name: str, matchers: str = "") -> str:
@@ -100,11 +114,6 @@ class Signals:
     def running_avg(self) -> str:
         """``avg_over_time(vllm:num_requests_running[w])``."""
         return self._over("avg_over_time", "num_requests_running")
-
-    @property
-    def running_min(self) -> str:
-        """``min_over_time(vllm:num_requests_running[w])``."""
-        return self._over("min_over_time", "num_requests_running")
 
     @property
     def running_max(self) -> str:
@@ -174,7 +183,39 @@ class Signals:
         """Prefix hit rate: hits / queries (queries > 0)."""
         return f"({self.prefix_hits} / ({self.prefix_queries} > 0))"
 
+    @property
+    def prompt_tokens_per_request(self) -> str:
+        """Prompt tokens per finished request: ``increase(vllm:prompt_tokens_total) / finished``."""
+        return f"({self._over('increase', 'prompt_tokens_total')} / ({self.finished} > 0))"
+
+    @property
+    def prefill_step_times(self) -> str:
+        """Mean prefill time over the mean step time (``vllm:request_prefill_time_seconds`` and
+        ``vllm:inter_token_latency_seconds``, legacy ``time_per_output_token_seconds``, ``_sum`` / ``_count``
+        each): how many step times a prefill spans.
+        """
+
+        def mean(*names: str) -> str:
+            parts = [
+                f"({self._over('increase', n + '_sum')} / ({self._over('increase', n + '_count')} > 0))" for n in names
+            ]
+            return "(" + " or ".join(parts) + ")"
+
+        prefill, step = (
+            mean("request_prefill_time_seconds"),
+            mean("inter_token_latency_seconds", "time_per_output_token_seconds"),
+        )
+        return f"({prefill} / ({step} > 0))"
+
     # ---------------------------------------------------------------- derived conditions
+    @property
+    def growing(self) -> str:
+        """The queue grew by at least :data:`~kvpilot.diagnose.severity.GROWTH_REQUESTS` over the window:
+        ``deriv(waiting[w]) x w`` (the diagnoser's ``waiting_trend_per_s`` x window).
+        """
+        seconds = f"{window_seconds(self.window):g}"
+        return f"({self._over('deriv', 'num_requests_waiting')} * {seconds} >= {severity.GROWTH_REQUESTS:g})"
+
     @property
     def queued(self) -> str:
         """Requests queued: ``waiting_avg > 0`` and ``waiting_max >= 1``."""
@@ -211,10 +252,41 @@ class Signals:
         return f"({self.running_avg} >= on({JOIN}) group_left() ({limit('max_num_seqs')} - {PINNED_SLACK}))"
 
     @property
-    def pinned_flat(self) -> str:
-        """Heuristic without the limit: running never left one non-zero value in >= 3 samples."""
+    def decode_only(self) -> str:
+        """Steps carried at most two tokens per running request (no prompt refused by the budget), or were
+        not measured: the diagnoser's ``decode_only`` (kvpilot.diagnose.facts._infer_limits).
+        """
         return (
-            f"((({self.running_min} == {self.running_max}) and ({self.running_max} > 0) and ({self.samples} >= 3))"
+            f"(({self.tokens_per_step} <= on({BY}) (2 * {self.running_max}))"
+            f" or on({BY}) ({self.running_max} unless on({BY}) {self.tokens_per_step}))"
+        )
+
+    @property
+    def whole_prompts(self) -> str:
+        """Prompts longer than the mean step, each prefilled in under
+        :data:`~kvpilot.diagnose.facts.PREFILL_SPLIT_STEPS` step times: the budget holds a whole prompt
+        (the diagnoser's ``whole_prompts``).
+        """
+        return (
+            f"(({self.prefill_step_times} < {PREFILL_SPLIT_STEPS:g})"
+            f" and on({BY}) ({self.prompt_tokens_per_request} > on({BY}) {self.tokens_per_step}))"
+        )
+
+    @property
+    def pinned_flat(self) -> str:
+        """Heuristic without the limit, the diagnoser's inferred cap (kvpilot.diagnose.facts._infer_limits):
+        running averaged within :data:`~kvpilot.diagnose.facts.PINNED_SLACK` of its window maximum (>= 1,
+        in >= 3 samples) while steps were decode only or held whole prompts (so the budget refused nothing).
+
+        vLLM reports running after removing the requests a step finished and before the next step admits
+        waiting ones (``Scheduler.update_from_output`` -> ``make_stats``, vllm/v1/core/sched/scheduler.py,
+        vLLM 0.29), so a pinned server's gauge dips by one whenever a request just finished: the average
+        tolerates such dips in up to half the samples, where ``min == max`` reset on the first one.
+        """
+        return (
+            f"(({self.running_avg} >= on({BY}) ({self.running_max} - {PINNED_SLACK:g}))"
+            f" and on({BY}) ({self.running_max} >= 1) and on({BY}) ({self.samples} >= 3)"
+            f" and on({BY}) ({self.decode_only} or on({BY}) {self.whole_prompts})"
             f" unless on({JOIN}) {limit('max_num_seqs')})"
         )
 
@@ -227,7 +299,12 @@ class Signals:
 
 @dataclass(frozen=True)
 class AlertRule:
-    """One alert: the condition and what an alert carries."""
+    """One alert: the condition and what an alert carries.
+
+    ``severity`` is the alert's severity on ``expr`` (:mod:`kvpilot.diagnose.severity`); with
+    ``critical_when`` (a PromQL condition per target) the alert is warning on ``expr`` and critical on
+    ``expr and on(...) critical_when`` (two rules of one ``alertname``, :meth:`variants`).
+    """
 
     name: str
     verdict: str
@@ -239,6 +316,23 @@ class AlertRule:
     description: str
     reasoning: str
     labels: dict[str, str] = field(default_factory=dict)
+    critical_when: str = ""
+    #: True on the critical variant :meth:`variants` makes of a rule with ``critical_when``
+    escalated: bool = False
+
+    def variants(self) -> list[AlertRule]:
+        """The rules as Prometheus evaluates them: this one, or its warning and its critical variant."""
+        if not self.critical_when:
+            return [self]
+        warning = replace(self, severity=severity.WARNING, critical_when="")
+        critical = replace(
+            self,
+            severity=severity.CRITICAL,
+            critical_when="",
+            escalated=True,
+            expr=f"({self.expr} and on({BY}) {self.critical_when})",
+        )
+        return [warning, critical]
 
 
 _LIMIT_NOTE = (
@@ -256,13 +350,18 @@ def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[A
     """
     s = Signals(window)
     kv_room = f"unless on({BY}) {s.at_ceiling} unless on({BY}) {s.preempted}"
+    # kvpilot.diagnose.severity: critical while the queue grows (queue verdicts, the latency symptom), or
+    # while requests are preempted and others queue or the queue grows (kv_cache_exhaustion)
+    grows = s.growing
+    preempted_while_queued = f"({s.preempted} and on({BY}) ({s.queued} or on({BY}) {s.growing}))"
     budget = limit("max_num_batched_tokens")
     rules = [
         AlertRule(
             name="VLLMKVCacheExhaustion",
             verdict="kv_cache_exhaustion",
             bottleneck="kv_cache",
-            severity="critical",
+            severity=severity.WARNING,
+            critical_when=preempted_while_queued,
             for_="5m",
             expr=f"{s.kv_short}",
             summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: KV cache exhausted",
@@ -278,7 +377,8 @@ def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[A
             name="VLLMPreemptions",
             verdict="kv_cache_exhaustion",
             bottleneck="kv_cache",
-            severity="warning",
+            severity=severity.WARNING,
+            critical_when=preempted_while_queued,
             for_="2m",
             expr=s.preempted,
             summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: {{ $value | humanize }} preemptions",
@@ -293,7 +393,8 @@ def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[A
             name="VLLMMaxNumSeqsCap",
             verdict="max_num_seqs_cap",
             bottleneck="max_num_seqs",
-            severity="warning",
+            severity=severity.WARNING,
+            critical_when=grows,
             for_="5m",
             expr=f"({s.pinned} and on({BY}) {s.queued} {kv_room})",
             summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: running pinned at max_num_seqs",
@@ -307,11 +408,12 @@ def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[A
             name="VLLMTokenBudgetCap",
             verdict="token_budget_cap",
             bottleneck="token_budget",
-            severity="warning",
+            severity=severity.WARNING,
+            critical_when=grows,
             for_="5m",
             expr=(
                 f"(label_replace({s.tokens_per_step} >= on({JOIN}) group_left() ({BUDGET_FULL_FILL} * "
-                f'({budget} < {BUDGET_MAX_BINDING})), "limit_source", "kvpilot_vllmserver_limit", "", "")'
+                f'({budget} < {LARGE_BUDGET})), "limit_source", "kvpilot_vllmserver_limit", "", "")'
                 f" and on({BY}) {s.queued} unless on({BY}) {s.pinned} {kv_room})"
             ),
             summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: steps full at max_num_batched_tokens",
@@ -329,7 +431,7 @@ def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[A
             name="VLLMPrefixCacheIneffective",
             verdict="prefix_cache_ineffective",
             bottleneck="prefix_cache",
-            severity="info",
+            severity=severity.FIXED["prefix_cache_ineffective"],
             for_="15m",
             expr=(
                 f"(label_replace((({s.hit_rate} > 0 < {LRU_THRASH_HIT_RATE}) and "
@@ -354,7 +456,7 @@ def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[A
             name="VLLMTargetDown",
             verdict="target_down",
             bottleneck="target",
-            severity="critical",
+            severity=severity.FIXED["target_down"],
             for_="1m",
             expr=(
                 f"({over('max_over_time', 'num_requests_running', window=DOWN_WINDOW)} "
@@ -371,7 +473,8 @@ def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[A
             name="VLLMTTFTHigh",
             verdict="",
             bottleneck="latency",
-            severity="warning",
+            severity=severity.WARNING,
+            critical_when=grows,
             for_="5m",
             expr=(
                 f"(histogram_quantile(0.99, sum by ({BY}, le) "
@@ -386,7 +489,7 @@ def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[A
         ),
     ]
     if for_override is not None:
-        rules = [AlertRule(**{**r.__dict__, "for_": for_override}) for r in rules]
+        rules = [replace(r, for_=for_override) for r in rules]
     return rules
 
 

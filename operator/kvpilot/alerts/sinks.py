@@ -8,6 +8,11 @@
   on ``events`` in the server's namespace.
 - :class:`ForwardSink`: ``POST`` of the result to a URL the hook's operator configured (never a URL
   from a payload).
+
+Each sink is handed what the HTTP answer carries: the result with every string made safe
+(:func:`kvpilot.alerts.hook.safe_json`: secrets redacted, one line, no control characters) and the
+alert with its labels and annotations made safe the same way; a sink adds nothing a sender wrote.
+A configured URL's userinfo is sent as basic auth and never appears in a message.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import aiohttp
 
 from kvpilot.alerts.payload import Alert, Target
 from kvpilot.api import GROUP, KIND, PLURAL, VERSION
+from kvpilot.diagnose.sources.http import split_credentials
 from kvpilot.text.safe import one_line
 
 
@@ -68,7 +74,7 @@ class LogSink:
             "alertname": alert.name,
             "fingerprint": alert.fingerprint,
             "status": alert.status,
-            "target": target.to_json(),
+            "target": result.get("target") or target.to_json(),
             "verdict": d.get("verdict"),
             "severity": d.get("severity"),
             "confidence": d.get("confidence"),
@@ -86,7 +92,7 @@ class GrafanaAnnotationSink:
     name = "grafana"
 
     def __init__(self, url: str, token: str, timeout: float = 10.0) -> None:
-        self.url = url.rstrip("/") + "/api/annotations"
+        self.url = split_credentials(url.rstrip("/"))[0] + "/api/annotations"  # the token authenticates
         self.token = token
         self.timeout = timeout
 
@@ -106,7 +112,7 @@ class GrafanaAnnotationSink:
             session.post(self.url, json=body, headers=headers) as resp,
         ):
             if resp.status >= 300:
-                raise RuntimeError(f"Grafana answered {resp.status}")
+                raise RuntimeError(f"{self.url} answered {resp.status}")
 
 
 class ForwardSink:
@@ -115,9 +121,9 @@ class ForwardSink:
     name = "forward"
 
     def __init__(self, url: str, timeout: float = 10.0, headers: dict[str, str] | None = None) -> None:
-        self.url = url
+        self.url, userinfo = split_credentials(url)
         self.timeout = timeout
-        self.headers = headers or {}
+        self.headers = ({"Authorization": userinfo} if userinfo else {}) | (headers or {})
 
     async def emit(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
         """POST the result."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from typing import Any, NoReturn
@@ -63,7 +64,10 @@ def parse_size(text: str, field: str = "size", require_unit: bool = False) -> in
             f"{field}: {text!r} has no unit; a memory size in bytes is never meant here "
             f"(write e.g. {text}GiB or {text}GB)"
         )
-    return int(round(float(number) * _UNITS[(unit or "").lower()]))
+    value = float(number) * _UNITS[(unit or "").lower()]
+    if not math.isfinite(value):  # e.g. 400 digits: float("9" * 400) is inf
+        raise ValueError(f"{field}: {text[:40]!r}{'...' if len(text) > 40 else ''} is too large to be a size")
+    return int(round(value))
 
 
 def _message_once(exc: ValueError, field: str, param: click.Parameter | None) -> str:
@@ -93,12 +97,16 @@ def parse_duration(text: str, field: str) -> float:
     """``"90"``, ``"90s"``, ``"10m"``, ``"1.5h"``, ``"1d"``, ``"500ms"`` -> seconds (> 0); one syntax for every command.
 
     Raises:
-        ValueError: naming ``field`` when the text is not a positive duration.
+        ValueError: naming ``field`` when the text is not a positive, finite duration.
     """
     m = _DURATION_RE.match(str(text))
     if not m or float(m.group(1)) <= 0:
         raise ValueError(f"{field}: {text!r} is not a positive duration (examples: 600, 90s, 10m, 1h, 1d)")
-    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if not math.isfinite(seconds):  # 400 digits overflow a float to inf
+        shown = str(text) if len(str(text)) <= 40 else str(text)[:37] + "..."
+        raise ValueError(f"{field}: {shown!r} is not a finite duration")
+    return seconds
 
 
 class DurationParam(click.ParamType):  # type: ignore[type-arg]  # generic in new click, not in 8.1 (allowed)
@@ -142,3 +150,22 @@ class SizeParam(click.ParamType):  # type: ignore[type-arg]  # generic in new cl
 SIZE = SizeParam()
 #: a memory size that must carry its unit (``10`` is refused: 10 bytes is never a GPU's or a KV pool's size)
 MEMORY_SIZE = SizeParam(require_unit=True)
+
+
+def read_secret_file(path: str) -> str:
+    """The secret a file holds (a token, ``USER:PASSWORD``): its UTF-8 text, surrounding whitespace removed.
+
+    Raises:
+        ValueError: the file cannot be read, is not UTF-8 or holds only whitespace (the message names the
+            file, never its content).
+    """
+    try:
+        with open(path, encoding="utf-8") as fp:  # not pathlib: kept out of every command's start-up
+            value = fp.read().strip()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or type(exc).__name__}") from None
+    if not value:
+        raise ValueError(f"{path} is empty")
+    return value

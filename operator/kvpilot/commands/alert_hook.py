@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import click
 
-from kvpilot.commands._common import DURATION, SIZE, fail
+from kvpilot.commands._common import DURATION, SIZE, fail, read_secret_file
 
 _EPILOG = """\b
 Examples:
@@ -18,37 +17,49 @@ Examples:
       --grafana-token-file /etc/kvpilot/grafana-token
 
 \b
-Alertmanager:  receivers: [{name: kvpilot, webhook_configs: [{url: http://HOOK:8080/alerts,
+Alertmanager:  receivers: [{name: kvpilot, webhook_configs: [{url: http://HOOK:8080/alerts, max_alerts: 100,
                http_config: {authorization: {credentials_file: /etc/alertmanager/hook-token}}}]}]
 Grafana:       a webhook contact point to http://HOOK:8080/alerts (manifests/monitoring/grafana-alerting.yaml)
 The answer is the `kvpilot diagnose -o json` document of each firing alert's target (docs/alerting.md).
 The bearer token may also come from $KVPILOT_ALERT_HOOK_TOKEN, Grafana's from $GRAFANA_TOKEN.
+Bounds (docs/security.md): --max-connections, --header-timeout, --body-timeout, --max-body, --max-alerts
+(413 past it), --max-diagnoses-per-minute (429 when none can start), --max-concurrency, --timeout.
 """
 
 
 def _read_secret(path: str | None, env: str, option: str) -> str | None:
     if path:
         try:
-            value = Path(path).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            fail(f"{option}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
-        if not value:
-            fail(f"{option}: {path} is empty")
-        return value
-    return os.environ.get(env) or None
+            return read_secret_file(path)
+        except ValueError as exc:
+            fail(f"{option}: {exc}")
+    return (os.environ.get(env) or None) if env else None
 
 
-def _listen(text: str) -> tuple[str, int]:
+def _user_password(path: str, option: str) -> tuple[str, str]:
+    user, sep, password = (_read_secret(path, "", option) or "").partition(":")
+    if not sep or not user or not password:
+        fail(f"{option}: {path} must hold USER:PASSWORD")
+    return user, password
+
+
+def _listen(text: str, option: str = "--listen") -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep:
         host, port = "127.0.0.1", text
     if not port.isdigit() or not 0 <= int(port) <= 65535:
-        fail(f"--listen: {text!r} is not [HOST:]PORT")
+        fail(f"{option}: {text!r} is not [HOST:]PORT")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
 @click.command(name="alert-hook", epilog=_EPILOG)
 @click.option("--prometheus", required=True, metavar="URL", help="Prometheus the diagnoses query.")
+@click.option(
+    "--prometheus-bearer-token-file", metavar="FILE", help="Send 'Authorization: Bearer <token in FILE>' to Prometheus."
+)
+@click.option(
+    "--prometheus-basic-auth-file", metavar="FILE", help="Send basic auth to Prometheus; FILE holds USER:PASSWORD."
+)
 @click.option("--listen", default="127.0.0.1:8080", show_default=True, metavar="[HOST:]PORT", help="Where to listen.")
 @click.option("--bearer-token-file", metavar="FILE", help="Require 'Authorization: Bearer <token in FILE>'.")
 @click.option("--basic-auth-file", metavar="FILE", help="Require basic auth; FILE holds USER:PASSWORD.")
@@ -60,11 +71,61 @@ def _listen(text: str) -> tuple[str, int]:
     default="5m",
     type=DURATION,
     show_default=True,
-    help="Diagnose a repeating alert once per.",
+    help="Diagnose a target once per (alerts about it in between share the answer).",
 )
 @click.option("--max-concurrency", default=4, type=click.IntRange(1, 256), show_default=True, help="Diagnoses at once.")
-@click.option("--timeout", default="30s", type=DURATION, show_default=True, help="Deadline of one diagnosis.")
+@click.option(
+    "--timeout",
+    default="30s",
+    type=DURATION,
+    show_default=True,
+    help="Deadline of one diagnosis (its reads end with it).",
+)
 @click.option("--max-body", default="1MiB", type=SIZE, show_default=True, help="Largest request body accepted.")
+@click.option(
+    "--max-alerts",
+    default=100,
+    type=click.IntRange(1, 100_000),
+    show_default=True,
+    help="Most alerts in one body (413 past it; Alertmanager: webhook_config max_alerts).",
+)
+@click.option(
+    "--max-diagnoses-per-minute",
+    default=60,
+    type=click.IntRange(1, 100_000),
+    show_default=True,
+    help="New diagnoses a minute (a token bucket; alerts for a cached or running target cost none).",
+)
+@click.option(
+    "--max-connections",
+    default=256,
+    type=click.IntRange(1, 100_000),
+    show_default=True,
+    help="Connections open at once; more are answered 503 and closed.",
+)
+@click.option(
+    "--header-timeout",
+    default="10s",
+    type=DURATION,
+    show_default=True,
+    help="A request's headers must arrive within this of the connection or the previous answer (else closed).",
+)
+@click.option(
+    "--body-timeout", default="10s", type=DURATION, show_default=True, help="A request's body must arrive within (408)."
+)
+@click.option(
+    "--allowed-namespace",
+    "allowed_namespaces",
+    multiple=True,
+    metavar="PATTERN",
+    help="Diagnose alerts of these namespaces only (repeatable; kopf patterns: llm-*, '*,!kube-*'; default: any).",
+)
+@click.option(
+    "--metrics-listen",
+    metavar="[HOST:]PORT",
+    help="Serve /metrics on this address instead of the webhook's (a separate port for a NetworkPolicy).",
+)
+@click.option("--metrics-auth", is_flag=True, help="Require the webhook's credentials on /metrics too.")
 @click.option(
     "--sink",
     "sinks",
@@ -81,6 +142,8 @@ def _listen(text: str) -> tuple[str, int]:
 @click.option("--kubeconfig", metavar="FILE", help="Cluster for --sink kube-event and --limits-from-cluster.")
 def command(
     prometheus: str,
+    prometheus_bearer_token_file: str | None,
+    prometheus_basic_auth_file: str | None,
     listen: str,
     bearer_token_file: str | None,
     basic_auth_file: str | None,
@@ -90,6 +153,14 @@ def command(
     max_concurrency: int,
     timeout: float,
     max_body: int,
+    max_alerts: int,
+    max_diagnoses_per_minute: int,
+    max_connections: int,
+    header_timeout: float,
+    body_timeout: float,
+    allowed_namespaces: tuple[str, ...],
+    metrics_listen: str | None,
+    metrics_auth: bool,
     sinks: tuple[str, ...],
     grafana_url: str | None,
     grafana_token_file: str | None,
@@ -98,23 +169,38 @@ def command(
     kubeconfig: str | None,
 ) -> None:
     """Webhook receiver: answers firing alerts with a diagnosis."""
+    from kvpilot.diagnose.sources.http import basic_authorization, bearer_authorization, split_credentials
+
+    shown, userinfo = split_credentials(prometheus)
     if not prometheus.startswith(("http://", "https://")):
-        fail(f"--prometheus: {prometheus!r} is not an http(s) URL")
+        fail(f"--prometheus: {shown!r} is not an http(s) URL")
     host, port = _listen(listen)
+    metrics_address = _listen(metrics_listen, "--metrics-listen") if metrics_listen else None
     token = _read_secret(bearer_token_file, "KVPILOT_ALERT_HOOK_TOKEN", "--bearer-token-file")
-    basic = None
-    if basic_auth_file:
-        user, sep, password = (_read_secret(basic_auth_file, "", "--basic-auth-file") or "").partition(":")
-        if not sep or not user or not password:
-            fail(f"--basic-auth-file: {basic_auth_file} must hold USER:PASSWORD")
-        basic = (user, password)
+    basic = _user_password(basic_auth_file, "--basic-auth-file") if basic_auth_file else None
     if not (token or basic or insecure_no_auth):
         fail("--bearer-token-file: give a token (or --basic-auth-file), or --insecure-no-auth")
+    if prometheus_bearer_token_file and prometheus_basic_auth_file:
+        fail("--prometheus-bearer-token-file: give it or --prometheus-basic-auth-file, not both")
+    authorization = userinfo
+    if prometheus_bearer_token_file:
+        prometheus_token = _read_secret(prometheus_bearer_token_file, "", "--prometheus-bearer-token-file") or ""
+        authorization = bearer_authorization(prometheus_token)
+    elif prometheus_basic_auth_file:
+        authorization = basic_authorization(*_user_password(prometheus_basic_auth_file, "--prometheus-basic-auth-file"))
+    for pattern in allowed_namespaces:
+        if not pattern.strip(" ,") or not pattern.isprintable():
+            fail(f"--allowed-namespace: {pattern!r} is not a namespace pattern (llm-serving, llm-*, '*,!kube-*')")
 
     import asyncio
+    import logging
+    import sys
 
     from kvpilot.alerts.hook import AlertHook, HookConfig, Sink, serve
     from kvpilot.alerts.sinks import ForwardSink, GrafanaAnnotationSink, KubeEventSink, LogSink
+
+    # one line per refused request and per failing sink on stderr; the log sink's JSON lines go to stdout
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     chosen: list[Sink] = []
     for name in sinks or ("log",):
@@ -124,6 +210,8 @@ def command(
             grafana_token = _read_secret(grafana_token_file, "GRAFANA_TOKEN", "--grafana-token-file")
             if not grafana_url or not grafana_token:
                 fail("--sink grafana: needs --grafana-url and a token (--grafana-token-file or $GRAFANA_TOKEN)")
+            if split_credentials(grafana_url)[1]:
+                fail("--grafana-url: credentials in the URL: put the token in --grafana-token-file")
             chosen.append(GrafanaAnnotationSink(grafana_url, grafana_token))
         elif name == "forward":
             if not forward_url or not forward_url.startswith(("http://", "https://")):
@@ -139,7 +227,8 @@ def command(
             except ClusterConfigError as exc:
                 fail(f"--kubeconfig: {exc}")
     config = HookConfig(
-        prometheus=prometheus.rstrip("/"),
+        prometheus=shown.rstrip("/"),
+        prometheus_authorization=authorization,
         bearer_token=token,
         basic_auth=basic,
         insecure_no_auth=insecure_no_auth,
@@ -148,6 +237,13 @@ def command(
         max_concurrency=max_concurrency,
         timeout_seconds=timeout,
         max_body_bytes=max_body,
+        max_alerts=max_alerts,
+        max_diagnoses_per_minute=max_diagnoses_per_minute,
+        max_connections=max_connections,
+        header_timeout_seconds=header_timeout,
+        body_timeout_seconds=body_timeout,
+        allowed_namespaces=allowed_namespaces,
+        metrics_auth=metrics_auth,
         use_kube=limits_from_cluster,
         kubeconfig=kubeconfig,
         sinks=chosen,
@@ -155,10 +251,20 @@ def command(
 
     async def main() -> None:
         try:
-            runner = await serve(AlertHook(config), host, port)
+            runner = await serve(
+                AlertHook(config),
+                host,
+                port,
+                metrics_host=metrics_address[0] if metrics_address else None,
+                metrics_port=metrics_address[1] if metrics_address else None,
+            )
         except OSError as exc:
-            fail(f"--listen: cannot listen on {host}:{port}: {exc.strerror or exc}")
+            fail(f"--listen/--metrics-listen: cannot listen: {exc.strerror or exc}")
         click.echo(f"kvpilot alert-hook: listening on http://{host}:{port}/alerts", err=True)
+        if metrics_address:
+            click.echo(
+                f"kvpilot alert-hook: /metrics on http://{metrics_address[0]}:{metrics_address[1]}/metrics", err=True
+            )
         try:
             await asyncio.Event().wait()
         finally:

@@ -18,19 +18,23 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
+from kvpilot.kv.capacity import REFERENCE_GPU_MEMORY_BYTES, REFERENCE_GPU_MEMORY_UTILIZATION, REFERENCE_KV_TOKENS
 from kvpilot.text.layout import Cell, records
-from kvpilot.text.numbers import count, fig, gib, number, percent, plain
+from kvpilot.text.numbers import GIB, count, fig, gib, number, percent, plain
 
 if TYPE_CHECKING:
     from kvpilot.kv.capacity import KVCapacity
     from kvpilot.metrics.exposition import Sample
 
 #: The 8 GB laptop GPU of the founding measurement (docs/engine.md), in bytes: 8 GiB.
-EXPERIMENT_GPU_MEMORY = 8 * 2**30
+EXPERIMENT_GPU_MEMORY = REFERENCE_GPU_MEMORY_BYTES
+#: The packaged config.json of the experiment's model (Qwen2.5-1.5B-Instruct), inside the kvpilot package.
+MODEL_CONFIG = "data/Qwen2.5-1.5B-Instruct.config.json"
 #: The scenarios diagnosed by the demo, in the order they are shown, with the verdict each is built
 #: to produce (kvpilot.engine.scenarios docstrings).
 DIAGNOSED = (
@@ -48,9 +52,35 @@ SIM_SECONDS, SNAPSHOT_SECONDS = 300.0, 15.0
 
 
 def _model_config() -> dict[str, Any]:
-    text = importlib.resources.files("kvpilot").joinpath("data/Qwen2.5-1.5B-Instruct.config.json").read_text()
+    text = importlib.resources.files("kvpilot").joinpath(MODEL_CONFIG).read_text()
     config: dict[str, Any] = json.loads(text)  # the packaged config.json is an object
     return config
+
+
+def kv_memory_option(kv_bytes: int, block_bytes: int) -> str:
+    """``--kv-memory`` text that ``kvpilot kv`` reads back as a pool of the same blocks as ``kv_bytes``: GiB
+    rounded *up* to the fewest decimals (4 to 9) that keep the block count (rounding down loses the last block:
+    0.5746GiB is 1,344 blocks of 458,752 bytes where 617,021,440 bytes are 1,345), else the bytes.
+    """
+    from kvpilot.commands._common import parse_size
+
+    blocks = kv_bytes // block_bytes
+    for decimals in range(4, 10):
+        text = f"{math.ceil(kv_bytes / GIB * 10**decimals) / 10**decimals:.{decimals}f}GiB"
+        if parse_size(text) // block_bytes == blocks:
+            return text
+    return f"{kv_bytes}B"
+
+
+def kv_command(kv_bytes: int, block_bytes: int, max_model_len: int) -> str:
+    """The ``kvpilot kv`` command line that reproduces the demo's KV numbers offline: the packaged config.json
+    (no Hub), the pool as :func:`kv_memory_option` writes it, the experiment's ``--max-model-len``.
+    """
+    import shlex
+
+    path = str(importlib.resources.files("kvpilot").joinpath(MODEL_CONFIG))
+    memory = kv_memory_option(kv_bytes, block_bytes)
+    return f"kvpilot kv {shlex.quote(path)} --kv-memory {memory} --max-model-len {max_model_len}"
 
 
 def section_kv(ctx: Any) -> None:
@@ -63,9 +93,9 @@ def section_kv(ctx: Any) -> None:
     status = (ctx.server_object().get("status") or {}) if ctx.cluster is not None else {}
     engine = ctx.server.get("spec", {}).get("engine", {})
     max_model_len = int(engine.get("maxModelLen", 8192))
-    utilization = float(engine.get("gpuMemoryUtilization", 0.6))
-    kv_tokens = int(status.get("kvCacheTokens") or 21_520)
-    now = capacity(config, max_model_len=max_model_len, kv_memory_bytes=0, block_size=16)
+    utilization = float(engine.get("gpuMemoryUtilization", REFERENCE_GPU_MEMORY_UTILIZATION))
+    kv_tokens = int(status.get("kvCacheTokens") or REFERENCE_KV_TOKENS)
+    now = capacity(config, max_model_len=max_model_len, kv_memory_bytes=0)
     bpt = now.bytes_per_token
     kv_bytes = kv_tokens * bpt
     base = capacity(config, max_model_len=max_model_len, kv_memory_bytes=kv_bytes)
@@ -89,7 +119,7 @@ def section_kv(ctx: Any) -> None:
             f"({number((predicted - kv_tokens) / kv_tokens * 100, 2, '%')})"
         )
     ctx.say(
-        f"{count(kv_tokens)} KV tokens = {gib(kv_bytes, 4)} = {count(base.kv_blocks)} blocks of 16 "
+        f"{count(kv_tokens)} KV tokens = {gib(kv_bytes, 4)} = {count(base.kv_blocks)} blocks of {base.block_size} "
         f"({count(base.usable_blocks)} usable: block 0 is vLLM's null block)"
     )
     headers = ["change", "KV tokens", "max-model-len", "concurrency"]
@@ -111,13 +141,7 @@ def section_kv(ctx: Any) -> None:
     console.print(
         records(console, headers + (["how"] if ctx.verbose else []), cells, title="what each flag change buys")
     )
-    ctx.more.append(
-        (
-            "KV math",
-            f"kvpilot kv Qwen/Qwen2.5-1.5B-Instruct --kv-memory {kv_bytes / 2**30:.4f}GiB "
-            f"--max-model-len {max_model_len}",
-        )
-    )
+    ctx.more.append(("KV math", kv_command(kv_bytes, base.block_size * bpt, max_model_len)))
 
 
 #: The founding measurement (docs/engine.md, "The founding measurement"): TTFT p50 in ms per pass,
@@ -136,7 +160,7 @@ def section_engine(ctx: Any) -> None:
     console = ctx.console
     ctx.heading("The engine model vs the founding measurement (kvpilot simulate seed-lru)")
     base = run_scenario("seed-lru")
-    offload = run_scenario("seed-lru", {"kv_offload_cpu_bytes": int(1.5 * 2**30)})
+    offload = run_scenario("seed-lru", {"kv_offload_cpu_bytes": int(1.5 * GIB)})
     ctx.say(
         "The founding measurement: the kvpilot authors ran vLLM 0.29.0 with this server's flags on one 8 GB GPU, "
         "10 documents of ~5,000 tokens (2.3x the KV cache) one at a time, three passes, without and with a "

@@ -58,8 +58,48 @@ class _WindowParam(DurationParam):
         return super().convert(value, param, ctx)
 
 
+def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, basic_file: str | None) -> str | None:
+    """The ``Authorization`` header for ``--prometheus`` from its credential files (None: none given).
+
+    Raises:
+        click.UsageError: both files, a file without ``--prometheus``, or a file that is unreadable,
+            empty or (basic auth) not ``USER:PASSWORD``; the message names the option, never the secret.
+    """
+    from kvpilot.commands._common import read_secret_file
+    from kvpilot.diagnose.sources.http import basic_authorization, bearer_authorization
+
+    if bearer_file and basic_file:
+        raise click.UsageError("give --prometheus-bearer-token-file or --prometheus-basic-auth-file, not both")
+    for option, path in (("--prometheus-bearer-token-file", bearer_file), ("--prometheus-basic-auth-file", basic_file)):
+        if path and not prometheus:
+            raise click.UsageError(f"{option} works with --prometheus only")
+        if not path:
+            continue
+        try:
+            secret = read_secret_file(path)
+        except ValueError as exc:
+            raise click.UsageError(f"{option}: {exc}") from None
+        if bearer_file:
+            return bearer_authorization(secret)
+        user, sep, password = secret.partition(":")
+        if not sep or not user:
+            raise click.UsageError(f"{option}: {path} must hold USER:PASSWORD")
+        return basic_authorization(user, password)
+    return None
+
+
 @click.command(name="diagnose", cls=_DiagnoseCommand)
 @click.option("--prometheus", metavar="URL", help="Prometheus base URL (one query per signal for all targets).")
+@click.option(
+    "--prometheus-bearer-token-file",
+    metavar="FILE",
+    help="Send 'Authorization: Bearer <token in FILE>' to --prometheus (as Prometheus' bearer_token_file).",
+)
+@click.option(
+    "--prometheus-basic-auth-file",
+    metavar="FILE",
+    help="Send basic auth to --prometheus; FILE holds USER:PASSWORD (never put them in the URL).",
+)
 @click.option("--metrics-url", metavar="URL", help="A vLLM /metrics URL, scraped repeatedly over the window.")
 @click.option(
     "--recording",
@@ -153,6 +193,8 @@ class _WindowParam(DurationParam):
 @click.option("--watch-count", type=click.IntRange(min=1), hidden=True, help="Stop --watch after this many runs.")
 def command(
     prometheus: str | None,
+    prometheus_bearer_token_file: str | None,
+    prometheus_basic_auth_file: str | None,
     metrics_url: str | None,
     recording: str | None,
     namespace: str,
@@ -211,6 +253,7 @@ def command(
     from kvpilot.diagnose.report import render_chunks
     from kvpilot.diagnose.run import Options
     from kvpilot.diagnose.sources import SourceError
+    from kvpilot.diagnose.sources.http import display_url
 
     given = [x for x in (prometheus, metrics_url, recording) if x]
     if len(given) != 1:
@@ -219,12 +262,14 @@ def command(
         raise click.UsageError("--quick works with --metrics-url only")
     for flag, url in (("--prometheus", prometheus), ("--metrics-url", metrics_url)):
         if url and not re.match(r"^https?://[^/\s]+", url):
-            raise click.UsageError(f"{flag} {url!r}: not an http(s) URL (example: http://127.0.0.1:9090)")
+            raise click.UsageError(f"{flag} {display_url(url)!r}: not an http(s) URL (example: http://127.0.0.1:9090)")
     if metrics_url and urlsplit(metrics_url).path in ("", "/"):
+        shown = display_url(metrics_url)
         raise click.UsageError(
-            f"--metrics-url {metrics_url!r} has no path: vLLM serves its metrics at /metrics "
-            f"(try {metrics_url.rstrip('/')}/metrics)"
+            f"--metrics-url {shown!r} has no path: vLLM serves its metrics at /metrics "
+            f"(try {shown.rstrip('/')}/metrics)"
         )
+    authorization = _prometheus_authorization(prometheus, prometheus_bearer_token_file, prometheus_basic_auth_file)
     if recording and not os.path.isfile(recording):
         what = "a directory, not a recording file" if os.path.isdir(recording) else "no such file"
         raise click.UsageError(f"--recording {recording!r}: {what}")
@@ -252,6 +297,7 @@ def command(
             click.echo(f"kvpilot: error: --model-config {model_config}: {exc}", err=True)
             sys.exit(EXIT_USAGE)
     opts = Options(
+        reader="cli",
         prometheus=prometheus or "",
         metrics_url=metrics_url or "",
         recording=recording or "",
@@ -281,6 +327,7 @@ def command(
         kubeconfig=kubeconfig,
         context=context,
         timeout=timeout,
+        prometheus_authorization=authorization,
     )
     runs = 0
     code = EXIT_NO_DIAGNOSIS

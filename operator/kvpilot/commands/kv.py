@@ -225,10 +225,7 @@ def render_text(
             ),
             (f"max concurrency at {count(cap.max_model_len)} tokens", f"{times(cap.max_concurrency, 2)}"),
             ("one max_model_len request fits", "yes" if cap.fits else "NO: vLLM refuses to start (exit status 1)"),
-            (
-                "largest max_model_len that fits",
-                "no limit from KV" if cap.max_model_len_that_fits is None else count(cap.max_model_len_that_fits),
-            ),
+            ("largest max_model_len that fits", _fit_text(cap)),
         ]
         min_util = cap.min_gpu_memory_utilization_to_fit
         if min_util is not None:  # > 1: no utilization fits (a bigger GPU, more TP, or smaller weights)
@@ -277,6 +274,19 @@ def render_text(
         for note in cap.notes:
             notes.add_row("note:", note)
         console.print(notes)
+
+
+def _fit_text(cap: KVCapacity) -> str:
+    """The longest ``--max-model-len`` vLLM would start with, and when the model's context caps it, what the pool
+    could hold (``131,072 (the model's context; the pool could hold 469,312)``).
+    """
+    fit, pool = cap.max_model_len_that_fits, cap.pool_max_model_len
+    if fit is None:
+        return "no limit from KV"
+    if pool is None or pool > fit:
+        more = "longer requests" if pool is None else count(pool)
+        return f"{count(fit)} (the model's context; the pool could hold {more})"
+    return count(fit)
 
 
 def layer_kinds_text(spec: KVSpec) -> str:
@@ -351,7 +361,12 @@ Examples:
 @click.option(
     "--data-parallel-size", "-dp", type=int, default=1, show_default=True, help="Replicas; never divides per-GPU KV."
 )
-@click.option("--max-model-len", type=int, default=None, help="Tokens of one request [default: the config's].")
+@click.option(
+    "--max-model-len",
+    type=int,
+    default=None,
+    help="Tokens of one request [default: the model's context, as vLLM derives it from the config].",
+)
 @click.option("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, show_default=True, help="Tokens per KV block.")
 @click.option(
     "--gpu-memory-utilization",
@@ -488,12 +503,13 @@ def command(
             draft=draft,
             draft_tensor_parallel_size=draft_tp,
         )
+        seqs = None if max_num_seqs is None else seqs_pool_share(cap, max_num_seqs)
     except KVConfigError as exc:
         fail(str(exc))
     if output == "json":
         doc = cap.to_json()
         doc["startup_memory_check"] = None if check is None else check.to_json()
-        doc["max_num_seqs_pool_share"] = None if max_num_seqs is None else seqs_pool_share(cap, max_num_seqs)
+        doc["max_num_seqs_pool_share"] = seqs
         doc["inputs"].update(
             {
                 "config": config,
@@ -505,6 +521,6 @@ def command(
         )
         click.echo(json.dumps(doc, indent=2))
     else:
-        render_text(cap, config, check, None if max_num_seqs is None else seqs_pool_share(cap, max_num_seqs))
+        render_text(cap, config, check, seqs)
     if cap.fits is False or (check is not None and not check.feasible):
         sys.exit(1)  # computed; it does not fit (scripts: kvpilot kv ... && deploy)

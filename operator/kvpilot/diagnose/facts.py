@@ -32,10 +32,12 @@ from typing import Any
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.promql import share_above
+from kvpilot.diagnose.severity import growing as queue_growing
 from kvpilot.diagnose.signals import Signals
 from kvpilot.diagnose.steptime import StepFit, fit_step_time
 from kvpilot.gpus import GPU_PROFILES, gpu_profile
 from kvpilot.text.numbers import count, fig, number
+from kvpilot.vllm.defaults import LARGE_GPU_MAX_NUM_BATCHED_TOKENS
 
 #: share of engine steps in the token budget's bucket (or above) from which the budget binds, when
 #: only buckets are known: a majority of steps. The bucket is found from max_num_batched_tokens.
@@ -51,7 +53,7 @@ BUDGET_FULL_FILL = 0.9
 #: and Tuning", Chunked Prefill, docs.vllm.ai v0.9-v0.29) recommends a budget above 8192 for
 #: throughput on small models and large GPUs: steps full at a budget this large are compute-bound
 #: (raising it only lengthens the steps); full steps below it are a token-budget cap.
-LARGE_BUDGET = 8192
+LARGE_BUDGET = LARGE_GPU_MAX_NUM_BATCHED_TOKENS
 
 #: a mean prefill spanning at least this many step times was split across steps (chunked prefill by the
 #: budget); below it a prompt is prefilled in about one step (``prefill_step_times``: mean
@@ -303,7 +305,7 @@ def _infer_limits(
             )
         n_how = (
             f"inferred: running sat at {count(run_max)} while requests waited with KV room and {steps}; vLLM's "
-            f"default would be {count(n_seqs)}. Lower confidence: pass --max-num-seqs or --pod to confirm"
+            f"default would be {count(n_seqs)}"
         )
         n_seqs = int(run_max)
         inferred.append("max_num_seqs")
@@ -313,8 +315,7 @@ def _infer_limits(
         if budget is None or tps < BUDGET_FULL_FILL * budget:
             b_how = (
                 f"inferred: steps averaged {fig(tps, 1)} tokens with a queue, free slots and KV room, which only "
-                f"a budget of that size explains; vLLM's default would be {count(budget)}. Lower confidence: pass "
-                "--max-num-batched-tokens or --pod to confirm"
+                f"a budget of that size explains; vLLM's default would be {count(budget)}"
             )
             budget = max(1, round(tps))
             inferred.append("max_num_batched_tokens")
@@ -338,7 +339,7 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     trend = s("waiting_trend_per_s")
     growth = trend * window if trend is not None else None
     queued = (wait_avg or 0) > 0 and (wait_max or 0) >= 1
-    growing = growth is not None and growth >= 1.0
+    growing = queue_growing(growth)
     standing = queued and (growing or (wait_avg or 0) >= 1)
     ceiling, ceiling_how = kv_ceiling(signals, limits)
     at_ceiling = kv_max is not None and ceiling is not None and kv_max >= ceiling

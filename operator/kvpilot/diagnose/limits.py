@@ -14,18 +14,18 @@ Pure: the caller passes the spec's ``engine`` dict, the options, the pod's limit
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, overload
 
 from kvpilot.diagnose.signals import OPERATOR_LIMIT_METRIC
-from kvpilot.kv.capacity import (  # vLLM's defaults and GPU tiers, one home
+from kvpilot.text.numbers import fig
+from kvpilot.vllm.defaults import (  # vLLM's defaults and GPU tiers, one home
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     is_large_gpu,
     vllm_batch_defaults,
 )
-from kvpilot.text.numbers import fig
 
 #: field -> (spec engine key (camelCase), cache_config_info label)
 _FIELDS: dict[str, tuple[str, str]] = {
@@ -222,3 +222,35 @@ def resolve_limits(
                     f"{name} not configured anywhere readable: assumed vLLM's default {fig(default)} for {tier}"
                 )
     return Limits(**values, gpu_memory_bytes=gpu_memory_bytes, gpu_name=gpu_name, notes=tuple(notes))
+
+
+#: who reads a diagnosis: ``cli`` (a person running ``kvpilot diagnose``, who can add flags) or
+#: ``service`` (an answer of ``kvpilot alert-hook`` or the demo: its reader cannot pass flags)
+Reader = Literal["cli", "service"]
+
+
+def confirm_inferred(inferred: Sequence[str], reader: Reader, pod_read: bool) -> str | None:
+    """What the reader can do to replace limits the rules inferred from the gauges, in one sentence.
+
+    Args:
+        inferred: the limits inferred (``max_num_seqs``, ``max_num_batched_tokens``); none: no sentence.
+        reader: who reads it (:data:`Reader`).
+        pod_read: the run looked the pod up (``--pod`` or the target's pod label, with cluster access), so
+            "pass --pod" would change nothing: the pod's command line and log did not state the limit.
+
+    Returns:
+        the sentence, or None when nothing was inferred.
+    """
+    if not inferred:
+        return None
+    names = " and ".join(inferred)
+    flags = " and ".join(f"--{n.replace('_', '-')} N" for n in inferred)
+    head = f"Lower confidence: {names} inferred from the gauges, not read"
+    if reader == "service":
+        return (
+            f"{head}. To have it read: deploy the server through the kvpilot operator (a VLLMServer), or have "
+            "this Prometheus scrape the kvpilot operator's /metrics (kvpilot_vllmserver_limit for the pod)."
+        )
+    if pod_read:
+        return f"{head} (the pod's command line and startup log do not state it): pass {flags} to confirm."
+    return f"{head}: pass {flags}, or --pod with access to the cluster to read it from the pod, to confirm."

@@ -28,7 +28,7 @@ Order (first match is the primary verdict; a KV shortage wins over a coinciding
 
 Secondary findings: ``prefix_cache_ineffective`` beside another verdict (a low-severity one for
 near-zero hits on a cache that turned over many times), and ``metrics_schema_mismatch`` when only
-legacy or escaped names exist.
+legacy names exist (escaped ones are one report note, :func:`escaped_names_note`).
 
 Pure functions, no I/O.
 """
@@ -36,16 +36,18 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kvpilot.diagnose.facts import LARGE_BUDGET, PREFILL_SPLIT_STEPS, Facts, derive_facts
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding
 from kvpilot.diagnose.recommend import Inputs, recommend
+from kvpilot.diagnose.severity import FIXED, kv_severity, queue_severity
 from kvpilot.diagnose.signals import Signals, legacy_or_escaped
 from kvpilot.diagnose.steptime import STEP_TIME_FLAT, STEP_TIME_GROWS
 from kvpilot.text.numbers import count, fig, number, percent, significant, times
+from kvpilot.vllm.defaults import DEFAULT_BLOCK_SIZE
 
 #: a prefix hit rate below this means most queried prompt tokens were recomputed; the prefix rule
 #: fires only with a reason to expect hits (see _prefix_finding).
@@ -116,7 +118,7 @@ def rule_target_down(f: Facts) -> Finding | None:
     )
     return Finding(
         "target_down",
-        "critical",
+        FIXED["target_down"],
         0.9,
         [
             f"The target's series stopped: {last}, while it reported every {fig(interval, 1)} s on average "
@@ -153,7 +155,7 @@ def rule_kv_cache_exhaustion(f: Facts) -> Finding | None:
             f"Running requests also sat at max_num_seqs ({fig(f.run_avg, 1)} of {fig(f.n_seqs)}), but the "
             "KV shortage binds first: raising max_num_seqs would add preemptions."
         )
-    severity = "critical" if f.preempt >= 1 and (f.queued or f.growing) else "warning"
+    severity = kv_severity(f.preempt >= 1, f.queued, f.growing)
     conf = 0.95 if f.preempt >= 1 and f.at_ceiling else 0.85
     return Finding("kv_cache_exhaustion", severity, conf, ev, recommend("kv_cache_exhaustion", _inputs(f)))
 
@@ -177,7 +179,7 @@ def rule_max_num_seqs_cap(f: Facts) -> Finding | None:
     base = 0.6 if inferred else 0.9 if f.limits.max_num_seqs.source != "default" else 0.7
     return Finding(
         "max_num_seqs_cap",
-        "critical" if f.growing else "warning",
+        queue_severity(f.growing),
         round(base - (0 if f.kv_known else 0.2), 2),
         ev,
         recommend("max_num_seqs_cap", _inputs(f), max_num_seqs=f.n_seqs),
@@ -305,7 +307,7 @@ def rule_token_budget_cap(f: Facts) -> Finding | None:
         )
     return Finding(
         "token_budget_cap",
-        "critical" if f.growing else "warning",
+        queue_severity(f.growing),
         _queue_rule_confidence(f, 0.8),
         ev,
         recommend("token_budget_cap", _inputs(f), max_num_batched_tokens=f.budget),
@@ -357,7 +359,7 @@ def rule_compute_bound(f: Facts) -> Finding | None:
         ev.append(served + ": the engine computes as fast as it can; more budget or slots will not help.")
     return Finding(
         "compute_bound",
-        "critical" if f.growing else "warning",
+        queue_severity(f.growing),
         _queue_rule_confidence(f, 0.8),
         ev,
         recommend("compute_bound", _inputs(f)),
@@ -423,7 +425,7 @@ def rule_unexplained_queue(f: Facts) -> Finding | None:
         )
     return Finding(
         nearest[1],
-        "critical" if f.growing else "warning",
+        queue_severity(f.growing),
         0.4,
         ev,
         [],
@@ -609,33 +611,53 @@ def _kv_headroom_evidence(signals: Signals, limits: Limits) -> list[str]:
     return out
 
 
-def _schema_finding(signals: Signals) -> Finding | None:
-    """``metrics_schema_mismatch`` when only legacy or escaped names supplied a family (case C19).
+def _escaped(odd: dict[str, str]) -> list[tuple[str, str]]:
+    return sorted((f, u) for f, u in odd.items() if u.startswith("vllm_"))
 
-    One line: how many families, of which kind, and one example (the first by canonical name).
+
+def _schema_finding(signals: Signals) -> Finding | None:
+    """``metrics_schema_mismatch`` when only legacy names supplied a family (case C19): this server's vLLM
+    exposes names of an older generation, which dashboards and rules written for today's names miss.
+
+    Names escaped by the scrape (``vllm_`` for ``vllm:``) are not the server's doing and are the same for
+    every target of one Prometheus: :func:`escaped_names_note` says it once per report instead.
+    One line: how many families, and one example (the first by canonical name).
     """
     odd = legacy_or_escaped(signals)
-    if not odd:
-        return None
-    escaped = sorted((f, u) for f, u in odd.items() if u.startswith("vllm_"))
     legacy = sorted((f, u) for f, u in odd.items() if not u.startswith("vllm_"))
-    kinds = ", ".join(
-        f"{len(group)} {kind}"
-        for kind, group in (("escaped (colon written as '_')", escaped), ("legacy", legacy))
-        if group
-    )
-    family, used = (escaped or legacy)[0]
-    one = len(odd) == 1
+    if not legacy:
+        return None
+    family, used = legacy[0]
+    one = len(legacy) == 1
     return Finding(
         "metrics_schema_mismatch",
-        "warning",
+        FIXED["metrics_schema_mismatch"],
         0.95,
         [
-            f"Only under non-canonical names: {len(odd)} metric famil{'y' if one else 'ies'} ({kinds}), e.g. {used} "
-            f"for {family}. "
-            "Dashboards and alert rules written for the other spelling see no data (kvpilot matches vllm[:_] and "
-            "both generations, so its numbers are unaffected)."
+            f"Only under legacy names: {len(legacy)} metric famil{'y' if one else 'ies'}, e.g. {used} for {family} "
+            "(an older vLLM). Dashboards and alert rules written for today's names see no data for this server "
+            "(kvpilot reads both generations, so its numbers are unaffected)."
         ],
+    )
+
+
+def escaped_names_note(signals: Iterable[Signals]) -> str | None:
+    """One report note when the source stores vLLM's names with ``_`` for ``:`` (``vllm_num_requests_running``).
+
+    That is Prometheus 2.x scraping prometheus_client >= 0.22 (vLLM's exporter escapes the colon when asked
+    for OpenMetrics without ``escaping=``): every vLLM series of that Prometheus is stored so, whatever
+    the server. kvpilot reads both spellings; the user's own dashboards and rules need them too.
+    """
+    escaped = sorted({f for sig in signals for f, _ in _escaped(legacy_or_escaped(sig))})
+    if not escaped:
+        return None
+    example = escaped[0]
+    return (
+        f"This source stores vLLM's metrics with '_' for ':' ({len(escaped)} famil"
+        f"{'y' if len(escaped) == 1 else 'ies'}, e.g. {example.replace(':', '_')} for {example}): Prometheus 2.x "
+        "scraping vLLM's prometheus_client >= 0.22 does this to every vLLM series. kvpilot reads both spellings and "
+        "its alert rules match vllm[:_]; dashboards and rules of your own that query vllm:... see no data here: "
+        'select {__name__=~"vllm[:_]..."}, or scrape with Prometheus 3.x, which keeps the colons.'
     )
 
 
@@ -659,7 +681,7 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
     queries, hits = s("prefix_queries_increase"), s("prefix_hits_increase")
     if not queries or queries <= 0 or hits is None:
         return None
-    block = limits.value("block_size") or 16
+    block = limits.value("block_size") or DEFAULT_BLOCK_SIZE
     per_request = s("prompt_tokens_per_request")
     finished = s("requests_finished_increase")
     if finished and finished > 0:
@@ -722,7 +744,7 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
         )
         return Finding(
             "prefix_cache_ineffective",
-            "warning",
+            FIXED["prefix_cache_ineffective"],
             0.7,
             ev,
             recommend("prefix_cache_ineffective", Inputs(signals=signals, limits=limits)),

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from kvpilot.diagnose.limits import resolve_limits
+from kvpilot.diagnose.limits import Reader, confirm_inferred, resolve_limits
 from kvpilot.diagnose.model import Diagnosis, DiagnosisBasis, Report
 from kvpilot.diagnose.promql import duration
-from kvpilot.diagnose.rules import diagnose_target
+from kvpilot.diagnose.rules import diagnose_target, escaped_names_note
 from kvpilot.diagnose.signals import SIGNAL_DEFS, Signals, TargetKey, compute_signals
 from kvpilot.diagnose.sources import SourceError
+from kvpilot.diagnose.sources.http import display_url
 from kvpilot.diagnose.sources.kube import PodLimits
 from kvpilot.text.numbers import fig
 
@@ -40,8 +41,15 @@ class Options:
         use_kube: look up VLLMServer specs (GET only) when ``--server``/``--pod`` and a namespace
             are given; ``kubeconfig``/``context`` choose the cluster.
         notes: sentences the caller adds to the report (how an option was read).
+        reader: who reads the report (kvpilot.diagnose.limits.Reader): ``cli`` for ``kvpilot diagnose``,
+            ``service`` (the default) for an answer whose reader cannot pass flags (the alert hook, the demo);
+            it chooses what the advice on an inferred limit tells them to do.
         timeout: seconds for each whole HTTP request (connect + headers + body).
-        deadline: seconds for all of the run's reads (see :meth:`run_deadline_seconds`).
+        deadline: seconds for all of the run's reads (see :meth:`run_deadline_seconds`), the
+            Kubernetes lookups included.
+        prometheus_authorization: the ``Authorization`` header sent to Prometheus (``Bearer …``,
+            ``Basic …``; from ``--prometheus-bearer-token-file`` / ``--prometheus-basic-auth-file``),
+            never printed. Userinfo in a source URL is sent as basic auth and printed without it.
         fit_signals: also compute :data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS` from a recording or
             scrapes (``kvpilot.advice`` fits a workload from them; ``--prometheus`` asks for them
             afterwards, for the targets it predicts).
@@ -69,6 +77,8 @@ class Options:
     timeout: float = 10.0
     deadline: float | None = None
     notes: list[str] = field(default_factory=list)
+    reader: Reader = "service"
+    prometheus_authorization: str | None = field(default=None, repr=False)
     fit_signals: bool = False
 
     def run_deadline_seconds(self) -> float | None:
@@ -128,10 +138,11 @@ class _PodReader:
     silently (a recording or scrape run off-cluster); pods the user named get a note.
     """
 
-    def __init__(self, opts: Options, pod: str, notes: list[str]) -> None:
+    def __init__(self, opts: Options, pod: str, notes: list[str], run_deadline: float | None = None) -> None:
         self.opts, self.pod, self.notes = opts, pod, notes
         self.cache: dict[tuple[str, str], PodLimits | None] = {}
         self.off = not opts.use_kube
+        self.run_deadline = run_deadline
 
     def limits(self, key: TargetKey) -> PodLimits | None:
         namespace, name = key.namespace or self.opts.namespace, key.pod or self.pod
@@ -144,11 +155,14 @@ class _PodReader:
                 self.notes.append(f"Pods beyond the first {MAX_POD_LOOKUPS} not read for limits.")
                 self.cache[("", "")] = None
             return None
+        timeout = _lookup_timeout(self.opts, self.run_deadline)
+        if timeout <= 0:
+            self.off = True
+            self.notes.append("Pods not read for limits: the run's deadline passed.")
+            return None
         from kvpilot.diagnose.sources.kube import lookup_pod_limits
 
-        found = lookup_pod_limits(
-            namespace, name, self.opts.kubeconfig, self.opts.context, timeout=min(self.opts.timeout, 5.0)
-        )
+        found = lookup_pod_limits(namespace, name, self.opts.kubeconfig, self.opts.context, timeout=timeout)
         named = bool(self.pod) and name == self.pod
         if any("no Kubernetes configuration" in n for n in found.notes):
             self.off = True  # no cluster: stop asking
@@ -164,6 +178,14 @@ class _PodReader:
         if read:
             self.notes.append(f"Limits read from pod {namespace}/{name}: " + "; ".join(read) + ".")
         return found
+
+
+def _lookup_timeout(opts: Options, run_deadline: float | None) -> float:
+    """Seconds a Kubernetes GET may take: 5 s at most, ``--timeout`` at most, and what is left of the
+    run's deadline (<= 0: none is left).
+    """
+    timeout = min(opts.timeout, 5.0)
+    return timeout if run_deadline is None else min(timeout, run_deadline - time.monotonic())
 
 
 def run(opts: Options) -> Report:
@@ -186,7 +208,12 @@ def run(opts: Options) -> Report:
         from kvpilot.diagnose.sources.kube import lookup_server
 
         info = lookup_server(
-            opts.namespace, opts.server, opts.pod, opts.kubeconfig, opts.context, timeout=min(opts.timeout, 5.0)
+            opts.namespace,
+            opts.server,
+            opts.pod,
+            opts.kubeconfig,
+            opts.context,
+            timeout=_lookup_timeout(opts, run_deadline),
         )
         engine_spec, pod = info.engine, pod or info.pod
         notes.extend(info.notes)
@@ -203,12 +230,15 @@ def run(opts: Options) -> Report:
             pod_regex=f"{re.escape(opts.server)}(-.*)?" if opts.server and not pod else "",
             model_name=opts.model_name,
         )
-        result = PrometheusSource(opts.prometheus, timeout=opts.timeout, run_deadline=run_deadline).fetch(
-            opts.window_seconds, end, selectors
-        )
+        result = PrometheusSource(
+            opts.prometheus,
+            timeout=opts.timeout,
+            run_deadline=run_deadline,
+            authorization=opts.prometheus_authorization,
+        ).fetch(opts.window_seconds, end, selectors)
         signals, queries = result.signals, result.queries
         notes.extend(result.notes)
-        source = f"prometheus {opts.prometheus}"
+        source = f"prometheus {display_url(opts.prometheus)}"
         window_seconds = opts.window_seconds
     else:
         newest: float | None = None  # the source's newest timestamp, when it knows it
@@ -225,7 +255,7 @@ def run(opts: Options) -> Report:
                 timeout=opts.timeout,
                 run_deadline=run_deadline,
             )
-            source = f"metrics-url {opts.metrics_url}"
+            source = f"metrics-url {display_url(opts.metrics_url)}"
             if opts.quick:
                 notes.append(
                     f"--quick: two scrapes {fig(opts.quick_gap, 3)} s apart; rates cover seconds, not the "
@@ -253,9 +283,12 @@ def run(opts: Options) -> Report:
         window_seconds = window
         queries = [f"{sd.fn}({sd.family}{sd.suffix}[{duration(window)}]) by target" for sd in SIGNAL_DEFS]
     signals = _select(signals, opts, pod)
+    escaped = escaped_names_note(signals.values())
+    if escaped:
+        notes.append(escaped)
     report = Report(source=source, window_seconds=round(window_seconds, 3), notes=notes)
-    instance = urlsplit(opts.metrics_url).netloc if opts.metrics_url else ""
-    pods = _PodReader(opts, pod, notes)
+    instance = urlsplit(display_url(opts.metrics_url)).netloc if opts.metrics_url else ""
+    pods = _PodReader(opts, pod, notes, run_deadline)
     for key in sorted(signals):
         sig = signals[key]
         from_pod = pods.limits(key)
@@ -273,6 +306,11 @@ def run(opts: Options) -> Report:
         diag.basis = DiagnosisBasis(key, sig, limits)
         inferred = {name: diag.signals.get(f"inferred_{name}") for name in ("max_num_seqs", "max_num_batched_tokens")}
         diag.evidence.append(limits.describe(inferred))
+        advice = confirm_inferred(
+            [k for k, v in inferred.items() if v is not None], opts.reader, pod_read=from_pod is not None
+        )
+        if advice:
+            diag.evidence.append(advice)
         # a limit the rules inferred from the gauges is not the default the notes say was assumed
         diag.evidence.extend(
             n for n in limits.notes if not any(v is not None and n.startswith(f"{k} ") for k, v in inferred.items())

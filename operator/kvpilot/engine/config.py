@@ -1,11 +1,12 @@
 """``EngineConfig``: the vLLM flags and hardware the engine model runs with.
 
-Defaults follow vLLM v0.30-v0.33 (docs/background.md §7): ``block_size`` 16, ``gpu_memory_utilization``
-0.92, prefix caching and chunked prefill on, and the GPU-dependent batch defaults of
-``EngineArgs._set_default_args`` (vllm/engine/arg_utils.py, OpenAI server usage context):
-``max_num_seqs`` 256 and ``max_num_batched_tokens`` 2048, or 1024 and 8192 on GPUs with >= 70 GiB
-that are not A100s, with the budget 16384 from 160 GiB. Hardware numbers live in
-:mod:`kvpilot.engine.hardware`.
+Defaults are vLLM's (:mod:`kvpilot.vllm.defaults`, vLLM 0.29.0): ``block_size`` 16,
+``gpu_memory_utilization`` 0.92, prefix caching and chunked prefill on, and the batch limits
+``EngineArgs`` gives ``vllm serve`` on the configured GPU (:func:`kvpilot.vllm.defaults.resolve_batch_limits`:
+``max_num_seqs`` 256 and ``max_num_batched_tokens`` 2048, or 1024 and 8192 from 70 GiB unless an A100,
+1024 and 16384 from 160 GiB, then vLLM's clamps). The KV pool, bytes per token and the startup fit check
+are :mod:`kvpilot.kv`'s, so the engine and ``kvpilot kv`` give one answer for one server. Hardware numbers
+live in :mod:`kvpilot.engine.hardware`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,35 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
-from kvpilot.engine.hardware import model_profile
-from kvpilot.gpus import GiB, gpu_profile
-from kvpilot.kv.capacity import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, vllm_batch_defaults
+from kvpilot.engine.hardware import BANDWIDTH_EFFICIENCY, COMPUTE_EFFICIENCY, STEP_OVERHEAD_S, model_profile
+from kvpilot.gpus import gpu_profile
+from kvpilot.kv.capacity import (
+    DEFAULT_OVERHEAD_BYTES,
+    blocks_per_request,
+    kv_memory_budget,
+    pool_blocks,
+    requested_memory_bytes,
+    usable_blocks,
+)
+from kvpilot.kv.size import footprint
+from kvpilot.kv.spec import KVConfigError
 from kvpilot.text.numbers import gib
+from kvpilot.vllm.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, NULL_BLOCKS, resolve_batch_limits
+
+#: kvpilot.kv's option names -> the engine field each comes from (its errors name the engine's field).
+_KV_OPTION_FIELDS = {
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--gpu-memory": "gpu",
+    "--weights-memory": "weight_bytes",
+    "--overhead-memory": "non_kv_reserve_bytes",
+}
+
+
+def _engine_error(exc: KVConfigError) -> ValueError:
+    """A :class:`KVConfigError` of :mod:`kvpilot.kv` as the engine's ``"<field>: <reason>"`` ValueError."""
+    return ValueError(f"{_KV_OPTION_FIELDS.get(exc.field, exc.field)}: {exc.message}")
 
 
 @dataclass
@@ -26,14 +52,15 @@ class EngineConfig:
 
     Capacity: ``num_gpu_blocks`` (total, including the null block) wins; else ``kv_cache_tokens``
     (vLLM's logged "GPU KV cache size", tokens; blocks = tokens // block_size, vLLM's own relation
-    ``kv_cache_size_tokens = num_gpu_blocks * block_size``); else derived as
-    ``(gpu memory * gpu_memory_utilization - weights / TP - non_kv_reserve_bytes) // (bytes/token *
-    block_size)``. ``non_kv_reserve_bytes`` (activations, CUDA graphs, non-torch memory) defaults
-    to 1.35 GiB, calibrated on docs/background.md §9 (8 GiB x 0.60 - 2.87 GiB weights - 0.575 GiB KV).
+    ``kv_cache_size_tokens = num_gpu_blocks * block_size``); else derived as ``kvpilot kv`` derives it
+    (:func:`kvpilot.kv.capacity.kv_memory_budget`): ``ceil(gpu memory x gpu_memory_utilization) - weights / TP -
+    non_kv_reserve_bytes``, in blocks of ``bytes/token x block_size``. ``non_kv_reserve_bytes`` (activations,
+    CUDA graphs, non-torch memory) defaults to :data:`kvpilot.kv.capacity.DEFAULT_OVERHEAD_BYTES`, what the
+    reference deployment leaves (docs/background.md §9: 8 GiB x 0.60 gives its 1,345 blocks).
 
-    ``bytes_per_token`` defaults to the model profile's bf16 value, halved for fp8 KV and divided
-    by ``min(TP, kv_heads)`` (docs/background.md §2). ``kv_offload_cpu_bytes`` > 0 turns on the
-    LMCache-like CPU tier (chunks of ``offload_chunk_tokens``); its bandwidths are calibrated on §9:
+    ``bytes_per_token`` defaults to :func:`kvpilot.kv.size.footprint` of the model profile for
+    ``kv_cache_dtype`` and ``tensor_parallel_size`` (docs/background.md §2). ``kv_offload_cpu_bytes`` > 0 turns on
+    the LMCache-like CPU tier (chunks of ``offload_chunk_tokens``); its bandwidths are calibrated on §9:
     4,864 tokens x 28,672 B loaded in ~8.5 ms (16 GB/s) and stored for +22.3 ms (6.25 GB/s).
 
     ``scheduler_reserve_full_isl`` (vLLM ``SchedulerConfig.scheduler_reserve_full_isl``, PR #37307,
@@ -60,11 +87,11 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
-    non_kv_reserve_bytes: int = int(1.35 * GiB)
+    non_kv_reserve_bytes: int = DEFAULT_OVERHEAD_BYTES
     weight_bytes: int | None = None
-    bandwidth_efficiency: float = 0.70
-    compute_efficiency: float = 0.78
-    step_overhead: float = 1.5e-3
+    bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY
+    compute_efficiency: float = COMPUTE_EFFICIENCY
+    step_overhead: float = STEP_OVERHEAD_S
     served_model_name: str | None = None
 
     # ------------------------------------------------------------------ construction
@@ -89,8 +116,9 @@ class EngineConfig:
         return dataclasses.replace(self, **clean)
 
     def resolved(self) -> EngineConfig:
-        """A copy with ``max_num_seqs``/``max_num_batched_tokens`` left ``None`` set to vLLM's
-        defaults for this GPU (see the module docstring). The engine runs on the resolved copy.
+        """A copy with ``max_num_seqs``/``max_num_batched_tokens`` left ``None`` set as vLLM sets them for this
+        GPU and ``max_model_len`` (:func:`kvpilot.vllm.defaults.resolve_batch_limits`). The engine runs on the
+        resolved copy.
 
         Raises:
             ValueError: unknown GPU profile.
@@ -98,11 +126,16 @@ class EngineConfig:
         if self.max_num_seqs is not None and self.max_num_batched_tokens is not None:
             return self
         gpu = gpu_profile(self.gpu)
-        seqs, budget = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
+        limits = resolve_batch_limits(
+            gpu.memory_bytes,
+            gpu.name,
+            max_model_len=int(self.max_model_len),
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            enable_chunked_prefill=bool(self.enable_chunked_prefill),
+        )
         return dataclasses.replace(
-            self,
-            max_num_seqs=seqs if self.max_num_seqs is None else self.max_num_seqs,
-            max_num_batched_tokens=(budget if self.max_num_batched_tokens is None else self.max_num_batched_tokens),
+            self, max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,17 +144,23 @@ class EngineConfig:
 
     # ------------------------------------------------------------------ derived values
     def resolved_bytes_per_token(self) -> int:
-        """KV bytes per token per GPU (see the class docstring)."""
+        """KV bytes per token per GPU (see the class docstring).
+
+        Raises:
+            ValueError: ``"<field>: <reason>"`` for a KV dtype vLLM does not know or a tensor-parallel size vLLM
+                refuses for the model (one that does not divide its attention heads, or that neither divides
+                nor is a multiple of its KV heads).
+        """
         if self.bytes_per_token is not None:
             return int(self.bytes_per_token)
-        profile = model_profile(self.model)
-        bpt = profile.bytes_per_token
-        if self.kv_cache_dtype.startswith("fp8"):
-            bpt //= 2
-        return bpt // max(1, min(self.tensor_parallel_size, profile.num_kv_heads))
+        try:
+            fp = footprint(model_profile(self.model).kv_spec(), self.kv_cache_dtype, int(self.tensor_parallel_size))
+        except KVConfigError as exc:
+            raise _engine_error(exc) from None
+        return fp.bytes_per_token
 
     def resolved_weight_bytes(self) -> int:
-        """Weight bytes of the whole model (bf16 unless ``weight_bytes`` is set)."""
+        """Weight bytes of the whole model (the profile's checkpoint bytes unless ``weight_bytes`` is set)."""
         if self.weight_bytes is not None:
             return int(self.weight_bytes)
         return model_profile(self.model).weight_bytes
@@ -137,24 +176,30 @@ class EngineConfig:
             given = "num_gpu_blocks" if self.num_gpu_blocks is not None else "kv_cache_tokens"
             value = int(getattr(self, given))
             blocks = value if given == "num_gpu_blocks" else value // self.block_size
-            if blocks < 2:  # block 0 is the null block (docs/background.md §4): at least one usable block
+            if blocks < NULL_BLOCKS + 1:  # block 0 is the null block (docs/background.md §4)
                 raise ValueError(
                     f"{given}: {value} gives {blocks} block(s) of {self.block_size} tokens; "
                     "at least 2 are needed (the null block and one usable block)"
                 )
             return blocks
         gpu = gpu_profile(self.gpu)
-        tp = max(1, self.tensor_parallel_size)
-        kv_bytes = (
-            gpu.memory_bytes * self.gpu_memory_utilization
-            - self.resolved_weight_bytes() / tp
-            - self.non_kv_reserve_bytes
-        )
-        blocks = int(kv_bytes // (self.resolved_bytes_per_token() * self.block_size))
-        if blocks < 2:
+        tp = max(1, int(self.tensor_parallel_size))
+        try:
+            budget = kv_memory_budget(
+                gpu_memory_bytes=gpu.memory_bytes,
+                gpu_memory_utilization=self.gpu_memory_utilization,
+                weights_bytes=self.resolved_weight_bytes() // tp,
+                overhead_bytes=int(self.non_kv_reserve_bytes),
+            )
+        except KVConfigError as exc:
+            raise _engine_error(exc) from None
+        assert budget is not None  # the GPU's memory is given, so the budget is derived
+        blocks = pool_blocks(budget.kv_memory_bytes, self.block_size, self.resolved_bytes_per_token())
+        if blocks < NULL_BLOCKS + 1:
+            left = requested_memory_bytes(gpu.memory_bytes, self.gpu_memory_utilization) - (budget.non_kv_bytes or 0)
             raise ValueError(
                 "gpu_memory_utilization: no available memory for the cache blocks "
-                f"({gib(kv_bytes)} left after weights and activations)"
+                f"({gib(left)} left after weights and activations)"
             )
         return blocks
 
@@ -205,13 +250,14 @@ class EngineConfig:
         gpu_profile(self.gpu)
         model_profile(self.model)
         blocks = self.resolved_num_gpu_blocks()
-        need = -(-self.max_model_len // self.block_size)
-        if need > blocks - 1:
+        need = blocks_per_request(self.max_model_len, self.block_size)
+        usable = usable_blocks(blocks)
+        if need > usable:  # vLLM plans the fit against the usable blocks (kvpilot.kv.capacity)
             raise ValueError(
                 f"max_model_len: to serve at least one request with the model's max seq len "
                 f"({self.max_model_len}), {need} blocks are needed, which is larger than the "
-                f"available KV cache ({blocks - 1} usable blocks = {(blocks - 1) * self.block_size}"
-                f" tokens); the estimated maximum model length is {(blocks - 1) * self.block_size}"
+                f"available KV cache ({usable} usable blocks = {usable * self.block_size}"
+                f" tokens); the estimated maximum model length is {usable * self.block_size}"
             )
 
 

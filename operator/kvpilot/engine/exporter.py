@@ -43,8 +43,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 
+from kvpilot.kv.capacity import kv_cache_capacity
 from kvpilot.metrics import catalog
 from kvpilot.metrics.catalog import DEFAULT_VLLM_VERSION, names_for_version, version_tuple
+from kvpilot.vllm.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
 
 __all__ = ["VLLMMetrics", "DEFAULT_VLLM_VERSION", "request_token_buckets"]
 
@@ -111,13 +113,14 @@ _HELP_0_29 = {
 #: ``str()`` of the vLLM 0.29.0 ``CacheConfig`` fields ``vllm:cache_config_info`` carries besides the ones the
 #: engine knows (block_size, num_gpu_blocks, gpu_memory_utilization, enable_prefix_caching, cache_dtype and the
 #: derived kv_cache_size_tokens / kv_cache_max_concurrency): their defaults for a server started with
-#: ``--block-size``, read off vLLM 0.29.0's own ``log_engine_initialized`` by the reference tier.
+#: ``--block-size``, read off vLLM 0.29.0's own ``log_engine_initialized`` by the reference tier; the block size
+#: and utilization are vLLM's defaults (:mod:`kvpilot.vllm.defaults`), which the engine's own values replace.
 CACHE_CONFIG_DEFAULTS_0_29 = {
     "_block_size_resolved": "True",
-    "block_size": "16",
+    "block_size": str(DEFAULT_BLOCK_SIZE),
     "cache_dtype": "auto",
     "enable_prefix_caching": "True",
-    "gpu_memory_utilization": "0.9",
+    "gpu_memory_utilization": str(DEFAULT_GPU_MEMORY_UTILIZATION),
     "is_attention_free": "False",
     "kv_cache_dtype_skip_layers": "[]",
     "kv_cache_layout": "None",
@@ -159,17 +162,6 @@ _BUCKETS = {
     "vllm:request_time_per_output_token_seconds": catalog.ITL_BUCKETS,
     "vllm:request_params_n": (1, 2, 5, 10, 20),  # build_buckets([1, 2, 5], 20), v1/metrics/loggers.py
 }
-
-
-def kv_cache_capacity(num_gpu_blocks: int, block_size: int, max_model_len: int) -> tuple[int, float]:
-    """``(kv_cache_size_tokens, kv_cache_max_concurrency)`` as vLLM 0.29.0 derives them for one attention group.
-
-    ``max_concurrency = num_gpu_blocks / ceil(max_model_len / block_size)``, ``tokens = int(max_concurrency *
-    max_model_len)`` (``get_kv_cache_capacity`` / ``get_max_concurrency_for_kv_cache_config`` in
-    vllm/v1/core/kv_cache_utils.py). Example: 1,345 blocks of 16 at 8,192 -> (21520, 2.626953125).
-    """
-    concurrency = num_gpu_blocks / -(-max_model_len // block_size)
-    return int(concurrency * max_model_len), concurrency
 
 
 def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
@@ -220,7 +212,7 @@ class VLLMMetrics:
         cache_config: label set of ``vllm:cache_config_info`` (strings, as vLLM ``str()``s each
             CacheConfig field): e.g. ``block_size``, ``num_gpu_blocks``, ``gpu_memory_utilization``,
             ``enable_prefix_caching``, ``cache_dtype``, ``kv_cache_size_tokens``,
-            ``kv_cache_max_concurrency``. ``block_size`` (default ``"16"``) also converts prefix
+            ``kv_cache_max_concurrency``. ``block_size`` (default vLLM's, ``"16"``) also converts prefix
             counters to blocks before 0.9.0. The two ``kv_cache_*`` labels are dropped before 0.24.
         registry: a registry to fill (default: a new one; never the process-global ``REGISTRY``).
         max_model_len: top of the per-request token histograms' buckets (default 8192, the
@@ -253,7 +245,7 @@ class VLLMMetrics:
         self.max_model_len = max_model_len
         self.prefix_in_blocks = v < PREFIX_TOKENS_SINCE
         try:
-            self.block_size = int(cache_config.get("block_size", "16"))
+            self.block_size = int(cache_config.get("block_size", str(DEFAULT_BLOCK_SIZE)))
         except ValueError:
             raise ValueError(f"cache_config.block_size: {cache_config['block_size']!r} is not an integer") from None
         if self.block_size < 1:
@@ -332,7 +324,7 @@ class VLLMMetrics:
         labels = {str(k): str(val) for k, val in cache_config.items()}
         if self.semantics_0_29:
             labels = {**CACHE_CONFIG_DEFAULTS_0_29, **labels}
-            if labels["num_gpu_blocks"] != "None":  # vLLM derives these two from the blocks, as floats/ints
+            if labels["num_gpu_blocks"] != "None":  # vLLM derives these two from the blocks (kvpilot.kv.capacity)
                 tokens, concurrency = kv_cache_capacity(
                     int(labels["num_gpu_blocks"]), int(labels["block_size"]), self.max_model_len
                 )

@@ -8,7 +8,8 @@ Cost model (docs/background.md §1; roofline):
     attention_flops = 4 * layers * q_heads * head_dim * sum over scheduled tokens of their context
     kv_bytes_read   = bytes_per_token * sum over scheduled requests of (context after this step)
 
-- 2·P FLOP per token for the linear layers, 2 bytes per bf16 weight: docs/background.md §1.
+- 2·P FLOP per token for the linear layers (docs/background.md §1); the weights read per step are the
+  checkpoint's bytes (:attr:`ModelProfile.weight_bytes`).
 - Attention: QK^T and PV, 2 FLOP per multiply-add each, per query token per context token, per
   head dim, per query head, per layer (Kaplan et al. 2020, "Scaling Laws", Table 1 context term).
 - ``bandwidth_efficiency`` 0.70: docs/background.md §1 (39 tok/s on a 896 GB/s GPU with 16.2 GB of
@@ -28,12 +29,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvpilot.gpus import GPUProfile
+from kvpilot.kv.capacity import REFERENCE_WEIGHTS_BYTES
+from kvpilot.kv.size import footprint
+from kvpilot.kv.spec import FULL, KVSpec
+
+#: Fraction of the datasheet bandwidth a decode step reaches (docs/background.md §1: 632 of 896 GB/s).
+BANDWIDTH_EFFICIENCY = 0.70
+#: Fraction of the dense bf16 peak a prefill reaches: the calibration of the module docstring.
+COMPUTE_EFFICIENCY = 0.78
+#: Seconds of scheduler, sampling and kernel-launch time per step (an assumption, docs/engine.md).
+STEP_OVERHEAD_S = 1.5e-3
 
 
 @dataclass(frozen=True)
 class ModelProfile:
-    """One model's shape: parameters, layers, query heads, head dim, KV bytes per token (bf16), KV
-    heads (``num_key_value_heads``, for tensor-parallel division).
+    """One model's shape, as its config.json gives it, and its weights.
+
+    Attributes:
+        name: profile name (``qwen2.5-1.5b`` …).
+        params: parameters (model card), for the 2·P FLOP per token.
+        num_layers / num_heads / head_dim / num_kv_heads: ``num_hidden_layers``, ``num_attention_heads``, head
+            size, ``num_key_value_heads``.
+        weight_bytes: bytes of the checkpoint's tensors (its safetensors ``total_size``), what vLLM loads and
+            subtracts before it sizes the KV pool.
+        max_model_len: the context vLLM derives from the config (``kvpilot.kv.spec.context_length``), tokens.
+        source: where the figures come from.
     """
 
     name: str
@@ -41,14 +61,30 @@ class ModelProfile:
     num_layers: int
     num_heads: int
     head_dim: int
-    bytes_per_token: int
+    num_kv_heads: int
+    weight_bytes: int
+    max_model_len: int
     source: str
-    num_kv_heads: int = 1
+
+    def kv_spec(self) -> KVSpec:
+        """The model as :mod:`kvpilot.kv` sees it: every layer full attention, bf16 (``--dtype auto``)."""
+        return KVSpec(
+            model_type=None,
+            num_layers=self.num_layers,
+            num_attention_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            model_dtype="bfloat16",
+            is_mla=False,
+            layer_counts=((FULL, self.num_layers),),
+        )
 
     @property
-    def weight_bytes(self) -> int:
-        """bf16 weights: 2 bytes per parameter (docs/background.md §1)."""
-        return int(self.params * 2)
+    def bytes_per_token(self) -> int:
+        """KV bytes per token at bf16 and TP 1 (:func:`kvpilot.kv.size.footprint`: 2 x layers x KV heads x head
+        dim x 2; docs/background.md §2).
+        """
+        return footprint(self.kv_spec()).bytes_per_token
 
 
 MODEL_PROFILES: dict[str, ModelProfile] = {
@@ -58,10 +94,12 @@ MODEL_PROFILES: dict[str, ModelProfile] = {
         28,
         12,
         128,
-        28_672,
-        "Qwen/Qwen2.5-1.5B-Instruct config.json (28 layers, 12 heads, 2 KV heads, hidden 1536) and "
-        "model card (1.54B parameters); 28,672 B/token: docs/background.md §2",
         2,
+        REFERENCE_WEIGHTS_BYTES,
+        32_768,
+        "Qwen/Qwen2.5-1.5B-Instruct config.json (28 layers, 12 heads, 2 KV heads, hidden 1536, "
+        "max_position_embeddings 32,768), model card (1.54B parameters); weights: 1,543,714,304 bf16 "
+        "parameters in its model.safetensors = 3,087,428,608 bytes",
     ),
     "qwen2.5-7b": ModelProfile(
         "qwen2.5-7b",
@@ -69,10 +107,12 @@ MODEL_PROFILES: dict[str, ModelProfile] = {
         28,
         28,
         128,
-        57_344,
-        "Qwen/Qwen2.5-7B-Instruct config.json (28 layers, 28 heads, 4 KV heads, hidden 3584) and "
-        "model card (7.61B parameters); 57,344 B/token: docs/background.md §2",
         4,
+        15_231_233_024,
+        32_768,
+        "Qwen/Qwen2.5-7B-Instruct config.json (28 layers, 28 heads, 4 KV heads, hidden 3584, "
+        "max_position_embeddings 32,768), model card (7.61B parameters); weights: "
+        "model.safetensors.index.json total_size 15,231,233,024",
     ),
     "llama-3.1-8b": ModelProfile(
         "llama-3.1-8b",
@@ -80,10 +120,12 @@ MODEL_PROFILES: dict[str, ModelProfile] = {
         32,
         32,
         128,
-        131_072,
-        "meta-llama/Llama-3.1-8B-Instruct config.json (32 layers, 32 heads, 8 KV heads, hidden "
-        "4096); 8.03B parameters (model card); 2 x 32 x 8 x 128 x 2 = 131,072 B/token",
         8,
+        16_060_522_496,
+        131_072,
+        "meta-llama/Llama-3.1-8B-Instruct config.json (32 layers, 32 heads, 8 KV heads, hidden 4096, "
+        "max_position_embeddings 131,072, llama3 RoPE); 8.03B parameters (model card); weights: "
+        "model.safetensors.index.json total_size 16,060,522,496",
     ),
 }
 
@@ -102,7 +144,7 @@ class CostModel:
     Args:
         gpu, model: profiles; ``bytes_per_token``: KV bytes per token per GPU (after dtype/TP);
         ``tensor_parallel_size``: GPUs sharing weights and compute; efficiencies 0-1; ``overhead``
-        seconds per step; ``weight_bytes``: override of the model's bf16 weight bytes.
+        seconds per step; ``weight_bytes``: override of the model's checkpoint bytes.
     """
 
     __slots__ = (
@@ -124,9 +166,9 @@ class CostModel:
         *,
         bytes_per_token: int,
         tensor_parallel_size: int = 1,
-        bandwidth_efficiency: float = 0.70,
-        compute_efficiency: float = 0.78,
-        overhead: float = 1.5e-3,
+        bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
+        compute_efficiency: float = COMPUTE_EFFICIENCY,
+        overhead: float = STEP_OVERHEAD_S,
         weight_bytes: int | None = None,
     ) -> None:
         tp = max(1, tensor_parallel_size)

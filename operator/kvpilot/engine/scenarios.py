@@ -28,7 +28,7 @@ from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.core import Engine, MetricsSink, StepOutput
 from kvpilot.engine.report_stats import ReportStats
 from kvpilot.engine.workloads import from_dict as workload_from_dict
-from kvpilot.gpus import GiB
+from kvpilot.text.numbers import GIB
 from kvpilot.vllm.args import from_vllm_args
 
 __all__ = [
@@ -425,6 +425,6 @@ def report(engine: Engine, sc: Scenario, stats: ReportStats) -> dict[str, Any]:
         out["passes"] = passes
     if engine.offload is not None:
         out["kv_offload_cpu_bytes"] = engine.config.kv_offload_cpu_bytes
-        out["kv_offload_cpu_gib"] = round(engine.config.kv_offload_cpu_bytes / GiB, 3)
+        out["kv_offload_cpu_gib"] = round(engine.config.kv_offload_cpu_bytes / GIB, 3)
         out["offload_capacity_chunks"] = engine.offload.capacity_chunks
     return out

@@ -3,7 +3,7 @@
 Pure (no I/O), except :mod:`kvpilot.kv.hub` (the time-bounded Hugging Face Hub fetch used by
 ``kvpilot kv`` and the operator, not imported here). Public API:
 
-* :func:`kv_spec_from_config` (config dict → :class:`KVSpec`),
+* :func:`kv_spec_from_config` (config dict → :class:`KVSpec`), :func:`context_length` (vLLM's ``max_model_len``),
 * :func:`bytes_per_token` (per GPU, bytes), :func:`footprint` (:class:`KVFootprint`),
 * :func:`capacity` (:class:`KVCapacity`, ``to_json()`` = ``kvpilot kv -o json``),
 * :func:`startup_memory_check` (free memory vs ``gpu_memory_utilization``),
@@ -30,10 +30,12 @@ from kvpilot.kv.capacity import (
     vllm_batch_defaults,
 )
 from kvpilot.kv.size import KVFootprint, bytes_per_token, footprint, kv_element_bytes
-from kvpilot.kv.spec import KVConfigError, KVSpec, kv_spec_from_config
+from kvpilot.kv.spec import ContextLength, KVConfigError, KVSpec, context_length, kv_spec_from_config
 
 __all__ = [
     "seqs_pool_share",
+    "ContextLength",
+    "context_length",
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_GPU_MEMORY_UTILIZATION",
     "DEFAULT_MAX_NUM_BATCHED_TOKENS",

@@ -1,65 +1,86 @@
 """KV capacity: tokens, blocks, concurrency and startup feasibility, the way vLLM computes them.
 
-Pure arithmetic. Sources (vLLM main, the v0.3x line: vllm/v1/core/kv_cache_utils.py at commit 001cabc1;
-docs/background.md §2, §4, §7):
+Pure arithmetic, each vLLM formula defined here once (the engine model, the exporter, ``kvpilot simulate``'s
+startup line and the demo call these functions). Sources: vLLM 0.29.0 (the reference wheel),
+``vllm/v1/core/kv_cache_utils.py`` and ``vllm/v1/worker/`` as cited per function; docs/background.md §2, §4, §7:
 
-* Blocks: ``num_blocks = available_memory // page_size // num_layers`` (``get_num_blocks``,
-  vllm/v1/core/kv_cache_utils.py), i.e. ``kv_memory // (block_size × bytes_per_token)``, rounded down.
-* Tokens: ``GPU KV cache size: N tokens`` logs ``num_blocks // num_groups × block_size``
-  (``_report_kv_cache_config``): the block count *including* block 0, the reserved null block
-  (``BlockPool``), so usable blocks = ``num_blocks - 1`` (docs/background.md §4: 21,520 tokens = 1,345 blocks,
-  1,344 usable).
-* Concurrency: ``num_blocks / ceil(max_memory_usage_per_request / memory_per_block)``
-  (``get_max_concurrency_for_kv_cache_config``), logged as ``Maximum concurrency for N tokens per request: X.XXx``.
-* Fits: startup fails when one ``max_model_len`` request needs more KV memory than is available
-  (``check_enough_kv_cache_memory``); the "estimated maximum model length" is the largest length whose
-  blocks fit (``_estimate_max_model_len_from_groups``: binary search over ``ceil(len / block) × page``).
-* Available KV memory from the GPU: ``total × gpu_memory_utilization − weights − (activation peak +
-  non-torch memory + CUDA graphs)`` (vLLM's memory profiling, ``Memory profiling results`` log). The
-  overhead is not knowable offline; :data:`DEFAULT_OVERHEAD_BYTES` is an estimate (see its comment).
-* Startup free-memory check: vLLM refuses to start when ``free < gpu_memory_utilization × total``
-  ("Free memory on device … on startup is less than desired GPU memory utilization"), see
+* Blocks: ``num_blocks = available_memory // bytes_per_block`` (``get_kv_cache_config_from_groups``), i.e.
+  ``kv_memory // (block_size × bytes_per_token)``, rounded down (:func:`pool_blocks`). The count includes block 0,
+  the null block ``BlockPool`` reserves, so usable blocks = ``num_blocks - 1`` (docs/background.md §4: 21,520
+  tokens = 1,345 blocks, 1,344 usable).
+* Concurrency: ``num_blocks / sum of cdiv(max_memory_usage_bytes, page_size_bytes)`` over the groups
+  (``get_max_concurrency_for_kv_cache_config``), for full attention ``num_blocks / cdiv(max_model_len,
+  block_size)`` (:func:`max_concurrency`); the logged ``GPU KV cache size`` is ``int(max_concurrency ×
+  max_model_len)`` (``get_kv_cache_capacity``, :func:`kv_cache_capacity`).
+* Fits: startup fails when one ``max_model_len`` request needs more than the available memory less one block,
+  the null block (``get_kv_cache_configs`` → ``_check_enough_kv_cache_memory``), i.e. when it needs more blocks
+  than the usable ones; the "estimated maximum model length" is the largest length whose blocks fit in the
+  usable ones (``_estimate_max_model_len_from_groups``: a binary search).
+* Available KV memory from the GPU: ``ceil(total × gpu_memory_utilization)`` (``request_memory``,
+  vllm/v1/worker/utils.py) ``− weights − (activation peak + non-torch memory + CUDA graphs)``
+  (``Worker.determine_available_memory``, vllm/v1/worker/gpu_worker.py). The overhead is not knowable offline;
+  :data:`DEFAULT_OVERHEAD_BYTES` is what the reference deployment leaves (see its comment).
+* Startup free-memory check: vLLM refuses to start when ``free < ceil(gpu_memory_utilization × total)``
+  ("Free memory on device … on startup is less than desired GPU memory utilization", ``request_memory``), see
   :func:`startup_memory_check`.
+
+vLLM's own defaults (block size, utilization, batch tiers) live in :mod:`kvpilot.vllm.defaults`; the bounds
+every option is checked against in :mod:`kvpilot.kv.bounds`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, overload
+from typing import Any
 
-from kvpilot.kv.size import KVFootprint, footprint
-from kvpilot.kv.spec import KVConfigError, KVSpec, ceil_div, kv_spec_from_config
+from kvpilot.kv.bounds import MAX_COUNT, MAX_MEMORY_BYTES, MAX_TOKENS
+from kvpilot.kv.size import KVFootprint, check_physical, footprint
+from kvpilot.kv.spec import KVConfigError, KVSpec, ceil_div, check_whole, kv_spec_from_config
 from kvpilot.kv.speculative import DraftLayers
-from kvpilot.text.numbers import count, gib
+from kvpilot.text.numbers import GIB, count, gib
+from kvpilot.vllm.defaults import (
+    ALLOW_LONG_MAX_MODEL_LEN_ENV,
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    HUGE_GPU_MAX_NUM_BATCHED_TOKENS,
+    LARGE_GPU_MAX_NUM_BATCHED_TOKENS,
+    LARGE_GPU_MAX_NUM_SEQS,
+    NULL_BLOCKS,
+    VLLM_BLOCK_SIZES,
+    is_large_gpu,
+    vllm_batch_defaults,
+)
 
-GIB = 2**30
-#: vLLM's default ``--block-size`` for CUDA attention backends (CacheConfig), docs/background.md §4.
-DEFAULT_BLOCK_SIZE = 16
-#: The block sizes vLLM's ``--block-size`` accepts: ``BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]``
-#: in ``vllm/config/cache.py`` (argparse choices come from the Literal). Newer sources type the field
-#: ``int > 0`` and leave the check to the attention backends, which support only some sizes; kvpilot
-#: keeps the listed set.
-VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
-#: vLLM's default ``--gpu-memory-utilization`` for v0.30–v0.33 (0.9 up to v0.19), docs/background.md §7.
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
-#: vLLM's default ``--max-num-batched-tokens`` on < 70 GiB GPUs (docs/background.md §7); bounds sliding-window blocks.
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
-#: vLLM's GPU-tier defaults beside it (docs/background.md §7, ``EngineArgs._set_default_args`` in
-#: vllm/engine/arg_utils.py, v0.30-v0.33, OpenAI server usage context): ``--max-num-seqs`` 256, and
-#: on GPUs with >= 70 GiB that are not A100s 1024 sequences and 8192 batched tokens; 16384 batched
-#: tokens from 160 GiB.
-DEFAULT_MAX_NUM_SEQS = 256
-LARGE_GPU_MAX_NUM_SEQS = 1024
-LARGE_GPU_MAX_NUM_BATCHED_TOKENS = 8192
-HUGE_GPU_MAX_NUM_BATCHED_TOKENS = 16384
-#: Estimated non-weight, non-KV GPU memory of a vLLM instance (activation peak of the profiling run,
-#: CUDA context/NCCL "non-torch" memory, CUDA graphs), bytes. 1.35 GiB is what the reference deployment
-#: leaves after weights and KV (docs/background.md §7/§9: Qwen2.5-1.5B-Instruct on an 8 GiB GPU at
-#: utilization 0.60 logged 21,520 KV tokens: 0.60 × 8 GiB − 2.875 GiB weights (1,543,714,304 bf16
-#: parameters) − 0.575 GiB KV = 1.35 GiB). vLLM's profile in case C01 (non_torch 0.35 GiB, activation peak
-#: ~2 GiB at 20k tokens without chunked prefill) shows it varies with model and flags: pass the real value
-#: (``--overhead-memory``) when known.
-DEFAULT_OVERHEAD_BYTES = int(1.35 * GIB)
+
+def requested_memory_bytes(total_bytes: int | float, gpu_memory_utilization: float) -> int:
+    """Bytes vLLM claims of a GPU: ``ceil(total × gpu_memory_utilization)`` (``request_memory``,
+    vllm/v1/worker/utils.py, vLLM 0.29.0). The KV pool, the weights and the activations all come out of it.
+    """
+    return math.ceil(total_bytes * gpu_memory_utilization)
+
+
+#: The reference deployment (docs/background.md §7, §9): Qwen2.5-1.5B-Instruct on one 8 GiB GPU at
+#: ``--gpu-memory-utilization 0.60``, whose vLLM 0.29.0 logged a GPU KV cache of 21,520 tokens of 28,672 bytes
+#: (1,345 blocks of 16); its weights are 1,543,714,304 bf16 parameters (the checkpoint's safetensors).
+REFERENCE_GPU_MEMORY_BYTES = 8 * GIB
+REFERENCE_GPU_MEMORY_UTILIZATION = 0.60
+REFERENCE_WEIGHTS_BYTES = 1_543_714_304 * 2
+REFERENCE_KV_TOKENS = 21_520
+REFERENCE_BYTES_PER_TOKEN = 28_672
+#: Estimated non-weight, non-KV GPU memory of a vLLM instance (activation peak of the profiling run, CUDA
+#: context/NCCL "non-torch" memory, CUDA graphs), bytes: what the reference deployment leaves after its weights
+#: and its KV, ``ceil(8 GiB × 0.60) − 3,087,428,608 − 21,520 × 28,672 = 1,449,510,708`` (1.35 GiB), so a pool
+#: derived from the GPU's memory reproduces its 21,520 tokens exactly. vLLM's profile in case C01 (non_torch
+#: 0.35 GiB, activation peak ~2 GiB at 20k tokens without chunked prefill) shows it varies with model and flags:
+#: pass the real value (``--overhead-memory``) when known.
+DEFAULT_OVERHEAD_BYTES = (
+    requested_memory_bytes(REFERENCE_GPU_MEMORY_BYTES, REFERENCE_GPU_MEMORY_UTILIZATION)
+    - REFERENCE_WEIGHTS_BYTES
+    - REFERENCE_KV_TOKENS * REFERENCE_BYTES_PER_TOKEN
+)
 #: Which vLLM's memory accounting a derived KV pool follows, and how far releases differ (sources: vLLM
 #: 0.29 ``vllm/envs.py`` ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` default 1 and its startup log
 #: "CUDA graph memory profiling is enabled (default since v0.21.0)"; vLLM PR #30515 added the estimate;
@@ -73,48 +94,66 @@ MEMORY_ACCOUNTING_NOTE = (
 )
 
 
-def is_large_gpu(gpu_memory_bytes: int | None, gpu_name: str | None) -> bool:
-    """True for vLLM's large-GPU tier: >= 70 GiB of memory (bytes) and not an A100 (name, any case);
-    False when the memory is unknown. Source: as :data:`LARGE_GPU_MAX_NUM_SEQS`.
+def pool_blocks(kv_memory_bytes: int, block_size: int, bytes_per_token: int) -> int:
+    """Blocks of a pool of ``kv_memory_bytes`` bytes: ``kv_memory // (block_size × bytes_per_token)``, the null
+    block included (``get_kv_cache_config_from_groups``: ``available_memory // bytes_per_block``, vLLM 0.29.0).
     """
-    return bool(gpu_memory_bytes and gpu_memory_bytes >= 70 * GIB and "a100" not in (gpu_name or "").lower())
+    return kv_memory_bytes // (block_size * bytes_per_token)
 
 
-def vllm_batch_defaults(gpu_memory_bytes: int | None, gpu_name: str | None) -> tuple[int, int]:
-    """VLLM's default ``(max_num_seqs, max_num_batched_tokens)`` for a GPU of ``gpu_memory_bytes``
-    bytes called ``gpu_name`` (either may be None: unknown counts as the small tier).
+def usable_blocks(num_blocks: int) -> int:
+    """Blocks requests can hold: all but the null block (:data:`~kvpilot.vllm.defaults.NULL_BLOCKS`), never < 0."""
+    return max(0, num_blocks - NULL_BLOCKS)
 
-    256 and 2048; 1024 and 8192 on :func:`is_large_gpu`; the budget is 16384 from 160 GiB.
-    Source: as :data:`LARGE_GPU_MAX_NUM_SEQS`.
+
+def blocks_per_request(max_model_len: int, block_size: int) -> int:
+    """Blocks one full-attention request of ``max_model_len`` tokens holds: ``cdiv(max_model_len, block_size)``
+    (``FullAttentionSpec.max_memory_usage_bytes`` / ``page_size_bytes``, vllm/v1/kv_cache_interface.py).
     """
-    large = is_large_gpu(gpu_memory_bytes, gpu_name)
-    seqs = LARGE_GPU_MAX_NUM_SEQS if large else DEFAULT_MAX_NUM_SEQS
-    budget = (
-        HUGE_GPU_MAX_NUM_BATCHED_TOKENS
-        if gpu_memory_bytes and gpu_memory_bytes >= 160 * GIB
-        else LARGE_GPU_MAX_NUM_BATCHED_TOKENS
-        if large
-        else DEFAULT_MAX_NUM_BATCHED_TOKENS
-    )
-    return seqs, budget
+    return ceil_div(max_model_len, block_size)
 
 
-@overload
-def _check_positive(value: object, name: str, *, integer: Literal[True] = True, upper: float | None = None) -> int: ...
-@overload
-def _check_positive(value: object, name: str, *, integer: Literal[False], upper: float | None = None) -> float: ...
-def _check_positive(value: object, name: str, *, integer: bool = True, upper: float | None = None) -> int | float:
-    """``value`` as an int (``integer``) or a float when it is a number > 0 (and <= ``upper``); KVConfigError else."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or (integer and value != int(value))
-        or value <= 0
-        or (upper is not None and value > upper)
-    ):
-        rule = "a whole number > 0" if integer else f"a number in (0, {upper}]" if upper else "a number > 0"
-        raise KVConfigError(name, f"must be {rule}, got {value!r}")
-    return int(value) if integer else float(value)
+def max_concurrency(num_blocks: int, blocks_per_full_request: int) -> float:
+    """Requests of ``max_model_len`` the pool holds at once: ``num_blocks / blocks per request``
+    (``get_max_concurrency_for_kv_cache_config``, vLLM 0.29.0; the null block is counted, as vLLM counts it).
+    E.g. 1,345 blocks at 8,192 tokens of 16-token blocks: 1,345 / 512 = 2.626953125 (logged "2.63x").
+    """
+    return num_blocks / blocks_per_full_request
+
+
+def kv_cache_capacity(num_gpu_blocks: int, block_size: int, max_model_len: int) -> tuple[int, float]:
+    """``(kv_cache_size_tokens, kv_cache_max_concurrency)`` as vLLM 0.29.0 logs and labels them for one
+    full-attention group: concurrency :func:`max_concurrency`, tokens ``int(concurrency × max_model_len)``
+    (``get_kv_cache_capacity``, vllm/v1/core/kv_cache_utils.py). Equal to ``num_gpu_blocks × block_size`` when
+    ``max_model_len`` is a multiple of the block size. Example: 1,345 blocks of 16 at 8,192 → (21520, 2.626953125).
+    """
+    concurrency = max_concurrency(num_gpu_blocks, blocks_per_request(max_model_len, block_size))
+    return int(concurrency * max_model_len), concurrency
+
+
+def _check_count(value: object, name: str, upper: int = MAX_COUNT) -> int:
+    """``value`` as an int in ``[1, upper]`` (a whole number, :func:`~kvpilot.kv.spec.check_whole`)."""
+    return check_whole(value, name, upper=upper)
+
+
+def _check_utilization(value: object, name: str = "--gpu-memory-utilization") -> float:
+    """``value`` as a float in (0, 1] (vLLM: ``Field(gt=0, le=1)``); KVConfigError naming ``name`` else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise KVConfigError(name, f"must be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _check_size(value: object, name: str, *, positive: bool = False) -> int | float:
+    """``value`` as a size in bytes in ``[0, MAX_MEMORY_BYTES]`` (above 0 with ``positive``), an int or a finite
+    float; KVConfigError naming ``name`` else (:data:`~kvpilot.kv.bounds.MAX_MEMORY_BYTES`, 64 TiB).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise KVConfigError(name, f"must be a size in bytes, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise KVConfigError(name, f"must be a size {'>' if positive else '>='} 0 bytes, got {value!r}")
+    if value > MAX_MEMORY_BYTES:
+        raise KVConfigError(name, f"{gib(value)} is above {gib(MAX_MEMORY_BYTES)}, kvpilot's bound for a memory size")
+    return value
 
 
 def check_block_size(value: object, name: str = "--block-size") -> int:
@@ -123,7 +162,7 @@ def check_block_size(value: object, name: str = "--block-size") -> int:
     Raises:
         KVConfigError: naming ``name`` for any other value (vLLM refuses it: "invalid choice").
     """
-    size = _check_positive(value, name)
+    size = _check_count(value, name, upper=max(VLLM_BLOCK_SIZES) * 2)
     if size not in VLLM_BLOCK_SIZES:
         raise KVConfigError(name, f"{size} is not a vLLM block size (one of {', '.join(map(str, VLLM_BLOCK_SIZES))})")
     return size
@@ -157,28 +196,37 @@ def kv_memory_budget(
     weights_bytes: int | None = None,
     overhead_bytes: int | None = DEFAULT_OVERHEAD_BYTES,
 ) -> MemoryBudget | None:
-    """The KV memory of one GPU: given (``kv_memory_bytes``) or ``floor(total × util) − weights − overhead``.
+    """The KV memory of one GPU: given (``kv_memory_bytes``) or derived as vLLM 0.29.0 does,
+    ``requested − weights − overhead`` with ``requested = ceil(total × utilization)``
+    (:func:`requested_memory_bytes`; ``Worker.determine_available_memory``, vllm/v1/worker/gpu_worker.py).
 
     Returns None when neither ``kv_memory_bytes`` nor ``gpu_memory_bytes`` is given. A negative result
     is clamped to 0 (vLLM: "No available memory for the cache blocks").
 
     Raises:
         KVConfigError: ``--gpu-memory-utilization`` outside (0, 1]; ``--weights-memory`` missing when the
-            budget is derived from ``--gpu-memory``; negative sizes.
+            budget is derived from ``--gpu-memory``; a size negative, not whole or above 64 TiB; a KV pool
+            larger than the GPU it is on (``--kv-memory`` above ``--gpu-memory``).
     """
-    util = _check_positive(gpu_memory_utilization, "--gpu-memory-utilization", integer=False, upper=1.0)
+    util = _check_utilization(gpu_memory_utilization)
     for value, name in (
         (kv_memory_bytes, "--kv-memory"),
         (gpu_memory_bytes, "--gpu-memory"),
         (weights_bytes, "--weights-memory"),
         (overhead_bytes, "--overhead-memory"),
     ):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise KVConfigError(name, f"must be a size >= 0 bytes, got {value!r}")
-    if gpu_memory_bytes is not None:
-        _check_positive(gpu_memory_bytes, "--gpu-memory")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise KVConfigError(name, f"must be a whole number of bytes, got {value!r}")
+        if value is not None:
+            _check_size(value, name, positive=name == "--gpu-memory")
     if kv_memory_bytes is not None:
-        non_kv = None if gpu_memory_bytes is None else int(gpu_memory_bytes * util) - kv_memory_bytes
+        if gpu_memory_bytes is not None and kv_memory_bytes > gpu_memory_bytes:
+            raise KVConfigError(
+                "--kv-memory",
+                f"{gib(kv_memory_bytes)} is more than the GPU's memory, --gpu-memory {gib(gpu_memory_bytes)}: "
+                "the KV pool is part of the GPU's memory (give the figures of one GPU)",
+            )
+        non_kv = None if gpu_memory_bytes is None else requested_memory_bytes(gpu_memory_bytes, util) - kv_memory_bytes
         return MemoryBudget(
             kv_memory_bytes,
             "kv-memory",
@@ -197,7 +245,7 @@ def kv_memory_budget(
         )
     overhead = DEFAULT_OVERHEAD_BYTES if overhead_bytes is None else overhead_bytes
     non_kv = weights_bytes + overhead
-    kv = max(0, int(gpu_memory_bytes * util) - non_kv)
+    kv = max(0, requested_memory_bytes(gpu_memory_bytes, util) - non_kv)
     return MemoryBudget(kv, "gpu-memory", gpu_memory_bytes, util, weights_bytes, overhead, non_kv)
 
 
@@ -214,10 +262,14 @@ class KVCapacity:
         kv_blocks: blocks in the pool incl. the null block; usable_blocks = kv_blocks − 1.
         kv_tokens: ``kv_blocks × block_size`` (vLLM's ``GPU KV cache size``).
         max_concurrency: ``kv_blocks / blocks per max_model_len request`` (vLLM's ``Maximum concurrency``).
-        fits: one ``max_model_len`` request fits (else vLLM refuses to start).
-        max_model_len_that_fits: the largest length that fits (``None``: no limit from KV, e.g. no full layers).
+        fits: one ``max_model_len`` request fits in the usable blocks (else vLLM refuses to start).
+        max_model_len_that_fits: the largest ``--max-model-len`` vLLM would start with: what the usable blocks
+            hold, capped at the model's context (``spec.context.limit``); ``None``: no limit from KV and no
+            context known.
+        pool_max_model_len: the longest request the usable blocks hold, uncapped (``None``: any length, e.g.
+            no full-attention layers).
         min_gpu_memory_utilization_to_fit: smallest utilization (0–1, may exceed 1 = impossible) at which
-            one request fits, when the GPU memory is known.
+            one request fits, when the GPU memory is known and the pool is part of ``utilization × total``.
         estimate: True for hybrid/sliding models or a derived (``--gpu-memory``) budget.
         inputs: the inputs used (for ``-o json``).
         notes: remarks.
@@ -239,6 +291,7 @@ class KVCapacity:
     max_concurrency: float | None = None
     fits: bool | None = None
     max_model_len_that_fits: int | None = None
+    pool_max_model_len: int | None = None
     min_gpu_memory_utilization_to_fit: float | None = None
     estimate: bool = False
     inputs: dict[str, Any] = field(default_factory=dict)
@@ -272,6 +325,8 @@ class KVCapacity:
             "max_concurrency": self.max_concurrency,
             "fits": self.fits,
             "max_model_len_that_fits": self.max_model_len_that_fits,
+            "pool_max_model_len": self.pool_max_model_len,
+            "derived_max_model_len": None if self.spec.context is None else self.spec.context.limit,
             "min_gpu_memory_utilization_to_fit": self.min_gpu_memory_utilization_to_fit,
             "kv_memory_bytes": self.kv_memory_bytes,
             "request_bytes": self.request_bytes,
@@ -306,14 +361,16 @@ def _blocks_for(fp: KVFootprint, tokens: int, block_size: int, mnbt: int) -> int
 
 
 def _max_len_that_fits(fp: KVFootprint, blocks: int, block_size: int, mnbt: int) -> int | None:
-    """Largest request length whose blocks fit in ``blocks`` (binary search, as vLLM's estimate does)."""
+    """Largest request length whose blocks fit in ``blocks`` (the usable ones; a binary search, as vLLM's
+    ``_estimate_max_model_len_from_groups`` does); None when any length up to :data:`MAX_TOKENS` fits.
+    """
 
     def fits(n: int) -> bool:
         return _blocks_for(fp, n, block_size, mnbt) <= blocks
 
     if not fits(1):
         return 0
-    hi = 2**40
+    hi = MAX_TOKENS + 1
     if fits(hi):
         return None
     lo = 1
@@ -374,13 +431,16 @@ def capacity(
     """
     spec = config if isinstance(config, KVSpec) else kv_spec_from_config(config)
     block_size = check_block_size(block_size, "--block-size")
-    dp = _check_positive(data_parallel_size, "--data-parallel-size")
-    mnbt = _check_positive(max_num_batched_tokens, "--max-num-batched-tokens")
+    dp = _check_count(data_parallel_size, "--data-parallel-size")
+    _check_count(tensor_parallel_size, "--tensor-parallel-size")
+    mnbt = _check_count(max_num_batched_tokens, "--max-num-batched-tokens", upper=MAX_TOKENS)
     if max_model_len is None:
-        if spec.max_position_embeddings is None:
-            raise KVConfigError("--max-model-len", "needed: the config has no max_position_embeddings")
-        max_model_len = spec.max_position_embeddings
-    max_model_len = _check_positive(max_model_len, "--max-model-len")
+        if spec.context is None:
+            raise KVConfigError(
+                "--max-model-len", "needed: the config has no max_position_embeddings (nor another length vLLM reads)"
+            )
+        max_model_len = spec.context.default
+    max_model_len = _check_count(max_model_len, "--max-model-len", upper=MAX_TOKENS)
     fp = footprint(spec, kv_cache_dtype, tensor_parallel_size)
     notes = list(spec.notes)
     stages = pp_stage_layers(spec.num_layers, pipeline_parallel_size)
@@ -409,6 +469,7 @@ def capacity(
         fp = replace(
             fp, full_layers=fp.full_layers + draft.num_layers, bytes_per_token=fp.bytes_per_token + draft_bytes
         )
+        check_physical(fp.bytes_per_token, fp.sliding_bytes_per_token, fp.state_bytes_per_request)
         notes.append(
             f"speculative decoding ({draft.method}): {draft.num_layers} draft layer(s) ({draft.source}) of "
             f"{count(per_layer, 'B')} per token share the pool: {count(fp.bytes_per_token - draft_bytes)} + "
@@ -417,11 +478,11 @@ def capacity(
         )
     elif draft is not None:
         notes.append(f"speculative decoding ({draft.method}): no draft layer holds KV cache ({draft.source})")
-    if spec.max_position_embeddings is not None and max_model_len > spec.max_position_embeddings:
+    context = spec.context
+    if context is not None and max_model_len > context.limit:
         notes.append(
-            f"max_model_len {max_model_len} exceeds the config's max_position_embeddings "
-            f"{spec.max_position_embeddings}: vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
-            "(or rope scaling extends the context)"
+            f"max_model_len {count(max_model_len)} exceeds the model's context, {count(context.limit)} tokens "
+            f"({context.source}, as vLLM derives it): vLLM refuses to start unless {ALLOW_LONG_MAX_MODEL_LEN_ENV}=1"
         )
     budget = kv_memory_budget(
         kv_memory_bytes=kv_memory_bytes,
@@ -477,29 +538,53 @@ def capacity(
         )
         notes.append(MEMORY_ACCOUNTING_NOTE)
     block_bytes = block_size * fp.slot_bytes_per_token
-    blocks = budget.kv_memory_bytes // block_bytes
+    blocks = pool_blocks(budget.kv_memory_bytes, block_size, fp.slot_bytes_per_token)
+    usable = usable_blocks(blocks)
     per_request = _blocks_for(fp, max_model_len, block_size, mnbt)
-    fits = per_request <= blocks
+    fits = per_request <= usable  # vLLM plans against the usable blocks: the null block is never a request's
     min_util = None
     if budget.gpu_memory_bytes and budget.non_kv_bytes is not None:
-        min_util = (budget.non_kv_bytes + per_request * block_bytes) / budget.gpu_memory_bytes
-    if blocks == 0:
+        if budget.non_kv_bytes >= 0:
+            min_util = (budget.non_kv_bytes + (per_request + NULL_BLOCKS) * block_bytes) / budget.gpu_memory_bytes
+        else:  # the pool is larger than utilization x total: the given figures come from other settings
+            notes.append(
+                f"--kv-memory {gib(budget.kv_memory_bytes)} is more than --gpu-memory x --gpu-memory-utilization "
+                f"({gib(requested_memory_bytes(budget.gpu_memory_bytes, budget.gpu_memory_utilization or 1))}): "
+                "the smallest utilization that fits is not computed (give the server's --gpu-memory-utilization)"
+            )
+    if usable == 0:
         notes.append("No available memory for the cache blocks (vLLM refuses to start)")
     elif not fits:
         notes.append(
-            f"one request of max_model_len {max_model_len} needs {gib(request_bytes)} of KV, "
-            f"more than the {gib(budget.kv_memory_bytes)} available: vLLM refuses to start"
+            f"one request of max_model_len {count(max_model_len)} needs {gib(request_bytes)} of KV, "
+            f"more than the {gib(usable * block_bytes)} of usable blocks ({count(usable)} of {count(blocks)}: "
+            "vLLM keeps one as the null block): vLLM refuses to start"
+        )
+    pool_len = _max_len_that_fits(fp, usable, block_size, mnbt)
+    fit_len = pool_len
+    if context is not None and (pool_len is None or pool_len > context.limit):
+        fit_len = context.limit
+        notes.append(
+            f"largest max_model_len that fits: the model's context, {count(context.limit)} tokens ({context.source}); "
+            + (
+                f"the pool could hold one request of {count(pool_len)} tokens"
+                if pool_len is not None
+                else "the pool holds requests of any length (no layer grows with it)"
+                if not fp.bytes_per_token
+                else f"the pool could hold one request of more than {count(MAX_TOKENS)} tokens"
+            )
         )
     return replace(
         result,
         budget=budget,
         kv_memory_bytes=budget.kv_memory_bytes,
         kv_blocks=blocks,
-        usable_blocks=max(0, blocks - 1),
+        usable_blocks=usable,
         kv_tokens=blocks * block_size,
-        max_concurrency=blocks / per_request,
+        max_concurrency=max_concurrency(blocks, per_request),
         fits=fits,
-        max_model_len_that_fits=_max_len_that_fits(fp, blocks, block_size, mnbt),
+        max_model_len_that_fits=fit_len,
+        pool_max_model_len=pool_len,
         min_gpu_memory_utilization_to_fit=min_util,
         estimate=estimate,
         notes=tuple(notes),
@@ -522,7 +607,7 @@ def pp_stage_layers(num_layers: int, pipeline_parallel_size: int) -> list[int]:
     Raises:
         KVConfigError: a size below 1 or above the layer count.
     """
-    pp = _check_positive(pipeline_parallel_size, "--pipeline-parallel-size")
+    pp = _check_count(pipeline_parallel_size, "--pipeline-parallel-size")
     if pp > num_layers:
         raise KVConfigError("--pipeline-parallel-size", f"{pp} stages for {num_layers} layers")
     parts = [num_layers // pp] * pp
@@ -546,7 +631,7 @@ def seqs_pool_share(cap: KVCapacity, max_num_seqs: int) -> dict[str, Any]:
     Raises:
         KVConfigError: ``max_num_seqs`` below 1.
     """
-    n = _check_positive(max_num_seqs, "--max-num-seqs")
+    n = _check_count(max_num_seqs, "--max-num-seqs")
     if not cap.max_concurrency:
         return {"max_num_seqs": n, "pool_share": None, "full_length_requests_at_once": None}
     return {
@@ -560,7 +645,7 @@ def seqs_pool_share(cap: KVCapacity, max_num_seqs: int) -> dict[str, Any]:
 class StartupMemoryCheck:
     """vLLM's startup check of free GPU memory against the utilization target (bytes, ratio 0–1).
 
-    ``requested_bytes = gpu_memory_utilization × total``; ``feasible`` iff ``free >= requested``;
+    ``requested_bytes = ceil(gpu_memory_utilization × total)``; ``feasible`` iff ``free >= requested``;
     ``max_feasible_utilization = free / total``; ``shortfall_bytes = max(0, requested − free)``.
     """
 
@@ -590,19 +675,25 @@ def startup_memory_check(
 ) -> StartupMemoryCheck:
     """Would vLLM start, given the GPU's free memory at startup?
 
-    Source: vLLM's GPU worker raises "Free memory on device … on startup is less than desired GPU memory
-    utilization (U, R GiB)" when ``free < U × total`` (the V1 GPU worker's startup memory snapshot; case C20a:
-    19.77 GiB free of 22.05 GiB < 0.9 × 22.05 = 19.845 GiB). Other processes (or a larger CUDA context)
-    holding memory make a utilization infeasible; the largest feasible one is ``free / total``.
+    Source: ``request_memory`` (vllm/v1/worker/utils.py, vLLM 0.29.0) raises "Free memory on device … on startup
+    is less than desired GPU memory utilization (U, R GiB)" when ``free < ceil(U × total)``
+    (:func:`requested_memory_bytes`; case C20a: 19.77 GiB free of 22.05 GiB < 0.9 × 22.05 = 19.845 GiB). Other
+    processes (or a larger CUDA context) holding memory make a utilization infeasible; the largest feasible one
+    is ``free / total``.
 
     Raises:
-        KVConfigError: for non-positive total, negative free memory, or utilization outside (0, 1].
+        KVConfigError: for a total that is not above 0, a negative free memory, a free memory above the total,
+            either above 64 TiB, or a utilization outside (0, 1].
     """
-    _check_positive(total_bytes, "--gpu-memory", integer=False)
-    util = _check_positive(gpu_memory_utilization, "--gpu-memory-utilization", integer=False, upper=1.0)
-    if isinstance(free_bytes, bool) or not isinstance(free_bytes, (int, float)) or free_bytes < 0:
-        raise KVConfigError("--free-gpu-memory", f"must be a size >= 0 bytes, got {free_bytes!r}")
-    requested = util * total_bytes
+    _check_size(total_bytes, "--gpu-memory", positive=True)
+    util = _check_utilization(gpu_memory_utilization)
+    _check_size(free_bytes, "--free-gpu-memory")
+    if free_bytes > total_bytes:
+        raise KVConfigError(
+            "--free-gpu-memory",
+            f"{gib(free_bytes)} is more than the GPU's memory, --gpu-memory {gib(total_bytes)}",
+        )
+    requested = requested_memory_bytes(total_bytes, util)
     return StartupMemoryCheck(
         total_bytes=total_bytes,
         free_bytes=free_bytes,
@@ -615,7 +706,19 @@ def startup_memory_check(
 
 
 __all__ = [
-    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_BLOCK_SIZE",  # re-exported from kvpilot.vllm.defaults, with the other vLLM defaults below
+    "NULL_BLOCKS",
+    "REFERENCE_BYTES_PER_TOKEN",
+    "REFERENCE_GPU_MEMORY_BYTES",
+    "REFERENCE_GPU_MEMORY_UTILIZATION",
+    "REFERENCE_KV_TOKENS",
+    "REFERENCE_WEIGHTS_BYTES",
+    "blocks_per_request",
+    "kv_cache_capacity",
+    "max_concurrency",
+    "pool_blocks",
+    "requested_memory_bytes",
+    "usable_blocks",
     "DEFAULT_GPU_MEMORY_UTILIZATION",
     "DEFAULT_MAX_NUM_BATCHED_TOKENS",
     "DEFAULT_MAX_NUM_SEQS",

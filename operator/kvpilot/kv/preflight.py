@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvpilot.kv.capacity import DEFAULT_GPU_MEMORY_UTILIZATION, capacity
+from kvpilot.kv.capacity import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, capacity
 from kvpilot.kv.spec import KVConfigError
 from kvpilot.text.numbers import count, gib, number, times
 
@@ -62,7 +62,7 @@ def kv_capacity_condition(
     weights_bytes: int | None = None,
     overhead_bytes: int | None = None,
     kv_memory_bytes: int | None = None,
-    block_size: int = 16,
+    block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> tuple[dict[str, str], str | None]:
     """``(condition, warning)`` of :func:`kv_preflight` (same arguments)."""
     result = kv_preflight(
@@ -85,7 +85,7 @@ def kv_preflight(
     weights_bytes: int | None = None,
     overhead_bytes: int | None = None,
     kv_memory_bytes: int | None = None,
-    block_size: int = 16,
+    block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> Preflight:
     """The ``KVCapacity`` condition for a VLLMServer, a warning when vLLM would refuse to start, and the numbers.
 

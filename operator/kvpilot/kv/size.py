@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvpilot.kv.bounds import MAX_BYTES_PER_TOKEN, MAX_MEMORY_BYTES
 from kvpilot.kv.spec import (
     DTYPE_BYTES,
     FULL,
@@ -51,12 +52,15 @@ from kvpilot.kv.spec import (
     ceil_div,
     kv_spec_from_config,
 )
+from kvpilot.text.numbers import count
+from kvpilot.vllm.defaults import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    FP8_DS_MLA_BYTES_PER_TOKEN_PER_LAYER,
+)
 
 #: Per-element bytes of vLLM's ``--kv-cache-dtype`` choices other than ``auto`` and ``fp8*``.
 KV_CACHE_DTYPES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
-
-#: FlashMLA sparse FP8 format: 656 bytes per token per layer (vllm/v1/kv_cache_interface.py MLAAttentionSpec).
-FP8_DS_MLA_BYTES_PER_TOKEN_PER_LAYER = 656
 
 
 def kv_element_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
@@ -163,7 +167,12 @@ class KVFootprint:
         """
         return self.bytes_per_token + self.sliding_bytes_per_token
 
-    def request_bytes(self, tokens: int, block_size: int = 16, max_num_batched_tokens: int = 2048) -> int:
+    def request_bytes(
+        self,
+        tokens: int,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    ) -> int:
         """Bytes one request of ``tokens`` tokens holds at most, in whole blocks.
 
         Full layers: ``ceil(tokens / block_size)`` blocks; sliding layers:
@@ -207,6 +216,7 @@ def footprint(spec: KVSpec, kv_cache_dtype: str = "auto", tensor_parallel_size: 
     full, sliding = spec.count(FULL), spec.count(SLIDING)
     state_layers = spec.count(MAMBA) + spec.count(LINEAR)
     state = state_layers * state_bytes_per_layer(spec.state, tensor_parallel_size) if spec.state else 0
+    check_physical(full * per_layer, sliding * per_layer, state)
     return KVFootprint(
         bytes_per_token=full * per_layer,
         sliding_bytes_per_token=sliding * per_layer,
@@ -220,6 +230,29 @@ def footprint(spec: KVSpec, kv_cache_dtype: str = "auto", tensor_parallel_size: 
         sliding_window=spec.sliding_window,
         estimate=spec.is_hybrid,
     )
+
+
+def check_physical(bytes_per_token: int, sliding_bytes_per_token: int, state_bytes_per_request: int) -> None:
+    """Refuse KV figures no GPU could hold, before they are printed as answers (:mod:`kvpilot.kv.bounds`).
+
+    Raises:
+        KVConfigError: naming ``config.json`` when one token's KV on one GPU (full + sliding layers) is above
+            :data:`~kvpilot.kv.bounds.MAX_BYTES_PER_TOKEN`, or one request's fixed state above
+            :data:`~kvpilot.kv.bounds.MAX_MEMORY_BYTES`.
+    """
+    per_token = bytes_per_token + sliding_bytes_per_token
+    if per_token > MAX_BYTES_PER_TOKEN:
+        raise KVConfigError(
+            "config.json",
+            f"its layers, KV heads and head size give {count(per_token, 'B')} of KV per token per GPU, above "
+            f"{count(MAX_BYTES_PER_TOKEN, 'B')} (1 GiB), kvpilot's bound: no GPU holds a request of such tokens",
+        )
+    if state_bytes_per_request > MAX_MEMORY_BYTES:
+        raise KVConfigError(
+            "config.json",
+            f"its Mamba/linear-attention shapes give {count(state_bytes_per_request, 'B')} of state per request, "
+            f"above {count(MAX_MEMORY_BYTES, 'B')} (64 TiB), kvpilot's bound",
+        )
 
 
 def bytes_per_token(

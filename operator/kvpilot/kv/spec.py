@@ -18,13 +18,38 @@ Pure: takes the parsed JSON (a ``dict``), does no I/O. Every rule names its sour
 * A model-level ``sliding_window`` with no per-layer pattern applies to every layer: vLLM's ``Attention``
   layer falls back to ``CacheConfig.sliding_window`` when the model passes no ``per_layer_sliding_window``
   (vllm/attention/layer.py), as for Phi-3-mini-4k (window 2047, vLLM PR #4380).
+* The model's context (:func:`context_length`): vLLM 0.29.0's ``max_model_len`` derivation
+  (``derive_max_model_len_and_key`` in vllm/transformers_utils/model_arch_config_convertor.py,
+  ``_get_and_verify_max_len`` in vllm/config/model.py; the keys and RoPE rules live in
+  :mod:`kvpilot.vllm.defaults`).
+
+Every number is bounded (:mod:`kvpilot.kv.bounds`) before it is used, and layer patterns are counted by
+arithmetic, never by a list of one entry per layer, so no config costs more than a few microseconds.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from kvpilot.kv.bounds import (
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_STATE_FIELD,
+    MAX_TOKENS,
+    MAX_WIDTH,
+)
+from kvpilot.text.numbers import count as fmt_count
+from kvpilot.text.numbers import significant
+from kvpilot.vllm.defaults import (
+    LEGACY_ROPE_TYPES,
+    MAX_MODEL_LEN_KEYS,
+    ROPE_PRESCALED_MODEL_TYPES,
+    ROPE_TYPES_WITHOUT_CONTEXT_FACTOR,
+)
 
 FULL = "full_attention"
 SLIDING = "sliding_attention"
@@ -88,11 +113,13 @@ class KVSpec:
         head_dim: elements per head per K or V (for MLA: the latent width ``kv_lora_rank + qk_rope_head_dim``).
         model_dtype: the checkpoint dtype name vLLM serves with ``--dtype auto`` (float32 → bfloat16).
         is_mla: Multi-head Latent Attention (DeepSeek-V2/V3): one latent per token per layer, no K/V pair.
-        layer_kinds: one of ``full_attention``, ``sliding_attention``, ``mamba``, ``linear_attention``,
-            ``none`` per decoder layer.
+        layer_counts: ``(kind, layers)`` pairs, each kind once: ``full_attention``, ``sliding_attention``,
+            ``mamba``, ``linear_attention``, ``none`` (layers of a kind that is absent are left out).
         sliding_window: window in tokens of the sliding layers, or None.
         state: recurrent state of the ``mamba``/``linear_attention`` layers, or None.
-        max_position_embeddings: the config's context length (vLLM's default ``max_model_len``), or None.
+        max_position_embeddings: the config's ``max_position_embeddings`` as written, or None.
+        context: the model's context as vLLM derives it (:class:`ContextLength`), or None when the config
+            names none of vLLM's keys.
         defaults_used: config fields filled from transformers defaults (e.g. llava's text_config).
         notes: human-readable remarks (which rule decided the layer pattern, …).
     """
@@ -104,16 +131,17 @@ class KVSpec:
     head_dim: int
     model_dtype: str
     is_mla: bool
-    layer_kinds: tuple[str, ...]
+    layer_counts: tuple[tuple[str, int], ...]
     sliding_window: int | None = None
     state: StateSpec | None = None
     max_position_embeddings: int | None = None
+    context: ContextLength | None = None
     defaults_used: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
     def count(self, kind: str) -> int:
         """Number of layers of ``kind`` (e.g. ``full_attention``)."""
-        return sum(1 for k in self.layer_kinds if k == kind)
+        return dict(self.layer_counts).get(kind, 0)
 
     @property
     def attention(self) -> str:
@@ -129,41 +157,78 @@ class KVSpec:
     @property
     def is_hybrid(self) -> bool:
         """True when some layers keep no per-token KV for the whole context (sliding, Mamba, linear)."""
-        return any(k in (SLIDING, MAMBA, LINEAR) for k in self.layer_kinds)
+        return any(self.count(kind) for kind in (SLIDING, MAMBA, LINEAR))
 
 
-def _positive_int(cfg: dict[str, Any], name: str, *, where: str = "") -> int:
-    value = cfg.get(name)
-    label = f"{where}{name}"
-    if value is None:
-        raise KVConfigError(label, "missing from config.json")
+@dataclass(frozen=True)
+class ContextLength:
+    """The model's context, as vLLM 0.29.0 derives ``max_model_len`` from the config (tokens).
+
+    Attributes:
+        default: what vLLM uses without ``--max-model-len``.
+        limit: the largest ``--max-model-len`` vLLM accepts; above it vLLM refuses to start ("User-specified
+            max_model_len … is greater than the derived max_model_len") unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``.
+            Equal to ``default`` except for LongRoPE models, which default to ``original_max_position_embeddings``.
+        source: how it was derived, e.g. ``max_position_embeddings`` or
+            ``original_max_position_embeddings 4,096 x yarn factor 40``.
+    """
+
+    default: int
+    limit: int
+    source: str
+
+
+def kinds_from_counts(counts: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+    """``(kind, layers)`` pairs without the kinds that have no layer, in the order given."""
+    return tuple((kind, n) for kind, n in counts if n)
+
+
+def check_whole(value: object, label: str, *, lower: int = 1, upper: int) -> int:
+    """``value`` as an int when it is a whole number (an int, or a float without fraction) in ``[lower, upper]``.
+
+    The bounds are compared before any conversion, so a 400-digit integer or ``1e308`` costs nothing and
+    overflows nothing.
+
+    Raises:
+        KVConfigError: naming ``label``: not a whole number (a bool, a string, NaN, a fraction), below ``lower``,
+            or above ``upper`` (kvpilot's bound, :mod:`kvpilot.kv.bounds`).
+    """
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value != int(value)
+        or (isinstance(value, float) and not (math.isfinite(value) and value.is_integer()))
     ):
-        raise KVConfigError(label, f"must be a whole number, got {value!r}")
-    if int(value) <= 0:
-        raise KVConfigError(label, f"must be > 0, got {value!r}")
+        raise KVConfigError(label, f"must be a whole number, got {_short(value)}")
+    if value < lower:
+        raise KVConfigError(label, f"must be {'> 0' if lower == 1 else f'>= {lower}'}, got {_short(value)}")
+    if value > upper:
+        raise KVConfigError(
+            label, f"{_short(value)} is above {fmt_count(upper)}, kvpilot's bound for it (docs/kv.md, Bounds)"
+        )
     return int(value)
 
 
-def _whole_number(cfg: dict[str, Any], name: str, default: int, *, where: str = "") -> int:
-    """``cfg[name]`` as a whole number >= 0 (``default`` when absent or null); KVConfigError naming it else."""
+def _short(value: object) -> str:
+    """``value`` as a message quotes it: a long integer as ``1e+399 (a 400-digit number)``, never its digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        digits = len(str(abs(value)))
+        return f"{'-' if value < 0 else ''}{str(abs(value))[0]}e+{digits - 1} (a {digits}-digit number)"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _positive_int(cfg: dict[str, Any], name: str, *, where: str = "", upper: int = MAX_WIDTH) -> int:
+    """``cfg[name]`` as a whole number in ``[1, upper]`` (:func:`check_whole`); missing is an error too."""
     value = cfg.get(name)
     if value is None:
-        return default
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value != int(value)
-    ):
-        raise KVConfigError(f"{where}{name}", f"must be a whole number, got {value!r}")
-    if value < 0:
-        raise KVConfigError(f"{where}{name}", f"must be >= 0, got {value!r}")
-    return int(value)
+        raise KVConfigError(f"{where}{name}", "missing from config.json")
+    return check_whole(value, f"{where}{name}", upper=upper)
+
+
+def _whole_number(cfg: dict[str, Any], name: str, default: int, *, where: str = "", upper: int = MAX_LAYERS) -> int:
+    """``cfg[name]`` as a whole number in ``[0, upper]``, ``default`` when absent or null (:func:`check_whole`)."""
+    value = cfg.get(name)
+    return default if value is None else check_whole(value, f"{where}{name}", lower=0, upper=upper)
 
 
 def text_config(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -208,11 +273,12 @@ def model_dtype(config: dict[str, Any]) -> str:
     return "bfloat16"
 
 
-def _layer_kinds(
+def _layer_counts(
     cfg: dict[str, Any], prefix: str, n: int, max_pos: object = None
-) -> tuple[tuple[str, ...], int | None, list[str]]:
-    """Per-layer kinds, the sliding window and notes, from explicit or implicit layer patterns
-    (``max_pos``: the model's ``max_position_embeddings`` as :func:`kv_spec_from_config` reads it).
+) -> tuple[tuple[tuple[str, int], ...], int | None, list[str]]:
+    """Layers of each kind, the sliding window and notes, from explicit or implicit layer patterns
+    (``max_pos``: the model's ``max_position_embeddings`` as :func:`kv_spec_from_config` reads it). Each
+    pattern is counted by arithmetic on ``n`` (the layer count, already bounded), not layer by layer.
     """
     model_type = str(cfg.get("model_type") or "")
     window = cfg.get("sliding_window")
@@ -228,59 +294,63 @@ def _layer_kinds(
             "mamba": MAMBA,
             "chunked_attention": FULL,
         }
-        kinds = tuple(mapping.get(str(t), FULL) for t in types)
+        kinds = [mapping.get(str(t), FULL) for t in types]
+        counts = kinds_from_counts((kind, kinds.count(kind)) for kind in (FULL, SLIDING, MAMBA, LINEAR))
         notes.append("layer pattern from layer_types")
-        return kinds, (window if SLIDING in kinds else None), notes
+        return counts, (window if SLIDING in kinds else None), notes
     if model_type == "qwen3_next":
-        interval = _positive_int(cfg, "full_attention_interval", where=prefix)
+        interval = _positive_int(cfg, "full_attention_interval", where=prefix, upper=MAX_LAYERS)
         notes.append(f"Qwen3-Next: every {interval}th layer full attention, others Gated DeltaNet")
-        return tuple(FULL if (i + 1) % interval == 0 else LINEAR for i in range(n)), None, notes
+        full = n // interval  # layers i with (i + 1) % interval == 0
+        return kinds_from_counts(((FULL, full), (LINEAR, n - full))), None, notes
     if model_type == "jamba":
-        period = _positive_int(cfg, "attn_layer_period", where=prefix)
+        period = _positive_int(cfg, "attn_layer_period", where=prefix, upper=MAX_LAYERS)
         offset = _whole_number(cfg, "attn_layer_offset", 0, where=prefix)
         notes.append(f"Jamba: attention where layer % {period} == {offset}, Mamba elsewhere")
-        return tuple(FULL if i % period == offset else MAMBA for i in range(n)), None, notes
+        full = (n - 1 - offset) // period + 1 if offset < min(period, n) else 0  # i = offset, offset + period, …
+        return kinds_from_counts(((FULL, full), (MAMBA, n - full))), None, notes
     if model_type == "nemotron_h" and isinstance(cfg.get("hybrid_override_pattern"), str):
         pattern = cfg["hybrid_override_pattern"]
         if len(pattern) != n:
             raise KVConfigError(f"{prefix}hybrid_override_pattern", f"has {len(pattern)} characters for {n} layers")
         notes.append("Nemotron-H: hybrid_override_pattern (M Mamba2, * attention, -/E no cache)")
-        return tuple({"M": MAMBA, "*": FULL}.get(c, NONE) for c in pattern), None, notes
+        mamba, full = pattern.count("M"), pattern.count("*")
+        return kinds_from_counts(((FULL, full), (MAMBA, mamba), (NONE, n - mamba - full))), None, notes
     if window is None:
-        return (FULL,) * n, None, notes
-    window = _positive_int(cfg, "sliding_window", where=prefix)
+        return ((FULL, n),), None, notes
+    window = _positive_int(cfg, "sliding_window", where=prefix, upper=MAX_TOKENS)
     if cfg.get("use_sliding_window") is False:
         notes.append("sliding_window ignored: use_sliding_window is false")
-        return (FULL,) * n, None, notes
+        return ((FULL, n),), None, notes
     if model_type == "gemma2":
         notes.append("Gemma-2: even layers sliding, odd layers full (transformers Gemma2Config)")
-        return tuple(SLIDING if i % 2 == 0 else FULL for i in range(n)), window, notes
+        return kinds_from_counts(((FULL, n // 2), (SLIDING, n - n // 2))), window, notes
     if model_type in ("gemma3", "gemma3_text"):
         pattern = _whole_number(cfg, "sliding_window_pattern", 6, where=prefix) or 6
         notes.append(f"Gemma-3: every {pattern}th layer full, others sliding (sliding_window_pattern)")
-        return tuple(FULL if (i + 1) % pattern == 0 else SLIDING for i in range(n)), window, notes
+        return kinds_from_counts(((FULL, n // pattern), (SLIDING, n - n // pattern))), window, notes
     if cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
-        first = _whole_number(cfg, "max_window_layers", 0, where=prefix)
+        first = min(n, _whole_number(cfg, "max_window_layers", 0, where=prefix))
         notes.append(f"layers >= max_window_layers ({first}) slide")
-        return tuple(SLIDING if i >= first else FULL for i in range(n)), window, notes
+        return kinds_from_counts(((FULL, first), (SLIDING, n - first))), window, notes
     if isinstance(max_pos, int) and window >= max_pos:
         notes.append("sliding_window >= max_position_embeddings: every layer sees the whole context")
-        return (FULL,) * n, None, notes
+        return ((FULL, n),), None, notes
     notes.append("sliding_window without a layer pattern applies to every layer (Mistral/Phi-3 convention)")
-    return (SLIDING,) * n, window, notes
+    return ((SLIDING, n),), window, notes
 
 
-def _state_spec(cfg: dict[str, Any], prefix: str, kinds: tuple[str, ...], dtype: str) -> StateSpec | None:
-    if MAMBA not in kinds and LINEAR not in kinds:
+def _state_spec(cfg: dict[str, Any], prefix: str, counts: dict[str, int], dtype: str) -> StateSpec | None:
+    if not counts.get(MAMBA) and not counts.get(LINEAR):
         return None
     model_type = str(cfg.get("model_type") or "")
     ssm_name = cfg.get("mamba_ssm_cache_dtype")
     ssm_dtype = str(ssm_name) if ssm_name in DTYPE_BYTES else dtype
 
     def g(name: str) -> int:
-        return _positive_int(cfg, name, where=prefix)
+        return _positive_int(cfg, name, where=prefix, upper=MAX_STATE_FIELD)
 
-    if model_type == "qwen3_next" or LINEAR in kinds:
+    if model_type == "qwen3_next" or counts.get(LINEAR):
         params = {
             "num_k_heads": g("linear_num_key_heads"),
             "num_v_heads": g("linear_num_value_heads"),
@@ -291,7 +361,7 @@ def _state_spec(cfg: dict[str, Any], prefix: str, kinds: tuple[str, ...], dtype:
         return StateSpec("gated_delta_net", params, dtype, ssm_dtype)
     if model_type == "jamba":
         params = {
-            "intermediate_size": g("mamba_expand") * g("hidden_size"),
+            "intermediate_size": g("mamba_expand") * _positive_int(cfg, "hidden_size", where=prefix),
             "state_size": g("mamba_d_state"),
             "conv_kernel": g("mamba_d_conv"),
         }
@@ -309,17 +379,110 @@ def _state_spec(cfg: dict[str, Any], prefix: str, kinds: tuple[str, ...], dtype:
     raise KVConfigError(f"{prefix}model_type", f"Mamba/linear-attention layers of {model_type!r} are not modelled")
 
 
+def _rope_parameters(cfg: dict[str, Any], prefix: str) -> tuple[list[dict[str, Any]], str]:
+    """The RoPE parameter sets of the text config: transformers v5's ``rope_parameters`` (one set, or one per
+    layer type when nested) or v4's ``rope_scaling``; ``[]`` when there are none.
+    """
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = cfg.get(key)
+        if rope is None:
+            continue
+        if not isinstance(rope, dict):
+            raise KVConfigError(f"{prefix}{key}", "must be a JSON object")
+        nested = bool(rope) and all(isinstance(v, dict) for v in rope.values())
+        return (list(rope.values()) if nested else [rope]), f"{prefix}{key}"
+    return [], ""
+
+
+def context_length(config: dict[str, Any]) -> ContextLength | None:
+    """The model's context as vLLM 0.29.0 derives ``max_model_len`` from ``config`` (tokens), or None when the
+    config names none of :data:`~kvpilot.vllm.defaults.MAX_MODEL_LEN_KEYS`.
+
+    vLLM's rules (``derive_max_model_len_and_key``, ``_get_and_verify_max_len``): the smallest of the text
+    config's length keys, a truthy ``model_max_length`` overriding them; then, unless the model type is
+    Gemma-3 (already scaled), each RoPE set's ``factor`` multiplies it, except for ``su``/``longrope``/``llama3``,
+    and ``yarn`` starts from ``original_max_position_embeddings``; a LongRoPE model defaults to
+    ``original_max_position_embeddings`` but accepts up to the derived length. A nested ``text_config``
+    without any key falls back to the top level (vLLM would take the transformers class default, which a
+    config alone does not tell). E.g. Qwen2.5-7B with ``{"type": "yarn", "factor": 4,
+    "original_max_position_embeddings": 32768}``: 131,072.
+
+    Raises:
+        KVConfigError: naming the field when a length or factor is not a number, or the result is above
+            :data:`~kvpilot.kv.bounds.MAX_TOKENS`.
+    """
+    text, prefix = text_config(config)
+    model_type = str(text.get("model_type") or "")
+    defaults = MODEL_TYPE_DEFAULTS.get(model_type, {}) if prefix else {}
+    for cfg, where in (({**defaults, **{k: v for k, v in text.items() if v is not None}}, prefix), (config, "")):
+        found = {
+            key: check_whole(cfg[key], f"{where}{key}", upper=MAX_TOKENS)
+            for key in MAX_MODEL_LEN_KEYS
+            if cfg.get(key) is not None
+        }
+        if found:
+            break
+    else:
+        return None
+    key = min(found, key=lambda k: found[k])  # the first of the smallest, as vLLM's strict "<" keeps it
+    derived: float = found[key]
+    if found.get("model_max_length"):
+        key = "model_max_length"
+        derived = found[key]
+    source = f"{where}{key}"
+    rope, rope_key = _rope_parameters(cfg, where)
+    longrope = False
+    if rope and not any(name in model_type for name in ROPE_PRESCALED_MODEL_TYPES):
+        factor: float = 1.0
+        for params in rope:
+            kind = str(params.get("rope_type", params.get("type", "default")))
+            kind = LEGACY_ROPE_TYPES.get(kind, kind)
+            longrope = longrope or kind == "longrope"
+            if kind in ROPE_TYPES_WITHOUT_CONTEXT_FACTOR:
+                continue
+            value = params.get("factor", factor)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TOKENS:
+                    raise KVConfigError(
+                        f"{rope_key}.factor", f"must be a number in (0, {MAX_TOKENS}], got {_short(value)}"
+                    )
+                factor = float(value)
+            if kind == "yarn" and params.get("original_max_position_embeddings") is not None:
+                derived = check_whole(
+                    params["original_max_position_embeddings"],
+                    f"{rope_key}.original_max_position_embeddings",
+                    upper=MAX_TOKENS,
+                )
+                source = f"{rope_key}.original_max_position_embeddings {fmt_count(int(derived))}"
+        if factor != 1.0:
+            source = f"{source} x {kind} factor {significant(factor, 6)}"
+            derived *= factor
+    if derived > MAX_TOKENS:
+        raise KVConfigError(
+            rope_key or source,
+            f"gives a context of {_short(int(derived))} tokens, above {fmt_count(MAX_TOKENS)}, kvpilot's bound",
+        )
+    limit = int(derived)
+    default = limit
+    original = cfg.get("original_max_position_embeddings")
+    if longrope and original is not None:
+        default = check_whole(original, f"{where}original_max_position_embeddings", upper=MAX_TOKENS)
+        source = f"{where}original_max_position_embeddings (LongRoPE's default; up to {fmt_count(limit)})"
+    return ContextLength(default=default, limit=limit, source=source)
+
+
 def kv_spec_from_config(config: dict[str, Any]) -> KVSpec:
     """Parse a Hugging Face ``config.json`` (as a dict) into a :class:`KVSpec`.
 
     Handles dense MHA/GQA/MQA, explicit ``head_dim``, MLA (``kv_lora_rank`` + ``qk_rope_head_dim``),
     nested ``text_config`` (with transformers defaults by ``model_type`` for missing core fields),
     sliding-window and hybrid Mamba / linear-attention layer patterns (see the module docstring
-    for the source of each rule).
+    for the source of each rule). Every number is checked against its bound (:mod:`kvpilot.kv.bounds`)
+    before it is used.
 
     Raises:
-        KVConfigError: naming the field when a needed field is missing, zero, negative or not a number,
-            or when the dtype or layer pattern is not understood.
+        KVConfigError: naming the field when a needed field is missing, zero, negative, not a number or
+            above its bound, or when the dtype or layer pattern is not understood.
     """
     text, prefix = text_config(config)
     model_type = text.get("model_type")
@@ -329,34 +492,43 @@ def kv_spec_from_config(config: dict[str, Any]) -> KVSpec:
     if cfg.get("num_key_value_heads") is None and "num_key_value_heads" in defaults:
         defaults_used.append(f"{prefix}num_key_value_heads")
 
-    layers = _positive_int(cfg, "num_hidden_layers", where=prefix)
-    heads = _positive_int(cfg, "num_attention_heads", where=prefix)
+    layers = _positive_int(cfg, "num_hidden_layers", where=prefix, upper=MAX_LAYERS)
+    heads = _positive_int(cfg, "num_attention_heads", where=prefix, upper=MAX_HEADS)
     dtype = model_dtype(config)
     is_mla = cfg.get("kv_lora_rank") is not None
     if is_mla:
-        head_dim = _positive_int(cfg, "kv_lora_rank", where=prefix) + _positive_int(
-            cfg, "qk_rope_head_dim", where=prefix
+        head_dim = _positive_int(cfg, "kv_lora_rank", where=prefix, upper=MAX_HEAD_DIM) + _positive_int(
+            cfg, "qk_rope_head_dim", where=prefix, upper=MAX_HEAD_DIM
         )
         kv_heads = 1
     else:
         kv_heads = heads
         for name in ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num"):
             if cfg.get(name) is not None:
-                kv_heads = _positive_int(cfg, name, where=prefix)
+                kv_heads = _positive_int(cfg, name, where=prefix, upper=MAX_HEADS)
                 break
         if cfg.get("head_dim") is not None:
-            head_dim = _positive_int(cfg, "head_dim", where=prefix)
+            head_dim = _positive_int(cfg, "head_dim", where=prefix, upper=MAX_HEAD_DIM)
         else:
-            hidden = _positive_int(cfg, "hidden_size", where=prefix)
+            hidden = _positive_int(cfg, "hidden_size", where=prefix, upper=MAX_WIDTH)
             head_dim = hidden // heads
             if head_dim <= 0:
                 raise KVConfigError(f"{prefix}hidden_size", f"{hidden} is smaller than num_attention_heads {heads}")
-    # vLLM reads max_position_embeddings from the top-level config first, then the text config
-    # (ModelConfig max_model_len derivation, vllm/config/model.py).
+            if head_dim > MAX_HEAD_DIM:
+                raise KVConfigError(
+                    f"{prefix}hidden_size",
+                    f"{hidden} / {heads} heads = head size {fmt_count(head_dim)}, above {fmt_count(MAX_HEAD_DIM)}, "
+                    "kvpilot's bound for it (docs/kv.md, Bounds)",
+                )
+    # max_position_embeddings for the layer patterns: the top-level config first, then the text config
     max_pos = config.get("max_position_embeddings") if prefix else None
+    where = "" if max_pos is not None else prefix
     max_pos = cfg.get("max_position_embeddings") if max_pos is None else max_pos
-    kinds, window, notes = _layer_kinds(cfg, prefix, layers, max_pos)
-    if FULL not in kinds and SLIDING not in kinds:
+    if max_pos is not None:
+        max_pos = check_whole(max_pos, f"{where}max_position_embeddings", upper=MAX_TOKENS)
+    counts, window, notes = _layer_counts(cfg, prefix, layers, max_pos)
+    by_kind = dict(counts)
+    if not by_kind.get(FULL) and not by_kind.get(SLIDING):
         raise KVConfigError(f"{prefix}num_hidden_layers", "no attention layer found: no KV cache to size")
     return KVSpec(
         model_type=None if model_type is None else str(model_type),
@@ -366,10 +538,11 @@ def kv_spec_from_config(config: dict[str, Any]) -> KVSpec:
         head_dim=head_dim,
         model_dtype=dtype,
         is_mla=is_mla,
-        layer_kinds=kinds,
+        layer_counts=counts,
         sliding_window=window,
-        state=_state_spec(cfg, prefix, kinds, dtype),
-        max_position_embeddings=int(max_pos) if isinstance(max_pos, (int, float)) and max_pos > 0 else None,
+        state=_state_spec(cfg, prefix, by_kind, dtype),
+        max_position_embeddings=max_pos,
+        context=context_length(config),
         defaults_used=tuple(defaults_used),
         notes=tuple(
             notes

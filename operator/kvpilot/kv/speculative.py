@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvpilot.kv.spec import FULL, KVConfigError, KVSpec, text_config
+from kvpilot.kv.bounds import MAX_LAYERS
+from kvpilot.kv.spec import FULL, KVConfigError, KVSpec, check_whole, text_config
 
 #: vLLM 0.29 ``MTPModelTypes`` (vllm/config/speculative.py): every one is an alias of ``mtp``.
 MTP_METHODS = frozenset(
@@ -210,6 +211,7 @@ def draft_layers(
             raise KVConfigError(
                 f"{prefix}{key}", f"MTP needs the checkpoint's MTP layer count as an integer >= 1, got {n}"
             )
+        n = check_whole(n, f"{prefix}{key}", upper=MAX_LAYERS)
         return DraftLayers(method, n, replace(base, model_dtype=target.model_dtype), str(key))
     if draft is None:  # pragma: no cover - parse_speculative_config requires a model for these methods
         raise KVConfigError("--speculative-config model", f"method {method!r} needs the draft's config")

@@ -14,7 +14,8 @@ Secrets (:func:`redact`): a value is replaced by ``[REDACTED]`` when it matches 
 format (Hugging Face ``hf_``, OpenAI ``sk-``, GitHub ``ghp_``/``github_pat_``, Slack ``xox?-``,
 AWS access key ids ``AKIA``, JSON Web Tokens, ``Bearer`` credentials), follows ``--api-key`` (vLLM's
 ``--api-key``, ``vllm/entrypoints/openai/cli_args.py``) or is the literal value of a variable whose
-name ends in ``_TOKEN``, ``_KEY``, ``_SECRET`` or ``_PASSWORD`` (``HF_TOKEN=hf_…``).
+name ends in ``_TOKEN``, ``_KEY``, ``_SECRET`` or ``_PASSWORD`` (``HF_TOKEN=hf_…``), or is the userinfo
+of a URL (``http://user:password@host`` -> ``http://[REDACTED]@host``; RFC 3986 section 3.2.1).
 """
 
 from __future__ import annotations
@@ -54,11 +55,13 @@ _ASSIGN_RE = re.compile(
     r"(\b" + _SECRET_NAME + r"[\"']?\s*[=:]\s*)(?!\[REDACTED\])(\"[^\"]*\"|'[^']*'|[^\s,;}\]]+)",
 )
 _SECRET_NAME_RE = re.compile(r"^" + _SECRET_NAME + r"$")
+#: ``scheme://userinfo@``: a password (or a token as user name) in a URL.
+_USERINFO_RE = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://)(?!\[REDACTED\]@)[^\s/?#@\[\]]+@")
 #: A literal every pattern above needs (``--api-key``, the names' TOKEN/KEY/SECRET/PASSWORD,
 #: ``bearer`` in any case, each token format's prefix): a text without one is returned unchanged
 #: after one search instead of four substitutions.
 _MAYBE_SECRET_RE = re.compile(
-    r"--api-key|TOKEN|KEY|SECRET|PASSWORD|(?i:bearer)|hf_|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AKIA|ASIA|eyJ|glpat-"
+    r"--api-key|TOKEN|KEY|SECRET|PASSWORD|(?i:bearer)|hf_|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AKIA|ASIA|eyJ|glpat-|://"
 )
 
 
@@ -83,6 +86,7 @@ def redact(text: str) -> str:
     """
     if not _MAYBE_SECRET_RE.search(text):
         return text
+    text = _USERINFO_RE.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _API_KEY_RE.sub(lambda m: m.group(1) + REDACTED, text)
     text = _ASSIGN_RE.sub(lambda m: m.group(1) + REDACTED, text)
     text = _BEARER_RE.sub(lambda m: m.group(1) + REDACTED, text)

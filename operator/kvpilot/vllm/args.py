@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvpilot.gpus import GiB
-from kvpilot.kv.capacity import VLLM_BLOCK_SIZES
+from kvpilot.text.numbers import GIB
+from kvpilot.vllm.defaults import VLLM_BLOCK_SIZES
 
 #: Hugging Face model ids whose shape the engine knows -> its model profile name.
 MODEL_IDS = {
@@ -172,7 +172,7 @@ def parse_vllm_args(argv: list[str], strict: bool = False) -> VLLMArgs:
         if value is not None:
             out.overrides[target] = value
     if ns.kv_offloading_size is not None:
-        out.overrides["kv_offload_cpu_bytes"] = int(ns.kv_offloading_size * GiB)
+        out.overrides["kv_offload_cpu_bytes"] = int(ns.kv_offloading_size * GIB)
     if model:
         profile = MODEL_IDS.get(model.lower())
         if profile:

@@ -3,7 +3,9 @@ evaluating kvpilot's rules, a real Alertmanager routing the firing alert to ``kv
 whose answer (forwarded) and Kubernetes Event (on the VLLMServer in the sandbox API) carry the verdict.
 
 Kept short: 1 s scrape and evaluation intervals, the rules rendered with a 30 s window and ``for: 5s``
-(the committed ones use 5 m), the simulator at 10 simulated seconds per second. Every process is
+(the committed ones use 5 m), the simulator at 10 simulated seconds per second. Alertmanager runs the
+shipped ``manifests/monitoring/alertmanager.yaml`` (its group_wait of 10 s included), with only the hook's
+address and token file filled in. Every process is
 started on 127.0.0.1 and stopped by its PID; every wait is bounded.
 """
 
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import kubernetes.client
 import pytest
@@ -34,6 +37,7 @@ from tests.support.waiting import stop_process
 
 pytestmark = pytest.mark.prometheus
 TOKEN = "e2e-token"
+MONITORING = Path(__file__).resolve().parents[3] / "manifests" / "monitoring"
 
 
 class Collector:
@@ -150,27 +154,12 @@ def test_rule_to_alertmanager_to_hook_to_event(cluster, api, namespace, kubelet,
                     logs["hook"],
                 )
             )
-            # 4. Alertmanager routing everything to the hook with the bearer token
-            am_config = {
-                "route": {
-                    "receiver": "kvpilot",
-                    "group_by": ["alertname", "namespace", "pod"],
-                    "group_wait": "1s",
-                    "group_interval": "1s",
-                    "repeat_interval": "1h",
-                },
-                "receivers": [
-                    {
-                        "name": "kvpilot",
-                        "webhook_configs": [
-                            {
-                                "url": f"http://127.0.0.1:{hook_port}/alerts",
-                                "http_config": {"authorization": {"type": "Bearer", "credentials_file": str(token)}},
-                            }
-                        ],
-                    }
-                ],
-            }
+            # 4. Alertmanager on the shipped configuration (manifests/monitoring/alertmanager.yaml, unchanged but
+            #    for the hook's address and token file): its grouping, its route, its inhibition
+            am_config = yaml.safe_load((MONITORING / "alertmanager.yaml").read_text())
+            [hook_receiver] = [r for r in am_config["receivers"] if r.get("webhook_configs")]
+            hook_receiver["webhook_configs"][0]["url"] = f"http://127.0.0.1:{hook_port}/alerts"
+            hook_receiver["webhook_configs"][0]["http_config"]["authorization"]["credentials_file"] = str(token)
             (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump(am_config))
             procs.append(
                 _start(
@@ -220,7 +209,8 @@ def test_rule_to_alertmanager_to_hook_to_event(cluster, api, namespace, kubelet,
                         None,
                     )
 
-                result = wait_for(forwarded, timeout=60, what="the hook's result for VLLMMaxNumSeqsCap")["result"]
+                body = wait_for(forwarded, timeout=60, what="the hook's result for VLLMMaxNumSeqsCap")
+                result, alert_labels = body["result"], body["alert"]["labels"]
                 event = wait_for(
                     lambda: next(
                         (
@@ -241,6 +231,14 @@ def test_rule_to_alertmanager_to_hook_to_event(cluster, api, namespace, kubelet,
             log.close()
     [diagnosis] = result["diagnosis"]["targets"]
     assert diagnosis["verdict"] == "max_num_seqs_cap", diagnosis["evidence"]
+    # one severity policy (kvpilot.diagnose.severity): the queue grows, so the alert that reached the hook is
+    # the critical variant (the shipped inhibit rule muted the warning one) and the diagnosis says critical too
+    assert alert_labels["severity"] == diagnosis["severity"] == "critical"
+    assert not any(
+        b["alert"]["labels"].get("alertname") == "VLLMMaxNumSeqsCap"
+        and b["alert"]["labels"].get("severity") == "warning"
+        for b in collector.bodies
+    )
     assert "of 4 (spec)" in diagnosis["evidence"][0]  # the limit came from the VLLMServer spec
     assert diagnosis["target"]["namespace"] == namespace and diagnosis["target"]["pod"] == pod
     assert result["target"]["server"] == "qwen"

@@ -315,17 +315,19 @@ async def test_a_concurrent_burst_is_bounded_and_shares_diagnoses(prometheus):
                 running -= 1
 
     bodies = []
-    for i in range(12):  # 12 requests: 6 of one alert, 6 distinct (fingerprints differ)
+    for i in range(12):  # 12 requests: 6 about one target, 6 about 6 other targets (pods without series)
         body = _fixture("alertmanager_firing.json")
         if i % 2:
-            body["alerts"][0]["fingerprint"] = f"distinct{i:08d}"
+            body["alerts"][0]["labels"]["pod"] = f"absent-{i}"
         bodies.append(body)
     async with Hook(AlertHook(_config(prometheus, max_concurrency=2), diagnose=tracked)) as hook:
         answers = await asyncio.gather(*(hook.post(b) for b in bodies))
     assert all(status == 200 for status, _ in answers)
-    assert {_verdicts(a)["qwen-7b-0"] for _, a in answers} == {"kv_cache_exhaustion"}
+    assert [_verdicts(a) for _, a in answers] == [
+        {"qwen-7b-0": "kv_cache_exhaustion"} if i % 2 == 0 else {f"absent-{i}": "no_data"} for i in range(12)
+    ]
     assert peak <= 2  # max_concurrency
-    assert len(calls) == 7  # one shared diagnosis for the 6 identical alerts + 6 distinct ones
+    assert len(calls) == 7  # one shared diagnosis for the 6 alerts about one target + one per other target
 
 
 async def test_a_slow_diagnosis_times_out_with_an_error_not_a_hang(prometheus):

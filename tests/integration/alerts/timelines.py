@@ -40,6 +40,13 @@ USED = (
     "external_prefix_cache_hits_total",
     "request_success_total",
     "time_to_first_token_seconds_bucket",
+    "prompt_tokens_total",
+    "request_prefill_time_seconds_sum",
+    "request_prefill_time_seconds_count",
+    "inter_token_latency_seconds_sum",
+    "inter_token_latency_seconds_count",
+    "time_per_output_token_seconds_sum",
+    "time_per_output_token_seconds_count",
 )
 
 
@@ -93,8 +100,8 @@ def _fmt(labels: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
 
 
-def input_series(recording: Path, *, underscore: bool = False) -> list[dict[str, str]]:
-    """Promtool ``input_series`` of the families the rules use, at :data:`INTERVAL` from time 0."""
+def input_series(recording: Path, *, underscore: bool = False, duration: int = DURATION) -> list[dict[str, str]]:
+    """Promtool ``input_series`` of the families the rules use, at :data:`INTERVAL` from time 0, ``duration`` s."""
     series: dict[tuple, dict[float, float]] = defaultdict(dict)
     for s in read_recording(recording):
         if _used(s.name):
@@ -102,7 +109,7 @@ def input_series(recording: Path, *, underscore: bool = False) -> list[dict[str,
     start = min(ts for points in series.values() for ts in points)
     out = []
     for (name, labels), points in sorted(series.items()):
-        slots = [points.get(start + i * INTERVAL) for i in range(DURATION // INTERVAL + 1)]
+        slots = [points.get(start + i * INTERVAL) for i in range(duration // INTERVAL + 1)]
         values = " ".join("_" if v is None else repr(float(v)) for v in slots)
         shown = name.replace("vllm:", "vllm_") if underscore else name
         out.append({"series": shown + _fmt({**dict(labels), **TARGET}), "values": values})

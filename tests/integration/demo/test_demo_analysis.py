@@ -88,3 +88,36 @@ def test_packaged_model_config_is_the_real_one(fixtures_dir):
     packaged = importlib.resources.files("kvpilot").joinpath("data/Qwen2.5-1.5B-Instruct.config.json").read_text()
     real = (fixtures_dir / "hf-configs" / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text()
     assert json.loads(packaged) == json.loads(real)
+
+
+def test_the_kv_command_the_demo_prints_reproduces_its_numbers_offline():
+    import json
+    import shlex
+
+    from click.testing import CliRunner
+
+    from kvpilot.cli import cli
+
+    ctx, text = _run_sections(demo_analysis.section_kv)
+    (command,) = [cmd for what, cmd in ctx.more if what == "KV math"]
+    argv = shlex.split(command)
+    assert argv[:2] == ["kvpilot", "kv"] and argv[2].endswith("Qwen2.5-1.5B-Instruct.config.json")  # no Hub id
+    # 21,520 x 28,672 = 617,021,440 B = 0.574707... GiB: rounded down (0.5746GiB) it is 1,344 blocks, so the
+    # demo rounds up: 0.5747GiB = 617,064,432 B, still 1,345 blocks of 458,752 B
+    assert argv[argv.index("--kv-memory") + 1] == "0.5747GiB"
+    result = CliRunner().invoke(cli, [*argv[1:], "-o", "json"], env={"HF_HUB_OFFLINE": "1"})
+    assert result.exit_code == 0, result.output
+    kv = json.loads(result.output)
+    shown = _table(text)["as deployed"]  # the demo's KV tokens, max-model-len, concurrency
+    assert [f"{kv['kv_tokens']:,}", f"{kv['inputs']['max_model_len']:,}", f"{kv['max_concurrency']:.2f}"] == shown
+    assert (kv["kv_tokens"], kv["kv_blocks"]) == (21_520, 1_345)
+
+
+def test_the_kv_memory_option_keeps_the_blocks_it_rounds():
+    from kvpilot.commands._common import parse_size
+
+    # any pool of whole blocks reads back as the same blocks, for block sizes of 16 x 6,144 B to 16 x 401,408 B
+    for block_bytes in (16 * 6144, 16 * 28_672, 16 * 401_408):
+        for blocks in (1, 7, 1345, 123_457):
+            option = demo_analysis.kv_memory_option(blocks * block_bytes, block_bytes)
+            assert parse_size(option) // block_bytes == blocks, (block_bytes, blocks, option)

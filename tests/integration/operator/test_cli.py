@@ -37,11 +37,11 @@ def test_demo_prints_command_line_phase_and_kv_tokens():
     row = next(line for line in out.splitlines() if line.strip().startswith("qwen-experiment "))
     assert row.split()[:4] == ["qwen-experiment", "Qwen/Qwen2.5-1.5B-Instruct", "Ready", "21520"]
     assert "playing the node" in out.lower() or "played" in out  # says openly that it plays the kubelet
-    # The KV pre-flight with the node's 8,192 MiB label: 8,589,934,592 x 0.6 = 5,153,960,755 B, minus
-    # 3,087,428,608 B of weights and the 1,449,551,462 B overhead estimate = 616,980,685 B of KV
-    # // (16 x 28,672 B per block) = 1,344 blocks = 21,504 tokens, 16 fewer than vLLM's 21,520 (-0.07 %).
-    assert "condition KVCapacity True (Fits)" in out and "21,504 tokens" in out
-    assert "predicted 21,504 KV tokens" in out and "reported 21,520 (-0.07 %)" in out
+    # The KV pre-flight with the node's 8,192 MiB label: vLLM claims ceil(8,589,934,592 x 0.6) = 5,153,960,756 B;
+    # minus 3,087,428,608 B of weights and the 1,449,510,708 B overhead estimate (what this deployment leaves,
+    # docs/kv.md) = 617,021,440 B of KV // (16 x 28,672 B per block) = 1,345 blocks = 21,520 tokens, vLLM's figure.
+    assert "condition KVCapacity True (Fits)" in out and "21,520 tokens" in out
+    assert "predicted 21,520 KV tokens" in out and "reported 21,520 (0.00 %)" in out
     assert "Traceback" not in out + result.stderr
     assert "Handler 'reconcile'" not in out + result.stderr  # kopf's own log stays off the output
 

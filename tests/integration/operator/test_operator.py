@@ -485,20 +485,20 @@ def test_preflight_reads_the_gpu_memory_label_once_the_pod_is_scheduled(
     status = _status(cluster, namespace)
     assert (after["status"], after["reason"]) == ("True", "Fits")
     numbers = status["preflight"]
-    # By hand: GPU 8192 MiB = 8,589,934,592 B; x 0.6 -> floor 5,153,960,755 B; minus weights 3,087,428,608 B
-    # (the ConfigMap's index total_size) minus the 1.35 GiB overhead estimate floor(1,449,551,462.4) =
-    # 1,449,551,462 B leaves 616,980,685 B of KV. One block = 16 tokens x 28,672 B = 458,752 B:
-    # 616,980,685 // 458,752 = 1,344 blocks (1,344 x 458,752 = 616,562,688; remainder 417,997) = 21,504 tokens.
-    # One 8,192-token request needs 8,192 / 16 = 512 blocks: concurrency 1,344 / 512 = 2.625, it fits, and the
-    # largest maxModelLen that fits is 1,344 x 16 = 21,504 tokens.
+    # By hand: GPU 8192 MiB = 8,589,934,592 B; vLLM claims ceil(x 0.6) = 5,153,960,756 B; minus weights
+    # 3,087,428,608 B (the ConfigMap's index total_size) minus the overhead estimate 1,449,510,708 B (what the
+    # founding deployment leaves, docs/kv.md) leaves 617,021,440 B of KV. One block = 16 tokens x 28,672 B =
+    # 458,752 B: 617,021,440 // 458,752 = 1,345 blocks = 21,520 tokens, what vLLM logged. One 8,192-token request
+    # needs 8,192 / 16 = 512 blocks: concurrency 1,345 / 512 = 2.626953125, it fits, and the largest maxModelLen
+    # that fits the 1,344 usable blocks (vLLM keeps the null block out) is 1,344 x 16 = 21,504 tokens.
     assert numbers["bytesPerToken"] == 28_672
-    assert numbers["kvTokens"] == 21_504
-    assert numbers["maxConcurrency"] == pytest.approx(2.625)
+    assert numbers["kvTokens"] == 21_520
+    assert numbers["maxConcurrency"] == pytest.approx(2.626953125)
     assert numbers["fits"] is True and numbers["maxModelLenThatFits"] == 21_504
-    # (weights + overhead + 512 blocks) / GPU = (4,536,980,070 + 234,881,024) / 8,589,934,592 = 0.55552
-    assert numbers["minGpuMemoryUtilization"] == pytest.approx(0.55552, abs=1e-5)
+    # (weights + overhead + 512 blocks + the null block) / GPU = (4,536,939,316 + 513 x 458,752) / 8,589,934,592
+    assert numbers["minGpuMemoryUtilization"] == pytest.approx(0.555566, abs=1e-5)
     assert numbers["gpuMemory"] == f"8192 MiB (node {kubelet.node} label nvidia.com/gpu.memory)"
-    assert "21,504 tokens" in after["message"]
+    assert "21,520 tokens" in after["message"]
 
 
 def test_an_affinity_the_api_server_refuses_makes_the_server_invalid(cluster, api, namespace, operator):

@@ -219,3 +219,36 @@ def test_a_run_at_the_bounds_is_accepted():
     result = CliRunner().invoke(cli, ["simulate", "healthy", "--arrival-rate", "1000", "--duration", "1", "-o", "json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["requests"]["arrived"] > 0
+
+
+@pytest.mark.parametrize(
+    ("vllm_args", "flags", "expected"),
+    [
+        # no --max-model-len: the model's own context, as vLLM derives it from config.json
+        # (max_position_embeddings: 32,768 for Qwen2.5, 131,072 for Llama-3.1, whose llama3 RoPE keeps it)
+        ("serve Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 4", [], 32_768),
+        ("serve meta-llama/Llama-3.1-8B-Instruct", [], 131_072),
+        # what the command line or kvpilot's own flag says wins
+        ("serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8k", [], 8000),
+        ("serve Qwen/Qwen2.5-1.5B-Instruct", ["--max-model-len", "4096"], 4096),
+    ],
+)
+def test_vllm_args_take_max_model_len_from_the_model_as_vllm_does(vllm_args, flags, expected):
+    from kvpilot.commands.simulate.cli import kv_cache_log_line
+
+    result = CliRunner().invoke(cli, ["simulate", "--vllm-args", vllm_args, *flags, "--duration", "1s", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["config"]["max_model_len"] == expected
+    line = kv_cache_log_line(16, report["usable_blocks"] + 1, report["config"]["max_model_len"])
+    assert f"Maximum concurrency for {expected:,} tokens per request" in line
+
+
+def test_vllm_args_help_names_the_gpu_the_engine_assumes():
+    from kvpilot.engine.scenarios import SCENARIOS
+    from kvpilot.gpus import gpu_profile
+
+    text = " ".join(CliRunner().invoke(cli, ["simulate", "--help"], env={"COLUMNS": "200"}).output.split())
+    gpu = SCENARIOS["healthy"].flags["gpu"]
+    assert f"SCENARIO's GPU (healthy, the default: {gpu}, {gpu_profile(gpu).memory_bytes // 2**30} GiB)" in text
+    assert "Without --max-model-len the model's own context is used" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -51,7 +52,9 @@ def test_json_keys_and_numbers():
     assert doc["bytes_per_token"] == 2 * 32 * 8 * 128 * 2
     # floor(2.89 GiB / (16 x 131,072 B)) = floor(1479.68) = 1,479 blocks
     assert doc["kv_blocks"] == 1479 and doc["kv_tokens"] == 1479 * 16
-    assert doc["fits"] is False and doc["max_model_len_that_fits"] == 1479 * 16
+    # vLLM 0.29.0 plans the fit against the usable blocks (one is the null block): 1,478 x 16 = 23,648, the
+    # "maximum number of tokens that can be stored in KV cache (23648)" case C01's log gives
+    assert doc["fits"] is False and doc["max_model_len_that_fits"] == 1478 * 16 == 23_648
     assert doc["inputs"]["max_model_len"] == 29000 and doc["inputs"]["kv_memory_bytes"] == round(2.89 * GIB)
     assert doc["estimate"] is False
 
@@ -101,9 +104,9 @@ def test_folder_with_safetensors_gives_weights(tmp_path):
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    # 0.6 x 8 GiB - 3 GiB - 1 GiB = 0.8 GiB; / (16 x 28,672 B) blocks
-    assert doc["kv_memory_bytes"] == int(0.6 * 8 * GIB) - 3 * GIB - 1 * GIB
-    assert doc["kv_blocks"] == (int(0.6 * 8 * GIB) - 4 * GIB) // (16 * 28_672)
+    # ceil(0.6 x 8 GiB) - 3 GiB - 1 GiB = 0.8 GiB (vLLM's request_memory rounds up); / (16 x 28,672 B) blocks
+    assert doc["kv_memory_bytes"] == math.ceil(0.6 * 8 * GIB) - 3 * GIB - 1 * GIB
+    assert doc["kv_blocks"] == (math.ceil(0.6 * 8 * GIB) - 4 * GIB) // (16 * 28_672)
     assert doc["estimate"] is True and doc["inputs"]["weights_bytes"] == 3 * GIB
 
 
@@ -282,7 +285,7 @@ def test_hub_id_downloads_config_and_weight_index(tmp_path, monkeypatch):
         ("Qwen/Qwen2.5-7B-Instruct", "model.safetensors.index.json"),
     ]
     assert doc["bytes_per_token"] == 2 * 28 * 4 * 128 * 2
-    assert doc["kv_memory_bytes"] == int(0.92 * 24 * GIB) - 15_231_233_024 - GIB
+    assert doc["kv_memory_bytes"] == math.ceil(0.92 * 24 * GIB) - 15_231_233_024 - GIB
 
 
 def test_text_output_says_when_no_utilization_can_fit():
@@ -302,8 +305,9 @@ def test_tensor_parallel_that_does_not_divide_the_heads_is_refused():
     assert result.exit_code == 2, result.output
     assert "--tensor-parallel-size" in result.output and "num_attention_heads" in result.output
     assert isinstance(result.exception, SystemExit)
-    # TP 16 > 8 KV heads divides the 32 query heads: allowed, KV heads replicated (131,072 / 8 per GPU)
-    ok = run(LLAMA, "--kv-memory", "2GiB", "-tp", "16", "-o", "json")
+    # TP 16 > 8 KV heads divides the 32 query heads: allowed, KV heads replicated (131,072 / 8 per GPU);
+    # 3 GiB holds the default 131,072-token request (2 GiB would hold exactly it, with no room for the null block)
+    ok = run(LLAMA, "--kv-memory", "3GiB", "-tp", "16", "-o", "json")
     assert ok.exit_code == 0 and json.loads(ok.output)["bytes_per_token"] == 131072 // 8
 
 

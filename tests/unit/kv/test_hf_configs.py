@@ -175,7 +175,7 @@ def test_nested_text_config_sliding_window_without_layer_pattern():
         },
     }
     # window 1024 < 4096: every layer slides (Mistral/Phi-3 convention)
-    assert kv_spec_from_config(config).layer_kinds == ("sliding_attention", "sliding_attention")
+    assert kv_spec_from_config(config).layer_counts == (("sliding_attention", 2),)
     # window 4096 >= top-level max_position_embeddings 4096: every layer sees the whole context
     config["text_config"]["sliding_window"] = 4096
-    assert kv_spec_from_config(config).layer_kinds == ("full_attention", "full_attention")
+    assert kv_spec_from_config(config).layer_counts == (("full_attention", 2),)

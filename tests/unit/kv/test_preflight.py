@@ -72,5 +72,6 @@ def test_numbers_match_the_api_preflight_status_fields():
     assert status.kv_tokens == 28_160 * 16
     assert status.bytes_per_token == 2 * 32 * 8 * 128 * 2
     assert status.fits is True and status.estimate is True
-    # (0.9 x 80 GiB - 55 GiB + 512 blocks x 16 x 131,072 B) / 80 GiB = (17 + 1) / 80
-    assert abs(status.min_gpu_memory_utilization - 18 / 80) < 1e-9
+    # (0.9 x 80 GiB - 55 GiB + (512 blocks + the null block) x 16 x 131,072 B) / 80 GiB = (17 + 1 + 2 MiB) / 80:
+    # vLLM 0.29.0 keeps the null block out of the fit check
+    assert abs(status.min_gpu_memory_utilization - (18 + 2 / 1024) / 80) < 1e-9

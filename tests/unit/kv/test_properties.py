@@ -48,8 +48,12 @@ def test_capacity_invariants(cfg, memory, max_len, block):
     assert cap.kv_blocks * block * cap.bytes_per_token <= memory < (cap.kv_blocks + 1) * block * cap.bytes_per_token
     assert cap.kv_tokens == cap.kv_blocks * block
     assert cap.usable_blocks == max(0, cap.kv_blocks - 1)
-    assert cap.fits == (max_len <= cap.kv_tokens)
-    assert cap.max_model_len_that_fits == cap.kv_tokens
+    # vLLM 0.29.0 plans the fit against the usable blocks (all but the null block), and caps the length it
+    # accepts at the model's context (max_position_embeddings here)
+    usable_tokens = cap.usable_blocks * block
+    assert cap.fits == (max_len <= usable_tokens)
+    assert cap.pool_max_model_len == usable_tokens
+    assert cap.max_model_len_that_fits == min(usable_tokens, cfg["max_position_embeddings"])
     assert cap.max_concurrency == cap.kv_blocks / -(-max_len // block)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvpilot.kv import bytes_per_token, capacity
+from kvpilot.kv import DEFAULT_OVERHEAD_BYTES, bytes_per_token, capacity
 
 from .conftest import GIB, hf_config
 
@@ -71,7 +71,7 @@ def test_fp8_is_one_byte():
 def test_reference_deployment_from_gpu_memory_with_the_default_overhead():
     """docs/background.md §7/§9: Qwen2.5-1.5B, 8 GiB GPU, utilization 0.60 -> vLLM logged 21,520 KV tokens.
 
-    The default overhead (1.35 GiB) is calibrated on this deployment, so this checks the derivation's
+    The default overhead (1.35 GiB) is what this deployment leaves, so this checks the derivation's
     arithmetic and the documented default, not an independent prediction.
     """
     weights = 1_543_714_304 * 2  # parameters of Qwen2.5-1.5B (tied embeddings) x 2 bytes
@@ -82,6 +82,9 @@ def test_reference_deployment_from_gpu_memory_with_the_default_overhead():
         weights_bytes=weights,
         max_model_len=8192,
     )
-    assert cap.kv_memory_bytes == int(0.6 * 8 * GIB) - weights - int(1.35 * GIB)
-    assert abs(cap.kv_tokens - 21_520) / 21_520 < 0.005
+    # vLLM claims ceil(0.6 x 8 GiB) = 5,153,960,756 B; minus the weights 3,087,428,608 and the pool
+    # 21,520 x 28,672 = 617,021,440 leaves 1,449,510,708 B (1.35 GiB): the default overhead
+    assert DEFAULT_OVERHEAD_BYTES == 5_153_960_756 - 3_087_428_608 - 617_021_440 == 1_449_510_708
+    assert cap.kv_memory_bytes == 617_021_440
+    assert (cap.kv_tokens, cap.kv_blocks, cap.usable_blocks) == (21_520, 1_345, 1_344)
     assert cap.estimate is True

@@ -68,9 +68,12 @@ def test_exit_status_1_when_one_request_does_not_fit():
     assert result.exit_code == 1 and "NO: vLLM refuses to start (exit status 1)" in _flat(text)
     result = CliRunner().invoke(cli, ["kv", QWEN_72B, "--kv-memory", "1GiB", "--max-model-len", "32768", "-o", "json"])
     assert result.exit_code == 1 and '"fits": false' in result.output
-    # 1 GiB / (16 x 327,680 B) = 204 blocks = 3,264 tokens: a 3,264-token request fits -> exit 0
-    result, _ = kv_text(QWEN_72B, "--kv-memory", "1GiB", "--max-model-len", "3264")
+    # 1 GiB / (16 x 327,680 B) = 204 blocks, 203 usable (vLLM 0.29.0 keeps the null block out of the fit):
+    # a 3,248-token request (203 blocks) fits -> exit 0; 3,264 tokens (204 blocks) do not -> exit 1
+    result, _ = kv_text(QWEN_72B, "--kv-memory", "1GiB", "--max-model-len", "3248")
     assert result.exit_code == 0
+    result, _ = kv_text(QWEN_72B, "--kv-memory", "1GiB", "--max-model-len", "3264")
+    assert result.exit_code == 1
 
 
 def test_help_documents_the_exit_status():

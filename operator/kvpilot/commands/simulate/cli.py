@@ -115,7 +115,12 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
     "prefix_group, prefix_len, request_id, cache_salt, lora_id, tag) on SCENARIO's engine "
     "(default healthy).",
 )
-@click.option("--vllm-args", help='vLLM\'s own command line, e.g. "serve MODEL --max-num-seqs 4".')
+@click.option(
+    "--vllm-args",
+    help="vLLM's own command line, e.g. \"serve MODEL --max-num-seqs 4\". Without --max-model-len the model's "
+    "own context is used, as vLLM derives it (Qwen2.5: 32,768; Llama-3.1: 131,072). The engine runs on "
+    "SCENARIO's GPU (healthy, the default: h100-sxm, 80 GiB) unless --gpu names another.",
+)
 @click.option("--max-num-seqs", type=click.IntRange(min=1))
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1))
 @click.option("--max-model-len", type=click.IntRange(min=1))
@@ -206,10 +211,10 @@ def command(
 def kv_cache_log_line(block_size: int, num_gpu_blocks: int, max_model_len: int) -> str:
     """VLLM's startup report of its KV cache, in v0.30+'s one-line format, for the engine model's pool.
 
-    Source: ``vllm/v1/core/kv_cache_utils.py`` (``_report_kv_cache_config``): ``"%s KV cache size: %s tokens,
-    Maximum concurrency for %s tokens per request: %.2fx"`` with the tokens ``num_blocks * block_size`` and the
-    concurrency ``num_blocks / cdiv(max_model_len, block_size)`` for one full-attention group
-    (``get_max_concurrency_for_kv_cache_config``). E.g. 1,345 blocks of 16 at 8,192 tokens: 21,520 tokens,
+    Source: ``update_kv_cache_capacity`` (vllm/v1/core/kv_cache_utils.py, vLLM 0.29.0): ``"GPU KV cache size: %s
+    tokens, Maximum concurrency for %s tokens per request: %.2fx"`` with the figures of
+    :func:`kvpilot.kv.capacity.kv_cache_capacity` (tokens ``int(concurrency x max_model_len)``, concurrency
+    ``num_blocks / cdiv(max_model_len, block_size)``). E.g. 1,345 blocks of 16 at 8,192 tokens: 21,520 tokens,
     1,345 / 512 = 2.63x, the line vLLM logged in the founding experiment (docs/operator.md).
 
     Args:
@@ -217,12 +222,26 @@ def kv_cache_log_line(block_size: int, num_gpu_blocks: int, max_model_len: int) 
         num_gpu_blocks: KV blocks of the pool (vLLM's ``num_gpu_blocks``).
         max_model_len: tokens of one request at most.
     """
-    tokens = num_gpu_blocks * block_size
-    concurrency = num_gpu_blocks / -(-max_model_len // block_size)
+    from kvpilot.kv.capacity import kv_cache_capacity
+
+    tokens, concurrency = kv_cache_capacity(num_gpu_blocks, block_size, max_model_len)
     return (
         f"INFO [kv_cache_utils.py] GPU KV cache size: {tokens:,} tokens, "
         f"Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x"
     )
+
+
+def model_context(profile: str) -> int | None:
+    """The ``max_model_len`` vLLM derives from the config of the engine's model ``profile`` (tokens), or None
+    for an unknown profile (the engine names it then). ``""`` is the engine's default model.
+    """
+    from kvpilot.engine.config import EngineConfig
+    from kvpilot.engine.hardware import model_profile
+
+    try:
+        return model_profile(profile or EngineConfig.model).max_model_len
+    except ValueError:
+        return None
 
 
 def run(
@@ -280,6 +299,7 @@ def run(
             except click.BadParameter as exc:
                 fail(f"--scenario-file: block_size: {exc.message}")
     host = port = None
+    vllm_over: dict[str, Any] = {}
     if vllm_argv:
         vllm_over, host, port = vllm_overrides(vllm_argv, strict=strict_vllm_args)
         overrides.update(vllm_over)
@@ -302,6 +322,11 @@ def run(
         fail("SCENARIO: missing (one of: " + ", ".join(known) + ")")
     if scenario not in known:
         fail(f"SCENARIO: unknown scenario {scenario!r} (one of: {', '.join(known)})")
+    if vllm_argv and "max_model_len" not in overrides:
+        # vLLM serves the model's own context when --max-model-len is not given, not the scenario's
+        default = model_context(str(overrides.get("model") or known[scenario].flags.get("model") or ""))
+        if default is not None:
+            overrides["max_model_len"] = default
     if workload:
         base = dict(known[scenario].workload)
         if "rate" in workload and base.get("type") != "poisson":

@@ -4,6 +4,7 @@ vLLM's own argv, and the bounds of one run. Every bad value exits 2 with one lin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -56,9 +57,14 @@ def parse_end(text: str | None, now: float) -> float:
     if text is None or text == "now":
         return now
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):  # float() reads nan, inf and 400 digits; no instant is any of them
+            shown = text if len(text) <= 40 else text[:37] + "..."
+            raise ValueError(f"--end: {shown!r} is not a finite time (Unix seconds or RFC 3339)")
+        return seconds
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

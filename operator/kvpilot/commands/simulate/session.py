@@ -29,16 +29,19 @@ def cache_config_labels(engine: Engine) -> dict[str, str]:
     """The ``vllm:cache_config_info`` labels for a built engine, as vLLM ``str()``s CacheConfig fields.
 
     Keys: ``block_size``, ``num_gpu_blocks`` (usable + the null block), ``gpu_memory_utilization``,
-    ``enable_prefix_caching``, ``cache_dtype``, ``kv_cache_size_tokens`` (``num_gpu_blocks x block_size``,
-    vllm/v1/core/kv_cache_utils.py) and ``kv_cache_max_concurrency`` (tokens / ``max_model_len``, two
-    decimals, as vLLM's "Maximum concurrency for N tokens per request" log line).
+    ``enable_prefix_caching``, ``cache_dtype``, ``kv_cache_size_tokens`` (``num_gpu_blocks x block_size``) and
+    ``kv_cache_max_concurrency`` (:func:`kvpilot.kv.capacity.max_concurrency`, two decimals, as vLLM's "Maximum
+    concurrency for N tokens per request" log line); the exporter recomputes both from the blocks for vLLM 0.29+.
     """
+    from kvpilot.kv.capacity import blocks_per_request, max_concurrency
+
     config = engine.config
+    concurrency = max_concurrency(engine.num_gpu_blocks, blocks_per_request(config.max_model_len, engine.block_size))
     return {
         "block_size": str(engine.block_size),
         "num_gpu_blocks": str(engine.num_gpu_blocks),
         "kv_cache_size_tokens": str(engine.kv_cache_tokens),
-        "kv_cache_max_concurrency": f"{engine.kv_cache_tokens / config.max_model_len:.2f}",
+        "kv_cache_max_concurrency": f"{concurrency:.2f}",
         "gpu_memory_utilization": str(config.gpu_memory_utilization),
         "enable_prefix_caching": str(bool(config.enable_prefix_caching)),
         "cache_dtype": str(config.kv_cache_dtype),

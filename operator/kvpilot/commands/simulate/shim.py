@@ -19,7 +19,8 @@ kvpilot's engine-model shim: serves vLLM's /metrics, /health, /v1/models and /ve
 there is no GPU. vLLM flags it models: --max-num-seqs, --max-num-batched-tokens, --max-model-len,
 --gpu-memory-utilization, --block-size, --num-gpu-blocks-override, --[no-]enable-prefix-caching,
 --[no-]enable-chunked-prefill, --kv-cache-dtype, --tensor-parallel-size, --served-model-name,
---kv-offloading-size; others are ignored.
+--kv-offloading-size; others are ignored. Without --max-model-len it serves the model's own context
+(as vLLM derives it from the config), on the scenario's GPU (healthy: h100-sxm, 80 GiB).
 
 environment:
   KVPILOT_SCENARIO      workload scenario (default healthy; see kvpilot simulate --help)

@@ -12,14 +12,25 @@ every GET has
 
 With a ``sink`` the body is handed on chunk by chunk as it arrives instead of being kept (the
 Prometheus source decodes its answers that way, :mod:`kvpilot.diagnose.sources.vector`).
+
+Credentials never travel in a URL kvpilot prints: :func:`split_credentials` takes the userinfo out
+of ``http://user:password@host`` and turns it into the ``Authorization: Basic`` header it stands
+for (RFC 3986 section 3.2.1 deprecates ``user:password`` in a URI; RFC 7617 basic auth), so the
+URL in reports, errors, answers and logs is the bare one; :func:`basic_authorization` and
+:func:`bearer_authorization` build the headers ``--prometheus-basic-auth-file`` and
+``--prometheus-bearer-token-file`` send, as Prometheus' own ``basic_auth``/``authorization``
+client settings do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 import requests
@@ -41,6 +52,43 @@ MAX_PROMETHEUS_ROWS = 50_000
 #: histograms that diagnose reads have 14-23 buckets (``vllm/v1/metrics/loggers.py``).
 MAX_HISTOGRAM_BUCKETS = 40
 _CHUNK = 64 * 2**10
+
+
+_USERINFO_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#]*@")
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """``url`` without its userinfo, and the ``Authorization`` value that userinfo stood for.
+
+    ``http://alice:p%40ss@prometheus:9090/x`` -> ``("http://prometheus:9090/x", "Basic YWxpY2U6cEBzcw==")``
+    (user and password percent-decoded, RFC 3986); a URL without userinfo comes back as it is, with None.
+    A text that is not a URL is returned unchanged.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unclosed "[": cut whatever precedes an "@" in the authority all the same
+        return _USERINFO_RE.sub(r"\1", url), None
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url, None
+    user, _, password = userinfo.partition(":")
+    bare = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return bare, basic_authorization(unquote(user), unquote(password))
+
+
+def display_url(url: str) -> str:
+    """``url`` as kvpilot prints it: without userinfo (:func:`split_credentials`)."""
+    return split_credentials(url)[0]
+
+
+def basic_authorization(user: str, password: str) -> str:
+    """The ``Authorization`` value of HTTP basic auth (RFC 7617): ``Basic base64(user:password)``, UTF-8."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+
+def bearer_authorization(token: str) -> str:
+    """The ``Authorization`` value of a bearer token (RFC 6750): ``Bearer <token>``."""
+    return f"Bearer {token}"
 
 
 class ResponseTooLargeError(requests.RequestException):

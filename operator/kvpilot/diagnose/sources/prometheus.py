@@ -71,7 +71,14 @@ from kvpilot.diagnose.signals import (
     spellings,
 )
 from kvpilot.diagnose.sources import SourceError, request_failure_reason
-from kvpilot.diagnose.sources.http import MAX_HISTOGRAM_BUCKETS, MAX_PROMETHEUS_BYTES, MAX_PROMETHEUS_ROWS, fetch
+from kvpilot.diagnose.sources.http import (
+    MAX_HISTOGRAM_BUCKETS,
+    MAX_PROMETHEUS_BYTES,
+    MAX_PROMETHEUS_ROWS,
+    display_url,
+    fetch,
+    split_credentials,
+)
 from kvpilot.diagnose.sources.vector import UnreadableAnswerError, VectorReader
 from kvpilot.diagnose.steptime import SUBWINDOWS, subwindow_points
 
@@ -386,15 +393,28 @@ class PrometheusSource:
     """Read-only client for one Prometheus.
 
     Args:
-        url: base URL (``http://127.0.0.1:9090``).
+        url: base URL (``http://127.0.0.1:9090``). Userinfo (``http://user:password@host``) is taken
+            out of it (:func:`~kvpilot.diagnose.sources.http.split_credentials`) and sent as basic auth
+            unless ``authorization`` is given; every message names the URL without it.
         timeout: seconds per query.
         workers: queries in flight at once.
+        run_deadline: ``time.monotonic()`` instant after which no query starts or continues.
+        authorization: the ``Authorization`` header of every query (``Bearer …``, ``Basic …``), or None.
     """
 
-    def __init__(self, url: str, timeout: float = 10.0, workers: int = 8, run_deadline: float | None = None):
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 10.0,
+        workers: int = 8,
+        run_deadline: float | None = None,
+        authorization: str | None = None,
+    ):
         if not re.match(r"^https?://", url or ""):
-            raise SourceError(f"--prometheus {url!r}: not an http(s) URL")
-        self.url = url.rstrip("/")
+            raise SourceError(f"--prometheus {display_url(url or '')!r}: not an http(s) URL")
+        self.url, from_url = split_credentials(url.rstrip("/"))
+        authorization = authorization or from_url
+        self._headers = {"Authorization": authorization} if authorization else None
         self.timeout = timeout
         self.workers = workers
         self.run_deadline = run_deadline
@@ -503,6 +523,7 @@ class PrometheusSource:
             fetched = fetch(
                 f"{self.url}{query.path}",
                 params=query.params(end),
+                headers=self._headers,
                 deadline=deadline,
                 max_bytes=max_bytes,
                 sink=reader.feed,

@@ -14,16 +14,25 @@ from collections.abc import Callable
 import requests
 
 from kvpilot.diagnose.sources import SourceError, request_failure_reason
-from kvpilot.diagnose.sources.http import MAX_SCRAPE_BYTES, fetch
+from kvpilot.diagnose.sources.http import MAX_SCRAPE_BYTES, display_url, fetch, split_credentials
 from kvpilot.metrics.exposition import ExpositionError, Sample, parse_exposition
 
-#: Accept header: plain text 0.0.4 first, so names keep their colon (docs/metrics.md, "Escaping": an
-#: OpenMetrics request to prometheus_client >= 0.22 gets ``_``-escaped names); either parses.
 #: Most lines one scrape may have (checked before parsing): vLLM's /metrics holds about a
 #: thousand lines per served model (its histograms' buckets included), so 50,000 leaves room for
 #: many engines and LoRA adapters while a 100,000-series body is refused in milliseconds.
 MAX_SCRAPE_LINES = 50_000
-ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+#: Accept header: what Prometheus 3.x asks for (OpenMetrics 1.0.0 with ``escaping=allow-utf-8``, then
+#: OpenMetrics 0.0.1, the text format 1.0.0 and 0.0.4), so names arrive as a current Prometheus stores
+#: them: the server's own, colons kept. prometheus_client (vLLM's exporter) honours the first media type
+#: it knows, whatever its q, and from 0.22 escapes ``:`` to ``_`` when OpenMetrics comes without
+#: ``escaping=`` (``prometheus_client.exposition.choose_encoder``): the header Prometheus 2.x sends, and
+#: the one this module sent before, which made every target look renamed (docs/metrics.md, "Escaping").
+ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.1"
+)
 
 
 def scrape_once(
@@ -31,7 +40,8 @@ def scrape_once(
 ) -> str:
     """GET ``url`` once and return the body (decoded as UTF-8, undecodable bytes replaced).
 
-    The whole request (connect, headers, body) must finish within ``timeout`` seconds and before
+    Userinfo in ``url`` (``http://user:password@host``) is sent as basic auth and left out of every
+    message. The whole request (connect, headers, body) must finish within ``timeout`` seconds and before
     ``run_deadline`` (a ``time.monotonic()`` instant); the decompressed body may be at most
     :data:`~kvpilot.diagnose.sources.http.MAX_SCRAPE_BYTES` (:mod:`kvpilot.diagnose.sources.http`).
     ``session`` is accepted for callers that pass one; the bounded GET does not use it.
@@ -40,12 +50,14 @@ def scrape_once(
         SourceError: connection refused, deadline passed, body too large, or a non-200 answer (one line).
     """
     deadline = timeout if run_deadline is None else min(timeout, run_deadline - time.monotonic())
+    bare, authorization = split_credentials(url)  # userinfo is sent as basic auth, never printed
+    headers = {"Accept": ACCEPT} | ({"Authorization": authorization} if authorization else {})
     try:
-        fetched = fetch(url, headers={"Accept": ACCEPT}, deadline=deadline, max_bytes=MAX_SCRAPE_BYTES)
+        fetched = fetch(bare, headers=headers, deadline=deadline, max_bytes=MAX_SCRAPE_BYTES)
     except requests.RequestException as exc:
-        raise SourceError(f"--metrics-url {url}: {request_failure_reason(exc, deadline)}") from None
+        raise SourceError(f"--metrics-url {bare}: {request_failure_reason(exc, deadline)}") from None
     if fetched.status != 200:
-        raise SourceError(f"--metrics-url {url}: HTTP {fetched.status}")
+        raise SourceError(f"--metrics-url {bare}: HTTP {fetched.status}")
     return fetched.body.decode("utf-8", errors="replace")
 
 
@@ -100,13 +112,15 @@ def scrape_series(
             lines = body.count("\n")
             if lines > MAX_SCRAPE_LINES:
                 raise SourceError(
-                    f"--metrics-url {url}: {lines:,} lines in one scrape, more than the limit of "
+                    f"--metrics-url {display_url(url)}: {lines:,} lines in one scrape, more than the limit of "
                     f"{MAX_SCRAPE_LINES:,} (a vLLM server exposes about a thousand per model)"
                 )
             try:
                 samples.extend(parse_exposition(body, default_timestamp=started))
             except ExpositionError as exc:
-                raise SourceError(f"--metrics-url {url}: not Prometheus text or OpenMetrics: {exc}") from None
+                raise SourceError(
+                    f"--metrics-url {display_url(url)}: not Prometheus text or OpenMetrics: {exc}"
+                ) from None
             done += 1
             if i < count - 1:
                 sleep(max(0.0, gap - (clock() - started)))

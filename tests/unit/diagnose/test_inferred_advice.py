@@ -1,0 +1,55 @@
+"""What a diagnosis tells its reader to do about a limit inferred from the gauges (limits.confirm_inferred).
+
+A person running ``kvpilot diagnose`` can add flags; the reader of an alert-hook answer cannot, and a
+``--pod`` already looked up cannot be passed again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvpilot.diagnose.limits import confirm_inferred
+from kvpilot.diagnose.run import Options, run
+
+RECORDING = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "vllm" / "max-num-seqs-cap.om"
+
+
+def test_nothing_inferred_nothing_said():
+    assert confirm_inferred([], "cli", pod_read=False) is None
+
+
+def test_the_command_line_reader_is_told_which_flags_to_pass():
+    text = confirm_inferred(["max_num_seqs"], "cli", pod_read=False)
+    assert text is not None and "pass --max-num-seqs N, or --pod" in text
+
+
+def test_a_pod_already_read_is_not_suggested_again():
+    text = confirm_inferred(["max_num_batched_tokens"], "cli", pod_read=True)
+    assert text is not None and "pass --max-num-batched-tokens N to confirm" in text and "--pod" not in text
+
+
+def test_a_service_reader_is_told_what_to_deploy_not_which_flags_to_pass():
+    text = confirm_inferred(["max_num_seqs"], "service", pod_read=False)
+    assert text is not None and "--" not in text.replace("/metrics", "")
+    assert "kvpilot operator" in text and "kvpilot_vllmserver_limit" in text
+
+
+def _evidence(reader: str) -> list[str]:
+    # vLLM 0.29.0's own scheduler at max_num_seqs 4 (tests/fixtures/recordings/vllm/PROVENANCE.md), no limit given:
+    # the rules infer the cap from the flat running gauge
+    report = run(Options(recording=str(RECORDING), window_seconds=300, use_kube=False, reader=reader))  # type: ignore[arg-type]
+    [target] = report.targets
+    assert target.verdict == "max_num_seqs_cap" and target.signals["inferred_max_num_seqs"] == 4
+    return target.evidence
+
+
+def test_the_alert_hook_answer_carries_the_service_advice():
+    evidence = _evidence("service")  # the default: kvpilot alert-hook builds Options without a reader
+    assert any("deploy the server through the kvpilot operator" in e for e in evidence)
+    assert not any("pass --max-num-seqs" in e for e in evidence)
+
+
+def test_the_cli_diagnosis_carries_the_flags():
+    evidence = _evidence("cli")
+    assert any("pass --max-num-seqs N, or --pod" in e for e in evidence)
+    assert not any("kvpilot operator" in e for e in evidence)
