@@ -163,11 +163,17 @@ class WorkloadFit:
         if self.shared_prefix_tokens:
             tokens, rate = count(self.shared_prefix_tokens, "tokens"), percent(self.prefix_hit_rate)
             prefix = f"a shared prefix of {tokens} (hit rate {rate})"
+        when = (
+            f"each of {count(len(self.profile))} scrape intervals' own count at random times in it"
+            if self.profile
+            else "spread evenly"
+        )
         return (
-            f"Workload fitted from the window: {number(self.arrival_rate, 2, 'req/s')} Poisson arrivals "
-            f"({count(self.arrivals)} in {fig(self.window_seconds, 1)} s; {number(self.served_rate, 2, 'req/s')} "
-            f"served), prompts {self.prompt.describe()}, outputs {self.output.describe()}, {prefix}; "
-            f"{fig(self.running_start, 1)} running and {fig(self.waiting_start, 1)} waiting at the start."
+            f"Workload fitted from the window: {number(self.arrival_rate, 2, 'req/s')} arriving "
+            f"({count(self.arrivals)} in {fig(self.window_seconds, 1)} s, {when}; "
+            f"{number(self.served_rate, 2, 'req/s')} served), prompts {self.prompt.describe()}, outputs "
+            f"{self.output.describe()}, {prefix}; {fig(self.running_start, 1)} running and "
+            f"{fig(self.waiting_start, 1)} waiting at the start."
         )
 
     def to_json(self) -> dict[str, object]:
