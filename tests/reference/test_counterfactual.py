@@ -46,7 +46,8 @@ def test_every_prediction_is_within_its_tolerance_or_a_documented_miss(evaluated
 
 def test_the_table_in_the_docs_is_this_run(evaluated):
     rows, _ = evaluated
-    assert table(rows) in DOC.read_text(encoding="utf-8"), "regenerate: python -m tests.reference.counterfactual"
+    made = table(rows)
+    assert made in DOC.read_text(encoding="utf-8"), f"docs/diagnosis.md's table is not this run's:\n{made}"
 
 
 def test_the_issue_budget_case_predicts_the_growing_queue_and_the_replicas(evaluated):
