@@ -31,14 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.metrics_core import Metric
-
 from kvpilot.engine.request import Request
 from kvpilot.engine.workloads import OpenLoop, poisson
 from kvpilot.metrics.recording import recording_text
 from tests.reference.compare import make_engine
 from tests.reference.harness import driver_spec, run_vllm
 from tests.reference.refusals import binding_limit
+from tests.reference.vllm_recordings import _families
 
 #: the recording's last timestamp (2025-12-01T14:40:00Z, as tests/reference/vllm_recordings.py)
 END = 1_764_600_000.0
@@ -304,16 +303,6 @@ def specs(scenarios: tuple[Scenario, ...] = SCENARIOS) -> list[dict[str, Any]]:
                     record_steps="light",
                 )
             )
-    return out
-
-
-def _families(snapshot: list) -> list[Metric]:
-    out = []
-    for name, typ, doc, samples in snapshot:
-        fam = Metric(name, doc, typ)
-        for sample_name, labels, value in samples:
-            fam.add_sample(sample_name, labels, value)
-        out.append(fam)
     return out
 
 

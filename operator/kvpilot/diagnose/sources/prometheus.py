@@ -277,22 +277,24 @@ class PlannedQuery:
         return f"{self.promql}  # range query: {self.points} steps of {step} ending at the window's end"
 
 
+def _instant_queries(defs: tuple[SignalDef, ...], window_seconds: float, selectors: Selectors) -> list[PlannedQuery]:
+    """One :func:`signal_query` per scalar of ``defs``, then one :func:`bucket_query` per histogram and spelling."""
+    out = [PlannedQuery(signal_query(sd, window_seconds, selectors), "signal", sd) for sd in defs if sd.fn != "buckets"]
+    out += [
+        PlannedQuery(bucket_query(sd, spelling, window_seconds, selectors), "buckets", sd, spelling)
+        for sd in defs
+        if sd.fn == "buckets"
+        for spelling in spellings(sd.family)
+    ]
+    return out
+
+
 def plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[PlannedQuery]:
     """Every query one :meth:`PrometheusSource.fetch` sends, in the order its answers are read: the
     signals, each histogram's :func:`bucket_query` per spelling, the sub-window range queries,
     ``cache_config_info``, the operator's limits. Their number does not depend on the targets.
     """
-    out = [
-        PlannedQuery(signal_query(sd, window_seconds, selectors), "signal", sd)
-        for sd in SIGNAL_DEFS
-        if sd.fn != "buckets"
-    ]
-    out += [
-        PlannedQuery(bucket_query(sd, spelling, window_seconds, selectors), "buckets", sd, spelling)
-        for sd in SIGNAL_DEFS
-        if sd.fn == "buckets"
-        for spelling in spellings(sd.family)
-    ]
+    out = _instant_queries(SIGNAL_DEFS, window_seconds, selectors)
     sub = window_seconds / SUBWINDOWS
     out += [
         PlannedQuery(subwindow_query(sd, window_seconds, selectors), "sub", sd, step_seconds=sub)
@@ -307,17 +309,7 @@ def fit_plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[
     """The queries of :meth:`PrometheusSource.fetch_fit`: one per scalar of
     :data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS`, one per histogram and spelling, as :func:`plan` sends them.
     """
-    out = [
-        PlannedQuery(signal_query(sd, window_seconds, selectors), "signal", sd)
-        for sd in FIT_SIGNAL_DEFS
-        if sd.fn != "buckets"
-    ]
-    out += [
-        PlannedQuery(bucket_query(sd, spelling, window_seconds, selectors), "buckets", sd, spelling)
-        for sd in FIT_SIGNAL_DEFS
-        if sd.fn == "buckets"
-        for spelling in spellings(sd.family)
-    ]
+    out = _instant_queries(FIT_SIGNAL_DEFS, window_seconds, selectors)
     step = window_seconds / FIT_STEPS
     out += [
         PlannedQuery(signal_query(sd, window_seconds, selectors), "sub", sd, step_seconds=step, points=FIT_STEPS + 1)
