@@ -3,19 +3,30 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+PIP    := $(BIN)/pip install -q --disable-pip-version-check
+# kvpilot with every extra (make install, test, lint); kvpilot with the demo extra only (make demo)
+STAMP      := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test install lint crd chart image clean vllm-ref alert-walkthrough
+.PHONY: demo test test-unit install lint docs crd chart image clean vllm-ref alert-walkthrough
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,demo,lint]'
-	touch $(STAMP)
+
+# A venv that `make demo` made gets the test and lint extras here, the first time `make test` runs.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) --upgrade pip
+	$(PIP) -e '.[test,demo,lint]'
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) -e '.[demo]'
+	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# Only what the demo needs; in a venv that has everything already (make install), that install.
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	$(BIN)/kvpilot demo
 
 # A simulated vLLM, real Prometheus and Alertmanager with the shipped rules and config, and the alert hook, on
@@ -27,6 +38,15 @@ alert-walkthrough: $(STAMP)
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/pytest tests
+
+# The edit-test loop: the pure-logic tests (no servers) but the slow ones and those that run vLLM's own code,
+# last failures first, stopping at the first failure. `make test` runs them all.
+test-unit: $(STAMP)
+	$(BIN)/pytest -q -x --ff -m "not slow and not vllm_ref" tests/unit
+
+# docs/user-guide.md's options tables, from the click commands (a test fails when they drift).
+docs: $(STAMP)
+	$(BIN)/python scripts/generate-docs.py
 
 # vLLM 0.29.0's own scheduler and stat logger (CPU), for the `vllm_ref` test tier; cached in
 # ${KVPILOT_VLLM_VENV:-$HOME/.cache/kvpilot/vllm-0.29.0}.

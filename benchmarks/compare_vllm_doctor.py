@@ -100,10 +100,14 @@ def run_kvpilot(url: str, end: float, flags: list[str]) -> str:
     return ",".join(t["verdict"] for t in doc["targets"])
 
 
-def run_doctor(exe: Path, url: str, home: Path) -> tuple[str, list[str]]:
+def run_doctor(exe: Path, url: str, home: Path, since: str = "5m") -> tuple[str, list[str]]:
+    """vllm-doctor's answer read as a kvpilot verdict (module docstring) and its fired checks, most severe first.
+
+    ``since``: its window, a PromQL range (``5m``, ``300s``), ending now.
+    """
     env = dict(os.environ, HOME=str(home))
     out = subprocess.run(
-        [str(exe), "diagnose", url, "--since", "5m", "-o", "json"],
+        [str(exe), "diagnose", url, "--since", since, "-o", "json"],
         capture_output=True,
         text=True,
         timeout=120,

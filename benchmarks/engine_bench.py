@@ -11,9 +11,10 @@ Run: .venv/bin/python benchmarks/engine_bench.py
    microseconds per step, and the cProfile of the fast-forwarded run's hottest functions.
 3. The same on a decode-heavy trace (``--decode-rate`` 1 req/s, outputs ~2,000 tokens): few arrivals and
    finishes, so stretches are long.
-4. The per-block floor: CPU nanoseconds per block of hashing a prompt's blocks (``Request.ensure_hashes``) and of
-   ``BlockPool.allocate``, ``cache_blocks`` and ``free`` on the trace's pool (162,392 blocks), 20,000 requests of
-   75 blocks each with 40 alive at a time, as the trace holds them; the trace does about 14 of each per step.
+4. The per-block floor: CPU nanoseconds per block of hashing a prompt's blocks (``Request.hash_runs``) and of
+   ``BlockPool.grow``, ``cache`` and ``release`` on the trace's pool (162,392 blocks), 20,000 requests of 75 blocks
+   each with 40 alive at a time, as the trace holds them (each of these is one operation per extent, not per block,
+   so the figure is a request's cost spread over its 75 blocks).
 
 Both modes give identical results (tests/unit/engine/test_fast_forward.py); the figures differ only in time.
 """
@@ -28,7 +29,7 @@ import time
 from collections.abc import Callable
 
 from kvpilot.engine import Engine, EngineConfig
-from kvpilot.engine.block_pool import BlockPool
+from kvpilot.engine.block_pool import BlockPool, BlockTable
 from kvpilot.engine.core import StepOutput
 from kvpilot.engine.request import Request
 from kvpilot.engine.scenarios import run_scenario
@@ -111,20 +112,21 @@ def bench_trace(name: str, duration: float, rate: float, output_mean: int, profi
 def bench_block_ops(num_requests: int = 20000, blocks: int = 75, alive: int = 40) -> None:
     reqs = [Request(f"r{i}", blocks * 16 - 8, 200) for i in range(num_requests)]
     c0 = time.process_time()
-    hashes = [r.ensure_hashes(blocks, 16) for r in reqs]
+    runs = [r.hash_runs(0, blocks, 16) for r in reqs]
     t_hash = time.process_time() - c0
     pool = BlockPool(162392, 16)
-    live: list[list[int]] = []
+    live: list[BlockTable] = []
     t_alloc = t_cache = t_free = 0.0
-    for h in hashes:
+    for r in runs:
+        table = BlockTable()
         c0 = time.process_time()
-        got = pool.allocate(blocks)
+        pool.grow(table, blocks)
         c1 = time.process_time()
-        pool.cache_blocks(got, h, 0, blocks)
+        pool.cache(table, r)
         c2 = time.process_time()
-        live.append(got)
+        live.append(table)
         if len(live) > alive:
-            pool.free(reversed(live.pop(0)))
+            pool.release(live.pop(0))
         t_alloc, t_cache, t_free = t_alloc + c1 - c0, t_cache + c2 - c1, t_free + time.process_time() - c2
     n = num_requests * blocks
     figures = ", ".join(

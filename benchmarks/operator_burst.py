@@ -51,7 +51,6 @@ import kubernetes.client
 from kvpilot.api.constants import LABEL_SERVER
 from kvpilot.api.crd import crd_manifest
 from kvpilot.sandbox import SandboxCluster
-from kvpilot.sandbox.emulator import FaithfulKubernetes
 
 ROOT = Path(__file__).resolve().parents[1]
 NS = "bench"
@@ -70,22 +69,16 @@ class Record:
     servers: dict[str, float] = {}
     pods: dict[str, float] = {}
 
-
-_commit = FaithfulKubernetes._commit
-
-
-async def _timed_commit(self: Any, res: Any, ns: Any, name: str, obj: Any, kind: str, last: Any = None) -> Any:
-    shown = await _commit(self, res, ns, name, obj, kind, last)
-    if kind == "ADDED" and ns == NS:
-        if res.plural == PLURAL:
-            Record.servers[name] = time.monotonic()
-        elif res.plural == "pods":
-            owner = (shown["metadata"].get("labels") or {}).get(LABEL_SERVER)
-            Record.pods.setdefault(owner, time.monotonic())
-    return shown
-
-
-FaithfulKubernetes._commit = _timed_commit  # benchmark instrumentation only
+    @classmethod
+    def observe(cls, kind: str, resource: Any, obj: dict[str, Any]) -> None:
+        """The sandbox's observer (:meth:`SandboxCluster.observe`): time each ADDED in the sandbox's loop."""
+        meta = obj["metadata"]
+        if kind != "ADDED" or meta.get("namespace") != NS:
+            return
+        if resource.plural == PLURAL:
+            cls.servers[meta["name"]] = time.monotonic()
+        elif resource.plural == "pods":
+            cls.pods.setdefault((meta.get("labels") or {}).get(LABEL_SERVER), time.monotonic())
 
 
 def cpu_seconds(pid: int) -> float:
@@ -182,6 +175,7 @@ def run_once(kind: str, n: int, timeout: float, settings: dict[str, Any] | None 
     """One burst of ``n`` servers against a fresh sandbox; the figures of that run."""
     Record.servers, Record.pods = {}, {}
     with SandboxCluster(strict=False, timeout=60) as cluster, tempfile.TemporaryDirectory() as tmp:
+        cluster.observe(Record.observe)
         client = cluster.api_client()
         kubernetes.client.ApiextensionsV1Api(client).create_custom_resource_definition(crd_manifest())
         kubernetes.client.CoreV1Api(client).create_namespace({"metadata": {"name": NS}})
@@ -197,7 +191,7 @@ def run_once(kind: str, n: int, timeout: float, settings: dict[str, Any] | None 
             if proc.poll() is not None:
                 raise RuntimeError(f"{kind} operator exited: {proc.stderr.read().decode()[-2000:]}")
             time.sleep(1.0)  # let the warm-up server's status writes finish before counting CPU
-            cpu0, req0 = cpu_seconds(proc.pid), len(cluster.emulator._requests)
+            cpu0, req0 = cpu_seconds(proc.pid), len(cluster.served())
             api0 = cpu_seconds(os.getpid())
             profiler = profile(proc.pid)
             names = [f"s{i:05d}" for i in range(n)]
@@ -227,7 +221,7 @@ def run_once(kind: str, n: int, timeout: float, settings: dict[str, Any] | None 
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)
                 profiler.wait(60)
-            requests = cluster.emulator._requests[req0:]
+            requests = cluster.served()[req0:]
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -250,10 +244,9 @@ def run_once(kind: str, n: int, timeout: float, settings: dict[str, Any] | None 
 
 
 def verb(request: Any) -> str:
-    """``GET pods``, ``PATCH vllmservers/status``: a recorded request's method and resource."""
-    method = getattr(request.method, "value", request.method)
+    """``GET pods``, ``PATCH vllmservers/status``: a served request's method and resource."""
     plural = request.resource.plural if request.resource else "?"
-    return f"{method} {plural}" + (f"/{request.subresource}" if request.subresource else "")
+    return f"{request.method} {plural}" + (f"/{request.subresource}" if request.subresource else "")
 
 
 def median(runs: list[dict[str, Any]], key: str) -> float:

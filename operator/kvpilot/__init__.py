@@ -10,7 +10,7 @@ Packages (one job each; pure logic has no I/O):
 - ``kvpilot.diagnose``   signals -> rules -> verdicts -> report (read-only)
 - ``kvpilot.controller`` kopf handlers (thin)
 - ``kvpilot.alerts``     Alertmanager/Grafana webhook receiver
-- ``kvpilot.sandbox``    in-process Kubernetes API (kmock) for the demo and the tests
+- ``kvpilot.sandbox``    in-process Kubernetes API (aiohttp) for the demo and the tests
 - ``kvpilot.commands``   one module per CLI subcommand; ``kvpilot.cli`` wires them
 """
 

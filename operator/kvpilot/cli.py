@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Iterable
 from typing import cast
 
 import click
@@ -30,16 +31,51 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "simulate": ("simulate", "command", "Run the vLLM engine model: report, --serve /metrics, or --record."),
     "diagnose": ("diagnose", "command", "Read-only bottleneck diagnosis of vLLM servers."),
     "alert-hook": ("alert_hook", "command", "Webhook receiver: answers firing alerts with a diagnosis."),
-    "demo": ("demo_command", "command", "The embedded default: operator, KV math, engine and diagnosis, no cluster."),
+    "demo": ("demo_command", "command", "Every part on this machine: operator, KV math, engine, diagnosis; no GPU."),
 }
 
 
+#: U+2011 NON-BREAKING HYPHEN: stands in for "-" while click wraps help text (see :class:`HelpFormatter`).
+_NO_BREAK_HYPHEN = "\u2011"
+
+
+class HelpFormatter(click.HelpFormatter):
+    """click's help formatter, except that a line never breaks at a hyphen, only at spaces.
+
+    click wraps help with ``textwrap``'s ``break_on_hyphens`` and offers no way to turn it off
+    (pallets/click issue 3362), so a flag at the end of a line came out as ``--limits-`` / ``from-cluster``.
+    The text is wrapped with each ``-`` replaced by a non-breaking hyphen of the same width, and
+    :meth:`getvalue` puts the ``-`` back: the widths click computes are those of the printed text.
+    """
+
+    def write_text(self, text: str) -> None:
+        """Write ``text`` wrapped (overrides ``click.HelpFormatter.write_text``), never at a hyphen."""
+        super().write_text(text.replace("-", _NO_BREAK_HYPHEN))
+
+    def write_dl(self, rows: Iterable[tuple[str, str]], col_max: int = 30, col_spacing: int = 2) -> None:
+        """Write the option list (overrides ``click.HelpFormatter.write_dl``); help texts never break at a hyphen."""
+        super().write_dl([(term, text.replace("-", _NO_BREAK_HYPHEN)) for term, text in rows], col_max, col_spacing)
+
+    def getvalue(self) -> str:
+        """The formatted help (overrides ``click.HelpFormatter.getvalue``), with its hyphens restored."""
+        return super().getvalue().replace(_NO_BREAK_HYPHEN, "-")
+
+
+class HelpContext(click.Context):
+    """A click context that formats ``--help`` with :class:`HelpFormatter`."""
+
+    formatter_class = HelpFormatter
+
+
 class LazyGroup(click.Group):
-    """A click group whose subcommands are imported on first use.
+    """A click group whose subcommands are imported on first use, each formatting its help with
+    :class:`HelpFormatter`.
 
     Its methods override ``click.Group``'s (not marked ``@typing_extensions.override``: importing
-    typing_extensions would cost every start 3-4 ms; docs/performance.md, "CLI start-up").
+    typing_extensions would cost every start its import; docs/performance.md, "CLI start-up").
     """
+
+    context_class = HelpContext
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         """The subcommands' names, in :data:`COMMANDS`' order."""
@@ -52,7 +88,9 @@ class LazyGroup(click.Group):
             return None
         module, attr, _ = entry
         # each COMMANDS entry names a module's click command (tests/unit/test_cli_imports.py loads them all)
-        return cast(click.Command, getattr(importlib.import_module(f"kvpilot.commands.{module}"), attr))
+        command = cast(click.Command, getattr(importlib.import_module(f"kvpilot.commands.{module}"), attr))
+        command.context_class = HelpContext  # its --help wraps as the group's does
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """``--help``'s command list from :data:`COMMANDS`' one-line helps, importing no command module."""

@@ -37,7 +37,7 @@ from kvpilot.metrics.recording import recording_text
 from tests.reference.compare import make_engine
 from tests.reference.harness import driver_spec, run_vllm
 from tests.reference.refusals import binding_limit
-from tests.reference.vllm_recordings import _families
+from tests.reference.vllm_recordings import snapshot_families
 
 #: the recording's last timestamp (2025-12-01T14:40:00Z, as tests/reference/vllm_recordings.py)
 END = 1_764_600_000.0
@@ -308,7 +308,7 @@ def specs(scenarios: tuple[Scenario, ...] = SCENARIOS) -> list[dict[str, Any]]:
 
 def recording(result: dict[str, Any], duration: float) -> str:
     """A driver result's snapshots as a recording whose last timestamp is :data:`END`."""
-    snaps = [(END - duration + t, _families(snap)) for t, snap in result["snapshots"] if t <= duration + 1e-9]
+    snaps = [(END - duration + t, snapshot_families(snap)) for t, snap in result["snapshots"] if t <= duration + 1e-9]
     return recording_text(snaps)
 
 

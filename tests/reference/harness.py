@@ -78,7 +78,7 @@ def driver_spec(
         features: vLLM features kvpilot's engine does not model, added to the driver's ``config``:
             ``policy`` (``"fcfs"``/``"priority"``), ``lora`` (``{"max_loras", "max_lora_rank"}``),
             ``speculative`` (``{"num_speculative_tokens", "acceptance_rate", "seed"}``), ``remote_kv``
-            (``{"seconds_per_token"}``); the step time stays the engine's roofline of the tokens scheduled.
+            (``{"seconds_per_token", "latency"}``); the step time stays the engine's roofline of the tokens scheduled.
         request_fields: request id -> fields added to that request: ``priority`` (int, lower first),
             ``lora`` (adapter name), ``remote_prefill`` (bool: its prompt's KV comes through ``remote_kv``).
     """

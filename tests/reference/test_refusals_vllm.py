@@ -72,8 +72,8 @@ CASES: dict[str, tuple[dict, list[Request], dict, dict]] = {
         {},
         {},
     ),
-    # 1 slot, budget 16 used up by r0's first chunk: the budget is checked first (the loop's while condition)
-    "budget-before-cap": (
+    # 1 slot, budget 16 used up by r0's chunks: the budget runs out at the cap
+    "budget-at-cap": (
         {"max_num_seqs": 1, "num_gpu_blocks": 100, "max_model_len": 128, "max_num_batched_tokens": 16},
         [_req(i, 64, 3) for i in range(2)],
         {},
@@ -93,11 +93,11 @@ CASES: dict[str, tuple[dict, list[Request], dict, dict]] = {
         {"lora": {"max_loras": 1}},
         {"r0": {"lora": "a"}, "r1": {"lora": "b"}, "r2": {"lora": "a"}},
     ),
-    # prefill done elsewhere: 3 prompts of 64 tokens over a link of 1 ms per token, one transfer at a time
+    # prefill done elsewhere: prompts of 64, 128, 192 tokens, each transfer 10 ms + 1 ms per token, side by side
     "remote-kv": (
         {"max_num_seqs": 8, "num_gpu_blocks": 100, "max_model_len": 256, "max_num_batched_tokens": 256},
-        [_req(i, 64, 3) for i in range(3)],
-        {"remote_kv": {"seconds_per_token": 0.001}},
+        [_req(i, 64 * (i + 1), 3) for i in range(3)],
+        {"remote_kv": {"seconds_per_token": 0.001, "latency": 0.01}},
         {f"r{i}": {"remote_prefill": True} for i in range(3)},
     ),
     # 3 draft tokens per decode step, each accepted with probability 0.6 by the stand-in verifier
@@ -182,11 +182,15 @@ def test_the_running_cap_is_checked_before_the_kv_cache(runs):
     assert refusals(steps) == [("max_num_seqs", "running_at_cap")] * 3 + [("none", "")] * 3
 
 
-def test_the_budget_is_checked_before_the_running_cap(runs):
-    steps = runs["budget-before-cap"]
-    # r0's 4 chunks each spend the budget of 16 (the while condition) before the cap of 1 is looked at; then
-    # r0 decodes (1 token, budget left) at the cap: max_num_seqs for its 2 decode steps
-    assert refusals(steps[:6]) == [("token_budget", "budget_used")] * 4 + [("max_num_seqs", "running_at_cap")] * 2
+def test_a_budget_spent_at_the_cap_is_the_cap(runs):
+    steps = runs["budget-at-cap"]
+    # r0's 4 chunks each spend the budget of 16 with 1 of 1 running: schedule() stops on the budget, but no budget
+    # would admit r1 past the cap; then r0 decodes (1 token, budget left) at the cap for its 2 decode steps
+    assert [s["scheduled"] for s in steps[:4]] == [{"r0": 16}] * 4
+    assert (
+        refusals(steps[:6])
+        == [("max_num_seqs", "running_at_cap_budget_used")] * 4 + [("max_num_seqs", "running_at_cap")] * 2
+    )
 
 
 def test_nothing_waiting_is_none(runs):
@@ -209,15 +213,15 @@ def test_an_adapter_that_cannot_join_the_batch_is_a_lora_refusal(runs):
 
 def test_a_request_waiting_for_remote_kv_is_an_other_refusal(runs):
     steps = runs["remote-kv"]
-    # transfers land at 64 x 1 ms = 0.064 s, 0.128 s, 0.192 s; until then the request waits in
+    # transfers land at 10 + 64 = 74 ms, 10 + 128 = 138 ms, 10 + 192 = 202 ms; until then the request waits in
     # WAITING_FOR_REMOTE_KVS; once loaded it recomputes only its last prompt token, then decodes
     firsts = {rid: next(s for s in steps if rid in s["scheduled"]) for rid in ("r0", "r1", "r2")}
-    assert [firsts[r]["start"] for r in ("r0", "r1", "r2")] == pytest.approx([0.064, 0.128, 0.192])
+    assert [firsts[r]["start"] for r in ("r0", "r1", "r2")] == pytest.approx([0.074, 0.138, 0.202])
     assert all(firsts[r]["scheduled"][r] == 1 for r in firsts)
-    before_r2 = [s for s in steps if s["start"] < 0.192 - 1e-9]
+    before_r2 = [s for s in steps if s["start"] < 0.202 - 1e-9]
     assert {(s["refusal"], s["refusal_detail"]) for s in before_r2} == {("other", "WAITING_FOR_REMOTE_KVS")}
-    assert steps[0]["scheduled"] == {} and steps[0]["duration"] == pytest.approx(0.064)
-    assert {s["refusal"] for s in steps if s["start"] >= 0.192 - 1e-9} == {"none"}
+    assert steps[0]["scheduled"] == {} and steps[0]["duration"] == pytest.approx(0.074)
+    assert {s["refusal"] for s in steps if s["start"] >= 0.202 - 1e-9} == {"none"}
 
 
 def test_priority_policy_admits_the_lower_value_first(runs):

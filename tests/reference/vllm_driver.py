@@ -19,13 +19,14 @@ Optional, for vLLM features kvpilot's engine does not model (absent: as before):
 (``"fcfs"`` | ``"priority"``: ``SchedulerConfig.policy``), ``lora`` (``{"max_loras", "max_lora_rank"}``:
 ``LoRAConfig``), ``speculative`` (``{"num_speculative_tokens", "acceptance_rate", "seed"}``: an n-gram
 ``SpeculativeConfig``, whose drafts and acceptance the stand-in model runner makes), ``remote_kv``
-(``{"seconds_per_token"}``: ``RemoteKVStandIn``, a KV connector loading prompts computed elsewhere); in a
+(``{"seconds_per_token", "latency"}``: ``RemoteKVStandIn``, a KV connector loading prompts computed elsewhere); in a
 request, ``priority`` (int), ``lora`` (adapter name: a ``LoRARequest``), ``remote_prefill`` (bool).
 
 ``record_steps``: ``true`` records every step in full (``scheduled`` per request, ``preempted``, prefix-cache
 stats, ``running``/``waiting``, ``kv_cache_usage``, ``refusal``); ``"light"`` only ``start``, ``duration``,
 ``tokens``, ``running``, ``queue``, ``kv_cache_usage``, ``compute_share``, ``refusal`` and ``refusal_detail``
-(long recordings); ``false`` none.
+(long recordings), and the result's ``admissions`` lists ``[request_id, time, computed tokens]`` for each first
+admission (``NewRequestData.num_computed_tokens``: the prefix-cache hit); ``false`` none.
 
 How each piece is built (vLLM 0.29.0):
 
@@ -69,11 +70,12 @@ under FCFS), that was waiting when the step began and is still waiting when it e
   ``WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR``, ...), or the loop stopped at the head on a path this driver never
   exercises (``scheduler_break``);
 - ``token_budget``: the loop ended with the budget used up (``token_budget`` or ``input_budget`` spent, read from
-  ``schedule()``'s locals when its waiting loop ends), or stopped at the head because its prompt cannot be
-  chunked (``enable_chunked_prefill`` off and the prompt longer than the budget left) or its speculative padding
-  does not fit;
-- ``max_num_seqs``: the loop ended on its running cap (``len(running) >= max_num_running_reqs``), checked after
-  the budget, in ``schedule()``'s order;
+  ``schedule()``'s locals when its waiting loop ends) while fewer than ``max_num_seqs`` run, or stopped at the
+  head because its prompt cannot be chunked (``enable_chunked_prefill`` off and the prompt longer than the budget
+  left) or its speculative padding does not fit;
+- ``max_num_seqs``: the loop ended on its running cap (``len(running) >= max_num_running_reqs``), or with the
+  budget used up while running is at the cap (``schedule()`` checks the budget first, but a larger budget would
+  admit no one past the cap, which holds until a request finishes: ``running_at_cap_budget_used``);
 - ``none``: nothing was left waiting.
 """
 
@@ -351,11 +353,12 @@ class RefusalProbe:
         loc = self.loop_exit_locals
         if loc is None:
             return "other", "paused"
-        if loc["token_budget"] <= 0:
-            return "token_budget", "budget_used"
-        if loc["input_budget"] <= loc["draft_slots"]:
-            return "token_budget", "input_budget_used"
-        if len(sched.running) + sched.num_waiting_for_streaming_input >= sched.max_num_running_reqs:
+        at_cap = len(sched.running) + sched.num_waiting_for_streaming_input >= sched.max_num_running_reqs
+        if loc["token_budget"] <= 0 or loc["input_budget"] <= loc["draft_slots"]:
+            # the budget check comes first in schedule(); with running at the cap as well, the cap binds: a larger
+            # budget admits no one past it, and the cap holds until a request finishes
+            return ("max_num_seqs", "running_at_cap_budget_used") if at_cap else ("token_budget", "budget_used")
+        if at_cap:
             return "max_num_seqs", "running_at_cap"
         return "other", "loop_ended"
 
@@ -405,7 +408,10 @@ def build(cfg: dict, workdir: Path):
             kv_connector="RemoteKVStandIn",
             kv_role="kv_consumer",
             kv_connector_module_path="__main__",
-            kv_connector_extra_config={"seconds_per_token": float(cfg["remote_kv"]["seconds_per_token"])},
+            kv_connector_extra_config={
+                "seconds_per_token": float(cfg["remote_kv"].get("seconds_per_token", 0.0)),
+                "latency": float(cfg["remote_kv"].get("latency", 0.0)),
+            },
         )
     vllm_config = V["VllmConfig"](
         scheduler_config=scheduler_config, model_config=model_config, cache_config=cache_config, **extra
@@ -448,9 +454,9 @@ def remote_kv_connector_class():
     the scheduler all its prompt tokens are external and load asynchronously
     (``get_num_new_matched_tokens -> (prompt - computed, True)``, as vLLM's NixlConnector does for
     ``do_remote_prefill``), so vLLM allocates its blocks and parks it in ``WAITING_FOR_REMOTE_KVS`` (its
-    ``deferred`` waiting reason) until a step's output reports it in ``finished_recving``. The stand-in link
-    moves ``seconds_per_token`` per token, one transfer at a time, first come first served
-    (``kv_connector_extra_config``). Worker-side methods do nothing: there is no worker.
+    ``deferred`` waiting reason) until a step's output reports it in ``finished_recving``. Each transfer takes
+    ``latency + tokens x seconds_per_token`` from its admission (``kv_connector_extra_config``), transfers run side
+    by side. Worker-side methods do nothing: there is no worker.
     """
 
     class RemoteKVStandIn(V["KVConnectorBase_V1"]):
@@ -458,9 +464,9 @@ def remote_kv_connector_class():
             super().__init__(vllm_config, role, kv_cache_config)
             extra = vllm_config.kv_transfer_config.kv_connector_extra_config
             self.seconds_per_token = float(extra.get("seconds_per_token", 0.0))
+            self.latency = float(extra.get("latency", 0.0))
             self.remote: dict[str, int] = {}  # request id -> prompt tokens computed remotely, not loaded yet
             self.transfers: dict[str, float] = {}  # request id -> simulated time its transfer lands
-            self.link_free = 0.0
 
         def get_num_new_matched_tokens(self, request, num_computed_tokens):
             n = self.remote.get(request.request_id, 0)
@@ -468,9 +474,8 @@ def remote_kv_connector_class():
 
         def update_state_after_alloc(self, request, blocks, num_external_tokens):
             if num_external_tokens > 0:
-                start = max(CLOCK.now, self.link_free)
-                self.link_free = start + num_external_tokens * self.seconds_per_token
-                self.transfers[request.request_id] = self.link_free
+                landing = CLOCK.now + self.latency + num_external_tokens * self.seconds_per_token
+                self.transfers[request.request_id] = landing
                 self.remote.pop(request.request_id, None)  # loaded once; a preempted request recomputes
 
         def build_connector_meta(self, scheduler_output):
@@ -531,6 +536,7 @@ class Runner:
         self.next_req = 0
         self.meta: dict[str, dict] = {}
         self.steps: list = []
+        self.admissions: list = []
         self.snapshots: list = []
         self.lora_ids: dict[str, int] = {}
         spec_cfg = spec["config"].get("speculative") or {}
@@ -737,6 +743,8 @@ class Runner:
                 self.logger.record(scheduler_stats=eco.scheduler_stats, iteration_stats=iteration_stats)
                 stats = eco.scheduler_stats
             if record == "light":
+                # first admissions: vLLM's computed tokens at admission (its prefix-cache hit, or remote KV)
+                self.admissions.extend([nr.req_id, t0, nr.num_computed_tokens] for nr in so.scheduled_new_reqs)
                 self.steps.append(
                     {
                         "start": t0,
@@ -778,6 +786,7 @@ class Runner:
         return {
             "name": self.spec.get("name"),
             "steps": self.steps,
+            "admissions": self.admissions,
             "snapshots": self.snapshots,
             "final": snapshot(),
             "end": CLOCK.now,

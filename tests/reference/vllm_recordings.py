@@ -58,7 +58,8 @@ def scenario_spec(scenario: str) -> dict:
     )
 
 
-def _families(snapshot: list) -> list[Metric]:
+def snapshot_families(snapshot: list) -> list[Metric]:
+    """A driver snapshot (``[[name, type, help, [[sample, labels, value], ...]], ...]``) as client families."""
     out = []
     for name, typ, doc, samples in snapshot:
         fam = Metric(name, doc, typ)
@@ -70,7 +71,7 @@ def _families(snapshot: list) -> list[Metric]:
 
 def recording_from_result(result: dict) -> str:
     """A driver result's snapshots as recording text (timestamps ``END - DURATION + t``)."""
-    snaps = [(END - DURATION + t, _families(snap)) for t, snap in result["snapshots"] if t <= DURATION + 1e-9]
+    snaps = [(END - DURATION + t, snapshot_families(snap)) for t, snap in result["snapshots"] if t <= DURATION + 1e-9]
     return recording_text(snaps)
 
 

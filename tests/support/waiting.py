@@ -39,3 +39,17 @@ def stop_process(proc: subprocess.Popen | None, grace: float = 15.0) -> None:
     except subprocess.TimeoutExpired:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=5)
+
+
+def stays_false(probe: Callable[[], Any], window: float, interval: float = 0.05, what: str = "") -> None:
+    """Poll ``probe`` for ``window`` seconds and fail the test as soon as it returns something truthy.
+
+    For asserting that something does *not* happen (a retry, a second create) over a window the caller
+    derives from when it would happen (e.g. a retry policy's whole schedule); not a way to synchronise.
+    """
+    deadline = time.monotonic() + window
+    while time.monotonic() < deadline:
+        seen = probe()
+        if seen:
+            pytest.fail(f"{what or probe} happened within {window}s: {seen!r}")
+        time.sleep(interval)

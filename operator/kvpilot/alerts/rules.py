@@ -225,7 +225,7 @@ class Signals:
     def kv_ceiling(self) -> str:
         """The KV admission ceiling ``clamp(1 - 2 x kv_avg / running_avg, 0.5, 1)``; 1 with nothing running.
 
-        diagnose.rules.kv_ceiling also weighs ``prompt_tokens_per_request / kv_cache_tokens`` (the larger
+        diagnose.facts.kv_ceiling also weighs ``prompt_tokens_per_request / kv_cache_tokens`` (the larger
         share wins); the rules keep the running share, which a label-valued ``cache_config_info`` cannot
         replace in PromQL.
         """

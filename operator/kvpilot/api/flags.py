@@ -112,18 +112,6 @@ def managed_flag_matches(arg: str, kv_offload: bool = False) -> list[tuple[str, 
     return [(flag, field) for flag, field in flags.items() if flag.startswith(name)]
 
 
-def managed_flag(arg: str, kv_offload: bool = False) -> tuple[str, str] | None:
-    """Which managed flag ``arg`` would set in vLLM, as ``(flag, spec field)``, or None (the first
-    of :func:`managed_flag_matches`).
-
-    Args:
-        arg: one element of ``spec.engine.extraArgs``.
-        kv_offload: True when ``spec.kvOffload`` is set (``--kv-transfer-config`` is then managed).
-    """
-    matches = managed_flag_matches(arg, kv_offload)
-    return matches[0] if matches else None
-
-
 def refusal(arg: str, matches: list[tuple[str, str]]) -> str:
     """Why ``extraArgs`` refuses ``arg`` (``matches`` from :func:`managed_flag_matches`, not empty), in one line.
 

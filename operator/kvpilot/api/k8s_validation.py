@@ -24,8 +24,11 @@ import functools
 import json
 import re
 from collections.abc import Collection
+from decimal import ROUND_UP, Decimal
 from importlib import resources
 from typing import Any
+
+from kvpilot.api.quantity import parse_quantity
 
 _NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -186,11 +189,19 @@ def _join(path: str, child: str) -> str:
 
 
 @functools.cache
-def affinity_schema() -> dict[str, Any]:
-    """The shipped OpenAPI fragment: ``{"root": ..., "kubernetesVersion": "1.37", "$defs": {...}}``."""
-    text = resources.files("kvpilot").joinpath("data/k8s-affinity-v1.37.json").read_text(encoding="utf-8")
+def openapi_fragment(name: str) -> dict[str, Any]:
+    """A shipped OpenAPI fragment, ``kvpilot/data/k8s-<name>-v1.37.json``: ``{"root": ..., "kubernetesVersion":
+    "1.37", "$defs": {...}}`` (``affinity``: ``io.k8s.api.core.v1.Affinity``; ``envvarsource``:
+    ``io.k8s.api.core.v1.EnvVarSource``; written by ``python -m tests.support.k8s_schema``).
+    """
+    text = resources.files("kvpilot").joinpath(f"data/k8s-{name}-v1.37.json").read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
+
+
+def affinity_schema() -> dict[str, Any]:
+    """The shipped OpenAPI fragment of ``io.k8s.api.core.v1.Affinity``."""
+    return openapi_fragment("affinity")
 
 
 def _json_type(value: object) -> str:
@@ -214,13 +225,19 @@ def shape_errors(value: object, schema: dict[str, Any], defs: dict[str, Any], pa
     ref = schema.get("$ref")
     if ref is not None:
         schema = defs[ref.rsplit("/", 1)[-1]]
-    allowed = schema.get("type", [])
-    allowed = [allowed] if isinstance(allowed, str) else allowed
+    if "oneOf" in schema:  # a Quantity: a string or a number (the branches are bare types)
+        branches: list[dict[str, Any]] = schema["oneOf"]
+        if any(not shape_errors(value, b, defs, path) for b in branches):
+            return []
+        allowed = [t for b in branches for t in ([b["type"]] if isinstance(b["type"], str) else b["type"])]
+    else:
+        allowed = schema.get("type", [])
+        allowed = [allowed] if isinstance(allowed, str) else allowed
     if value is None:
         return [] if "null" in allowed or not allowed else [(path, "must not be null")]
     kind = _json_type(value)
-    if allowed and kind not in allowed:
-        want = " or ".join(t for t in allowed if t != "null")
+    if allowed and kind not in allowed and not (kind == "integer" and "number" in allowed):
+        want = " or ".join(dict.fromkeys(t for t in allowed if t != "null"))
         return [(path, f"must be of type {want} (got {kind})")]
     if isinstance(value, int) and schema.get("format") == "int32" and not -(2**31) <= value < 2**31:
         return [(path, "must fit in a 32-bit integer")]
@@ -442,3 +459,259 @@ def affinity_errors(affinity: object, pod_label_keys: Collection[str] = ()) -> P
         if affinity.get(name) is not None:
             out += _pod_affinity(affinity[name], pod_label_keys, name)
     return out
+
+
+# ===================================================================================== env valueFrom
+#
+# ``spec.env[].valueFrom`` is copied into the Pod's container as is, so it gets the API server's checks
+# in two steps, as ``spec.affinity`` does:
+#
+# 1. its shape against the Kubernetes 1.37 OpenAPI ``io.k8s.api.core.v1.EnvVarSource`` and the
+#    selectors it references (``kvpilot/data/k8s-envvarsource-v1.37.json``, from kubernetes-validate
+#    1.37.0's strict schema): unknown fields, wrong types (``fieldRef: "1e-9999"``), the required
+#    ``fieldRef.fieldPath``, ``resourceFieldRef.resource``, ``configMapKeyRef.key``/``secretKeyRef.key``;
+# 2. ``validateEnvVarValueFrom`` in ``pkg/apis/core/validation/validation.go`` (kubernetes/kubernetes at
+#    commit 000f260) for a Pod create:
+#    - exactly one of ``fieldRef``, ``resourceFieldRef``, ``configMapKeyRef``, ``secretKeyRef`` (a JSON
+#      null is unset), and none when ``value`` is not empty;
+#    - ``fieldRef`` (``validateObjectFieldSelector``): ``apiVersion`` defaults to ``v1``
+#      (``SetDefaults_ObjectFieldSelector``) and must be ``v1``; ``fieldPath`` is non-empty and converts
+#      (``pkg/apis/core/pods/helpers.go`` ``ConvertDownwardAPIFieldLabel``: a subscript only on
+#      ``metadata.labels``/``metadata.annotations``, ``spec.host`` read as ``spec.nodeName``, other labels
+#      from its list), then is one of ``validEnvDownwardAPIFieldPathExpressions`` or a subscripted
+#      ``metadata.labels['<qualified name>']`` / ``metadata.annotations['<qualified name, lower-cased>']``
+#      (``pkg/fieldpath`` ``SplitMaybeSubscriptedPath``);
+#    - ``resourceFieldRef`` (``validateContainerResourceFieldSelector``, ``validateContainerResourceDivisor``):
+#      ``resource`` one of ``limits.cpu``, ``limits.memory``, ``limits.ephemeral-storage`` and their
+#      ``requests.`` twins, or a ``requests.hugepages-``/``limits.hugepages-`` prefix; a non-zero
+#      ``divisor`` whose canonical form (``Quantity.String()``) is ``1m`` or ``1`` for cpu, and ``1``,
+#      ``1k`` … ``1E`` or ``1Ki`` … ``1Ei`` for memory, ephemeral storage and huge pages;
+#    - ``configMapKeyRef``/``secretKeyRef`` (``validateConfigMapKeySelector``/``validateSecretKeySelector``):
+#      ``name`` a DNS-1123 subdomain (so never empty), ``key`` non-empty and a config key
+#      (apimachinery ``IsConfigMapKey``: at most 253 of ``-._a-zA-Z0-9``, not ``.``, ``..`` or ``..…``).
+#
+# Two rules are kvpilot's, not the API server's, each because the pod could not start:
+# ``resourceFieldRef.containerName`` must be empty or the pod's one container (the kubelet resolves any
+# other name to "container not found" and the container never starts, ``pkg/kubelet/kubelet_pods.go``);
+# and ``fileKeyRef`` (the EnvFiles feature, alpha in Kubernetes 1.34) is refused: its file must be
+# written into an emptyDir volume by an init container, and a kvpilot pod has neither.
+
+#: ``validEnvDownwardAPIFieldPathExpressions`` (validation.go at 000f260).
+ENV_FIELD_PATHS = (
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.hostIP",
+    "status.hostIPs",
+    "status.podIP",
+    "status.podIPs",
+)
+#: The labels ``ConvertDownwardAPIFieldLabel`` converts (``spec.host`` aside, read as ``spec.nodeName``).
+_CONVERTIBLE_FIELD_LABELS = (
+    "metadata.annotations",
+    "metadata.labels",
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.serviceAccountName",
+    "spec.schedulerName",
+    "status.phase",
+    "status.hostIP",
+    "status.hostIPs",
+    "status.podIP",
+    "status.podIPs",
+)
+#: ``validContainerResourceFieldPathExpressions`` and the huge-page prefixes.
+ENV_RESOURCES = (
+    "limits.cpu",
+    "limits.memory",
+    "limits.ephemeral-storage",
+    "requests.cpu",
+    "requests.memory",
+    "requests.ephemeral-storage",
+)
+_HUGEPAGES_PREFIXES = ("limits.hugepages-", "requests.hugepages-")
+_CPU_DIVISORS: tuple[str, ...] = ("1m", "1")
+_BYTE_DIVISORS: tuple[str, ...] = ("1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei")
+_ENV_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
+_CONFIG_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def config_key_errors(key: str) -> list[str]:
+    """``IsConfigMapKey``: at most 253 of ``-._a-zA-Z0-9``, and not ``.``, ``..`` or starting with ``..``."""
+    out = []
+    if len(key) > 253:
+        out.append(f"must be no more than 253 characters (got {len(key)})")
+    if not _CONFIG_KEY_RE.match(key):
+        out.append("a valid config key must consist of alphanumeric characters, '-', '_' or '.'")
+    if key in (".", ".."):
+        out.append(f"must not be '{key}'")
+    elif key.startswith(".."):
+        out.append("must not start with '..'")
+    return out
+
+
+def _split_subscript(field_path: str) -> tuple[str, str] | None:
+    """``SplitMaybeSubscriptedPath``: ``metadata.labels['k']`` -> ``("metadata.labels", "k")``, else None."""
+    if not field_path.endswith("']"):
+        return None
+    path, sep, subscript = field_path[: -len("']")].partition("['")
+    return (path, subscript) if sep and path else None
+
+
+def _field_ref_errors(ref: dict[str, Any], path: str) -> Problems:
+    """``validateObjectFieldSelector`` with ``validEnvDownwardAPIFieldPathExpressions``."""
+    version = ref.get("apiVersion") or "v1"  # SetDefaults_ObjectFieldSelector
+    field_path = ref.get("fieldPath") or ""
+    if not field_path:
+        return [(f"{path}.fieldPath", "required value")]
+    if version != "v1":
+        return [(f"{path}.fieldPath", f"error converting fieldPath: unsupported pod version: {version}")]
+    split = _split_subscript(field_path)
+    if split is not None:
+        label, subscript = split
+        if label not in ("metadata.annotations", "metadata.labels"):
+            return [
+                (f"{path}.fieldPath", f"error converting fieldPath: field label does not support subscript: {label}")
+            ]
+        key = subscript.lower() if label == "metadata.annotations" else subscript
+        return [(path, f"{json.dumps(subscript)}: {e}") for e in qualified_name_errors(key)]
+    if field_path == "spec.host":  # old v1 clients' spelling
+        field_path = "spec.nodeName"
+    if field_path not in _CONVERTIBLE_FIELD_LABELS:
+        return [(f"{path}.fieldPath", f"error converting fieldPath: field label not supported: {field_path}")]
+    if field_path not in ENV_FIELD_PATHS:
+        supported = ", ".join(json.dumps(p) for p in sorted(ENV_FIELD_PATHS))
+        return [(f"{path}.fieldPath", f"Unsupported value: {json.dumps(field_path)}: supported values: {supported}")]
+    return []
+
+
+def canonical_unit_quantity(text: str) -> str | None:
+    """The canonical form (``Quantity.String()``) of quantity ``text`` when it is ``1`` with a suffix (``1m``,
+    ``1``, ``1k`` … ``1E``, ``1Ki`` … ``1Ei``), else None (its canonical form is something else).
+
+    apimachinery ``resource.ParseQuantity`` keeps the format of the suffix (binary ``Ki``…, decimal SI, or a
+    decimal exponent ``e3``) and rounds a value up to a multiple of 10^-9; ``CanonicalizeBytes`` writes a
+    binary value as decimal SI when it is below 1024 in magnitude or not whole, a decimal SI value as a
+    mantissa with an exponent that is a multiple of 3 (``1000`` is ``1k``, ``1024`` stays ``1024``), and a
+    decimal exponent the same way with ``e<n>`` (so only the value 1 is ``1`` there: ``1e3`` stays ``1e3``).
+
+    Raises:
+        ValueError: ``text`` is not a quantity (:func:`kvpilot.api.quantity.parse_quantity`).
+    """
+    value = parse_quantity(text).quantize(Decimal("1e-9"), rounding=ROUND_UP)
+    suffix = text.strip().lstrip("+-").lstrip("0123456789.")
+    if suffix.endswith("i") and abs(value) >= 1024 and value == value.to_integral_value():
+        return _BINARY_UNITS.get(value)
+    if re.match(r"^[eE][+-]?[0-9.]", suffix):  # a decimal exponent (``E`` alone is exa, decimal SI)
+        return "1" if value == 1 else None
+    return _DECIMAL_UNITS.get(value)
+
+
+_BINARY_UNITS = {Decimal(1024) ** k: f"1{s}i" for k, s in enumerate("KMGTPE", start=1)}
+_DECIMAL_UNITS = {
+    Decimal(1000) ** k: f"1{s}" for k, s in enumerate(["n", "u", "m", "", "k", "M", "G", "T", "P", "E"], -3)
+}
+
+
+def _divisor_errors(resource: str, divisor: object, path: str) -> Problems:
+    """``validateContainerResourceDivisor``: a zero (unset) divisor is fine, else its canonical form is checked."""
+    if divisor is None:
+        return []
+    text = json.dumps(divisor) if isinstance(divisor, (int, float)) else str(divisor)  # as a JSON body carries it
+    try:
+        if parse_quantity(text) == 0:
+            return []
+        canonical = canonical_unit_quantity(text)
+    except ValueError as exc:
+        return [(path, str(exc))]
+    if resource in ("limits.cpu", "requests.cpu"):
+        allowed, what = _CPU_DIVISORS, "cpu"
+    elif resource in ("limits.memory", "requests.memory"):
+        allowed, what = _BYTE_DIVISORS, "memory"
+    elif resource in ("limits.ephemeral-storage", "requests.ephemeral-storage"):
+        allowed, what = _BYTE_DIVISORS, "local ephemeral storage"
+    elif resource.startswith(_HUGEPAGES_PREFIXES):
+        allowed, what = _BYTE_DIVISORS, "hugepages"
+    else:
+        return []
+    if canonical in allowed:
+        return []
+    values = "1m and 1" if what == "cpu" else ", ".join(allowed)
+    return [(path, f"{json.dumps(text)}: only divisor's values {values} are supported with the {what} resource")]
+
+
+def _resource_field_ref_errors(ref: dict[str, Any], containers: Collection[str], path: str) -> Problems:
+    """``validateContainerResourceFieldSelector`` and ``validateContainerResourceDivisor``; kvpilot's container rule."""
+    out: Problems = []
+    resource = ref.get("resource") or ""
+    if not resource:
+        out.append((f"{path}.resource", "required value"))
+    elif resource not in ENV_RESOURCES and not resource.startswith(_HUGEPAGES_PREFIXES):
+        supported = ", ".join(json.dumps(r) for r in sorted(ENV_RESOURCES))
+        out.append((f"{path}.resource", f"Unsupported value: {json.dumps(resource)}: supported values: {supported}"))
+    out += _divisor_errors(resource, ref.get("divisor"), f"{path}.divisor")
+    container = ref.get("containerName") or ""
+    if container and container not in containers:
+        out.append(
+            (
+                f"{path}.containerName",
+                f"{json.dumps(container)}: the pod's container is {' or '.join(json.dumps(c) for c in containers)} "
+                "(or leave it empty); the kubelet would not find another, and the container would never start",
+            )
+        )
+    return out
+
+
+def _key_ref_errors(ref: dict[str, Any], path: str) -> Problems:
+    """``validateConfigMapKeySelector`` / ``validateSecretKeySelector``."""
+    out: Problems = [(f"{path}.name", e) for e in dns_subdomain_errors(ref.get("name") or "")]
+    key = ref.get("key") or ""
+    if not key:
+        out.append((f"{path}.key", "required value"))
+    out += [(f"{path}.key", e) for e in config_key_errors(key)] if key else []
+    return out
+
+
+def env_var_source_errors(value_from: object, value: str | None, containers: Collection[str]) -> Problems:
+    """``env[].valueFrom`` as the API server checks it on a Pod create, and kvpilot's two rules (see above).
+
+    Args:
+        value_from: the ``valueFrom`` as given (decoded JSON/YAML).
+        value: the variable's ``value`` (a source is refused beside a non-empty one).
+        containers: the names of the pod's containers (``resourceFieldRef.containerName``).
+
+    Returns:
+        ``[(path, problem)]``, ``path`` relative to ``valueFrom`` (``""`` for ``valueFrom`` itself,
+        ``secretKeyRef.name``); the shape's problems alone when there are any, else the rules'.
+    """
+    if isinstance(value_from, dict) and value_from.get("fileKeyRef") is not None:
+        return [
+            (
+                "fileKeyRef",
+                "not supported: its env file must be written into an emptyDir volume by an init container, "
+                "and a kvpilot pod has neither (the EnvFiles feature); use configMapKeyRef or secretKeyRef",
+            )
+        ]
+    schema = openapi_fragment("envvarsource")
+    shape = shape_errors(value_from, {"$ref": schema["root"]}, schema["$defs"], "")
+    if shape or not isinstance(value_from, dict):
+        return shape
+    given = [s for s in _ENV_SOURCES if value_from.get(s) is not None]
+    if not given:
+        return [("", "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`")]
+    if value:
+        return [("", "may not be specified when `value` is not empty")]
+    if len(given) > 1:
+        return [("", f"may not have more than one field specified at a time (got {', '.join(given)})")]
+    source = given[0]
+    ref = value_from[source]
+    if source == "fieldRef":
+        return _field_ref_errors(ref, source)
+    if source == "resourceFieldRef":
+        return _resource_field_ref_errors(ref, containers, source)
+    return _key_ref_errors(ref, source)

@@ -21,6 +21,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationError,
     WithJsonSchema,
     model_validator,
 )
@@ -273,7 +274,10 @@ class EnvVar(_Model):
     value_from: dict[str, Any] | None = Field(
         None,
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
-        description="Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef).",
+        description="Kubernetes EnvVarSource: exactly one of secretKeyRef, configMapKeyRef, fieldRef, "
+        "resourceFieldRef, checked as the API server checks a Pod's (its OpenAPI shape, the supported fieldPath "
+        "and resource values, divisors, names and keys). fileKeyRef is refused: a kvpilot pod has no init "
+        "container to write its file.",
     )
 
 
@@ -575,3 +579,31 @@ class VLLMServerStatus(_Model):
     kopf: KopfStatus | None = Field(
         None, description="The operator's bookkeeping, kept by kopf (its handlers' progress, the spec last handled)."
     )
+
+
+class StatusError(ValueError):
+    """A status the operator was about to write does not fit :class:`VLLMServerStatus` (a bug; names the field)."""
+
+
+def status_document(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` as written to ``/status``: every key a field of :class:`VLLMServerStatus` (its camelCase
+    name) and every value of that field's type, dumped back to camelCase JSON without absent (None) fields.
+
+    The model is the status's one definition: the CRD's status schema is generated from it
+    (:mod:`kvpilot.api.crd`), and every status write goes through this function, so what the operator
+    writes is what the CRD declares (a real API server would prune any other field).
+
+    Raises:
+        StatusError: naming the first undeclared key or the field whose value does not fit.
+    """
+    declared = {field.alias or name for name, field in VLLMServerStatus.model_fields.items()}
+    unknown = sorted(key for key in status if key not in declared)
+    if unknown:
+        raise StatusError(f"status.{unknown[0]}: not a field of the VLLMServer status")
+    try:
+        model = VLLMServerStatus.model_validate({k: v for k, v in status.items() if v is not None})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise StatusError(f"status.{where}: {error['msg']}") from None
+    return model.model_dump(by_alias=True, exclude_none=True)

@@ -22,6 +22,9 @@ from kvpilot.text.safe import contains_secret, is_secret_name
 if TYPE_CHECKING:
     from kvpilot.api.models import VLLMServerSpec
 
+#: The pod's one container (``render/templates/pod.yaml.j2``): ``resourceFieldRef.containerName`` may name only it.
+CONTAINER_NAME = "vllm"
+
 #: Labels the renderer sets itself; ``podLabels`` may not override them.
 MANAGED_LABEL_KEYS = (LABEL_NAME, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_SERVER)
 
@@ -48,6 +51,8 @@ def check_cross_field_rules(spec: VLLMServerSpec) -> None:
       secret-named variable (``*_TOKEN``, ``*_KEY``, ``*SECRET``, ``*PASSWORD``) or a token-shaped
       value (:mod:`kvpilot.text.safe`), a variable the offload backend sets, or one name twice;
       ``extraArgs`` holds no token-shaped value; ``podLabels`` are valid and do not override kvpilot's labels;
+    - each ``env[].valueFrom`` has the Kubernetes OpenAPI shape of an ``EnvVarSource`` and passes the API
+      server's ``validateEnvVarValueFrom`` (:func:`kvpilot.api.k8s_validation.env_var_source_errors`);
     - ``affinity`` has the Kubernetes OpenAPI shape and passes the API server's ``validateAffinity``
       (:func:`kvpilot.api.k8s_validation.affinity_errors`).
 
@@ -130,6 +135,9 @@ def _check_env(spec: VLLMServerSpec) -> None:
             raise SpecError(where, f"{var.name} is set from spec.kvOffload")
         if var.value is not None and var.value_from is not None:
             raise SpecError(f"spec.env[{i}]", "set value or valueFrom, not both")
+        if var.value_from is not None:
+            for path, problem in k8s_validation.env_var_source_errors(var.value_from, var.value, (CONTAINER_NAME,)):
+                raise SpecError(f"spec.env[{i}].valueFrom{'.' + path if path else ''}", problem)
 
 
 def _check_labels(spec: VLLMServerSpec) -> None:

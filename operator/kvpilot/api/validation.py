@@ -14,6 +14,7 @@ from kvpilot.api.constants import API_VERSION, KIND
 from kvpilot.api.errors import SpecError
 from kvpilot.api.models import VLLMServerSpec
 from kvpilot.api.rules import check_server_name
+from kvpilot.text.documents import DocumentError, check_bounds
 
 __all__ = ["SpecError", "parse_spec", "parse_resource", "spec_hash", "field_path"]
 
@@ -66,13 +67,18 @@ def parse_spec(body: dict[str, Any] | None) -> VLLMServerSpec:
 
     Raises:
         SpecError: the first problem, with the camelCase field path (``spec.engine.maxNumSeqs``)
-            and a one-line message; covers types, bounds, enums, unknown fields and the
-            cross-field rules of :func:`kvpilot.api.rules.check_cross_field_rules`.
+            and a one-line message; covers the bounds of any document (:func:`kvpilot.text.documents.check_bounds`:
+            nesting, integer digits, nodes), types, bounds, enums, unknown fields and the cross-field
+            rules of :func:`kvpilot.api.rules.check_cross_field_rules`.
     """
     if body is None:
         raise SpecError("spec", "required field is missing")
     if not isinstance(body, dict):
         raise SpecError("spec", f"must be a mapping, got {type(body).__name__}")
+    try:  # depth, integer size, node count: the bounds of every document kvpilot reads
+        check_bounds(body, "spec")
+    except DocumentError as exc:
+        raise SpecError(exc.path, exc.message) from None
     try:
         return VLLMServerSpec.model_validate(dict(body))
     except ValidationError as exc:

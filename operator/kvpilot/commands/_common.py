@@ -46,6 +46,30 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     sys.exit(code)
 
 
+def read_input(path: str, limit: int, what: str | None = None) -> str:
+    """The UTF-8 text of file ``path`` (``-``: stdin), at most ``limit`` bytes; exits 2 otherwise, the
+    message starting with ``what`` (an option's name, ``CONFIG``) when given.
+
+    Reads ``limit + 1`` bytes at most, so a file that is too large (or endless, ``/dev/zero``) costs no
+    more memory than the bound. Bounds: :mod:`kvpilot.text.documents` (``MAX_YAML_BYTES``, ``MAX_JSON_BYTES``).
+    """
+    prefix = f"{what}: " if what else ""
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(limit + 1)
+    except OSError as exc:
+        fail(f"{prefix}cannot read {path}: {exc.strerror or exc}")
+    if len(data) > limit:
+        fail(f"{prefix}cannot read {path}: larger than {limit:,} bytes (the bound for this file)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"{prefix}cannot read {path}: not UTF-8 text (byte {exc.start}: {exc.reason})")
+
+
 def parse_size(text: str, field: str = "size", require_unit: bool = False) -> int:
     """Parse a size such as ``1.5GiB``, ``512MiB``, ``16GB`` or ``1073741824`` into bytes.
 

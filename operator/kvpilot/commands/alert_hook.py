@@ -10,16 +10,30 @@ from kvpilot.commands._common import DURATION, SIZE, fail, read_secret_file
 
 _EPILOG = """\b
 Examples:
-  kvpilot alert-hook --prometheus http://prometheus:9090 --bearer-token-file /etc/kvpilot/hook-token
-  kvpilot alert-hook --prometheus http://127.0.0.1:9090 --listen 127.0.0.1:8080 --insecure-no-auth
-  kvpilot alert-hook --prometheus http://prometheus:9090 --basic-auth-file /etc/kvpilot/hook-basic \\
-      --sink log --sink kube-event --sink grafana --grafana-url http://grafana:3000 \\
+  kvpilot alert-hook --prometheus http://prometheus:9090 \\
+      --bearer-token-file /etc/kvpilot/hook-token
+  kvpilot alert-hook --prometheus http://127.0.0.1:9090 \\
+      --listen 127.0.0.1:8080 --insecure-no-auth
+  kvpilot alert-hook --prometheus http://prometheus:9090 \\
+      --basic-auth-file /etc/kvpilot/hook-basic \\
+      --sink log --sink kube-event --sink grafana \\
+      --grafana-url http://grafana:3000 \\
       --grafana-token-file /etc/kvpilot/grafana-token
 
 \b
-Alertmanager:  receivers: [{name: kvpilot, webhook_configs: [{url: http://HOOK:8080/alerts, max_alerts: 100,
-               http_config: {authorization: {credentials_file: /etc/alertmanager/hook-token}}}]}]
-Grafana:       a webhook contact point to http://HOOK:8080/alerts (manifests/monitoring/grafana-alerting.yaml)
+Alertmanager (its configuration file):
+  receivers:
+  - name: kvpilot
+    webhook_configs:
+    - url: http://HOOK:8080/alerts
+      max_alerts: 100
+      http_config:
+        authorization:
+          credentials_file: /etc/alertmanager/hook-token
+
+Grafana: a webhook contact point to http://HOOK:8080/alerts
+(manifests/monitoring/grafana-alerting.yaml).
+
 The answer is the `kvpilot diagnose -o json` document of each firing alert's target (docs/alerting.md).
 The bearer token may also come from $KVPILOT_ALERT_HOOK_TOKEN, Grafana's from $GRAFANA_TOKEN.
 Bounds (docs/security.md): --max-connections, --header-timeout, --body-timeout, --max-body, --max-alerts
@@ -71,7 +85,7 @@ def _listen(text: str, option: str = "--listen") -> tuple[str, int]:
     default="5m",
     type=DURATION,
     show_default=True,
-    help="Diagnose a target once per (alerts about it in between share the answer).",
+    help="How long one diagnosis of a target is reused: alerts about that target within it get the same answer.",
 )
 @click.option("--max-concurrency", default=4, type=click.IntRange(1, 256), show_default=True, help="Diagnoses at once.")
 @click.option(
@@ -111,7 +125,11 @@ def _listen(text: str, option: str = "--listen") -> tuple[str, int]:
     help="A request's headers must arrive within this of the connection or the previous answer (else closed).",
 )
 @click.option(
-    "--body-timeout", default="10s", type=DURATION, show_default=True, help="A request's body must arrive within (408)."
+    "--body-timeout",
+    default="10s",
+    type=DURATION,
+    show_default=True,
+    help="A request's body must arrive within this time once it is being read (else the answer is 408).",
 )
 @click.option(
     "--allowed-namespace",
@@ -224,8 +242,8 @@ def command(
                 import kubernetes.client
 
                 chosen.append(KubeEventSink(kubernetes.client.ApiClient(load_configuration(kubeconfig))))
-            except ClusterConfigError as exc:
-                fail(f"--kubeconfig: {exc}")
+            except ClusterConfigError as exc:  # names the file or $KUBECONFIG; the option only when it was given
+                fail(f"--kubeconfig {exc}" if kubeconfig else f"--sink kube-event: {exc}")
     config = HookConfig(
         prometheus=shown.rstrip("/"),
         prometheus_authorization=authorization,

@@ -1,10 +1,10 @@
-"""`kvpilot demo`: the embedded default — the operator end to end, no cluster, no GPU.
+"""`kvpilot demo`: every part of kvpilot on this machine — the operator end to end, no cluster, no GPU.
 
 The demo is a sequence of named sections (:data:`SECTIONS`); each is a function taking the
 shared :class:`DemoContext`. Later parts of kvpilot (KV math, engine scenarios, diagnosis)
 append their own sections to the list without touching these.
 
-What runs is real: a Kubernetes API on 127.0.0.1 (:mod:`kvpilot.sandbox`, kmock with a real
+What runs is real: a Kubernetes API on 127.0.0.1 (:mod:`kvpilot.sandbox`, with a real API
 server's semantics), the VLLMServer CRD, the example ``experiment.yaml`` shipped inside the
 package, and the kopf operator. Only the node is played — and the demo says so — because
 there is no GPU: it marks the pod scheduled, running, then ready, and serves a vLLM startup
@@ -33,7 +33,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvpilot.commands import demo_alerts, demo_analysis
-from kvpilot.text.layout import command_lines, paragraph, records
+from kvpilot.text.layout import command_lines, paragraph, records, yaml_text
 from kvpilot.text.numbers import number
 
 T = TypeVar("T")
@@ -142,7 +142,7 @@ def section_cluster(ctx: DemoContext) -> None:
     kubernetes.client.ApiextensionsV1Api(ctx.api).create_custom_resource_definition(manifest)  # type: ignore[arg-type]
     kubernetes.client.CoreV1Api(ctx.api).create_namespace({"metadata": {"name": NAMESPACE}})  # type: ignore[arg-type]
     ctx.console.print(
-        f"sandbox API (kmock, strict) at [cyan]{ctx.cluster.url}[/]; "
+        f"a stand-in Kubernetes API server (kvpilot's sandbox) at [cyan]{ctx.cluster.url}[/]; "
         f"CRD [cyan]{manifest['metadata']['name']}[/] installed; namespace [cyan]{NAMESPACE}[/]"
     )
 
@@ -311,8 +311,8 @@ def section_status(ctx: DemoContext) -> None:
     status = server.get("status") or {}
     if ctx.verbose:
         _heading(ctx, f"kubectl get vllmserver {name} -o yaml (its status)")
-        # kubectl sorts keys; PyYAML's width is a target it may overshoot by a word, hence the margin
-        text = yaml.safe_dump({"status": status}, sort_keys=True, width=max(40, ctx.console.width - 16))
+        # kubectl sorts keys; a string too long for a line (kopf's digest) is folded as YAML, never cut
+        text = yaml_text({"status": status}, ctx.console.width)
         ctx.console.print(Text(text.rstrip()), no_wrap=True, crop=False)
         return
     _heading(ctx, f"The status of vllmserver/{name} (in full: demo --verbose)")

@@ -158,11 +158,11 @@ def section_engine(ctx: Any) -> None:
     from kvpilot.engine.scenarios import run_scenario
 
     console = ctx.console
-    ctx.heading("The engine model vs the founding measurement (kvpilot simulate seed-lru)")
+    ctx.heading("The engine model vs a measured vLLM run (kvpilot simulate seed-lru)")
     base = run_scenario("seed-lru")
     offload = run_scenario("seed-lru", {"kv_offload_cpu_bytes": int(1.5 * GIB)})
     ctx.say(
-        "The founding measurement: the kvpilot authors ran vLLM 0.29.0 with this server's flags on one 8 GB GPU, "
+        "The measured run: the kvpilot authors ran vLLM 0.29.0 with this server's flags on one 8 GB GPU, "
         "10 documents of ~5,000 tokens (2.3x the KV cache) one at a time, three passes, without and with a "
         '1.5 GB LMCache CPU tier (docs/engine.md, "The founding measurement").'
     )

@@ -17,14 +17,14 @@ from kvpilot.commands._common import fail
 @click.command(name="demo")
 @click.option("-v", "--verbose", is_flag=True, help="Print each section's detail, not its summary.")
 def command(verbose: bool) -> None:
-    """The embedded default: a VLLMServer becomes a pod, end to end, with no cluster and no GPU.
+    """Every part of kvpilot on this machine: a VLLMServer becomes a pod, end to end, no cluster, no GPU.
 
-    Starts a Kubernetes API on 127.0.0.1 (kmock), installs the CRD, applies the packaged
-    experiment example, runs the real operator, plays the node openly (there is no GPU), then
-    shows the KV math, the engine model against the founding measurement and a diagnosis of
-    each engine scenario and one alert from rule to diagnosis. About 120 lines at 80 columns
-    (--verbose: every section's detail); 8 s of CPU (docs/user-guide.md has the measured wall
-    times); prints its measured run time last; leaves nothing behind.
+    Starts a stand-in Kubernetes API server on 127.0.0.1 (kvpilot's sandbox), installs the CRD,
+    applies the packaged experiment example, runs the real operator, plays the node openly (there
+    is no GPU), then shows the KV math, the engine model against a measured vLLM run, a diagnosis
+    of each engine scenario and one alert from rule to diagnosis. About 120 lines at 80 columns
+    (--verbose: every section's detail); prints its run time last (docs/user-guide.md has
+    measured times); leaves nothing behind.
     """
     from rich.console import Console
     from rich.text import Text

@@ -6,7 +6,6 @@ Exit status (docs/user-guide.md): 0 no bottleneck, 1 warning, 2 critical, 3 coul
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -183,7 +182,14 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
 @click.option(
     "--no-what-if", is_flag=True, help="Diagnose only: no replay of the window, no predicted effect of any change."
 )
-@click.option("-o", "--output", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json", "markdown"]),
+    default="text",
+    show_default=True,
+    help="Report format (json: docs/diagnose-output.schema.json).",
+)
 @click.option(
     "--watch",
     type=click.FloatRange(min=0, min_open=True),
@@ -241,9 +247,11 @@ def command(
     \b
     Examples:
       kvpilot diagnose --prometheus http://127.0.0.1:9090 -n llm
-      kvpilot diagnose --metrics-url http://10.0.0.7:8000/metrics --quick --max-num-seqs 4
+      kvpilot diagnose --metrics-url http://10.0.0.7:8000/metrics --quick \\
+          --max-num-seqs 4
       kvpilot diagnose --recording run.om --max-num-batched-tokens 65000 -o json
-      kvpilot diagnose --recording run.om --gpu-name H100 --what-if max_num_seqs=16 --what-if replicas=2
+      kvpilot diagnose --recording run.om --gpu-name H100 \\
+          --what-if max_num_seqs=16 --what-if replicas=2
     """
     from urllib.parse import urlsplit
 
@@ -260,9 +268,15 @@ def command(
         raise click.UsageError("give exactly one source: --prometheus URL, --metrics-url URL or --recording FILE")
     if quick and not metrics_url:
         raise click.UsageError("--quick works with --metrics-url only")
-    for flag, url in (("--prometheus", prometheus), ("--metrics-url", metrics_url)):
+    for flag, url, example in (
+        ("--prometheus", prometheus, "http://127.0.0.1:9090"),
+        ("--metrics-url", metrics_url, "http://127.0.0.1:8000/metrics"),
+    ):
         if url and not re.match(r"^https?://[^/\s]+", url):
-            raise click.UsageError(f"{flag} {display_url(url)!r}: not an http(s) URL (example: http://127.0.0.1:9090)")
+            if "://" not in url and re.match(r"^[\w.-]+(:\d+)?(/\S*)?$", url.split("@")[-1]):
+                meant = display_url("http://" + url)  # host[:port][/path] without its scheme (credentials dropped)
+                raise click.UsageError(f"{flag} {meant[7:]!r}: not an http(s) URL; did you mean {meant}?")
+            raise click.UsageError(f"{flag} {display_url(url)!r}: not an http(s) URL (example: {example})")
     if metrics_url and urlsplit(metrics_url).path in ("", "/"):
         shown = display_url(metrics_url)
         raise click.UsageError(
@@ -290,10 +304,18 @@ def command(
         notes.append(f"--window {window_text.strip()} read as {window_text.strip()} seconds (write 5m for minutes).")
     config = None
     if model_config:
+        from kvpilot.text.documents import MAX_JSON_BYTES, load_json
+
         try:
-            with open(model_config, encoding="utf-8") as fp:
-                config = json.load(fp)
-        except (OSError, ValueError) as exc:
+            with open(model_config, "rb") as fp:
+                raw = fp.read(MAX_JSON_BYTES + 1)
+            if len(raw) > MAX_JSON_BYTES:
+                raise ValueError(f"larger than {MAX_JSON_BYTES:,} bytes (the bound for this file)")
+            doc = load_json(raw.decode("utf-8"))  # bounded: nesting, integer digits, numbers
+            if not isinstance(doc, dict):
+                raise ValueError("a config.json is a JSON object")
+            config = doc
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError and DocumentError are ValueErrors
             click.echo(f"kvpilot: error: --model-config {model_config}: {exc}", err=True)
             sys.exit(EXIT_USAGE)
     opts = Options(

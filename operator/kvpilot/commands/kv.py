@@ -6,12 +6,12 @@ import json
 import os
 import re
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from kvpilot.api.constants import KV_CACHE_DTYPES
-from kvpilot.commands._common import MEMORY_SIZE, fail
+from kvpilot.commands._common import MEMORY_SIZE, fail, read_input
 from kvpilot.kv import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -36,29 +36,18 @@ from kvpilot.text.numbers import count, fig, gib, noun, number, percent, signifi
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def _refuse_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not a JSON number (RFC 8259 section 6)")
-
-
 def _read_json(path: str, what: str) -> object:
-    """The JSON document at ``path``; exits 2 naming ``what`` when it is unreadable, not UTF-8,
-    not JSON (``NaN``/``Infinity`` included: RFC 8259 has no such numbers) or nested too deeply.
+    """The JSON document at ``path``, read within the bounds of :mod:`kvpilot.text.documents` (at most
+    ``MAX_JSON_BYTES``, nesting, integer digits, numbers a float holds); exits 2 naming ``what`` when it is
+    unreadable, not UTF-8, not JSON (``NaN``/``Infinity`` included: RFC 8259 has no such numbers) or beyond a bound.
     """
+    from kvpilot.text.documents import MAX_JSON_BYTES, DocumentError, load_json
+
+    text = read_input(path, MAX_JSON_BYTES, what)
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        fail(f"{what}: cannot read {path}: {exc.strerror or exc}")
-    except UnicodeDecodeError as exc:
-        fail(f"{what}: {path} is not UTF-8 text (byte {exc.start}: {exc.reason})")
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        fail(f"{what}: {path} is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})")
-    except ValueError as exc:
-        fail(f"{what}: {path} is not valid JSON ({exc})")
-    except RecursionError:
-        fail(f"{what}: {path} is nested too deeply to be a model config")
+        return load_json(text)
+    except DocumentError as exc:
+        fail(f"{what}: {path}: {exc}")
 
 
 def local_weights_bytes(folder: str) -> int | None:
@@ -88,7 +77,8 @@ def load_config(source: str, what: str = "CONFIG") -> tuple[dict[str, Any], str 
     file, a folder holding one, or a Hugging Face model id (downloaded).
 
     Returns ``(config, model_folder_or_None)``. Exits 2 with a one-line reason on any failure.
-    Paths are ``os.path`` strings, not ``pathlib`` (whose import costs every ``kvpilot kv`` 4-5 ms).
+    Paths are ``os.path`` strings, not ``pathlib`` (whose import every ``kvpilot kv`` would pay: docs/performance.md,
+    "CLI start-up").
     """
     path = os.path.expanduser(source)
     if os.path.isdir(path):
@@ -120,10 +110,12 @@ def speculative_draft(
     option on bad input; a draft model with ``pipeline_parallel_size`` above 1 is refused before it is read
     (offline, the Hub's error would hide the reason).
     """
+    from kvpilot.text.documents import DocumentError, load_json
+
     try:
-        doc = json.loads(raw, parse_constant=_refuse_constant)
-    except ValueError as exc:
-        fail(f"--speculative-config: not a JSON object ({exc})")
+        doc = load_json(raw)
+    except DocumentError as exc:
+        fail(f"--speculative-config: {exc}")
     try:
         settings = parse_speculative_config(doc)
         draft, draft_config = None, None
@@ -262,7 +254,8 @@ def render_text(
     for name, value in rows:
         table.add_row(name, value)
     # Text wraps on spaces at the terminal's width ($COLUMNS when piped). Every string is printed as written:
-    # no console markup ("[bold]" in a path stays) and no ":name:" emoji codes (their table is 3-4 ms to load).
+    # no console markup ("[bold]" in a path stays) and no ":name:" emoji codes (their table costs a start-up's
+    # load: docs/performance.md, "CLI start-up").
     console = Console(highlight=False, markup=False, emoji=False)
     console.print(table)
     if cap.kv_memory_bytes is None:
@@ -323,11 +316,15 @@ def _bytes_per_token_text(cap: KVCapacity) -> str:
 EPILOG = """\b
 Examples:
   kvpilot kv config.json --kv-memory 2.89GiB --max-model-len 29000
-  kvpilot kv ./Qwen2.5-7B-Instruct --gpu-memory 24GiB --gpu-memory-utilization 0.9
+  kvpilot kv ./Qwen2.5-7B-Instruct --gpu-memory 24GiB \\
+      --gpu-memory-utilization 0.9
   kvpilot kv Qwen/Qwen2.5-1.5B-Instruct --kv-cache-dtype fp8 -o json
-  kvpilot kv config.json --tensor-parallel-size 2 --gpu-memory 24GiB --weights-memory 13.95GB
-  kvpilot kv config.json --gpu-memory 22.05GiB --free-gpu-memory 19.77GiB --gpu-memory-utilization 0.9
-  kvpilot kv DeepSeek-V3/config.json --kv-memory 16GiB --speculative-config '{"method": "mtp"}'
+  kvpilot kv config.json --tensor-parallel-size 2 --gpu-memory 24GiB \\
+      --weights-memory 13.95GB
+  kvpilot kv config.json --gpu-memory 22.05GiB --free-gpu-memory 19.77GiB \\
+      --gpu-memory-utilization 0.9
+  kvpilot kv DeepSeek-V3/config.json --kv-memory 16GiB \\
+      --speculative-config '{"method": "mtp"}'
 """
 
 
@@ -365,7 +362,8 @@ Examples:
     "--max-model-len",
     type=int,
     default=None,
-    help="Tokens of one request [default: the model's context, as vLLM derives it from the config].",
+    show_default="the model's context, as vLLM derives it from the config",
+    help="Tokens of one request.",
 )
 @click.option("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, show_default=True, help="Tokens per KV block.")
 @click.option(
@@ -399,14 +397,15 @@ Examples:
     "--weights-memory",
     type=MEMORY_SIZE,
     default=None,
-    help="Weights per GPU [default: *.safetensors of a local model folder ÷ TP].",
+    show_default="*.safetensors of a local model folder ÷ TP",
+    help="Weights per GPU.",
 )
 @click.option(
     "--overhead-memory",
     type=MEMORY_SIZE,
     default=None,
-    help=f"Activations + CUDA context + graphs per GPU [default: {number(DEFAULT_OVERHEAD_BYTES / GIB, 2)}GiB, "
-    "estimate].",
+    show_default=f"{number(DEFAULT_OVERHEAD_BYTES / GIB, 2)}GiB, an estimate",
+    help="Activations + CUDA context + graphs per GPU.",
 )
 @click.option(
     "--free-gpu-memory",
@@ -422,7 +421,9 @@ Examples:
     help='vLLM --speculative-config, e.g. \'{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3-Instruct-8B"}\' '
     'or \'{"method": "mtp"}\': the draft\'s KV layers share the pool (model: a config.json, folder or Hub id).',
 )
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
+)
 def command(
     config: str,
     kv_cache_dtype: str,

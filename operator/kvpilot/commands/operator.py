@@ -12,15 +12,17 @@ DEFAULT_PEERING_LIFETIME = 60  # kvpilot.controller.settings.DEFAULT_PEERING_LIF
 
 _EPILOG = """\b
 Examples:
-  kvpilot operator --namespace llm                 watch one namespace
-  kvpilot operator --all-namespaces --peering kvpilot   cluster-wide, HA via kopf peering
-  kvpilot operator -n llm --peering kvpilot --peering-lifetime 20   a dead peer blocks for <= 20 s
+  kvpilot operator --namespace llm                       # watch one namespace
+  kvpilot operator --all-namespaces --peering kvpilot    # cluster-wide, HA
+  kvpilot operator -n llm --peering kvpilot --peering-lifetime 20
+      # a replica killed without a goodbye blocks the others 20 s at most
   kvpilot operator -n llm --standalone --liveness http://0.0.0.0:8080/healthz
-  kvpilot operator -n llm --metrics-port 9100 --metrics-path /metrics   limits and reconcile metrics
-  kvpilot operator -n llm --metrics-port 0                             no /metrics
-  kvpilot operator -n llm --allowed-image 'vllm/vllm-openai:*' --allowed-service-account vllm
+  kvpilot operator -n llm --metrics-port 9100 --metrics-path /metrics
+      # the servers' limits and the reconcile counters on :9100/metrics
+  kvpilot operator -n llm --metrics-port 0               # no /metrics
+  kvpilot operator -n llm --allowed-image 'vllm/vllm-openai:*' \\
+      --allowed-service-account vllm
 
-\b
 The cluster comes from --kubeconfig, else $KUBECONFIG, else the in-cluster service account,
 else ~/.kube/config. The options are kopf's run options (kopf run --help), and --metrics-*:
 the operator serves each VLLMServer's limits, phase and expiry and its reconcile counters
@@ -136,8 +138,8 @@ def command(
     tune_gc()
     try:
         configuration = load_configuration(kubeconfig, context)
-    except ClusterConfigError as exc:
-        fail(f"--kubeconfig: {exc}")
+    except ClusterConfigError as exc:  # names the file or $KUBECONFIG; the option only when it was given
+        fail(f"--kubeconfig {exc}" if kubeconfig else str(exc))
     metrics = OperatorMetrics()
     if metrics_port:
         try:

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import click
 
-from kvpilot.commands._common import fail
+from kvpilot.commands._common import fail, read_input
 
 _EPILOG = """\b
 Examples:
   kvpilot render manifests/examples/experiment.yaml
   kvpilot render manifests/examples/production-fp8.yaml -o json
-  kvpilot render server.yaml --namespace llm | kubectl apply --dry-run=server -f -
+  kvpilot render server.yaml --namespace llm \\
+      | kubectl apply --dry-run=server -f -
   cat server.yaml | kvpilot render -
 
-\b
 FILE holds one or more VLLMServer documents (apiVersion kvpilot.dev/v1alpha1); "-" reads stdin.
 The output is a preview of what the operator creates: the same Pod (named
 <name>-<first 5 hex of the spec hash>) and Service, but without owner references (there is no
@@ -27,27 +26,14 @@ input exits with code 2 and a one-line reason naming the field.
 """
 
 
-def _read(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        fail(f"{path}: cannot read: {reason}")
-
-
 def _documents(path: str, text: str) -> list[object]:
-    import yaml  # here, not at import: ``kvpilot render --help`` needs no YAML
+    # here, not at import: ``kvpilot render --help`` needs no YAML
+    from kvpilot.text.documents import DocumentError, load_yaml_documents
 
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        fail(f"{path}: not valid YAML{where}: {problem}")
+        docs = load_yaml_documents(text)  # bounded: depth, integer digits, alias expansion
+    except DocumentError as exc:
+        fail(f"{path}: {exc}")
     if not docs:
         fail(f"{path}: no VLLMServer in the file (it is empty)")
     return docs
@@ -68,8 +54,9 @@ def command(file: str, output: str, namespace: str | None) -> None:
     """Preview, offline, the Pod and Service the operator makes of a VLLMServer (a v1 List)."""
     from kvpilot.api import SpecError, parse_resource
     from kvpilot.render import render_objects
+    from kvpilot.text.documents import MAX_YAML_BYTES
 
-    docs = _documents(file, _read(file))
+    docs = _documents(file, read_input(file, MAX_YAML_BYTES))
     items: list[dict[str, Any]] = []
     for index, doc in enumerate(docs, start=1):
         where = file if len(docs) == 1 else f"{file} (document {index})"

@@ -30,13 +30,17 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kvpilot.controller.logic import set_condition
+from kvpilot.controller.logic import EVENT_MESSAGE_LIMIT, Event, set_condition
 from kvpilot.text.numbers import fig
 from kvpilot.text.safe import one_line
 
 #: HTTP codes after which the same request may succeed unchanged.
 RETRYABLE_CODES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-#: Longest message kept (Kubernetes Events cap ``message`` at 1 KiB; conditions stay readable).
+#: Longest failure message kept (status ``message``, the ``Ready`` condition, the Events): the step and the API's
+#: refusal it quotes in about six 80-column lines of ``kubectl describe``, and whole in the transition Event, which
+#: :func:`~kvpilot.controller.logic.status_events` leads with what was created and the reason: at most 208 characters
+#: (a 69-character pod name, a 16-hex spec hash, a 63-character Service name, ``ReconcileFailed``), 208 + 480 < 1 KiB
+#: (:data:`EVENT_MESSAGE_LIMIT`).
 MESSAGE_LIMIT = 480
 
 
@@ -176,3 +180,8 @@ def failure_status(server: dict[str, Any], failure: Failure, *, now: str) -> dic
         old.get("conditions"), "Ready", "False", failure.reason, failure.message, now=now, generation=generation
     )
     return new
+
+
+def failure_event(failure: Failure) -> Event:
+    """The Warning Event a failed reconcile posts: reason = :attr:`Failure.reason`, the message on one line."""
+    return Event("Warning", failure.reason, one_line(failure.message, limit=EVENT_MESSAGE_LIMIT))

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvpilot.api import VLLM_PORT
-from kvpilot.api.constants import ANNOTATION_SPEC_HASH
+from kvpilot.api import VLLM_PORT, SpecError, parse_spec, spec_hash
+from kvpilot.api.constants import ANNOTATION_SPEC_HASH, LABEL_SERVER
 from kvpilot.api.timestamps import rfc3339
 from kvpilot.text.safe import one_line, redact_argv
 from kvpilot.vllm.failure_log import root_cause
@@ -381,12 +381,15 @@ def is_current_pod(status: dict[str, Any], pod: dict[str, Any]) -> bool:
     return bool((meta.get("annotations") or {}).get(ANNOTATION_SPEC_HASH) == status["specHash"])
 
 
-def pod_deleted_status(server: dict[str, Any], pod_name: str, *, now: str) -> dict[str, Any]:
+def pod_deleted_status(
+    server: dict[str, Any], pod_name: str, *, now: str, spec_hash: str | None = None, command: list[str] | None = None
+) -> dict[str, Any]:
     """The server's status after its current pod ``pod_name`` was deleted.
 
     A running or pending server becomes ``Failed`` with reason ``PodDeleted`` (and ``Ready=False``):
     the operator does not start another pod for the same spec, a person changes the spec or deletes
-    the VLLMServer. A server that had already ended (Failed/Expired) stays as it was.
+    the VLLMServer. A server that had already ended (Failed/Expired) stays as it was. ``spec_hash``
+    and ``command`` default to the stored status's.
     """
     status = server.get("status") or {}
     meta = server.get("metadata") or {}
@@ -395,8 +398,8 @@ def pod_deleted_status(server: dict[str, Any], pod_name: str, *, now: str) -> di
         None,
         now=now,
         service_name=status.get("serviceName") or meta.get("name") or "",
-        spec_hash=status["specHash"],
-        command=status.get("command"),
+        spec_hash=spec_hash or status["specHash"],
+        command=command if command is not None else status.get("command"),
     )
     if status.get("phase") in ENDED_PHASES:
         return new
@@ -446,3 +449,298 @@ def safe_status(status: dict[str, Any]) -> dict[str, Any]:
             for c in out["conditions"]
         ]
     return out
+
+
+# ----------------------------------------------------------------------------- creates
+@dataclass(frozen=True)
+class CreateConflict:
+    """What a 409 on create means once the object of that name has been read (:func:`after_create_conflict`).
+
+    Attributes:
+        outcome: ``adopt`` (this server owns it: an earlier attempt made it), ``held`` (another owner,
+            or nobody, holds the name: a person must act) or ``vanished`` (no such object: the create
+            raced a deletion, or a cache in front of the API server answered; a retry can succeed).
+        holder: for ``held``, who holds the name (``"VLLMServer other"``, ``"no controller"``).
+    """
+
+    outcome: str
+    holder: str | None = None
+
+
+def after_create_conflict(existing: dict[str, Any] | None, server_uid: str | None) -> CreateConflict:
+    """The meaning of a 409 on create, from the object of that name as read afterwards (None: 404).
+
+    An object with an ownerReference to ``server_uid`` is this server's (adopted); one without is
+    held by its controller owner, or by nobody; none at all is a transient conflict (the Kubernetes
+    API conventions' "Concurrency Control and Consistency": the same request may succeed later).
+    """
+    if existing is None:
+        return CreateConflict("vanished")
+    refs = (existing.get("metadata") or {}).get("ownerReferences") or []
+    if any(ref.get("uid") == server_uid for ref in refs):
+        return CreateConflict("adopt")
+    holder = next((f"{ref.get('kind')} {ref.get('name')}" for ref in refs if ref.get("controller")), None)
+    return CreateConflict("held", holder or "no controller")
+
+
+# ----------------------------------------------------------------------------- events
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post on the VLLMServer: ``type`` (Normal | Warning), ``reason``, one-line ``message``."""
+
+    type: str
+    reason: str
+    message: str
+
+
+#: Longest Event message (the API server refuses more than 1 KiB: k8s.io/kubernetes pkg/apis/core/validation).
+EVENT_MESSAGE_LIMIT = 1024
+
+
+def status_events(old: dict[str, Any] | None, new: dict[str, Any], created: str | None = None) -> list[Event]:
+    """The Events a status change posts: one per phase transition (:func:`is_transition`; reason = the
+    new phase, message = its reason and message, led by ``created`` when given), else a
+    ``PodCreated`` Event carrying ``created`` (what the reconcile just made, with no transition).
+    """
+    if is_transition(old, new):
+        said = f"{new.get('reason')}: {new.get('message')}"
+        message = one_line(f"{created}; {said}" if created else said, limit=EVENT_MESSAGE_LIMIT)
+        return [Event(event_type(new), new.get("phase") or "Unknown", message)]
+    return [Event("Normal", "PodCreated", created)] if created else []
+
+
+def kv_warning_event(old: dict[str, Any] | None, condition: dict[str, Any], warning: str | None) -> Event | None:
+    """A Warning Event when the pre-flight warns and the ``condition``'s type was not False already in ``old``
+    status (one Event per verdict, not one per reconcile).
+    """
+    conditions: list[dict[str, Any]] = (old or {}).get("conditions") or []
+    before: dict[str, Any] = next((c for c in conditions if c.get("type") == condition["type"]), {})
+    if not warning or before.get("status") == "False":
+        return None
+    return Event("Warning", condition["reason"], one_line(warning, limit=EVENT_MESSAGE_LIMIT))
+
+
+@dataclass(frozen=True)
+class CreationNote:
+    """How a reconcile announces the pod it made: ``event`` (its own ``PodCreated`` Event) or ``created``
+    (the text that leads the new server's ``Pending`` transition Event, so it gets one Event), or neither.
+    """
+
+    event: Event | None = None
+    created: str | None = None
+
+
+def creation_note(
+    plan: PodPlan,
+    status: dict[str, Any] | None,
+    *,
+    pod_name: str | None,
+    spec_hash: str,
+    service_name: str,
+    service_created: bool,
+    adopted: bool,
+) -> CreationNote:
+    """What to say about a reconcile's pod (docs/operator.md, "Events").
+
+    Nothing when no pod was created or the create found this server's own pod (``adopted``); a
+    replacement (``plan.delete``, or a server whose status already named a pod) gets its own
+    ``PodCreated`` Event; a new server's first pod is said in its ``Pending`` Event, with the Service.
+    """
+    if not plan.create or adopted or pod_name is None:
+        return CreationNote()
+    if plan.delete or (status or {}).get("podName"):
+        return CreationNote(event=Event("Normal", "PodCreated", f"created pod {pod_name} for spec {spec_hash}"))
+    service = f"and service {service_name}" if service_created else f"(service {service_name} existed)"
+    return CreationNote(created=f"created pod {pod_name} for spec {spec_hash} {service}")
+
+
+def replaced_event(pod_name: str) -> Event:
+    """The Event of a pod deleted because it was made from an older spec (or is a duplicate)."""
+    return Event("Normal", "PodReplaced", f"deleted pod {pod_name}: it was made from an older spec (or is a duplicate)")
+
+
+# ----------------------------------------------------------------------------- the KV pre-flight
+#: ``spec.preflight`` -> when the reconcile runs the KV pre-flight: ``enforce`` before the pod (its
+#: verdict decides whether a pod may exist), ``warn`` after it (a slow Hub never delays a pod; the
+#: condition goes out in the same status write), ``off`` never (docs/operator.md, "KV pre-flight").
+PREFLIGHT_ORDER = {"enforce": "before", "warn": "after", "off": "never"}
+
+
+def preflight_order(mode: str) -> str:
+    """``before``, ``after`` or ``never`` the pod for ``spec.preflight`` ``mode`` (:data:`PREFLIGHT_ORDER`)."""
+    return PREFLIGHT_ORDER[mode]
+
+
+def preflight_refusal(
+    server: dict[str, Any], mode: str, condition: dict[str, Any], warning: str | None, *, now: str
+) -> dict[str, Any] | None:
+    """The ``Invalid`` status when ``preflight: enforce`` refuses the spec (the pre-flight warned that one
+    request of ``maxModelLen`` cannot fit, so vLLM would refuse to start), else None (no pod is held back).
+    """
+    if preflight_order(mode) != "before" or not warning:
+        return None
+    return invalid_status(server, f"spec.engine.maxModelLen: {warning}", now=now, reason=condition["reason"])
+
+
+def with_kv_condition(
+    server: dict[str, Any],
+    status: dict[str, Any],
+    condition: dict[str, Any],
+    numbers: dict[str, Any] | None,
+    *,
+    now: str,
+) -> dict[str, Any]:
+    """``status`` with the ``KVCapacity`` ``condition`` set (:func:`set_condition`, this generation) and
+    ``preflight`` = ``numbers`` (None, which removes it, when the pre-flight computed none).
+    """
+    conditions = set_condition(
+        status.get("conditions"),
+        condition["type"],
+        condition["status"],
+        condition["reason"],
+        condition["message"],
+        now=now,
+        generation=(server.get("metadata") or {}).get("generation"),
+    )
+    return {**status, "conditions": conditions, "preflight": numbers or None}
+
+
+# ----------------------------------------------------------------------------- what a pod event does
+@dataclass(frozen=True)
+class PodEventPlan:
+    """What a pod event does to its server's status (:func:`pod_event_plan`).
+
+    Attributes:
+        action: ``ignore`` (nothing), ``deleted`` (:func:`pod_deleted_status`) or ``update``
+            (:func:`server_status` from the pod).
+        why: for ``ignore``, why (a log line).
+        spec_hash: the spec hash the status is computed for: ``status.specHash``, or the spec's own
+            when the stored status lacks it (the first status write never landed).
+        command: the ``vllm serve`` argv of that spec (from status, or rendered from the spec).
+        service_name: the server's Service.
+        read_failure_log: read the end of the pod's log for vLLM's root cause (the pod just failed).
+        read_kv_log: read the pod's log for vLLM's KV-capacity line (the pod is Ready and this pod's
+            numbers are not in status yet).
+        preflight_again: run the KV pre-flight again with the node's GPU-memory label
+            (:func:`waits_for_node_gpu_memory`; the caller does it once per pod).
+    """
+
+    action: str
+    why: str = ""
+    spec_hash: str = ""
+    command: list[str] | None = None
+    service_name: str = ""
+    read_failure_log: bool = False
+    read_kv_log: bool = False
+    preflight_again: bool = False
+
+
+def current_spec(server: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """``(spec hash, vllm serve argv)`` of the server's spec as it is now; None when the spec is invalid
+    (the reconcile reports that). The hash and the command line are the renderer's
+    (:func:`kvpilot.api.spec_hash`, :func:`kvpilot.render.vllm_command`).
+    """
+    from kvpilot.render import vllm_command  # the renderer's templates load on first use
+
+    try:
+        spec = parse_spec(server.get("spec"))
+    except SpecError:
+        return None
+    return spec_hash(spec), vllm_command(spec)
+
+
+def pod_event_plan(server: dict[str, Any], pod: dict[str, Any], event_type: str) -> PodEventPlan:
+    """What an event of ``pod`` (``ADDED``/``MODIFIED``/``DELETED``) does to ``server``'s status.
+
+    Args:
+        server: the VLLMServer as read now.
+        pod: the pod of the event (labelled with the server's name).
+        event_type: the watch event's type.
+
+    Rules:
+        - a server ``Invalid`` for its current generation ignores its pods (the reconcile said why);
+        - a stored status without ``specHash`` (the first status write never landed: kopf lost its
+          patch on a 409 or 404) is computed afresh for the spec's own hash, so the status is
+          written again instead of staying empty;
+        - only the current pod (:func:`is_current_pod`, owned by the server when the status names
+          none) changes the status; its DELETED fails a running server (:func:`pod_deleted_status`);
+        - the failure log is read when the pod has just failed (not when the stored status already
+          says this pod failed: a terminated container does not change); the KV line when the pod is
+          Ready and this pod's ``kvCacheTokens`` is not stored yet: each log is read once per pod.
+    """
+    status = server.get("status") or {}
+    meta = server.get("metadata") or {}
+    if status.get("phase") == "Invalid" and status.get("observedGeneration") == meta.get("generation"):
+        return PodEventPlan("ignore", why="the server's spec is invalid")
+    digest, command = status.get("specHash"), status.get("command")
+    if not digest:
+        spec = current_spec(server)
+        if spec is None:
+            return PodEventPlan("ignore", why="no status and no valid spec yet")
+        digest, command = spec
+        refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+        if not any(ref.get("uid") == meta.get("uid") for ref in refs):
+            return PodEventPlan("ignore", why="not the server's own pod")
+    if not is_current_pod({**status, "specHash": digest}, pod):
+        return PodEventPlan("ignore", why="an old pod being replaced, or not the server's pod")
+    service_name = status.get("serviceName") or meta.get("name") or ""
+    if event_type == "DELETED":
+        return PodEventPlan("deleted", spec_hash=digest, command=command, service_name=service_name)
+    report = pod_report(pod)
+    same_pod = status.get("podUid") == (pod.get("metadata") or {}).get("uid")
+    return PodEventPlan(
+        "update",
+        spec_hash=digest,
+        command=command,
+        service_name=service_name,
+        read_failure_log=report.phase == "Failed" and not (same_pod and status.get("phase") == "Failed"),
+        read_kv_log=report.ready and not (same_pod and status.get("kvCacheTokens") is not None),
+        preflight_again=waits_for_node_gpu_memory(server, pod),
+    )
+
+
+# ----------------------------------------------------------------------------- the reconcile's own decisions
+def is_new_server(body: dict[str, Any]) -> bool:
+    """A server no reconcile has written a status for yet: its body as kopf delivered it is current
+    (only this operator writes status), so it is not read again, and its first status goes into kopf's
+    patch (one ``/status`` request with kopf's own record).
+    """
+    return not body.get("status")
+
+
+def service_read_first(server: dict[str, Any]) -> bool:
+    """Whether the reconcile reads the Service before creating it: when the status names one (it most
+    likely exists: a read, no failed create). A new server's Service is created first (one request;
+    409 -> adopt, :func:`after_create_conflict`).
+    """
+    return bool((server.get("status") or {}).get("serviceName"))
+
+
+def reconciled_status(
+    server: dict[str, Any],
+    plan: PodPlan,
+    pod: dict[str, Any] | None,
+    *,
+    now: str,
+    service_name: str,
+    spec_hash: str,
+    command: list[str] | None,
+) -> dict[str, Any]:
+    """The status a reconcile writes (:func:`server_status` for ``pod``); a server that ended with this
+    spec and has no pod (``plan`` creates none) keeps the record of its last run (:func:`keep_ended_record`).
+    """
+    status = server_status(server, pod, now=now, service_name=service_name, spec_hash=spec_hash, command=command)
+    if pod is None and not plan.create:
+        status = keep_ended_record(status, server.get("status"))
+    return status
+
+
+def pod_event_server(event: dict[str, Any]) -> str | None:
+    """The server a pod watch event is about (its ``kvpilot.dev/server`` label), or None: not a server's
+    pod, or not a watch event (kopf's initial listing calls the handler with ``type`` None).
+    """
+    if event.get("type") is None:
+        return None
+    labels = ((event.get("object") or {}).get("metadata") or {}).get("labels") or {}
+    name = labels.get(LABEL_SERVER)
+    return str(name) if name else None

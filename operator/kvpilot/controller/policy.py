@@ -48,11 +48,6 @@ class SpecPolicy:
         """A policy from option values; each may hold several patterns separated by commas or spaces."""
         return cls(_patterns(images), _patterns(service_accounts))
 
-    @property
-    def active(self) -> bool:
-        """True when any list is set."""
-        return bool(self.allowed_images or self.allowed_service_accounts)
-
 
 def _patterns(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(p for v in values for p in v.replace(",", " ").split() if p)

@@ -21,6 +21,7 @@ from typing import Any
 import kopf
 import kubernetes.client
 import kubernetes.config
+import yaml
 
 from kvpilot.api.constants import CRD_NAME
 from kvpilot.api.crd import missing_status_fields
@@ -33,10 +34,8 @@ from kvpilot.controller.settings import make_settings, start_order_priority
 #: allocations of tracked objects instead of CPython's 700, and 20 (not 10) of each generation
 #: before the next older one. kopf keeps every watched object's body, so the heap holds a few
 #: hundred thousand long-lived objects per 1,000 servers and each full collection walks them
-#: all: with CPython's thresholds a 1,000-server burst spent 1.7 s of its 8.5 s CPU collecting
-#: (946, 86 and 7 collections of the three generations), with these 0.3 s (9, 0, 0), RSS no
-#: higher (``benchmarks/operator_burst.py``, ``docs/performance.md``). Python's ``gc`` docs:
-#: https://docs.python.org/3/library/gc.html#gc.set_threshold
+#: all (the CPU a burst spent collecting, before and after: docs/performance.md, "What the code's
+#: choices bought"). Python's ``gc`` docs: https://docs.python.org/3/library/gc.html#gc.set_threshold
 GC_THRESHOLDS = (50_000, 20, 20)
 
 
@@ -54,24 +53,37 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     (``KUBERNETES_SERVICE_HOST`` set), else ``~/.kube/config``.
 
     Raises:
-        ClusterConfigError: naming the source that failed.
+        ClusterConfigError: naming the source that failed as the user gave it, and a missing file as
+            missing: ``FILE: no such file`` for ``kubeconfig`` (the caller names its option), ``$KUBECONFIG
+            names FILE: no such file``, ``~/.kube/config: no such file, and not in a cluster ...``.
     """
     configuration = kubernetes.client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG")
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    if kubeconfig or os.environ.get("KUBECONFIG"):
+        path = (kubeconfig or os.environ["KUBECONFIG"]).split(os.pathsep)[0]
+        source = path if kubeconfig else f"$KUBECONFIG names {path}"
+    elif in_cluster:
+        path, source = "", "the in-cluster service account"
+    else:
+        path, source = "~/.kube/config", "~/.kube/config"
+    if path and not os.path.isfile(os.path.expanduser(path)):
+        missing = "is a directory, not a file" if os.path.isdir(os.path.expanduser(path)) else "no such file"
+        where = (
+            "" if kubeconfig or os.environ.get("KUBECONFIG") else ", and not in a cluster (no KUBERNETES_SERVICE_HOST)"
+        )
+        raise ClusterConfigError(f"{source}: {missing}{where}")
     try:
         if path:
-            kubernetes.config.load_kube_config(
-                config_file=path.split(os.pathsep)[0], context=context, client_configuration=configuration
-            )
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            kubernetes.config.load_incluster_config(client_configuration=configuration)
+            kubernetes.config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
         else:
-            kubernetes.config.load_kube_config(context=context, client_configuration=configuration)
-    except (kubernetes.config.ConfigException, OSError, TypeError) as exc:
-        source = path or (
-            "the in-cluster service account" if os.environ.get("KUBERNETES_SERVICE_HOST") else "~/.kube/config"
-        )
-        raise ClusterConfigError(f"no usable cluster configuration in {source}: {exc}") from None
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+    except (kubernetes.config.ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:
+        # ValueError: not UTF-8; YAMLError: not YAML (the client parses the file with PyYAML and lets it through)
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        mark = getattr(exc, "problem_mark", None)
+        if isinstance(exc, yaml.YAMLError) and mark is not None:
+            detail = f"not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {getattr(exc, 'problem', '')}"
+        raise ClusterConfigError(f"{source}: no usable cluster configuration: {detail}") from None
     return configuration
 
 

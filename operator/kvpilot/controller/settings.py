@@ -20,9 +20,8 @@ MANAGED_BY_SELECTOR = {LABEL_MANAGED_BY: "kvpilot"}
 #: Threads running the synchronous handlers (kopf's ``settings.execution.max_workers``). Each
 #: reconcile waits on three or more API round trips, so the thread count, not the CPU, bounds how
 #: many are in flight; Python's default pool, ``min(32, CPUs + 4)``, is 6 on a 2-core node, and a
-#: 1,000-server burst then queues behind round trips (create->Pod p50 10 s at 6 threads, 3.4-5.4 s
-#: at 20-32 on the benchmark machine, ``docs/performance.md``). More threads buy little: the
-#: GIL and kopf's event loop bind next.
+#: burst then queues behind round trips. More threads buy little: the GIL and kopf's event loop
+#: bind next (the burst's latency at 6, 20 and 32 threads: docs/performance.md, "What the code's choices bought").
 HANDLER_THREADS = 20
 
 
@@ -53,21 +52,31 @@ class DigestDiffBaseStorage(kopf.StatusDiffBaseStorage):
 
     def __init__(self, *, field: str) -> None:
         super().__init__(field=field)
-        #: ``(body, essence)`` built by the last :meth:`fetch`: kopf builds the same body's essence
-        #: right after fetching (``kopf/_core/reactor/processing.py``), in its one event-loop thread.
-        self._built: tuple[kopf.Body, kopf.BodyEssence] | None = None
+        #: ``((uid, resourceVersion), essence)`` of the last body built: kopf fetches and builds the
+        #: same body's essence per event (``kopf/_core/reactor/processing.py``), so the second of the
+        #: two calls reuses it, in whichever order kopf makes them. A resourceVersion names one state
+        #: of the object (Kubernetes API conventions, "Concurrency Control and Consistency"), so the
+        #: same key always has the same spec, labels and annotations: the memo is never wrong, it only
+        #: saves work while kopf asks for the same state twice in a row. A body without a uid or
+        #: resourceVersion is never memoised.
+        self._last: tuple[tuple[str, str], kopf.BodyEssence] | None = None
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         """The essence kopf compares (spec, labels, annotations), without deep-copying ``status`` first
-        (kopf's ``build`` copies the whole body, then drops status) and built once per event.
+        (kopf's ``build`` copies the whole body, then drops status), built once per object state.
         """
-        built, self._built = self._built, None
         if extra_fields:  # a handler filtering on status fields (kvpilot has none): kopf's own way
             return super().build(body=body, extra_fields=extra_fields)
-        if built is not None and built[0] is body:
-            return built[1]
+        meta = body.get("metadata") or {}
+        key = (meta.get("uid"), meta.get("resourceVersion"))
+        last = self._last
+        if last is not None and None not in key and last[0] == key:
+            return last[1]
         slim = cast(kopf.RawBody, {k: v for k, v in body.items() if k != "status"})
-        return super().build(body=kopf.Body(slim))
+        essence = super().build(body=kopf.Body(slim))
+        if None not in key:
+            self._last = (cast(tuple[str, str], key), essence)
+        return essence
 
     def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
         """The current essence when it hashes to the stored digest, an empty one when not, None when none is stored."""
@@ -75,7 +84,6 @@ class DigestDiffBaseStorage(kopf.StatusDiffBaseStorage):
         if stored is None:
             return None
         current = self.build(body=body)
-        self._built = (body, current)
         return current if stored == _digest(current) else cast(kopf.BodyEssence, {})
 
     def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:

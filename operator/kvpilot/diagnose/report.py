@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvpilot.diagnose.model import Diagnosis, Finding, Recommendation, Report
+from kvpilot.text.layout import Prose
 from kvpilot.text.numbers import fig, number, significant
 from kvpilot.text.safe import markdown_text, one_line
 
@@ -207,7 +208,7 @@ def _bullets(lines: list[str], indent: int) -> Table:
     grid.add_column(no_wrap=True, width=indent + 1, justify="right")
     grid.add_column()
     for line in lines:
-        grid.add_row("-", Text(line))
+        grid.add_row("-", Prose(line))
     return grid
 
 
@@ -215,14 +216,15 @@ def to_text(report: Report, width: int = 100, color: bool = False) -> str:
     """Terminal rendering at ``width`` columns: one block per target (verdict, evidence bullets, each
     recommendation as ``change: FLAG CURRENT -> SUGGESTED`` with its effect, findings, key signals).
 
-    Every line wraps on spaces: a flag, verdict or metric name is never split across lines.
+    Every line wraps on spaces: a flag, verdict or metric name is never split across lines, nor a figure
+    from its unit (:class:`kvpilot.text.layout.Prose`).
     """
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False)
     window = fig(report.window_seconds, 3, "s")
-    console.print(Text(f"kvpilot diagnose  source: {report.source}  window: {window}", style="bold"))
+    console.print(Prose(Text(f"kvpilot diagnose  source: {report.source}  window: {window}", style="bold")))
     for note in report.notes:
-        console.print(Padding(Text(f"note: {note}"), (0, 0, 0, 2)))
+        console.print(Padding(Prose(f"note: {note}"), (0, 0, 0, 2)))
     for d in report.targets:
         style = _SEVERITY_STYLE.get(d.severity, "")
         console.print()
@@ -238,27 +240,27 @@ def to_text(report: Report, width: int = 100, color: bool = False) -> str:
         for r in d.recommendations:
             console.print(
                 Padding(
-                    Text(f"change: {change_text(r)}", style="bold"),
+                    Prose(Text(f"change: {change_text(r)}", style="bold")),
                     (0, 0, 0, 2),
                 )
             )
-            console.print(Padding(Text(r.expected_effect), (0, 0, 0, 4)))
+            console.print(Padding(Prose(r.expected_effect), (0, 0, 0, 4)))
         if d.replay is not None:
             head, figures, notes = _replay_lines(d)
-            console.print(Padding(Text(head, style="bold"), (0, 0, 0, 2)))
+            console.print(Padding(Prose(Text(head, style="bold")), (0, 0, 0, 2)))
             for line in figures:
-                console.print(Padding(Text(line), (0, 0, 0, 4)))
+                console.print(Padding(Prose(line), (0, 0, 0, 4)))
             console.print(_bullets(notes, 4))
             for w in d.what_if:
                 outcome = _p_text(w.get("predicted")) if w.get("predicted") else str(w.get("reason", "not simulated"))
-                console.print(Padding(Text(f"what-if {_change_label(w['change'])}: {outcome}"), (0, 0, 0, 2)))
+                console.print(Padding(Prose(f"what-if {_change_label(w['change'])}: {outcome}"), (0, 0, 0, 2)))
         for f in d.findings:
-            console.print(Padding(Text(f"also: {f.verdict} ({f.severity})"), (0, 0, 0, 2)))
+            console.print(Padding(Prose(f"also: {f.verdict} ({f.severity})"), (0, 0, 0, 2)))
             console.print(_bullets(list(f.evidence), 4))
         shown = [(k, d.signals.get(k)) for k in _KEY_SIGNALS if d.signals.get(k) is not None]
         if shown:
             signals = ", ".join(f"{k}={_fmt_signal(v)}" for k, v in shown)
-            console.print(Padding(Text(f"signals: {signals}"), (0, 0, 0, 2)))
+            console.print(Padding(Prose(f"signals: {signals}"), (0, 0, 0, 2)))
     if not report.targets:
         console.print("no targets")
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())

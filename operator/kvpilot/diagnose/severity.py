@@ -67,8 +67,3 @@ def kv_severity(preempted: bool, queued: bool, queue_growing: bool) -> str:
     grows), else warning (preemptions alone, or a queue at the KV ceiling that stands still).
     """
     return CRITICAL if preempted and (queued or queue_growing) else WARNING
-
-
-def symptom_severity(queue_growing: bool) -> str:
-    """A latency symptom (p99 TTFT above its threshold): as the queue behind it, critical while it grows."""
-    return queue_severity(queue_growing)

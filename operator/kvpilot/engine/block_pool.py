@@ -1,63 +1,151 @@
-"""vLLM V1's KV block pool: fixed-size blocks, a free queue with O(1) removal, prefix-cache hashing.
+"""vLLM V1's KV block pool: fixed-size blocks, an LRU free queue, prefix-cache hashing, held as extents.
 
-Model of ``vllm/v1/core/block_pool.py`` (``BlockPool``) and ``vllm/v1/core/kv_cache_utils.py``
-(``FreeKVCacheBlockQueue``, ``hash_block_tokens``, ``KVCacheBlock``) as of vLLM v0.21-v0.33:
+Model of ``vllm/v1/core/block_pool.py`` (``BlockPool``), ``vllm/v1/core/kv_cache_utils.py``
+(``FreeKVCacheBlockQueue``, ``hash_block_tokens``, ``KVCacheBlock``) and the block tables of
+``vllm/v1/core/single_type_kv_cache_manager.py`` as of vLLM v0.21-v0.33. What it does, block by block, is
+vLLM's:
 
 - ``num_blocks`` physical blocks of ``block_size`` tokens; block 0 is the reserved *null block*
   (``BlockPool.__init__`` pops it from the free queue and never frees it), so ``num_blocks - 1``
-  are usable (docs/background.md §4: 21,520 tokens / 16 = 1,345 blocks, 1,344 usable).
-- The free queue is a doubly linked list over block ids in vLLM, so a cached block hit by another
-  request is removed from the middle in O(1) (``FreeKVCacheBlockQueue.remove``). Here it is one
-  ``list[int]`` read from a front index, so that taking ``n`` blocks from the front, appending at the
-  back and prepending are list slices and extends done in C; a removal from the middle leaves a stale
-  entry that allocation skips (:class:`BlockPool` says how). The order is the linked list's.
-- A full block gets a hash chained through its parent's hash plus extra keys (LoRA id, cache salt)
-  (``hash_block_tokens(parent_hash, token_ids, extra_keys)``); only full blocks are hashed.
-- A freed block keeps its hash (it stays findable until the block is reused); eviction happens
-  lazily when ``allocate`` pops a block from the *front* of the queue (``get_new_blocks`` ->
-  ``_maybe_evict_cached_block``): LRU.
-- ``free`` takes the blocks in eviction order (the manager passes a request's blocks reversed, tail
-  first). Blocks *without* a hash are put at the *front* (``prepend_n``), hashed ones at the tail
-  (``append_n``): vLLM PR #42656 (v0.21, "blocks without hash get evicted first"); with caching
-  disabled everything is appended (PR #48017). This ordering is what makes the §9 reversed pass
-  hit 21,488 tokens (1,343 of 1,344 blocks); with plain tail appends it would be 21,376.
+  are usable (docs/background.md §4: 21,520 tokens / 16 = 1,345 blocks, 1,344 usable). The free queue starts
+  as blocks 1, 2, ..., ``num_blocks - 1``.
+- Allocation takes blocks from the *front* of the free queue (``get_new_blocks``) and evicts the hash a popped
+  block still carries (``_maybe_evict_cached_block``): LRU.
+- A full block gets a hash standing for its whole token prefix plus extra keys (LoRA id, cache salt)
+  (``hash_block_tokens(parent_hash, token_ids, extra_keys)``); only full blocks are hashed, when they are
+  scheduled (``cache_full_blocks``). A lookup returns the longest cached prefix of a request's hashes
+  (``find_longest_cache_hit``); a hit on a free block takes it out of the middle of the queue
+  (``FreeKVCacheBlockQueue.remove``) and every hit block gains a reference (``touch``).
+- A request's blocks are freed *tail first* (``free_blocks`` passes them reversed). Blocks reaching zero
+  references keep their hash; those *without* a hash go to the *front* of the queue (reused first), hashed
+  ones to the back: vLLM PR #42656 (v0.21, "blocks without hash get evicted first"); with caching disabled
+  everything goes to the back (PR #48017). This ordering is what makes the §9 reversed pass hit 21,488 tokens
+  (1,343 of 1,344 blocks); with plain tail appends it would be 21,376.
 - ``usage()`` = 1 - free / (num_blocks - 1), free including cached-but-evictable blocks
   (``BlockPool.get_usage``), the value of ``vllm:kv_cache_usage_perc``.
+- Duplicates: vLLM registers every full block, even when a block with the same hash is already cached (block
+  tables stay append-only); a lookup returns the first one registered that is still cached
+  (``cached_block_hash_to_block``: a dict per hash in insertion order). So here: the first holder of a hash is
+  the one found, later ones keep their hash (they are freed to the back) and are found once every earlier holder
+  is evicted.
 
-Duplicates: vLLM registers every full block, even when an identical block is already cached
-(so block tables stay append-only), and a lookup returns the first one. Here the first block
-with a hash is the one found; later duplicates keep their hash (so they are freed to the tail)
-and are promoted when the first is evicted.
+**Extents.** vLLM keeps one object per block; a prompt of 1,000 tokens costs 63 of each operation. Here the
+blocks are held in *extents*: consecutive blocks of one block table that share one reference count (the tables
+holding them), one hash run (block ``i`` of the extent has hash ``h0 + i * block_size``, or no hash at all),
+one place in the free queue, and one entry in the hash index. A prompt's blocks are one extent from
+allocation to eviction: allocating, hashing and freeing them are a handful of list operations whatever their
+number. An extent is split only where the block-level model would treat its blocks differently: a lookup hits
+part of it, an eviction takes part of it from the front of the queue, or a duplicate hash is promoted.
+
+Hashes (:func:`block_hash_value`): ``(family << 64) + offset``, where the family names a prompt segment and
+everything before it and the offset is the token count from the segment's start to the block's end
+(``Request.hash_runs`` makes them). The blocks ending in one segment so have consecutive hashes ``h, h +
+block_size, ...``; a hash's family is ``h >> 64``, and the index keeps, per family, the extents holding its
+hashes (usually one).
+
+The free queue is a doubly linked list of extents. A free extent's blocks are in the queue in the *reverse*
+of its table order (a table is freed tail first): the block at the front of the queue is its last id, so
+taking ``n`` blocks from the front takes the end of its id list, and the hashes evicted first are the ends of
+prefix chains, as in vLLM.
+
+``tests/unit/engine/test_block_pool.py`` checks the operations against hand-computed block ids, hashes and
+queue orders on both sides of each split, and against a per-block model of vLLM's pool on random sequences of
+operations.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
-from heapq import heappop, heappush
 
-BlockHash = Hashable
+BlockHash = int
 
-_GONE = -(1 << 62)  # _pos of a block not in the free queue (no entry is live there)
+#: Bits of a block hash below its family (:func:`block_hash_value`).
+FAMILY_SHIFT = 64
 
 
-def hash_block(parent: BlockHash | None, content: Hashable, extra_keys: Hashable = None) -> int:
-    """Chained block hash: ``hash((parent, content, extra_keys))``.
+def hash_block(parent: Hashable | None, content: Hashable, extra_keys: Hashable = None) -> int:
+    """Chained hash: ``hash((parent, content, extra_keys))``.
 
     Args:
-        parent: the previous block's hash, ``None`` for the first block of a sequence.
-        content: identity of the block's ``block_size`` tokens (any hashable).
+        parent: the previous link of the chain, ``None`` at its start.
+        content: identity of what the link adds (any hashable).
         extra_keys: LoRA id, cache salt, multimodal hashes (``None`` when absent).
 
     Returns:
-        an ``int``; equal prefixes give equal hashes, and one differing early token changes every
-        later hash. Source: ``hash_block_tokens`` in vllm/v1/core/kv_cache_utils.py (vLLM uses
-        sha256 or the builtin hash of the same tuple).
+        an ``int``; equal chains give equal values, and one differing early link changes every later value.
+        Source: ``hash_block_tokens`` in vllm/v1/core/kv_cache_utils.py (vLLM uses sha256 or the builtin hash of
+        the same tuple).
     """
     return hash((parent, content, extra_keys))
 
 
+def block_hash_value(family: int, offset: int) -> BlockHash:
+    """A block's hash: ``(family << 64) + offset`` (``0 < offset < 2**64``, the block's end in its segment)."""
+    return (family << FAMILY_SHIFT) + offset
+
+
+class _Ext:
+    """Consecutive blocks of one block table with one reference count, one hash run and one place in the queue.
+
+    ``ids``: block ids in table order. ``h0``: the hash of ``ids[0]`` (``ids[i]`` has ``h0 + i * block_size``),
+    None when unhashed. ``dup``: its hashes are all held by an earlier-registered block (not found by lookups).
+    ``seq``: registration order (duplicates are promoted in it). ``holders``: the tables holding it (its
+    reference count is their number; ``[]``: free, in the queue). ``prev``/``next``: free-queue links (itself when
+    not in the queue). ``fl``: its family's list of extents in the hash index.
+    """
+
+    __slots__ = ("ids", "h0", "dup", "seq", "holders", "prev", "next", "fl")
+
+    def __init__(self, ids: list[int], h0: BlockHash | None, holders: list[BlockTable]) -> None:
+        self.ids = ids
+        self.h0 = h0
+        self.dup = False
+        self.seq = 0
+        self.holders = holders
+        self.prev: _Ext = self
+        self.next: _Ext = self
+        self.fl: list[_Ext] | None = None
+
+
+class BlockTable:
+    """One request's blocks, in order: hashed extents (its prefix-cache hits and the full blocks it computed),
+    then at most one extent of unhashed blocks. Built and changed only by :class:`BlockPool`.
+    """
+
+    __slots__ = ("exts",)
+
+    def __init__(self) -> None:
+        self.exts: list[_Ext] = []
+
+    def __len__(self) -> int:
+        return sum([len(e.ids) for e in self.exts])
+
+    def block_ids(self) -> list[int]:
+        """Block ids in table order (a new list)."""
+        out: list[int] = []
+        for e in self.exts:
+            out += e.ids
+        return out
+
+
+class Hit:
+    """What :meth:`BlockPool.lookup` found: ``pieces`` (extent, first block, blocks), ``num_blocks`` in all and
+    ``num_free`` of them in the free queue (they count against the free blocks when admitting).
+    """
+
+    __slots__ = ("pieces", "num_blocks", "num_free")
+
+    def __init__(self) -> None:
+        self.pieces: list[tuple[_Ext, int, int]] = []
+        self.num_blocks = 0
+        self.num_free = 0
+
+
+NO_HIT = Hit()  # shared by every lookup that finds nothing: never mutated
+
+
 class BlockPool:
-    """Physical KV blocks, their reference counts and prefix-cache hashes.
+    """Physical KV blocks, their reference counts and prefix-cache hashes, as extents (module docstring).
 
     Args:
         num_blocks: total physical blocks including the null block 0 (>= 2).
@@ -67,40 +155,11 @@ class BlockPool:
     Raises:
         ValueError: ``num_blocks < 2`` or ``block_size < 1``.
 
-    The free queue (``FreeKVCacheBlockQueue`` in vllm/v1/core/kv_cache_utils.py, a doubly linked list there) is
-    held as one Python list ``_q`` read from index ``_qh`` (the front) to its end (the back), so that what vLLM
-    does to it maps onto list operations done in C:
-
-    - ``popleft_n`` (``get_new_blocks``: the ``n`` least recently freed blocks) is the slice ``_q[_qh:_qh + n]``;
-    - ``append_n`` (hashed blocks freed, ``free_blocks``) is ``list.extend`` at the back;
-    - ``prepend_n`` (unhashed blocks freed, vLLM PR #42656) writes into the room before ``_qh`` (the list is
-      regrown on the left when there is none);
-    - ``remove`` (a prefix-cache hit on a free block, ``touch``) leaves a *stale* entry behind: ``_pos[b]`` is the
-      absolute position (``_qbase`` + list index) of block ``b``'s live entry, and an entry is live only where
-      its position matches. ``_stale`` is a heap of the positions of stale entries ahead of the front, so an
-      allocation whose slice holds none takes the slice as it is (the common case), and one that reaches a
-      stale entry walks past it.
-
-    The consumed part before ``_qh`` is dropped once it is more than half of the list (absolute positions do not
-    change), so the list stays O(num_blocks).
+    Attributes: ``num_free`` (blocks in the free queue), ``num_evictions`` (hashed blocks reused, vLLM's
+    evicted blocks).
     """
 
-    __slots__ = (
-        "num_blocks",
-        "block_size",
-        "enable_caching",
-        "ref_cnt",
-        "block_hash",
-        "_q",
-        "_qh",
-        "_qbase",
-        "_pos",
-        "_stale",
-        "num_free",
-        "_cached",
-        "_dups",
-        "num_evictions",
-    )
+    __slots__ = ("num_blocks", "block_size", "enable_caching", "num_free", "num_evictions", "_head", "_fam", "_seq")
 
     def __init__(self, num_blocks: int, block_size: int = 16, enable_caching: bool = True) -> None:
         if num_blocks < 2:
@@ -110,213 +169,441 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_caching = enable_caching
-        self.ref_cnt = [0] * num_blocks
-        self.block_hash: list[BlockHash | None] = [None] * num_blocks
-        # free queue initially 1, 2, ..., num_blocks - 1 (the null block 0 is never free)
-        self._q = list(range(1, num_blocks))
-        self._qh = 0
-        self._qbase = 0
-        self._pos = [_GONE, *range(num_blocks - 1)]  # block b sits at absolute position b - 1
-        self._stale: list[int] = []
         self.num_free = num_blocks - 1
-        self._cached: dict[BlockHash, int] = {}
-        self._dups: dict[BlockHash, list[int]] = {}
         self.num_evictions = 0
+        self._fam: dict[int, list[_Ext]] = {}
+        self._seq = 0
+        head = self._head = _Ext([], None, [])  # the queue's sentinel: head.next is the front, head.prev the back
+        first = _Ext(list(range(num_blocks - 1, 0, -1)), None, [])  # queue order is reversed ids: 1, 2, ...
+        head.next = head.prev = first
+        first.prev = first.next = head
 
-    # ------------------------------------------------------------------ queue primitives
-    def _prepend(self, blocks: list[int]) -> None:
-        """Put ``blocks`` at the front, ``blocks[0]`` first (``FreeKVCacheBlockQueue.prepend_n``)."""
-        m = len(blocks)
-        q, h, pos = self._q, self._qh, self._pos
-        if h < m:  # regrow on the left; the live entries keep their absolute positions
-            pad = m + max(64, len(q) >> 3)
-            self._qbase += h - pad
-            q[:h] = [0] * pad  # block 0's position is _GONE: these entries are never live
-            h = pad
-        h -= m
-        q[h : h + m] = blocks
-        p = self._qbase + h
-        for b in blocks:
-            pos[b] = p
-            p += 1
-        self._qh = h
-        self.num_free += m
-
-    def free_queue(self) -> list[int]:
-        """Block ids in the free queue, front (evicted first) to back. O(queue); for tests."""
-        q, pos, base = self._q, self._pos, self._qbase
-        return [q[i] for i in range(self._qh, len(q)) if pos[q[i]] == base + i]
-
-    # ------------------------------------------------------------------ public operations
+    # ------------------------------------------------------------------ reading
     def usage(self) -> float:
         """KV usage 0-1: ``1 - free / (num_blocks - 1)`` (``BlockPool.get_usage``)."""
         return 1.0 - self.num_free / (self.num_blocks - 1)
 
     def num_cached_blocks(self) -> int:
         """Blocks currently findable by hash (in use or evictable)."""
-        return len(self._cached)
+        return sum(len(e.ids) for fl in self._fam.values() for e in fl if not e.dup)
 
-    def lookup(self, hashes: Sequence[BlockHash], max_blocks: int) -> list[int]:
-        """Longest cached prefix: block ids for ``hashes[0..k)``, stopping at the first miss.
+    def free_queue(self) -> list[int]:
+        """Block ids in the free queue, front (evicted first) to back. O(blocks); for tests."""
+        out: list[int] = []
+        head = self._head
+        e = head.next
+        while e is not head:
+            out += e.ids[::-1]
+            e = e.next
+        return out
+
+    def snapshot(self, tables: Iterable[BlockTable]) -> dict[str, object]:
+        """The pool block by block, for tests: ``queue`` (:meth:`free_queue`), ``ref_cnt`` and ``block_hash`` (lists
+        indexed by block id), ``cached`` ({hash: the block a lookup finds}), ``dups`` ({hash: later holders in
+        registration order}), ``num_evictions``, ``num_free``. ``tables``: every table holding blocks.
+        """
+        bs = self.block_size
+        ref = [0] * self.num_blocks
+        bh: list[BlockHash | None] = [None] * self.num_blocks
+        exts: dict[int, _Ext] = {}
+        head = self._head
+        e = head.next
+        while e is not head:
+            exts[id(e)] = e
+            e = e.next
+        for t in tables:
+            for x in t.exts:
+                exts[id(x)] = x
+        cached: dict[BlockHash, int] = {}
+        dups: dict[BlockHash, list[tuple[int, int]]] = {}
+        for x in exts.values():
+            for i, b in enumerate(x.ids):
+                ref[b] = len(x.holders)
+                if x.h0 is not None:
+                    h = bh[b] = x.h0 + i * bs
+                    if x.dup:
+                        dups.setdefault(h, []).append((x.seq, b))
+                    else:
+                        cached[h] = b
+        return {
+            "queue": self.free_queue(),
+            "ref_cnt": ref,
+            "block_hash": bh,
+            "cached": dict(sorted(cached.items())),
+            "dups": {h: [b for _, b in sorted(v)] for h, v in sorted(dups.items())},
+            "num_evictions": self.num_evictions,
+            "num_free": self.num_free,
+        }
+
+    # ------------------------------------------------------------------ lookups
+    def lookup(self, runs: Sequence[tuple[BlockHash, int]], max_blocks: int) -> Hit:
+        """Longest cached prefix of a request's block hashes, stopping at the first miss.
 
         Args:
-            hashes: the request's full-block hashes in order.
-            max_blocks: at most this many blocks (the caller passes ``(num_tokens - 1) //
-                block_size`` so the last prompt token is always recomputed:
-                ``max_cache_hit_length = request.num_tokens - 1`` in
+            runs: the request's hashes from its first block on, as ``(first hash, blocks)`` runs of consecutive
+                hashes (``Request.hash_runs``).
+            max_blocks: at most this many blocks (the caller passes ``(num_tokens - 1) // block_size`` so the
+                last prompt token is always recomputed: ``max_cache_hit_length = request.num_tokens - 1`` in
                 vllm/v1/core/kv_cache_manager.py ``get_computed_blocks``).
 
         Returns:
-            block ids (not yet referenced: call :meth:`touch`). Empty when caching is off.
+            a :class:`Hit` (nothing referenced yet: :meth:`take` does it). Empty when caching is off.
         """
-        if not self.enable_caching:
-            return []
-        cached = self._cached
-        out = []
-        for h in hashes[:max_blocks]:
-            b = cached.get(h)
-            if b is None:
+        if not self.enable_caching or max_blocks <= 0 or not runs:
+            return NO_HIT
+        fam = self._fam
+        if runs[0][0] >> FAMILY_SHIFT not in fam:  # the common miss
+            return NO_HIT
+        bs = self.block_size
+        hit = Hit()
+        left = max_blocks
+        for h, c in runs:
+            c = min(c, left)
+            while c > 0:
+                e = _primary_at(fam.get(h >> FAMILY_SHIFT), h, bs)
+                if e is None:
+                    return hit if hit.num_blocks else NO_HIT
+                h0 = e.h0
+                assert h0 is not None  # index entries are hashed
+                j = (h - h0) // bs
+                m = min(len(e.ids) - j, c)
+                hit.pieces.append((e, j, m))
+                hit.num_blocks += m
+                if not e.holders:
+                    hit.num_free += m
+                h += m * bs
+                c -= m
+                left -= m
+            if left <= 0:
                 break
-            out.append(b)
-        return out
+        return hit if hit.num_blocks else NO_HIT
 
-    def touch(self, blocks: Iterable[int]) -> None:
-        """Reference blocks hit by a request: remove free ones from the queue, ``ref_cnt += 1``."""
-        ref, pos, stale = self.ref_cnt, self._pos, self._stale
-        for b in blocks:
-            if ref[b] == 0:  # in the free queue: its entry goes stale (FreeKVCacheBlockQueue.remove)
-                heappush(stale, pos[b])
-                pos[b] = _GONE
-                self.num_free -= 1
-            ref[b] += 1
+    # ------------------------------------------------------------------ changing tables
+    def take(self, table: BlockTable, hit: Hit) -> None:
+        """Append the blocks of ``hit`` (the last :meth:`lookup`, nothing changed since) to ``table``: free ones
+        leave the queue, each gains a reference (``touch``).
+        """
+        exts = table.exts
+        for e, j, m in hit.pieces:
+            if j or m < len(e.ids):
+                e = self._split(e, j, m)
+            if not e.holders:
+                self._unlink(e)
+                self.num_free -= m
+            e.holders.append(table)
+            exts.append(e)
 
-    def allocate(self, n: int) -> list[int]:
-        """Take ``n`` blocks from the front of the free queue, evicting their hashes (LRU).
+    def grow(self, table: BlockTable, n: int) -> None:
+        """Append ``n`` blocks from the front of the free queue to ``table`` (``get_new_blocks``).
 
         Raises:
-            ValueError: fewer than ``n`` free blocks (``get_new_blocks``).
+            ValueError: fewer than ``n`` free blocks.
         """
         if n > self.num_free:
             raise ValueError(f"cannot get {n} free blocks from the pool ({self.num_free} free)")
-        q, h, base, stale = self._q, self._qh, self._qbase, self._stale
-        if not stale or stale[0] >= base + h + n:  # no stale entry in the slice
-            out = q[h : h + n]
-            h += n
-        else:  # walk past the stale entries
-            pos = self._pos
-            out = []
-            while len(out) < n:
-                b = q[h]
-                if pos[b] == base + h:
-                    out.append(b)
-                h += 1
-            while stale and stale[0] < base + h:
-                heappop(stale)
-        if h > 4096 and h + h > len(q):  # drop the consumed part
-            del q[:h]
-            self._qbase = base + h
-            h = 0
-        self._qh = h
-        self.num_free -= n
-        ref, bh = self.ref_cnt, self.block_hash
-        if not self.enable_caching:
-            for b in out:
-                ref[b] = 1
-        elif self._dups:
-            for b in out:
-                ref[b] = 1
-                bhash = bh[b]
-                if bhash is not None:
-                    self._evict(b, bhash)
-        else:  # the common case: each hashed block is the only one with its hash (_cached[hash] == b)
-            cached = self._cached
-            evicted = 0
-            for b in out:
-                ref[b] = 1
-                bhash = bh[b]
-                if bhash is not None:
-                    bh[b] = None
-                    del cached[bhash]
-                    evicted += 1
-            self.num_evictions += evicted
-        return out
-
-    def _evict(self, b: int, h: BlockHash) -> None:
-        self.block_hash[b] = None
-        cached = self._cached
-        if cached.get(h) == b:
-            dups = self._dups.get(h) if self._dups else None
-            if dups:
-                cached[h] = dups.pop(0)
-                if not dups:
-                    del self._dups[h]
-            else:
-                del cached[h]
-            self.num_evictions += 1
-        else:
-            dups = self._dups.get(h)
-            if dups and b in dups:
-                dups.remove(b)
-                if not dups:
-                    del self._dups[h]
-
-    def cache_block(self, b: int, h: BlockHash) -> None:
-        """Give full block ``b`` hash ``h`` and make it findable (``cache_full_blocks``)."""
-        if not self.enable_caching or self.block_hash[b] is not None:
+        if n <= 0:
             return
-        self.block_hash[b] = h
-        if h in self._cached:
-            self._dups.setdefault(h, []).append(b)
+        ids = self._pop(n)
+        exts = table.exts
+        if exts and exts[-1].h0 is None:
+            exts[-1].ids += ids
         else:
-            self._cached[h] = b
+            exts.append(_Ext(ids, None, [table]))
 
-    def cache_blocks(self, blocks: Sequence[int], hashes: Sequence[BlockHash], start: int, end: int) -> None:
-        """:meth:`cache_block` for ``blocks[k], hashes[k]``, ``start <= k < end``."""
-        if not self.enable_caching:
-            return
-        bh, cached = self.block_hash, self._cached
-        setdefault = cached.setdefault
-        for b, h in zip(blocks[start:end], hashes[start:end], strict=True):
-            if bh[b] is not None:
-                continue
-            bh[b] = h
-            if setdefault(h, b) != b:  # a duplicate of a cached block: findable once the first is evicted
-                self._dups.setdefault(h, []).append(b)
+    def open_tail(self, table: BlockTable) -> list[int]:
+        """The ids of ``table``'s unhashed last extent (an empty one appended when it has none), for
+        :meth:`grow_tails`: stable until ``table`` is hashed, grown by :meth:`grow` or released.
+        """
+        exts = table.exts
+        if exts and exts[-1].h0 is None:
+            return exts[-1].ids
+        e = _Ext([], None, [table])
+        exts.append(e)
+        return e.ids
 
-    def free(self, ordered_blocks: Iterable[int]) -> None:
-        """Drop one reference from each block, in eviction order (first = evicted first).
-
-        Blocks reaching ``ref_cnt == 0`` go back to the queue: unhashed ones to the front (in the
-        given order), hashed ones to the tail, keeping their hash (``BlockPool.free_blocks``, vLLM
-        v0.21+). The null block 0 is never freed.
+    def grow_tails(self, tails: Sequence[list[int]]) -> None:
+        """One block from the front of the queue for each of ``tails`` (:meth:`open_tail`), in order: ``grow(t, 1)``
+        for each table.
 
         Raises:
-            ValueError: a block freed more often than it was referenced.
+            ValueError: fewer free blocks than tails.
         """
-        ref, bh, q, pos = self.ref_cnt, self.block_hash, self._q, self._pos
-        caching = self.enable_caching
-        front = []
-        p = self._qbase + len(q)
-        start = p
-        append = q.append
-        bad = None
-        for b in ordered_blocks:
-            if b == 0:
+        n = len(tails)
+        if n > self.num_free:
+            raise ValueError(f"cannot get {n} free blocks from the pool ({self.num_free} free)")
+        front = self._head.next
+        ids = front.ids
+        fl = front.fl
+        if len(ids) > n and (front.h0 is None or (fl is not None and len(fl) == 1 and not front.dup)):
+            # the common case: the front extent has more blocks, and evicting them promotes nothing
+            if front.h0 is not None:
+                self.num_evictions += n
+            self.num_free -= n
+            pop = ids.pop
+            for tail in tails:
+                tail.append(pop())
+            return
+        for tail, b in zip(tails, self._pop(n), strict=True):
+            tail.append(b)
+
+    def may_hit(self, first_hash: BlockHash | None) -> bool:
+        """Some block of ``first_hash``'s family is cached (else a lookup starting with it finds nothing)."""
+        return first_hash is not None and first_hash >> FAMILY_SHIFT in self._fam
+
+    def cache(self, table: BlockTable, runs: Sequence[tuple[BlockHash, int]]) -> None:
+        """Hash the first unhashed blocks of ``table`` with ``runs`` (``cache_full_blocks``).
+
+        Args:
+            table: a table ending in unhashed blocks.
+            runs: ``(first hash, blocks)`` runs of consecutive hashes for its first unhashed blocks, in order.
+
+        Raises:
+            ValueError: the runs cover more blocks than the table's unhashed ones.
+        """
+        if not self.enable_caching:
+            return
+        bs = self.block_size
+        fam = self._fam
+        exts = table.exts
+        for h, c in runs:
+            tail = exts[-1] if exts else None
+            if tail is None or tail.h0 is not None or c > len(tail.ids):
+                raise ValueError(f"cache: {c} blocks to hash, the table has fewer unhashed blocks")
+            ids = tail.ids
+            fl = fam.get(h >> FAMILY_SHIFT)
+            if fl is None:  # the family's first blocks (a prompt's own, a request's generated tokens)
+                e = self._carve(table, tail, h, c)
+                self._seq += 1
+                e.seq = self._seq
+                e.fl = fam[h >> FAMILY_SHIFT] = [e]
                 continue
-            r = ref[b] - 1
-            if r < 0:
-                bad = b
-                break
-            ref[b] = r
-            if r == 0:
-                if caching and bh[b] is None:
-                    front.append(b)
-                else:  # append at the tail
-                    append(b)
-                    pos[b] = p
-                    p += 1
-        self.num_free += p - start
-        if front:
-            self._prepend(front)
-        if bad is not None:
-            raise ValueError(f"block {bad} freed more often than referenced")
+            prev = exts[-2] if len(exts) > 1 else None
+            if (
+                prev is not None
+                and prev.fl is fl
+                and not prev.dup
+                and len(prev.holders) == 1
+                and prev.h0 is not None
+                and prev.h0 + len(prev.ids) * bs == h
+                and (len(fl) == 1 or not _overlaps(fl, h, c, bs))
+            ):  # continues the table's previous extent (a chunk, a decode's next block), nobody else has the hashes
+                if c == len(ids):
+                    prev.ids += ids
+                    exts.pop()
+                else:
+                    prev.ids += ids[:c]
+                    del ids[:c]
+                continue
+            if _overlaps(fl, h, c, bs):
+                self._cache_duplicates(table, h, c)
+                continue
+            self._register(self._carve(table, tail, h, c))
+
+    def _carve(self, table: BlockTable, tail: _Ext, h: BlockHash, c: int) -> _Ext:
+        """The first ``c`` blocks of ``table``'s unhashed ``tail`` as an extent with hashes from ``h`` (not indexed)."""
+        ids = tail.ids
+        if c == len(ids):
+            tail.h0 = h
+            return tail
+        e = _Ext(ids[:c], h, [table])
+        del ids[:c]
+        table.exts.insert(-1, e)
+        return e
+
+    def release(self, table: BlockTable) -> None:
+        """Drop ``table``'s reference on each of its blocks, tail first (``free_blocks``), and empty it.
+
+        Blocks reaching zero references go back to the queue: unhashed ones to the front (the table's last block
+        first), hashed ones to the back, keeping their hash; with caching off all to the back.
+        """
+        caching = self.enable_caching
+        head = self._head
+        front: list[_Ext] = []
+        freed = 0
+        for e in reversed(table.exts):
+            hs = e.holders
+            if not e.ids:  # an empty tail (open_tail)
+                continue
+            if len(hs) > 1:
+                hs.remove(table)
+                continue
+            hs.clear()
+            freed += len(e.ids)
+            if caching and e.h0 is None:
+                front.append(e)
+            else:  # to the back
+                last = head.prev
+                e.prev = last
+                e.next = head
+                last.next = e
+                head.prev = e
+        for e in reversed(front):  # the first freed ends up at the very front
+            first = head.next
+            e.prev = head
+            e.next = first
+            first.prev = e
+            head.next = e
+        self.num_free += freed
+        table.exts = []
+
+    # ------------------------------------------------------------------ internals
+    def _pop(self, n: int) -> list[int]:
+        """Take ``n`` blocks from the front of the queue (``popleft_n``), evicting their hashes; queue order."""
+        out: list[int] = []
+        head = self._head
+        while n > 0:
+            e = head.next
+            ids = e.ids
+            m = len(ids)
+            if m <= n:
+                nxt = e.next
+                head.next = nxt
+                nxt.prev = head
+                e.prev = e.next = e
+                out += ids[::-1]
+                if e.h0 is not None:
+                    self._evict(e, 0, m, True)
+                n -= m
+            else:
+                taken = ids[m - n :]
+                taken.reverse()
+                out += taken
+                del ids[m - n :]
+                if e.h0 is not None:
+                    self._evict(e, m - n, m, False)
+                n = 0
+        self.num_free -= len(out)
+        return out
+
+    def _evict(self, e: _Ext, j: int, k: int, whole: bool) -> None:
+        """Blocks ``j..k-1`` of hashed extent ``e`` leave the pool's index (``e`` keeps blocks ``0..j-1``)."""
+        self.num_evictions += k - j
+        fl = e.fl
+        assert fl is not None and e.h0 is not None
+        if whole:
+            if len(fl) == 1:
+                del self._fam[e.h0 >> FAMILY_SHIFT]
+                return
+            fl.remove(e)
+        elif len(fl) == 1:
+            return
+        if e.dup or not any(x.dup for x in fl):
+            return
+        bs = self.block_size
+        for h in range(e.h0 + j * bs, e.h0 + k * bs, bs):  # a primary with duplicates: promote the earliest
+            best = None
+            for x in fl:
+                if x.dup and x.h0 is not None and _covers(x, h, bs) and (best is None or x.seq < best.seq):
+                    best = x
+            if best is not None:
+                assert best.h0 is not None
+                self._split(best, (h - best.h0) // bs, 1).dup = False
+
+    def _register(self, e: _Ext, dup: bool = False) -> None:
+        """Enter hashed extent ``e`` in the index (registration order ``seq``)."""
+        assert e.h0 is not None
+        self._seq += 1
+        e.seq = self._seq
+        e.dup = dup
+        key = e.h0 >> FAMILY_SHIFT
+        fl = self._fam.get(key)
+        if fl is None:
+            fl = self._fam[key] = []
+        fl.append(e)
+        e.fl = fl
+
+    def _cache_duplicates(self, table: BlockTable, h: BlockHash, c: int) -> None:
+        """:meth:`cache` for a run some of whose hashes are held already: those blocks become duplicates."""
+        bs = self.block_size
+        exts = table.exts
+        tail = exts[-1]
+        fl = self._fam[h >> FAMILY_SHIFT]
+        i = 0
+        while i < c:
+            held = _overlaps(fl, h + i * bs, 1, bs)
+            k = i + 1
+            while k < c and _overlaps(fl, h + k * bs, 1, bs) == held:
+                k += 1
+            if k - i == len(tail.ids):
+                e = tail
+                e.h0 = h + i * bs
+            else:
+                e = _Ext(tail.ids[: k - i], h + i * bs, [table])
+                del tail.ids[: k - i]
+                exts.insert(len(exts) - 1, e)
+            self._register(e, held)
+            i = k
+
+    def _split(self, e: _Ext, j: int, m: int) -> _Ext:
+        """Cut ``e`` into blocks ``[0, j)``, ``[j, j + m)`` and the rest (empty parts left out), each where ``e``
+        was (its tables, the queue, the index); return the middle part.
+        """
+        ids = e.ids
+        n = len(ids)
+        bs = self.block_size
+        h0 = e.h0
+        parts = []
+        for a, b in ((0, j), (j, j + m), (j + m, n)):
+            if a < b:
+                parts.append((a, b))
+        first_a, first_b = parts[0]
+        new: list[_Ext] = []
+        for a, b in parts[1:]:
+            x = _Ext(ids[a:b], None if h0 is None else h0 + a * bs, list(e.holders))
+            x.dup = e.dup
+            x.seq = e.seq
+            x.fl = e.fl
+            new.append(x)
+        del ids[first_b:]
+        if not new:
+            return e
+        if e.holders:
+            for t in e.holders:
+                i = t.exts.index(e)
+                t.exts[i + 1 : i + 1] = new
+        else:  # in the queue: its parts in reverse table order, where it was
+            anchor = e
+            for x in new:
+                p = anchor.prev
+                x.prev = p
+                x.next = anchor
+                p.next = x
+                anchor.prev = x
+                anchor = x
+        if e.fl is not None:
+            e.fl.extend(new)
+        return e if j == 0 else new[0]
+
+    def _unlink(self, e: _Ext) -> None:
+        p, x = e.prev, e.next
+        p.next = x
+        x.prev = p
+        e.prev = e.next = e
+
+
+def _covers(e: _Ext, h: BlockHash, bs: int) -> bool:
+    h0 = e.h0
+    assert h0 is not None  # index entries are hashed
+    d = h - h0
+    return 0 <= d < len(e.ids) * bs and d % bs == 0
+
+
+def _primary_at(fl: list[_Ext] | None, h: BlockHash, bs: int) -> _Ext | None:
+    """The extent whose block a lookup of ``h`` finds (not a duplicate), None when ``h`` is not cached."""
+    if fl is not None:
+        for e in fl:
+            if not e.dup and _covers(e, h, bs):
+                return e
+    return None
+
+
+def _overlaps(fl: list[_Ext], h: BlockHash, c: int, bs: int) -> bool:
+    """Some extent of ``fl`` holds one of the hashes ``h, h + bs, ..., h + (c - 1) * bs``."""
+    last = h + (c - 1) * bs
+    for e in fl:
+        h0 = e.h0
+        assert h0 is not None
+        end = h0 + (len(e.ids) - 1) * bs
+        if h0 <= last and h <= end and (h - h0) % bs == 0:
+            return True
+    return False

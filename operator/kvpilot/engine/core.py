@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kvpilot.engine.block_pool import BlockPool
+from kvpilot.engine.block_pool import NO_HIT, BlockPool, Hit
 from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.hardware import CostModel, model_profile
 from kvpilot.engine.offload import CPUOffloadTier
@@ -161,11 +161,117 @@ class StepOutput:
     itl_counts: list[tuple[float, int]] = field(default_factory=list)
     num_steps: int = 1
 
+    @classmethod
+    def build(
+        cls,
+        *,
+        start: float,
+        duration: float,
+        num_tokens: int,
+        num_scheduled: int,
+        running: int,
+        waiting: int,
+        kv_cache_usage: float,
+        generation_tokens: int = 0,
+        itl_counts: list[tuple[float, int]] | None = None,
+        finished: list[Request] | None = None,
+        num_steps: int = 1,
+        prompt_tokens: int = 0,
+        ttfts: list[float] | None = None,
+        prefix_queries: int = 0,
+        prefix_hits: int = 0,
+        prompt_cached: int = 0,
+        preemptions: int = 0,
+        preemptions_reported: int = 0,
+        external_queries: int = 0,
+        external_hits: int = 0,
+        prompt_external: int = 0,
+    ) -> StepOutput:
+        """The same as ``StepOutput(...)`` with these keywords, counters 0 unless given, at a fraction of the cost.
+
+        CPython 3.11 passes keywords to a class's ``__init__`` through a dict, and matches each keyword against the
+        parameters one by one; the engine builds one of these per step with an event, so its hot paths pass only
+        the fields that are not 0 here (the commonest first), and the fields are filled directly.
+        """
+        out = object.__new__(cls)
+        out.start = start
+        out.duration = duration
+        out.num_tokens = num_tokens
+        out.num_scheduled = num_scheduled
+        out.prompt_tokens = prompt_tokens
+        out.generation_tokens = generation_tokens
+        out.preemptions = preemptions
+        out.prefix_queries = prefix_queries
+        out.prefix_hits = prefix_hits
+        out.external_queries = external_queries
+        out.external_hits = external_hits
+        out.running = running
+        out.waiting = waiting
+        out.kv_cache_usage = kv_cache_usage
+        out.finished = [] if finished is None else finished
+        out.prompt_cached = prompt_cached
+        out.prompt_external = prompt_external
+        out.preemptions_reported = preemptions_reported
+        out.ttfts = [] if ttfts is None else ttfts
+        out.itl_counts = [] if itl_counts is None else itl_counts
+        out.num_steps = num_steps
+        return out
+
+
+@dataclass(slots=True)
+class Admission:
+    """What :meth:`Engine.admit` scheduled from the waiting queue in one step (tokens unless said).
+
+    ``budget``: tokens left in the step; ``context`` / ``pairs``: the admitted requests' part of the cost model's
+    inputs (KV length after the step, attention pairs); ``prefix_queries`` / ``prefix_hits``: GPU prefix-cache
+    statistics of the requests admitted for the first time; ``external_queries`` / ``external_hits``: the CPU
+    tier's; ``load_tokens``: tokens loaded from the CPU tier.
+    """
+
+    budget: int
+    context: int = 0
+    pairs: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    external_queries: int = 0
+    external_hits: int = 0
+    load_tokens: int = 0
+
+
+@dataclass(slots=True)
+class Sampled:
+    """What :meth:`Engine.sample` produced after a step's forward pass (``IterationStats`` of vLLM's
+    OutputProcessor): ``generation_tokens`` (sampled tokens), ``prompt_tokens`` (whole prompts of requests whose
+    first token came), ``prompt_cached`` / ``prompt_external`` (their parts found in the GPU prefix cache / the CPU
+    tier), ``preemptions_reported``, ``ttfts`` (s), ``num_common`` (requests whose inter-token gap is the step's own:
+    their previous token came at its start) and ``other_gaps`` (the other inter-token gaps, s).
+    """
+
+    generation_tokens: int = 0
+    prompt_tokens: int = 0
+    prompt_cached: int = 0
+    prompt_external: int = 0
+    preemptions_reported: int = 0
+    ttfts: list[float] = field(default_factory=list)
+    num_common: int = 0
+    other_gaps: list[float] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _RunningPass:
+    """The running requests' part of a step: tokens left, context, attention pairs, preemptions."""
+
+    budget: int
+    context: int = 0
+    pairs: int = 0
+    preempted: int = 0
+
 
 def group_gaps(common: float, num_common: int, others: list[float]) -> list[tuple[float, int]]:
     """A step's inter-token gaps as ``(gap, count)``: the shared gap first, then the others one by one."""
     groups = [(common, num_common)] if num_common else []
-    groups.extend((gap, 1) for gap in others)
+    if others:
+        groups.extend((gap, 1) for gap in others)
     return groups
 
 
@@ -189,9 +295,14 @@ class Engine:
     Attributes (read-only for callers): ``now`` (s), ``pool`` (:class:`BlockPool`), ``running``
     (list, admission order), ``waiting`` (deque), ``finished`` (list of finished requests, in
     finish order; ``keep_finished=False`` drops them), ``decoding_only`` (the last step scheduled and sampled every
-    running request), ``offload`` (:class:`CPUOffloadTier` or
+    running request), ``track_itls``, ``offload`` (:class:`CPUOffloadTier` or
     None), counters ``num_steps``, ``num_preemptions``, ``prefix_queries``, ``prefix_hits``,
-    ``external_queries``, ``external_hits``, ``prompt_tokens``, ``generation_tokens``.
+    ``external_queries``, ``external_hits``, ``prompt_tokens``, ``generation_tokens``, ``num_finished``,
+    ``busy_time`` (s).
+
+    A driver of its own (:mod:`kvpilot.engine.fast_forward` is one) uses :meth:`admit`, :meth:`sample`,
+    :meth:`cache_full_blocks`, :meth:`finish`, :meth:`count_step` and :meth:`count_decode_steps`: the pieces
+    :meth:`step` is made of.
     """
 
     def __init__(
@@ -210,7 +321,7 @@ class Engine:
         self.fast_forward = fast_forward
         self.decoding_only = False  # after the last step every running request decodes (engine.fast_forward)
         # per-token inter-token latencies are kept only when someone reads them
-        self._track_itls = metrics is not None or keep_finished if track_itls is None else track_itls
+        self.track_itls = metrics is not None or keep_finished if track_itls is None else track_itls
         self.block_size = config.block_size
         self.num_gpu_blocks = config.resolved_num_gpu_blocks()
         self.bytes_per_token = config.resolved_bytes_per_token()
@@ -313,25 +424,96 @@ class Engine:
         Returns:
             :class:`StepOutput`; with nothing to run ``duration`` is 0 and ``now`` unchanged.
         """
-        cfg = self.config
+        budget = self.config.max_num_batched_tokens
+        assert budget is not None  # __init__ runs on config.resolved()
+        start = self.now
+        self.decoding_only = False
+        scheduled: list[Request] = []
+        # 1. running requests, in order; 2. waiting requests, FCFS, only if nothing was preempted
+        rp = self._schedule_running(budget, scheduled)
+        adm = self.admit(rp.budget, start, scheduled) if not rp.preempted and self.waiting else None
+        if not scheduled:
+            return self.record(
+                StepOutput.build(
+                    start=start,
+                    duration=0.0,
+                    num_tokens=0,
+                    num_scheduled=0,
+                    prompt_tokens=0,
+                    generation_tokens=0,
+                    preemptions=rp.preempted,
+                    prefix_queries=0,
+                    prefix_hits=0,
+                    external_queries=0,
+                    external_hits=0,
+                    running=len(self.running),
+                    waiting=len(self.waiting),
+                    kv_cache_usage=self.pool.usage(),
+                )
+            )
+        # 3. the forward pass: its time, with the CPU tier's loads and stores
+        if adm is None:
+            num_tokens = budget - rp.budget
+            dt = self.cost.step_time(num_tokens, rp.context, rp.pairs)
+        else:
+            num_tokens = budget - adm.budget
+            dt = self.cost.step_time(num_tokens, rp.context + adm.context, rp.pairs + adm.pairs)
+        offload = self.offload
+        if offload is not None:
+            dt += (0 if adm is None else adm.load_tokens) * offload.load_time_per_token
+            dt += self._store_chunks(scheduled) * offload.store_time_per_token
+        now = start + dt
+        self.now = now
+        self.busy_time += dt
+        # 4. outputs: requests that caught up sample one token; finished ones leave
+        finished: list[Request] = []
+        out = self.sample(scheduled, start, now, finished)
+        # every running request was scheduled and sampled: each is one token behind, as a decode stretch needs
+        self.decoding_only = out.generation_tokens == len(scheduled) == len(self.running)
+        if finished:
+            done_ids = {id(r) for r in finished}
+            self.running = [r for r in self.running if id(r) not in done_ids]
+            for req in finished:
+                self.finish(req, now)
+        self.count_step(adm, out, rp.preempted)
+        step_out = StepOutput.build(
+            start=start,
+            duration=dt,
+            num_tokens=num_tokens,
+            num_scheduled=len(scheduled),
+            running=len(self.running),
+            waiting=len(self.waiting),
+            kv_cache_usage=self.pool.usage(),
+            generation_tokens=out.generation_tokens,
+            itl_counts=group_gaps(now - start, out.num_common, out.other_gaps),
+            finished=finished,
+            prompt_tokens=out.prompt_tokens,
+            ttfts=out.ttfts,
+            preemptions=rp.preempted,
+            preemptions_reported=out.preemptions_reported,
+        )
+        if adm is not None:  # the admission's fields (the keywords above are the ones a decode step has)
+            step_out.prefix_queries = adm.prefix_queries
+            step_out.prefix_hits = adm.prefix_hits
+            step_out.external_queries = adm.external_queries
+            step_out.external_hits = adm.external_hits
+        if out.prompt_tokens:  # first tokens: their prompts' cached parts
+            step_out.prompt_cached = out.prompt_cached
+            step_out.prompt_external = out.prompt_external
+        return self.record(step_out)
+
+    def _schedule_running(self, budget: int, scheduled: list[Request]) -> _RunningPass:
+        """Schedule the running requests in order (``Scheduler.schedule``'s running loop); preempt when out of blocks.
+
+        ``num_computed`` is advanced at scheduling time, as vLLM's ``Scheduler._update_after_schedule`` does (the
+        forward pass cannot fail). A request that needs a block when none is free preempts the last running
+        request, itself included (then the loop stops).
+        """
         bs = self.block_size
         pool = self.pool
         running = self.running
-        waiting = self.waiting
-        offload = self.offload
-        budget = cfg.max_num_batched_tokens
-        assert budget is not None  # __init__ runs on config.resolved()
-        step_budget = budget
-        start = self.now
-
-        self.decoding_only = False
-        scheduled: list[Request] = []
-        preempted = 0
-        context = 0
-        pairs = 0
-
-        # 1. running requests, in order. num_computed is advanced at scheduling time, as vLLM's
-        #    Scheduler._update_after_schedule does; the forward pass below cannot fail.
+        rp = _RunningPass(budget)
+        context = pairs = 0
         sched_append = scheduled.append
         for req in running:  # safe: preemption only pops from the end of the list
             if budget <= 0:
@@ -342,110 +524,55 @@ class Engine:
                 n = budget
             end = c + n
             if end > req.capacity:
-                need = -(-end // bs) - len(req.blocks)
-                victim = None
-                while need > pool.num_free:
-                    victim = running.pop()
-                    self._preempt(victim)
-                    preempted += 1
-                    if victim is req:
-                        break
-                if victim is req:
+                need = -(-end // bs) - req.capacity // bs
+                if need > pool.num_free and self._preempt_for(req, need, rp):
                     break
-                req.blocks += pool.allocate(need)
-                req.capacity = len(req.blocks) * bs
+                pool.grow(req.table, need)
+                req.capacity += need * bs
             req.num_computed = end
             if end >= req.next_full:  # never true with caching off (next_full is huge)
-                self._cache_full_blocks(req, end)
+                self.cache_full_blocks(req, end)
             sched_append(req)
             budget -= n
             context += end
             pairs += end if n == 1 else n * c + ((n * n + n) >> 1)
+        rp.budget, rp.context, rp.pairs = budget, context, pairs
+        return rp
 
-        # 2. waiting requests, FCFS, only if nothing was preempted
-        step_pq = step_ph = step_eq = step_eh = load_tokens = 0
-        if not preempted and waiting:
-            budget, ctx, prs, step_pq, step_ph, step_eq, step_eh, load_tokens = self._admit(budget, start, scheduled)
-            context += ctx
-            pairs += prs
+    def _preempt_for(self, req: Request, need: int, rp: _RunningPass) -> bool:
+        """Preempt the last running requests until ``need`` blocks are free; True when ``req`` itself went."""
+        running = self.running
+        while need > self.pool.num_free:
+            victim = running.pop()
+            self._preempt(victim)
+            rp.preempted += 1
+            if victim is req:
+                return True
+        return False
 
-        num_tokens = step_budget - budget
-        if not scheduled:
-            return self._emit(
-                StepOutput(start, 0.0, 0, 0, 0, 0, preempted, 0, 0, 0, 0, len(running), len(waiting), pool.usage())
-            )
-
-        # 3. offload stores (full prompt chunks completed by this step), then the step time
+    def _store_chunks(self, scheduled: list[Request]) -> int:
+        """Store the full prompt chunks this step completes in the CPU tier; return the tokens newly stored."""
+        offload = self.offload
+        assert offload is not None
+        bs = self.block_size
+        ct = offload.chunk_tokens
+        per = ct // bs
         store_tokens = 0
-        if offload is not None:
-            ct = offload.chunk_tokens
-            per = ct // bs
-            for req in scheduled:
-                done = min(req.num_computed, req.prompt_len) // ct
-                if done > req.num_stored_chunks:
-                    hashes = req.ensure_hashes(done * per, bs)
-                    for j in range(req.num_stored_chunks, done):
-                        if offload.store(hashes[(j + 1) * per - 1]):
-                            store_tokens += ct
-                    req.num_stored_chunks = done
-        dt = self.cost.step_time(num_tokens, context, pairs)
-        if offload is not None:
-            dt += load_tokens * offload.load_time_per_token
-            dt += store_tokens * offload.store_time_per_token
-        now = start + dt
-        self.now = now
-        self.busy_time += dt
+        for req in scheduled:
+            done = min(req.num_computed, req.prompt_len) // ct
+            if done > req.num_stored_chunks:
+                for j in range(req.num_stored_chunks, done):
+                    if offload.store(req.block_hash((j + 1) * per - 1, bs)):
+                        store_tokens += ct
+                req.num_stored_chunks = done
+        return store_tokens
 
-        # 4. outputs: requests that caught up sample one token
-        finished: list[Request] = []
-        common_gap = now - start
-        gen, prompt_done, prompt_cached, prompt_external, reported, ttfts, num_common, other_gaps = self._sample(
-            scheduled, start, now, finished
-        )
-        # every running request was scheduled and sampled: each is one token behind, as a decode stretch needs
-        self.decoding_only = gen == len(scheduled) == len(running)
-        if finished:
-            done_ids = {id(r) for r in finished}
-            self.running = running = [r for r in running if id(r) not in done_ids]
-            for req in finished:
-                self._finish(req, now)
-
-        self.num_steps += 1
-        self.num_preemptions += preempted
-        self.prefix_queries += step_pq
-        self.prefix_hits += step_ph
-        self.external_queries += step_eq
-        self.external_hits += step_eh
-        self.prompt_tokens += prompt_done
-        self.generation_tokens += gen
-        step_out = StepOutput(
-            start,
-            dt,
-            num_tokens,
-            len(scheduled),
-            prompt_done,
-            gen,
-            preempted,
-            step_pq,
-            step_ph,
-            step_eq,
-            step_eh,
-            len(running),
-            len(waiting),
-            pool.usage(),
-            finished,
-            prompt_cached,
-            prompt_external,
-            reported,
-            ttfts,
-            group_gaps(common_gap, num_common, other_gaps),
-        )
-        return self._emit(step_out)
-
-    def _admit(
-        self, budget: int, start: float, scheduled: list[Request]
-    ) -> tuple[int, int, int, int, int, int, int, int]:
+    def admit(self, budget: int, start: float, scheduled: list[Request]) -> Admission:
         """Admit waiting requests FCFS into ``running`` and ``scheduled`` (``Scheduler.schedule``'s waiting loop).
+
+        While the budget lasts and ``len(running) < max_num_seqs``, the head of the queue is looked up in the GPU
+        prefix cache (none with caching off), then the CPU tier for the rest, then admitted if its blocks are free
+        (``allocate_slots``); a request that does not fit stops admission.
 
         Args:
             budget: tokens left in the step after the running requests (> 0 or nothing is admitted).
@@ -453,91 +580,108 @@ class Engine:
             scheduled: the step's scheduled requests; the admitted ones are appended.
 
         Returns:
-            ``(budget left, context, attention pairs, prefix queries, prefix hits, external queries, external
-            hits, tokens loaded from the CPU tier)`` of the admitted requests (the cost model's and the
-            metrics' inputs).
+            :class:`Admission`: the budget left and the admitted requests' cost-model and metric inputs.
         """
-        cfg = self.config
-        bs = self.block_size
-        pool = self.pool
+        adm = Admission(budget)
+        max_seqs = self.config.max_num_seqs
+        assert max_seqs is not None  # a resolved config
         running = self.running
         waiting = self.waiting
-        caching = cfg.enable_prefix_caching
-        offload = self.offload
-        max_seqs = cfg.max_num_seqs
-        assert max_seqs is not None  # a resolved config
-        sched_append = scheduled.append
-        context = pairs = 0
-        step_pq = step_ph = step_eq = step_eh = load_tokens = 0
-        chunked = cfg.enable_chunked_prefill
-        reserve_full = cfg.scheduler_reserve_full_isl
-        max_len = cfg.max_model_len
-        while waiting and budget > 0 and len(running) < max_seqs:
-            req = waiting[0]
-            total = req.total
-            hit_blocks: list[int] = []
-            if caching:
-                max_blocks = (total - 1) // bs
-                hit_blocks = pool.lookup(req.ensure_hashes(max_blocks, bs), max_blocks)
-            gpu_hit = len(hit_blocks) * bs
-            ext = 0
-            if offload is not None:
-                ct = offload.chunk_tokens
-                per = ct // bs
-                max_chunks = (total - 1) // ct
-                hashes = req.ensure_hashes(max_chunks * per, bs)
-                keys = [hashes[(j + 1) * per - 1] for j in range(max_chunks)]
-                ext_total = offload.lookup(keys) * ct
-                if ext_total > gpu_hit:
-                    ext = ext_total - gpu_hit
-            computed = gpu_hit + ext
-            n = total - computed
-            if n > budget:
-                if not chunked:
-                    break
-                n = budget
-            end = computed + n
-            need = -(-end // bs) - len(hit_blocks)
-            ref = pool.ref_cnt
-            evictable = sum(1 for b in hit_blocks if ref[b] == 0)
-            if reserve_full:  # the whole request must fit (allocate_slots' full_sequence_must_fit)
-                need_full = -(-min(total, max_len) // bs) - len(hit_blocks)
-                if need_full + evictable > pool.num_free:
-                    break
-            if need + evictable > pool.num_free:
-                break
-            waiting.popleft()
-            pool.touch(hit_blocks)
-            req.blocks = hit_blocks + pool.allocate(need) if need > 0 else hit_blocks
-            req.capacity = len(req.blocks) * bs
-            req.num_cached_blocks = len(hit_blocks)
-            req.next_full = (len(hit_blocks) + 1) * bs if caching else _NEVER
-            req.num_computed = end
-            req.num_hit = computed
-            if end >= req.next_full:
-                self._cache_full_blocks(req, end)
-            if caching and req.num_preemptions == 0:
-                step_pq += total
-                step_ph += gpu_hit
-                req.prefix_hit_tokens = gpu_hit
-            if req.num_preemptions == 0:
-                req.external_hit_tokens = ext
-                if offload is not None:
-                    step_eq += total
-                    step_eh += ext
-            if req.scheduled_time is None:
-                req.scheduled_time = start
-            load_tokens += ext
-            running.append(req)
-            sched_append(req)
-            budget -= n
-            context += end
-            pairs += n * computed + ((n * n + n) >> 1)
-        return budget, context, pairs, step_pq, step_ph, step_eq, step_eh, load_tokens
+        while waiting and adm.budget > 0 and len(running) < max_seqs and self._admit_head(adm, start):
+            req = running[-1]
+            scheduled.append(req)
+        return adm
 
-    def _sample(
-        self, scheduled: Iterable[Request], start: float, now: float, finished: list[Request]
-    ) -> tuple[int, int, int, int, int, list[float], int, list[float]]:
+    def _admit_head(self, adm: Admission, start: float) -> bool:
+        """Admit the head of the waiting queue if it fits (appended to ``running``); False when it does not.
+
+        ``allocate_slots``: with ``scheduler_reserve_full_isl`` (vLLM PR #37307, default) the blocks for the
+        *whole* request must be free (``full_sequence_must_fit``), then those for the scheduled tokens; hit blocks
+        that sit in the free queue count against the free blocks. Without chunked prefill a prompt longer than the
+        budget left waits. Prefix-cache statistics count first admissions only (``record_prefix_cache_stats``).
+        """
+        cfg = self.config
+        caching = cfg.enable_prefix_caching
+        bs = self.block_size
+        pool = self.pool
+        req = self.waiting[0]
+        total = req.total
+        hit = self._prefix_hit(req) if caching else NO_HIT
+        hit_blocks = hit.num_blocks
+        gpu_hit = hit_blocks * bs
+        ext = 0 if self.offload is None else self._offload_hit(req, gpu_hit)
+        computed = gpu_hit + ext
+        n = total - computed
+        if n > adm.budget:
+            if not cfg.enable_chunked_prefill:
+                return False
+            n = adm.budget
+        end = computed + n
+        need = -(-end // bs) - hit_blocks
+        free = pool.num_free - hit.num_free
+        if need > free or (
+            cfg.scheduler_reserve_full_isl and -(-min(total, cfg.max_model_len) // bs) - hit_blocks > free
+        ):
+            return False
+        self.waiting.popleft()
+        table = req.table
+        if hit_blocks:
+            pool.take(table, hit)
+        pool.grow(table, need)
+        req.capacity = (hit_blocks + need) * bs
+        req.num_cached_blocks = hit_blocks
+        req.num_computed = end
+        req.num_hit = computed
+        if caching:
+            req.next_full = (hit_blocks + 1) * bs
+            if end >= req.next_full:
+                self.cache_full_blocks(req, end)
+        else:
+            req.next_full = _NEVER
+        adm.load_tokens += ext
+        if not req.num_preemptions:
+            self._count_first_admission(adm, req, gpu_hit, ext)
+        if req.scheduled_time is None:
+            req.scheduled_time = start
+        self.running.append(req)
+        adm.budget -= n
+        adm.context += end
+        adm.pairs += n * computed + ((n * n + n) >> 1)
+        return True
+
+    def _prefix_hit(self, req: Request) -> Hit:
+        """The GPU prefix cache's hit for ``req`` (``get_computed_blocks``): at most ``num_tokens - 1`` tokens."""
+        bs = self.block_size
+        pool = self.pool
+        if not pool.may_hit(req.first_hash(bs)):
+            return NO_HIT
+        max_blocks = (req.total - 1) // bs
+        return pool.lookup(req.hash_runs(0, max_blocks, bs), max_blocks)
+
+    def _count_first_admission(self, adm: Admission, req: Request, gpu_hit: int, ext: int) -> None:
+        """Prefix-cache statistics of a request admitted for the first time (``record_prefix_cache_stats``)."""
+        if self.config.enable_prefix_caching:
+            adm.prefix_queries += req.total
+            adm.prefix_hits += gpu_hit
+            req.prefix_hit_tokens = gpu_hit
+        req.external_hit_tokens = ext
+        if self.offload is not None:
+            adm.external_queries += req.total
+            adm.external_hits += ext
+
+    def _offload_hit(self, req: Request, gpu_hit: int) -> int:
+        """Tokens the CPU tier holds beyond the GPU hit (``get_num_new_matched_tokens``), whole chunks."""
+        offload = self.offload
+        assert offload is not None
+        bs = self.block_size
+        ct = offload.chunk_tokens
+        per = ct // bs
+        max_chunks = (req.total - 1) // ct
+        hashes = req.hashes(max_chunks * per, bs)
+        ext_total = offload.lookup([hashes[(j + 1) * per - 1] for j in range(max_chunks)]) * ct
+        return ext_total - gpu_hit if ext_total > gpu_hit else 0
+
+    def sample(self, scheduled: Iterable[Request], start: float, now: float, finished: list[Request]) -> Sampled:
         """The requests of ``scheduled`` whose tokens are all computed sample one (``update_from_output``).
 
         Args:
@@ -547,89 +691,119 @@ class Engine:
             finished: the requests reaching their ``max_output`` are appended, in order.
 
         Returns:
-            ``(generated tokens, prompt tokens, their GPU-cached part, their CPU-tier part, preemptions reported,
-            TTFTs, requests whose inter-token gap is the step's own (their previous token came at its start),
-            the other gaps)``: what ``IterationStats`` collects for the step (vLLM's OutputProcessor), gaps in s.
+            :class:`Sampled`: what ``IterationStats`` collects for the step (vLLM's OutputProcessor).
         """
-        prompt_done = gen = prompt_cached = prompt_external = reported = 0
-        track_itls = self._track_itls
+        track_itls = self.track_itls
         keep_itls = self.keep_finished
         ttfts: list[float] = []
         # inter-token gaps grouped: every request whose previous token came at this step's start shares one gap
         common_gap = now - start
-        num_common = 0
         other_gaps: list[float] = []
+        num_common = gen = reported = prompt = cached = external = 0
         for req in scheduled:
             c = req.num_computed
-            if c >= req.total:
-                out = req.num_output + 1
-                req.num_output = out
-                req.total = c + 1
-                gen += 1
-                if out == 1:
-                    req.first_token_time = now
-                    prompt_done += req.prompt_len
-                    prompt_cached += req.prefix_hit_tokens
-                    prompt_external += req.external_hit_tokens
-                    ttfts.append(now - req.arrival_time)
-                elif track_itls:
-                    last = req.last_token_time
-                    if last == start:
-                        num_common += 1
-                        gap = common_gap
-                    else:
-                        gap = now - last
-                        other_gaps.append(gap)
-                    if keep_itls:
-                        req.itls.append(gap)
-                if req.num_preemptions != req.preemptions_reported:
-                    reported += req.num_preemptions - req.preemptions_reported
-                    req.preemptions_reported = req.num_preemptions
-                req.last_token_time = now
-                if out >= req.max_output:
-                    finished.append(req)
-        return gen, prompt_done, prompt_cached, prompt_external, reported, ttfts, num_common, other_gaps
+            if c < req.total:
+                continue
+            num = req.num_output + 1
+            req.num_output = num
+            req.total = c + 1
+            gen += 1
+            if num == 1:
+                req.first_token_time = now
+                prompt += req.prompt_len
+                cached += req.prefix_hit_tokens
+                external += req.external_hit_tokens
+                ttfts.append(now - req.arrival_time)
+            elif track_itls:
+                last = req.last_token_time
+                if last == start:
+                    num_common += 1
+                    gap = common_gap
+                else:
+                    gap = now - last
+                    other_gaps.append(gap)
+                if keep_itls:
+                    req.itls.append(gap)
+            if req.num_preemptions != req.preemptions_reported:
+                reported += req.num_preemptions - req.preemptions_reported
+                req.preemptions_reported = req.num_preemptions
+            req.last_token_time = now
+            if num >= req.max_output:
+                finished.append(req)
+        return Sampled(gen, prompt, cached, external, reported, ttfts, num_common, other_gaps)
 
-    def _emit(self, out: StepOutput) -> StepOutput:
-        m = self.metrics
-        if m is not None:
-            if out.num_scheduled or out.preemptions:
-                m.record_step(
-                    num_tokens=out.num_tokens,
-                    prompt_tokens=out.prompt_tokens,
-                    generation_tokens=out.generation_tokens,
-                    preemptions=out.preemptions,
-                    prefix_queries=out.prefix_queries,
-                    prefix_hits=out.prefix_hits,
-                    external_queries=out.external_queries,
-                    external_hits=out.external_hits,
-                    prompt_cached=out.prompt_cached,
-                    prompt_external=out.prompt_external,
-                    preemptions_reported=out.preemptions_reported,
-                    ttfts=out.ttfts,
-                    itl_counts=out.itl_counts,
-                )
-            m.set_queue(
-                running=out.running,
-                waiting=out.waiting,
-                waiting_capacity=out.waiting,
-                waiting_deferred=0,
-                kv_cache_usage=out.kv_cache_usage,
-            )
+    def count_step(self, adm: Admission | None, out: Sampled, preemptions: int, decoded: int = 0) -> None:
+        """Add one step to the counters: its admissions (None: nobody), its outputs (plus ``decoded`` tokens of
+        requests it only decoded, when :meth:`sample` did not see them) and its preemptions.
+        """
+        self.num_steps += 1
+        self.num_preemptions += preemptions
+        if adm is not None:
+            self.prefix_queries += adm.prefix_queries
+            self.prefix_hits += adm.prefix_hits
+            self.external_queries += adm.external_queries
+            self.external_hits += adm.external_hits
+        self.prompt_tokens += out.prompt_tokens
+        self.generation_tokens += out.generation_tokens + decoded
+
+    def count_decode_steps(self, steps: int, generation_tokens: int) -> None:
+        """Add ``steps`` steps that only decoded, ``generation_tokens`` in all, to the counters."""
+        self.num_steps += steps
+        self.generation_tokens += generation_tokens
+
+    def record(self, out: StepOutput) -> StepOutput:
+        """Send one step to the metrics sink (:meth:`record_step`, then the gauges); return it."""
+        if self.metrics is not None:
+            self.record_step(out)
+            self.set_gauges()
         return out
 
-    def _cache_full_blocks(self, req: Request, num_tokens: int) -> None:
+    def record_step(self, out: StepOutput) -> None:
+        """The metrics sink's ``record_step`` for a step that scheduled or preempted something (none without a sink)."""
+        m = self.metrics
+        if m is not None and (out.num_scheduled or out.preemptions):
+            m.record_step(
+                num_tokens=out.num_tokens,
+                prompt_tokens=out.prompt_tokens,
+                generation_tokens=out.generation_tokens,
+                preemptions=out.preemptions,
+                prefix_queries=out.prefix_queries,
+                prefix_hits=out.prefix_hits,
+                external_queries=out.external_queries,
+                external_hits=out.external_hits,
+                prompt_cached=out.prompt_cached,
+                prompt_external=out.prompt_external,
+                preemptions_reported=out.preemptions_reported,
+                ttfts=out.ttfts,
+                itl_counts=out.itl_counts,
+            )
+
+    def set_gauges(self) -> None:
+        """The metrics sink's queue gauges and KV usage, from the engine's state now."""
+        m = self.metrics
+        if m is not None:
+            w = len(self.waiting)
+            m.set_queue(
+                running=len(self.running),
+                waiting=w,
+                waiting_capacity=w,
+                waiting_deferred=0,
+                kv_cache_usage=self.pool.usage(),
+            )
+
+    def cache_full_blocks(self, req: Request, num_tokens: int) -> None:
         """Register the request's blocks that ``num_tokens`` fill (``cache_blocks`` in ``allocate_slots``)."""
         bs = self.block_size
         full = num_tokens // bs
-        self.pool.cache_blocks(req.blocks, req.ensure_hashes(full, bs), req.num_cached_blocks, full)
-        req.num_cached_blocks = full
+        k = req.num_cached_blocks
+        if full > k:
+            self.pool.cache(req.table, req.hash_runs(k, full, bs))
+            req.num_cached_blocks = full
         req.next_full = (full + 1) * bs
 
     def _preempt(self, req: Request) -> None:
         """Free all blocks tail first, reset progress, put at the front of waiting."""
-        self.pool.free(reversed(req.blocks))
-        req.blocks = []
+        self.pool.release(req.table)
         req.capacity = 0
         req.num_computed = 0
         req.num_cached_blocks = 0
@@ -637,9 +811,9 @@ class Engine:
         req.num_preemptions += 1
         self.waiting.appendleft(req)
 
-    def _finish(self, req: Request, now: float) -> None:
-        self.pool.free(reversed(req.blocks))
-        req.blocks = []
+    def finish(self, req: Request, now: float) -> None:
+        """A request reached its last token at ``now``: free its blocks tail first, record it (``record_request``)."""
+        self.pool.release(req.table)
         req.capacity = 0
         req.finish_time = now
         req.finished_reason = req.finish_reason
@@ -694,10 +868,10 @@ class Engine:
         from kvpilot.engine.workloads import as_workload
 
         wl = as_workload(workload)
-        steps = 0
-        fast_forward = self.fast_forward
-        if fast_forward:
-            from kvpilot.engine.fast_forward import decode_run
+        left = _NEVER if max_steps is None else max_steps
+        fast_forward: Callable[[Engine, Workload, float | None, int, Callable[[StepOutput], None]], int] | None = None
+        if self.fast_forward:
+            from kvpilot.engine.fast_forward import decode_run as fast_forward
 
         def emit(out: StepOutput) -> None:
             for req in out.finished:
@@ -705,31 +879,36 @@ class Engine:
             if on_step is not None:
                 on_step(self, out)
 
-        while True:
-            now = self.now
-            if until is not None and now >= until:
-                break
-            if max_steps is not None and steps >= max_steps:
-                break
-            for req in wl.pop_arrivals(now):
+        while left > 0 and (until is None or self.now < until):
+            for req in wl.pop_arrivals(self.now):
                 self.add_request(req)
             if not self.running and not self.waiting:
-                nxt = wl.next_arrival_time()
-                if nxt is None or (until is not None and nxt > until):
-                    # nothing pending: a closed loop with nothing in flight is over too
-                    if until is not None:
-                        self._idle_to(until, tick, on_step)
+                if not self._idle_until_arrival(wl, until, tick, on_step):
                     break
-                self._idle_to(nxt, tick, on_step)
                 continue
-            if fast_forward:
-                taken = decode_run(self, wl, until, _NEVER if max_steps is None else max_steps - steps, emit)
-                if taken:
-                    steps += taken
-                    continue
-            emit(self.step())
-            steps += 1
+            taken = 0 if fast_forward is None else fast_forward(self, wl, until, left, emit)
+            if not taken:
+                emit(self.step())
+                taken = 1
+            left -= taken
         return self
+
+    def _idle_until_arrival(
+        self,
+        wl: Workload,
+        until: float | None,
+        tick: float | None,
+        on_step: Callable[[Engine, StepOutput | None], None] | None,
+    ) -> bool:
+        """Nothing to run: let time pass to the next arrival (True), or to ``until`` when none comes before (False)."""
+        nxt = wl.next_arrival_time()
+        if nxt is None or (until is not None and nxt > until):
+            # nothing pending: a closed loop with nothing in flight is over too
+            if until is not None:
+                self._idle_to(until, tick, on_step)
+            return False
+        self._idle_to(nxt, tick, on_step)
+        return True
 
     def _idle_to(
         self, target: float, tick: float | None, on_step: Callable[[Engine, StepOutput | None], None] | None

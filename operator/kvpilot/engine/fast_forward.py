@@ -11,20 +11,25 @@ needs attention:
 - its *computed tokens* are ``ff_base + g`` before stretch step ``g`` (one global step counter instead of a
   per-request update); the sum over the running requests, the cost model's context, is kept incrementally
   (``CostModel.step_time(num_tokens, context, pairs)`` with ``pairs == context`` for one-token decodes);
-- a *calendar* (``dict`` step -> events) holds, per request, the step of its next block allocation
-  (``capacity - computed`` steps ahead, then every ``block_size``), of its next block becoming full (it enters the
-  prefix cache: ``next_full - computed - 1`` steps ahead, then every ``block_size``) and of its finish
-  (``max_output - num_output - 1`` steps ahead). A step's events are handled in running order (``ff_seq``), the
-  allocation before the caching of one request, as the scheduling loop does them; consecutive allocations are
-  one ``BlockPool.allocate`` call (taking ``n`` blocks at once from the front of the free queue is taking them one
-  by one), so block ids, free-queue order, hashes and evictions are those of stepping (``BlockPool.get_new_blocks``
-  and ``cache_full_blocks`` in vllm/v1/core/block_pool.py);
-- finished requests leave after the forward in scheduled order and free their blocks tail first
-  (``Engine._finish``: ``free_blocks`` in vllm/v1/core/single_type_kv_cache_manager.py), as stepping does;
+- its *block allocations* come every ``block_size`` steps, at the steps ``g`` with ``g % block_size`` equal to its
+  phase (its first one ``capacity - computed`` steps ahead): a request is in the list of its phase, in running
+  order, and a step takes one block from the front of the free queue for each request of its phase's list, in
+  that order (``BlockPool.grow_tails``: taking ``n`` blocks at once from the front of the queue is taking them one
+  by one, ``get_new_blocks`` in vllm/v1/core/block_pool.py), so block ids, free-queue order and evictions are
+  those of stepping;
+- the blocks its decodes fill enter the prefix cache when it finishes or the run ends (``Engine.cache_full_blocks``
+  then registers every full block in order, as stepping did one at a time): their hashes are those of its own
+  generated tokens (segment ``("gen", request_id)``), which no other request's lookup can ask for, and a block in
+  use is never evicted, so no step in between can tell the difference;
+- its *finish* is ``max_output - num_output - 1`` steps ahead: finished requests leave after the forward in
+  scheduled order and free their blocks tail first (``Engine.finish``: ``free_blocks`` in
+  vllm/v1/core/single_type_kv_cache_manager.py), as stepping does;
 - arrivals are taken at each step's start (``Workload.pop_arrivals``, as :meth:`Engine.run` does) and waiting
-  requests are admitted by the same code as :meth:`Engine.step` (``Engine._admit``) with the budget the decodes
-  leave; an admitted request whose whole prompt is scheduled samples its first token in that step and decodes from
-  the next one on.
+  requests are admitted by the same code as :meth:`Engine.step` (``Engine.admit``) with the budget the decodes
+  leave; an admitted request whose whole prompt is scheduled samples its first token in that step
+  (``Engine.sample``) and decodes from the next one on. A waiting request that did not fit keeps not fitting until
+  a request finishes or another arrives (decode steps only take free blocks), so the steps in between do not try
+  again.
 
 The run stops before a step that starts at or after ``until``, that would exceed ``max_steps``, that finds nothing
 running, whose decodes exceed the budget or whose allocations exceed the free blocks (it would preempt), or, with a
@@ -34,11 +39,12 @@ on in the next step). :meth:`Engine.step` takes it from there.
 What callers see is what stepping gives: the metrics sink gets the same ``record_request`` / ``record_step`` calls
 in the same order (inter-token gaps grouped as ``(gap, count)``), ``set_queue`` once with the state at the end
 (stepping sets the same gauges after each step; only the last value is ever read); ``on_step`` gets one
-:class:`~kvpilot.engine.core.StepOutput` per step in which something arrives, is admitted or finishes, and one for
-each run of steps between them (``num_steps`` > 1; running, waiting constant and KV usage not decreasing inside such
-a run, so its end state holds its peaks); ``Workload.on_finish`` is called at the end of the step a request
-finishes in. A running request's progress fields (``num_computed``, ``num_output``, ``last_token_time``, ``itls``)
-are brought up to date when it finishes and when the run ends, not in between.
+:class:`~kvpilot.engine.core.StepOutput` per step in which something arrives, is admitted (or tried) or finishes,
+and one for each run of steps between them (``num_steps`` > 1; running, waiting constant and KV usage not
+decreasing inside such a run, so its end state holds its peaks); ``Workload.on_finish`` is called at the end of the
+step a request finishes in. A running request's progress fields (``num_computed``, ``num_output``,
+``last_token_time``, ``itls``, ``capacity``, its full blocks' hashes) are brought up to date when it finishes and
+when the run ends, not in between.
 tests/unit/engine/test_fast_forward.py runs every scenario and the reference tier's random workloads both ways and
 compares the exported metrics, the report, every request's timings and the whole block pool.
 """
@@ -48,55 +54,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from heapq import heappop, heappush
 
-from kvpilot.engine.core import Engine, StepOutput, Workload, group_gaps
+from kvpilot.engine.core import Admission, Engine, Sampled, StepOutput, Workload, group_gaps
 from kvpilot.engine.request import Request
 
 __all__ = ["decode_run"]
 
-_ALLOC, _CACHE, _FINISH = 0, 1, 2
 _INF = float("inf")
-
-
-class _Calendar:
-    """Events by stretch step: ``events`` maps a step to ``[(ff_seq, kind, request)]``; ``steps`` is a heap of the
-    steps that have some (the next one is ``steps[0]``, so steps without events are taken in a tight loop).
-    """
-
-    __slots__ = ("events", "steps")
-
-    def __init__(self) -> None:
-        self.events: dict[int, list[tuple[int, int, Request]]] = {}
-        self.steps: list[int] = []
-
-    def add(self, step: int, seq: int, kind: int, req: Request) -> None:
-        """Enter event ``kind`` of ``req`` (running order ``seq``) at ``step``."""
-        events = self.events.get(step)
-        if events is None:
-            self.events[step] = [(seq, kind, req)]
-            heappush(self.steps, step)
-        else:
-            events.append((seq, kind, req))
-
-    def next_step(self, g: int) -> int | None:
-        """The first step ``>= g`` with events, None when there is none."""
-        steps = self.steps
-        while steps and steps[0] < g:
-            heappop(steps)
-        return steps[0] if steps else None
-
-
-def _plan(cal: _Calendar, req: Request, g: int, computed: int, block_size: int) -> None:
-    """Enter ``req``'s next allocation, next full block and finish, counted from step ``g`` with ``computed`` before."""
-    seq = req.ff_seq
-    finish = g + req.max_output - req.num_output - 1
-    req.ff_finish = finish
-    step = g + req.capacity - computed  # the step whose token does not fit the blocks it has
-    if step <= finish:
-        cal.add(step, seq, _ALLOC, req)
-    step = g + req.next_full - computed - 1  # the step whose token fills a block
-    if step <= finish:
-        cal.add(step, seq, _CACHE, req)
-    cal.add(finish, seq, _FINISH, req)
+_NO_ADMISSION = Admission(0)  # read only: a step that admitted nobody
+_NOT_SAMPLED = Sampled()  # read only: a step whose admissions sampled nothing
 
 
 def decode_run(
@@ -116,274 +81,432 @@ def decode_run(
         emit: called with each :class:`StepOutput` in order, as :meth:`Engine.run` hands them on (``on_finish``,
             ``on_step``).
     """
-    running = engine.running
-    if not running or max_steps < 1 or not engine.decoding_only:
+    if not engine.running or max_steps < 1 or not engine.decoding_only:
         return 0
-    cfg = engine.config
-    budget = cfg.max_num_batched_tokens
-    max_seqs = cfg.max_num_seqs
-    assert budget is not None and max_seqs is not None  # a resolved config
-    pool = engine.pool
-    bs = engine.block_size
-    waiting = engine.waiting
-    metrics = engine.metrics
-    track = engine._track_itls
-    keep = engine.keep_finished and track
-    step_time = engine.cost.step_time
-    stop_at = _INF if until is None else until
-    no_admission = engine.offload is not None  # the CPU tier's loads and stores are left to Engine.step
-
-    cal = _Calendar()
-    context = 0  # computed tokens of the decoding requests before the next step
-    for i, req in enumerate(running):
-        c = req.num_computed
-        context += c
-        req.ff_seq = i
-        req.ff_base = c
-        req.ff_from = 0
-        _plan(cal, req, 0, c, bs)
-    next_seq = num = len(running)  # num: the decoding requests
-    gaps: list[float] = []  # each stretch step's gap (end - start), for the requests' own itls
-    now = engine.now
-    g = 0  # steps taken
-    # a run of steps in which nothing arrives, is admitted or finishes: handed on as one StepOutput
-    run = _Run()
-    partial = False
+    stretch = _Stretch(engine, workload, until, max_steps, emit)
     try:
-        while g < max_steps and now < stop_at:
-            if g and 0 < num <= budget and not (waiting and num < max_seqs and num < budget):
-                # steps in which nothing can happen but decodes and their block allocations and full blocks, up to
-                # the next finish, the next arrival, or an allocation the free blocks do not cover
-                t_arrival = workload.next_arrival_time()
-                t_stop = stop_at if t_arrival is None or t_arrival > stop_at else t_arrival
-                nxt = cal.next_step(g)
-                if now < t_stop and (nxt is None or nxt > g or _blocks_only(cal.events[g], pool.num_free)):
-                    first = now
-                    taken = 0
-                    busy = engine.busy_time
-                    itl_counts = run.itl_counts if run.steps else []
-                    while g < max_steps and now < t_stop:
-                        if nxt == g:
-                            events = cal.events[g]
-                            if len(events) == 1:  # the common case: one request's allocation or full block
-                                kind = events[0][1]
-                                if kind == _FINISH or (kind == _ALLOC and not pool.num_free):
-                                    break
-                            elif _blocks_only(events, pool.num_free):
-                                events.sort()
-                            else:
-                                break
-                            del cal.events[g]
-                            _apply(engine, cal, events, g, [])
-                            nxt = cal.next_step(g + 1)
-                        start = now
-                        ctx = context + num
-                        dt = step_time(num, ctx, ctx)
-                        now = start + dt
-                        busy += dt
-                        common = now - start
-                        if keep:
-                            gaps.append(common)
-                        context = ctx
-                        g += 1
-                        taken += 1
-                        if track:
-                            itl_counts.append((common, num))
-                        if metrics is not None:
-                            metrics.record_step(
-                                num_tokens=num,
-                                prompt_tokens=0,
-                                generation_tokens=num,
-                                preemptions=0,
-                                prefix_queries=0,
-                                prefix_hits=0,
-                                external_queries=0,
-                                external_hits=0,
-                                prompt_cached=0,
-                                prompt_external=0,
-                                preemptions_reported=0,
-                                ttfts=(),
-                                itl_counts=((common, num),) if track else (),
-                            )
-                    engine.now = now
-                    engine.busy_time = busy
-                    engine.num_steps += taken
-                    engine.generation_tokens += num * taken
-                    if taken:
-                        run.add_steps(first, now, taken, num, len(waiting), pool.usage(), itl_counts)
-                        continue
-            start = now
-            arrived = workload.pop_arrivals(start) if g else []
-            if not num or num > budget:
-                _add(engine, arrived)
-                break
-            admit = bool(waiting or arrived) and num < max_seqs and num < budget
-            events = cal.events.pop(g, [])
-            allocs = finishes = 0
-            if events:
-                events.sort()
-                for e in events:
-                    if e[1] == _ALLOC:
-                        allocs += 1
-                    elif e[1] == _FINISH:
-                        finishes += 1
-            if arrived or admit or finishes:
-                # the run so far is handed on before anything changes, so on_step sees the state after its last step
-                run.flush(emit)
-            _add(engine, arrived)
-            if (admit and no_admission) or allocs > pool.num_free:  # left to Engine.step; the second would preempt
-                break
-            finished: list[Request] = []  # in scheduled order: decoding requests in running order, then admitted
-            if events:
-                _apply(engine, cal, events, g, finished)
-
-            # admissions, with the budget the decodes leave (Engine.step's waiting loop)
-            dec = num
-            scheduled: list[Request] = []
-            num_tokens = dec
-            ctx = pairs = context + dec
-            step_pq = step_ph = step_eq = step_eh = 0
-            if admit:
-                left, c2, p2, step_pq, step_ph, step_eq, step_eh, _ = engine._admit(budget - dec, start, scheduled)
-                num_tokens += budget - dec - left
-                ctx += c2
-                pairs += p2
-            dt = step_time(num_tokens, ctx, pairs)
-            now = start + dt
-            engine.now = now
-            engine.busy_time += dt
-            common = now - start
-            if keep:
-                gaps.append(common)
-
-            # outputs: every decoding request samples, so does an admitted one whose prompt is all computed
-            num_common = dec if track else 0
-            others: list[float] = []
-            if g == 0 and track:  # the first step: a request's previous token may be older than the step's start
-                num_common = 0
-                for req in running[:dec]:
-                    last = req.last_token_time
-                    if last == start:
-                        num_common += 1
-                        gap = common
-                    else:
-                        gap = now - last
-                        others.append(gap)
-                    if keep:
-                        req.itls.append(gap)
-            for req in finished:  # decoding requests finishing: brought up to date
-                c = req.ff_base + g + 1
-                d = c - req.num_computed
-                req.num_computed = c
-                req.total += d
-                req.num_output += d
-                req.last_token_time = now
-                if keep:
-                    req.itls.extend(gaps[max(req.ff_from, 1) : g + 1])
-                context -= c
-            context += dec
-            complete = [r for r in scheduled if r.num_computed >= r.total]
-            partial = len(complete) < len(scheduled)  # a chunked prefill: the next step is not all decodes
-            gen, prompt_done, prompt_cached, prompt_external, reported, ttfts, adm_common, adm_others = engine._sample(
-                complete, start, now, finished
-            )
-            gen += dec
-            num_common += adm_common
-            others += adm_others
-            joined = [r for r in complete if r.num_output < r.max_output]
-            for req in scheduled:
-                req.ff_from = g + 1  # not decoding in this stretch before the next step
-            for req in joined:
-                req.ff_seq = next_seq
-                next_seq += 1
-                c = req.num_computed
-                req.ff_base = c - g - 1
-                _plan(cal, req, g + 1, c, bs)
-                context += c
-            if finished:
-                for req in finished:  # in place: the running list keeps its order (Engine.step filters a copy)
-                    running.remove(req)
-                for req in finished:
-                    engine._finish(req, now)
-            num = len(running)
-            itl_counts = group_gaps(common, num_common, others)
-            engine.num_steps += 1
-            engine.prefix_queries += step_pq
-            engine.prefix_hits += step_ph
-            engine.external_queries += step_eq
-            engine.external_hits += step_eh
-            engine.prompt_tokens += prompt_done
-            engine.generation_tokens += gen
-            if metrics is not None:
-                metrics.record_step(
-                    num_tokens=num_tokens,
-                    prompt_tokens=prompt_done,
-                    generation_tokens=gen,
-                    preemptions=0,
-                    prefix_queries=step_pq,
-                    prefix_hits=step_ph,
-                    external_queries=step_eq,
-                    external_hits=step_eh,
-                    prompt_cached=prompt_cached,
-                    prompt_external=prompt_external,
-                    preemptions_reported=reported,
-                    ttfts=ttfts,
-                    itl_counts=itl_counts,
-                )
-            g += 1
-            if arrived or admit or finished:  # a step of its own
-                step_out = StepOutput(
-                    start,
-                    dt,
-                    num_tokens,
-                    dec + len(scheduled),
-                    prompt_done,
-                    gen,
-                    0,
-                    step_pq,
-                    step_ph,
-                    step_eq,
-                    step_eh,
-                    len(running),
-                    len(waiting),
-                    pool.usage(),
-                    finished,
-                    prompt_cached,
-                    prompt_external,
-                    reported,
-                    ttfts,
-                    itl_counts,
-                )
-                emit(step_out)
-                if partial:
-                    break
-            else:
-                run.add(start, now, dec, len(waiting), pool.usage(), itl_counts)
+        stretch.run()
     finally:
-        run.flush(emit)
-        for req in engine.running:  # bring the decoding requests up to date
-            if req.ff_from < g:
-                c = req.ff_base + g
-                d = c - req.num_computed
-                if d:
-                    req.num_computed = c
-                    req.total += d
-                    req.num_output += d
-                    req.last_token_time = now
-                    if keep:
-                        req.itls.extend(gaps[max(req.ff_from, 1) : g])
-        if g:
-            engine.decoding_only = not partial
-            if metrics is not None:
-                w = len(waiting)
-                metrics.set_queue(
-                    running=len(engine.running),
-                    waiting=w,
-                    waiting_capacity=w,
-                    waiting_deferred=0,
-                    kv_cache_usage=pool.usage(),
+        stretch.close()
+    return stretch.g
+
+
+class _Stretch:
+    """One fast-forwarded run of steps: set up from the engine's running requests (``__init__``), the event loop
+    (:meth:`run`: runs of quiet steps, :meth:`quiet_steps`, and steps with events, :meth:`event_step`), and the
+    flush (:meth:`close`).
+
+    ``g``: steps taken; ``now``: the start of the next step (s); ``num``: decoding requests; ``context``: their
+    computed tokens before the next step; ``phases[p]``: for the requests that take a block at the steps with
+    ``g % block_size == p``, the ids of their tables' unhashed last extents, in running order; ``finishing[g]``: the
+    decoding requests finishing in step ``g``, in running order (``finish_steps``: a heap of those steps); ``gaps``:
+    each step's inter-token gap, for the requests' own ``itls``; ``blocked``: the head of the waiting queue did not
+    fit and nothing has freed blocks since.
+    """
+
+    __slots__ = (
+        "engine",
+        "workload",
+        "emit",
+        "stop_at",
+        "max_steps",
+        "budget",
+        "max_seqs",
+        "bs",
+        "caching",
+        "no_admission",
+        "track",
+        "keep",
+        "observed",
+        "phases",
+        "finishing",
+        "finish_steps",
+        "context",
+        "num",
+        "g",
+        "now",
+        "gaps",
+        "run_steps",
+        "partial",
+        "blocked",
+        "done",
+    )
+
+    def __init__(
+        self,
+        engine: Engine,
+        workload: Workload,
+        until: float | None,
+        max_steps: int,
+        emit: Callable[[StepOutput], None],
+    ) -> None:
+        cfg = engine.config
+        assert cfg.max_num_batched_tokens is not None and cfg.max_num_seqs is not None  # a resolved config
+        self.engine = engine
+        self.workload = workload
+        self.emit = emit
+        self.stop_at = _INF if until is None else until
+        self.max_steps = max_steps
+        self.budget = cfg.max_num_batched_tokens
+        self.max_seqs = cfg.max_num_seqs
+        self.bs = engine.block_size
+        self.caching = cfg.enable_prefix_caching
+        self.no_admission = engine.offload is not None  # the CPU tier's loads and stores are left to Engine.step
+        self.track = engine.track_itls
+        self.keep = engine.keep_finished and self.track
+        self.observed = self.track or engine.metrics is not None  # quiet steps' gaps are recorded
+        self.phases: list[list[list[int]]] = [[] for _ in range(self.bs)]
+        self.finishing: dict[int, list[Request]] = {}
+        self.finish_steps: list[int] = []
+        self.context = 0
+        self.g = 0
+        self.now = engine.now
+        self.gaps: list[float] = []
+        self.run_steps = _Run()  # the quiet steps not yet handed on
+        self.partial = False
+        self.blocked = False
+        self.done = False
+        for req in engine.running:
+            self.join(req, 0)
+        self.num = len(engine.running)
+
+    def join(self, req: Request, g0: int) -> None:
+        """``req`` decodes from step ``g0`` on, its ``num_computed`` tokens computed before it."""
+        c = req.num_computed
+        req.ff_base = c - g0
+        req.ff_from = g0
+        finish = g0 + req.max_output - req.num_output - 1
+        req.ff_finish = finish
+        alloc = g0 + req.capacity - c  # the step whose token does not fit its blocks (capacity - c < block_size)
+        if alloc <= finish:
+            req.ff_phase = alloc % self.bs
+            self.phases[req.ff_phase].append(self.engine.pool.open_tail(req.table))
+        else:
+            req.ff_phase = -1
+        same = self.finishing.get(finish)
+        if same is None:
+            self.finishing[finish] = [req]
+            heappush(self.finish_steps, finish)
+        else:
+            same.append(req)
+        self.context += c
+
+    def run(self) -> None:
+        """Take steps until one the stretch cannot take (module docstring)."""
+        while not self.done and self.g < self.max_steps and self.now < self.stop_at:
+            # the quiet steps up to the next one with an event (none in the first step: its gaps are its own)
+            if self.g:
+                self.quiet_steps()
+                if self.done or self.g >= self.max_steps or self.now >= self.stop_at:
+                    break
+            self.event_step()
+
+    def _quiet_bounds(self) -> tuple[int, float] | None:
+        """(the first step that may not be quiet: the next finish or ``max_steps``; the time a quiet step must start
+        before: the next arrival or ``until``), None when this very step may not be quiet (nothing decodes, too much
+        decodes, a waiting request may be admitted, or the bounds are reached).
+        """
+        num = self.num
+        budget = self.budget
+        if not 0 < num <= budget or (self.engine.waiting and not self.blocked and num < self.max_seqs and num < budget):
+            return None
+        g_end = self.finish_steps[0] if self.finish_steps else self.max_steps
+        if g_end > self.max_steps:
+            g_end = self.max_steps
+        t_arrival = self.workload.next_arrival_time()
+        t_stop = self.stop_at if t_arrival is None or t_arrival > self.stop_at else t_arrival
+        if self.g >= g_end or self.now >= t_stop:
+            return None
+        return g_end, t_stop
+
+    def quiet_steps(self) -> int:
+        """Steps in which nothing can happen but decodes and their block allocations, up to the next finish, the
+        next arrival or an allocation the free blocks do not cover (then the stretch is done); how many were taken.
+
+        Their allocations are made at the end, all at once, in step order then running order, and so are their
+        records (inter-token gaps, ``record_step``): nothing else takes blocks from the queue, gives some back or
+        reaches the metrics sink in between, so each block is the one stepping would have taken.
+        """
+        bounds = self._quiet_bounds()
+        if bounds is None:
+            return 0
+        g_end, t_stop = bounds
+        engine = self.engine
+        pool = engine.pool
+        step_time = engine.cost.step_time
+        num, phases, bs, observed = self.num, self.phases, self.bs, self.observed
+        g = g0 = self.g
+        now = first = self.now
+        context = self.context
+        busy = engine.busy_time
+        free = pool.num_free
+        allocating: list[list[int]] = []
+        gaps: list[float] = []
+        while g < g_end and now < t_stop:
+            tails = phases[g % bs]
+            if tails:
+                free -= len(tails)
+                if free < 0:  # this step preempts: Engine.step's
+                    self.done = True
+                    break
+                allocating += tails
+            context += num
+            dt = step_time(num, context, context)
+            start = now
+            now = start + dt
+            busy += dt
+            g += 1
+            if observed:
+                gaps.append(now - start)
+        if allocating:
+            pool.grow_tails(allocating)
+        taken = g - g0
+        self.g, self.now, self.context = g, now, context
+        engine.now = now
+        engine.busy_time = busy
+        if taken:
+            engine.count_decode_steps(taken, num * taken)
+            self.run_steps.add_steps(
+                first, now, taken, num, len(engine.waiting), pool.usage(), self._observe_quiet(gaps, num)
+            )
+        return taken
+
+    def _observe_quiet(self, gaps: list[float], num: int) -> list[tuple[float, int]]:
+        """Record quiet steps' inter-token ``gaps`` (each the gap of all ``num`` decoding requests): the requests' own
+        ``itls`` (``gaps``), one ``record_step`` each for the metrics sink; return them as ``(gap, count)`` pairs.
+        """
+        if self.keep:
+            self.gaps += gaps
+        metrics = self.engine.metrics
+        track = self.track
+        if metrics is not None:
+            for gap in gaps:
+                metrics.record_step(
+                    num_tokens=num,
+                    prompt_tokens=0,
+                    generation_tokens=num,
+                    preemptions=0,
+                    prefix_queries=0,
+                    prefix_hits=0,
+                    external_queries=0,
+                    external_hits=0,
+                    prompt_cached=0,
+                    prompt_external=0,
+                    preemptions_reported=0,
+                    ttfts=(),
+                    itl_counts=((gap, num),) if track else (),
                 )
-    return g
+        return [(gap, num) for gap in gaps] if track else []
+
+    def event_step(self) -> None:
+        """One step in which something may arrive, be admitted or finish (``done`` when it cannot be taken here)."""
+        engine = self.engine
+        g = self.g
+        num = self.num
+        arrived = self.workload.pop_arrivals(self.now) if g else []
+        if not 0 < num <= self.budget:
+            self._add(arrived)
+            self.done = True
+            return
+        finishing = None
+        if self.finish_steps and self.finish_steps[0] == g:
+            heappop(self.finish_steps)
+            finishing = self.finishing.pop(g)
+        if arrived:
+            self.blocked = False
+        admit = bool(engine.waiting or arrived) and num < self.max_seqs and num < self.budget and not self.blocked
+        if arrived or admit or finishing:
+            # the run so far is handed on before anything changes, so on_step sees the state after its last step
+            self.run_steps.flush(self.emit)
+        self._add(arrived)
+        tails = self.phases[g % self.bs]
+        if (admit and self.no_admission) or len(tails) > engine.pool.num_free:  # Engine.step's; the 2nd preempts
+            self.done = True
+            return
+        if tails:
+            engine.pool.grow_tails(tails)
+        self._forward(finishing or [], admit, bool(arrived) or admit)
+
+    def _forward(self, finishing: list[Request], admit: bool, event: bool) -> None:
+        """Step ``g`` after its decodes' allocations: admissions with the budget the decodes leave, the forward pass,
+        the outputs. ``finishing``: the decoding requests whose last token this step is.
+        """
+        engine = self.engine
+        start = self.now
+        num = self.num
+        ctx = self.context + num
+        scheduled: list[Request] = []
+        if admit:
+            adm = engine.admit(self.budget - num, start, scheduled)
+            if not scheduled:
+                self.blocked = True
+            num_tokens = self.budget - adm.budget
+            dt = engine.cost.step_time(num_tokens, ctx + adm.context, ctx + adm.pairs)
+        else:
+            adm = _NO_ADMISSION
+            num_tokens = num
+            dt = engine.cost.step_time(num, ctx, ctx)
+        now = self.now = engine.now = start + dt
+        engine.busy_time += dt
+        if self.keep:
+            self.gaps.append(now - start)
+        self._outputs(start, dt, finishing, scheduled, adm, num_tokens, event)
+
+    def _outputs(
+        self,
+        start: float,
+        dt: float,
+        finished: list[Request],
+        scheduled: list[Request],
+        adm: Admission,
+        num_tokens: int,
+        event: bool,
+    ) -> None:
+        """Step ``g``'s outputs: every decoding request samples, so does an admitted one whose prompt is all computed;
+        finished requests leave; the step is counted, recorded and handed on (its own :class:`StepOutput` when
+        something arrived, was admitted or tried, or finished, else as part of the run of quiet steps).
+        """
+        engine = self.engine
+        g = self.g
+        now = self.now
+        common = now - start
+        dec = self.num
+        num_common, others = self._gaps_before(start, common)
+        for req in finished:  # decoding requests finishing: brought up to date
+            self._catch_up(req, req.ff_base + g + 1, g + 1, True)
+        self.context += dec
+        out = _NOT_SAMPLED
+        if scheduled:
+            out = self._sample_admitted(scheduled, start, finished)
+            num_common += out.num_common
+            others += out.other_gaps
+        if finished:
+            self._leave(finished, now)
+        self.num = num = len(engine.running)
+        itl_counts = group_gaps(common, num_common, others)
+        engine.count_step(adm, out, 0, dec)
+        step_out = StepOutput.build(
+            start=start,
+            duration=dt,
+            num_tokens=num_tokens,
+            num_scheduled=dec + len(scheduled),
+            running=num,
+            waiting=len(engine.waiting),
+            kv_cache_usage=engine.pool.usage(),
+            generation_tokens=out.generation_tokens + dec,
+            itl_counts=itl_counts,
+            finished=finished,
+        )
+        if adm is not _NO_ADMISSION:  # the admission's fields (the keywords above are the ones every step has)
+            step_out.prefix_queries = adm.prefix_queries
+            step_out.prefix_hits = adm.prefix_hits
+            step_out.external_queries = adm.external_queries
+            step_out.external_hits = adm.external_hits
+        if out is not _NOT_SAMPLED:
+            step_out.prompt_tokens = out.prompt_tokens
+            step_out.ttfts = out.ttfts
+            step_out.prompt_cached = out.prompt_cached
+            step_out.prompt_external = out.prompt_external
+            step_out.preemptions_reported = out.preemptions_reported
+        if engine.metrics is not None:
+            engine.record_step(step_out)
+        self.g = g + 1
+        if event or finished:  # a step of its own
+            self.emit(step_out)
+            if self.partial:
+                self.done = True
+        else:
+            self.run_steps.add(start, now, dec, step_out.waiting, step_out.kv_cache_usage, itl_counts)
+
+    def _leave(self, finished: list[Request], now: float) -> None:
+        """The requests that finished at ``now`` leave the running list and free their blocks (``Engine.finish``)."""
+        running = self.engine.running
+        for req in finished:  # in place: the running list keeps its order (Engine.step filters a copy)
+            running.remove(req)
+        for req in finished:
+            self.engine.finish(req, now)
+        self.blocked = False
+
+    def _gaps_before(self, start: float, common: float) -> tuple[int, list[float]]:
+        """The decoding requests' inter-token gaps of this step: ``(requests whose gap is the step's own, the other
+        gaps)``; in the first step a request's previous token may be older than the step's start.
+        """
+        if not self.track:
+            return 0, []
+        if self.g:
+            return self.num, []
+        return self._first_gaps(start, common)
+
+    def _sample_admitted(self, scheduled: list[Request], start: float, finished: list[Request]) -> Sampled:
+        """The admitted requests whose prompt is all computed sample their first token (``Engine.sample``) and decode
+        from the next step on; one that is not (a chunked prefill) ends the stretch after this step.
+        """
+        g = self.g
+        complete = [r for r in scheduled if r.num_computed >= r.total]
+        out = self.engine.sample(complete, start, self.now, finished)
+        if len(complete) < len(scheduled):
+            self.partial = True  # the next step is not all decodes
+            for req in scheduled:
+                req.ff_from = g + 1  # not decoding in this stretch (close() leaves it as it is)
+        for req in complete:
+            if req.num_output < req.max_output:
+                self.join(req, g + 1)
+        return out
+
+    def _first_gaps(self, start: float, common: float) -> tuple[int, list[float]]:
+        """The first step's inter-token gaps: a request's previous token may be older than the step's start."""
+        num_common = 0
+        others: list[float] = []
+        now = self.now
+        keep = self.keep
+        for req in self.engine.running[: self.num]:
+            last = req.last_token_time
+            if last == start:
+                num_common += 1
+                gap = common
+            else:
+                gap = now - last
+                others.append(gap)
+            if keep:
+                req.itls.append(gap)
+        return num_common, others
+
+    def _catch_up(self, req: Request, c: int, upto: int, finishing: bool = False) -> None:
+        """Bring decoding ``req`` up to ``c`` computed tokens after ``upto`` stretch steps (``now`` its last token):
+        its progress, its inter-token gaps, its capacity (its blocks hold exactly the computed tokens' blocks: each
+        came when a token did not fit) and its full blocks' hashes; ``finishing``: it also leaves the decoding ones.
+        """
+        if finishing:
+            if req.ff_phase >= 0:  # before its blocks are hashed: its tail is the list in its phase
+                _remove(self.phases[req.ff_phase], req.table.exts[-1].ids)
+            self.context -= c
+        d = c - req.num_computed
+        req.num_computed = c
+        req.total += d
+        req.num_output += d
+        req.last_token_time = self.now
+        if self.keep:
+            req.itls.extend(self.gaps[max(req.ff_from, 1) : upto])
+        bs = self.bs
+        req.capacity = -(-c // bs) * bs
+        if self.caching:
+            self.engine.cache_full_blocks(req, c)
+
+    def _add(self, arrived: list[Request]) -> None:
+        """Queue the requests that arrived (``Engine.add_request``)."""
+        for req in arrived:
+            self.engine.add_request(req)
+
+    def close(self) -> None:
+        """Hand on the last run of steps, bring the decoding requests up to date, set the gauges."""
+        self.run_steps.flush(self.emit)
+        g = self.g
+        for req in self.engine.running:
+            if req.ff_from < g:
+                self._catch_up(req, req.ff_base + g, g)
+        if g:
+            self.engine.decoding_only = not self.partial
+            self.engine.set_gauges()
 
 
 class _Run:
@@ -411,10 +534,12 @@ class _Run:
     def add_steps(
         self, start: float, end: float, steps: int, num: int, waiting: int, usage: float, itls: list[tuple[float, int]]
     ) -> None:
-        """``steps`` more steps from ``start`` to ``end`` (s); ``itls``: the run's gaps so far with theirs added."""
-        if not self.steps:
+        """``steps`` more steps from ``start`` to ``end`` (s) with ``num`` decoding requests, their gaps ``itls``."""
+        if self.steps:
+            self.itl_counts += itls
+        else:
             self.start = start
-        self.itl_counts = itls
+            self.itl_counts = itls
         self.steps += steps
         self.end, self.num, self.waiting, self.usage = end, num, waiting, usage
 
@@ -424,21 +549,15 @@ class _Run:
             return
         n = self.num
         emit(
-            StepOutput(
-                self.start,
-                self.end - self.start,
-                n,
-                n,
-                0,
-                n * self.steps,
-                0,
-                0,
-                0,
-                0,
-                0,
-                n,
-                self.waiting,
-                self.usage,
+            StepOutput.build(
+                start=self.start,
+                duration=self.end - self.start,
+                num_tokens=n,
+                num_scheduled=n,
+                generation_tokens=n * self.steps,
+                running=n,
+                waiting=self.waiting,
+                kv_cache_usage=self.usage,
                 itl_counts=self.itl_counts,
                 num_steps=self.steps,
             )
@@ -446,54 +565,9 @@ class _Run:
         self.steps = 0
 
 
-def _blocks_only(events: list[tuple[int, int, Request]], num_free: int) -> bool:
-    """A step's events are allocations and full blocks only, and the free blocks cover the allocations."""
-    allocs = 0
-    for e in events:
-        if e[1] == _FINISH:
-            return False
-        allocs += e[1] == _ALLOC
-    return allocs <= num_free
-
-
-def _add(engine: Engine, arrived: list[Request]) -> None:
-    """Queue the requests that arrived (``Engine.add_request``)."""
-    for req in arrived:
-        engine.add_request(req)
-
-
-def _apply(
-    engine: Engine, cal: _Calendar, events: list[tuple[int, int, Request]], g: int, finished: list[Request]
-) -> None:
-    """Step ``g``'s allocations and full blocks in running order (consecutive allocations in one call); the
-    requests finishing in it appended to ``finished``; each request's next allocation and full block entered.
-    """
-    pool = engine.pool
-    bs = engine.block_size
-    nxt = g + bs
-    n = len(events)
-    e = 0
-    while e < n:
-        _, kind, req = events[e]
-        if kind == _ALLOC:
-            end = e + 1
-            while end < n and events[end][1] == _ALLOC:
-                end += 1
-            for b, (seq, _, r) in zip(pool.allocate(end - e), events[e:end], strict=True):
-                r.blocks.append(b)
-                r.capacity += bs
-                if nxt <= r.ff_finish:
-                    cal.add(nxt, seq, _ALLOC, r)
-            e = end
-            continue
-        if kind == _CACHE:  # Engine._cache_full_blocks for the one block this token fills
-            k = req.num_cached_blocks  # next_full == (k + 1) * block_size is the token count reached now
-            hashes = req.block_hashes
-            pool.cache_block(req.blocks[k], hashes[k] if k < len(hashes) else req.ensure_hashes(k + 1, bs)[k])
-            req.num_cached_blocks = k + 1
-            req.next_full += bs
-            if nxt <= req.ff_finish:
-                cal.add(nxt, req.ff_seq, _CACHE, req)
-        else:
-            finished.append(req)
-        e += 1
+def _remove(tails: list[list[int]], tail: list[int]) -> None:
+    """Take ``tail`` (that very list: lists compare by value) out of ``tails``."""
+    for i, x in enumerate(tails):
+        if x is tail:
+            del tails[i]
+            return

@@ -1,8 +1,9 @@
 """A request as the engine model sees it: token counts, content identity for prefix hashing, progress.
 
 Mirrors the fields of ``vllm/v1/request.py`` (``Request``) the scheduler uses: ``num_tokens``
-(prompt + output so far), ``num_computed_tokens``, the block table, ``block_hashes`` (computed
-once per full block and kept across preemption), ``num_preemptions``.
+(prompt + output so far), ``num_computed_tokens``, the block table (``table``, a
+:class:`~kvpilot.engine.block_pool.BlockTable`), ``block_hashes`` (here :meth:`Request.hash_runs`: computed once
+per prompt segment and kept across preemption), ``num_preemptions``.
 
 Token *content* is not stored token by token. A prompt is a tuple of segments ``(key, length)``:
 tokens ``0..length-1`` of segment ``key``. Two prompts share a prefix exactly when they start with
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvpilot.engine.block_pool import hash_block
+from kvpilot.engine.block_pool import BlockTable, block_hash_value, hash_block
+
+_GEN_LEN = 1 << 62  # the generated tokens' segment: longer than any request
 
 
 class Request:
@@ -50,13 +53,10 @@ class Request:
         "max_output",
         "num_output",
         "num_computed",
-        "blocks",
+        "table",
         "capacity",
-        "block_hashes",
-        "_seg_i",
-        "_seg_start",
-        "_seg_parent",
-        "_seg_base",
+        "_runs",
+        "_runs_bs",
         "num_cached_blocks",
         "num_stored_chunks",
         "num_preemptions",
@@ -75,7 +75,7 @@ class Request:
         "next_full",
         "num_hit",
         "ff_base",
-        "ff_seq",
+        "ff_phase",
         "ff_from",
         "ff_finish",
     )
@@ -97,16 +97,17 @@ class Request:
         if output_len < 1:
             raise ValueError(f"output_len must be >= 1, got {output_len}")
         if segments is None:
-            segments = ((request_id, prompt_len),)
-        segs = tuple((k, int(n)) for k, n in segments)
-        if sum(n for _, n in segs) != prompt_len or any(n < 1 for _, n in segs):
-            raise ValueError(f"segments of {request_id!r} must be positive and sum to prompt_len {prompt_len}")
+            segs: tuple[tuple[object, int], ...] = ((request_id, int(prompt_len)),)
+        else:
+            segs = tuple((k, int(n)) for k, n in segments)
+            if sum(n for _, n in segs) != prompt_len or any(n < 1 for _, n in segs):
+                raise ValueError(f"segments of {request_id!r} must be positive and sum to prompt_len {prompt_len}")
         self.request_id = request_id
         self.prompt_len = prompt_len
         self.output_len = output_len
         self.arrival_time = float(arrival_time)
         # the generated tokens continue as their own segment
-        self.segments = segs + ((("gen", request_id), 1 << 62),)
+        self.segments = (*segs, (("gen", request_id), _GEN_LEN))
         self.lora_id = lora_id
         self.cache_salt = cache_salt
         self.extra_keys = None if lora_id is None and cache_salt is None else (lora_id, cache_salt)
@@ -116,15 +117,10 @@ class Request:
         self.num_output = 0
         self.total = prompt_len  # num_tokens: prompt + output so far
         self.num_computed = 0
-        self.blocks: list[int] = []
-        self.capacity = 0  # tokens the block table holds: len(blocks) * block_size
-        self.block_hashes: list[int] = []
-        # ensure_hashes' place in the segments: segment _seg_i starts at token _seg_start; _seg_parent chains
-        # the segments before it, _seg_base is the hash base of its blocks
-        self._seg_i = 0
-        self._seg_start = 0
-        self._seg_parent: int | None = None
-        self._seg_base = hash_block(None, self.segments[0][0], self.extra_keys) << 64
+        self.table = BlockTable()
+        self.capacity = 0  # tokens the block table holds: its blocks * block_size
+        self._runs: list[tuple[int, int, int]] = []  # hash_runs' per-segment runs (_build_runs)
+        self._runs_bs = 0
         self.num_cached_blocks = 0
         self.next_full = 16  # tokens at which the next block becomes full (engine sets it)
         self.num_hit = 0  # tokens found in the GPU prefix cache + CPU tier at the last admission
@@ -140,58 +136,90 @@ class Request:
         self.external_hit_tokens = 0
         self.finished_reason: str | None = None
         # fast-forward's bookkeeping while the request decodes in a stretch (kvpilot.engine.fast_forward): its
-        # computed tokens are ff_base + the stretch's step index, ff_seq its running order, ff_from the first
-        # stretch step it decodes in, ff_finish the step it finishes in
-        self.ff_base = self.ff_seq = self.ff_from = self.ff_finish = 0
+        # computed tokens are ff_base + the stretch's step index, ff_phase the step index modulo block_size at
+        # which it takes a block (-1: none in this stretch), ff_from the first stretch step it decodes in, ff_finish
+        # the step it finishes in
+        self.ff_base = self.ff_from = self.ff_finish = 0
+        self.ff_phase = -1
 
     @property
     def num_tokens(self) -> int:
         """Prompt plus output tokens so far."""
         return self.total
 
-    def ensure_hashes(self, num_blocks: int, block_size: int) -> list[int]:
-        """Extend ``block_hashes`` to cover the first ``num_blocks`` full blocks; return it.
+    @property
+    def blocks(self) -> list[int]:
+        """Block ids of the request's table, in order (a new list; empty when it holds none)."""
+        return self.table.block_ids()
+
+    def _build_runs(self, block_size: int) -> list[tuple[int, int, int]]:
+        """Per segment with blocks ending in it: (its first block index, that block's hash, blocks ending in it)."""
+        runs = []
+        parent: int | None = None
+        extra = self.extra_keys
+        s0 = 0
+        *prompt, (gen_key, gen_len) = self.segments
+        for key, n in prompt:
+            k_lo = s0 // block_size  # the first block whose last token lies in this segment
+            k_hi = (s0 + n) // block_size  # blocks k < k_hi end at or before the segment's end
+            if k_hi > k_lo:
+                runs.append(
+                    (k_lo, block_hash_value(hash_block(parent, key, extra), (k_lo + 1) * block_size - s0), k_hi - k_lo)
+                )
+            parent = hash_block(parent, (key, n), extra)
+            s0 += n
+        k_lo = s0 // block_size
+        h = block_hash_value(hash_block(parent, gen_key, extra), (k_lo + 1) * block_size - s0)
+        runs.append((k_lo, h, (s0 + gen_len) // block_size - k_lo))
+        self._runs = runs
+        self._runs_bs = block_size
+        return runs
+
+    def hash_runs(self, start: int, end: int, block_size: int) -> list[tuple[int, int]]:
+        """The hashes of full blocks ``start..end-1`` as ``(first hash, blocks)`` runs of consecutive values.
 
         A block's hash stands for the whole token prefix it ends (vLLM chains each block's hash through its
         parent's: ``hash_block_tokens`` in vllm/v1/core/kv_cache_utils.py, so equal hashes mean equal prefixes).
         Here the chain runs over *segments*: ``P_0 = None``, ``P_{i+1} = hash_block(P_i, (key_i, len_i), extra)``;
-        a block whose last token is token ``o - 1`` of segment ``i`` gets ``(hash_block(P_i, key_i, extra) << 64)
-        + o``. Two blocks get the same value exactly when their prefixes are the same segments (the same
+        a block whose last token is token ``o - 1`` of segment ``i`` gets ``block_hash_value(hash_block(P_i, key_i,
+        extra), o)``. Two blocks get the same value exactly when their prefixes are the same segments (the same
         identity as a per-block chain: a segment is tokens ``0..len-1`` of its key, so a token prefix has one
-        segment spelling), and the blocks of one segment are a ``range`` built in C: one Python hash per
-        segment, not per block.
+        segment spelling); the blocks ending in one segment have consecutive values ``h, h + block_size, ...``, one
+        run: one Python hash per segment, not per block, and one run per segment for the block pool
+        (:meth:`kvpilot.engine.block_pool.BlockPool.lookup`, ``cache``). Blocks past the prompt hash the generated
+        tokens (segment ``("gen", request_id)``).
         """
-        hashes = self.block_hashes
-        k = len(hashes)
-        if k >= num_blocks:
-            return hashes
-        if k == num_blocks - 1 and k:  # one more block (a decode's): in the segment of the last one, its value + size
-            s0 = self._seg_start
-            end = num_blocks * block_size
-            if s0 < end - block_size and end <= s0 + self.segments[self._seg_i][1]:
-                hashes.append(hashes[-1] + block_size)
-                return hashes
-        segs = self.segments
-        si, s0, base = self._seg_i, self._seg_start, self._seg_base
-        key, n = segs[si]
-        end = (k + 1) * block_size  # tokens up to the end of block k
-        stop = num_blocks * block_size
-        while True:
-            if end > s0 + n:  # block k ends past segment si: move on to the segment holding its last token
-                while end > s0 + n:
-                    self._seg_parent = hash_block(self._seg_parent, (key, n), self.extra_keys)
-                    s0 += n
-                    si += 1
-                    key, n = segs[si]
-                base = hash_block(self._seg_parent, key, self.extra_keys) << 64
-            last = min(stop, s0 + n)  # last token count inside this segment to cover
-            last -= (last - end) % block_size
-            hashes.extend(range(base + end - s0, base + last - s0 + 1, block_size))
-            end = last + block_size
-            if end > stop:
+        runs = self._runs if self._runs_bs == block_size else self._build_runs(block_size)
+        out = []
+        for a, h, n in runs:
+            if a >= end:
                 break
-        self._seg_i, self._seg_start, self._seg_base = si, s0, base
-        return hashes
+            hi = a + n
+            if hi > end:
+                hi = end
+            if start > a:
+                if start < hi:
+                    out.append((h + (start - a) * block_size, hi - start))
+            else:
+                out.append((h, hi - a))
+        return out
+
+    def first_hash(self, block_size: int) -> int | None:
+        """The hash of full block 0 (None when the request has no full block: :meth:`hash_runs`)."""
+        runs = self._runs if self._runs_bs == block_size else self._build_runs(block_size)
+        return runs[0][1] if runs and runs[0][0] == 0 else None
+
+    def block_hash(self, k: int, block_size: int) -> int:
+        """The hash of full block ``k`` (:meth:`hash_runs`)."""
+        ((h, _),) = self.hash_runs(k, k + 1, block_size)
+        return h
+
+    def hashes(self, num_blocks: int, block_size: int) -> list[int]:
+        """The hashes of the first ``num_blocks`` full blocks, one by one (:meth:`hash_runs`)."""
+        out: list[int] = []
+        for h, n in self.hash_runs(0, num_blocks, block_size):
+            out.extend(range(h, h + n * block_size, block_size))
+        return out
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (

@@ -14,13 +14,13 @@
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from kvpilot.engine.request import Request
+from kvpilot.text.documents import DocumentError, load_json
 
 
 class OpenLoop:
@@ -342,9 +342,9 @@ def _trace_objects(lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
         if not text or text.startswith("#"):
             continue
         try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"trace line {lineno}: not JSON ({exc.msg})") from None
+            obj = load_json(text)  # bounded: nesting, integer digits, numbers a float holds
+        except DocumentError as exc:
+            raise ValueError(f"trace line {lineno}: {exc}") from None
         if not isinstance(obj, dict):
             raise ValueError(f"trace line {lineno}: expected an object")
         out.append((lineno, obj))

@@ -7,7 +7,7 @@ Pure (no I/O), except :mod:`kvpilot.kv.hub` (the time-bounded Hugging Face Hub f
 * :func:`bytes_per_token` (per GPU, bytes), :func:`footprint` (:class:`KVFootprint`),
 * :func:`capacity` (:class:`KVCapacity`, ``to_json()`` = ``kvpilot kv -o json``),
 * :func:`startup_memory_check` (free memory vs ``gpu_memory_utilization``),
-* :func:`kvpilot.kv.preflight.kv_capacity_condition` (the operator's ``KVCapacity`` condition).
+* :func:`kvpilot.kv.preflight.kv_preflight` (the operator's ``KVCapacity`` condition, its warning and numbers).
 
 Errors are :class:`KVConfigError` (``.field`` names the config field or option).
 """

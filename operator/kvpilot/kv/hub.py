@@ -16,7 +16,6 @@ which does not retry) with a short timeout decides first: unreachable → the lo
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvpilot.text.documents import MAX_JSON_BYTES, load_json
 from kvpilot.text.numbers import fig
 
 #: Seconds one Hub request may take before the Hub counts as unreachable; ``HF_HUB_ETAG_TIMEOUT``
@@ -143,7 +143,7 @@ def hub_weights_bytes(repo_id: str, *, timeout: float | None = None) -> int | No
     timeout = hub_timeout() if timeout is None else timeout
     try:
         path = fetch_file(repo_id, "model.safetensors.index.json", timeout=timeout)
-        total = weights_from_index(json.loads(path.read_text(encoding="utf-8")))
+        total = weights_from_index(load_json(path.read_text(encoding="utf-8")))  # bounded (kvpilot.text.documents)
     except (HubUnavailableError, OSError, ValueError):  # no index (a single-file checkpoint), offline
         total = None
     if total is not None:
@@ -178,7 +178,7 @@ def hub_model(repo_id: str) -> HubModel:
     """
     try:
         with open(fetch_file(repo_id, "config.json"), encoding="utf-8") as fh:
-            config = json.load(fh)
+            config = load_json(fh.read(MAX_JSON_BYTES + 1))  # bounded: a DocumentError is a ValueError
     except HubUnavailableError as exc:  # offline, gated, unknown model: the caller's condition says so
         return HubModel(None, None, f"the Hub: {exc}")
     except (OSError, ValueError) as exc:

@@ -54,29 +54,6 @@ class Preflight:
     numbers: dict[str, Any]
 
 
-def kv_capacity_condition(
-    config: dict[str, Any],
-    engine: dict[str, Any] | None = None,
-    *,
-    gpu_memory_bytes: int | None = None,
-    weights_bytes: int | None = None,
-    overhead_bytes: int | None = None,
-    kv_memory_bytes: int | None = None,
-    block_size: int = DEFAULT_BLOCK_SIZE,
-) -> tuple[dict[str, str], str | None]:
-    """``(condition, warning)`` of :func:`kv_preflight` (same arguments)."""
-    result = kv_preflight(
-        config,
-        engine,
-        gpu_memory_bytes=gpu_memory_bytes,
-        weights_bytes=weights_bytes,
-        overhead_bytes=overhead_bytes,
-        kv_memory_bytes=kv_memory_bytes,
-        block_size=block_size,
-    )
-    return result.condition, result.warning
-
-
 def kv_preflight(
     config: dict[str, Any],
     engine: dict[str, Any] | None = None,

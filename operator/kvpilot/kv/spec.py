@@ -297,7 +297,9 @@ def _layer_counts(
         kinds = [mapping.get(str(t), FULL) for t in types]
         counts = kinds_from_counts((kind, kinds.count(kind)) for kind in (FULL, SLIDING, MAMBA, LINEAR))
         notes.append("layer pattern from layer_types")
-        return counts, (window if SLIDING in kinds else None), notes
+        if SLIDING not in kinds or window is None:
+            return counts, None, notes
+        return counts, _positive_int(cfg, "sliding_window", where=prefix, upper=MAX_TOKENS), notes
     if model_type == "qwen3_next":
         interval = _positive_int(cfg, "full_attention_interval", where=prefix, upper=MAX_LAYERS)
         notes.append(f"Qwen3-Next: every {interval}th layer full attention, others Gated DeltaNet")

@@ -1,6 +1,6 @@
 """vLLM metrics: the catalog (names, renames, versions), exposition parsing, and recordings.
 
-- :mod:`kvpilot.metrics.catalog` — canonical names, legacy names, ``match_name()``, ``name_regex()``.
+- :mod:`kvpilot.metrics.catalog` — canonical names, legacy names, ``match_name()``.
 - :mod:`kvpilot.metrics.exposition` — :func:`parse_exposition` for any ``/metrics`` body.
 - :mod:`kvpilot.metrics.recording` — :func:`write_recording` / :func:`read_recording`.
 

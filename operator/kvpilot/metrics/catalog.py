@@ -347,13 +347,6 @@ CATALOG: tuple[MetricSpec, ...] = (
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
 
-#: metrics that vLLM removed with no replacement (case C19); a dashboard on them shows no data.
-REMOVED_NO_REPLACEMENT: tuple[str, ...] = (
-    "vllm:num_requests_swapped",
-    "vllm:cpu_cache_usage_perc",
-    "vllm:gpu_prefix_cache_hit_rate",
-)
-
 #: legacy family name -> canonical family name
 LEGACY_TO_CANONICAL: dict[str, str] = {old: m.name for m in CATALOG for old in m.legacy}
 
@@ -413,18 +406,6 @@ def exposed_names(canonical: str) -> tuple[str, ...]:
     """All family names (new first, then legacy) under which ``canonical`` may be exposed, with the colon."""
     spec = BY_NAME[canonical]
     return (spec.name, *spec.legacy)
-
-
-def name_regex(canonical: str, suffix: str = "") -> str:
-    """A PromQL ``__name__`` regex matching every generation and spelling of a metric.
-
-    Example: ``name_regex("vllm:kv_cache_usage_perc")`` ->
-    ``vllm[:_](kv_cache_usage_perc|gpu_cache_usage_perc)``, for use as
-    ``{__name__=~"<regex>"}``; ``suffix="_total"`` appends the counter suffix.
-    """
-    bodies = [n[len(PREFIX) :] for n in exposed_names(canonical)]
-    inner = bodies[0] if len(bodies) == 1 else "(" + "|".join(re.escape(b) for b in bodies) + ")"
-    return f"vllm[:_]{inner}{re.escape(suffix)}"
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

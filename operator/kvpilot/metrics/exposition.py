@@ -15,7 +15,8 @@ Real-world input the strict parsers refuse, and how it is handled (see :func:`pa
 - OpenMetrics bodies with several timestamps per histogram series (every recording): in
   ``prometheus_client`` 0.26 the parser's de-duplication of "timestamp truncation" keeps the
   series ids of a histogram group across timestamps, drops the second instant's buckets and then
-  raises "+Inf bucket missing"; the line-wise fallback reads them all (~65 µs per sample).
+  raises "+Inf bucket missing"; the line-wise fallback reads them all (its cost a sample:
+  docs/performance.md, "diagnose on a large recording").
 - OpenMetrics bodies with duplicate series, interleaved series of one family, ``NaN`` in a
   counter, blank lines or trailing text: the OpenMetrics parser raises ``ValueError`` on the
   whole body, so parsing falls back to one line at a time (each sample line parsed alone by the

@@ -203,8 +203,8 @@ class RecordingReader:
     line is ``<series> <value> <timestamp>``, later lines with the same ``<series>`` text and numbers
     spelled as OpenMetrics writes them reuse that parse and only convert the two numbers (the grammar
     is the same, so the parser would accept them too). Anything else is parsed in full. That keeps
-    reading at a few µs a line instead of ~60-100 µs (``prometheus_client`` 0.26) and every line is
-    still checked. Nothing may follow ``# EOF`` but blank lines.
+    most lines at the cost of converting two numbers, not a full parse (docs/performance.md, "diagnose
+    on a large recording"), and every line is still checked. Nothing may follow ``# EOF`` but blank lines.
 
     Why not ``prometheus_client``'s own streaming (``text_fd_to_metric_families`` reads a file object
     family by family): it holds a whole family - every pod, every instant - before it yields it, so

@@ -11,9 +11,8 @@ every value goes in through ``tojson`` (:func:`_tojson`), which emits a numbered
 instead of the value's JSON; the resulting skeleton text depends only on the template's branches
 and its few literal integers (probe periods, the port), so its parse is cached
 (:func:`_parse_skeleton`) and each placeholder is replaced by its value as JSON decodes it
-(:func:`_fill`). JSON is YAML, so this is what parsing the JSON inside the YAML gave, at about a
-fifth of the cost (0.77 -> 0.15 ms per ``render_objects`` on the benchmark machine,
-``docs/performance.md``).
+(:func:`_fill`). JSON is YAML, so this is what parsing the JSON inside the YAML gave, at a
+fraction of the cost (docs/performance.md, "What the code's choices bought").
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The kubernetes client is synchronous and kopf runs its own event loop, so the sandbox API
 gets a thread and a loop of its own; tests and ``kvpilot demo`` talk to it over HTTP like
-to any cluster, and use the few methods here to read state directly or to play the
-scheduler and kubelet (:class:`Kubelet`).
+to any cluster, and use the few methods here to read state directly, to inject faults, to
+see the requests it served, or to play the scheduler and kubelet (:class:`Kubelet`).
 """
 
 from __future__ import annotations
@@ -12,16 +12,18 @@ import asyncio
 import builtins
 import copy
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import kmock
 import yaml
 
 from kvpilot.api.timestamps import now_rfc3339
 from kvpilot.sandbox import kubelet
-from kvpilot.sandbox.emulator import PODS, FaithfulKubernetes, Fault
+from kvpilot.sandbox.emulator import PODS, FaithfulKubernetes, Observer, Request
+from kvpilot.sandbox.faults import Fault
+from kvpilot.sandbox.resources import Resource
+from kvpilot.sandbox.server import ApiServer
 
 T = TypeVar("T")
 
@@ -30,8 +32,8 @@ class SandboxCluster:
     """A Kubernetes API on ``http://127.0.0.1:<random port>`` for the length of a ``with`` block.
 
     Args:
-        strict: kmock's strict mode: requests to unknown resources/endpoints and emulator
-            errors are re-raised when the block exits (default on).
+        strict: requests to unknown resources or endpoints, and the sandbox's own failures, are
+            re-raised when the block exits (default on; :class:`~kvpilot.sandbox.emulator.SandboxSurpriseError`).
         timeout: seconds to wait for the server to start and for each cross-thread call.
 
     Example::
@@ -40,7 +42,7 @@ class SandboxCluster:
             core = kubernetes.client.CoreV1Api(cluster.api_client())
             core.create_namespace({"metadata": {"name": "demo"}})
 
-    Raises (on exit): the errors kmock collected in strict mode.
+    Raises (on exit): the first error strict mode collected (an ``ExceptionGroup`` of several).
     """
 
     def __init__(self, *, strict: bool = True, timeout: float = 10.0) -> None:
@@ -67,6 +69,11 @@ class SandboxCluster:
         self._thread.join(self.timeout)
         if self._error is not None and exc_info[0] is None:
             raise self._error
+        errors = self.emulator.errors if self.emulator is not None else []
+        if self.strict and errors and exc_info[0] is None:
+            if len(errors) == 1:
+                raise errors[0]
+            raise ExceptionGroup("the sandbox API met several surprises", list(errors))
 
     def _main(self) -> None:
         loop = asyncio.new_event_loop()
@@ -77,20 +84,26 @@ class SandboxCluster:
             self._error = exc
             self._started.set()
         finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        async with FaithfulKubernetes(strict=self.strict) as api, kmock.Server(api, host="127.0.0.1") as server:
+        api = FaithfulKubernetes(strict=self.strict)
+        async with ApiServer(api) as server:
             self.emulator = api
-            self.url = str(server.url).rstrip("/")
+            self.url = server.url
             self._started.set()
             await self._stop.wait()
 
-    def call(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
-        """Run ``fn(*args)`` (a coroutine function) on the sandbox's loop and return its result."""
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the sandbox's loop (between two requests) and return its result."""
         assert self._loop is not None, "the sandbox is not running"
-        return asyncio.run_coroutine_threadsafe(fn(*args), self._loop).result(self.timeout)
+
+        async def run() -> T:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(self.timeout)
 
     # ------------------------------------------------------------------ clients
     def configuration(self) -> Any:
@@ -142,42 +155,28 @@ class SandboxCluster:
 
     def get(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The stored object (``resource`` as ``"v1/pods"`` or ``"kvpilot.dev/v1alpha1/vllmservers"``)."""
-        res = kmock.resource(resource)
-
-        emulator = self._running()
-
-        async def read() -> dict[str, Any] | None:
-            async with emulator._lock:
-                return emulator._get(res, namespace, name)
-
-        return self.call(read)
+        return self.call(self._running().get, Resource.parse(resource), namespace, name)
 
     def list(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Live objects of ``resource`` (in ``namespace`` when given), sorted by creation order."""
-        res = kmock.resource(resource)
+        return self.call(self._running().objects, Resource.parse(resource), namespace)
 
-        emulator = self._running()
+    def served(self) -> builtins.list[Request]:  # `list` here is the method above
+        """Every request served so far, in order (:class:`~kvpilot.sandbox.emulator.Request`: method,
+        path, query, parsed JSON body, bearer token, API verb, resource, namespace, name, subresource).
+        """
+        return builtins.list(self._running().requests)  # appended by the sandbox's loop: a snapshot
 
-        async def read() -> list[dict[str, Any]]:
-            async with emulator._lock:
-                return [
-                    o for o in emulator._live(res) if namespace is None or o["metadata"].get("namespace") == namespace
-                ]
-
-        return self.call(read)
-
-    def requests(self) -> builtins.list[tuple[str, str, str]]:  # `list` here is the method above
+    def requests(self) -> builtins.list[tuple[str, str, str]]:
         """Every request served so far, in order, as ``(method, path, bearer token or "")``."""
-        assert self.emulator is not None, "the sandbox is not running"
-        served = list(self.emulator._requests)  # kmock records them; a snapshot of the list
-        out: builtins.list[tuple[str, str, str]] = []
-        for request in served:
-            auth = next((v for k, v in request.headers.items() if k.lower() == "authorization"), "")
-            out.append((request.method, request.url.path, auth[7:] if auth.startswith("Bearer ") else ""))
-        return out
+        return [(r.method, r.path, r.token) for r in self.served()]
+
+    def observe(self, observer: Observer) -> None:
+        """Call ``observer(event type, resource, object)`` in the sandbox's loop after every change."""
+        self._running().observers.append(observer)
 
     def inject(self, verb: str, plural: str, **fault: Any) -> Fault:
-        """Answer matching requests with a failure from now on (see :class:`~kvpilot.sandbox.emulator.Fault`).
+        """Answer matching requests with a failure from now on (see :class:`~kvpilot.sandbox.faults.Fault`).
 
         Example: ``cluster.inject("create", "pods", code=403, message="violates PodSecurity ...")``;
         ``cluster.inject("update", "vllmservers", subresource="status", code=500, times=2)``;

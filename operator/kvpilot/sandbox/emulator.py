@@ -1,218 +1,178 @@
-"""A kmock 0.8 Kubernetes emulator that a real kopf operator and the kubernetes client can trust.
+"""An in-memory Kubernetes API that a real kopf operator, kubectl and the kubernetes client can trust.
 
-:class:`FaithfulKubernetes` subclasses :class:`kmock.KubernetesEmulator` and keeps kmock's
-machinery (the aiohttp server, request recording, the reaction DSL, discovery, strict mode,
-``kmock.objects`` for assertions) while replacing its object semantics with a real API
-server's. Every gap between stock kmock 0.8 and a real API server that kopf or the operator
-notices is closed here, each in one place:
+:class:`FaithfulKubernetes` keeps the objects and serves the API's requests with a real API server's
+object semantics; :mod:`kvpilot.sandbox.server` puts it on HTTP (aiohttp) and
+:class:`kvpilot.sandbox.SandboxCluster` runs that on loopback in a thread. Everything is the
+sandbox's own code on aiohttp's public API; from kmock it takes only the table of built-in resources,
+through kmock's public API (:func:`kvpilot.sandbox.resources.builtin_resources`), so a kmock release
+cannot change how the sandbox behaves. The pure pieces are in :mod:`kvpilot.sandbox.semantics`;
+fault injection in :mod:`kvpilot.sandbox.faults`; Pod Security admission in
+:mod:`kvpilot.sandbox.podsecurity`.
+
+What it does as a real API server does (each in one place):
 
 ========================================  =====================================================
-gap in kmock 0.8                          what this class does (where)
+behaviour                                 where
 ========================================  =====================================================
-objects stored exactly as posted          sets ``apiVersion``/``kind``, ``metadata.namespace``
-                                          from the URL, ``uid``, ``creationTimestamp``,
-                                          ``generation``, ``resourceVersion`` (``_serve_create``)
-generation on every write                 bumped only when something outside ``metadata`` and
-                                          ``status`` changes (``_serve_update``)
-failed JSON-patch ``test`` → 500          HTTP 422 Invalid, as kopf expects (``_apply_patch``)
-watches replay everything, lose writes    ``?resourceVersion=N`` replays only newer events from
-                                          a bounded history (410 Gone when older); snapshot and
-                                          bus subscription taken under one lock (``_serve_watch``)
-nothing discoverable                      ``resources.load_bundled()`` plus a discovery entry for
-                                          every CRD created (``_register_crd``)
-``/api/v1/namespaces`` mis-parsed         own URL parser (:func:`semantics.parse_api_path`)
-``/api/v1`` says ``groupVersion: /v1``    ``v1``, as the API server answers, so kubectl maps the
-                                          core kinds (Namespace, ServiceAccount ...) (``_serve_version``)
-``pods/NAME/log`` returns the Pod JSON    ``text/plain`` from :attr:`pod_logs`; 400 before the
-                                          container runs (``_serve_log``)
-status writable through the main object   with a ``status`` subresource, the main endpoint
+server-set ``apiVersion``/``kind``,       ``_serve_create`` (:meth:`_new_object`)
+``metadata.namespace`` from the URL,
+``uid``, ``creationTimestamp``,
+``generation``, ``resourceVersion``
+generation bumped only when something     ``_serve_update``
+outside ``metadata`` and ``status``
+changes
+a failed JSON-patch ``test`` → 422        ``_apply_patch`` (kopf relies on it)
+watches resume from ``?resourceVersion=``  ``_serve_watch``: a bounded history (410 Gone when
+without replaying stale objects           older); snapshot and subscription in one step
+discovery of the built-in resources and   :mod:`kvpilot.sandbox.resources`; ``_register_crd``
+of every CRD created
+``pods/NAME/log`` as ``text/plain``       ``_serve_log`` from :attr:`pod_logs`; 400 before
+                                          the container runs
+status only through ``/status``           with a ``status`` subresource the main endpoint
                                           ignores ``status`` and ``/status`` changes only
-                                          ``status``; custom resources are pruned to their CRD
+                                          ``status``; custom resources pruned to their CRD
                                           schema (:func:`semantics.prune`)
-no selectors                              ``labelSelector`` and ``fieldSelector`` on list/watch
-no-op writes emit events                  an unchanged object keeps its resourceVersion, no event
-no admission                              Pod Security ``baseline``/``restricted`` for pods created in
-                                          a namespace labelled ``pod-security.kubernetes.io/enforce``
-                                          → 403 with the plugin's message (:mod:`podsecurity`)
-any label value accepted                  names, label keys/values, ownerReference uids
-                                          validated → 422 (:func:`semantics.validate_metadata`)
+label and field selectors                 list and watch
+no event for a write that changes nothing an unchanged object keeps its resourceVersion
+Pod Security admission                    pods created in a namespace labelled
+                                          ``pod-security.kubernetes.io/enforce`` →
+                                          403 with the plugin's message (:mod:`podsecurity`)
+names, label keys/values, ownerReference  → 422 (:func:`semantics.validate_metadata`)
+uids validated
 ========================================  =====================================================
 
-Custom resources are also validated against their CRD's schema (422 naming the field; with
-jsonschema installed). Also like a real server: 409 on create of an existing name and on a stale
-``metadata.resourceVersion``; pods get ``status.phase: Pending`` on create and their spec is
-immutable except the fields Kubernetes allows; deleting an owner deletes its dependents
-(owner references, background propagation); finalizers hold deletion
-(``deletionTimestamp``). Not emulated: admission webhooks, other admission plugins, CEL validation
-rules, defaulting from the schema, server-side apply, strategic-merge list semantics (treated as a JSON merge patch),
-graceful pod termination (a deleted pod is gone at once: there is no kubelet).
+Custom resources are also validated against their CRD's schema (422 naming the field). Also like a
+real server: 409 on create of an existing name and on a stale ``metadata.resourceVersion``; pods get
+``status.phase: Pending`` on create and their spec is immutable except the fields Kubernetes allows;
+deleting an owner deletes its dependents (owner references, background propagation; ``Orphan``
+keeps them); finalizers hold deletion (``deletionTimestamp``). Not emulated: admission webhooks,
+other admission plugins, CEL validation rules, defaulting from the schema, server-side apply,
+strategic-merge list semantics (treated as a JSON merge patch), graceful pod termination (a deleted
+pod is gone at once: there is no kubelet), the OpenAPI documents (``/openapi/v2``, ``/openapi/v3``
+answer 404; kubectl then computes its patches without them).
 
-Legitimate API errors (404, 409, 422 …) are answered as Kubernetes ``Status`` objects, not
-raised, so kmock's ``strict`` mode only reports real surprises: unknown resources or
-endpoints and bugs.
+Legitimate API errors (404, 409, 422 …) are answered as Kubernetes ``Status`` objects. In strict
+mode, requests the sandbox does not serve (an unknown resource or endpoint) and its own bugs are
+also collected in :attr:`FaithfulKubernetes.errors`, which :class:`~kvpilot.sandbox.SandboxCluster`
+re-raises when it stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import inspect
-import json
 import random
 import string
 import uuid
-import warnings
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Self
+from dataclasses import dataclass, field
+from typing import Any
 
-import aiohttp.web
-import attrs
 import jsonpatch
 import jsonpointer
-import kmock
-from kmock._internal import apps, enums, rendering  # the pieces kmock's own handlers use
 
 from kvpilot.api.timestamps import now_rfc3339
-from kvpilot.sandbox import podsecurity, semantics
+from kvpilot.sandbox import faults, podsecurity, resources, semantics
+from kvpilot.sandbox.resources import Resource, ResourceInfo
 
-NAMESPACES = kmock.resource("", "v1", "namespaces")
-PODS = kmock.resource("", "v1", "pods")
-CRDS = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+NAMESPACES = Resource("", "v1", "namespaces")
+PODS = Resource("", "v1", "pods")
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+#: Non-resource paths answered 404 on purpose (not a surprise in strict mode): the sandbox serves no
+#: OpenAPI documents, and kubectl falls back without them.
+ABSENT_PATHS = ("/openapi/v2", "/openapi/v3")
 
 #: Pod spec fields an update may change (k8s.io/kubernetes pkg/apis/core/validation
 #: ValidatePodUpdate): images, activeDeadlineSeconds, tolerations (additions), schedulingGates.
 _POD_MUTABLE_SPEC = ("activeDeadlineSeconds", "tolerations", "schedulingGates", "nodeName")
 
 
-def _status(code: int, reason: str, message: str, **details: Any) -> kmock.Response:
-    """A Kubernetes ``Status`` failure response (what the kubernetes client turns into ApiException)."""
-    return kmock.Response(
-        status=code,
-        payload={
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "reason": reason,
-            "details": details,
-            "code": code,
-        },
-    )
+class SandboxSurpriseError(Exception):
+    """A request the sandbox does not serve: strict mode re-raises it when the sandbox stops."""
 
 
-def _invalid(what: str, name: str, errors: list[str], kind: str) -> kmock.Response:
-    """422 ``Invalid``: ``<what> "<name>" is invalid: <error>; <error>`` (the API server's wording)."""
-    return _status(422, "Invalid", f'{what} "{name}" is invalid: ' + "; ".join(errors), name=name, kind=kind)
+class UnknownResourceError(SandboxSurpriseError):
+    """A request for a resource the API does not have (no built-in, no CRD)."""
 
 
-#: ``reason`` of the Kubernetes ``Status`` a fault answers with, by HTTP code (apimachinery
-#: ``metav1.StatusReason``: k8s.io/apimachinery/pkg/apis/meta/v1/types.go).
-FAULT_REASONS = {
-    400: "BadRequest",
-    403: "Forbidden",
-    404: "NotFound",
-    409: "AlreadyExists",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
+class UnknownEndpointError(SandboxSurpriseError):
+    """A request for a path or method the API does not serve."""
 
 
-@attrs.define
-class Fault:
-    """A failure the sandbox answers instead of serving a matching request (fault injection).
+@dataclass
+class Request:
+    """One request as the sandbox received it (recorded in order: :attr:`FaithfulKubernetes.requests`).
 
     Attributes:
-        verb: ``create``, ``update`` (PATCH/PUT), ``delete``, ``get``, ``list`` or ``watch``.
-        plural: the resource (``pods``, ``services``, ``vllmservers``, ``events``).
-        subresource: ``status`` for ``/status`` writes; None for the object itself.
-        code: the HTTP status answered (a Kubernetes ``Status`` with the reason of
-            :data:`FAULT_REASONS`); ignored with ``cut_watch``.
-        message: the ``Status`` message (an admission webhook's or PodSecurity's text for a 403).
-        times: how many matching requests fail (then the fault is spent).
-        retry_after: seconds for a ``Retry-After`` header (what a 429 carries), or None.
-        cut_watch: for ``watch``: the stream sends half of its next event's JSON line and closes.
-        namespace: only requests in this namespace; None for any.
-        hits: matching requests answered so far.
+        id: its number, from 0.
+        method: the HTTP method (``GET``, ``POST`` …).
+        path: the URL path; ``query`` its parameters; ``query_string`` as sent.
+        headers: the request headers.
+        data: the body decoded as JSON (None when empty or not JSON).
+        token: the bearer token of its ``Authorization`` header ("" without one).
+        verb: the API verb: ``list``, ``watch``, ``get``, ``create``, ``update``, ``delete``; None for discovery.
+        resource, namespace, name, subresource: what the path addresses (:func:`semantics.parse_api_path`).
+        transport: the connection it came on (to cut a watch); not part of equality.
     """
 
-    verb: str
-    plural: str
-    subresource: str | None = None
-    code: int = 500
-    message: str = "injected fault"
-    times: int = 1
-    retry_after: int | None = None
-    cut_watch: bool = False
+    id: int
+    method: str
+    path: str
+    query: dict[str, str]
+    query_string: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    data: Any = None
+    token: str = ""
+    verb: str | None = None
+    resource: Resource | None = None
     namespace: str | None = None
-    hits: int = 0
-
-    def matches(self, request: rendering.Request) -> bool:
-        """True when ``request`` is one this fault answers (and it is not spent)."""
-        if self.hits >= self.times or request.resource is None or request.resource.plural != self.plural:
-            return False
-        verbs: dict[enums.action | None, str] = {
-            enums.action.CREATE: "create",
-            enums.action.UPDATE: "update",
-            enums.action.DELETE: "delete",
-            enums.action.FETCH: "get",
-            enums.action.LIST: "list",
-            enums.action.WATCH: "watch",
-        }
-        verb = verbs.get(request.action)
-        return (
-            verb == self.verb
-            and (request.subresource or None) == self.subresource
-            and (self.namespace is None or request.namespace == self.namespace)
-        )
-
-    def response(self, request: rendering.Request) -> kmock.Response:
-        """The ``Status`` failure this fault answers with."""
-        response = _status(self.code, FAULT_REASONS.get(self.code, "InternalError"), self.message, name=request.name)
-        if self.retry_after is not None:
-            response = kmock.Response(
-                status=response.status, payload=response.payload, headers={"Retry-After": str(self.retry_after)}
-            )
-        return response
+    name: str | None = None
+    subresource: str | None = None
+    transport: Any = field(default=None, repr=False, compare=False)
 
 
-async def _cut_after_half_an_event(stream: AsyncIterator[Any], request: rendering.Request) -> AsyncIterator[Any]:
-    """Pass a watch stream's header flush through, send half of the next event's JSON line, then
-    drop the connection without the end of the chunked body (what a network cut looks like).
-    """
-    async for item in stream:
-        if isinstance(item, bytes):
-            yield item
-            continue
-        line = json.dumps(item).encode()
-        yield line[: len(line) // 2]
-        raw = request._raw_request  # kmock keeps the aiohttp request privately
-        transport = raw.transport if raw is not None else None
-        if transport is not None:
-            transport.close()  # flushes the half line, then closes: no terminating chunk
-        raise _WatchCutError()
+def request_verb(method: str, parsed: semantics.ApiPath, query: dict[str, str]) -> str | None:
+    """The API verb of a request on a resource path (None: not one the API serves)."""
+    if not parsed.is_resource:
+        return None
+    if method == "GET":
+        return "watch" if query.get("watch") in ("true", "1") else ("get" if parsed.name else "list")
+    if method == "POST" and not parsed.name:
+        return "create"
+    if method in ("PATCH", "PUT") and parsed.name:
+        return "update"
+    if method == "DELETE" and parsed.name:
+        return "delete"
+    return None
 
 
-def _resource_of(request: rendering.Request) -> kmock.resource:
-    """The request's resource: set for every request ``_handle`` serves (it checks)."""
-    if request.resource is None:
-        raise kmock.KubernetesResourceNotFoundError()
-    return request.resource
+@dataclass
+class Reply:
+    """A plain answer: HTTP ``status``, ``payload`` (JSON-shaped, or bytes), ``headers``."""
+
+    status: int
+    payload: Any
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
 
 
-def _name_of(request: rendering.Request) -> str:
-    """The object name of a fetch, update or delete (kmock guesses those actions only for a named path)."""
-    if request.name is None:
-        raise kmock.KubernetesEndpointNotFoundError()
-    return request.name
+@dataclass
+class Stream:
+    """A watch: its ``events`` as they come; ``cut``: send half of the first and drop the connection."""
+
+    events: AsyncIterator[dict[str, Any]]
+    cut: bool = False
 
 
-class _WatchCutError(Exception):
-    """Raised by an injected watch cut after the connection is closed (nothing more is written)."""
+def _status(code: int, reason: str, message: str, **details: Any) -> Reply:
+    """A Kubernetes ``Status`` failure answer (what the clients turn into their API errors)."""
+    return Reply(code, faults.status_payload(code, reason, message, **details))
+
+
+def _invalid(what: str, name: str, errors: list[str], kind: str) -> Reply:
+    """422 ``Invalid``: ``<what> "<name>" is invalid: <error>; <error>`` (the API server's wording)."""
+    return _status(422, "Invalid", f'{what} "{name}" is invalid: ' + "; ".join(errors), name=name, kind=kind)
 
 
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
@@ -228,210 +188,152 @@ def _pod_spec_without_mutables(spec: dict[str, Any] | None) -> dict[str, Any]:
     return spec
 
 
-@attrs.define(kw_only=True)
-class FaithfulKubernetes(kmock.KubernetesEmulator):
-    """kmock's Kubernetes emulator with a real API server's object semantics (see module doc).
+#: Called with ``(watch event type, resource, stored object)`` after every change
+#: (:attr:`FaithfulKubernetes.observers`).
+Observer = Callable[[str, Resource, dict[str, Any]], None]
 
-    Use it as kmock intends, inside ``async with`` together with :class:`kmock.Server`; or via
-    :class:`kvpilot.sandbox.SandboxCluster`, which runs it on a loopback port in its own thread.
+
+class FaithfulKubernetes:
+    """The sandbox's API: its objects and their semantics (see the module's docstring).
+
+    Runs in one asyncio loop (:mod:`kvpilot.sandbox.server` serves it): every handler changes the
+    store without awaiting in between, so each request is atomic, as one etcd transaction is.
 
     Attributes:
+        strict: collect the requests it does not serve (and its own failures) in :attr:`errors`.
+        history_limit: watch events kept per resource for ``?resourceVersion=`` resumption.
+        resources: what discovery serves (the built-ins, then every CRD created).
         pod_logs: ``{(namespace, pod name): text}`` served by ``pods/NAME/log`` once the
             container has started (the sandbox's kubelet writes it).
-        faults: injected failures (:class:`Fault`), checked in order before a resource request
-            is served; the first matching one that is not spent answers instead.
-        history_limit: watch events kept per resource for ``?resourceVersion=`` resumption.
+        faults: injected failures (:class:`kvpilot.sandbox.faults.Fault`), checked in order before a
+            resource request is served; the first matching one that is not spent answers instead.
+        requests: every request received, in order.
+        errors: the surprises of strict mode.
+        observers: called after every change (e.g. a benchmark timing creates).
     """
 
-    strict: bool = True
-    history_limit: int = 10_000
-    pod_logs: dict[tuple[str, str], str] = attrs.field(factory=dict, init=False)
-    faults: list[Fault] = attrs.field(factory=list, init=False)
-    _rv: int = attrs.field(default=0, init=False)
-    _history: dict[Any, collections.deque[tuple[int, dict[str, Any]]]] = attrs.field(factory=dict, init=False)
-    _history_floor: dict[Any, int] = attrs.field(factory=dict, init=False)
-    _schemas: dict[Any, dict[str, Any] | None] = attrs.field(factory=dict, init=False)
-    #: ``{resource: {(namespace, name): kmock object}}`` of live objects, in creation order.
-    _live_index: dict[Any, dict[tuple[str | None, str], Any]] = attrs.field(factory=dict, init=False)
+    def __init__(self, *, strict: bool = True, history_limit: int = 10_000) -> None:
+        self.strict = strict
+        self.history_limit = history_limit
+        self.resources: dict[Resource, ResourceInfo] = resources.builtin_resources()
+        self.pod_logs: dict[tuple[str, str], str] = {}
+        self.faults: list[faults.Fault] = []
+        self.requests: list[Request] = []
+        self.errors: list[Exception] = []
+        self.observers: list[Observer] = []
+        self._rv = 0
+        #: ``{resource: {(namespace, name): object}}`` of live objects, in creation order.
+        self._store: dict[Resource, dict[tuple[str | None, str], dict[str, Any]]] = {}
+        self._history: dict[Resource, collections.deque[tuple[int, dict[str, Any]]]] = {}
+        self._history_floor: dict[Resource, int] = {}
+        self._schemas: dict[Resource, dict[str, Any] | None] = {}
+        #: the queues of the open watches, by resource; None in a queue ends its watch (:meth:`end_watches`)
+        self._watchers: dict[Resource, set[asyncio.Queue[dict[str, Any] | None]]] = {}
+        for ns in DEFAULT_NAMESPACES:
+            body = {"metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+            self._commit(NAMESPACES, None, ns, self._new_object(NAMESPACES, None, body), "ADDED")
 
-    def __attrs_post_init__(self) -> None:
-        super().__attrs_post_init__()
-        with warnings.catch_warnings():  # kmock 0.8 reads its bundle with a deprecated importlib call
-            warnings.simplefilter("ignore", DeprecationWarning)
-            self.resources.load_bundled()
+    # ------------------------------------------------------------------ serving
+    async def handle(self, request: Request) -> Reply | Stream:
+        """Serve one request: a resource request by its verb, else discovery.
 
-    async def __aenter__(self) -> Self:  # noqa: D105
-        entered = await super().__aenter__()
-        async with self._lock:
-            for ns in DEFAULT_NAMESPACES:
-                if (NAMESPACES, None, ns) not in self.objects:
-                    await self._commit(
-                        NAMESPACES,
-                        None,
-                        ns,
-                        self._new_object(
-                            NAMESPACES,
-                            None,
-                            {
-                                "metadata": {"name": ns},
-                                "spec": {"finalizers": ["kubernetes"]},
-                                "status": {"phase": "Active"},
-                            },
-                        ),
-                        "ADDED",
-                    )
-        return entered
-
-    # ------------------------------------------------------------------ request parsing
-    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        """Serve one HTTP request: kmock's ``RawHandler.__call__`` with this module's URL parser.
-
-        kmock 0.8 parses ``/api/v1/namespaces`` as an incomplete namespace prefix and fails;
-        here the request is parsed by :func:`semantics.parse_api_path`, then handled by kmock.
+        Raises:
+            Exception: a bug of the sandbox (the server answers 500 and records it).
         """
-        await raw_request.read()
-        raw_response: aiohttp.web.StreamResponse | None = None
-        try:
-            request = await self._parse(raw_request, request_id=len(self._requests))
-            self._requests.append(request)
-            try:
-                return await self._handle(request)
-            except rendering.StreamingError as e:  # a watch failed after its headers went out
-                raw_response = e.args[0]
-                if isinstance(e.__cause__, _WatchCutError):  # an injected cut: the connection is gone
-                    return raw_response
-                raise (e.__cause__ or e) from None
-        except Exception as e:  # kmock's contract: record, answer 500, re-raise at exit (strict)
-            if not self._errors:
-                raise
-            self._errors[-1].append(e)
-            if raw_response is None or not raw_response.prepared:
-                return await self._render_error(e)
-            await self._stream_error(e, raw_response)
-            await raw_response.write_eof()
-            return raw_response
-
-    @staticmethod
-    async def _parse(raw_request: aiohttp.web.BaseRequest, *, request_id: int) -> rendering.Request:
-        body = await raw_request.read()
-        text = body.decode("utf-8", errors="replace")
-        try:
-            data = json.loads(text) if text else None
-        except ValueError:
-            data = None
-        p = semantics.parse_api_path(raw_request.path)
-        resource = None if p.group is None else kmock.resource(group=p.group, version=p.version, plural=p.plural)
-        method = raw_request.method.upper()
-        action = None
-        if p.is_resource:
-            if method == "GET":
-                action = (
-                    enums.action.WATCH
-                    if raw_request.query.get("watch") in ("true", "1")
-                    else enums.action.FETCH
-                    if p.name
-                    else enums.action.LIST
-                )
-            elif method == "POST" and not p.name:
-                action = enums.action.CREATE
-            elif method in ("PATCH", "PUT") and p.name:
-                action = enums.action.UPDATE
-            elif method == "DELETE" and p.name:
-                action = enums.action.DELETE
-        return rendering.Request(
-            id=request_id,
-            raw_request=raw_request,
-            url=raw_request.url,
-            method=raw_request.method,
-            params=dict(raw_request.query),
-            headers=dict(raw_request.headers),
-            cookies=dict(raw_request.cookies),
-            data=data,
-            body=body,
-            text=text,
-            action=action,
-            resource=resource,
-            namespace=p.namespace,
-            name=p.name,
-            subresource=p.subresource,
+        self.requests.append(request)
+        if request.resource is None or request.verb is None:
+            return self._discovery(request)
+        info = self.resources.get(request.resource)
+        if info is None:  # a surprise for the code under test: strict mode reports it
+            return self._surprise(UnknownResourceError(f"{request.method} {request.path}: no such resource"))
+        fault = faults.first_match(
+            self.faults, request.verb, request.resource.plural, request.subresource, request.namespace
         )
+        if fault is not None and not fault.cut_watch:
+            code, payload, headers = fault.answer(request.name)
+            return Reply(code, payload, headers)
+        if request.verb == "watch":
+            return Stream(self._serve_watch(request), cut=fault is not None)
+        serve = {
+            "list": self._serve_list,
+            "get": self._serve_fetch,
+            "create": self._serve_create,
+            "update": self._serve_update,
+            "delete": self._serve_delete,
+        }[request.verb]
+        return serve(request, info)
 
-    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
-        """Serve resource requests with the ``_serve_*`` methods below; everything else (discovery,
-        non-API paths) with kmock's reactions.
+    def _surprise(self, error: SandboxSurpriseError) -> Reply:
+        if self.strict:
+            self.errors.append(error)
+        return _status(404, "NotFound", str(error))
 
-        Each answer is rendered through a fresh :class:`kmock.Response`: kmock 0.8 copies a
-        nested Response's status and headers onto the shared fallback reaction, so one 404 (or a
-        ``text/plain`` log) would otherwise stick to every later answer of that reaction. This
-        also skips ``KubernetesEmulator._handle``'s as-posted object tracking.
-        """
-        servers: dict[enums.action | None, Callable[[rendering.Request], Any]] = {
-            enums.action.LIST: self._serve_list,
-            enums.action.WATCH: self._serve_watch,
-            enums.action.FETCH: self._serve_fetch,
-            enums.action.CREATE: self._serve_create,
-            enums.action.UPDATE: self._serve_update,
-            enums.action.DELETE: self._serve_delete,
-        }
-        serve = servers.get(request.action) if request.resource is not None and request.resource.plural else None
-        if serve is None:
-            return await apps.RawHandler._handle(self, request)
-        fault = next((f for f in self.faults if f.matches(request)), None)
-        if fault is not None:
-            fault.hits += 1
-            if not fault.cut_watch:
-                return await fault.response(request)(request)
-        result = serve(request)
-        if inspect.isasyncgen(result):  # a watch
-            stream: AsyncIterator[Any] = _cut_after_half_an_event(result, request) if fault is not None else result
-            return await kmock.Response(payload=stream)(request)
-        result = await result
-        if not isinstance(result, kmock.Response):
-            result = kmock.Response(status=200, payload=result)
-        return await result(request)
+    def _discovery(self, request: Request) -> Reply:
+        if request.method != "GET":
+            return self._surprise(UnknownEndpointError(f"{request.method} {request.path}: not served"))
+        path = request.path.rstrip("/") or "/"
+        parsed = semantics.parse_api_path(path)
+        parts = [p for p in path.split("/") if p]
+        document: dict[str, Any] | None = None
+        if path == "/":
+            document = resources.root_paths(self.resources)
+        elif path == "/version":
+            document = dict(resources.SERVER_VERSION)
+        elif path == "/api":
+            document = resources.api_versions()
+        elif path == "/apis":
+            document = resources.api_group_list(self.resources)
+        elif parts[0] == "apis" and len(parts) == 2:
+            document = resources.api_group(self.resources, parts[1])
+        elif parsed.group is not None and parsed.version and not parsed.is_resource and len(parts) <= 3:
+            document = resources.api_resource_list(self.resources, parsed.group, parsed.version)
+        elif path in ABSENT_PATHS:
+            return _status(404, "NotFound", f"{path}: this sandbox publishes no OpenAPI documents")
+        if document is None:
+            return self._surprise(UnknownEndpointError(f"GET {request.path}: no such path"))
+        return Reply(200, document)
+
+    def end_watches(self) -> None:
+        """End every open watch (the API server stopping closes its streams; clients watch anew)."""
+        for queues in self._watchers.values():
+            for queue in queues:
+                queue.put_nowait(None)
 
     # ------------------------------------------------------------------ helpers
-    def _info(self, res: Any) -> kmock.ResourceInfo | None:
-        return self.resources[res] if res in self.resources else None
+    def _get(self, res: Resource, ns: str | None, name: str) -> dict[str, Any] | None:
+        obj = (self._store.get(res) or {}).get((ns, name))
+        return semantics.clone(obj) if obj is not None else None
 
-    def _known(self, request: rendering.Request) -> kmock.ResourceInfo:
-        info = self._info(request.resource)
-        if info is None:  # a surprise for the code under test: strict mode reports it
-            raise kmock.KubernetesResourceNotFoundError()
-        return info
-
-    def _get(self, res: Any, ns: str | None, name: str) -> dict[str, Any] | None:
-        key = (res, ns, name)
-        if key not in self.objects or self.objects[key].deleted:
-            return None
-        return semantics.clone(self.objects[key].raw)
-
-    def _live(self, res: Any, keep: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
-        """Copies of the live objects of ``res`` for which ``keep`` is true, in creation order.
-
-        The filter reads the stored objects and only what it keeps is copied, through the
-        per-resource index :attr:`_live_index`: a list or watch costs O(objects of that
-        resource) comparisons and O(objects returned) copies, not a copy of every object stored.
+    def _live(self, res: Resource, keep: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+        """Copies of the live objects of ``res`` for which ``keep`` is true, in creation order (the
+        filter reads the stored objects; only what it keeps is copied).
         """
-        index = self._live_index.get(res) or {}
-        return [semantics.clone(raw) for raw in (obj.raw for obj in index.values()) if keep is None or keep(raw)]
+        return [semantics.clone(o) for o in (self._store.get(res) or {}).values() if keep is None or keep(o)]
 
-    def _new_object(self, res: Any, ns: str | None, body: dict[str, Any]) -> dict[str, Any]:
-        info = self._info(res)
+    def get(self, res: Resource, ns: str | None, name: str) -> dict[str, Any] | None:
+        """A copy of the stored object, or None."""
+        return self._get(res, ns, name)
+
+    def objects(self, res: Resource, ns: str | None = None) -> list[dict[str, Any]]:
+        """Copies of the live objects of ``res`` (in ``ns`` when given), in creation order."""
+        return self._live(res, None if ns is None else lambda o: o["metadata"].get("namespace") == ns)
+
+    def _new_object(self, res: Resource, ns: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        info = self.resources.get(res)
         obj = semantics.clone(body)
-        obj["apiVersion"] = f"{res.group}/{res.version}" if res.group else res.version
+        obj["apiVersion"] = res.api_version
         obj["kind"] = info.kind if info and info.kind else res.plural.capitalize()
         meta = obj.setdefault("metadata", {})
-        for field in ("resourceVersion", "deletionTimestamp", "selfLink"):
-            meta.pop(field, None)
+        for name in ("resourceVersion", "deletionTimestamp", "selfLink"):
+            meta.pop(name, None)
         if ns is not None:
             meta["namespace"] = ns
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
         return obj
 
-    async def _commit(
+    def _commit(
         self,
-        res: Any,
+        res: Resource,
         ns: str | None,
         name: str,
         obj: dict[str, Any] | None,
@@ -439,7 +341,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         last: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Store a new state (``obj``) or a deletion (``obj=None``, ``last`` = final state) and
-        publish the watch event. Call with ``self._lock`` held.
+        publish the watch event; returns a copy of what was stored.
         """
         self._rv += 1
         state = obj if obj is not None else last
@@ -447,36 +349,32 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             raise ValueError("_commit: give the new state (obj) or, for a deletion, the final one (last)")
         shown = semantics.clone(state)
         shown["metadata"]["resourceVersion"] = str(self._rv)
-        key = (res, ns, name)
-        live = self._live_index.setdefault(res, {})
+        live = self._store.setdefault(res, {})
         if obj is None:
-            self.objects[key].delete()
             live.pop((ns, name), None)
         else:
-            if key in self.objects:
-                self.objects[key].history.append(semantics.clone(shown))
-            else:
-                self.objects[key] = semantics.clone(shown)
-            if (ns, name) not in live:
-                live[(ns, name)] = self.objects[key]
-        event = {"type": kind, "object": shown}
+            live[(ns, name)] = shown
+        event = {"type": kind, "object": semantics.clone(shown)}
         history = self._history.setdefault(res, collections.deque())
         history.append((self._rv, event))
         while len(history) > self.history_limit:
             self._history_floor[res] = history.popleft()[0]
-        await self._buses[res].put(semantics.clone(event))
+        for queue in self._watchers.get(res, ()):
+            queue.put_nowait(event)
+        for observe in self.observers:
+            observe(kind, res, shown)
         return semantics.clone(shown)
 
-    def _selectors(self, request: rendering.Request) -> tuple[list[semantics.Requirement], list[semantics.Requirement]]:
+    def _selectors(self, request: Request) -> tuple[list[semantics.Requirement], list[semantics.Requirement]]:
         return (
-            semantics.parse_label_selector(request.params.get("labelSelector")),
-            semantics.parse_field_selector(request.params.get("fieldSelector")),
+            semantics.parse_label_selector(request.query.get("labelSelector")),
+            semantics.parse_field_selector(request.query.get("fieldSelector")),
         )
 
     @staticmethod
     def _selected(
         obj: dict[str, Any],
-        request: rendering.Request,
+        request: Request,
         labels: list[semantics.Requirement],
         fields: list[semantics.Requirement],
     ) -> bool:
@@ -488,7 +386,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             and semantics.match_fields(obj, fields)
         )
 
-    def _prune(self, res: Any, obj: dict[str, Any]) -> dict[str, Any]:
+    def _prune(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         schema = self._schemas.get(res)
         if not schema:
             return obj
@@ -500,28 +398,17 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 del obj[part]
         return obj
 
-    def _not_found(self, res: Any, name: str) -> kmock.Response:
-        what = f"{res.plural}.{res.group}" if res.group else res.plural
-        return _status(404, "NotFound", f'{what} "{name}" not found', name=name, group=res.group, kind=res.plural)
+    @staticmethod
+    def _not_found(res: Resource, name: str) -> Reply:
+        return _status(
+            404, "NotFound", f'{res.qualified} "{name}" not found', name=name, group=res.group, kind=res.plural
+        )
 
     # ------------------------------------------------------------------ CRDs
     def _register_crd(self, crd: dict[str, Any]) -> None:
-        spec = crd.get("spec", {})
-        names = spec.get("names", {})
-        for version in spec.get("versions", []):
-            if not version.get("served", True):
-                continue
-            res = kmock.resource(spec["group"], version["name"], names["plural"])
-            self.resources[res] = kmock.ResourceInfo(
-                kind=names.get("kind"),
-                singular=names.get("singular") or names.get("kind", "").lower(),
-                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
-                verbs={"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"},
-                shortnames=names.get("shortNames", []),
-                categories=names.get("categories", []),
-                subresources={"status"} if "status" in (version.get("subresources") or {}) else set(),
-            )
-            self._schemas[res] = (version.get("schema") or {}).get("openAPIV3Schema")
+        for res, (info, schema) in resources.crd_resources(crd).items():
+            self.resources[res] = info
+            self._schemas[res] = schema
 
     @staticmethod
     def _crd_status(crd: dict[str, Any]) -> dict[str, Any]:
@@ -548,47 +435,38 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         }
 
     # ------------------------------------------------------------------ reads
-    async def _serve_list(self, request: rendering.Request) -> Any:
-        info = self._known(request)
+    def _serve_list(self, request: Request, info: ResourceInfo) -> Reply:
         res = _resource_of(request)
         try:
             labels, fields = self._selectors(request)
         except ValueError as exc:
             return _status(400, "BadRequest", str(exc))
-        async with self._lock:
-            items = self._live(res, lambda o: self._selected(o, request, labels, fields))
-            rv = self._rv
-        return {
-            "apiVersion": f"{res.group}/{res.version}" if res.group else res.version,
-            "kind": f"{info.kind or (res.plural or '').capitalize()}List",
-            "metadata": {"resourceVersion": str(rv)},
-            "items": items,
-        }
+        items = self._live(res, lambda o: self._selected(o, request, labels, fields))
+        return Reply(
+            200,
+            {
+                "apiVersion": res.api_version,
+                "kind": f"{info.kind}List",
+                "metadata": {"resourceVersion": str(self._rv)},
+                "items": items,
+            },
+        )
 
-    async def _serve_fetch(self, request: rendering.Request) -> Any:
-        self._known(request)
+    def _serve_fetch(self, request: Request, info: ResourceInfo) -> Reply:
         res, name = _resource_of(request), _name_of(request)
-        async with self._lock:
-            obj = self._get(res, request.namespace, name)
+        obj = self._get(res, request.namespace, name)
         if obj is None:
             return self._not_found(res, name)
-        if request.subresource == "log" and request.resource == PODS:
+        if request.subresource == "log" and res == PODS:
             return self._serve_log(request, obj)
         if request.subresource not in (None, "status"):
-            raise kmock.KubernetesEndpointNotFoundError()
-        return obj
+            return self._surprise(UnknownEndpointError(f"GET {request.path}: subresource not served"))
+        return Reply(200, obj)
 
-    async def _serve_version(self, request: rendering.Request) -> Any:
-        """Kmock's APIResourceList, with the core group's ``groupVersion`` as ``v1`` (kmock: ``/v1``)."""
-        payload = await super()._serve_version(request)
-        if isinstance(payload, dict) and str(payload.get("groupVersion", "")).startswith("/"):
-            payload = {**payload, "groupVersion": payload["groupVersion"][1:]}
-        return payload
-
-    def _serve_log(self, request: rendering.Request, pod: dict[str, Any]) -> kmock.Response:
+    def _serve_log(self, request: Request, pod: dict[str, Any]) -> Reply:
         name = pod["metadata"]["name"]
         containers = [c["name"] for c in pod.get("spec", {}).get("containers", [])]
-        container = request.params.get("container") or (containers[0] if len(containers) == 1 else None)
+        container = request.query.get("container") or (containers[0] if len(containers) == 1 else None)
         if container is None:
             return _status(
                 400, "BadRequest", f"a container name must be specified for pod {name}, choose one of: {containers}"
@@ -601,59 +479,50 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             waiting = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
             return _status(400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start: {waiting}')
         text = self.pod_logs.get((pod["metadata"].get("namespace"), name), "")
-        if "tailLines" in request.params:
+        if "tailLines" in request.query:
             lines = text.splitlines(keepends=True)
-            n = int(request.params["tailLines"])
+            n = int(request.query["tailLines"])
             text = "".join(lines[-n:]) if n > 0 else ""
         data = text.encode("utf-8")
-        if "limitBytes" in request.params:
-            data = data[: int(request.params["limitBytes"])]
-        return kmock.Response(status=200, payload=data, headers={"Content-Type": "text/plain"})
+        if "limitBytes" in request.query:
+            data = data[: int(request.query["limitBytes"])]
+        return Reply(200, data, content_type="text/plain")
 
-    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[Any]:
-        self._known(request)
-        yield b""  # send the headers now: a quiet watch is still a watch
+    async def _serve_watch(self, request: Request) -> AsyncIterator[dict[str, Any]]:
+        res = _resource_of(request)
         try:
             labels, fields = self._selectors(request)
         except ValueError as exc:
             yield {"type": "ERROR", "object": _status(400, "BadRequest", str(exc)).payload}
             return
-        res = _resource_of(request)
-        since = request.params.get("resourceVersion") or ""
-        initial_events = request.params.get("sendInitialEvents") == "true"
-        timeout = float(request.params["timeoutSeconds"]) if request.params.get("timeoutSeconds") else None
-        bus = self._buses[res]
-        async with self._lock:  # one lock for the snapshot and the subscription: no event lost
-            marker = await bus.mark()
-            backlog: list[dict[str, Any]]  # watch events: {"type", "object"}
-            if since in ("", "0") or initial_events:
-                backlog = [
-                    {"type": "ADDED", "object": o}
-                    for o in self._live(res, lambda o: self._selected(o, request, labels, fields))
-                ]
-                if initial_events:
-                    backlog.append(
-                        {
-                            "type": "BOOKMARK",
-                            "object": {
-                                "kind": self._known(request).kind,
-                                "apiVersion": f"{res.group}/{res.version}".lstrip("/"),
-                                "metadata": {
-                                    "resourceVersion": str(self._rv),
-                                    "annotations": {"k8s.io/initial-events-end": "true"},
-                                },
-                            },
-                        }
-                    )
-            elif int(since) < self._history_floor.get(res, 0):
-                backlog = [
-                    {
-                        "type": "ERROR",
-                        "object": _status(410, "Expired", f"too old resource version: {since} ({self._rv})").payload,
-                    }
-                ]
-            else:
-                backlog = [semantics.clone(ev) for rv, ev in self._history.get(res, ()) if rv > int(since)]
+        since = request.query.get("resourceVersion") or ""
+        initial_events = request.query.get("sendInitialEvents") == "true"
+        timeout = float(request.query["timeoutSeconds"]) if request.query.get("timeoutSeconds") else None
+        # The snapshot and the subscription are taken without an await in between: no event is lost.
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._watchers.setdefault(res, set()).add(queue)
+        backlog: list[dict[str, Any]]  # watch events: {"type", "object"}
+        if since in ("", "0") or initial_events:
+            backlog = [
+                {"type": "ADDED", "object": o}
+                for o in self._live(res, lambda o: self._selected(o, request, labels, fields))
+            ]
+            if initial_events:
+                info = self.resources[res]
+                bookmark = {
+                    "kind": info.kind,
+                    "apiVersion": res.api_version,
+                    "metadata": {
+                        "resourceVersion": str(self._rv),
+                        "annotations": {"k8s.io/initial-events-end": "true"},
+                    },
+                }
+                backlog.append({"type": "BOOKMARK", "object": bookmark})
+        elif int(since) < self._history_floor.get(res, 0):
+            gone = _status(410, "Expired", f"too old resource version: {since} ({self._rv})").payload
+            backlog = [{"type": "ERROR", "object": gone}]
+        else:
+            backlog = [semantics.clone(ev) for rv, ev in self._history.get(res, ()) if rv > int(since)]
         try:
             for event in backlog:
                 if event["type"] in ("ERROR", "BOOKMARK") or self._selected(event["object"], request, labels, fields):
@@ -661,17 +530,16 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 if event["type"] == "ERROR":
                     return
             async with asyncio.timeout(timeout):
-                async for event in bus.stream(since=marker):
-                    if self._selected(event["object"], request, labels, fields):
-                        yield event
+                while (live := await queue.get()) is not None:
+                    if self._selected(live["object"], request, labels, fields):
+                        yield live
         except TimeoutError:
             return
         finally:
-            await bus.unmark(marker)
+            self._watchers[res].discard(queue)
 
     # ------------------------------------------------------------------ writes
-    async def _serve_create(self, request: rendering.Request) -> Any:
-        info = self._known(request)
+    def _serve_create(self, request: Request, info: ResourceInfo) -> Reply:
         res, body = _resource_of(request), request.data
         if not isinstance(body, dict):
             return _status(400, "BadRequest", "the request body must be a JSON object")
@@ -688,38 +556,36 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
         name = meta.get("name") or ""
-        kind = info.kind or res.plural or ""
+        kind = info.kind or res.plural
         errors = semantics.validate_metadata(body, dns1035_name=res.plural == "services" and not res.group)
         if errors:
             return _invalid(kind, name, errors, kind)
-        async with self._lock:
-            namespace = self._get(NAMESPACES, None, ns) if ns is not None else None
-            if ns is not None and namespace is None:
-                return _status(404, "NotFound", f'namespaces "{ns}" not found', name=ns, kind="namespaces")
-            if res == PODS and (enforced := podsecurity.enforced_level(namespace)) is not None:
-                found = podsecurity.violations(body.get("spec") or {}, enforced[0])
-                if found:
-                    message = podsecurity.admission_message(name, *enforced, found)
-                    return _status(403, "Forbidden", message, name=name, kind="pods")
-            if self._get(res, ns, name) is not None:
-                what = f"{res.plural}.{res.group}" if res.group else res.plural
-                return _status(409, "AlreadyExists", f'{what} "{name}" already exists', name=name, kind=res.plural)
-            obj = self._new_object(res, ns, body)
-            if "status" in info.subresources:
-                obj.pop("status", None)
-            if res == PODS:
-                obj["status"] = {"phase": "Pending", "qosClass": "Burstable"}
-            if res == CRDS:
-                self._register_crd(obj)
-                obj["status"] = self._crd_status(obj)
-            obj = self._prune(res, obj)
-            errors = semantics.schema_errors(obj, self._schemas.get(res))
-            if errors:
-                return _invalid(f"{kind}.{res.group}", name, errors, kind)
-            shown = await self._commit(res, ns, name, obj, "ADDED")
-        return kmock.Response(status=201, payload=shown)
+        namespace = self._get(NAMESPACES, None, ns) if ns is not None else None
+        if ns is not None and namespace is None:
+            return _status(404, "NotFound", f'namespaces "{ns}" not found', name=ns, kind="namespaces")
+        if res == PODS and (enforced := podsecurity.enforced_level(namespace)) is not None:
+            found = podsecurity.violations(body.get("spec") or {}, enforced[0])
+            if found:
+                message = podsecurity.admission_message(name, *enforced, found)
+                return _status(403, "Forbidden", message, name=name, kind="pods")
+        if (self._store.get(res) or {}).get((ns, name)) is not None:
+            return _status(409, "AlreadyExists", f'{res.qualified} "{name}" already exists', name=name, kind=res.plural)
+        obj = self._new_object(res, ns, body)
+        if "status" in info.subresources:
+            obj.pop("status", None)
+        if res == PODS:
+            obj["status"] = {"phase": "Pending", "qosClass": "Burstable"}
+        if res == CRDS:
+            self._register_crd(obj)
+            obj["status"] = self._crd_status(obj)
+        obj = self._prune(res, obj)
+        errors = semantics.schema_errors(obj, self._schemas.get(res))
+        if errors:
+            return _invalid(f"{kind}.{res.group}", name, errors, kind)
+        return Reply(201, self._commit(res, ns, name, obj, "ADDED"))
 
-    def _apply_patch(self, request: rendering.Request, current: dict[str, Any]) -> dict[str, Any] | kmock.Response:
+    @staticmethod
+    def _apply_patch(request: Request, current: dict[str, Any]) -> dict[str, Any] | Reply:
         content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip()
         body = request.data
         if request.method == "PUT":
@@ -728,7 +594,7 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             try:
                 new = jsonpatch.apply_patch(current, body)
             except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
-                # kopf relies on this 422 for its resourceVersion `test` (kmock 0.8 answers 500)
+                # kopf relies on this 422 for its resourceVersion `test`
                 return _status(422, "Invalid", f"the server rejected our request due to an error in our request: {exc}")
         elif content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
             new = semantics.merge_patch(current, body)
@@ -753,91 +619,87 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
             )
         return new
 
-    async def _serve_update(self, request: rendering.Request) -> Any:
-        info = self._known(request)
+    def _serve_update(self, request: Request, info: ResourceInfo) -> Reply:
         res, ns, name, sub = _resource_of(request), request.namespace, _name_of(request), request.subresource
         if sub not in (None, "status") or (sub == "status" and "status" not in info.subresources):
-            raise kmock.KubernetesEndpointNotFoundError()
-        async with self._lock:
-            current = self._get(res, ns, name)
-            if current is None:
-                return self._not_found(res, name)
-            new = self._apply_patch(request, current)
-            if isinstance(new, kmock.Response):
-                return new
-            if "status" in info.subresources:  # /status changes only status; the main object never
-                if sub == "status":
-                    new = {**current, "status": new.get("status")}
-                else:
-                    new["status"] = current.get("status")
-                if new.get("status") is None:
-                    new.pop("status", None)
-            meta = new.setdefault("metadata", {})
-            for field in (
-                "name",
-                "namespace",
-                "uid",
-                "creationTimestamp",
-                "generation",
-                "resourceVersion",
-                "deletionTimestamp",
-            ):
-                if field in current["metadata"]:
-                    meta[field] = current["metadata"][field]
-                else:
-                    meta.pop(field, None)
-            new["apiVersion"], new["kind"] = current["apiVersion"], current["kind"]
-            errors = semantics.validate_metadata(new, dns1035_name=res.plural == "services" and not res.group)
-            if res == PODS and _pod_spec_without_mutables(new.get("spec")) != _pod_spec_without_mutables(
-                current.get("spec")
-            ):
-                errors.append(
-                    "spec: Forbidden: pod updates may not change fields other than "
-                    "`spec.containers[*].image`, `spec.initContainers[*].image`, "
-                    "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing "
-                    "tolerations)"
-                )
-            if errors:
-                return _invalid(current["kind"], name, errors, current["kind"])
-            new = self._prune(res, new)
-            errors = semantics.schema_errors(new, self._schemas.get(res))
-            if errors:
-                return _invalid(current["kind"], name, errors, current["kind"])
-            if new == current:
-                return current  # a write that changes nothing: same resourceVersion, no watch event
-            if _spec_part(new) != _spec_part(current):
-                meta["generation"] = current["metadata"].get("generation", 1) + 1
-            if res == CRDS:
-                self._register_crd(new)
-            if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-                return await self._delete_now(res, ns, name, new)
-            return await self._commit(res, ns, name, new, "MODIFIED")
+            return self._surprise(UnknownEndpointError(f"{request.method} {request.path}: subresource not served"))
+        current = self._get(res, ns, name)
+        if current is None:
+            return self._not_found(res, name)
+        new = self._apply_patch(request, current)
+        if isinstance(new, Reply):
+            return new
+        if "status" in info.subresources:  # /status changes only status; the main object never
+            if sub == "status":
+                new = {**current, "status": new.get("status")}
+            else:
+                new["status"] = current.get("status")
+            if new.get("status") is None:
+                new.pop("status", None)
+        meta = new.setdefault("metadata", {})
+        for key in (
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "resourceVersion",
+            "deletionTimestamp",
+        ):
+            if key in current["metadata"]:
+                meta[key] = current["metadata"][key]
+            else:
+                meta.pop(key, None)
+        new["apiVersion"], new["kind"] = current["apiVersion"], current["kind"]
+        errors = semantics.validate_metadata(new, dns1035_name=res.plural == "services" and not res.group)
+        if res == PODS and _pod_spec_without_mutables(new.get("spec")) != _pod_spec_without_mutables(
+            current.get("spec")
+        ):
+            errors.append(
+                "spec: Forbidden: pod updates may not change fields other than "
+                "`spec.containers[*].image`, `spec.initContainers[*].image`, "
+                "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing "
+                "tolerations)"
+            )
+        if errors:
+            return _invalid(current["kind"], name, errors, current["kind"])
+        new = self._prune(res, new)
+        errors = semantics.schema_errors(new, self._schemas.get(res))
+        if errors:
+            return _invalid(current["kind"], name, errors, current["kind"])
+        if new == current:
+            return Reply(200, current)  # a write that changes nothing: same resourceVersion, no watch event
+        if _spec_part(new) != _spec_part(current):
+            meta["generation"] = current["metadata"].get("generation", 1) + 1
+        if res == CRDS:
+            self._register_crd(new)
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return Reply(200, self._delete_now(res, ns, name, new))
+        return Reply(200, self._commit(res, ns, name, new, "MODIFIED"))
 
-    async def _delete_now(
-        self, res: Any, ns: str | None, name: str, last: dict[str, Any], orphan: bool = False
+    def _delete_now(
+        self, res: Resource, ns: str | None, name: str, last: dict[str, Any], orphan: bool = False
     ) -> dict[str, Any]:
         """Remove an object and, like the garbage collector, its dependents (unless ``orphan``,
-        ``propagationPolicy: Orphan``). Lock held.
+        ``propagationPolicy: Orphan``).
         """
-        shown = await self._commit(res, ns, name, None, "DELETED", last=last)
+        shown = self._commit(res, ns, name, None, "DELETED", last=last)
         uid = last["metadata"].get("uid")
-        for (r, n, nm), obj in list(self.objects.items()):
-            if obj.deleted or (orphan and res != NAMESPACES):
-                continue
-            raw = obj.raw
-            owned = any(ref.get("uid") == uid for ref in raw["metadata"].get("ownerReferences") or [])
-            if owned or (res == NAMESPACES and n == name):
-                await self._mark_or_delete(r, n, nm, semantics.clone(raw))
+        for r, objects in list(self._store.items()):
+            if orphan and res != NAMESPACES:
+                break
+            for (n, nm), raw in list(objects.items()):
+                owned = any(ref.get("uid") == uid for ref in raw["metadata"].get("ownerReferences") or [])
+                if (owned or (res == NAMESPACES and n == name)) and (n, nm) in objects:
+                    self._mark_or_delete(r, n, nm, semantics.clone(raw))
         if res == CRDS:
-            for version in last.get("spec", {}).get("versions", []):
-                gone = kmock.resource(last["spec"]["group"], version["name"], last["spec"]["names"]["plural"])
-                if gone in self.resources:
-                    del self.resources[gone]
+            for gone in resources.crd_resources(last):
+                self.resources.pop(gone, None)
                 self._schemas.pop(gone, None)
         return shown
 
-    async def _mark_or_delete(
-        self, res: Any, ns: str | None, name: str, obj: dict[str, Any], orphan: bool = False
+    def _mark_or_delete(
+        self, res: Resource, ns: str | None, name: str, obj: dict[str, Any], orphan: bool = False
     ) -> dict[str, Any]:
         meta = obj["metadata"]
         if meta.get("finalizers"):
@@ -845,36 +707,52 @@ class FaithfulKubernetes(kmock.KubernetesEmulator):
                 return obj
             meta["deletionTimestamp"] = now_rfc3339()
             meta["deletionGracePeriodSeconds"] = 0
-            return await self._commit(res, ns, name, obj, "MODIFIED")
-        return await self._delete_now(res, ns, name, obj, orphan)
+            return self._commit(res, ns, name, obj, "MODIFIED")
+        return self._delete_now(res, ns, name, obj, orphan)
 
-    async def _serve_delete(self, request: rendering.Request) -> Any:
-        self._known(request)
+    def _serve_delete(self, request: Request, info: ResourceInfo) -> Reply:
         res, ns, name = _resource_of(request), request.namespace, _name_of(request)
-        async with self._lock:
-            current = self._get(res, ns, name)
-            if current is None:
-                return self._not_found(res, name)
-            options = request.data if isinstance(request.data, dict) else {}
-            policy = request.params.get("propagationPolicy") or options.get("propagationPolicy")
-            return await self._mark_or_delete(res, ns, name, current, orphan=policy == "Orphan")
+        current = self._get(res, ns, name)
+        if current is None:
+            return self._not_found(res, name)
+        options = request.data if isinstance(request.data, dict) else {}
+        policy = request.query.get("propagationPolicy") or options.get("propagationPolicy")
+        return Reply(200, self._mark_or_delete(res, ns, name, current, orphan=policy == "Orphan"))
 
     # ------------------------------------------------------------------ for the kubelet stand-in
-    async def write_status(
-        self, res: Any, ns: str | None, name: str, status: dict[str, Any], spec_changes: dict[str, Any] | None = None
+    def write_status(
+        self,
+        res: Resource,
+        ns: str | None,
+        name: str,
+        status: dict[str, Any],
+        spec_changes: dict[str, Any] | None = None,
     ) -> dict[str, Any] | None:
         """Replace an object's ``status`` (and merge ``spec_changes``, e.g. the scheduler's
         ``nodeName``) as the control plane's own components do; None when the object is gone.
         Emits MODIFIED only when something changed.
         """
-        async with self._lock:
-            current = self._get(res, ns, name)
-            if current is None:
-                return None
-            new = semantics.clone(current)
-            new["status"] = semantics.clone(status)
-            if spec_changes:
-                new["spec"] = semantics.merge_patch(new.get("spec"), spec_changes)
-            if new == current:
-                return current
-            return await self._commit(res, ns, name, new, "MODIFIED")
+        current = self._get(res, ns, name)
+        if current is None:
+            return None
+        new = semantics.clone(current)
+        new["status"] = semantics.clone(status)
+        if spec_changes:
+            new["spec"] = semantics.merge_patch(new.get("spec"), spec_changes)
+        if new == current:
+            return current
+        return self._commit(res, ns, name, new, "MODIFIED")
+
+
+def _resource_of(request: Request) -> Resource:
+    """The request's resource: set for every request :meth:`FaithfulKubernetes.handle` serves by verb."""
+    if request.resource is None:  # pragma: no cover - handle() checks
+        raise UnknownResourceError(f"{request.method} {request.path}: no resource")
+    return request.resource
+
+
+def _name_of(request: Request) -> str:
+    """The object name of a fetch, update or delete (their verbs need a named path)."""
+    if request.name is None:  # pragma: no cover - request_verb() checks
+        raise UnknownEndpointError(f"{request.method} {request.path}: no object name")
+    return request.name

@@ -29,7 +29,6 @@ from kvpilot.text.numbers import noun
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 ENFORCE_VERSION_LABEL = "pod-security.kubernetes.io/enforce-version"
-LEVELS = ("privileged", "baseline", "restricted")
 
 #: Capabilities the baseline level lets a container add (``capabilities_allowed_1_0``).
 BASELINE_CAPABILITIES = frozenset(

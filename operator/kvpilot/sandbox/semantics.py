@@ -1,10 +1,10 @@
-"""Pure pieces of Kubernetes API-server behaviour the sandbox needs (no I/O, no kmock).
+"""Pure pieces of Kubernetes API-server behaviour the sandbox needs (no I/O).
 
 Each function mirrors one documented behaviour of a real API server, so the emulator in
 :mod:`kvpilot.sandbox.emulator` stays a thin layer of plumbing:
 
 - :func:`parse_api_path` — URL → (group, version, plural, namespace, name, subresource),
-  including ``/api/v1/namespaces`` and ``/api/v1/namespaces/NAME`` that kmock 0.8 mis-parses;
+  including the cluster-scoped ``/api/v1/namespaces`` and ``/api/v1/namespaces/NAME`` themselves;
 - :func:`parse_label_selector` / :func:`match_labels` and :func:`parse_field_selector` /
   :func:`match_fields` — the selector grammar of ``k8s.io/apimachinery/pkg/labels`` and
   ``pkg/fields`` (equality ``=``/``==``/``!=``, set-based ``in``/``notin``/``key``/``!key``);
@@ -61,8 +61,8 @@ def parse_api_path(path: str) -> ApiPath:
     """Parse an API path such as ``/apis/kvpilot.dev/v1alpha1/namespaces/ns/vllmservers/x/status``.
 
     Handles the cluster-scoped ``namespaces`` resource itself: ``/api/v1/namespaces`` (list) and
-    ``/api/v1/namespaces/NAME[/status|finalize]`` (one namespace), which kmock 0.8's parser
-    treats as a namespace prefix (and fails on). Discovery paths (``/api``, ``/apis/g/v``) have
+    ``/api/v1/namespaces/NAME[/status|finalize]`` (one namespace), which a parser looking for the
+    ``namespaces/NS/`` prefix would take for an incomplete one. Discovery paths (``/api``, ``/apis/g/v``) have
     ``plural=None``; non-API paths return an empty :class:`ApiPath`.
     """
     parts = [p for p in path.strip("/").split("/") if p]
@@ -250,8 +250,8 @@ _IMMUTABLE = (str, int, float, bool)
 
 def clone(value: _T) -> _T:
     """A deep copy of JSON-shaped data (dicts, lists, strings, numbers, booleans, None): what
-    ``copy.deepcopy`` returns for it, about 3.5x faster (no memo: decoded JSON shares no parts and
-    has no cycles; 24 against 87 us for a rendered vLLM Pod). Any other value is deep-copied.
+    ``copy.deepcopy`` returns for it, without deepcopy's memo (decoded JSON shares no parts and has
+    no cycles), so faster (docs/performance.md, "What the code's choices bought"). Any other value is deep-copied.
     """
     kind = type(value)
     if kind is dict:

@@ -29,12 +29,11 @@ UNKNOWN = "unknown"
 UNBOUNDED = "unbounded"
 
 GIB = 2**30
-MIB = 2**20
-KIB = 2**10
 
 
 def _finite(value: float | int | None) -> TypeGuard[float | int]:
-    return value is not None and not isinstance(value, bool) and math.isfinite(value)
+    # an int is finite however large (math.isfinite would convert it to a float: OverflowError past ~1e308)
+    return value is not None and not isinstance(value, bool) and (isinstance(value, int) or math.isfinite(value))
 
 
 def number(
@@ -90,7 +89,7 @@ def significant(value: float | int | None, digits: int = 3, unit: str = "", *, m
     get the decimals their magnitude needs (``0.0123``, ``2.5``), trailing zeros dropped, at most
     ``max_decimals``.
     """
-    if not _finite(value) or value == 0 or float(value).is_integer():
+    if not _finite(value) or value == 0 or isinstance(value, int) or value.is_integer():
         return number(value, 0, unit)
     magnitude = math.floor(math.log10(abs(value)))
     decimals = min(max_decimals, max(0, digits - 1 - magnitude))

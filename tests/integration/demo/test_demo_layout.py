@@ -75,3 +75,41 @@ def test_verbose_shows_evidence_and_the_status_as_yaml(outputs):
     assert "evidence" in text and "Little's law" in text  # the max_num_seqs recommendation's arithmetic
     summary = "\n".join(outputs[(80, False)])
     assert "-o yaml" not in summary and "Little's law" not in summary  # the summary does not claim it
+
+
+def _status_yaml(lines: list[str]) -> str:
+    """The verbose status section: from ``status:`` to the next section's rule."""
+    start = lines.index("status:")
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("─"))
+    return "\n".join(lines[start:end])
+
+
+def test_verbose_status_is_yaml_that_reads_back_whole(outputs):
+    import json
+
+    import yaml
+
+    status = yaml.safe_load(_status_yaml(outputs[(80, True)]))["status"]
+    assert status["phase"] == "Ready" and status["kvCacheTokens"] == 21520
+    # kopf's record is a JSON string with no space: folded over lines, never cut at the edge
+    digest = json.loads(status["kopf"]["last-handled-digest"])
+    assert set(digest) == {"sha256"} and len(digest["sha256"]) == 64
+
+
+#: a line ending in a figure and the next starting with its unit ("(-0.07" / "%)")
+_FIGURE_UNIT_SPLIT = re.compile(r"\d[ ]*\n[ ]*(?:%|s|ms|B|KiB|MiB|GiB|GB)(?![\w%])")
+
+
+@pytest.mark.parametrize("key", [(80, False), (80, True)], ids=["80", "80-verbose"])
+def test_no_figure_is_parted_from_its_unit(outputs, key):
+    text = "\n".join(outputs[key])
+    assert not _FIGURE_UNIT_SPLIT.search(text), _FIGURE_UNIT_SPLIT.search(text)
+
+
+@pytest.mark.parametrize("key", [(80, False), (80, True)], ids=["80", "80-verbose"])
+def test_no_word_a_newcomer_cannot_know(outputs, key):
+    text = " ".join("\n".join(outputs[key]).lower().split())  # a name wrapped over two lines is one name
+    for jargon in ("kmock", "strict", "embedded default"):
+        assert jargon not in text, jargon
+    # the measured run is described; its name appears only as the title of the docs section it points to
+    assert "founding" not in text.replace('docs/engine.md, "the founding measurement"', "")

@@ -32,7 +32,7 @@ from click.testing import CliRunner
 from kvpilot.cli import cli
 from kvpilot.diagnose.signals import SIGNAL_DEFS, compute_signals
 from kvpilot.diagnose.sources.prometheus import PrometheusSource
-from kvpilot.diagnose.sources.recording import load_recording
+from kvpilot.diagnose.sources.recording import read_window
 from tests.integration.diagnose.scenario_flags import EXPECTED, scenario_cli_args
 from tests.support.prom import PrometheusServer, backfill
 from tests.support.vm import VictoriaMetricsServer
@@ -99,7 +99,7 @@ CASES = [(f"scenario_{s}.om", END, 300.0) for s in sorted(EXPECTED)] + [
 
 @pytest.mark.parametrize(("name", "end", "window"), CASES)
 def test_victoriametrics_signals_are_the_replay_with_metricsql_ranges(name, end, window, tmp_path):
-    samples = load_recording(RECORDINGS / name)
+    samples = read_window(RECORDINGS / name, window, end).samples  # what `diagnose --recording` keeps
     with_start = compute_signals(samples, window, end)  # [t - w, t]: Prometheus 2.42
     without_start = compute_signals(samples, window - 0.001, end)  # (t - w, t]: MetricsQL's *_over_time
     fn = {sd.name: sd.fn for sd in SIGNAL_DEFS}

@@ -15,7 +15,7 @@ import pytest
 from kvpilot.diagnose.promql import histogram_quantile
 from kvpilot.diagnose.signals import compute_signals
 from kvpilot.diagnose.sources.prometheus import PrometheusSource
-from kvpilot.diagnose.sources.recording import load_recording
+from kvpilot.diagnose.sources.recording import read_window
 from tests.support.prom import PrometheusServer, backfill
 
 pytestmark = pytest.mark.prometheus
@@ -48,7 +48,7 @@ def _escaped_copy(src: Path, dst: Path) -> Path:
 
 def _compare(recording: Path, end: float, window: float, tmp_path: Path) -> None:
     backfill(recording, tmp_path / "data")
-    replay = compute_signals(load_recording(recording), window, end)
+    replay = compute_signals(read_window(recording, window, end).samples, window, end)
     with PrometheusServer(tmp_path, data_dir=tmp_path / "data") as prom:
         result = PrometheusSource(prom.url).fetch(window, end)
         assert result.notes == []
@@ -114,7 +114,7 @@ def test_the_fit_signals_agree(name, window, tmp_path):
     """
     recording = RECORDINGS / "vllm" / name
     backfill(recording, tmp_path / "data")
-    replay = compute_signals(load_recording(recording), window, SCENARIO_END, fit=True)
+    replay = compute_signals(read_window(recording, window, SCENARIO_END).samples, window, SCENARIO_END, fit=True)
     with PrometheusServer(tmp_path, data_dir=tmp_path / "data") as prom:
         fetched = PrometheusSource(prom.url).fetch_fit(window, SCENARIO_END)
     assert set(fetched) == set(replay)
@@ -136,7 +136,7 @@ def test_the_fit_signals_agree(name, window, tmp_path):
     # the value at the window's start is the recording's sample at end - window (one is written every 10 s)
     start = [
         s.value
-        for s in load_recording(recording)
+        for s in read_window(recording, None).samples
         if s.name == "vllm:num_requests_running" and s.timestamp == SCENARIO_END - window
     ]
     assert [v.fit["running_first"] for v in replay.values()] == start

@@ -1,4 +1,4 @@
-"""Fixtures for the operator on the sandbox API: one kmock server per module, a namespace per test,
+"""Fixtures for the operator on the sandbox API: one sandbox API per module, a namespace per test,
 the real kopf operator in a thread (kopf's ``KopfRunner``), and bounded polling instead of sleeps.
 """
 
@@ -25,7 +25,7 @@ SERVERS = ("kvpilot.dev", "v1alpha1")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxCluster]:
-    """The sandbox API on loopback with the VLLMServer CRD installed (strict kmock)."""
+    """The sandbox API on loopback with the VLLMServer CRD installed (strict: a surprise fails the module)."""
     with SandboxCluster(strict=True) as sandbox:
         kubernetes.client.ApiextensionsV1Api(sandbox.api_client()).create_custom_resource_definition(crd_manifest())
         yield sandbox

@@ -16,6 +16,7 @@ import pytest
 
 from kvpilot.controller.failures import RetryPolicy
 from tests.integration.operator.conftest import SERVERS, wait_for
+from tests.support.waiting import stays_false
 
 SERVER = {
     "apiVersion": "kvpilot.dev/v1alpha1",
@@ -56,7 +57,7 @@ def _warnings(cluster, namespace: str, reason: str) -> list[dict]:
 
 def _requests(cluster, method: str, path_end: str) -> int:
     """How many requests the sandbox received with ``method`` whose path ends with ``path_end``."""
-    return sum(1 for r in cluster.emulator._requests if r.method == method and r.url.path.endswith(path_end))
+    return sum(1 for r in cluster.served() if r.method == method and r.path.endswith(path_end))
 
 
 def _wait_phase(cluster, namespace: str, phase: str, reason: str, timeout: float = 15.0) -> dict:
@@ -86,8 +87,17 @@ def test_unowned_pod_holding_the_name_is_reported_once_not_retried(cluster, api,
         status = _wait_phase(cluster, namespace, "Failed", "NameConflict")
         wait_for(lambda: _warnings(cluster, namespace, "NameConflict"), what="the NameConflict event")
         attempts = _requests(cluster, "POST", "/pods")
-        # permanent: no further create attempts while the operator keeps running (bounded wait, then count)
-        wait_for(lambda: len(cluster.list("v1/events", namespace)) >= 1, what="events")
+        # Permanent: no further create while the operator keeps running. Were it a TemporaryError, kopf
+        # would make FAST's 4 retries 0.1, 0.2, 0.4 and 0.5 s apart: the window is that whole schedule
+        # (1.2 s) plus 1 s of kopf's own latency.
+        window = sum(FAST.delay(retry) for retry in range(FAST.limit)) + 1.0
+        stays_false(
+            lambda: (
+                _requests(cluster, "POST", "/pods") > attempts or len(_warnings(cluster, namespace, "NameConflict")) > 1
+            ),
+            window,
+            what="a retried create",
+        )
     assert f'pod "{POD_NAME}" already exists' in status["message"] and "no controller" in status["message"]
     assert _ready_condition(status)["reason"] == "NameConflict"
     assert attempts == 2  # the squatter (by the test) and the operator's one attempt
@@ -116,6 +126,11 @@ def test_forbidden_pod_reports_the_admission_message(cluster, api, namespace, op
         ("create", "pods", None, 500),
         ("create", "services", None, 503),
         ("create", "services", None, 429),
+        # A 409 on create, then no object of that name (a create that raced a deletion, a stale cache in
+        # front of the API server): transient for every object the operator creates, not Failed/APIRejected
+        # for the 404 of the read that followed the 409 (the Service's case before the fix).
+        ("create", "services", None, 409),
+        ("create", "pods", None, 409),
     ],
 )
 def test_transient_failures_back_off_and_converge(cluster, api, namespace, operator, verb, plural, subresource, code):
@@ -133,6 +148,7 @@ def test_transient_failures_back_off_and_converge(cluster, api, namespace, opera
     assert [p["metadata"]["name"] for p in cluster.list("v1/pods", namespace)] == [POD_NAME]
     assert [s["metadata"]["name"] for s in cluster.list("v1/services", namespace)] == ["qwen"]
     assert any(f"HTTP {code}" in e["message"] and "retry 1 of 4" in e["message"] for e in events)
+    assert not _warnings(cluster, namespace, "APIRejected")
 
 
 @pytest.mark.parametrize("code", [500, 429])
@@ -222,9 +238,37 @@ def test_own_pod_missed_by_a_stale_list_is_adopted(cluster, api, namespace, monk
     events: list[dict] = []
     monkeypatch.setattr(kopf, "event", lambda obj, **event: events.append(event))  # no kopf context here
     controller = Controller(cluster.configuration(), hub=False, retry_policy=FAST)
-    controller._pods = lambda namespace, name, index=None: []  # a stale list or pod index: no pod seen
-    controller.reconcile_server(body=server, namespace=namespace, name="qwen", logger=logging.getLogger("t"))
+    stale_index: dict = {}  # kopf's pod index before the pod's ADDED reached it: no pod seen
+    controller.reconcile_server(
+        body=server, namespace=namespace, name="qwen", logger=logging.getLogger("t"), pods_by_server=stale_index
+    )
     status = _status(cluster, namespace)
     assert status["podName"] == POD_NAME and status["phase"] == "Pending"
     assert len(cluster.list("v1/pods", namespace)) == 1
     assert not [e for e in events if e["type"] == "Warning"]
+
+
+@pytest.mark.parametrize("code", [409, 404])
+def test_a_first_status_write_kopf_could_not_make_is_written_again(cluster, api, namespace, operator, kubelet, code):
+    """A new server's first status rides kopf's patch; kopf neither retries a 409 on it nor notices a
+    404 (it takes the object for deleted). Before, status stayed null for good, even once the pod was
+    Ready; now the pod's next event writes the status the operator computes (here its scheduling),
+    and each transition gets one Event.
+    """
+    fault = cluster.inject("update", "vllmservers", subresource="status", code=code, times=1, namespace=namespace)
+    with operator(retry_policy=FAST):
+        _create(api, namespace)
+        wait_for(lambda: fault.hits == 1, what="the first status write refused")
+        kubelet.unschedulable(namespace, POD_NAME, message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+        status = _wait_phase(cluster, namespace, "Pending", "Unschedulable", timeout=15)
+        kubelet.schedule(namespace, POD_NAME)
+        kubelet.ready(namespace, POD_NAME)
+        ready = _wait_phase(cluster, namespace, "Ready", "Ready", timeout=15)
+        wait_for(lambda: any(e["reason"] == "Ready" for e in cluster.list("v1/events", namespace)), what="Ready")
+    assert status["podName"] == POD_NAME and status["specHash"].startswith(POD_NAME[-5:])
+    assert status["message"] == "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    assert ready["endpoint"] == f"http://qwen.{namespace}.svc:8000"
+    assert [p["metadata"]["name"] for p in cluster.list("v1/pods", namespace)] == [POD_NAME]
+    said = [(e["reason"], e["message"]) for e in cluster.list("v1/events", namespace)]
+    assert len(said) == len(set(said))  # no transition announced twice (the lost patch's Event is not posted)
+    assert [r for r, _ in said].count("Ready") == 1

@@ -1,4 +1,4 @@
-"""The real kopf operator against the sandbox API (kmock with a real server's semantics).
+"""The real kopf operator against the sandbox API (a real API server's semantics).
 
 Each test creates VLLMServers with the kubernetes client, plays the scheduler/kubelet where a
 node would act, and polls the API (bounded) for what the operator must do.
@@ -501,6 +501,21 @@ def test_preflight_reads_the_gpu_memory_label_once_the_pod_is_scheduled(
     assert "21,520 tokens" in after["message"]
 
 
+def _assert_invalid(cluster, api, namespace, operator, body: dict, field: str, words: str) -> None:
+    """The server goes ``Invalid``: a ``Valid=False`` condition and a Warning Event naming ``field``, no pod."""
+    with operator():
+        _create(api, namespace, body)
+        status = wait_for(
+            lambda: _status(cluster, namespace).get("phase") == "Invalid" and _status(cluster, namespace),
+            what="phase Invalid",
+        )
+        event = _wait_event(cluster, namespace, lambda e: e["type"] == "Warning" and field in e["message"])
+    valid = [c for c in status["conditions"] if c["type"] == "Valid"]
+    assert valid and valid[0]["status"] == "False" and field in valid[0]["message"]
+    assert words in event["message"]
+    assert _pods(cluster, namespace) == []
+
+
 def test_an_affinity_the_api_server_refuses_makes_the_server_invalid(cluster, api, namespace, operator):
     """A required node-affinity ``In`` without values (ValidateNodeSelectorRequirement): Invalid, no pod."""
     body = copy.deepcopy(EXPERIMENT)
@@ -512,17 +527,20 @@ def test_an_affinity_the_api_server_refuses_makes_the_server_invalid(cluster, ap
         "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
         ".matchExpressions[0].values"
     )
-    with operator():
-        _create(api, namespace, body)
-        status = wait_for(
-            lambda: _status(cluster, namespace).get("phase") == "Invalid" and _status(cluster, namespace),
-            what="phase Invalid",
-        )
-        event = _wait_event(cluster, namespace, lambda e: e["type"] == "Warning" and field in e["message"])
-    valid = [c for c in status["conditions"] if c["type"] == "Valid"]
-    assert valid and valid[0]["status"] == "False" and field in valid[0]["message"]
-    assert "must be specified when `operator` is 'In' or 'NotIn'" in event["message"]
-    assert _pods(cluster, namespace) == []
+    _assert_invalid(
+        cluster, api, namespace, operator, body, field, "must be specified when `operator` is 'In' or 'NotIn'"
+    )
+
+
+def test_an_env_value_from_the_api_server_refuses_makes_the_server_invalid(cluster, api, namespace, operator):
+    """Two sources in one valueFrom (validateEnvVarValueFrom): Invalid, no pod. Before, the pod create was
+    sent and refused by the API server, and the server ended Failed/APIRejected.
+    """
+    body = copy.deepcopy(EXPERIMENT)
+    sources = {"secretKeyRef": {"name": "a", "key": "k"}, "configMapKeyRef": {"name": "b", "key": "k"}}
+    body["spec"]["env"] = [{"name": "X", "valueFrom": sources}]
+    words = "may not have more than one field specified at a time"
+    _assert_invalid(cluster, api, namespace, operator, body, "spec.env[0].valueFrom", words)
 
 
 def test_a_new_server_costs_four_requests_and_no_read_back(cluster, api, namespace, operator):
@@ -553,11 +571,12 @@ def test_a_new_server_costs_four_requests_and_no_read_back(cluster, api, namespa
             what="the pod events handled",
         )
     prefix = f"/namespaces/{namespace}/"
-    seen = [(r.method, r.url.path.split(prefix, 1)[1]) for r in cluster.emulator._requests if prefix in r.url.path]
+    served = cluster.served()
+    seen = [(r.method, r.path.split(prefix, 1)[1]) for r in served if prefix in r.path]
     for name in names:
         assert seen.count(("PATCH", f"vllmservers/{name}")) == 0  # kopf writes nothing outside status
         assert seen.count(("PATCH", f"vllmservers/{name}/status")) == 1
-        [write] = [r.data for r in cluster.emulator._requests if r.url.path.endswith(f"vllmservers/{name}/status")]
+        [write] = [r.data for r in served if r.path.endswith(f"vllmservers/{name}/status")]
         assert write["status"]["phase"] == "Pending" and write["status"]["podName"].startswith(f"{name}-")
         assert set(write["status"]["kopf"]) == {"last-handled-digest"}  # kopf's record in the same request
         assert seen.count(("GET", f"vllmservers/{name}")) == 0
@@ -565,7 +584,7 @@ def test_a_new_server_costs_four_requests_and_no_read_back(cluster, api, namespa
     assert seen.count(("POST", "services")) == seen.count(("POST", "pods")) == len(names)
     assert seen.count(("POST", "events")) == len(names)
     # no list of one server's pods (kopf's own list and watch select by managed-by, not by server)
-    assert not [r for r in cluster.emulator._requests if "kvpilot.dev/server" in r.url.query_string]
+    assert not [r for r in served if "kvpilot.dev/server" in r.query_string]
 
 
 def test_pod_event_threads_end_with_the_operator(cluster, api, namespace, operator, kubelet):

@@ -1,20 +1,20 @@
 """The sandbox API behaves like a real API server where the operator's tests depend on it.
 
-One test per gap between stock kmock 0.8 and a real API server (kvpilot.sandbox.emulator's docstring
-lists them), through the kubernetes client (as the operator talks).
+One test per behaviour of a real API server the operator relies on (kvpilot.sandbox.emulator's
+docstring lists them), through the kubernetes client (as the operator talks).
 """
 
 from __future__ import annotations
 
 import copy
 
-import kmock
 import kubernetes.client
 import pytest
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from kvpilot.sandbox import SandboxCluster
+from kvpilot.sandbox.emulator import UnknownResourceError
 from tests.integration.operator.conftest import SERVERS
 from tests.integration.operator.test_operator import EXPERIMENT
 
@@ -195,7 +195,7 @@ def test_crd_is_discoverable_with_its_status_subresource(api):
 
 
 def test_strict_mode_reports_requests_to_unknown_resources():
-    with pytest.raises(kmock.KubernetesResourceNotFoundError):
+    with pytest.raises(UnknownResourceError):
         with SandboxCluster(strict=True) as sandbox:
             with pytest.raises(ApiException) as answer:
                 kubernetes.client.CustomObjectsApi(sandbox.api_client()).list_namespaced_custom_object(

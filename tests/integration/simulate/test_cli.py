@@ -192,7 +192,7 @@ def test_trace_runs_past_the_scenarios_time_to_its_last_arrival(tmp_path):
             '{"arrival_time": 1, "prompt_tokens": 10, "prefix_group": "g", "prefix_len": 10}',
             ["trace line 3", "prefix_len"],
         ),
-        ("not json", ["trace line 3", "not JSON"]),
+        ("not json", ["trace line 3", "not valid JSON"]),
         ("[1, 2]", ["trace line 3", "expected an object"]),
     ],
 )

@@ -39,6 +39,7 @@ _NAMES = st.from_regex(r"[a-z]([-a-z0-9]{0,10}[a-z0-9])?", fullmatch=True)
 _GLOBS = st.from_regex(r"!?[-a-z*?]{1,6}", fullmatch=True)
 
 
+@pytest.mark.slow  # make test-unit skips it, make test runs it
 @settings(max_examples=300, deadline=None)
 @given(name=_NAMES, pattern=st.lists(_GLOBS, min_size=1, max_size=4).map(", ".join))
 def test_a_pattern_matches_what_kopf_matches(name, pattern):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
@@ -139,6 +140,7 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
+@pytest.mark.slow  # make test-unit skips it, make test runs it
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(raw=raw_bodies())
 @example(raw=b"[" * 1000 + b"]" * 1000)  # was RecursionError: HTTP 500
@@ -199,6 +201,7 @@ def valid_bodies(draw: st.DrawFn) -> dict:
     return {"version": draw(st.sampled_from(["4", "1"])), "alerts": alerts, "receiver": draw(TEXT)}
 
 
+@pytest.mark.slow  # make test-unit skips it, make test runs it
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(body=valid_bodies())
 def test_a_well_formed_body_keeps_every_alert_and_label_as_sent(body):

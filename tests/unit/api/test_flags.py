@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvpilot.api import SpecError, parse_spec
-from kvpilot.api.flags import managed_flag, managed_flag_matches, option_name
+from kvpilot.api.flags import managed_flag_matches, option_name
 
 
 def refused(args, **over):
@@ -50,7 +50,7 @@ def test_managed_flags_are_refused_in_every_spelling(arg, flag):
     err = refused(["--enforce-eager", arg])
     assert err.field == "spec.engine.extraArgs[1]"
     assert flag in err.message
-    assert managed_flag(arg)[0] == flag
+    assert [f for f, _ in managed_flag_matches(arg)] == [flag]
 
 
 def test_the_message_points_at_the_field_to_use():
@@ -81,13 +81,13 @@ def test_the_message_points_at_the_field_to_use():
     ],
 )
 def test_unmanaged_arguments_pass(arg):
-    assert managed_flag(arg) is None
+    assert managed_flag_matches(arg) == []
     assert parse_spec({"model": "m", "engine": {"extraArgs": [arg]}}).engine.extra_args == [arg]
 
 
 def test_kv_transfer_config_is_managed_only_with_kv_offload():
-    assert managed_flag("--kv-transfer-config") is None
-    assert managed_flag("--kv-transfer-config", kv_offload=True) == ("--kv-transfer-config", "spec.kvOffload")
+    assert managed_flag_matches("--kv-transfer-config") == []
+    assert managed_flag_matches("--kv-transfer-config", kv_offload=True) == [("--kv-transfer-config", "spec.kvOffload")]
     err = refused(
         ['--kv-transfer-config={"kv_connector":"NixlConnector"}'], kvOffload={"backend": "lmcache", "cpuMemory": "1Gi"}
     )
@@ -116,7 +116,7 @@ def test_hf_token_is_never_inlined_through_extra_args(arg):
     err = refused([arg, "hf_abc123"] if "=" not in arg else [arg])
     assert err.field == "spec.engine.extraArgs[0]"
     assert "spec.hfTokenSecretRef" in err.message
-    assert managed_flag("--hf-config-path") is None  # other --hf-* flags stay free
+    assert managed_flag_matches("--hf-config-path") == []  # other --hf-* flags stay free
 
 
 def test_an_ambiguous_prefix_says_so_and_names_every_flag_it_could_mean():

@@ -300,3 +300,34 @@ def test_spec_hash_changes_with_the_spec_only():
     c = parse_spec(spec(engine={"maxNumSeqs": 8}))
     assert spec_hash(a) == spec_hash(b) != spec_hash(c)
     assert len(spec_hash(a)) == 16 and int(spec_hash(a), 16) >= 0
+
+
+# ------------------------------------------------------------------ bounds of a body kopf decoded (issue 24 item 9)
+
+
+def test_a_huge_integer_names_its_field_and_the_bound():
+    # was: ValueError "Exceeds the limit (4300 digits)" while the error message was formatted (an InternalError)
+    err = error(spec(ttlSeconds=10**5000))
+    assert (err.field, err.message) == ("spec.ttlSeconds", "an integer of 5001 digits (the bound is 100 digits)")
+    # 100 digits is within the bound: the field's own rule answers, showing the number
+    err = error(spec(ttlSeconds=10**100 - 1))
+    assert err.field == "spec.ttlSeconds" and "less than or equal to 2678400" in err.message
+
+
+def test_a_deep_value_names_where_it_passes_the_bound():
+    deep: list = []
+    for _ in range(62):  # 63 lists: spec is level 1, affinity 2, the lists 3..65
+        deep = [deep]
+    err = error(spec(affinity={"nodeAffinity": deep}))
+    path = "spec.affinity.nodeAffinity" + "[0]" * 62  # 212 characters: cut at 200 in the message
+    assert err.field == path[:200] + "…" and "the bound is 64" in err.message
+    # one level less is within the bound: the affinity's own check answers
+    assert error(spec(affinity={"nodeAffinity": deep[0]})).message == "must be of type object (got array)"
+
+
+def test_a_shared_structure_is_counted_as_expanded():
+    leaf = ["x"] * 9
+    for _ in range(8):  # 9^9 leaves if expanded, one list per level in memory
+        leaf = [leaf] * 9
+    err = error(spec(env=[{"name": "X", "valueFrom": {"a": leaf}}]))
+    assert err.field.startswith("spec.env[0].valueFrom.a[0]") and "more than 100,000 nodes" in err.message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import yaml
 
@@ -79,36 +81,77 @@ def test_settings_give_the_handlers_their_thread_pool_unless_the_caller_chose():
     from kvpilot.controller.settings import HANDLER_THREADS, make_settings
 
     settings = make_settings()
-    assert settings.execution.max_workers == HANDLER_THREADS == 20
-    assert settings.execution.executor._max_workers == 20  # the pool kopf runs sync handlers in
+    assert settings.execution.max_workers == HANDLER_THREADS
+    # more handlers wait on API round trips at once than Python's default pool would run on a 2-core node
+    # (concurrent.futures.ThreadPoolExecutor: min(32, CPUs + 4) = 6): all of them meet at a barrier
+    assert HANDLER_THREADS > min(32, 2 + 4)
+    barrier = threading.Barrier(HANDLER_THREADS, timeout=10)
+    futures = [settings.execution.executor.submit(barrier.wait) for _ in range(HANDLER_THREADS)]
+    assert sorted(f.result(timeout=15) for f in futures) == list(range(HANDLER_THREADS))
     chosen = kopf.OperatorSettings()
     chosen.execution.max_workers = 3
     assert make_settings(chosen).execution.max_workers == 3
     assert make_settings(chosen).persistence.diffbase_storage.field == ("status", "kopf", "last-handled-digest")
 
 
-def test_operator_process_collects_garbage_less_often():
+def _collections_while_allocating(objects: int) -> list[int]:
+    """The generation of each collection the collector runs while ``objects`` tracked objects are made and kept
+    (what kopf's cache of watched bodies does in a burst).
+    """
     import gc
 
-    from kvpilot.controller.runner import GC_THRESHOLDS, tune_gc
+    started: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    gc.collect()  # start from empty generation counts
+    gc.callbacks.append(count)
+    try:
+        kept = [[None] for _ in range(objects)]  # a list is tracked from its creation
+    finally:
+        gc.callbacks.remove(count)
+    assert len(kept) == objects
+    return started
+
+
+def test_operator_process_collects_garbage_less_often():
+    """A burst makes a heap of hundreds of thousands of long-lived objects: kopf keeps every watched body.
+
+    700,000 of them cost CPython's default thresholds (700, 10, 10) a collection every 700 allocations (1,000),
+    an older generation's every 10 of the younger, and full collections of the whole heap. After tune_gc: a young
+    collection every 50,000 (14) and, 20 young ones being needed before an older one, none of an older generation
+    (with 10 there would be one after the 11th young one).
+    """
+    import gc
+
+    from kvpilot.controller.runner import tune_gc
 
     before = gc.get_threshold()
     try:
+        gc.set_threshold(700, 10, 10)  # the control: the count below tells the thresholds apart
+        default = _collections_while_allocating(700_000)
         tune_gc()
-        assert gc.get_threshold() == GC_THRESHOLDS == (50_000, 20, 20)
+        tuned = _collections_while_allocating(700_000)
     finally:
         gc.set_threshold(*before)
+    assert len(default) >= 700_000 // 700 - 10 and 2 in default
+    assert 0 < len(tuned) <= 700_000 // 50_000 and set(tuned) == {0}
 
 
 def test_controller_pools_a_connection_per_handler_thread():
     import kubernetes.client
 
     from kvpilot.controller.handlers import Controller
+    from kvpilot.controller.settings import HANDLER_THREADS
 
     configuration = kubernetes.client.Configuration(host="http://127.0.0.1:1")
     configuration.connection_pool_maxsize = 4
     controller = Controller(configuration, hub=False)
-    assert controller.api.rest_client.pool_manager.connection_pool_kw["maxsize"] == 20  # HANDLER_THREADS
+    # the kubernetes client sizes its urllib3 pool from this setting: a connection for each handler thread
+    assert controller.kube.configuration.connection_pool_maxsize == configuration.connection_pool_maxsize
+    assert configuration.connection_pool_maxsize == HANDLER_THREADS
 
 
 def test_digest_diffbase_tells_a_change_from_a_restart_without_copying_the_spec():
@@ -151,3 +194,43 @@ def test_digest_diffbase_builds_kopfs_own_essence_without_copying_status():
     ours = DigestDiffBaseStorage(field="status.kopf.last-handled-digest").build(body=kopf.Body(raw))
     assert ours == kopf.StatusDiffBaseStorage(name="kopf").build(body=kopf.Body(raw))  # kopf's own build: the reference
     assert ours == {"spec": {"model": "m"}, "metadata": {"labels": {"team": "ml"}, "annotations": {"x.dev/y": "1"}}}
+
+
+def test_digest_diffbase_reuses_an_essence_only_for_the_same_object_state_in_any_call_order(monkeypatch):
+    """Nothing depends on kopf calling fetch before build: the memo is keyed by (uid, resourceVersion)."""
+    import kopf
+
+    from kvpilot.controller.settings import DigestDiffBaseStorage
+
+    built: list[dict] = []
+    kopfs_build = kopf.StatusDiffBaseStorage.build
+
+    def counted(self, *, body, extra_fields=None):
+        built.append(dict(body))
+        return kopfs_build(self, body=body, extra_fields=extra_fields)
+
+    monkeypatch.setattr(kopf.StatusDiffBaseStorage, "build", counted)
+    storage = DigestDiffBaseStorage(field="status.kopf.last-handled-digest")
+
+    def body(rv, model):
+        meta = {"name": "a", "uid": "u", "resourceVersion": rv} if rv else {"name": "a"}
+        return kopf.Body({"metadata": meta, "spec": {"model": model}})
+
+    patch = kopf.Patch()
+    storage.store(body=body("1", "m"), patch=patch, essence={"spec": {"model": "m"}})
+    record = {"status": {"kopf": {"last-handled-digest": patch["status"]["kopf"]["last-handled-digest"]}}}
+
+    def stored(b):
+        return kopf.Body({**b, **record})
+
+    first = stored(body("1", "m"))
+    assert storage.build(body=first) == storage.fetch(body=first) == {"spec": {"model": "m"}}  # build, then fetch
+    second = stored(body("2", "n"))  # a spec change: a new resourceVersion
+    assert storage.fetch(body=second) == {}  # differs from the record: kopf's "update"
+    assert storage.build(body=second) == {"spec": {"model": "n"}}  # fetch, then build: not the old essence
+    assert len(built) == 2  # one essence per object state, whichever call came first
+    assert storage.build(body=first) == {"spec": {"model": "m"}}  # an older state again: built anew
+    unversioned = stored(body(None, "m"))
+    storage.build(body=unversioned)
+    storage.build(body=unversioned)
+    assert len(built) == 5  # never memoised without a resourceVersion

@@ -15,7 +15,7 @@ import pytest
 from kvpilot.diagnose.limits import resolve_limits
 from kvpilot.diagnose.rules import diagnose_target, escaped_names_note
 from kvpilot.diagnose.signals import compute_signals
-from kvpilot.diagnose.sources.recording import load_recording
+from kvpilot.diagnose.sources.recording import read_window
 from kvpilot.metrics.catalog import match_name
 from kvpilot.metrics.exposition import Sample
 
@@ -28,7 +28,7 @@ def case(prefix: str) -> dict:
 
 
 def diagnose_case(name: str, window: float, cli: dict, gpu_memory=None, gpu_name=None, model_config=None):
-    signals = compute_signals(load_recording(FIXTURES / "recordings" / f"case_{name}.om"), window)
+    signals = compute_signals(read_window(FIXTURES / "recordings" / f"case_{name}.om", window).samples, window)
     assert len(signals) == 1
     sig = next(iter(signals.values()))
     limits = resolve_limits(None, cli, sig.cache_config, gpu_memory, gpu_name)

@@ -68,7 +68,7 @@ def test_a_recording_s_last_limit_sample_in_the_window_is_read():
 
 
 def test_the_recording_reader_keeps_the_operator_s_limit(tmp_path):
-    from kvpilot.diagnose.sources.recording import load_recording
+    from kvpilot.diagnose.sources.recording import read_window
 
     path = tmp_path / "r.om"
     path.write_text(
@@ -78,5 +78,5 @@ def test_the_recording_reader_keeps_the_operator_s_limit(tmp_path):
         'kvpilot_vllmserver_limit{namespace="llm",pod="qwen-0",server="qwen",limit="max_num_seqs"} 4 100\n'
         "# EOF\n"
     )
-    [signals] = compute_signals(load_recording(path), 300.0, 100.0).values()
+    [signals] = compute_signals(read_window(path, 300.0, 100.0).samples, 300.0, 100.0).values()
     assert signals.operator_limits == {"max_num_seqs": 4.0}

@@ -49,3 +49,15 @@ def test_wide_terminal_keeps_the_verdict_line_and_change_on_one_line():
     assert "confidence" in verdict
     change = next(line for line in text.splitlines() if line.strip().startswith("change: "))
     assert change.strip().startswith("change: --max-num-seqs 4 -> ")
+
+
+@pytest.mark.parametrize("width", range(60, 121))
+def test_the_header_never_parts_the_window_from_its_unit(width):
+    """``window: 3 s`` stays whole however long the source is ("window: 3" / "s" split it before)."""
+    from kvpilot.diagnose.model import Report
+    from kvpilot.diagnose.report import to_text
+
+    report = Report(source="recording " + "/x" * 30 + "/cap.om", window_seconds=3.0)
+    header = to_text(report, width=width).split("no targets")[0]
+    assert "window: 3 s" in " ".join(header.split())
+    assert not re.search(r"window: 3\s*\n\s*s", header), header

@@ -51,7 +51,7 @@ def _state(engine: Engine, finished: list) -> dict[str, Any]:
             engine.generation_tokens,
             engine.num_finished,
         ),
-        "pool": (pool.free_queue(), pool.ref_cnt, pool.block_hash, pool._cached, pool._dups, pool.num_evictions),
+        "pool": pool.snapshot([r.table for r in engine.running]),
         "running": [(r.request_id, r.num_computed, r.num_output, r.blocks, r.last_token_time) for r in engine.running],
         "waiting": [(r.request_id, r.num_computed, r.num_preemptions) for r in engine.waiting],
         "finished": [
@@ -75,7 +75,7 @@ def _run(make, fast_forward: bool, times: list[float], version: str = "0.29.0") 
     """(metrics text at each of ``times``, final state, longest stretch) of one mode."""
     engine, workload = make(fast_forward)
     engine.metrics = metrics = _metrics(engine, version)
-    engine._track_itls = True
+    engine.track_itls = True
     longest = [1]
 
     def on_step(eng, out):
@@ -102,6 +102,7 @@ def _compare(make, times, version="0.29.0") -> int:
     return longest
 
 
+@pytest.mark.slow  # make test-unit skips it, make test runs it
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_every_scenario_is_the_same_fast_forwarded(name):
     sc = resolve(name)
@@ -117,6 +118,7 @@ def test_every_scenario_is_the_same_fast_forwarded(name):
     assert run_scenario(name) == step_report
 
 
+@pytest.mark.slow  # make test-unit skips it, make test runs it
 def test_the_cpu_tier_is_the_same_fast_forwarded():
     # kv-exhaustion with a 1.5 GiB LMCache-like tier: stores and loads at prefill, decode stretches between
     sc = resolve("kv-exhaustion", {"kv_offload_cpu_bytes": 1610612736, "duration": 120})
@@ -145,6 +147,7 @@ def test_reference_named_workloads_are_the_same_fast_forwarded(name):
     _compare(_reference(NAMED[name]), [0.5, 1.0, 2.0, 5.0, 20.0, 100.0])
 
 
+@pytest.mark.slow  # make test-unit skips it, make test runs it
 def test_reference_random_workloads_are_the_same_fast_forwarded():
     stretched = 0
     for seed in RANDOM_SEEDS:
@@ -200,7 +203,7 @@ def test_max_steps_stops_a_stretch_where_stepping_stops():
     def go(ff):
         engine, wl = _poisson_engine(ff)
         engine.metrics = metrics = _metrics(engine, "0.29.0")
-        engine._track_itls = True
+        engine.track_itls = True
         seen = []
         for n in (1, 7, 100, 3, 1000, 17, 500):
             engine.run(wl, max_steps=n)

@@ -105,6 +105,7 @@ def test_percentiles_by_hand():
     assert zeros.percentile(0.5) == 0.0 and zeros.percentile(0.0) == 0.0
 
 
+@pytest.mark.slow  # make test-unit skips it, make test runs it
 @settings(max_examples=300, deadline=None)
 @given(
     values=st.lists(

@@ -119,7 +119,7 @@ def test_trace_fields_and_errors():
     assert second.segments[:2] == (("prefix-sys", 64), ("x", 36))
     with pytest.raises(ValueError, match="^trace line 1: prompt_tokens: required"):
         load_trace(['{"arrival_time": 0}'])
-    with pytest.raises(ValueError, match="^trace line 2: not JSON"):
+    with pytest.raises(ValueError, match="^trace line 2: not valid JSON"):
         load_trace(["", "{nope"])
     with pytest.raises(ValueError, match="prefix_len: 50 must be smaller"):
         load_trace(['{"arrival_time": 0, "prompt_tokens": 50, "prefix_group": "g", "prefix_len": 50}'])

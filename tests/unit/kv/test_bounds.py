@@ -6,6 +6,7 @@ internal error, an OverflowError or a MemoryError.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,11 @@ def _kv(tmp_path: Path, config: dict, *args: str):
 def _one_line_naming(result, field: str) -> None:
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
-    assert lines == [lines[0]] and lines[0].startswith(f"kvpilot: error: {field}: "), result.output
+    # a number beyond the bounds of every file kvpilot reads (kvpilot.text.documents: 100 digits) is refused
+    # while the file is read, the file named before the field
+    assert lines == [lines[0]] and re.match(rf"kvpilot: error: (CONFIG: \S+: )?{re.escape(field)}: ", lines[0]), (
+        result.output
+    )
     assert "internal error" not in result.output and "Error:" not in result.output.split(": error: ")[0]
 
 
@@ -150,3 +155,13 @@ def test_the_api_refuses_what_the_cli_refuses():
         capacity(QWEN, max_model_len=DIGITS_400)
     with pytest.raises(KVConfigError, match="^--kv-memory: "):
         capacity(QWEN, kv_memory_bytes=2 * 80 * GIB, gpu_memory_bytes=80 * GIB)
+
+
+@pytest.mark.parametrize("window", ["", "128", -1, 1e308, DIGITS_400 // 10**305])
+def test_a_sliding_window_beside_layer_types_is_checked_too(tmp_path, window):
+    """Found by tests/unit/kv/test_kv_fuzz.py: with ``layer_types`` the window was taken as given, so
+    ``sliding_window: ""`` reached the text output (internal error: TypeError).
+    """
+    _one_line_naming(_kv(tmp_path, {**hf_config("openai__gpt-oss-20b"), "sliding_window": window}), "sliding_window")
+    spec = kv_spec_from_config(hf_config("openai__gpt-oss-20b"))  # its own window, 128 tokens, is read
+    assert spec.sliding_window == 128

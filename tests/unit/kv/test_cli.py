@@ -423,7 +423,7 @@ def test_sizes_without_a_unit_are_refused_naming_the_option():
 def test_kv_cache_dtype_values_are_the_crds():
     from kvpilot.api import KV_CACHE_DTYPES
 
-    # the CRD's enum (api.models.KV_CACHE_DTYPES) is what kv accepts: float16 is not in it
+    # the CRD's enum (api.constants.KV_CACHE_DTYPES) is what kv accepts: float16 is not in it
     assert "float16" not in KV_CACHE_DTYPES
     bad = CliRunner().invoke(
         cli, ["kv", str(HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json"), "--kv-cache-dtype", "float16"]

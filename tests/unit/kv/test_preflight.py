@@ -5,15 +5,21 @@ from __future__ import annotations
 import pytest
 
 from kvpilot.kv import KVConfigError
-from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_capacity_condition
+from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_preflight
 
 from .conftest import GIB, hf_config
 
 LLAMA = hf_config("meta-llama__Llama-3.1-8B-Instruct")
 
 
+def condition_and_warning(*args, **kwargs):
+    """The pre-flight's ``(condition, warning)``: the two the operator writes and posts."""
+    result = kv_preflight(*args, **kwargs)
+    return result.condition, result.warning
+
+
 def test_fits_gives_true_condition_and_no_warning():
-    cond, warning = kv_capacity_condition(
+    cond, warning = condition_and_warning(
         LLAMA,
         {"maxModelLen": 8192, "gpuMemoryUtilization": 0.9},
         gpu_memory_bytes=80 * GIB,
@@ -27,7 +33,7 @@ def test_fits_gives_true_condition_and_no_warning():
 
 
 def test_max_model_len_too_long_warns_with_fixes():
-    cond, warning = kv_capacity_condition(
+    cond, warning = condition_and_warning(
         LLAMA, {"gpuMemoryUtilization": 0.9}, gpu_memory_bytes=24 * GIB, weights_bytes=15 * GIB, overhead_bytes=2 * GIB
     )
     # default maxModelLen = max_position_embeddings 131,072 -> 16 GiB of KV; 0.9 x 24 - 17 = 4.6 GiB available
@@ -37,16 +43,19 @@ def test_max_model_len_too_long_warns_with_fixes():
 
 
 def test_no_memory_left():
-    cond, warning = kv_capacity_condition(
+    cond, warning = condition_and_warning(
         LLAMA, {"maxModelLen": 4096}, gpu_memory_bytes=16 * GIB, weights_bytes=15 * GIB
     )
-    assert cond["status"] == "False" and cond["reason"] == "NoKVMemory" and warning
+    assert cond["status"] == "False" and cond["reason"] == "NoKVMemory" and warning == cond["message"]
+    # 0.92 x 16 GiB = 14.72 GiB is less than the 15 GiB of weights alone: no KV; one request of 4,096 tokens
+    # x 131,072 B = 0.5 GiB
+    assert warning.startswith("one request of maxModelLen 4,096 needs 0.50 GiB KV, more than 0.00 GiB available")
 
 
 def test_unknown_inputs_and_bad_config_never_raise():
-    cond, warning = kv_capacity_condition(LLAMA, {}, gpu_memory_bytes=None, weights_bytes=15 * GIB)
+    cond, warning = condition_and_warning(LLAMA, {}, gpu_memory_bytes=None, weights_bytes=15 * GIB)
     assert (cond["status"], cond["reason"], warning) == ("Unknown", "InsufficientInputs", None)
-    cond, warning = kv_capacity_condition({"num_hidden_layers": 2}, {}, kv_memory_bytes=GIB)
+    cond, warning = condition_and_warning({"num_hidden_layers": 2}, {}, kv_memory_bytes=GIB)
     assert (cond["status"], cond["reason"], warning) == ("Unknown", "InvalidModelConfig", None)
     assert "num_attention_heads" in cond["message"]
 

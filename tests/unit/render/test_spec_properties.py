@@ -9,6 +9,7 @@ Failures found are kept as explicit ``@example`` regression seeds.
 from __future__ import annotations
 
 import kubernetes_validate
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -136,6 +137,7 @@ SPECS = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow  # make test-unit skips it, make test runs it
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(SPECS)
 @example({"model": "m", "resources": {"memory": "1e9999999"}})  # decimal.Overflow (was stuck forever)
@@ -163,6 +165,7 @@ def test_any_spec_is_a_field_error_or_valid_objects(spec):
         kubernetes_validate.validate(obj, "1.37", strict=True)
 
 
+@pytest.mark.slow  # make test-unit skips it, make test runs it
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(AFFINITIES, st.dictionaries(st.sampled_from(["team", "tier"]), st.just("ml"), max_size=2))
 @example({"nodeAffinity": {"k\u2028": {}}}, {})  # U+2028 in an affinity key crashed the YAML read-back

@@ -1,14 +1,18 @@
 """kvpilot.text.layout: a table only when every cell fits on one line, else one record per block;
-shell lines that keep a flag with its value.
+prose that never parts a figure from its unit; shell lines that keep a flag with its value.
 """
 
 from __future__ import annotations
 
 import io
+import re
 
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
+from rich.text import Text
 
-from kvpilot.text.layout import command_lines, records
+from kvpilot.text.layout import UNITS, Prose, command_lines, paragraph, records, yaml_text
 
 HEADERS = ["scenario", "verdict", "change"]
 ROWS = [
@@ -61,3 +65,95 @@ def test_command_lines_keep_flags_with_values_and_mark_breaks():
     # the shell reads it back as the same argv
     assert " ".join(line.rstrip(" \\").strip() for line in lines).split() == argv.split()
     assert command_lines(argv.split(), width=200) == ["  " + argv]
+
+
+def _print(renderable, width: int, color: bool = False) -> str:
+    out = io.StringIO()
+    Console(file=out, width=width, color_system="truecolor" if color else None, force_terminal=color).print(renderable)
+    return out.getvalue()
+
+
+#: a figure at the end of a line whose next line starts with a unit: the split the rule forbids
+_SPLIT = re.compile(r"\d[ ]*\n[ ]*(?:" + "|".join(map(re.escape, UNITS)) + r")(?![\w%])")
+
+SENTENCE = (
+    "before vLLM started, the operator's pre-flight predicted 21,504 KV tokens from config.json, the weights "
+    "and the node's GPU memory; vLLM reported 21,520 (-0.07 %)"
+)
+
+
+def test_rich_alone_parts_the_figure_from_its_unit_and_prose_does_not():
+    # at 80 columns the line is full after "(-0.07": rich breaks at the space before "%)"
+    assert _SPLIT.search(_print(Text(SENTENCE), 80))
+    text = _print(Prose(SENTENCE), 80)
+    assert not _SPLIT.search(text) and text.splitlines()[-1] == "(-0.07 %)"
+    assert " ".join(text.split()) == SENTENCE  # every word, in order, spaces restored
+    assert "\ue000" not in text
+
+
+def test_prose_keeps_styles_and_indents_in_paragraphs():
+    styled = _print(Prose(Text(SENTENCE, style="bold")), 80, color=True)
+    assert "\x1b[1m(-0.07 %)" in styled
+    lines = _print(paragraph(SENTENCE, indent=2), 80).splitlines()
+    assert lines[-1].rstrip() == "  (-0.07 %)" and all(line.startswith("  ") for line in lines)
+
+
+def test_a_unit_word_is_not_a_unit():
+    # "3 seconds" and "8 GBs" are words after a number, not a unit symbol: they may part
+    text = _print(Prose("x" * 70 + " 3 seconds"), 72)
+    assert text.splitlines()[0].rstrip().endswith("3")
+
+
+def test_records_values_keep_figures_with_units():
+    out = io.StringIO()
+    console = Console(file=out, width=40, color_system=None)
+    console.print(
+        records(console, ["what", "value"], [["a", "prefill takes about 66 -> 33 ms of TTFT at 8.22 ms per step"]])
+    )
+    assert not _SPLIT.search(out.getvalue())
+
+
+_WORD = st.text(alphabet="abcdefgh-,.()", min_size=1, max_size=9)
+_FIGURE = st.builds(lambda n, u: f"{n} {u}", st.integers(0, 99_999).map(lambda n: f"{n:,}"), st.sampled_from(UNITS))
+
+
+@given(st.lists(st.one_of(_WORD, _FIGURE), min_size=1, max_size=40), st.integers(20, 100))
+def test_prose_wraps_within_the_width_and_never_between_a_figure_and_its_unit(words, width):
+    source = " ".join(words)
+    text = _print(Prose(source), width)
+    assert not _SPLIT.search(text)
+    assert " ".join(text.split()) == " ".join(source.split())
+    assert all(len(line) <= width for line in text.splitlines())
+
+
+DIGEST = '{"sha256":"d7672c1393bd6aa2206d2282107e20da8c6e30fe86b41f0c2a7b0c3e1d9e8f7a6b5c4d3e2f1a0b9c8"}'
+
+
+def test_yaml_text_folds_a_string_without_spaces_as_valid_yaml():
+    import yaml
+
+    status = {"status": {"kopf": {"last-handled-digest": DIGEST}, "phase": "Ready"}}
+    plain = yaml.safe_dump(status, sort_keys=True, width=64)
+    assert max(len(line) for line in plain.splitlines()) > 80  # PyYAML alone runs past the edge
+    text = yaml_text(status, 80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert yaml.safe_load(text) == status
+    assert text.startswith('status:\n  kopf:\n    last-handled-digest: "')
+    assert "  phase: Ready\n" in text  # everything else as PyYAML writes it
+
+
+_YAML_VALUES = st.recursive(
+    st.one_of(st.text(max_size=200), st.integers(), st.booleans()),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(alphabet="abc-", min_size=1), children, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@given(_YAML_VALUES, st.integers(40, 120))
+def test_yaml_text_reads_back_as_the_same_value(data, width):
+    import yaml
+
+    text = yaml_text({"status": data}, width)
+    assert yaml.safe_load(text) == {"status": data}

@@ -86,3 +86,9 @@ def test_noun_agrees_with_the_count():
 
     assert [noun(n, "KV head") for n in (0, 1, 2)] == ["KV heads", "KV head", "KV heads"]
     assert (noun(1, "uses", "use"), noun(3, "uses", "use")) == ("uses", "use")  # irregular: the verb of a count
+
+
+def test_an_integer_beyond_a_floats_range_prints_exactly():
+    # 10**400 is finite, but math.isfinite(10**400) and float(10**400) raise OverflowError
+    assert count(10**400) == "10" + ",000" * 133  # 401 digits = 2 + 133 groups of 3, grouped from the right
+    assert significant(10**400) == count(10**400)

@@ -6,6 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from kvpilot.vllm.failure_log import LIMIT, root_cause
 from tests.conftest import require_vllm_python
 
@@ -38,6 +40,7 @@ def test_the_kubelets_2_kib_termination_message_holds_only_the_wrapper():
     assert root_cause(tail) is None  # the wrapper alone is no cause
 
 
+@pytest.mark.vllm_ref  # runs vLLM 0.29.0's own check in the reference venv
 def test_messages_as_vllm_0_29_raises_them():
     python = require_vllm_python()
     code = (

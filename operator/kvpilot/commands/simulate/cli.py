@@ -40,14 +40,19 @@ from kvpilot.text.numbers import fig, plain
 EXAMPLES = """
 \b
 Examples:
-  kvpilot simulate seed-lru -o json                      the founding experiment (0, 0, 21488)
-  kvpilot simulate seed-lru --kv-offload-cpu 1.5GiB      with an LMCache-like CPU tier
-  kvpilot simulate max-num-seqs-cap --serve 127.0.0.1:8123 --speed 10 --duration 30m
+  kvpilot simulate seed-lru -o json     # the measured run's hits: 0, 0, 21488
+  kvpilot simulate seed-lru --kv-offload-cpu 1.5GiB   # with a CPU KV tier
+  kvpilot simulate max-num-seqs-cap --serve 127.0.0.1:8123 --speed 10 \\
+      --duration 30m
   kvpilot simulate kv-exhaustion --record kv.om --duration 10m --interval 5s
-  promtool tsdb create-blocks-from openmetrics kv.om ./data   # then: prometheus --storage.tsdb.path=./data
-  kvpilot simulate healthy --vllm-version 0.10.1 --serve 8123  # old and new metric names side by side
-  kvpilot simulate --vllm-args "serve Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 4" --serve 8123
-  kvpilot simulate --trace requests.jsonl -o json          replay a JSON Lines trace (healthy's engine)
+  promtool tsdb create-blocks-from openmetrics kv.om ./data
+      # then: prometheus --storage.tsdb.path=./data
+  kvpilot simulate healthy --vllm-version 0.10.1 --serve 8123
+      # old and new metric names side by side
+  kvpilot simulate --serve 8123 \\
+      --vllm-args "serve Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 4"
+  kvpilot simulate --trace requests.jsonl -o json
+      # replay a JSON Lines trace on healthy's engine
 """
 
 
@@ -121,10 +126,20 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
     "own context is used, as vLLM derives it (Qwen2.5: 32,768; Llama-3.1: 131,072). The engine runs on "
     "SCENARIO's GPU (healthy, the default: h100-sxm, 80 GiB) unless --gpu names another.",
 )
-@click.option("--max-num-seqs", type=click.IntRange(min=1))
-@click.option("--max-num-batched-tokens", type=click.IntRange(min=1))
-@click.option("--max-model-len", type=click.IntRange(min=1))
-@click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True))
+@click.option(
+    "--max-num-seqs", type=click.IntRange(min=1), help="vLLM's --max-num-seqs: requests running at once at most."
+)
+@click.option(
+    "--max-num-batched-tokens",
+    type=click.IntRange(min=1),
+    help="vLLM's --max-num-batched-tokens: the tokens one step schedules at most (the token budget).",
+)
+@click.option("--max-model-len", type=click.IntRange(min=1), help="vLLM's --max-model-len: tokens of one request.")
+@click.option(
+    "--gpu-memory-utilization",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    help="vLLM's --gpu-memory-utilization: the share of the GPU's memory vLLM may use (sizes the KV cache).",
+)
 @click.option("--kv-cache-tokens", type=click.IntRange(min=1), help="KV capacity in tokens (overrides the GPU maths).")
 @click.option(
     "--block-size",
@@ -132,7 +147,11 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
     callback=lambda ctx, param, value: block_size_option(value),
     help="Tokens per KV block: one of vLLM's 1, 8, 16, 32, 64, 128, 256.",
 )
-@click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=None)
+@click.option(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    default=None,
+    help="vLLM's prefix caching on or off.",
+)
 @click.option(
     "--arrival-rate",
     type=click.FloatRange(min=0, max=MAX_ARRIVAL_RATE),
@@ -149,7 +168,7 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
     "--kv-offload-cpu", "kv_offload_cpu_bytes", type=SIZE, help="LMCache-like CPU KV tier size (e.g. 1.5GiB)."
 )
 @click.option("--gpu", help="GPU profile (e.g. H100, A100, L4, laptop-8gb).")
-@click.option("--seed", type=int)
+@click.option("--seed", type=int, help="Seed of the workload's random arrivals and lengths (same seed, same run).")
 @click.option(
     "--fast-forward/--no-fast-forward",
     default=True,
@@ -179,7 +198,8 @@ def command(
     """Run the vLLM engine model: print results, --serve a live /metrics, or --record a timeline.
 
     SCENARIO is one of seed-lru, kv-exhaustion, max-num-seqs-cap, token-budget-cap, compute-bound,
-    prefix-thrash, healthy, idle (default healthy with --vllm-args or --trace, else required).
+    prefix-thrash, healthy, idle (default healthy with --vllm-args or --trace, else required). The
+    engine and workload options override the scenario's own values.
     --trace FILE.jsonl replaces the scenario's workload with the file's requests; without --duration the
     run lasts the scenario's time or until 60 s after the last arrival, whichever is longer.
     The report's percentiles (latency_s, each pass's TTFT p50) are streamed: within 0.01 % of the exact

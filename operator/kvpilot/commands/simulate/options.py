@@ -7,12 +7,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import click
 
-from kvpilot.commands._common import fail
+from kvpilot.commands._common import fail, read_input
 from kvpilot.commands.simulate.session import engine_call
 from kvpilot.text.numbers import fig, number
 
@@ -101,15 +100,16 @@ def block_size_option(value: int | None) -> int | None:
 
 
 def load_scenario_file(path: str) -> dict[str, Any]:
-    """``--scenario-file``: a YAML mapping of settings (dashes read as underscores); exits 2 naming the file."""
-    import yaml  # here, not at import: ``simulate --help`` needs no YAML
+    """``--scenario-file``: a YAML mapping of settings (dashes read as underscores), read within the bounds of
+    :mod:`kvpilot.text.documents`; exits 2 naming the file.
+    """
+    from kvpilot.text.documents import MAX_YAML_BYTES, DocumentError, load_yaml
 
+    text = read_input(path, MAX_YAML_BYTES, "--scenario-file")
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        fail(f"--scenario-file: cannot read {path}: {exc.strerror or exc}")
-    except yaml.YAMLError as exc:
-        fail(f"--scenario-file: {path} is not valid YAML ({str(exc).splitlines()[0]})")
+        data = load_yaml(text)
+    except DocumentError as exc:
+        fail(f"--scenario-file: {path}: {exc}")
     if data is None:
         return {}
     if not isinstance(data, dict):

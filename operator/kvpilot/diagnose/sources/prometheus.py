@@ -30,8 +30,8 @@ Only ``/api/v1/query`` and ``/api/v1/query_range`` are called (GET, with an expl
 ``start``/``end``/``step``), each as one bounded
 request (:mod:`kvpilot.diagnose.sources.http`) whose answer is decoded while it streams in
 (:mod:`kvpilot.diagnose.sources.vector`) into one small tuple per row: prometheus-api-client's
-``custom_query`` decodes a whole answer into dicts, about 400 MiB for one 10,000-target
-histogram answer (benchmarks/diagnose_scale.py, docs/performance.md).
+``custom_query`` decodes a whole answer into dicts, several times the answer's size in memory
+(benchmarks/diagnose_scale.py, docs/performance.md, "diagnose at scale").
 
 Bounds per answer: a signal query holds one row per target, at most :data:`MAX_PROMETHEUS_ROWS`
 (50,000 targets) and :data:`MAX_PROMETHEUS_BYTES`; a bucket query one row per target and bucket, so its

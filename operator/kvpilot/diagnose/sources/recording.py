@@ -40,8 +40,8 @@ from kvpilot.metrics.recording import RecordingReader, SeriesRef
 #: answer's series (kvpilot.diagnose.sources.http).
 MAX_SERIES = 50_000
 #: Samples of those series kept at once (the window + lookback): e.g. 10 pods x 90 series x 300 s at
-#: 1 s is 270,000. About 175 bytes each through the signal computation: 950,000 peaked at 223 MiB
-#: with the ~55 MiB of imports (benchmarks/recording_stream.py's recording, ``--window 1h``).
+#: 1 s is 270,000; the bound keeps a diagnosis near a quarter of a GiB (the memory it was measured at:
+#: docs/performance.md, "diagnose on a large recording").
 MAX_WINDOW_SAMPLES = 1_000_000
 
 _INFO = "vllm:cache_config_info"
@@ -208,8 +208,3 @@ def read_window(path: str | Path, window_seconds: float | None, end: float | Non
     except OSError as exc:
         raise SourceError(f"--recording {path}: {exc.strerror or exc}") from None
     return RecordingWindow(window.samples(reader.last_timestamp), reader.last_timestamp, reader.lines)
-
-
-def load_recording(path: str | Path) -> list[WindowSample]:
-    """The samples the signals read from a recording file, every instant (:func:`read_window` without a window)."""
-    return read_window(path, None).samples

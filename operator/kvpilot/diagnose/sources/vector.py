@@ -6,8 +6,8 @@ with ``ROW = {"metric":{label: value}, "value":[t, "v"]}``
 VictoriaMetrics answer the same); ``/api/v1/query_range`` answers ``"resultType":"matrix"`` with
 ``ROW = {"metric":{...}, "values":[[t, "v"], ...]}`` (#range-vectors), read the same way with
 ``result_type="matrix"``. Decoding the whole answer at once holds the body, its text and
-a dict per row together: a 10,000-target histogram answer (230,000 rows, 40 MiB) costs about
-400 MiB that way. :class:`VectorReader` holds one chunk of text at a time instead: every complete
+a dict per row together, several times the answer's size (docs/performance.md, "diagnose at
+scale"). :class:`VectorReader` holds one chunk of text at a time instead: every complete
 run of rows in the buffer is decoded by :func:`json.loads` in one call (C speed) and handed to
 ``on_rows``, which keeps what it needs (floats, interned label tuples) and drops the dicts.
 

@@ -1,0 +1,167 @@
+"""Accuracy against vLLM's own ground truth: kvpilot diagnose (with and without flags) and vllm-doctor 0.6.0.
+
+For every ground-truth recording of ``tests/fixtures/recordings/vllm/verdicts/`` (vLLM 0.29.0's stat logger while
+its scheduler ran the scenario; ``tests/reference/verdict_scenarios.py``) and every evaluated window of its
+``NAME.truth.json`` (an ``--end`` and a ``--window``):
+
+1. ``kvpilot diagnose --recording FILE --end T --window W`` with the flags the server ran with, and with none
+   (``tests/reference/verdict_accuracy.py``, the accuracy test's own code);
+2. the recording up to T, its timestamps moved so that T is now, backfilled with ``promtool tsdb
+   create-blocks-from openmetrics`` into a fresh Prometheus 2.42 on 127.0.0.1, and ``vllm-doctor diagnose URL
+   --since Ws -o json`` (installed with pip into its own venv, default /tmp/kvpilot-vllm-doctor-venv) read as
+   ``benchmarks/compare_vllm_doctor.py`` reads it (its first fired check that maps onto a kvpilot verdict);
+3. a markdown table: the ground truth (the limit vLLM refused the queue's head with over most of the window and
+   its share of the queued time), the verdicts that name it, each tool's answer, right or wrong, and the totals.
+
+Run from the repository root:
+
+    .venv/bin/python benchmarks/verdict_accuracy.py [--no-doctor] [--write docs/diagnosis.md]
+
+``--write`` replaces the table between ``<!-- verdict-accuracy:start -->`` and ``<!-- verdict-accuracy:end -->``.
+Needs PyPI for the first run (pip install vllm-doctor==0.6.0) and promtool/prometheus for vllm-doctor's column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.compare_vllm_doctor import ensure_doctor, run_doctor  # noqa: E402
+from tests.reference.verdict_accuracy import Case, cases, diagnose_case  # noqa: E402
+from tests.reference.verdict_scenarios import OUT, SCENARIOS, load_truths  # noqa: E402
+from tests.support.prom import PrometheusServer, backfill  # noqa: E402
+
+START, STOP = "<!-- verdict-accuracy:start -->", "<!-- verdict-accuracy:end -->"
+
+
+def shifted(recording: Path, end_unix: float, now: float, dest: Path) -> None:
+    """``recording``'s samples up to ``end_unix``, each timestamp moved by ``now - end_unix``, into ``dest``."""
+    delta = now - end_unix
+    out = []
+    for line in recording.read_text(encoding="utf-8").splitlines():
+        if not line or line.startswith("#"):
+            out.append(line)
+            continue
+        head, ts = line.rsplit(" ", 1)
+        t = float(ts)
+        if t <= end_unix + 1e-6:
+            out.append(f"{head} {t + delta:.3f}")
+    dest.write_text("\n".join(out) + "\n", encoding="utf-8")
+
+
+def doctor_answer(exe: Path, case: Case, workdir: Path) -> tuple[str, list[str]]:
+    """vllm-doctor on ``case``'s window, through a Prometheus holding the recording up to its end, moved to now."""
+    doc = load_truths(OUT)[case.scenario]
+    ev = next(e for e in doc["evaluations"] if e["end"] == case.end and e["window"] == case.window)
+    sdir = workdir / f"{case.scenario}-{case.end:g}-{case.window:g}"
+    sdir.mkdir()
+    rec = sdir / "rec.om"
+    shifted(OUT / doc["recording"], ev["end_unix"], time.time() - 1.0, rec)
+    backfill(rec, sdir / "data")
+    with PrometheusServer(sdir / "prom", data_dir=sdir / "data") as prom:
+        return run_doctor(exe, prom.url, sdir, since=f"{case.window:g}s")
+
+
+def rows(doctor: Path | None) -> list[dict]:
+    out: list[dict] = []
+    windows = sorted(
+        {(c.scenario, c.end, c.window) for c in cases()}, key=lambda w: (list(SCENARIOS).index(w[0]), w[1])
+    )
+    with tempfile.TemporaryDirectory(prefix="kvpilot-verdict-accuracy-") as tmp:
+        for scenario, end, window in windows:
+            flags = diagnose_case(Case(scenario, end, window, "flags"))
+            bare = diagnose_case(Case(scenario, end, window, "bare"))
+            row = {
+                "scenario": scenario,
+                "cause": SCENARIOS[scenario].cause,
+                "control": bool(SCENARIOS[scenario].control_of),
+                "end": end,
+                "window": window,
+                "truth": flags["truth"],
+                "expected": flags["expected"],
+                "flags": flags["verdict"],
+                "bare": bare["verdict"],
+            }
+            if doctor is not None:
+                row["doctor"], row["doctor_checks"] = doctor_answer(
+                    doctor, Case(scenario, end, window, "doctor"), Path(tmp)
+                )
+            out.append(row)
+    return out
+
+
+def _truth(t: dict) -> str:
+    b = t["binding"]
+    if b["limit"] == "none":
+        text = f"none (queue {b['queued_share']:.0%} of the time)"
+        share = t["prefix"]["shared_prefix_hit_share"]
+        if share is not None:
+            text += f", shared prefix found by {share:.0%}"
+        return text
+    sat = ", GPU saturated" if b["limit"] == "token_budget" and t["gpu_saturated"] else ""
+    return f"{b['limit']} ({b['shares'][b['limit']]:.0%} of the queued time{sat})"
+
+
+def table(data: list[dict]) -> str:
+    doctor = all("doctor" in r for r in data)
+    head = (
+        "| scenario | cause | --end / --window | vLLM's ground truth | expected | kvpilot (server's flags) "
+        "| kvpilot (no flags) |"
+    )
+    sep = "|---|---|---|---|---|---|---|"
+    if doctor:
+        head += " vllm-doctor 0.6.0 (fired checks -> read as) |"
+        sep += "---|"
+    lines = [head, sep]
+
+    def mark(got: str, want: tuple[str, ...]) -> str:
+        return f"`{got}` {'right' if got in want else '**wrong**'}"
+
+    for r in data:
+        cause = r["cause"] + (" (control)" if r["control"] else "")
+        line = (
+            f"| {r['scenario']} | {cause} | {r['end']:g} s / {r['window']:g} s | {_truth(r['truth'])} | "
+            f"{' or '.join(f'`{v}`' for v in r['expected'])} | {mark(r['flags'], r['expected'])} | "
+            f"{mark(r['bare'], r['expected'])} |"
+        )
+        if doctor:
+            fired = ", ".join(r["doctor_checks"]) or "(none)"
+            line += f" {fired} -> {mark(r['doctor'], r['expected'])} |"
+        lines.append(line)
+    n = len(data)
+    right = Counter()
+    for r in data:
+        for k in ("flags", "bare", "doctor"):
+            if k in r and r[k] in r["expected"]:
+                right[k] += 1
+    totals = f"Right: kvpilot with the server's flags {right['flags']}/{n}, kvpilot without flags {right['bare']}/{n}"
+    totals += f", vllm-doctor {right['doctor']}/{n}." if doctor else "."
+    return "\n".join([*lines, "", totals])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--venv", default="/tmp/kvpilot-vllm-doctor-venv", help="where vllm-doctor is installed")
+    parser.add_argument("--no-doctor", action="store_true", help="kvpilot's columns only (no Prometheus, no pip)")
+    parser.add_argument("--write", metavar="FILE", help="also replace the table between the markers in FILE")
+    args = parser.parse_args()
+    exe = None if args.no_doctor else ensure_doctor(Path(args.venv))
+    out = table(rows(exe))
+    print(out)
+    if args.write:
+        path = Path(args.write)
+        text = path.read_text(encoding="utf-8")
+        head, rest = text.split(START, 1)
+        _, tail = rest.split(STOP, 1)
+        path.write_text(f"{head}{START}\n{out}\n{STOP}{tail}", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
