@@ -137,6 +137,9 @@ def predict_target(
     except BudgetExceededError:
         _withhold(diag, what_ifs, "not replayed: the what-if budget ran out (--what-if-budget)")
         return
+    except ValueError as exc:
+        _withhold(diag, what_ifs, f"not replayed: {exc}")
+        return
     misses = compare(replay.prediction, observed, sampling_slack(signals))
     diag.replay = {
         "predicted": replay.prediction.to_json(),

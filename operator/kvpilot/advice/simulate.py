@@ -44,6 +44,9 @@ from kvpilot.engine.request import Request
 WARMUP_LIFETIMES, WARMUP_MIN_S = 3.0, 5.0
 #: chunks of simulated time between two looks at the wall clock
 CHUNKS = 20
+#: KV blocks a simulation holds at most: the engine model keeps every free block id (about 50 bytes a block),
+#: so 2**22 blocks (67 million tokens at 16 a block, beyond any one vLLM engine's cache) is about 200 MiB
+MAX_SIMULATED_BLOCKS = 2**22
 
 
 class BudgetExceededError(RuntimeError):
@@ -318,6 +321,11 @@ def simulate(
         BudgetExceededError: ``time.monotonic()`` passed ``deadline``.
         ValueError: ``config`` is not one vLLM would start with (``EngineConfig.validate``).
     """
+    blocks = config.resolved_num_gpu_blocks()
+    if blocks > MAX_SIMULATED_BLOCKS:
+        raise ValueError(
+            f"a KV cache of {blocks:,} blocks is more than the engine model simulates ({MAX_SIMULATED_BLOCKS:,})"
+        )
     wall0, cpu0 = time.monotonic(), time.process_time()
     scaled = _per_replica(fit, replicas)
     t0 = warmup_seconds(scaled)

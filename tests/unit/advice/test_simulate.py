@@ -8,6 +8,8 @@ bound). A request of 100 prompt and 100 output tokens alone takes 100 steps (the
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kvpilot.advice.fit import LengthDistribution, WorkloadFit
@@ -100,3 +102,13 @@ def test_the_refusal_of_a_step_follows_vllm_s_order():
     assert refusal(_out(waiting=1, running=4, tokens=64), config) == "token_budget"  # the loop's condition first
     assert refusal(_out(waiting=1, running=4, tokens=63), config) == "max_num_seqs"
     assert refusal(_out(waiting=1, running=3, tokens=63), config) == "kv_cache"  # allocate_slots found no room
+
+
+def test_a_kv_cache_beyond_what_the_engine_model_holds_is_refused_not_allocated():
+    # 2**22 blocks of 16 tokens = 67,108,864 tokens simulate; one block more is refused with the count, before the
+    # engine model lays out a free list of 1.1e29 ids (an OverflowError) or of a few hundred million (GiBs)
+    simulate(dataclasses.replace(CONFIG, kv_cache_tokens=2**22 * 16), _fit(0.1, window=10.0))
+    with pytest.raises(ValueError, match=r"4,194,305 blocks is more than the engine model simulates \(4,194,304\)"):
+        simulate(dataclasses.replace(CONFIG, kv_cache_tokens=(2**22 + 1) * 16), _fit(0.1, window=10.0))
+    with pytest.raises(ValueError, match="blocks is more than"):
+        simulate(dataclasses.replace(CONFIG, kv_cache_tokens=int("1" * 30)), _fit(0.1, window=10.0))
