@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvpilot.advice.fit import WorkloadFit
@@ -174,7 +173,9 @@ class _Arrivals:
 
 @dataclass
 class _Window:
-    """What the window's steps and requests add up to (an engine :class:`MetricsSink` and ``on_step`` observer).
+    """What the window's steps and requests add up to: the engine's ``on_step`` observer (no metrics sink: every
+    counter the sink's ``record_step`` / ``record_request`` would get is on the step's :class:`StepOutput`, one
+    call a step instead of three).
 
     ``t0`` / ``end``: the window on the engine's clock; ``interval``: seconds between scrapes.
     """
@@ -198,81 +199,45 @@ class _Window:
     samples: list[tuple[float, int, int, float]] = field(default_factory=list)  # (t, running, waiting, kv)
     next_sample: float = 0.0
 
-    # MetricsSink
-    def set_queue(
-        self, *, running: int, waiting: int, waiting_capacity: int, waiting_deferred: int, kv_cache_usage: float
-    ) -> None:
-        """The gauges after a step: read from the step itself in :meth:`on_step`."""
-
-    def record_step(
-        self,
-        *,
-        num_tokens: int,
-        prompt_tokens: int,
-        generation_tokens: int,
-        preemptions: int,
-        prefix_queries: int,
-        prefix_hits: int,
-        external_queries: int = 0,
-        external_hits: int = 0,
-        prompt_cached: int = 0,
-        prompt_external: int = 0,
-        preemptions_reported: int | None = None,
-        ttfts: Sequence[float] = (),
-        itls: Sequence[float] = (),
-        itl_counts: Sequence[tuple[float, int]] = (),
-    ) -> None:
-        """A step's counters, as ``vllm:prompt_tokens`` / ``generation_tokens`` / ``num_preemptions`` count them."""
-        if not self.active:
-            return
-        self.steps += 1
-        self.prompt_tokens += prompt_tokens
-        self.generation_tokens += generation_tokens
-        self.preemptions += preemptions if preemptions_reported is None else preemptions_reported
-        if ttfts:
-            self.ttft_sum += sum(ttfts)
-            self.ttft_count += len(ttfts)
-        for gap in itls:
-            self.itl_sum += gap
-            self.itl_count += 1
-        for gap, n in itl_counts:
-            self.itl_sum += gap * n
-            self.itl_count += n
-
-    def record_request(
-        self,
-        *,
-        e2e: float,
-        queue_time: float,
-        prefill_time: float,
-        decode_time: float,
-        inference_time: float,
-        prompt_tokens: int,
-        prompt_cached: int,
-        generation_tokens: int,
-        max_tokens: int,
-        finished_reason: str,
-    ) -> None:
-        """A finished request (``vllm:request_success``, ``request_queue_time_seconds``)."""
-        if not self.active:
-            return
-        self.finished += 1
-        self.queue_time_sum += queue_time
-
     def sample(self, now: float, state: tuple[int, int, float]) -> None:
         """The gauges ``(running, waiting, KV usage)`` at every scrape up to ``now`` not taken yet."""
         while self.next_sample <= now + 1e-9 and self.next_sample <= self.end + 1e-9:
             self.samples.append((self.next_sample, *state))
             self.next_sample += self.interval
 
-    # on_step
+    def _count(self, out: StepOutput, now: float) -> None:
+        """A step's counters as vLLM counts them (``vllm:prompt_tokens``, ``generation_tokens``,
+        ``num_preemptions``, TTFT and inter-token histograms) and its finished requests (``request_success``,
+        ``request_queue_time_seconds``: scheduled - arrived), as the engine's exporter gets them.
+        """
+        if out.num_scheduled or out.preemptions:
+            self.steps += out.num_steps
+            self.prompt_tokens += out.prompt_tokens
+            self.generation_tokens += out.generation_tokens
+            self.preemptions += out.preemptions_reported
+            if out.ttfts:
+                self.ttft_sum += sum(out.ttfts)
+                self.ttft_count += len(out.ttfts)
+            for gap, n in out.itl_counts:
+                self.itl_sum += gap * n
+                self.itl_count += n
+        for req in out.finished:
+            self.finished += 1
+            sched = req.scheduled_time
+            self.queue_time_sum += (sched if sched is not None else now) - req.arrival_time
+
     def on_step(self, engine: Engine, out: StepOutput | None) -> None:
-        """Sample the gauges at each scrape the step passed; count the binding limit over its duration."""
+        """Count the step, sample the gauges at each scrape it passed; count the binding limit over its duration."""
         if out is None:
-            self.sample(engine.now, (engine.num_running, engine.num_waiting, engine.kv_cache_usage))
+            if engine.now >= self.next_sample - 1e-9:
+                self.sample(engine.now, (engine.num_running, engine.num_waiting, engine.kv_cache_usage))
             return
-        self.sample(engine.now, (out.running, out.waiting, out.kv_cache_usage))
-        if not self.active or out.duration <= 0:
+        if engine.now >= self.next_sample - 1e-9:
+            self.sample(engine.now, (out.running, out.waiting, out.kv_cache_usage))
+        if not self.active:
+            return
+        self._count(out, engine.now)
+        if out.duration <= 0:
             return
         start, stop = max(out.start, self.t0), min(out.start + out.duration, self.end)
         if stop > start:
@@ -343,7 +308,7 @@ def simulate(
     )
     end = t0 + fit.window_seconds
     window = _Window(config.resolved(), t0, end, fit.sample_interval, next_sample=t0)
-    engine = Engine(config, metrics=window, keep_finished=False)
+    engine = Engine(config, keep_finished=False, track_itls=True)
     arrivals.engine = engine
     if t0 > 0:
         _run(engine, arrivals, window, t0, deadline)
