@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect
 from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import accumulate
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.signals import Signals
@@ -51,11 +54,17 @@ class LengthDistribution:
     mean: float
     source: str
 
+    @cached_property
+    def _cumulative(self) -> tuple[list[float], float]:
+        cum = list(accumulate(self.weights))
+        return cum, cum[-1] + 0.0
+
     def sample(self, rng: random.Random) -> int:
-        """One length drawn with ``rng``."""
+        """One length drawn with ``rng``: ``rng.choices(values, weights)[0]``, its cumulative weights summed once."""
         if len(self.values) == 1:
             return self.values[0]
-        return rng.choices(self.values, self.weights)[0]
+        cum, total = self._cumulative
+        return self.values[bisect(cum, rng.random() * total, 0, len(cum) - 1)]
 
     @property
     def max(self) -> int:

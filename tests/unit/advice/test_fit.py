@@ -6,10 +6,11 @@ Expected values are worked out by hand in each test.
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
-from kvpilot.advice.fit import FitError, arrival_profile, fit_workload, length_distribution
+from kvpilot.advice.fit import FitError, LengthDistribution, arrival_profile, fit_workload, length_distribution
 from kvpilot.diagnose.limits import resolve_limits
 from kvpilot.diagnose.signals import Signals
 
@@ -116,3 +117,12 @@ def test_arrivals_per_scrape_interval_by_conservation():
     # a restarted counter (it went down) counts from 0; a missing point: no profile
     assert arrival_profile({"finished": [5, 2], "running": [0, 0], "waiting": [0, 0]}, 10.0, 10.0) == ((0.0, 10.0, 2),)
     assert arrival_profile({"finished": [0, None], "running": [0, 0], "waiting": [0, 0]}, 10.0, 10.0) == ()
+
+
+def test_a_length_is_drawn_as_random_choices_draws_it():
+    # the same stream of draws as the standard library's weighted choice, so a seed gives the same workload
+    dist = LengthDistribution((155, 365, 7_750), (0.5, 0.3, 0.2), 1_735.0, "histogram")
+    mine, stdlib = random.Random(7), random.Random(7)
+    assert [dist.sample(mine) for _ in range(5_000)] == [
+        stdlib.choices(dist.values, dist.weights)[0] for _ in range(5_000)
+    ]
