@@ -574,7 +574,7 @@ class PrometheusSource:
     ) -> dict[TargetKey, FitRows]:
         """:data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS` at ``end`` over ``window_seconds``, and
         :data:`~kvpilot.diagnose.signals.FIT_SERIES` over the window, for the targets ``selectors`` select
-        (:func:`fit_plan`: 22 queries, the prediction's second round, sent only for the targets it predicts).
+        (:func:`fit_plan`: 18 queries, the prediction's second round, sent only for the targets it predicts).
 
         Returns:
             ``{target: FitRows}``: the shapes of ``Signals.fit`` / ``fit_buckets`` / ``fit_series``; a value no
