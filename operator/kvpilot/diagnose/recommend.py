@@ -253,18 +253,23 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
         keep_up = n_seqs * arrival / served
         need = keep_up * (1 + DRAIN_MARGIN)
         how = (
-            f"the queue grows: arrivals {number(served, 2)} served + {number(trend, 2)} queued = "
+            f"with {count(n_seqs)} slots now the queue grows: arrivals {number(served, 2)} served + "
+            f"{number(trend, 2)} queued = "
             f"{number(arrival, 2, 'req/s')}; {count(n_seqs)} slots x {number(arrival, 2)} / {number(served, 2)} = "
             f"{number(keep_up, 1)} slots keep up (Little's law), +{percent(DRAIN_MARGIN, 0)} to drain the backlog = "
             f"{number(need, 1)}"
         )
     elif growing:
         need = 2 * n_seqs
-        how = f"the queue grows and the completion rate is unknown: 2 x {count(n_seqs)} = {count(need)}"
+        how = (
+            f"with {count(n_seqs)} slots now the queue grows and the completion rate is unknown: "
+            f"2 x {count(n_seqs)} = {count(need)}"
+        )
     else:
         need = run_avg + wait_avg
         how = (
-            f"a standing queue: {number(run_avg, 1)} running + {number(wait_avg, 1)} waiting = "
+            f"with {count(n_seqs)} slots now a queue stands: {number(run_avg, 1)} running + "
+            f"{number(wait_avg, 1)} waiting = "
             f"{number(need, 1)} admitted at once"
         )
     demand = max(n_seqs + 1, math.ceil(need - 1e-9))
