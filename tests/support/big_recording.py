@@ -2,7 +2,7 @@
 
 Each pod (``namespace="bench"``, ``pod="vllm-<i>"``) exposes gauges, counters and histograms that
 diagnose reads, plus families it does not read (``vllm:e2e_request_latency_seconds``,
-``vllm:request_prompt_tokens``, ``vllm:request_params_n``), family by family, series by series, time
+``vllm:request_params_n``), family by family, series by series, time
 by time, ending ``# EOF``: the layout ``kvpilot simulate --record`` and promtool use. The values are
 simple functions of the second ``k`` (``0 <= k < seconds``) so a test can write the expected signals
 out by hand:
@@ -32,7 +32,7 @@ _HISTOGRAMS = (
     "vllm:time_to_first_token_seconds",
     "vllm:inter_token_latency_seconds",
     "vllm:e2e_request_latency_seconds",  # not read by diagnose
-    "vllm:request_prompt_tokens",  # read only for predictions (FIT_SIGNAL_DEFS)
+    "vllm:request_prompt_tokens",  # read by diagnose (per-request prefix reuse, with the computed tokens)
     "vllm:request_params_n",  # not read by diagnose
 )
 

@@ -239,7 +239,7 @@ def fit_workload(signals: Signals, limits: Limits, max_model_len: int) -> Worklo
     served = v.get("requests_finished_per_s") or finished / window
     prompt_fallback = v.get("prompt_tokens_per_request")
     prompt = length_distribution(
-        signals.fit_buckets.get("prompt_len"),
+        signals.buckets.get("prompt_tokens"),
         fv.get("prompt_len_sum_increase"),
         fv.get("prompt_len_count_increase"),
         prompt_fallback,

@@ -21,7 +21,7 @@ import math
 
 from kvpilot.advice.prediction import Prediction, queue_grows
 from kvpilot.diagnose.facts import BUDGET_FULL_FILL, PINNED_SLACK
-from kvpilot.diagnose.signals import Signals
+from kvpilot.diagnose.signals import SignalName, Signals
 
 #: a standing queue: at least this many requests waiting on average (else ``none`` binds)
 STANDING_QUEUE = 0.5
@@ -83,7 +83,11 @@ def sampling_slack(signals: Signals) -> dict[str, float]:
     if n < 2:
         return {}
     out = {}
-    for key, top, bottom in (("mean_running", "running_max", "running_min"), ("mean_waiting", "waiting_max", None)):
+    gauges: tuple[tuple[str, SignalName, SignalName | None], ...] = (
+        ("mean_running", "running_max", "running_min"),
+        ("mean_waiting", "waiting_max", None),
+    )
+    for key, top, bottom in gauges:
         hi, lo = v.get(top), (v.get(bottom) if bottom else 0.0)
         if hi is not None and lo is not None:
             out[key] = 2 * math.sqrt(2) * (hi - lo) / 4 / math.sqrt(n)
@@ -91,7 +95,7 @@ def sampling_slack(signals: Signals) -> dict[str, float]:
 
 
 def observed_prediction(signals: Signals, binding: str | None) -> Prediction:
-    """The window's ``P`` from its signals (``signals.fit`` holds the histogram sums and counts)."""
+    """The window's ``P`` from its signals (``signals.fit`` holds the TTFT histogram's sum and count)."""
     v, fv = signals.values, signals.fit
 
     def mean(total: str, n: str) -> float | None:
@@ -105,7 +109,7 @@ def observed_prediction(signals: Signals, binding: str | None) -> Prediction:
         requests_finished_per_s=v.get("requests_finished_per_s"),
         prompt_tokens_per_s=v.get("prompt_tokens_per_s"),
         generation_tokens_per_s=v.get("generation_tokens_per_s"),
-        queue_time_mean_s=mean("queue_time_sum_increase", "queue_time_count_increase"),
+        queue_time_mean_s=v.get("queue_time_mean_s"),
         ttft_mean_s=mean("ttft_sum_increase", "ttft_count_increase"),
         mean_running=v.get("running_avg"),
         max_kv_usage=v.get("kv_usage_max"),

@@ -4,8 +4,8 @@
 fit's signals at once), then, for the targets whose verdict is a queue (or every diagnosed target when
 ``--what-if`` asks for changes), most severe first, :func:`kvpilot.advice.advise.predict_target` until the
 what-if budget (wall-clock seconds for all of them) runs out. With ``--prometheus`` the fit's signals are a
-second round of queries for each target predicted (``PrometheusSource.fetch_fit``, 22 queries narrowed to its
-namespace and pod), so a fleet-wide diagnosis sends its 46 queries and no more for the targets without a
+second round of queries for each target predicted (``PrometheusSource.fetch_fit``, 14 queries narrowed to its
+namespace and pod), so a fleet-wide diagnosis sends its 55 queries and no more for the targets without a
 queue.
 """
 

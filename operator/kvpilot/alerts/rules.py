@@ -428,6 +428,40 @@ def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[A
             "(kvpilot diagnose infers it from the step sizes)",
         ),
         AlertRule(
+            name="VLLMLoRASlotCap",
+            verdict="lora_slot_cap",
+            bottleneck="lora",
+            severity=severity.WARNING,
+            critical_when=grows,
+            for_="5m",
+            # requests deferred while a LoRA label set current in the window (its value, the server's time, changed:
+            # vLLM sets the current one each step) names as many adapters as max_lora (every slot held; vLLM 0.29
+            # names an adapter once a request of it was scheduled, so never more); PromQL cannot count a label's
+            # commas, so one arm per max_lora 1-16 asks for at least max_lora names
+            expr=(
+                "(max by ("
+                + BY
+                + ") (avg_over_time("
+                + vllm("num_requests_waiting_by_reason", 'reason="deferred"')
+                + f"[{window}])) > 0) and on(namespace, pod, instance, job) count by (namespace, pod, instance, job) ("
+                + " or ".join(
+                    "(changes("
+                    + vllm("lora_requests_info", f'max_lora="{k}", running_lora_adapters=~"[^,]+(,[^,]+){{{k - 1},}}"')
+                    + f"[{window}]) > 0)"
+                    for k in range(1, 17)
+                )
+                + ")"
+            ),
+            summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: requests deferred for a LoRA slot",
+            description=(
+                "{{ $value | humanize }} requests on average were deferred over the last " + window + " while every "
+                "LoRA slot (--max-loras) held an adapter (vllm:lora_requests_info): raise --max-loras (and "
+                "--max-cpu-loras)."
+            ),
+            reasoning="vLLM skips a waiting request whose adapter would exceed max_loras; a deferral sustained "
+            "five minutes is not one burst of a new adapter",
+        ),
+        AlertRule(
             name="VLLMPrefixCacheIneffective",
             verdict="prefix_cache_ineffective",
             bottleneck="prefix_cache",

@@ -1,15 +1,23 @@
 """Facts: what the rules decide on, derived once per target from its signals and limits.
 
-vLLM V1's scheduler admits a waiting request in a step only when all of these hold
-(``vllm/v1/core/sched/scheduler.py`` ``Scheduler.schedule``, vLLM 0.29): fewer than
-``max_num_seqs`` requests run (``num_running >= self.max_num_running_reqs: break``); the step's
-token budget ``max_num_batched_tokens`` is not used up by running requests and earlier admissions
-(``while ... token_budget > 0``); the KV cache can take its blocks - since vLLM PR #37307
-(``scheduler_reserve_full_isl``, default True, ``vllm/config/scheduler.py``) the *whole prompt's*
-blocks must fit; and it is not deferred (LoRA slots, KV transfer: ``reason="deferred"`` of
-``vllm:num_requests_waiting_by_reason``). Compute speed never makes a request wait, it makes
-steps slow. So a standing queue means one of these limits refused admission in every step, and
-each fact below measures how close one limit is to refusing.
+vLLM V1's scheduler (``vllm/v1/core/sched/scheduler.py`` ``Scheduler.schedule``, vLLM 0.29) first
+schedules the running requests; when one of them needs a KV block and none is free it preempts, and
+a step that preempted admits nobody. Then it takes waiting requests from the head of the queue
+while, in this order (:data:`ADMISSION_ORDER`):
+
+1. the step's token budget ``max_num_batched_tokens`` is not used up by running requests and earlier
+   admissions (``while (self.waiting or self.skipped_waiting) and token_budget > 0``);
+2. fewer than ``max_num_seqs`` requests run (``if num_running >= self.max_num_running_reqs: break``);
+3. the request is not deferred: a structured-output grammar still compiling or a remote KV transfer
+   (``_is_blocked_waiting_status``), or its LoRA adapter cannot join a batch that already holds
+   ``max_loras`` adapters: skipped, counted in ``reason="deferred"`` of
+   ``vllm:num_requests_waiting_by_reason``;
+4. the KV cache can take its blocks: since vLLM PR #37307 (``scheduler_reserve_full_isl``, default
+   True, ``vllm/config/scheduler.py``) the *whole prompt's* blocks must fit (``allocate_slots``).
+
+Compute speed never makes a request wait, it makes steps slow. So a queue that costs requests time
+means one of these refused admission, and the first one in that order that measures as binding is
+what refused it: raising it would hand the queue to the next (the runner-up).
 
 Reading vLLM's metrics as vLLM produces them (``vllm/v1/metrics/loggers.py``
 ``PrometheusStatLogger.record`` and ``vllm/v1/metrics/stats.py`` ``IterationStats``, vLLM 0.29):
@@ -19,7 +27,10 @@ records nothing of that chunk; the chunk's tokens arrive with the completing ste
 chunked prefill a budget cap does not show as mass in the budget's bucket. The window's *mean*
 (``_sum`` / ``_count``) still counts every computed token once, over the steps that produced
 output (every step while a request decodes): it is the fill measure used here; the bucket share is
-used only when ``_sum``/``_count`` are missing.
+used only when ``_sum``/``_count`` are missing. ``vllm:num_requests_running`` is set after each step
+from the running list once that step's finished requests left it (``Scheduler.make_stats`` in
+``update_from_output``), so at a pinned cap the gauge reads ``max_num_seqs`` less the requests that
+finished in the step before the sample (:func:`running_dip`).
 
 Pure functions, no I/O.
 """
@@ -31,13 +42,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvpilot.diagnose.limits import Limits
-from kvpilot.diagnose.promql import share_above
+from kvpilot.diagnose.promql import share_above, share_in_bucket
 from kvpilot.diagnose.severity import growing as queue_growing
-from kvpilot.diagnose.signals import Signals
+from kvpilot.diagnose.signals import SignalName, Signals
 from kvpilot.diagnose.steptime import StepFit, fit_step_time
 from kvpilot.gpus import GPU_PROFILES, gpu_profile
-from kvpilot.text.numbers import count, fig, number
+from kvpilot.text.numbers import count, fig, number, percent
 from kvpilot.vllm.defaults import LARGE_GPU_MAX_NUM_BATCHED_TOKENS
+
+#: the admission checks of ``Scheduler.schedule`` in the order vLLM 0.29 makes them for a waiting request
+#: (module docstring): the first that measures as binding is what refused the queue
+ADMISSION_ORDER: tuple[str, ...] = ("token_budget", "max_num_seqs", "lora", "kv_cache")
 
 #: share of engine steps in the token budget's bucket (or above) from which the budget binds, when
 #: only buckets are known: a majority of steps. The bucket is found from max_num_batched_tokens.
@@ -60,9 +75,31 @@ LARGE_BUDGET = LARGE_GPU_MAX_NUM_BATCHED_TOKENS
 #: ``vllm:request_prefill_time_seconds`` over the mean step, ``vllm/v1/metrics/stats.py``)
 PREFILL_SPLIT_STEPS = 2.0
 
-#: running within this many requests of a cap counts as pinned at it (running rounds to the cap:
-#: 3.6 of 4 is pinned, 250 of 256 is not)
+#: A request admitted in the first step after it arrives waits only for the running step to end: half a
+#: step on average (arrivals fall anywhere in it), at most one (``vllm:request_queue_time_seconds``: arrival
+#: to first scheduling, ``vllm/v1/metrics/stats.py``). A mean queue time of at least one step time means
+#: requests were refused admission in later steps too: a queue that costs time. (vLLM's own healthy
+#: recording: 0.49 step times; every limit-bound recording: 15 step times or more.)
+QUEUE_STEP_TIMES = 1.0
+
+#: running within this many requests of a cap counts as pinned at it when no request finishes (the
+#: gauge is an integer: 3.6 of 4 is pinned)
 PINNED_SLACK = 0.5
+
+#: the mean dip of the running gauge below a pinned cap (requests finished per step, :func:`running_dip`)
+#: varies from sample to sample like a count of independent finishes (variance = mean); its mean over n
+#: samples is allowed this many standard deviations, sqrt(dip / n)
+PINNED_NOISE_SD = 3.0
+
+#: steps carrying at most this many tokens per running request are decode-only: each running request
+#: computes one token per step (two allows for a few admissions among the decodes), so no prompt is being
+#: prefilled and the budget is not what refuses the queue
+DECODE_TOKENS_PER_RUNNING = 2.0
+
+#: a mean step above this multiple of vLLM's default budget contradicts that default: a step computes at
+#: most the budget, and only steps without output (a lone prompt's partial chunks) fold their tokens into a
+#: later observation, so a mean a little above the budget is possible, one 10 % above it is not
+DEFAULT_BUDGET_EXCEEDED = 1.1
 
 
 def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
@@ -70,9 +107,13 @@ def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
 
     A new request needs room for its whole prompt (``scheduler_reserve_full_isl``, vLLM PR #37307)
     or, when it is smaller, a running request's share, so admission stops about two requests' worth
-    below 1.0: ``ceiling = 1 - 2 x max(kv_avg / running_avg, prompt_tokens_per_request /
-    kv_cache_tokens)``, clamped to [0.5, 1] (``KVCacheManager.allocate_slots``,
-    ``vllm/v1/core/kv_cache_manager.py``: cached-but-evictable blocks count as free).
+    below 1.0: ``1 - 2 x max(kv_avg / running_avg, prompt_tokens_per_request / kv_cache_tokens)``
+    (``KVCacheManager.allocate_slots``, ``vllm/v1/core/kv_cache_manager.py``: cached-but-evictable blocks
+    count as free). vLLM sets the usage gauge after each step, once that step's finished requests freed
+    their blocks, so at the ceiling the gauge reads below it by their share: the requests finished per step
+    (:func:`running_dip`, plus its noise over the window's samples, :data:`PINNED_NOISE_SD`) times one
+    running request's share ``kv_avg / running_avg``. The ceiling returned is that reading, clamped to
+    [0.5, 1].
 
     Returns ``(None, reason)`` when KV usage is unknown.
     """
@@ -86,13 +127,86 @@ def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
     if prompt and kv_tokens:
         shares.append(prompt / kv_tokens)
     share = max(shares) if shares else 0.0
-    ceiling = min(1.0, max(0.5, 1.0 - 2.0 * share))
+    # the gauge is set after each step once its finished requests freed their blocks (as the running gauge,
+    # :func:`running_dip`): at the ceiling it reads that much below it, about the finished requests' share
+    freed = (running_dip(signals) or 0.0) + _dip_noise(signals) if run_avg and run_avg > 0 else 0.0
+    freed_share = freed * kv_avg / run_avg if run_avg and run_avg > 0 else 0.0
+    ceiling = min(1.0, max(0.5, 1.0 - 2.0 * share - freed_share))
     how = (
         f"admission ceiling {number(ceiling, 3)} = 1 - 2 x {number(share, 4)} (one request's share of KV)"
+        + (
+            f" - {number(freed_share, 4)} (the {number(freed, 2)} requests a step finishes, freed before the gauge "
+            "is set)"
+            if freed_share > 0
+            else ""
+        )
         if shares
         else "admission ceiling 1.0 (no running requests to size a request's share)"
     )
     return ceiling, how
+
+
+def running_dip(signals: Signals) -> float | None:
+    """How far vLLM's running gauge reads below a pinned ``max_num_seqs`` on average (requests).
+
+    The gauge is set after each step once that step's finished requests left the running list
+    (module docstring); with a queue, the next step admits their replacements. So a scrape at a
+    pinned cap reads ``max_num_seqs`` less the requests that finished in the step before it, on
+    average the requests finished per step: ``increase(vllm:request_success_total) /
+    increase(vllm:iteration_tokens_total_count)`` over the window. A cap of 1,024 whose requests
+    each decode 40 tokens reads about 1,024 / 40 = 25.6 below it (998); a cap of 4 whose requests
+    decode 500 tokens, 0.008. ``None`` without either counter.
+    """
+    finished, steps = signals.get("requests_finished_increase"), signals.get("iteration_steps_increase")
+    if finished is None or not steps or steps <= 0:
+        return None
+    return max(0.0, finished / steps)
+
+
+def _dip_noise(signals: Signals) -> float:
+    """:data:`PINNED_NOISE_SD` standard deviations of the mean dip over the window's samples, ``sqrt(dip / n)``."""
+    dip = running_dip(signals) or 0.0
+    samples = signals.get("samples_in_window") or 1.0
+    return PINNED_NOISE_SD * math.sqrt(dip / max(1.0, samples))
+
+
+def pinned_slack(signals: Signals) -> float:
+    """Requests below a cap the running average may sit and still be pinned at it.
+
+    :data:`PINNED_SLACK` (the gauge is an integer) plus the expected dip (:func:`running_dip`) plus
+    :data:`PINNED_NOISE_SD` standard deviations of its mean over the window's samples,
+    ``sqrt(dip / samples)``. Without the counters the dip is unknown and only :data:`PINNED_SLACK` is
+    allowed.
+    """
+    return PINNED_SLACK + (running_dip(signals) or 0.0) + _dip_noise(signals)
+
+
+def running_level(signals: Signals) -> float | None:
+    """The running gauge's level over the window: the larger of its mean and its median (requests).
+
+    The median keeps a window that starts cold or holds a short lull (a few samples of 0 or 21 before the cap
+    fills) from reading a cap held in most samples as free; the mean keeps a large dip (a cap of 1,024 reading
+    998) from hanging on which sample is the middle one.
+    """
+    avg, median = signals.get("running_avg"), signals.get("running_median")
+    known = [v for v in (avg, median) if v is not None]
+    return max(known) if known else None
+
+
+def fits_a_cap_at(signals: Signals, cap: float) -> bool:
+    """True when the running gauge is what a batch pinned at ``cap`` requests would show.
+
+    At a pinned cap each step runs ``cap`` requests and the gauge reads ``cap`` less those that finished in it
+    (:func:`running_dip`), so :func:`running_level` ``+ dip`` is the batch each step ran: within :func:`pinned_slack` of
+    the cap from below, and never above it by more than :data:`PINNED_SLACK` and the noise (a batch cannot
+    exceed its cap). Prefill-heavy traffic whose requests each live two steps (the compute-bound recording: 11.4
+    running of a max of 12 with 10.6 finishing per step, a batch of 22) does not fit a cap of 12.
+    """
+    level = running_level(signals)
+    if level is None:
+        return False
+    batch = level + (running_dip(signals) or 0.0)
+    return cap - PINNED_SLACK - _dip_noise(signals) <= batch <= cap + PINNED_SLACK + _dip_noise(signals)
 
 
 def budget_share(signals: Signals, limits: Limits) -> tuple[float | None, float | None]:
@@ -133,7 +247,7 @@ def compute_knee(limits: Limits) -> tuple[float, str]:
     A step of n tokens does about 2 FLOP per weight per token, n FLOP per byte of bf16 weights read,
     so it turns compute-bound at n = peak FLOP/s / memory bandwidth (H100 SXM: 989e12 / 3.35e12 =
     295 tokens; the roofline model, Williams et al., CACM 52(4), 2009). GPU profiles from
-    kvpilot.engine.hardware (datasheet figures); unknown GPU: the largest knee of those profiles
+    :mod:`kvpilot.gpus` (datasheet figures); unknown GPU: the largest knee of those profiles
     (L4: 121e12 / 300e9 = 403). The knee alone never makes a verdict: it only qualifies the effect
     of a larger budget (:func:`budget_binds`).
     """
@@ -150,19 +264,45 @@ def compute_knee(limits: Limits) -> tuple[float, str]:
     return knee, "GPU unknown: the largest knee of kvpilot's GPU profiles"
 
 
-def budget_binds(
-    share: float | None, tokens_per_step: float | None, budget: int | None, step_fit: StepFit | None = None
-) -> bool:
-    """True when full steps are a token-budget cap: full (:func:`steps_full`) at a budget below
-    :data:`LARGE_BUDGET`, unless the step time measurably grows in proportion to tokens per step
-    (``step_fit.grows``: compute-bound at any budget); at or above it only when the step time measurably
-    stays flat as tokens per step grow (``step_fit.flat``). Otherwise full steps are compute-bound.
+def budget_binds(full: bool, budget: int | None, step_fit: StepFit | None = None) -> bool:
+    """True when full steps (``full``: :func:`steps_full`, or full by elimination) are a token-budget cap,
+    False when they are compute-bound (or not full).
+
+    The step-time fit decides when it measured either side of its thresholds
+    (:mod:`kvpilot.diagnose.steptime`: ``step_fit.flat`` = a cap at any budget, ``step_fit.grows`` =
+    compute-bound at any budget); otherwise the budget's size: below :data:`LARGE_BUDGET` a cap.
     """
-    if not steps_full(share, tokens_per_step, budget) or budget is None:
+    if not full or budget is None:
         return False
     if step_fit is not None and (step_fit.grows or step_fit.flat):
         return step_fit.flat
     return budget < LARGE_BUDGET
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """The two batch limits the rules use, each read or inferred from the gauges (:func:`infer_limits`).
+
+    Attributes:
+        n_seqs / n_seqs_how: max_num_seqs and its source (``inferred: ...`` when read off the gauges).
+        budget / budget_how: max_num_batched_tokens (tokens) and its source.
+        names: the limits inferred (lower confidence).
+        budget_evidence: for an inferred budget, what shows it binds beyond the mean step it is set to
+            (the prefill spans or the steps' mass at one size); "" otherwise.
+        budget_bound: the budget is only a lower bound (a default the steps contradict: at least the mean
+            step), so how full its steps are is not measured.
+        seqs_bound: the same for max_num_seqs (a default the running gauge contradicts: at least
+            ``running_max``), so running at it is pinned only with KV room (:func:`derive_facts`).
+    """
+
+    n_seqs: int | None
+    n_seqs_how: str
+    budget: int | None
+    budget_how: str
+    names: tuple[str, ...] = ()
+    budget_evidence: str = ""
+    budget_bound: bool = False
+    seqs_bound: bool = False
 
 
 @dataclass
@@ -176,19 +316,32 @@ class Facts:
         kv_avg / kv_max: KV usage, ratio 0-1. preempt: preemptions in the window.
         trend: queue growth, req/s; growth: over the window.
         queued: a request waited (``waiting_avg > 0`` and ``waiting_max >= 1``); growing: the queue
-            grew by at least one request; standing: queued and (growing or ``waiting_avg >= 1``).
+            grew by at least one request; standing: queued and (growing or a request left waiting in at least
+            half the samples: ``waiting_median >= 1``, ``waiting_avg >= 1`` where the median is unknown).
+        queue_steps: mean queue time in step times (``queue_step_times``); queue: a standing queue whose
+            requests waited at least :data:`QUEUE_STEP_TIMES` step times on average (or whose queue time
+            is not exported): what every queue verdict needs.
         n_seqs / n_seqs_how: the max_num_seqs the rules use and its source (``inferred: ...`` when
             read from a flat running gauge).
         budget / budget_how: the same for max_num_batched_tokens (tokens).
-        pinned / free_slots: running at / below n_seqs.
+        budget_evidence: for an inferred budget, the evidence that it binds (:class:`Inferred`).
+        dip / slack: :func:`running_dip` and :func:`pinned_slack`.
+        pinned / free_slots: running (:func:`running_level`) at / below n_seqs (within ``slack``).
         tokens_per_step: mean tokens per engine step; fill: tokens_per_step / budget.
         share / share_edge: share of steps in the budget's bucket and that bucket's lower edge.
-        full: :func:`steps_full`, or ``full_by_elimination``: no step measurement, but a standing queue
-            with free slots and KV room leaves the budget as the only admission limit that can have
-            refused it. knee / knee_how: :func:`compute_knee`.
+        full: :func:`steps_full`, or ``full_by_elimination``: no step measurement (or a budget known only as
+            at least the mean step), but a standing queue
+            with free slots, KV room and nothing deferred leaves the budget as the only admission limit
+            that can have refused it. budget_cap: :func:`budget_binds` (full steps are a cap, not compute).
+        knee / knee_how: :func:`compute_knee`.
         ceiling / ceiling_how: :func:`kv_ceiling`; at_ceiling: ``kv_max >= ceiling``.
         capacity_blocked: requests waited for capacity with free slots and KV at the ceiling.
         kv_room: not at the ceiling and no preemption; kv_known: the KV gauge exists.
+        deferred: requests deferred on average (``reason="deferred"``); lora_max / lora_adapters /
+            lora_seen: the server's ``max_loras``, the most LoRA adapters with scheduled requests at once (slots in
+            use) and the distinct adapters seen over the window (``vllm:lora_requests_info``); lora_blocked:
+            requests deferred while every LoRA slot held an adapter (vLLM defers a request whose adapter would
+            exceed ``max_loras``).
         step_rate: engine steps per second with output; decode_per_step: generated tokens per step.
         step_fit: seconds per step fitted on tokens per step over the sub-windows
             (:func:`kvpilot.diagnose.steptime.fit_step_time`): ``grows`` = compute-bound at any budget,
@@ -212,10 +365,14 @@ class Facts:
     queued: bool
     growing: bool
     standing: bool
+    queue_steps: float | None
+    queue: bool
     n_seqs: int | None
     n_seqs_how: str
     budget: int | None
     budget_how: str
+    dip: float | None
+    slack: float
     pinned: bool
     free_slots: bool
     tokens_per_step: float | None
@@ -223,6 +380,7 @@ class Facts:
     share: float | None
     share_edge: float | None
     full: bool
+    budget_cap: bool
     knee: float
     knee_how: str
     ceiling: float | None
@@ -231,102 +389,171 @@ class Facts:
     capacity_blocked: bool
     kv_room: bool
     kv_known: bool
+    deferred: float | None
+    lora_max: float | None
+    lora_adapters: float | None
+    lora_seen: float | None
+    lora_blocked: bool
     step_rate: float | None
     decode_per_step: float | None
     inferred: tuple[str, ...] = field(default=())
+    budget_evidence: str = ""
     full_by_elimination: bool = False
     step_fit: StepFit = field(default_factory=lambda: fit_step_time(()))
     model_config: dict[str, Any] | None = None
 
-    def s(self, name: str) -> float | None:
-        """One signal's value (None when unknown)."""
+    def s(self, name: SignalName) -> float | None:
+        """One signal's value (None when unknown; a misspelt name is a mypy error)."""
         return self.signals.get(name)
 
     @property
     def evidence_queue(self) -> str:
-        """The queue in one clause: average, max, trend and growth over the window."""
-        return (
+        """The queue in one clause: average, max, trend and growth over the window, and its queue time."""
+        text = (
             f"{fig(self.wait_avg, 1)} requests waiting on average (max {fig(self.wait_max)}, "
             f"trend {fig(self.trend, 3)} req/s = {fig(self.growth, 1)} over {fig(self.window)} s)"
         )
+        wait = self.s("queue_time_mean_s")
+        if wait is not None and self.queue_steps is not None:
+            text += (
+                f", each waiting {fig(wait, 3)} s on average = {number(self.queue_steps, 1)} step times "
+                "(vllm:request_queue_time_seconds)"
+            )
+        return text
 
 
-def _infer_limits(
-    signals: Signals, limits: Limits, queued: bool, kv_room: bool
-) -> tuple[int | None, str, int | None, str, tuple[str, ...]]:
-    """max_num_seqs and max_num_batched_tokens for the rules, inferred from the gauges when unknown.
+#: a budget of the mean step splits a P-token prompt over at least P / (mean step - decode tokens per step) steps
+#: of about the mean step's length (every step full), so the prefill time measures at least that many step
+#: times; measured below this share of it, prompts went through in fewer, longer steps than such a budget allows
+SPAN_AGREEMENT = 0.8
 
-    Only limits whose source is ``default`` (vLLM's default assumed, nothing read) are inferred, and
-    only with a queue and KV room (so one of the other two admission limits refused the queue):
 
-    - running sits at an integer N (``running_avg >= N - 0.5`` with N = ``running_max``, below the
-      default) while steps carry about one token per running request (decode only: no prompt is
-      being prefilled, so the budget is not what refuses them), or while prompts longer than the mean
-      step are each prefilled in under :data:`PREFILL_SPLIT_STEPS` step times (the budget holds a whole
-      prompt, so it is not what refuses them either): ``max_num_seqs`` = N;
-    - otherwise, unless whole prompts are prefilled in one step as above, steps carry far more tokens than
-      requests run (prefill in every step) and the mean
-      step is below 90 % of the default budget: the budget is the mean step (a binding budget fills
-      every step); a mean step above the default budget means the server runs a larger one, at least
-      that mean.
+def _prefill_spans(signals: Signals) -> float | None:
+    """Mean prefill time in step times (``prefill_step_times``), or None."""
+    return signals.get("prefill_step_times")
 
-    Returns ``(n_seqs, n_seqs_how, budget, budget_how, inferred_names)``.
+
+def steps_a_budget_needs(signals: Signals, budget: float) -> float | None:
+    """Steps a budget of ``budget`` tokens takes to prefill the mean prompt: ``P / (budget - d)``, d the generated
+    tokens per step (``generation_tokens_per_s`` over steps per second; 0 when unknown). None when unknown or
+    when the decodes alone fill the budget.
+    """
+    prompt, gen, steps = (
+        signals.get("prompt_tokens_per_request"),
+        signals.get("generation_tokens_per_s"),
+        signals.get("iteration_steps_increase"),
+    )
+    window = signals.window_seconds
+    d = gen / (steps / window) if gen is not None and steps and window else 0.0
+    if prompt is None or budget - d <= 0:
+        return None
+    return prompt / (budget - d)
+
+
+def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -> Inferred:
+    """max_num_seqs and max_num_batched_tokens for the rules, rejected and inferred when vLLM's default is
+    assumed and the gauges say otherwise.
+
+    Only limits whose source is ``default`` (nothing read) are inferred:
+
+    - **contradicted** defaults are rejected at any load: running above the default ``max_num_seqs`` means
+      the server runs a larger one, at least ``running_max``; steps above :data:`DEFAULT_BUDGET_EXCEEDED` x
+      the default budget mean a larger budget, at least the mean step;
+    - with a queue (:attr:`Facts.queue`) and KV room (so one of the two batch limits refused it):
+      ``max_num_seqs`` = N when running sits at an integer N below the default (N = ``running_max`` and the
+      gauge is what a batch pinned there shows: :func:`fits_a_cap_at`) while steps are decode only (at most
+      :data:`DECODE_TOKENS_PER_RUNNING` tokens per running request: no prompt is prefilled for the budget
+      to refuse) or prompts are not split the way a budget of the mean step would split them (prefilled in under
+      :data:`PREFILL_SPLIT_STEPS` step times, or in fewer than :data:`SPAN_AGREEMENT` of the steps such a budget
+      needs, :func:`steps_a_budget_needs`: that budget refused none);
+    - otherwise, with prefill in every step and the mean step below :data:`BUDGET_FULL_FILL` of the
+      default, ``max_num_batched_tokens`` = the mean step, but only with evidence that a budget of that size
+      binds beyond the mean itself (which a budget set to it fills by definition): prompts prefilled across
+      :data:`PREFILL_SPLIT_STEPS` step times or more (chunked by the budget), or, with no prefill time
+      exported, a majority of steps in the one bucket holding the mean (steps of one size).
     """
     n_seqs, budget = limits.value("max_num_seqs"), limits.value("max_num_batched_tokens")
     n_how, b_how = limits.max_num_seqs.source, limits.max_num_batched_tokens.source
     run_avg, run_max = signals.get("running_avg"), signals.get("running_max")
     tps = signals.get("tokens_per_step_avg")
-    inferred: list[str] = []
-    if not (queued and kv_room and run_avg is not None and run_max and run_max >= 1):
-        return n_seqs, n_how, budget, b_how, ()
+    names: list[str] = []
+    evidence = ""
+    seqs_default = limits.max_num_seqs.source == "default"
+    budget_default = limits.max_num_batched_tokens.source == "default"
+    flat = run_max is not None and fits_a_cap_at(signals, run_max)
+    if seqs_default and run_max is not None and n_seqs is not None and run_max > n_seqs:
+        n_how = (
+            f"inferred: running reached {count(run_max)}, above vLLM's default {count(n_seqs)} for this GPU tier, "
+            f"so the server runs a larger max_num_seqs, at least {count(run_max)}"
+        )
+        n_seqs = int(run_max)
+        names.append("max_num_seqs")
+        seqs_default = False
+    if budget_default and tps is not None and budget is not None and tps > budget * DEFAULT_BUDGET_EXCEEDED:
+        b_how = (
+            f"inferred: steps averaged {fig(tps, 1)} tokens, more than vLLM's default {count(budget)}, so "
+            "the server runs a larger budget, at least that mean"
+        )
+        budget = max(budget, round(tps))
+        names.append("max_num_batched_tokens")
+        budget_default = False
+    bound = "max_num_batched_tokens" in names
+    seqs_bound = "max_num_seqs" in names
+    if not (queue and kv_room and run_avg is not None and run_max and run_max >= 1):
+        return Inferred(n_seqs, n_how, budget, b_how, tuple(names), budget_bound=bound, seqs_bound=seqs_bound)
     # decode only: about one token per running request per step (no step data: not excluded)
-    decode_only = tps is None or tps <= 2 * run_max
-    # prompts longer than the mean step, each prefilled in about one step: the budget holds a whole prompt,
-    # so a budget of the mean step (the inference below) cannot be what refused the queue
-    prompt, split = signals.get("prompt_tokens_per_request"), signals.get("prefill_step_times")
-    whole_prompts = (
-        tps is not None and prompt is not None and split is not None and split < PREFILL_SPLIT_STEPS and prompt > tps
+    decode_only = tps is None or tps <= DECODE_TOKENS_PER_RUNNING * run_max
+    spans, prompt = _prefill_spans(signals), signals.get("prompt_tokens_per_request")
+    # prompts not split the way a budget of the mean step would split them: under 2 step times (the budget held
+    # each whole prompt), or fewer than such a budget needs (one long prefill step reads as a couple of step
+    # times, SPAN_AGREEMENT): that budget refused none of them
+    needed = steps_a_budget_needs(signals, tps) if tps is not None else None
+    whole = spans is not None and (
+        spans < PREFILL_SPLIT_STEPS or (needed is not None and spans < SPAN_AGREEMENT * needed)
     )
-    flat = run_avg >= run_max - PINNED_SLACK
-    if (
-        limits.max_num_seqs.source == "default"
-        and flat
-        and (n_seqs is None or run_max < n_seqs)
-        and (decode_only or whole_prompts)
-    ):
+    if seqs_default and flat and (n_seqs is None or run_max < n_seqs) and (decode_only or whole):
         if tps is None:
             steps = "steps not measured (a small token budget would look the same)"
         elif decode_only:
             steps = f"steps carried {fig(tps, 1)} tokens (decode only, no prefill refused by the budget)"
         else:
             steps = (
-                f"prompts of {number(prompt)} tokens were prefilled in {fig(split, 1)} step times though steps "
-                f"averaged {fig(tps, 1)} tokens (the budget holds a whole prompt and refused none)"
+                f"prompts of {number(prompt)} tokens were prefilled in {fig(spans, 1)} step times though steps "
+                f"averaged {fig(tps, 1)} tokens"
+                + (
+                    f" (a budget of that size would take {number(needed, 1)} steps; the budget refused none)"
+                    if needed is not None and spans is not None and spans >= PREFILL_SPLIT_STEPS
+                    else " (the budget holds a whole prompt and refused none)"
+                )
             )
         n_how = (
             f"inferred: running sat at {count(run_max)} while requests waited with KV room and {steps}; vLLM's "
             f"default would be {count(n_seqs)}"
         )
         n_seqs = int(run_max)
-        inferred.append("max_num_seqs")
-    elif (
-        limits.max_num_batched_tokens.source == "default" and tps is not None and not decode_only and not whole_prompts
-    ):
+        names.append("max_num_seqs")
+    elif budget_default and tps is not None and not decode_only and not whole:
         if budget is None or tps < BUDGET_FULL_FILL * budget:
-            b_how = (
-                f"inferred: steps averaged {fig(tps, 1)} tokens with a queue, free slots and KV room, which only "
-                f"a budget of that size explains; vLLM's default would be {count(budget)}"
-            )
-            budget = max(1, round(tps))
-            inferred.append("max_num_batched_tokens")
-        elif tps > budget * 1.1:
-            b_how = (
-                f"inferred: steps averaged {fig(tps, 1)} tokens, more than vLLM's default {count(budget)}, so "
-                "the server runs a larger budget, at least that mean"
-            )
-            budget = max(budget, round(tps))
-            inferred.append("max_num_batched_tokens")
-    return n_seqs, n_how, budget, b_how, tuple(inferred)
+            if spans is not None:
+                evidence = (
+                    f"prompts of {number(prompt)} tokens were prefilled over {number(spans, 1)} step times "
+                    "(vllm:request_prefill_time_seconds over the mean step): chunked across steps by the budget"
+                )
+            else:
+                mass = share_in_bucket(signals.buckets.get("iteration_tokens", []), tps)
+                if mass is not None and mass >= BUDGET_FULL_SHARE:
+                    evidence = (
+                        f"{percent(mass)} of steps recorded a size in the one bucket of "
+                        "vllm:iteration_tokens_total holding the mean: steps of one size, as a cap makes them"
+                    )
+            if evidence:
+                b_how = (
+                    f"inferred: steps averaged {fig(tps, 1)} tokens with a queue, free slots and KV room, and "
+                    f"{evidence}; vLLM's default would be {count(budget)}"
+                )
+                budget = max(1, round(tps))
+                names.append("max_num_batched_tokens")
+    return Inferred(n_seqs, n_how, budget, b_how, tuple(names), evidence, bound, seqs_bound)
 
 
 def derive_facts(signals: Signals, limits: Limits) -> Facts:
@@ -340,20 +567,40 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     growth = trend * window if trend is not None else None
     queued = (wait_avg or 0) > 0 and (wait_max or 0) >= 1
     growing = queue_growing(growth)
-    standing = queued and (growing or (wait_avg or 0) >= 1)
+    # a request was left waiting in at least half the samples (the median of the waiting gauge; its mean only
+    # where the median is unknown): a burst that lifts the mean while most samples see no queue is not standing
+    median = s("waiting_median")
+    held = median >= 1 if median is not None else (wait_avg or 0) >= 1
+    standing = queued and (growing or held)
+    queue_steps = s("queue_step_times")
+    queue = standing and (queue_steps is None or queue_steps >= QUEUE_STEP_TIMES)
     ceiling, ceiling_how = kv_ceiling(signals, limits)
     at_ceiling = kv_max is not None and ceiling is not None and kv_max >= ceiling
     kv_room = not at_ceiling and preempt < 1
-    n_seqs, n_how, budget, b_how, inferred = _infer_limits(signals, limits, queued, kv_room)
-    free_slots = n_seqs is not None and run_avg is not None and run_avg < n_seqs - PINNED_SLACK
-    pinned = n_seqs is not None and run_avg is not None and run_avg >= n_seqs - PINNED_SLACK
+    inf = infer_limits(signals, limits, queue, kv_room)
+    n_seqs, budget = inf.n_seqs, inf.budget
+    dip, slack = running_dip(signals), pinned_slack(signals)
+    level = running_level(signals)
+    # a max_num_seqs known only as at least running_max (a contradicted default) is where running stopped, which
+    # the KV cache at its ceiling explains as well (vLLM's last check refused the head): pinned only with KV room
+    pinned = n_seqs is not None and level is not None and level >= n_seqs - slack and (not inf.seqs_bound or kv_room)
+    free_slots = n_seqs is not None and run_avg is not None and not pinned
     cap_wait = s("waiting_capacity_avg")
     # vLLM's reason="capacity" counts every ordinary waiting request (SchedulerStats.num_waiting_reqs:
     # short of KV, slots or budget), "deferred" the skipped ones (LoRA, KV transfer): alone it does not
     # name KV. With free slots and KV at the ceiling it shows the ceiling binding below 1.0.
     capacity_blocked = cap_wait is not None and cap_wait > 0 and free_slots and at_ceiling
+    deferred = s("waiting_deferred_avg")
+    lora_max, lora_adapters = s("lora_max_loras"), s("lora_adapters_max")
+    lora_blocked = (
+        deferred is not None
+        and deferred > 0
+        and lora_max is not None
+        and lora_adapters is not None
+        and lora_adapters >= lora_max
+    )
     tps = s("tokens_per_step_avg")
-    if "max_num_batched_tokens" in inferred:
+    if "max_num_batched_tokens" in inf.names:
         share, share_edge = None, None
     else:
         share, share_edge = budget_share(signals, limits)
@@ -361,10 +608,21 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     step_rate = steps / window if steps and window else None
     gen = s("generation_tokens_per_s")
     knee, knee_how = compute_knee(limits)
-    full = steps_full(share, tps, budget)
-    # no step measurement at all: with a standing queue, free slots and KV room, the budget is the only
-    # admission limit left that can have refused the queue, so it was used up (full by elimination)
-    by_elimination = tps is None and share is None and standing and free_slots and kv_room and budget is not None
+    # a budget known only as "at least the mean step" says nothing of how full the steps are
+    measured = tps is not None and not inf.budget_bound
+    full = steps_full(share, tps if measured else None, budget)
+    # no step measurement at all: with a standing queue, free slots, KV room and nothing deferred, the budget
+    # is the only admission limit left that can have refused the queue, so it was used up (full by elimination)
+    by_elimination = (
+        not measured
+        and share is None
+        and queue
+        and free_slots
+        and kv_room
+        and not (deferred and deferred > 0)
+        and budget is not None
+    )
+    step_fit = fit_step_time(signals.step_points)
     return Facts(
         signals=signals,
         limits=limits,
@@ -381,17 +639,22 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         queued=queued,
         growing=growing,
         standing=standing,
+        queue_steps=queue_steps,
+        queue=queue,
         n_seqs=n_seqs,
-        n_seqs_how=n_how,
+        n_seqs_how=inf.n_seqs_how,
         budget=budget,
-        budget_how=b_how,
+        budget_how=inf.budget_how,
+        dip=dip,
+        slack=slack,
         pinned=pinned,
         free_slots=free_slots,
         tokens_per_step=tps,
-        fill=tps / budget if tps is not None and budget else None,
+        fill=tps / budget if measured and tps is not None and budget else None,
         share=share,
         share_edge=share_edge,
         full=full or by_elimination,
+        budget_cap=budget_binds(full or by_elimination, budget, step_fit),
         full_by_elimination=by_elimination and not full,
         knee=knee,
         knee_how=knee_how,
@@ -401,8 +664,14 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         capacity_blocked=capacity_blocked,
         kv_room=kv_room,
         kv_known=kv_max is not None,
+        deferred=deferred,
+        lora_max=lora_max,
+        lora_adapters=lora_adapters,
+        lora_seen=s("lora_adapters_seen"),
+        lora_blocked=lora_blocked,
         step_rate=step_rate,
         decode_per_step=gen / step_rate if gen is not None and step_rate else None,
-        inferred=inferred,
-        step_fit=fit_step_time(signals.step_points),
+        inferred=inf.names,
+        budget_evidence=inf.budget_evidence,
+        step_fit=step_fit,
     )

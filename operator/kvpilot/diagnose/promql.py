@@ -135,6 +135,27 @@ def max_over_time(points: Sequence[Point]) -> float | None:
     return max(values) if values else math.nan
 
 
+def quantile_over_time(q: float, points: Sequence[Point]) -> float | None:
+    """PromQL ``quantile_over_time(q, ...)``: the q-quantile of the values, interpolated between neighbours.
+
+    Source: prometheus v2.42 ``promql/quantile.go`` ``quantile``: sorted values, rank ``q x (n - 1)``, linear
+    between the values at ``floor(rank)`` and the next; NaN values sort first (Go's ``sort.Float64s``).
+    ``None`` for no points; q outside 0-1 gives -Inf/+Inf as Prometheus does.
+    """
+    if not points:
+        return None
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    values = sorted((v for _, v in points), key=lambda v: (not math.isnan(v), v))
+    rank = q * (len(values) - 1)
+    lower = max(0, math.floor(rank))
+    upper = min(len(values) - 1, lower + 1)
+    weight = rank - math.floor(rank)
+    return values[lower] * (1 - weight) + values[upper] * weight
+
+
 def min_over_time(points: Sequence[Point]) -> float | None:
     """PromQL ``min_over_time`` (NaN handling as :func:`max_over_time`)."""
     if not points:
@@ -228,6 +249,19 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> Quan
     return Quantile(q, value, start, end, observations)
 
 
+def merged_buckets(buckets: Sequence[tuple[float, float]]) -> dict[float, float] | None:
+    """``{upper bound: cumulative count}`` with duplicate bounds summed and NaN counts dropped; None without a
+    ``+Inf`` bucket holding observations.
+    """
+    merged: dict[float, float] = {}
+    for bound, count in buckets:
+        if not math.isnan(count):
+            merged[bound] = merged.get(bound, 0.0) + count
+    if merged.get(math.inf, 0.0) <= 0:
+        return None
+    return merged
+
+
 def share_above(buckets: Sequence[tuple[float, float]], threshold: float) -> tuple[float, float] | None:
     """Share of observations above the largest bucket bound strictly below ``threshold``.
 
@@ -243,11 +277,8 @@ def share_above(buckets: Sequence[tuple[float, float]], threshold: float) -> tup
     Returns:
         ``(share 0-1, lower_bound_used)``, or ``None`` without observations or a ``+Inf`` bucket.
     """
-    merged: dict[float, float] = {}
-    for bound, count in buckets:
-        if not math.isnan(count):
-            merged[bound] = merged.get(bound, 0.0) + count
-    if math.inf not in merged or merged[math.inf] <= 0:
+    merged = merged_buckets(buckets)
+    if merged is None:
         return None
     total = merged[math.inf]
     below = [b for b in merged if b < threshold]
@@ -255,3 +286,26 @@ def share_above(buckets: Sequence[tuple[float, float]], threshold: float) -> tup
         return 1.0, 0.0
     edge = max(below)
     return max(0.0, min(1.0, 1.0 - merged[edge] / total)), edge
+
+
+def share_in_bucket(buckets: Sequence[tuple[float, float]], value: float) -> float | None:
+    """Share of observations in the one bucket ``(lower, upper]`` that holds ``value``.
+
+    "Steps of one size": with ``vllm:iteration_tokens_total`` buckets, a budget that every step fills puts
+    most steps in the bucket holding their mean. As coarse as the buckets (docs/background.md §8).
+
+    Args:
+        buckets: ``(upper_bound, cumulative_count)`` pairs with a ``+Inf`` bucket.
+        value: the value whose bucket is read (tokens).
+
+    Returns:
+        the share 0-1, or ``None`` without observations or a ``+Inf`` bucket.
+    """
+    merged = merged_buckets(buckets)
+    if merged is None:
+        return None
+    bounds = sorted(merged)
+    upper = min(b for b in bounds if b >= value)
+    below = [b for b in bounds if b < upper]
+    lower_count = merged[max(below)] if below else 0.0
+    return max(0.0, min(1.0, (merged[upper] - lower_count) / merged[math.inf]))

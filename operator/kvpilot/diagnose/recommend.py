@@ -393,6 +393,56 @@ def _prefix(inputs: Inputs) -> list[Recommendation]:
     return []
 
 
+def _lora_slots(inputs: Inputs) -> list[Recommendation]:
+    """``--max-loras M -> K`` on a LoRA slot cap: K = the adapters seen with requests over the window
+    (``vllm:lora_requests_info``), at least M + 1, so each of them can join a step.
+
+    vLLM 0.29 (``vllm/config/lora.py``): ``max_loras`` defaults to 1, and ``max_cpu_loras`` (default
+    ``max_loras``) must be at least ``max_loras``. Each GPU slot holds one adapter's weights up to
+    ``max_lora_rank``, memory the KV pool no longer gets. vLLM's gauge names an adapter only once a request of
+    it was scheduled, so adapters whose requests only waited are not counted: K is a lower bound.
+    """
+    s = inputs.signals
+    slots, seen, deferred = s.get("lora_max_loras"), s.get("lora_adapters_seen"), s.get("waiting_deferred_avg")
+    if slots is None:
+        return []
+    current = int(slots)
+    suggested = max(current + 1, int(seen or 0))
+    effect = (
+        f"{count(seen)} adapters had requests over the window for {count(current)} batch slots, so requests of the "
+        "others were deferred"
+        + (f" ({fig(deferred, 1)} on average)" if deferred else "")
+        + f"; with {count(suggested)} slots that many can join one step (vLLM names an adapter only once a request "
+        f"of it ran, so more may be waiting). Raise --max-cpu-loras to at least {count(suggested)} too (vLLM requires "
+        "max_cpu_loras >= max_loras); each slot holds one adapter's weights up to --max-lora-rank on the GPU, "
+        "memory the KV cache no longer gets."
+    )
+    return [Recommendation("--max-loras", current, suggested, effect)]
+
+
+def _unexplained(inputs: Inputs) -> list[Recommendation]:
+    """What to check on a queue no admission limit explains (rules.rule_unexplained_queue): the two flags
+    of vLLM 0.29 that hold a queue outside the limits kvpilot measures, with what each would show.
+    """
+    return [
+        Recommendation(
+            "--enable-chunked-prefill",
+            None,
+            "check: on (vLLM's default)",
+            "off (--no-enable-chunked-prefill), a waiting prompt is admitted only in a step whose running "
+            "requests leave room for all of it (Scheduler.schedule: break when the prompt exceeds the budget "
+            "left), so steps stay short of the budget while prompts wait; on, a prompt takes what is left.",
+        ),
+        Recommendation(
+            "--scheduling-policy",
+            None,
+            "check: fcfs (vLLM's default)",
+            "with priority, requests of lower priority wait behind higher ones whatever the limits; the "
+            "request_queue_time of each priority class tells (the clients' priority values).",
+        ),
+    ]
+
+
 #: verdict -> its recommendation function (``inputs``, then the inferred-limit overrides it takes)
 _BY_VERDICT: dict[str, Callable[..., list[Recommendation]]] = {
     "kv_cache_exhaustion": _kv_exhaustion,
@@ -400,4 +450,6 @@ _BY_VERDICT: dict[str, Callable[..., list[Recommendation]]] = {
     "token_budget_cap": _budget_cap,
     "compute_bound": _compute_bound,
     "prefix_cache_ineffective": _prefix,
+    "lora_slot_cap": _lora_slots,
+    "unexplained_queue": _unexplained,
 }

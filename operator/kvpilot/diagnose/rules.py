@@ -2,33 +2,44 @@
 
 :func:`kvpilot.diagnose.facts.derive_facts` turns signals and limits into :class:`Facts` once;
 each rule below reads them and returns a :class:`Finding` or ``None``. vLLM's admission logic is
-the arbiter (facts module docstring): a request waits only when ``max_num_seqs``, the token budget
-or the KV cache refused it (or it was deferred), so a standing queue always names the limit that
-binds, or the limits it cannot tell apart; compute speed alone never makes a request wait.
+the arbiter (facts module docstring): a request waits only when the token budget, ``max_num_seqs``,
+a deferral (LoRA slots, a grammar, a KV transfer) or the KV cache refused it, checked in that order
+(:data:`kvpilot.diagnose.facts.ADMISSION_ORDER`), so the rules run in that order and the first limit
+that measures as binding is the verdict, with the next one (the runner-up) in its evidence; compute
+speed alone never makes a request wait. Every queue verdict needs a queue that costs time
+(:attr:`Facts.queue`: standing or growing, requests waiting at least a step time on average).
 
-Order (first match is the primary verdict; a KV shortage wins over a coinciding
-``running == max_num_seqs``):
+Order (first match is the primary verdict):
 
 1. ``no_data`` - no running/waiting gauge for the target in the window;
 2. ``target_down`` - the series stopped before the window's end;
-3. ``kv_cache_exhaustion`` - preemptions, or a queue with KV at its admission ceiling, or
-   requests waiting for capacity while sequence slots are free;
-4. ``max_num_seqs_cap`` - running pinned at ``max_num_seqs`` (known, or inferred from a flat
-   running gauge) with a queue and KV room;
-5. ``token_budget_cap`` - steps full at a budget below 8192 with a queue, free slots, KV room (or at
-   any budget when the measured step time stays flat as tokens per step grow);
-6. ``compute_bound`` - steps full at a budget of 8192 or more with a queue, free slots, KV room, or at
-   any budget when the measured step time grows in proportion to tokens per step
-   (kvpilot.diagnose.steptime): raising the budget only lengthens the steps;
-7. a standing queue no measured limit explains - the nearest limit is named, with the others it
-   cannot be told apart from and what would tell them apart (lower confidence);
-8. ``prefix_cache_ineffective`` - low hit rate with a reason to expect hits;
-9. ``no_data`` - one of the two gauges missing;
-10. ``idle`` / ``healthy``.
+3. ``kv_cache_exhaustion`` - preemptions: running requests found no free block, and a step that
+   preempts admits nobody (before any admission check);
+4. ``token_budget_cap`` - steps full at a budget below 8192 with a queue (or at any budget when the
+   measured step time stays flat as tokens per step grow): the first admission check;
+5. ``compute_bound`` - steps full at a budget of 8192 or more with a queue, or at any budget when the
+   measured step time grows in proportion to tokens per step (kvpilot.diagnose.steptime): raising the
+   budget only lengthens the steps;
+6. ``max_num_seqs_cap`` - running pinned at ``max_num_seqs`` (known, or inferred from a flat running
+   gauge) with a queue: the second check, before any KV is allocated;
+7. ``lora_slot_cap`` - requests deferred while more LoRA adapters have requests than ``max_loras``
+   batch slots: the third check;
+8. ``kv_cache_exhaustion`` - a queue with KV at its admission ceiling, or requests waiting for
+   capacity while sequence slots are free: the last check;
+9. ``unexplained_queue`` - a queue no admission limit measures as binding: something outside them holds
+   it (deferred requests, a grammar compile, a remote KV transfer, chunked prefill off, a scheduling
+   policy), listed with the metrics that tell them apart;
+10. ``prefix_cache_ineffective`` - a low hit rate with a reason to expect hits;
+11. ``no_data`` - one of the two gauges missing;
+12. ``idle`` / ``healthy``.
 
-Secondary findings: ``prefix_cache_ineffective`` beside another verdict (a low-severity one for
-near-zero hits on a cache that turned over many times), and ``metrics_schema_mismatch`` when only
-legacy names exist (escaped ones are one report note, :func:`escaped_names_note`).
+Secondary findings: ``prefix_cache_ineffective`` beside another verdict, and ``metrics_schema_mismatch``
+when only legacy names exist (escaped ones are one report note, :func:`escaped_names_note`).
+
+Severities come from the one policy, :mod:`kvpilot.diagnose.severity`. Confidences are ranks, not
+calibrated probabilities: a verdict read off the limit's own gauge at a limit that was read ranks above one
+whose limit was vLLM's default assumed or inferred from the gauges, and each missing input lowers it by
+:data:`PENALTY`.
 
 Pure functions, no I/O.
 """
@@ -39,12 +50,12 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kvpilot.diagnose.facts import LARGE_BUDGET, PREFILL_SPLIT_STEPS, Facts, derive_facts
+from kvpilot.diagnose.facts import ADMISSION_ORDER, LARGE_BUDGET, PREFILL_SPLIT_STEPS, Facts, derive_facts
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding
 from kvpilot.diagnose.recommend import Inputs, recommend
 from kvpilot.diagnose.severity import FIXED, kv_severity, queue_severity
-from kvpilot.diagnose.signals import Signals, legacy_or_escaped
+from kvpilot.diagnose.signals import SignalName, Signals, legacy_or_escaped
 from kvpilot.diagnose.steptime import STEP_TIME_FLAT, STEP_TIME_GROWS
 from kvpilot.text.numbers import count, fig, number, percent, significant, times
 from kvpilot.vllm.defaults import DEFAULT_BLOCK_SIZE
@@ -60,32 +71,142 @@ LOW_HIT_RATE = 0.5
 #: :data:`LOW_HIT_RATE` keeps the thrash cases (0-15 %) and leaves shared-prefix traffic alone.
 LRU_THRASH_HIT_RATE = LOW_HIT_RATE / 2
 
-#: a hit rate below this is "near 0" for the low-severity prefix finding
-NEAR_ZERO_HIT_RATE = 0.01
+#: a prefix seen reused (``prefix_reused_tokens``) by fewer than this share of the requests, with most prompt tokens
+#: missing the cache and the cache turned over, is one most requests did not find: vLLM's ground truth calls a
+#: cache ineffective when fewer than half the requests that re-use a shared prefix find it
+REUSED_BY_MOST = 0.5
 
-#: the tokens written to the cache in the window (queried - hits) must exceed the KV capacity this
-#: many times for near-zero hits to be reported: a cyclic re-read of 2.3x the capacity hits 0 tokens
-#: under LRU (the seed-lru scenario), so 2x keeps that case and leaves windows that wrote less than two
-#: caches' worth (reuse could still come) silent.
-TURNOVER_MANY = 2.0
+#: the external (connector) cache supplying at least this share of the tokens asked of it is the prompts' source
+#: (prefill/decode disaggregation: every prompt's KV arrives from a prefill server), not an offload cache of
+#: evicted blocks, which first-time prompts miss
+REMOTE_PREFILL_SHARE = 0.99
+
+#: a target is down when its last sample is older than this many of its own average sample intervals:
+#: one late scrape (a slow answer) or two is jitter, three missed in a row is a target that stopped
+TARGET_DOWN_INTERVALS = 3.0
+
+#: what a missing input, a limit inferred from the gauges or a limit assumed at vLLM's default takes off a
+#: confidence (each)
+PENALTY = 0.2
+#: no running/waiting sample at all: nothing to be unsure about
+CONF_NO_DATA = 1.0
+#: one of the two gauges missing: a queue cannot be ruled out
+CONF_PARTIAL_DATA = 0.9
+#: the series stopped, measured against the target's own reporting rate
+CONF_TARGET_DOWN = 0.9
+#: preemptions with KV at its admission ceiling: vLLM preempts only when no block is free
+CONF_KV_PREEMPTED = 0.95
+#: a queue at the KV ceiling, or preemptions without the gauge at the ceiling (a short burst)
+CONF_KV = 0.85
+#: running pinned at a max_num_seqs that was read (command line, spec, pod, metric)
+CONF_SEQS_READ = 0.9
+#: pinned at vLLM's default max_num_seqs (assumed: the server may run another)
+CONF_SEQS_DEFAULT = 0.7
+#: max_num_seqs inferred from running flat at an integer
+CONF_SEQS_INFERRED = 0.6
+#: steps full at the budget: the budget's size (or the step-time test) decides cap or compute
+CONF_BUDGET = 0.8
+#: deferred requests with more adapters in flight than max_loras: vLLM's own two gauges
+CONF_LORA = 0.8
+#: a queue no limit measures as binding, every limit read; lower (by PENALTY) for each assumed
+CONF_UNEXPLAINED = 0.7
+#: a low prefix hit rate with a reason to expect hits
+CONF_PREFIX = 0.7
+#: the low-severity prefix finding (near-zero hits over many turnovers: may be traffic with nothing to share)
+CONF_PREFIX_LOW = 0.5
+#: nothing binds, the KV gauge exists (less PENALTY without it)
+CONF_HEALTHY = 0.8
+#: nothing ran or waited
+CONF_IDLE = 0.9
+#: a family found only under a legacy or escaped name: read off the names themselves
+CONF_SCHEMA = 0.95
 
 _APPROACH = (
-    "vLLM admits a waiting request only when fewer than max_num_seqs run, the step's token budget has "
-    "room, and its whole prompt's KV blocks fit"
+    "vLLM admits a waiting request only when the step's token budget has room, fewer than max_num_seqs "
+    "run, it is not deferred and its whole prompt's KV blocks fit, checked in that order"
 )
+
+#: admission limit -> what names it in evidence
+_LIMIT_NAMES = {
+    "token_budget": "the token budget (max_num_batched_tokens)",
+    "max_num_seqs": "max_num_seqs",
+    "lora": "the LoRA slots (max_loras)",
+    "kv_cache": "the KV cache",
+}
 
 
 def _queue_rule_confidence(f: Facts, base: float) -> float:
-    """``base`` less 0.2 without a KV gauge, 0.2 for an inferred limit, and 0.2 when the budget is vLLM's
+    """``base`` less :data:`PENALTY` without a KV gauge, for an inferred limit, and when the budget is vLLM's
     default assumed (its size decides between token_budget_cap and compute_bound).
     """
     return round(
         base
-        - (0.0 if f.kv_known else 0.2)
-        - (0.2 if f.inferred else 0.0)
-        - (0.2 if f.budget_how == "default" else 0.0),
+        - (0.0 if f.kv_known else PENALTY)
+        - (PENALTY if f.inferred else 0.0)
+        - (PENALTY if f.budget_how == "default" else 0.0),
         2,
     )
+
+
+def _limit_state(f: Facts, limit: str) -> tuple[bool, float | None, str | None]:
+    """One admission limit: (measures as binding, how close to binding 0-1+, a clause with the numbers)."""
+    if limit == "token_budget":
+        if f.fill is None:
+            return f.full, None, None
+        return (
+            f.full,
+            f.fill,
+            f"steps averaged {number(f.tokens_per_step)} tokens of the {count(f.budget)}-token budget "
+            f"({f.budget_how}) = {percent(f.fill)}",
+        )
+    if limit == "max_num_seqs":
+        if not f.n_seqs or f.run_avg is None:
+            return False, None, None
+        return (
+            f.pinned,
+            f.run_avg / f.n_seqs,
+            f"running {fig(f.run_avg, 1)} of max_num_seqs {count(f.n_seqs)} ({f.n_seqs_how}) = "
+            f"{percent(f.run_avg / f.n_seqs)}",
+        )
+    if limit == "lora":
+        if not f.lora_max or f.lora_adapters is None:
+            return False, None, None
+        return (
+            f.lora_blocked,
+            f.lora_adapters / f.lora_max,
+            f"up to {count(f.lora_adapters)} of max_loras {count(f.lora_max)} LoRA slots held an adapter with "
+            "scheduled requests (vllm:lora_requests_info)",
+        )
+    if f.kv_max is None or not f.ceiling:
+        return False, None, None
+    return (
+        f.at_ceiling or f.capacity_blocked,
+        f.kv_max / f.ceiling,
+        f"KV usage peaked at {percent(f.kv_max)} of an admission ceiling of {percent(f.ceiling)} = "
+        f"{percent(f.kv_max / f.ceiling)}",
+    )
+
+
+def _runner_up(f: Facts, primary: str) -> str | None:
+    """The limit after ``primary`` in vLLM's admission order that binds next, in one sentence, or None.
+
+    A later limit that also measures as binding is named as what raising ``primary`` runs into; otherwise
+    the one nearest to binding (the largest ratio) of those that can be measured.
+    """
+    later = ADMISSION_ORDER[ADMISSION_ORDER.index(primary) + 1 :]
+    states = [(limit, *_limit_state(f, limit)) for limit in later]
+    binding = [(limit, text) for limit, binds, _, text in states if binds and text]
+    if binding:
+        limit, text = binding[0]
+        return (
+            f"Runner-up: {_LIMIT_NAMES[limit]} binds too ({text}); vLLM checks it after "
+            f"{_LIMIT_NAMES[primary]}, so raising {_LIMIT_NAMES[primary]} hands the queue to it."
+        )
+    measured = [(ratio, limit, text) for limit, _, ratio, text in states if ratio is not None and text]
+    if not measured:
+        return None
+    _, limit, text = max(measured, key=lambda m: m[0])
+    return f"Runner-up: {_LIMIT_NAMES[limit]}, the next nearest to binding ({text})."
 
 
 def rule_no_data(f: Facts) -> Finding | None:
@@ -95,7 +216,7 @@ def rule_no_data(f: Facts) -> Finding | None:
     return Finding(
         "no_data",
         "unknown",
-        1.0,
+        CONF_NO_DATA,
         [
             f"No vllm:num_requests_running or vllm:num_requests_waiting sample (any spelling) in the last "
             f"{fig(f.window)} s; nothing to diagnose."
@@ -104,12 +225,14 @@ def rule_no_data(f: Facts) -> Finding | None:
 
 
 def rule_target_down(f: Facts) -> Finding | None:
-    """``target_down``: the last sample is older than 3 average sample intervals (or missing)."""
+    """``target_down``: the last sample is older than :data:`TARGET_DOWN_INTERVALS` average sample intervals
+    (or missing).
+    """
     samples, age = f.s("samples_in_window"), f.s("last_sample_age_s")
     if not samples:
         return None
     interval = f.window / samples
-    if age is not None and age <= 3 * interval:
+    if age is not None and age <= TARGET_DOWN_INTERVALS * interval:
         return None
     last = (
         "no sample at the window's end (series marked stale or older than 5 m)"
@@ -119,18 +242,17 @@ def rule_target_down(f: Facts) -> Finding | None:
     return Finding(
         "target_down",
         FIXED["target_down"],
-        0.9,
+        CONF_TARGET_DOWN,
         [
             f"The target's series stopped: {last}, while it reported every {fig(interval, 1)} s on average "
-            f"({fig(samples)} samples in {fig(f.window)} s); a live target is at most 3 intervals behind."
+            f"({fig(samples)} samples in {fig(f.window)} s); a live target is at most "
+            f"{fig(TARGET_DOWN_INTERVALS)} intervals behind."
         ],
     )
 
 
-def rule_kv_cache_exhaustion(f: Facts) -> Finding | None:
-    """``kv_cache_exhaustion``: a preemption, or a queue with KV at its admission ceiling."""
-    if not (f.preempt >= 1 or (f.queued and (f.at_ceiling or f.capacity_blocked))):
-        return None
+def _kv_finding(f: Facts) -> Finding:
+    """``kv_cache_exhaustion`` with its evidence (preemptions, the ceiling, the queue)."""
     ev = []
     if f.preempt >= 1:
         total = f.s("preemptions_last")
@@ -138,7 +260,8 @@ def rule_kv_cache_exhaustion(f: Facts) -> Finding | None:
             f"{number(f.preempt)} preemptions in the window ({fig(f.s('preemptions_per_s'))}/s"
             + (f"; vllm:num_preemptions_total reached {fig(total)}" if total is not None else "")
             + "): running requests needed KV blocks and none were free, so vLLM freed and will "
-            "recompute them (Scheduler.schedule, vllm/v1/core/sched/scheduler.py)."
+            "recompute them, and admitted nobody in those steps (Scheduler.schedule, "
+            "vllm/v1/core/sched/scheduler.py)."
         )
     if f.kv_max is not None:
         ev.append(f"KV cache usage peaked at {percent(f.kv_max)} (average {percent(f.kv_avg)}); {f.ceiling_how}.")
@@ -150,45 +273,126 @@ def rule_kv_cache_exhaustion(f: Facts) -> Finding | None:
         )
     if f.queued:
         ev.append(f"{f.evidence_queue}; {_APPROACH}: here the KV cache refused them.")
-    if f.pinned:
+    if f.pinned and f.preempt >= 1:
         ev.append(
             f"Running requests also sat at max_num_seqs ({fig(f.run_avg, 1)} of {fig(f.n_seqs)}), but the "
             "KV shortage binds first: raising max_num_seqs would add preemptions."
         )
-    severity = kv_severity(f.preempt >= 1, f.queued, f.growing)
-    conf = 0.95 if f.preempt >= 1 and f.at_ceiling else 0.85
+    severity = kv_severity(f.preempt >= 1, f.queue, f.growing)
+    conf = CONF_KV_PREEMPTED if f.preempt >= 1 and f.at_ceiling else CONF_KV
     return Finding("kv_cache_exhaustion", severity, conf, ev, recommend("kv_cache_exhaustion", _inputs(f)))
 
 
+def rule_kv_preemption(f: Facts) -> Finding | None:
+    """``kv_cache_exhaustion``: a preemption in the window (before any admission check: a step that
+    preempts admits nobody).
+    """
+    return _kv_finding(f) if f.preempt >= 1 else None
+
+
+def rule_kv_cache_exhaustion(f: Facts) -> Finding | None:
+    """``kv_cache_exhaustion``: a queue with KV at its admission ceiling (the last admission check)."""
+    if not (f.queue and (f.at_ceiling or f.capacity_blocked)):
+        return None
+    return _kv_finding(f)
+
+
+def _pinned_evidence(f: Facts) -> str:
+    """How "pinned" was judged: the gauge's expected dip below the cap and the slack allowed."""
+    if f.dip is None:
+        return (
+            f"Pinned means within {fig(f.slack, 1)} of the cap (requests finished per step unknown: no "
+            "vllm:request_success_total or vllm:iteration_tokens_total)."
+        )
+    return (
+        f"At a pinned cap vLLM's running gauge reads the cap less the requests that finished in the step before "
+        f"each sample ({number(f.dip, 2)} per step here: vllm:request_success_total over "
+        f"vllm:iteration_tokens_total_count), so running within {fig(f.slack, 1)} of it (the larger of its mean and "
+        "median) is pinned."
+    )
+
+
 def rule_max_num_seqs_cap(f: Facts) -> Finding | None:
-    """``max_num_seqs_cap``: running pinned at max_num_seqs (known or inferred), queued, KV room."""
-    if not (f.pinned and f.queued and f.kv_room):
+    """``max_num_seqs_cap``: running pinned at max_num_seqs (known or inferred) with a queue (the second
+    admission check, before any KV is allocated; KV is named as the runner-up when it binds too).
+    """
+    if not (f.pinned and f.queue):
         return None
     inferred = "max_num_seqs" in f.inferred
+    median = f.s("running_median")
     ev = [
-        f"Running requests pinned at max_num_seqs: average {fig(f.run_avg)}, max {fig(f.run_max)} of "
-        f"{fig(f.n_seqs)} ({f.n_seqs_how}).",
+        f"Running requests pinned at max_num_seqs: average {fig(f.run_avg)}"
+        + (f", median {fig(median)}" if median is not None and f.run_avg is not None and median > f.run_avg else "")
+        + f", max {fig(f.run_max)} of {fig(f.n_seqs)} ({f.n_seqs_how}).",
+        _pinned_evidence(f),
         f"{f.evidence_queue}; {_APPROACH}: here every slot was taken.",
         (
             f"KV cache has room: usage peaked at {percent(f.kv_max)} ({f.ceiling_how}), no preemptions."
+            if f.kv_known and f.kv_room
+            else f"KV usage peaked at {percent(f.kv_max)} ({f.ceiling_how}), no preemptions."
             if f.kv_known
             else "KV usage unknown (no KV gauge in any spelling); no preemptions, so no sign of a KV shortage."
         ),
     ]
+    runner = _runner_up(f, "max_num_seqs")
+    if runner:
+        ev.append(runner)
     ev.extend(_kv_headroom_evidence(f.signals, f.limits))
-    base = 0.6 if inferred else 0.9 if f.limits.max_num_seqs.source != "default" else 0.7
+    base = (
+        CONF_SEQS_INFERRED
+        if inferred
+        else CONF_SEQS_READ
+        if f.limits.max_num_seqs.source != "default"
+        else (CONF_SEQS_DEFAULT)
+    )
     return Finding(
         "max_num_seqs_cap",
         queue_severity(f.growing),
-        round(base - (0 if f.kv_known else 0.2), 2),
+        round(base - (0 if f.kv_known else PENALTY), 2),
         ev,
         recommend("max_num_seqs_cap", _inputs(f), max_num_seqs=f.n_seqs),
     )
 
 
+def rule_lora_slot_cap(f: Facts) -> Finding | None:
+    """``lora_slot_cap``: requests deferred while every LoRA slot (``max_loras``) held an adapter, with a queue:
+    the third admission check (``Scheduler.schedule`` skips a waiting request whose adapter would make the step's
+    adapters exceed ``max_loras``).
+    """
+    if not (f.queue and f.lora_blocked):
+        return None
+    ev = [
+        f"{fig(f.deferred, 1)} requests on average were deferred "
+        '(vllm:num_requests_waiting_by_reason{reason="deferred"}) while all '
+        f"{count(f.lora_max)} LoRA slots (max_loras) held an adapter with scheduled requests, "
+        f"{count(f.lora_seen)} adapters over the window (vllm:lora_requests_info): vLLM skips a waiting request "
+        "whose adapter cannot join a step that already holds max_loras adapters (Scheduler.schedule, "
+        "vllm/v1/core/sched/scheduler.py).",
+        f"{f.evidence_queue}; {_APPROACH}: here the adapters' slots refused them.",
+    ]
+    budget = _limit_state(f, "token_budget")
+    seqs = _limit_state(f, "max_num_seqs")
+    free = [text for binds, _, text in (budget, seqs) if text and not binds]
+    if free:
+        ev.append("The checks before it had room: " + "; ".join(free) + ".")
+    runner = _runner_up(f, "lora")
+    if runner:
+        ev.append(runner)
+    return Finding(
+        "lora_slot_cap",
+        queue_severity(f.growing),
+        round(CONF_LORA - (0 if f.kv_known else PENALTY), 2),
+        ev,
+        recommend("lora_slot_cap", _inputs(f)),
+    )
+
+
 def _steps_evidence(f: Facts) -> str:
     parts = []
-    if f.tokens_per_step is not None and f.budget:
+    if "max_num_batched_tokens" in f.inferred and f.budget_evidence:
+        # a budget inferred as the mean step is filled by it by definition: the evidence is what else shows it
+        parts.append(f"steps averaged {number(f.tokens_per_step)} tokens and {f.budget_evidence}")
+    elif f.fill is not None:
         parts.append(
             f"steps averaged {number(f.tokens_per_step)} tokens ({percent(f.fill)} of the budget; "
             "vllm:iteration_tokens_total _sum / _count)"
@@ -201,26 +405,17 @@ def _steps_evidence(f: Facts) -> str:
         )
     if f.full_by_elimination:
         parts.append(
-            "steps not measured (no vllm:iteration_tokens_total), but with a standing queue, free sequence "
+            (
+                f"steps averaged {number(f.tokens_per_step)} tokens, more than vLLM's default budget, so the budget "
+                "is at least that and how full its steps are is not measured"
+                if f.tokens_per_step is not None
+                else "steps not measured (no vllm:iteration_tokens_total)"
+            )
+            + ", but with a standing queue, free sequence "
             "slots and KV room the budget is the only admission limit left that can have refused the queue, "
             "so it was used up in every step (inferred by elimination)"
         )
     return "; ".join(parts) if parts else "token-budget use unknown (no vllm:iteration_tokens_total)"
-
-
-def _full_steps_budget(f: Facts) -> int | None:
-    """The budget when steps are full with a queue, free slots and KV room (else None)."""
-    return f.budget if f.full and f.queued and f.free_slots and f.kv_room else None
-
-
-def _budget_is_the_cap(f: Facts, budget: int) -> bool:
-    """Full steps are a budget cap (True) or compute-bound (False): the step-time fit decides when it
-    measured either side of its thresholds (kvpilot.diagnose.steptime), else the budget's size
-    (below :data:`LARGE_BUDGET`: a cap).
-    """
-    if f.step_fit.grows or f.step_fit.flat:
-        return f.step_fit.flat
-    return budget < LARGE_BUDGET
 
 
 def _prefill_evidence(f: Facts) -> str | None:
@@ -276,44 +471,6 @@ def _step_fit_evidence(f: Facts) -> str:
     )
 
 
-def rule_token_budget_cap(f: Facts) -> Finding | None:
-    """``token_budget_cap``: steps full at a budget below :data:`LARGE_BUDGET`, queued, free slots, KV room."""
-    budget = _full_steps_budget(f)
-    if budget is None or not _budget_is_the_cap(f, budget):
-        return None
-    ev = [
-        f"max_num_batched_tokens = {count(f.budget)} ({f.budget_how}) fills the steps: {_steps_evidence(f)}.",
-        f"{f.evidence_queue}; {_APPROACH}: here the budget was used up in every step.",
-        f"Running {fig(f.run_avg, 1)} on average, below max_num_seqs {fig(f.n_seqs)}; KV usage peaked at "
-        f"{percent(f.kv_max)}, no preemptions.",
-        (
-            f"A budget of {count(f.budget)} is below vLLM's large-GPU default of {count(LARGE_BUDGET)} "
-            "(vLLM's tuning guide recommends more than 8192 for throughput on small models and large GPUs)."
-            if budget < LARGE_BUDGET
-            else f"A budget of {count(f.budget)} is at or above vLLM's large-GPU default of {count(LARGE_BUDGET)}, "
-            "but the measured step time does not grow with the tokens per step (below), so a larger budget "
-            "still adds tokens per second."
-        ),
-        _step_fit_evidence(f),
-    ]
-    prefill = _prefill_evidence(f)
-    if prefill:
-        ev.append(prefill)
-    if budget >= 2 * f.knee:
-        ev.append(
-            f"Caveat: steps of {count(f.budget)} tokens are past twice this GPU's compute knee of {number(f.knee)} "
-            f"tokens per step ({f.knee_how}): the GPU is near its compute limit, so a larger budget also "
-            "lengthens each step and TTFT improves less than the step count suggests."
-        )
-    return Finding(
-        "token_budget_cap",
-        queue_severity(f.growing),
-        _queue_rule_confidence(f, 0.8),
-        ev,
-        recommend("token_budget_cap", _inputs(f), max_num_batched_tokens=f.budget),
-    )
-
-
 def _served_evidence(f: Facts) -> str | None:
     served, offered = f.s("prompt_tokens_per_s"), f.s("offered_prompt_tokens_per_s")
     if served is None:
@@ -327,10 +484,58 @@ def _served_evidence(f: Facts) -> str | None:
     return line
 
 
-def rule_compute_bound(f: Facts) -> Finding | None:
-    """``compute_bound``: steps full at a budget of :data:`LARGE_BUDGET` or more, queued, free slots, KV room."""
+def _full_steps_budget(f: Facts) -> int | None:
+    """The budget when steps are full with a queue and no preemption (else None): the first admission check
+    (``while ... token_budget > 0``) refused the queue, whatever the later ones would say.
+    """
+    return f.budget if f.full and f.queue and f.preempt < 1 else None
+
+
+def rule_token_budget_cap(f: Facts) -> Finding | None:
+    """``token_budget_cap``: steps full at a budget below :data:`LARGE_BUDGET` (or a flat step time) with a queue."""
     budget = _full_steps_budget(f)
-    if budget is None or _budget_is_the_cap(f, budget):
+    if budget is None or not f.budget_cap:
+        return None
+    ev = [
+        f"max_num_batched_tokens = {count(f.budget)} ({f.budget_how}) fills the steps: {_steps_evidence(f)}.",
+        f"{f.evidence_queue}; {_APPROACH}: here the budget was used up in every step.",
+        (
+            f"A budget of {count(f.budget)} is below vLLM's large-GPU default of {count(LARGE_BUDGET)} "
+            "(vLLM's tuning guide recommends more than 8192 for throughput on small models and large GPUs)."
+            if budget < LARGE_BUDGET
+            else f"A budget of {count(f.budget)} is at or above vLLM's large-GPU default of {count(LARGE_BUDGET)}, "
+            "but the measured step time does not grow with the tokens per step (below), so a larger budget "
+            "still adds tokens per second."
+        ),
+        _step_fit_evidence(f),
+    ]
+    runner = _runner_up(f, "token_budget")
+    if runner:
+        ev.insert(2, runner)
+    prefill = _prefill_evidence(f)
+    if prefill:
+        ev.append(prefill)
+    if budget >= 2 * f.knee:
+        ev.append(
+            f"Caveat: steps of {count(f.budget)} tokens are past twice this GPU's compute knee of {number(f.knee)} "
+            f"tokens per step ({f.knee_how}): the GPU is near its compute limit, so a larger budget also "
+            "lengthens each step and TTFT improves less than the step count suggests."
+        )
+    return Finding(
+        "token_budget_cap",
+        queue_severity(f.growing),
+        _queue_rule_confidence(f, CONF_BUDGET),
+        ev,
+        recommend("token_budget_cap", _inputs(f), max_num_batched_tokens=f.budget),
+    )
+
+
+def rule_compute_bound(f: Facts) -> Finding | None:
+    """``compute_bound``: steps full at a budget of :data:`LARGE_BUDGET` or more (or a step time growing with
+    the tokens) with a queue.
+    """
+    budget = _full_steps_budget(f)
+    if budget is None or f.budget_cap:
         return None
     why = (
         f"at {count(f.budget)} tokens, at or above vLLM's large-GPU default of {count(LARGE_BUDGET)}, a step "
@@ -344,9 +549,8 @@ def rule_compute_bound(f: Facts) -> Finding | None:
         f"Steps are full at max_num_batched_tokens {count(f.budget)} ({f.budget_how}): {_steps_evidence(f)}.",
         f"{f.evidence_queue}; {_APPROACH}: here the budget was used up in every step, but {why}: a larger "
         "budget makes steps longer, not the engine faster.",
-        f"Running {fig(f.run_avg, 1)} on average, below max_num_seqs {fig(f.n_seqs)} "
-        f"({f.limits.max_num_seqs.source}); KV usage peaked at {percent(f.kv_max)} ({f.ceiling_how}); no "
-        "preemptions.",
+        f"Running {fig(f.run_avg, 1)} on average of max_num_seqs {fig(f.n_seqs)} "
+        f"({f.n_seqs_how}); KV usage peaked at {percent(f.kv_max)} ({f.ceiling_how}); no preemptions.",
     ]
     if f.step_rate:
         ev.append(
@@ -360,75 +564,100 @@ def rule_compute_bound(f: Facts) -> Finding | None:
     return Finding(
         "compute_bound",
         queue_severity(f.growing),
-        _queue_rule_confidence(f, 0.8),
+        _queue_rule_confidence(f, CONF_BUDGET),
         ev,
         recommend("compute_bound", _inputs(f)),
     )
 
 
-def rule_unexplained_queue(f: Facts) -> Finding | None:
-    """A standing queue that no measured limit explains: name the nearest limit and the ones it cannot be told from.
-
-    By vLLM's admission logic one of the limits refused the queue in every step, so the averages
-    hide when it bound (a burst), or a limit is not what kvpilot assumed. The verdict is the limit
-    nearest to refusing: the largest of running / max_num_seqs, mean step / budget and KV usage /
-    ceiling; confidence 0.4.
-    """
-    if not f.standing:
-        return None
-    candidates = []
-    if f.n_seqs and f.run_avg is not None:
-        candidates.append(
-            (
-                f.run_avg / f.n_seqs,
-                "max_num_seqs_cap",
-                f"running {fig(f.run_avg, 1)} of max_num_seqs {count(f.n_seqs)} "
-                f"({f.n_seqs_how}) = {percent(f.run_avg / f.n_seqs)}",
-            )
+def _unexplained_causes(f: Facts) -> list[str]:
+    """What holds a queue outside the three limits, each with the metric or flag that tells it apart."""
+    deferred = f.deferred
+    out = [
+        "Deferred requests: "
+        + (
+            f'{fig(deferred, 1)} on average were deferred (vllm:num_requests_waiting_by_reason{{reason="deferred"}})'
+            if deferred
+            else 'none deferred on average (vllm:num_requests_waiting_by_reason{reason="deferred"})'
+            if deferred is not None
+            else 'vllm:num_requests_waiting_by_reason{reason="deferred"} not exported (vLLM before 0.20)'
         )
-    if f.fill is not None:
-        candidates.append(
-            (
-                f.fill,
-                "token_budget_cap",
-                f"steps averaged {number(f.tokens_per_step)} tokens of the "
-                f"{count(f.budget)}-token budget ({f.budget_how}) = {percent(f.fill)}",
-            )
+        + "; vLLM skips a waiting request whose LoRA adapter cannot join the batch (vllm:lora_requests_info: "
+        + (
+            f"up to {count(f.lora_adapters)} of {count(f.lora_max)} slots held an adapter"
+            if f.lora_max is not None and f.lora_adapters is not None
+            else "not exported: no --enable-lora"
         )
-    if f.kv_max is not None and f.ceiling:
-        candidates.append(
-            (
-                f.kv_max / f.ceiling,
-                "kv_cache_exhaustion",
-                f"KV usage peaked at {percent(f.kv_max)} of an "
-                f"admission ceiling of {percent(f.ceiling)} = {percent(f.kv_max / f.ceiling)}",
-            )
-        )
-    if not candidates:
-        return None
-    candidates.sort(key=lambda c: c[0], reverse=True)
-    nearest = candidates[0]
-    deferred = f.s("waiting_deferred_avg")
-    ev = [
-        f"{f.evidence_queue}; {_APPROACH}, so one of them refused these requests, yet none measured as binding "
-        "over the window: " + "; ".join(c[2] for c in candidates) + ".",
-        f"Nearest to binding: {nearest[1]}; it cannot be told apart from "
-        + (", ".join(c[1] for c in candidates[1:]) or "a burst the window's averages hide")
-        + ". What tells them apart: the server's flags (--max-num-seqs, --max-num-batched-tokens; or --pod to "
-        "read them from the pod), a shorter --window around the queue, and the KV usage at the queue's peak.",
+        + "), whose structured-output grammar is still compiling, or whose KV is still arriving from a remote "
+        "instance (a KV connector: vllm:external_prefix_cache_* and the connector's metrics).",
     ]
-    if deferred:
-        ev.append(
-            f"{fig(deferred, 1)} requests on average were deferred "
-            '(vllm:num_requests_waiting_by_reason{reason="deferred"}: LoRA slots or KV transfer), which no '
-            "engine limit explains."
+    prompt, tps, budget = f.s("prompt_tokens_per_request"), f.tokens_per_step, f.budget
+    spans = f.s("prefill_step_times")
+    chunk = "Chunked prefill switched off (--no-enable-chunked-prefill): a prompt is admitted only in a step whose "
+    chunk += "running requests leave room for all of it, so steps stay short of the budget while prompts wait"
+    if prompt is not None and tps is not None and budget:
+        left = budget - tps
+        chunk += (
+            f"; here prompts average {number(prompt)} tokens "
+            + ("more" if prompt > left else "less")
+            + f" than the {number(left)} tokens an average step leaves of the {count(budget)}-token budget"
+            + (f", prefilled in {fig(spans, 1)} step times" if spans is not None else "")
+            + (
+                " (consistent with it: check the server's flags)"
+                if prompt > left and (spans is None or spans < PREFILL_SPLIT_STEPS)
+                else " (not what it would show)"
+            )
         )
+    out.append(chunk + ".")
+    out.append(
+        "A scheduling policy: with --scheduling-policy priority, requests of lower priority wait behind "
+        "higher ones, and preempted ones re-queue ahead of new ones; the server's flags tell."
+    )
+    return out
+
+
+def rule_unexplained_queue(f: Facts) -> Finding | None:
+    """``unexplained_queue``: a queue no admission limit measures as binding.
+
+    By vLLM's admission logic something refused these requests in the steps after they arrived; when the
+    steps are measured short of the budget, slots free, nothing deferred for LoRA and KV below its
+    ceiling, it is something outside the three limits (module docstring). Never a limit at the edge of
+    plausibility: the verdict lists the causes and the metrics that tell them apart, and which limits were
+    assumed rather than read (pass them: a limit that was read is never asked for).
+    """
+    if not f.queue:
+        return None
+    states = [(limit, *_limit_state(f, limit)) for limit in ADMISSION_ORDER]
+    measured = [text for _, _, _, text in states if text]
+    assumed = [
+        flag
+        for name, flag in (("max_num_seqs", "--max-num-seqs"), ("max_num_batched_tokens", "--max-num-batched-tokens"))
+        if getattr(f.limits, name).source == "default" and name not in f.inferred
+    ]
+    ev = [
+        f"{f.evidence_queue}; {_APPROACH}, so something refused these requests, yet no admission limit measured "
+        "as binding over the window: " + ("; ".join(measured) if measured else "none could be measured") + ".",
+        "Under vLLM V1's chunked prefill that means something outside those limits holds the queue; what to "
+        "check, and what tells each apart:",
+        *(f"({i}) {cause}" for i, cause in enumerate(_unexplained_causes(f), 1)),
+    ]
+    if assumed:
+        ev.append(
+            "Not read, vLLM's default assumed: "
+            + ", ".join(assumed)
+            + "; pass "
+            + ("it" if len(assumed) == 1 else "them")
+            + " (or --pod to read the server's own flags): a server running a smaller limit than the default "
+            "would be bound by it."
+        )
+    if f.growing is False and f.wait_avg is not None and f.wait_avg < 1:
+        ev.append("The queue was short on average; a shorter --window around its peak may show a limit binding.")
     return Finding(
-        nearest[1],
+        "unexplained_queue",
         queue_severity(f.growing),
-        0.4,
+        round(CONF_UNEXPLAINED - PENALTY * len(assumed) - (0 if f.kv_known else PENALTY), 2),
         ev,
-        [],
+        recommend("unexplained_queue", _inputs(f)),
     )
 
 
@@ -445,7 +674,7 @@ def rule_partial_data(f: Facts) -> Finding | None:
     return Finding(
         "no_data",
         "unknown",
-        0.9,
+        CONF_PARTIAL_DATA,
         [
             f"{' and '.join(unknown).capitalize()} unknown in the last {fig(f.window)} s (no "
             f"vllm:num_requests_{'running' if unknown[0] == 'running' else 'waiting'} value in any "
@@ -461,7 +690,10 @@ def rule_idle(f: Facts) -> Finding | None:
     if (f.run_max or 0) != 0 or (f.wait_max or 0) != 0:
         return None
     return Finding(
-        "idle", "ok", 0.9, [f"No request ran or waited in the last {fig(f.window)} s (running and waiting both 0)."]
+        "idle",
+        "ok",
+        CONF_IDLE,
+        [f"No request ran or waited in the last {fig(f.window)} s (running and waiting both 0)."],
     )
 
 
@@ -473,17 +705,19 @@ def rule_healthy(f: Facts) -> Finding | None:
         f"{number(f.preempt)} preemptions."
     ]
     ev.extend(_latency_evidence(f.signals))
-    return Finding("healthy", "ok", 0.8 if f.kv_known else 0.6, ev)
+    return Finding("healthy", "ok", CONF_HEALTHY - (0 if f.kv_known else PENALTY), ev)
 
 
 #: the rules in order; the first that returns a finding is the primary verdict (module docstring)
 RULES: tuple[Callable[[Facts], Finding | None], ...] = (
     rule_no_data,
     rule_target_down,
-    rule_kv_cache_exhaustion,
-    rule_max_num_seqs_cap,
+    rule_kv_preemption,
     rule_token_budget_cap,
     rule_compute_bound,
+    rule_max_num_seqs_cap,
+    rule_lora_slot_cap,
+    rule_kv_cache_exhaustion,
     rule_unexplained_queue,
     rule_prefix_cache_ineffective,
     rule_partial_data,
@@ -495,8 +729,10 @@ RULES: tuple[Callable[[Facts], Finding | None], ...] = (
 _TERMINAL = {rule_no_data, rule_target_down}
 #: rules that diagnose a queue: latency evidence and a secondary prefix finding are added
 _QUEUE_RULES = {
+    rule_kv_preemption,
     rule_kv_cache_exhaustion,
     rule_max_num_seqs_cap,
+    rule_lora_slot_cap,
     rule_token_budget_cap,
     rule_compute_bound,
     rule_unexplained_queue,
@@ -532,7 +768,7 @@ def diagnose_target(
     """
     facts = derive_facts(signals, limits)
     facts.model_config = model_config
-    out_signals = dict(signals.values)
+    out_signals: dict[str, float | None] = {name: value for name, value in signals.values.items()}
     out_signals["budget_full_step_share"] = facts.share
     out_signals["kv_admission_ceiling"] = facts.ceiling
     out_signals["inferred_max_num_seqs"] = facts.n_seqs if "max_num_seqs" in facts.inferred else None
@@ -542,7 +778,7 @@ def diagnose_target(
     diag = Diagnosis(
         verdict="healthy",
         severity="ok",
-        confidence=0.8,
+        confidence=CONF_HEALTHY,
         target=dict(target or {}),
         signals=out_signals,
         queries=list(queries or []),
@@ -579,12 +815,12 @@ def _finish(diag: Diagnosis, primary: Finding, findings: list[Finding], signals:
 def _latency_evidence(signals: Signals) -> list[str]:
     out = []
     # what one observation of each histogram is: a request's first token, or one gap between output tokens
-    for name, label, unit in (
+    quantiles: tuple[tuple[SignalName, str, str], ...] = (
         ("ttft_p99_s", "p99 TTFT", "requests"),
         ("ttft_p50_s", "p50 TTFT", "requests"),
         ("itl_p99_s", "p99 ITL", "inter-token gaps"),
-        ("queue_time_p99_s", "p99 queue time", "requests"),
-    ):
+    )
+    for name, label, unit in quantiles:
         q = signals.quantiles.get(name)
         if q is not None:
             out.append(
@@ -632,7 +868,7 @@ def _schema_finding(signals: Signals) -> Finding | None:
     return Finding(
         "metrics_schema_mismatch",
         FIXED["metrics_schema_mismatch"],
-        0.95,
+        CONF_SCHEMA,
         [
             f"Only under legacy names: {len(legacy)} metric famil{'y' if one else 'ies'}, e.g. {used} for {family} "
             "(an older vLLM). Dashboards and alert rules written for today's names see no data for this server "
@@ -662,20 +898,29 @@ def escaped_names_note(signals: Iterable[Signals]) -> str | None:
 
 
 def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Finding | None:
-    """The prefix-cache finding, or None.
+    """The prefix-cache finding, judged per prefix, not per token; or None.
 
-    ``warning`` when prefix-cache queries happened, the (preemption-discounted) hit rate is below
-    :data:`LOW_HIT_RATE`, and there is a reason to expect hits that did not come: an external
-    (connector) cache hits more than the GPU cache, prompts are shorter than one block (block
-    granularity, case C17), or some hits came, fewer than :data:`LRU_THRASH_HIT_RATE`, while the
-    tokens written to the cache in the window exceed the KV capacity (reuse further apart than the
-    cache: LRU thrash).
+    A token-level hit rate is no measure of reuse: one shared system prompt hit by 97 % of requests whose
+    unique documents make up most tokens reads 2 %. So the hit rate below :data:`LOW_HIT_RATE` (after
+    discounting the hits preemption recompute would produce) only opens the question; ``warning`` needs a
+    reason to expect hits that did not come:
 
-    With ``low_severity``, also an ``ok``-severity finding (exit status unchanged) when the hit rate
-    is near 0 (below :data:`NEAR_ZERO_HIT_RATE`) while the tokens written exceed the KV capacity
-    :data:`TURNOVER_MANY` times or more: that is what a cyclic re-read larger than the cache looks
-    like (0 hits), and also what traffic with nothing to share looks like, so it lists the three
-    causes to check rather than warning on every non-sharing workload.
+    - an external (connector) cache hit more than the GPU cache: the traffic repeats, the GPU evicted it (unless
+      the connector supplied nearly every token asked of it, :data:`REMOTE_PREFILL_SHARE`: prompts computed
+      elsewhere, as in prefill/decode disaggregation);
+    - prompts shorter than one block (block granularity, case C17): nothing can hit;
+    - the cache turned over (the tokens written to it in the window, queried - hits, exceed the KV capacity)
+      and the reuse that happens shows a prefix was lost: vLLM's per-request histograms show a prefix of at
+      least T tokens (``prefix_reused_tokens``, :func:`~kvpilot.diagnose.signals.prefix_reuse`) reused by fewer
+      than :data:`REUSED_BY_MOST` of the requests, or some hits came while requests reused less than one block
+      each on average;
+    - without those histograms (vLLM before 0.29), a turned-over cache with some hits below
+      :data:`LRU_THRASH_HIT_RATE`, as before, saying the counters cannot tell it from a hot prefix.
+
+    A turned-over cache with a low hit rate whose requests reuse at least a block each and no longer prefix
+    seen is what a hot shared prefix amid unique content gives, and also what larger prefixes often evicted
+    give: with ``low_severity`` an ``ok``-severity finding says the metrics cannot tell them apart and what
+    would; as the primary verdict, nothing (healthy). Zero hits is no reason to expect any: silent.
     """
     s = signals.get
     queries, hits = s("prefix_queries_increase"), s("prefix_hits_increase")
@@ -692,6 +937,12 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
     rate = adjusted / queries
     if rate >= LOW_HIT_RATE:
         return None
+    # hits per request: what each request found of what it shares (lookups = requests admitted)
+    lookups = finished if finished and finished > 0 else queries / per_request if per_request else None
+    per_hit = adjusted / lookups if lookups else None
+    reused_share, reused_tokens = s("prefix_reused_share"), s("prefix_reused_tokens")
+    # vLLM 0.29's per-request histograms (prompt tokens, and those less the cached ones) were exported
+    per_request_known = bool(signals.buckets.get("prompt_tokens")) and bool(signals.buckets.get("computed_tokens"))
     ev = [
         f"Prefix cache hit rate {percent(rate)}: {number(hits)} of {number(queries)} queried tokens hit in the window"
         + (
@@ -700,11 +951,16 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
             if recompute > 0 and hits > 0
             else ""
         )
+        + (f"; {number(per_hit)} tokens per request reused on average" if per_hit is not None else "")
         + "."
     ]
     reason = False
     ext_q, ext_h = s("external_prefix_queries_increase"), s("external_prefix_hits_increase")
-    if ext_h and ext_h > hits:
+    # a connector that supplied (nearly) every token it was asked for is where the prompts are computed
+    # (prefill/decode disaggregation: vLLM counts a remote prefill's load as external hits), not a cache of what
+    # the GPU evicted: no reason to expect GPU hits
+    remote_prefill = bool(ext_h and ext_q and ext_h >= REMOTE_PREFILL_SHARE * ext_q)
+    if ext_h and ext_h > hits and not remote_prefill:
         ev.append(
             f"The external KV cache hit {number(ext_h)} of {number(ext_q)} tokens: the traffic does repeat, but "
             "the GPU cache had evicted it."
@@ -729,12 +985,35 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
         if kv_tokens and finished and finished > 0 and written > 0
         else ""
     )
-    if turnover is not None and turnover > 1 and 0 < rate < LRU_THRASH_HIT_RATE:
+    turned = (
+        f"{number(written)} prompt tokens missed the cache and were written to it in the window, "
+        f"{times(turnover)} the KV capacity of {count(kv_tokens)} tokens{remembered}"
+        if turnover is not None
+        else ""
+    )
+    lost = ""
+    if turnover is not None and turnover > 1 and hits > 0:
+        if reused_tokens is not None and reused_share is not None and reused_share < REUSED_BY_MOST:
+            lost = (
+                f"{percent(reused_share)} of the requests reused a prefix of at least {count(reused_tokens)} tokens "
+                "each (vllm:request_prefill_kv_computed_tokens against vllm:request_prompt_tokens), fewer than half, "
+                f"and requests reused {number(per_hit)} tokens on average: the others found no such prefix, evicted "
+                "if they share it"
+            )
+        elif per_hit is not None and per_hit < block:
+            lost = (
+                f"hits came, yet requests reused {number(per_hit, 1)} tokens each on average, less than one "
+                f"{fig(block)}-token block: what the traffic shares is found evicted most of the time"
+            )
+        elif not per_request_known and 0 < rate < LRU_THRASH_HIT_RATE:
+            lost = (
+                "some hits came (vLLM before 0.29 exports no per-request token histograms, so this cannot be "
+                "told from a hot shared prefix amid unique content)"
+            )
+    if lost:
         ev.append(
-            f"{number(written)} prompt tokens missed the cache and were written to it in the window, "
-            f"{times(turnover)} the KV capacity of {count(kv_tokens)} tokens{remembered}: traffic that "
-            "reuses prefixes further apart than that always finds them evicted under LRU. Offload KV to CPU "
-            "(LMCache) or reorder requests so reuse comes sooner."
+            f"{turned}, and {lost}: traffic that reuses prefixes further apart than the cache holds finds them "
+            "evicted under LRU. Offload KV to CPU (LMCache) or reorder requests so reuse comes sooner."
         )
         reason = True
     if reason:
@@ -745,19 +1024,18 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
         return Finding(
             "prefix_cache_ineffective",
             FIXED["prefix_cache_ineffective"],
-            0.7,
+            CONF_PREFIX,
             ev,
             recommend("prefix_cache_ineffective", Inputs(signals=signals, limits=limits)),
         )
-    if low_severity and turnover is not None and turnover >= TURNOVER_MANY and rate < NEAR_ZERO_HIT_RATE:
+    if low_severity and turnover is not None and turnover > 1 and 0 < rate < LRU_THRASH_HIT_RATE:
         ev.append(
-            f"{number(written)} prompt tokens were written to the cache in the window, {times(turnover)} its "
-            f"capacity of {count(kv_tokens)} tokens (turnover){remembered}. Reported at low severity: near-zero "
-            "hits are also what traffic with nothing to share gets. Check the three causes: (1) no shared "
-            "prefixes in the traffic; (2) varying tokens at the front of prompts (timestamps, request ids: one "
-            "differing early token changes every later block hash); (3) reuse further apart than the cache "
-            f"holds (a prefix re-read after more than {count(kv_tokens)} new tokens is evicted under LRU: "
-            "offload KV to CPU, e.g. LMCache, or reorder requests)."
+            f"{turned}. Reported at low severity: requests reused {number(per_hit)} tokens each on average and no "
+            "request is seen reusing a longer prefix, which is what a hot shared prefix amid unique content gives "
+            "(a healthy cache) and also what longer prefixes often evicted give; the metrics cannot tell them apart. "
+            "What would: the length of the prefix the traffic is meant to share against the tokens reused per "
+            "request; vLLM's --kv-cache-metrics (vllm:kv_block_idle_before_evict_seconds against "
+            "vllm:kv_block_reuse_gap_seconds); an external KV cache's hits."
         )
-        return Finding("prefix_cache_ineffective", "ok", 0.5, ev, [])
+        return Finding("prefix_cache_ineffective", "ok", CONF_PREFIX_LOW, ev, [])
     return None

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol, TypeGuard, get_args
 
 from kvpilot.diagnose import promql
 from kvpilot.diagnose.steptime import SUBWINDOWS, fit_step_time, subwindow_points
@@ -63,6 +63,103 @@ class TargetKey:
         return not labels.get("engine") or not self.engine or labels.get("engine") == self.engine
 
 
+#: Every signal name, the keys of :attr:`Signals.values` and of ``-o json``'s ``signals`` (docs/diagnosis.md,
+#: "Signals"): the measured ones of :data:`SIGNAL_DEFS`, then the ones :func:`finish_signals` derives. Typed, so a
+#: misspelt name in a rule is a mypy error rather than a signal that is silently unknown.
+SignalName = Literal[
+    "running_avg",
+    "running_max",
+    "running_min",
+    "running_last",
+    "running_median",
+    "samples_in_window",
+    "last_sample_time",
+    "waiting_avg",
+    "waiting_max",
+    "waiting_last",
+    "waiting_median",
+    "waiting_trend_per_s",
+    "waiting_capacity_avg",
+    "waiting_deferred_avg",
+    "kv_usage_avg",
+    "kv_usage_max",
+    "kv_usage_last",
+    "preemptions_increase",
+    "preemptions_per_s",
+    "preemptions_last",
+    "prompt_tokens_per_s",
+    "generation_tokens_per_s",
+    "prefix_queries_increase",
+    "prefix_hits_increase",
+    "external_prefix_queries_increase",
+    "external_prefix_hits_increase",
+    "requests_finished_per_s",
+    "requests_finished_increase",
+    "iteration_tokens_sum_increase",
+    "iteration_steps_increase",
+    "itl_sum_increase",
+    "itl_count_increase",
+    "prefill_time_sum_increase",
+    "prefill_time_count_increase",
+    "queue_time_sum_increase",
+    "queue_time_count_increase",
+    # read off vllm:lora_requests_info's labels (LoraIndex)
+    "lora_max_loras",
+    "lora_adapters_max",
+    "lora_adapters_seen",
+    # derived by finish_signals
+    "prefix_hit_rate",
+    "prompt_tokens_per_request",
+    "offered_prompt_tokens_per_s",
+    "tokens_per_step_avg",
+    "itl_mean_s",
+    "prefill_time_mean_s",
+    "prefill_step_times",
+    "queue_time_mean_s",
+    "queue_step_times",
+    "prefix_reused_share",
+    "prefix_reused_tokens",
+    "step_subwindows",
+    "step_time_elasticity",
+    "last_sample_age_s",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "itl_p99_s",
+]
+#: the names of :data:`SignalName`, for run-time checks
+SIGNAL_NAMES: frozenset[str] = frozenset(get_args(SignalName))
+#: the names of :data:`FIT_SIGNAL_DEFS` and :data:`FIT_SERIES` (``kvpilot.advice``'s fit): the keys of
+#: :attr:`Signals.fit`, ``fit_buckets`` and ``fit_series``
+FitName = Literal[
+    "running_first",
+    "waiting_first",
+    "ttft_sum_increase",
+    "ttft_count_increase",
+    "prompt_len_sum_increase",
+    "prompt_len_count_increase",
+    "output_len_sum_increase",
+    "output_len_count_increase",
+    "prompt_tokens_cached_increase",
+    "output_len",
+    "finished",
+    "running",
+    "waiting",
+]
+#: the histograms kept as bucket increases (:data:`HISTOGRAMS`), the keys of :attr:`Signals.buckets`
+HistogramName = Literal["ttft", "itl", "iteration_tokens", "prompt_tokens", "computed_tokens"]
+_HISTOGRAM_NAMES: frozenset[str] = frozenset(get_args(HistogramName))
+
+
+def is_signal_name(name: str) -> TypeGuard[SignalName]:
+    """True when ``name`` is a :data:`SignalName` (a key of :attr:`Signals.values`)."""
+    return name in SIGNAL_NAMES
+
+
+def is_histogram_name(name: str) -> TypeGuard[HistogramName]:
+    """True when ``name`` is a :data:`HistogramName` (a key of :attr:`Signals.buckets`)."""
+    return name in _HISTOGRAM_NAMES
+
+
 @dataclass(frozen=True)
 class SignalDef:
     """One signal: ``agg by (target) (fn(family[window]))`` in PromQL terms.
@@ -71,7 +168,8 @@ class SignalDef:
         name: the signal's key in ``Signals.values`` and in ``-o json`` (units in the name:
             ``_per_s`` per second, ``_s`` seconds; ``kv_usage_*`` ratio 0-1; others requests or tokens).
         family: canonical catalog family (``vllm:num_requests_waiting``).
-        fn: ``avg`` | ``max`` | ``min`` | ``last`` | ``deriv`` (per second) | ``rate`` (per second)
+        fn: ``avg`` | ``max`` | ``min`` | ``last`` | ``median`` (``quantile_over_time(0.5, ...)``) | ``deriv``
+            (per second) | ``rate`` (per second)
             | ``increase`` | ``count`` (samples in window) | ``timestamp`` (last sample time,
             5 m lookback) | ``first`` (the value at the window's start: the last sample at or before it,
             5 m lookback; PromQL ``NAME offset w``) | ``value`` (the last sample at or before the end, 5 m
@@ -81,7 +179,7 @@ class SignalDef:
         agg: how series of one target combine: ``max`` (duplicates, ``pid``) or ``sum``.
     """
 
-    name: str
+    name: SignalName | HistogramName | FitName
     family: str
     fn: str
     suffix: str = ""
@@ -95,10 +193,14 @@ _BY_REASON = "vllm:num_requests_waiting_by_reason"
 #: Histograms kept as bucket increases (signal name -> family); quantiles come from them. Only the
 #: ones the report uses: each costs one bucket row per target and ``le`` (about 20 per target), the
 #: largest part of a 1,000-target query (benchmarks/diagnose_scale.py).
-HISTOGRAMS: dict[str, str] = {
+HISTOGRAMS: dict[HistogramName, str] = {
     "ttft": "vllm:time_to_first_token_seconds",
     "itl": "vllm:inter_token_latency_seconds",
     "iteration_tokens": "vllm:iteration_tokens_total",
+    # per request: prompt tokens, and prompt tokens less those found in the prefix cache (vLLM 0.29+): the reuse
+    # of each request, judged per prefix (prefix_reuse)
+    "prompt_tokens": "vllm:request_prompt_tokens",
+    "computed_tokens": "vllm:request_prefill_kv_computed_tokens",
 }
 
 SIGNAL_DEFS: tuple[SignalDef, ...] = (
@@ -106,11 +208,13 @@ SIGNAL_DEFS: tuple[SignalDef, ...] = (
     SignalDef("running_max", _RUN, "max"),
     SignalDef("running_min", _RUN, "min"),
     SignalDef("running_last", _RUN, "last"),
+    SignalDef("running_median", _RUN, "median"),
     SignalDef("samples_in_window", _RUN, "count"),
     SignalDef("last_sample_time", _RUN, "timestamp"),
     SignalDef("waiting_avg", _WAIT, "avg"),
     SignalDef("waiting_max", _WAIT, "max"),
     SignalDef("waiting_last", _WAIT, "last"),
+    SignalDef("waiting_median", _WAIT, "median"),
     SignalDef("waiting_trend_per_s", _WAIT, "deriv"),
     SignalDef("waiting_capacity_avg", _BY_REASON, "avg", match=(("reason", "capacity"),)),
     SignalDef("waiting_deferred_avg", _BY_REASON, "avg", match=(("reason", "deferred"),)),
@@ -134,6 +238,8 @@ SIGNAL_DEFS: tuple[SignalDef, ...] = (
     SignalDef("itl_count_increase", "vllm:inter_token_latency_seconds", "increase", "_count", agg="sum"),
     SignalDef("prefill_time_sum_increase", "vllm:request_prefill_time_seconds", "increase", "_sum", agg="sum"),
     SignalDef("prefill_time_count_increase", "vllm:request_prefill_time_seconds", "increase", "_count", agg="sum"),
+    SignalDef("queue_time_sum_increase", "vllm:request_queue_time_seconds", "increase", "_sum", agg="sum"),
+    SignalDef("queue_time_count_increase", "vllm:request_queue_time_seconds", "increase", "_count", agg="sum"),
     *(SignalDef(name, fam, "buckets", "_bucket", agg="sum") for name, fam in HISTOGRAMS.items()),
 )
 
@@ -148,10 +254,11 @@ SUBWINDOW_DEFS: tuple[SignalDef, ...] = tuple(
 )
 
 #: What the workload and step-time fit of ``kvpilot.advice`` reads besides :data:`SIGNAL_DEFS` (docs/diagnosis.md,
-#: "Predictions"): the queue and running set at the window's start, the means of TTFT and queue time (the
-#: observed side of the replay check), the prompt and output lengths of the requests finished in the window
-#: (``vllm:request_prompt_tokens`` / ``vllm:request_generation_tokens``, observed at finish:
-#: ``PrometheusStatLogger.record``, ``vllm/v1/metrics/loggers.py``, vLLM 0.29) and the cached prompt tokens.
+#: "Predictions"): the queue and running set at the window's start, the mean TTFT (the observed side of the replay
+#: check, with SIGNAL_DEFS' queue time), the prompt and output lengths of the requests finished in the window
+#: (``vllm:request_prompt_tokens``' sum and count, its buckets being SIGNAL_DEFS' ``prompt_tokens`` histogram;
+#: ``vllm:request_generation_tokens``; observed at finish: ``PrometheusStatLogger.record``,
+#: ``vllm/v1/metrics/loggers.py``, vLLM 0.29) and the cached prompt tokens.
 #: Evaluated only when asked (``compute_signals(fit=True)``; ``--prometheus``: a second round of queries for
 #: the targets predicted, ``PrometheusSource.fetch_fit``), so a diagnosis alone sends no more queries.
 FIT_SIGNAL_DEFS: tuple[SignalDef, ...] = (
@@ -159,14 +266,11 @@ FIT_SIGNAL_DEFS: tuple[SignalDef, ...] = (
     SignalDef("waiting_first", _WAIT, "first"),
     SignalDef("ttft_sum_increase", "vllm:time_to_first_token_seconds", "increase", "_sum", agg="sum"),
     SignalDef("ttft_count_increase", "vllm:time_to_first_token_seconds", "increase", "_count", agg="sum"),
-    SignalDef("queue_time_sum_increase", "vllm:request_queue_time_seconds", "increase", "_sum", agg="sum"),
-    SignalDef("queue_time_count_increase", "vllm:request_queue_time_seconds", "increase", "_count", agg="sum"),
     SignalDef("prompt_len_sum_increase", "vllm:request_prompt_tokens", "increase", "_sum", agg="sum"),
     SignalDef("prompt_len_count_increase", "vllm:request_prompt_tokens", "increase", "_count", agg="sum"),
     SignalDef("output_len_sum_increase", "vllm:request_generation_tokens", "increase", "_sum", agg="sum"),
     SignalDef("output_len_count_increase", "vllm:request_generation_tokens", "increase", "_count", agg="sum"),
     SignalDef("prompt_tokens_cached_increase", "vllm:prompt_tokens_cached", "increase", "_total", agg="sum"),
-    SignalDef("prompt_len", "vllm:request_prompt_tokens", "buckets", "_bucket", agg="sum"),
     SignalDef("output_len", "vllm:request_generation_tokens", "buckets", "_bucket", agg="sum"),
 )
 
@@ -181,7 +285,7 @@ FIT_SERIES: tuple[SignalDef, ...] = (
 )
 
 #: quantiles reported (signal name -> (histogram, q))
-QUANTILES: dict[str, tuple[str, float]] = {
+QUANTILES: dict[SignalName, tuple[HistogramName, float]] = {
     "ttft_p50_s": ("ttft", 0.5),
     "ttft_p99_s": ("ttft", 0.99),
     "itl_p99_s": ("itl", 0.99),
@@ -224,9 +328,9 @@ class Signals:
             ``FIT_STEPS + 1`` instants from the window's start to its end (None where there is no sample).
     """
 
-    values: dict[str, float | None] = field(default_factory=dict)
-    buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    quantiles: dict[str, promql.Quantile] = field(default_factory=dict)
+    values: dict[SignalName, float | None] = field(default_factory=dict)
+    buckets: dict[HistogramName, list[tuple[float, float]]] = field(default_factory=dict)
+    quantiles: dict[SignalName, promql.Quantile] = field(default_factory=dict)
     spelling: dict[str, str] = field(default_factory=dict)
     cache_config: dict[str, str] = field(default_factory=dict)
     operator_limits: dict[str, float] = field(default_factory=dict)
@@ -238,8 +342,8 @@ class Signals:
     fit_buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     fit_series: dict[str, list[float | None]] = field(default_factory=dict)
 
-    def get(self, name: str) -> float | None:
-        """The value of signal ``name``, ``None`` when unknown."""
+    def get(self, name: SignalName) -> float | None:
+        """The value of signal ``name``, ``None`` when unknown (a :data:`SignalName`: mypy rejects a misspelt one)."""
         return self.values.get(name)
 
 
@@ -284,6 +388,8 @@ def evaluate(fn: str, points: list[promql.Point], end: float, window: float) -> 
         return promql.max_over_time(pts)
     if fn == "min":
         return promql.min_over_time(pts)
+    if fn == "median":
+        return promql.quantile_over_time(0.5, pts)
     if fn == "last":
         return pts[-1][1] if pts else None
     if fn == "count":
@@ -403,6 +509,86 @@ def _operator_limits(samples: Iterable[SampleLike], end: float, window_seconds: 
     return OperatorLimitIndex((labels, value) for _, labels, value in rows)
 
 
+#: vLLM's LoRA gauge (``vllm/v1/metrics/loggers.py``, vLLM 0.29, servers started with ``--enable-lora``):
+#: labels ``max_lora``, ``running_lora_adapters``, ``waiting_lora_adapters`` (comma-separated adapter names);
+#: no ``model_name``/``engine``. Each step sets the series of the current label set to the current time
+#: (``set_to_current_time``); series of earlier label sets stay with the time they were last current.
+LORA_INFO = "vllm:lora_requests_info"
+
+
+def _adapter_names(labels: Mapping[str, str]) -> set[str]:
+    """Adapters named in ``running_lora_adapters`` and ``waiting_lora_adapters``.
+
+    vLLM 0.29 fills both labels from the same adapters (``LoRARequestStates.update_scheduler_stats``,
+    ``vllm/v1/metrics/stats.py``), and a request joins them only when its QUEUED and SCHEDULED events reach the
+    output processor, which they do with its first output: the adapters named are those with a request scheduled
+    (or preempted) and not finished, never one whose requests all still wait. So at most ``max_lora`` at once.
+    """
+    names: set[str] = set()
+    for key in ("running_lora_adapters", "waiting_lora_adapters"):
+        names.update(n.strip() for n in str(labels.get(key, "")).split(",") if n.strip())
+    return names
+
+
+class LoraIndex:
+    """``vllm:lora_requests_info`` label sets indexed by place (namespace, pod, instance, job), like
+    :class:`CacheConfigIndex` (the gauge has no ``model_name``).
+
+    Rows are ``(labels, value)`` with value the newest sample of that label set in the window (the server's
+    time when the set was last current: ``max_over_time``). A place's label sets current during the window
+    are those set within ``window_seconds`` of its newest (one clock, the server's, so a recording's
+    timestamps need not match it); they give ``lora_max_loras`` (``max_lora``), ``lora_adapters_max`` (the
+    most adapters named at once: slots in use, :func:`_adapter_names`) and ``lora_adapters_seen`` (the distinct
+    adapters named over the window: those that had requests).
+    """
+
+    def __init__(self, rows: Iterable[tuple[Mapping[str, str], float]], window_seconds: float):
+        by_place: dict[tuple[str, ...], list[tuple[Mapping[str, str], float]]] = defaultdict(list)
+        for labels, value in rows:
+            if finite(value) is not None:
+                by_place[tuple(labels.get(k, "") for k in ("namespace", "pod", "instance", "job"))].append(
+                    (labels, value)
+                )
+        self._by_place: dict[tuple[str, ...], dict[SignalName, float | None]] = {}
+        for place, sets in by_place.items():
+            newest = max(v for _, v in sets)
+            current = [labels for labels, v in sets if v >= newest - window_seconds]
+            slots = [finite(_float(labels.get("max_lora"))) for labels in current]
+            known = [m for m in slots if m is not None]
+            self._by_place[place] = {
+                "lora_max_loras": max(known) if known else None,
+                "lora_adapters_max": float(max(len(_adapter_names(labels)) for labels in current)),
+                "lora_adapters_seen": float(len(set().union(*(_adapter_names(labels) for labels in current)))),
+            }
+
+    def get(self, target: TargetKey) -> dict[SignalName, float | None]:
+        """The three LoRA signals for ``target``'s place, {} without the gauge."""
+        return dict(self._by_place.get((target.namespace, target.pod, target.instance, target.job), {}))
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _lora_rows(samples: Iterable[SampleLike], end: float, window_seconds: float) -> list[tuple[dict[str, str], float]]:
+    """Each ``vllm:lora_requests_info`` label set (any spelling) with its newest value in ``[end - window, end]``."""
+    newest: dict[_SeriesId, tuple[dict[str, str], float]] = {}
+    for s in samples:
+        m = match_name(s.name)
+        if m is None or m.canonical != LORA_INFO or m.suffix == "_created" or s.timestamp is None:
+            continue
+        if not end - window_seconds <= s.timestamp <= end:
+            continue
+        labels = {k: v for k, v in s.labels.items() if k != "__name__"}
+        ident = tuple(sorted(labels.items()))
+        if ident not in newest or newest[ident][1] < s.value:
+            newest[ident] = (labels, float(s.value))
+    return list(newest.values())
+
+
 class CacheConfigIndex:
     """``cache_config_info`` label sets indexed by where they come from (namespace, pod, instance, job).
 
@@ -458,19 +644,20 @@ def compute_signals(
     index = _index(samples)
     configs = CacheConfigIndex(_cache_config(samples))
     operator = _operator_limits(samples, end, window_seconds)
+    lora = LoraIndex(_lora_rows(samples, end, window_seconds), window_seconds)
     out: dict[TargetKey, Signals] = {}
     for target, families in index.items():
-        values: dict[str, float | None] = {}
-        buckets: dict[str, list[tuple[float, float]]] = {}
+        values: dict[SignalName, float | None] = {}
+        buckets: dict[HistogramName, list[tuple[float, float]]] = {}
         spelling: dict[str, str] = {}
         for sd in SIGNAL_DEFS:
             result, used = _evaluate_def(sd, families, end, window_seconds)
             if used:
                 spelling.setdefault(sd.family, used)
-            if sd.fn == "buckets":
+            if is_histogram_name(sd.name):
                 if isinstance(result, list) and result:
                     buckets[sd.name] = result
-            elif not isinstance(result, list):
+            elif is_signal_name(sd.name) and not isinstance(result, list):
                 values[sd.name] = result
         if not any(v is not None for v in values.values()) and not buckets:
             continue  # only info series or series outside the window
@@ -479,6 +666,7 @@ def compute_signals(
             [_scalar(_evaluate_def(sd, families, end - (SUBWINDOWS - 1 - j) * sub, sub)[0]) for j in range(SUBWINDOWS)]
             for sd in SUBWINDOW_DEFS
         ]
+        values.update(lora.get(target))
         fit_values: dict[str, float | None] = {}
         fit_buckets: dict[str, list[tuple[float, float]]] = {}
         for sd in FIT_SIGNAL_DEFS if fit else ():
@@ -489,7 +677,7 @@ def compute_signals(
             else:
                 fit_values[sd.name] = finite(result)
         step = window_seconds / FIT_STEPS
-        fit_series = {
+        fit_series: dict[str, list[float | None]] = {
             sd.name: [
                 _scalar(_evaluate_def(sd, families, end - window_seconds + j * step, step)[0])
                 for j in range(FIT_STEPS + 1)
@@ -565,7 +753,9 @@ def finish_signals(signals: Signals) -> Signals:
     - ``itl_mean_s`` = increase of ``inter_token_latency_seconds_sum`` / of its ``_count`` (seconds per
       decode step); ``prefill_time_mean_s`` the same for ``request_prefill_time_seconds`` (seconds from a
       request's first scheduling to its first token); ``prefill_step_times`` = their ratio (how many step
-      times a prefill spans).
+      times a prefill spans); ``queue_time_mean_s`` the same for ``request_queue_time_seconds`` (seconds
+      from arrival to first scheduling, ``vllm/v1/metrics/stats.py``) and ``queue_step_times`` its ratio to
+      the step time (how many steps a request waited).
     - ``step_subwindows`` and ``step_time_elasticity``: :func:`kvpilot.diagnose.steptime.fit_step_time`
       over ``step_points``.
     - ``last_sample_age_s`` = end - last sample time.
@@ -573,6 +763,9 @@ def finish_signals(signals: Signals) -> Signals:
     v = signals.values
     for name, value in list(v.items()):
         v[name] = finite(value)
+    v.setdefault("lora_max_loras", None)
+    v.setdefault("lora_adapters_max", None)
+    v.setdefault("lora_adapters_seen", None)
     # impossible values are unknowns, not evidence: vLLM's KV gauge is a fraction 0-1 (a percent-scaled
     # gauge of another exporter matched by vllm_... would read 45 as "45x full"), request counts are >= 0
     for name, value in list(v.items()):
@@ -604,9 +797,15 @@ def finish_signals(signals: Signals) -> Signals:
     v["prefill_time_mean_s"] = pre_sum / pre_count if pre_sum is not None and pre_count else None
     itl_mean, pre_mean = v["itl_mean_s"], v["prefill_time_mean_s"]
     v["prefill_step_times"] = pre_mean / itl_mean if pre_mean is not None and itl_mean else None
+    queue_sum, queue_count = v.get("queue_time_sum_increase"), v.get("queue_time_count_increase")
+    queue_mean = v["queue_time_mean_s"] = queue_sum / queue_count if queue_sum is not None and queue_count else None
+    v["queue_step_times"] = queue_mean / itl_mean if queue_mean is not None and itl_mean else None
     fit = fit_step_time(signals.step_points)
     v["step_subwindows"] = float(len(signals.step_points))
     v["step_time_elasticity"] = fit.elasticity
+    v["prefix_reused_share"], v["prefix_reused_tokens"] = prefix_reuse(
+        signals.buckets.get("prompt_tokens", []), signals.buckets.get("computed_tokens", [])
+    )
     last = v.get("last_sample_time")
     v["last_sample_age_s"] = max(0.0, signals.end - last) if last is not None else None
     for name, (hist, q) in QUANTILES.items():
@@ -617,6 +816,48 @@ def finish_signals(signals: Signals) -> Signals:
         else:
             v[name] = None
     return signals
+
+
+#: the least share of requests whose reuse :func:`prefix_reuse` reports: one request in twenty, so a single
+#: request's hit in a window of many is not taken for a prefix the traffic shares
+REUSED_SHARE_MIN = 0.05
+
+
+def _cdf(buckets: Sequence[tuple[float, float]]) -> dict[float, float] | None:
+    """``{upper bound: share of observations <= it}`` of one histogram's bucket increases, None without any."""
+    merged = promql.merged_buckets(buckets)
+    if merged is None:
+        return None
+    return {b: min(1.0, n / merged[math.inf]) for b, n in merged.items()}
+
+
+def prefix_reuse(
+    prompt: Sequence[tuple[float, float]], computed: Sequence[tuple[float, float]]
+) -> tuple[float | None, float | None]:
+    """Per-request reuse from vLLM's per-request histograms: ``(share, tokens)``, "at least ``share`` of the
+    requests found at least ``tokens`` prompt tokens each in the prefix cache".
+
+    ``vllm:request_prompt_tokens`` observes each finished request's prompt, ``vllm:request_prefill_kv_computed_tokens``
+    its prompt less the tokens found cached (``PrometheusStatLogger.record``, ``vllm/v1/metrics/loggers.py``, vLLM
+    0.29). The two are not paired per request, but for bucket bounds ``e1 < e2`` at least ``F_computed(e1) -
+    F_prompt(e2)`` of the requests had a prompt above ``e2`` and computed at most ``e1`` (the two shares overlap by
+    at least that much), so each of them reused at least ``e2 - e1`` tokens. Of the pairs with a share of at least
+    :data:`REUSED_SHARE_MIN`, the one with the largest ``e2 - e1`` is returned (a lower bound of the longest prefix
+    that many requests reused). ``(None, None)`` when either histogram is missing or no pair qualifies (reuse
+    within one bucket's width, or none).
+    """
+    p_cdf, c_cdf = _cdf(prompt), _cdf(computed)
+    if p_cdf is None or c_cdf is None:
+        return None, None
+    best: tuple[float, float] | None = None
+    for e1, c in c_cdf.items():
+        for e2, p in p_cdf.items():
+            if math.isinf(e1) or math.isinf(e2) or e2 <= e1:
+                continue
+            share = c - p
+            if share >= REUSED_SHARE_MIN and (best is None or e2 - e1 > best[1]):
+                best = (share, e2 - e1)
+    return best if best is not None else (None, None)
 
 
 def legacy_or_escaped(signals: Signals) -> dict[str, str]:

@@ -336,6 +336,15 @@ CATALOG: tuple[MetricSpec, ...] = (
         since="0.29.0",
     ),
     MetricSpec(
+        "vllm:lora_requests_info",
+        "info",
+        "",
+        "Running stats on lora requests.",
+        labels=("max_lora", "waiting_lora_adapters", "running_lora_adapters"),
+        note="only with --enable-lora; value = the time the label set was last current (set_to_current_time); "
+        "no model_name or engine label; in v0.29 both adapter labels list the adapters with a request scheduled",
+    ),
+    MetricSpec(
         "vllm:cache_config_info",
         "info",
         "",

@@ -116,8 +116,8 @@ def test_promtool_checks_the_rules_file_and_the_prometheusrule(tmp_path):
     for path in (MONITORING / "prometheus-rules.yaml", tmp_path / "from-prometheusrule.yaml"):
         out = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
-        # 7 alerts; 5 of them also as a critical variant (all but VLLMPrefixCacheIneffective and VLLMTargetDown)
-        assert "SUCCESS: 12 rules found" in out.stdout
+        # 8 alerts; 6 of them also as a critical variant (all but VLLMPrefixCacheIneffective and VLLMTargetDown)
+        assert "SUCCESS: 14 rules found" in out.stdout
 
 
 def test_the_three_renderings_carry_the_same_rules():
@@ -131,7 +131,9 @@ def test_the_three_renderings_carry_the_same_rules():
         for r in prom
     ] == [r["title"] for r in grafana]
     for p, g in zip(prom, grafana, strict=True):
-        assert g["data"][0]["model"]["expr"] == p["expr"] and g["for"] == p["for"] and g["labels"] == p["labels"]
+        assert g["data"][0]["model"]["expr"] == p["expr"]
+        assert g["for"] == p["for"]
+        assert g["labels"] == p["labels"]
         assert g["annotations"]["runbook_url"] == p["annotations"]["runbook_url"]
 
 
@@ -145,6 +147,7 @@ def test_names_labels_and_annotations_follow_the_contract():
             "VLLMPreemptions",
             "VLLMMaxNumSeqsCap",
             "VLLMTokenBudgetCap",
+            "VLLMLoRASlotCap",
             "VLLMPrefixCacheIneffective",
             "VLLMTargetDown",
             "VLLMTTFTHigh",
@@ -160,7 +163,8 @@ def test_names_labels_and_annotations_follow_the_contract():
         assert rule["annotations"]["diagnose_command"].startswith("kvpilot diagnose --prometheus ")
         # every vLLM series in both spellings; no counter without _total
         assert "vllm:" not in rule["expr"]
-        assert "num_preemptions[" not in rule["expr"] and "num_preemptions}" not in rule["expr"]
+        assert "num_preemptions[" not in rule["expr"]
+        assert "num_preemptions}" not in rule["expr"]
 
 
 @pytest.mark.prometheus
@@ -377,7 +381,9 @@ def test_the_fallback_on_vllms_own_scheduler(recording, fires, tmp_path):
     pinned_share = [s["pinned_share"] for s in truth[-20:]]  # the last 5 m
     running = [s.value for s in timelines.read_recording(rec) if s.name == "vllm:num_requests_running"][-20:]
     if fires:  # the ground truth and the dips the former min == max rule reset on
-        assert min(pinned_share) > 0.95 and min(running) == 3 and max(running) == 4
+        assert min(pinned_share) > 0.95
+        assert min(running) == 3
+        assert max(running) == 4
     else:
         assert min(pinned_share) == 0.0
     series = timelines.input_series(rec, duration=600)
@@ -409,7 +415,8 @@ def test_the_fallback_on_vllms_own_scheduler(recording, fires, tmp_path):
     target = doc["targets"][0]
     assert (target["verdict"] == "max_num_seqs_cap" and target["confidence"] >= 0.6) == fires
     if fires:
-        assert target["signals"]["inferred_max_num_seqs"] == 4 and target["severity"] == "critical"
+        assert target["signals"]["inferred_max_num_seqs"] == 4
+        assert target["severity"] == "critical"
 
 
 def test_the_runbook_base_is_an_option_of_the_renderer(tmp_path):
@@ -424,7 +431,8 @@ def test_the_runbook_base_is_an_option_of_the_renderer(tmp_path):
     grafana = yaml.safe_load((tmp_path / "grafana-alerting.yaml").read_text())["groups"][0]["rules"]
     assert all(r["annotations"]["runbook_url"].startswith(base) for r in grafana)
     bad = subprocess.run([*cmd[:-1], base.rstrip("/")], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "--runbook-base: end the URL with /" in bad.stderr
+    assert bad.returncode == 2
+    assert "--runbook-base: end the URL with /" in bad.stderr
 
 
 @pytest.mark.helm

@@ -67,6 +67,8 @@ def test_the_operator_s_limit_replaces_the_inference(tmp_path: Path):
     data = _data(tmp_path, {"max_num_seqs": 4, "max_num_batched_tokens": 2048})
     with PrometheusServer(tmp_path, data_dir=data) as prom:
         target = _diagnose(prom.url)
+        # 8 passed for a server that runs 4: running 3.9 of 8 binds nothing, so no limit explains the queue
+        # (unexplained_queue, critical as the queue grows), where the nearest limit was named before
         overridden = _diagnose(prom.url, "--max-num-seqs", "8")
     assert target["verdict"] == "max_num_seqs_cap" and target["target"]["pod"] == "qwen-0"
     limits_line = next(e for e in target["evidence"] if e.startswith("Limits: "))
@@ -77,6 +79,7 @@ def test_the_operator_s_limit_replaces_the_inference(tmp_path: Path):
     assert any("kvpilot_vllmserver_limit" in q and "max by (namespace, pod, limit)" in q for q in target["queries"])
     # the command line overrides the metric (and then the gauges' 4 is not the configured cap)
     assert "max_num_seqs 8 (cli)" in next(e for e in overridden["evidence"] if e.startswith("Limits: "))
+    assert overridden["verdict"] == "unexplained_queue"
 
 
 def test_without_the_metric_the_cap_is_inferred_as_before(tmp_path: Path):

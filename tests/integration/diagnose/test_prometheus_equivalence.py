@@ -124,7 +124,7 @@ def test_the_fit_signals_agree(name, window, tmp_path):
         assert set(values) == {k for k, v in mine.fit.items() if v is not None}
         diffs = {n: (v, mine.fit.get(n)) for n, v in values.items() if not _same(v, mine.fit.get(n))}
         assert diffs == {}, f"{name}: fit values differ (prometheus, replay): {diffs}"
-        assert set(buckets) == set(mine.fit_buckets) == {"prompt_len", "output_len"}
+        assert set(buckets) == set(mine.fit_buckets) == {"output_len"}
         for hist, counts in buckets.items():
             assert [le for le, _ in counts] == [le for le, _ in mine.fit_buckets[hist]]
             assert all(_same(a, b) for (_, a), (_, b) in zip(counts, mine.fit_buckets[hist], strict=True))

@@ -15,6 +15,7 @@ from kvpilot.diagnose.signals import SIGNAL_DEFS, SUBWINDOW_DEFS, spellings
 from kvpilot.diagnose.sources.prometheus import (
     bucket_query,
     cache_config_query,
+    lora_query,
     operator_limit_query,
     query_count,
     signal_query,
@@ -62,7 +63,7 @@ def scripted(fail=lambda name: None, override: dict | None = None, duplicate: bo
             return 200, prom_matrix([])
         if path != "/api/v1/query":
             return 404, {"status": "error", "error": "not found"}
-        if q in (cache_config_query(WINDOW), operator_limit_query(WINDOW), *BUCKET_QUERIES):
+        if q in (cache_config_query(WINDOW), lora_query(WINDOW), operator_limit_query(WINDOW), *BUCKET_QUERIES):
             return 200, prom_vector([])
         sd = BY_QUERY.get(q)
         if sd is None:

@@ -112,11 +112,13 @@ def test_sub_windows_are_one_range_query_each_and_land_in_their_sub_window():
 
 
 def test_the_number_of_queries_does_not_depend_on_the_targets():
-    # one per non-histogram signal (32), one per histogram and spelling (2 + 4 + 2), one per sub-window
-    # signal (4), cache_config_info, the operator's limits: 46, with or without selectors
-    assert query_count() == 32 + 8 + 4 + 2 == 46
-    assert len(plan(WINDOW, Selectors(namespace="llm", pod_regex="qwen(-.*)?"))) == 46
+    # one per non-histogram signal (35: the waiting gauge's median and the queue time's _sum and _count joined
+    # the 32), one per histogram and spelling (2 + 4 + 2, and 2 + 2 for the per-request prompt and computed
+    # tokens), one per sub-window signal (4), cache_config_info, lora_requests_info, the operator's limits: 54,
+    # with or without selectors
+    assert query_count() == 35 + 12 + 4 + 3 == 54
+    assert len(plan(WINDOW, Selectors(namespace="llm", pod_regex="qwen(-.*)?"))) == 54
     server, seen = recording_server(lambda path, q: None)
     with server as prom:
         PrometheusSource(prom.url, timeout=5).fetch(WINDOW, END)
-    assert len(seen) == 46 and {path for path, _ in seen} == {"/api/v1/query", "/api/v1/query_range"}
+    assert len(seen) == 54 and {path for path, _ in seen} == {"/api/v1/query", "/api/v1/query_range"}

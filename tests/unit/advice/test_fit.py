@@ -27,7 +27,8 @@ def test_every_bucket_gets_the_same_relative_place_and_the_mean_is_kept():
     d = length_distribution(
         [(1000.0, 0.0), (2000.0, 50.0), (5000.0, 100.0), (math.inf, 100.0)], 200_000, 100, None, 8192
     )
-    assert d.values == (1250, 2750) and d.weights == (0.5, 0.5)
+    assert d.values == (1250, 2750)
+    assert d.weights == (0.5, 0.5)
 
 
 def test_bimodal_traffic_keeps_both_modes_and_the_mean():
@@ -35,8 +36,10 @@ def test_bimodal_traffic_keeps_both_modes_and_the_mean():
     # 1,760; a = (1,760 - (0.8 x 101 + 0.2 x 5,001)) / (0.8 x 99 + 0.2 x 4,999) = 679 / 1,079 = 0.629
     rows = [(100.0, 0.0), (200.0, 80.0), (5000.0, 80.0), (10000.0, 100.0), (math.inf, 100.0)]
     d = length_distribution(rows, 176_000, 100, None, 16384)
-    assert d.values == (163, 8147) and d.weights == (0.8, 0.2)
-    assert 0.8 * 163 + 0.2 * 8147 == pytest.approx(1760, abs=1)
+    assert d.values == (163, 8147)
+    assert d.weights == (0.8, 0.2)
+    mean = 0.8 * 163 + 0.2 * 8147
+    assert mean == pytest.approx(1760, abs=1)
 
 
 def test_the_inf_bucket_ends_at_max_model_len_and_extrapolated_counts_are_clamped():
@@ -45,7 +48,8 @@ def test_the_inf_bucket_ends_at_max_model_len_and_extrapolated_counts_are_clampe
     assert d.values == (11000,)
     # PromQL extrapolation can make a cumulative count dip: no negative mass
     d = length_distribution([(100.0, 5.2), (200.0, 5.1), (math.inf, 10.0)], 1_000.0, 10, None, 8192)
-    assert min(d.weights) > 0 and sum(d.weights) == pytest.approx(1.0)
+    assert min(d.weights) > 0
+    assert sum(d.weights) == pytest.approx(1.0)
 
 
 def test_without_buckets_the_mean_is_a_fixed_length_and_nothing_is_none():
@@ -71,10 +75,12 @@ def _signals(**fit) -> Signals:
 def test_arrivals_are_the_finished_plus_what_the_gauges_gained():
     # 100 finished + (5 - 2) running + (10 - 0) waiting = 113 arrived in 100 s
     fit = fit_workload(_signals(), resolve_limits(), 8192)
-    assert fit.arrivals == 113 and fit.arrival_rate == pytest.approx(1.13)
+    assert fit.arrivals == 113
+    assert fit.arrival_rate == pytest.approx(1.13)
     assert (fit.running_start, fit.waiting_start, fit.sample_interval) == (2.0, 0.0, 10.0)
     # prompts: no histogram, the counter's mean; outputs 50 tok/s / 1 req/s = 50
-    assert fit.prompt.values == (1000,) and fit.output.values == (50,)
+    assert fit.prompt.values == (1000,)
+    assert fit.output.values == (50,)
     # a 50 % hit rate on 1,000-token prompts: a 500-token shared prefix, whole blocks of 16: 31 x 16 = 496
     assert fit.shared_prefix_tokens == 496
 

@@ -45,7 +45,8 @@ def test_json_with_predictions_validates_against_the_schema(budget_json):
     jsonschema.validate(budget_json, SCHEMA)
     (target,) = budget_json["targets"]
     replay = target["replay"]
-    assert replay["matches"] is True and replay["misses"] == []
+    assert replay["matches"] is True
+    assert replay["misses"] == []
     assert replay["observed"]["binding_limit"] == replay["predicted"]["binding_limit"] == "token_budget"
     # the asked change first, then the candidates for the budget: 2x and 4x (256 -> 512, 1024)
     assert [w["change"] for w in target["what_if"]][:3] == [
@@ -55,7 +56,8 @@ def test_json_with_predictions_validates_against_the_schema(budget_json):
     ]
     assert all(w["predicted"] is not None for w in target["what_if"])
     lead = target["recommendations"][0]
-    assert lead["predicted"] is not None and lead["expected_effect"].startswith("The smallest change simulated")
+    assert lead["predicted"] is not None
+    assert lead["expected_effect"].startswith("The smallest change simulated")
     # the schema refuses what it must: a binding limit outside the vocabulary, an unknown what-if key
     bad = json.loads(json.dumps(budget_json))
     bad["targets"][0]["replay"]["predicted"]["binding_limit"] = "compute"
@@ -84,11 +86,15 @@ def test_text_and_markdown_show_the_replay_and_each_what_if(budget_json):
     report = Report(budget_json["source"], budget_json["window_seconds"], [diag])
     text = render(report, "text")
     assert "replay: the engine model reproduces the window" in text
-    assert "what-if replicas=2: requests/s" in text and "what-if max_num_batched_tokens=512" in text
-    assert "replay  requests/s" in text and "window  requests/s" in text
+    assert "what-if replicas=2: requests/s" in text
+    assert "what-if max_num_batched_tokens=512" in text
+    assert "replay  requests/s" in text
+    assert "window  requests/s" in text
     markdown = render(report, "markdown")
     assert "#### Replay: the engine model reproduces the window" in markdown
-    assert "| `replicas=2` |" in markdown and "| replay |" in markdown and "| window |" in markdown
+    assert "| `replicas=2` |" in markdown
+    assert "| replay |" in markdown
+    assert "| window |" in markdown
 
 
 def test_a_replay_that_misses_the_window_withholds_every_prediction():
@@ -107,7 +113,7 @@ def test_a_replay_that_misses_the_window_withholds_every_prediction():
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    ("args", "message"),
     [
         (["--what-if", "max_num_seqs"], "expected KEY=VALUE"),
         (["--what-if", "lora_slots=2"], "lora_slots: unknown key"),
@@ -116,12 +122,14 @@ def test_a_replay_that_misses_the_window_withholds_every_prediction():
 )
 def test_bad_what_ifs_are_usage_errors(args, message):
     result = invoke(*BUDGET, *args)
-    assert result.exit_code == 64 and message in result.output
+    assert result.exit_code == 64
+    assert message in result.output
 
 
 def test_no_what_if_is_the_diagnosis_alone():
     (target,) = json.loads(invoke(*BUDGET, "--no-what-if", "-o", "json").output)["targets"]
-    assert "replay" not in target and "what_if" not in target
+    assert "replay" not in target
+    assert "what_if" not in target
     assert target["recommendations"][0]["expected_effect"].startswith("up to 512 tokens per step")
 
 

@@ -27,7 +27,7 @@ def _with(**changes) -> Prediction:
 
 
 @pytest.mark.parametrize(
-    "changes, missed",
+    ("changes", "missed"),
     [
         ({}, []),
         # throughput: 10 % of 10 req/s: 9.0 is in, 8.99 out (and 11.0 in, 11.01 out)
@@ -106,12 +106,8 @@ def test_the_observed_binding_limit_follows_vllm_s_order():
 
 def test_the_observed_window_reads_the_histogram_means():
     s = _signals(requests_finished_per_s=2.0, requests_finished_increase=600.0, waiting_trend_per_s=0.1)
-    s.fit.update(
-        queue_time_sum_increase=300.0,
-        queue_time_count_increase=600.0,
-        ttft_sum_increase=900.0,
-        ttft_count_increase=600.0,
-    )
+    s.values["queue_time_mean_s"] = 300.0 / 600.0  # the diagnosis' own mean of request_queue_time_seconds
+    s.fit.update(ttft_sum_increase=900.0, ttft_count_increase=600.0)
     p = observed_prediction(s, "max_num_seqs")
     assert (p.queue_time_mean_s, p.ttft_mean_s, p.binding_limit) == (0.5, 1.5, "max_num_seqs")
     # 0.1 req/s x 300 s = 30 gained of 630 arrived (4.8 %): growing

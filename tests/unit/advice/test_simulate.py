@@ -50,7 +50,8 @@ def _fit(rate: float, window: float = 60.0, **kw) -> WorkloadFit:
 def test_one_slot_under_overload_serves_one_request_per_lifetime():
     p = simulate(CONFIG, _fit(10.0)).prediction
     assert p.requests_finished_per_s == pytest.approx(1 / LIFETIME, rel=0.01)  # 3.552 req/s
-    assert p.binding_limit == "max_num_seqs" and p.queue_growing is True
+    assert p.binding_limit == "max_num_seqs"
+    assert p.queue_growing is True
     assert p.binding_shares["max_num_seqs"] == pytest.approx(1.0, abs=0.01)
     # scrapes at 0, 10, ..., 60 s: the first before anything ran (the window starts empty), then 1 running, or 0
     # when the scrape follows a step that finished a request (vLLM admits the next one in the next step)
@@ -62,7 +63,8 @@ def test_a_light_load_is_served_as_it_arrives():
     result = simulate(CONFIG, _fit(0.5, window=120.0))
     p = result.prediction
     assert p.requests_finished_per_s == pytest.approx(result.arrivals / 120.0, abs=1 / 120)  # the last may not finish
-    assert p.binding_limit == "none" and p.queue_growing is False
+    assert p.binding_limit == "none"
+    assert p.queue_growing is False
     assert result.itl_mean_s == pytest.approx(STEP, rel=0.01)
 
 
@@ -72,7 +74,8 @@ def test_the_window_s_queue_is_served_first_and_its_queue_time_counts_from_befor
     assert p.requests_finished_per_s == pytest.approx(50 / 60)
     # the i-th (0-based) is admitted after i lifetimes: mean (0 + ... + 49) / 50 = 24.5 lifetimes = 6.90 s
     assert p.queue_time_mean_s == pytest.approx(24.5 * LIFETIME, rel=0.01)
-    assert p.queue_growing is False and p.waiting_trend_per_s < 0
+    assert p.queue_growing is False
+    assert p.waiting_trend_per_s < 0
 
 
 def test_replicas_split_the_arrivals_and_add_up_the_rates():

@@ -21,15 +21,14 @@ BASE = EngineConfig(
 def test_parse_change():
     assert parse_change("max_num_seqs=16").as_dict() == {"max_num_seqs": 16}
     both = parse_change("max-num-seqs=16, kv_cache_dtype=FP8")
-    assert both.items == (("max_num_seqs", 16), ("kv_cache_dtype", "fp8")) and both.text() == (
-        "max_num_seqs=16, kv_cache_dtype=fp8"
-    )
+    assert both.items == (("max_num_seqs", 16), ("kv_cache_dtype", "fp8"))
+    assert both.text() == ("max_num_seqs=16, kv_cache_dtype=fp8")
     assert parse_change("enable_prefix_caching=off").as_dict() == {"enable_prefix_caching": False}
     assert parse_change("gpu_memory_utilization=0.95").as_dict() == {"gpu_memory_utilization": 0.95}
 
 
 @pytest.mark.parametrize(
-    "text, message",
+    ("text", "message"),
     [
         ("max_num_seqs", "expected KEY=VALUE"),
         ("tensor_parallel_size=2", "tensor_parallel_size: unknown key"),

@@ -4,10 +4,12 @@ vLLM V1 admits a waiting request only when fewer than max_num_seqs run, the step
 room and the whole prompt's KV blocks fit (vllm/v1/core/sched/scheduler.py, Scheduler.schedule,
 vLLM 0.29). Thresholds: steps full at mean >= 90 % of max_num_batched_tokens; full steps below
 8,192 tokens (vLLM's large-GPU default, EngineArgs.get_batch_defaults) are a token-budget cap, at or
-above compute-bound; pinned = running_avg >= max_num_seqs - 0.5 (docs/diagnosis.md).
+above compute-bound; pinned = running_avg >= max_num_seqs - 0.5 when no request finishes (docs/diagnosis.md).
 """
 
 from __future__ import annotations
+
+import math
 
 from kvpilot.diagnose.limits import resolve_limits
 from kvpilot.diagnose.rules import diagnose_target
@@ -45,14 +47,18 @@ def test_fill_threshold_90_percent():
     lim = {"max_num_seqs": 256, "max_num_batched_tokens": 4096}
     # 3,687 / 4,096 = 90.01 %: full -> token_budget_cap
     assert diag(lim, running_avg=10, running_max=12, **QUEUE, **steps(3687)).verdict == "token_budget_cap"
-    # 3,686 / 4,096 = 89.99 %: not full; slots free (10 of 256), KV room: no limit measured as binding, the
-    # nearest is the budget (90.0 %) ahead of KV (12 % / ceiling) and slots (10 / 256 = 3.9 %): named, confidence 0.4
+    # 3,686 / 4,096 = 89.99 %: not full; slots free (10 of 256), KV room: no admission limit measures as
+    # binding, so something outside them holds the queue: unexplained_queue (critical: the queue grows by 30),
+    # with every ratio, never the nearest limit named at the edge of plausibility; both limits were read, so 0.7
+    # and no "pass the flags"
     d = diag(lim, running_avg=10, running_max=12, **QUEUE, **steps(3686))
-    assert d.verdict == "token_budget_cap" and d.confidence == 0.4
+    assert (d.verdict, d.severity, d.confidence) == ("unexplained_queue", "critical", 0.7)
     text = " ".join(d.evidence)
-    assert "none measured as binding" in text and "cannot be told apart from" in text
+    assert "no admission limit measured as binding" in text
     assert "running 10 of max_num_seqs 256 (cli) = 3.9 %" in text
     assert "steps averaged 3,686 tokens of the 4,096-token budget (cli) = 90.0 %" in text
+    assert "Chunked prefill switched off" in text and "--scheduling-policy priority" in text
+    assert "Not read" not in text
 
 
 def test_budget_cap_on_an_h100_past_twice_the_knee_says_the_gpu_is_near_its_compute_limit():
@@ -92,9 +98,10 @@ def test_pinned_threshold_half_a_request_below_max_num_seqs():
     lim = {"max_num_seqs": 4, "max_num_batched_tokens": 2048}
     # 3.5 >= 4 - 0.5: pinned -> max_num_seqs_cap; steps of 4 tokens (decode only)
     assert diag(lim, running_avg=3.5, running_max=4, **QUEUE, **steps(4)).verdict == "max_num_seqs_cap"
-    # 3.49 < 3.5: free slots; steps 4 / 2,048 = 0.2 % not full -> nearest limit named: slots (3.49 / 4 = 87 %)
+    # 3.49 < 3.5 with no finished-request counter (the dip below a pinned cap unknown): a free slot; steps
+    # 4 / 2,048 = 0.2 % not full, KV room: no limit binds -> unexplained_queue, never the nearest limit
     d = diag(lim, running_avg=3.49, running_max=4, **QUEUE, **steps(4))
-    assert d.verdict == "max_num_seqs_cap" and d.confidence == 0.4
+    assert d.verdict == "unexplained_queue" and "running 3.5 of max_num_seqs 4 (cli) = 87.2 %" in " ".join(d.evidence)
 
 
 def test_unknown_max_num_seqs_inferred_from_running_flat_at_n():
@@ -114,12 +121,36 @@ def test_unknown_max_num_seqs_inferred_from_running_flat_at_n():
 def test_unknown_budget_inferred_from_steps_pinned_at_one_size():
     # budget unknown (vLLM's default 2,048 on an unknown GPU); steps average 600 tokens, far more than the
     # 12 running (prefill in every step: 600 > 2 x 12), below 90 % of 2,048 = 1,843.2, with a queue, free slots
-    # and KV room: only a budget of 600 explains it -> token_budget_cap at 600, inferred, confidence
-    # 0.8 - 0.2 (inferred) = 0.6
-    d = diag({"max_num_seqs": 256}, running_avg=10, running_max=12, **QUEUE, **steps(600))
+    # and KV room; 2,000-token prompts prefilled over 4.0 step times (>= 2: chunked across steps by a budget):
+    # a budget of 600 -> token_budget_cap at 600, inferred, confidence 0.8 - 0.2 (inferred) = 0.6
+    d = diag({"max_num_seqs": 256}, running_avg=10, running_max=12, **QUEUE, **steps(600), **prefill(2000, 4.0))
     assert d.verdict == "token_budget_cap" and d.confidence == 0.6
     assert "max_num_batched_tokens = 600 (inferred: steps averaged 600 tokens" in d.evidence[0]
+    assert "prefilled over 4.0 step times" in d.evidence[0]
+    # the inferred budget is the mean step, so the evidence never quotes the steps as 100 % of it
+    assert "100.0 % of the budget" not in d.evidence[0]
     assert d.recommendations[0].current == 600 and d.recommendations[0].suggested == 1200
+    # the same mean step with no prefill time exported and no step histogram: a budget of 600 would rest on
+    # the mean alone (which it fills by definition): not inferred, the queue is unexplained and the flag asked for
+    d = diag({"max_num_seqs": 256}, running_avg=10, running_max=12, **QUEUE, **steps(600))
+    assert d.verdict == "unexplained_queue" and d.signals["inferred_max_num_batched_tokens"] is None
+    assert "Not read, vLLM's default assumed: --max-num-batched-tokens" in " ".join(d.evidence)
+    # prompts prefilled in 1.9 step times (< 2): not chunked, the budget held them: not inferred either
+    d = diag({"max_num_seqs": 256}, running_avg=10, running_max=12, **QUEUE, **steps(600), **prefill(2000, 1.9))
+    assert d.verdict == "unexplained_queue"
+
+
+def test_unknown_budget_inferred_from_steps_of_one_size_without_prefill_time():
+    # no prefill time; the step histogram: 80 of 100 steps in (512, 1,024], the bucket holding the 600-token
+    # mean: steps of one size, as a cap makes them (80 % >= 50 %) -> a budget of 600 inferred
+    buckets = [(256.0, 5.0), (512.0, 15.0), (1024.0, 95.0), (math.inf, 100.0)]
+    values = dict(running_avg=10, running_max=12, **QUEUE, **steps(600), iteration_buckets=buckets)
+    d = diag({"max_num_seqs": 256}, **values)
+    assert d.verdict == "token_budget_cap" and "80.0 % of steps recorded a size in the one bucket" in d.evidence[0]
+    # 49 of 100 in it (< 50 %): no evidence beyond the mean, not inferred
+    buckets = [(256.0, 5.0), (512.0, 46.0), (1024.0, 95.0), (math.inf, 100.0)]
+    d = diag({"max_num_seqs": 256}, **{**values, "iteration_buckets": buckets})
+    assert d.verdict == "unexplained_queue"
 
 
 def prefill(prompt_tokens: float, step_times: float) -> dict:
@@ -149,12 +180,20 @@ def test_whole_prompts_prefilled_in_one_step_rule_out_a_budget_of_the_mean_step(
     assert "inferred: running sat at 4" in d.evidence[0]
     assert "prompts of 509 tokens were prefilled in 1.2 step times though steps averaged 8 tokens" in d.evidence[0]
     assert all(r.flag != "--max-num-batched-tokens" for r in d.recommendations)
-    # the same steps with prompts prefilled across 8.9 step times (chunked by the budget): the budget of 8 stands
-    d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(509, 8.9))
+    # 60-token prompts prefilled across 8.9 step times: a budget of 8 needs 60 / 8.04 = 7.5 steps (no decode
+    # rate given), and 8.9 >= 0.8 x 7.5: chunked by a budget of that size, which stands. (The 509-token prompts
+    # this used to take would need 63 steps at a budget of 8: prefilled in 8.9 step times, they refute it.)
+    d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(60, 8.9))
     assert d.verdict == "token_budget_cap" and "max_num_batched_tokens = 8 (inferred" in d.evidence[0]
-    # prompts of 6 tokens, shorter than the 8.04-token mean step: one step holds one, nothing is ruled out
+    # 509-token prompts in 8.9 step times: fewer steps than a budget of 8 needs (63): it refused none, the cap did
+    d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(509, 8.9))
+    assert d.verdict == "max_num_seqs_cap" and "a budget of that size would take 63.3 steps" in d.evidence[0]
+    # prompts of 6 tokens prefilled in 1.2 step times: a budget of 8 with 3.8 decodes per step would leave 4.2
+    # tokens and split a 6-token prompt over 2 steps; prefilled in under 2 step times, the prompts were not split,
+    # so the budget refused none of them and running flat at 4 is the limit (the earlier expectation,
+    # token_budget_cap with a budget of 8, rested on the mean step alone, which such a budget fills by definition)
     d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(6, 1.2))
-    assert d.verdict == "token_budget_cap"
+    assert d.verdict == "max_num_seqs_cap" and d.signals["inferred_max_num_seqs"] == 4
 
 
 def test_unknown_budget_below_steps_means_a_larger_budget():
@@ -190,17 +229,12 @@ def test_transient_queue_is_not_a_limit():
     assert d.verdict == "healthy"
 
 
-def test_near_zero_prefix_hits_over_many_turnovers_are_a_low_severity_finding():
+def test_zero_prefix_hits_over_many_turnovers_are_silent():
+    # 0 hits of 120,000 queried tokens, 120,000 written = 2.4x the 50,000-token cache: traffic with nothing to
+    # share reads exactly so, and so does a cyclic re-read larger than the cache; with no hit, no external cache
+    # and prompts longer than a block there is no reason to expect hits, so nothing is printed (this used to be a
+    # finding at severity ok on almost every report of non-sharing traffic)
     common = dict(running_avg=1, running_max=2, waiting_avg=0, waiting_max=0, kv_usage_avg=0.2, kv_usage_max=0.3)
     limits = resolve_limits(cli={"kv_cache_tokens": 50000})
-    # 0 hits of 120,000 queried tokens: 120,000 written = 2.4x the 50,000-token cache >= 2x -> a finding at
-    # severity ok beside the healthy verdict (exit status unchanged), listing the three causes
     d = diagnose_target(make(prefix_queries_increase=120000.0, prefix_hits_increase=0.0, **common), limits)
-    assert (d.verdict, d.severity) == ("healthy", "ok")
-    [f] = [f for f in d.findings if f.verdict == "prefix_cache_ineffective"]
-    text = " ".join(f.evidence)
-    assert f.severity == "ok" and "2.4x its capacity of 50,000 tokens" in text
-    assert "(1) no shared prefixes" in text and "(2) varying tokens" in text and "(3) reuse further apart" in text
-    # 90,000 written = 1.8x < 2x: silent (reuse could still come)
-    d = diagnose_target(make(prefix_queries_increase=90000.0, prefix_hits_increase=0.0, **common), limits)
-    assert not [f for f in d.findings if f.verdict == "prefix_cache_ineffective"]
+    assert (d.verdict, d.severity) == ("healthy", "ok") and not d.findings

@@ -102,3 +102,28 @@ def test_share_above_uses_the_budget_bucket():
     share, edge = promql.share_above([(128.0, 10.0), (256.0, 100.0), (math.inf, 100.0)], 256)
     assert share == pytest.approx(0.9) and edge == 128.0
     assert promql.share_above([(128.0, 0.0), (math.inf, 0.0)], 256) is None
+
+
+def test_quantile_over_time_interpolates_between_sorted_values():
+    # values 0, 0, 0, 3, 5 -> sorted; median rank 0.5 x 4 = 2 -> the third value, 0
+    pts = [(float(i), v) for i, v in enumerate([3.0, 0.0, 5.0, 0.0, 0.0])]
+    assert promql.quantile_over_time(0.5, pts) == 0.0
+    # four values 0, 1, 2, 4: rank 0.5 x 3 = 1.5 -> halfway between 1 and 2 = 1.5
+    pts = [(float(i), v) for i, v in enumerate([4.0, 0.0, 2.0, 1.0])]
+    assert promql.quantile_over_time(0.5, pts) == 1.5
+    # one value is its own quantile; none is unknown; q outside 0-1 is -Inf / +Inf as in Prometheus
+    assert promql.quantile_over_time(0.5, [(0.0, 7.0)]) == 7.0
+    assert promql.quantile_over_time(0.5, []) is None
+    assert promql.quantile_over_time(-0.1, [(0.0, 7.0)]) == -math.inf
+    assert promql.quantile_over_time(1.1, [(0.0, 7.0)]) == math.inf
+
+
+def test_share_in_the_bucket_holding_a_value():
+    # cumulative 5, 15, 95, 100 at 256, 512, 1024, +Inf: 600 lies in (512, 1024], holding 95 - 15 = 80 of 100
+    buckets = [(256.0, 5.0), (512.0, 15.0), (1024.0, 95.0), (math.inf, 100.0)]
+    assert promql.share_in_bucket(buckets, 600.0) == pytest.approx(0.8)
+    # 100 lies in the first bucket (-Inf, 256]: 5 of 100; 5,000 in (1024, +Inf]: 5 of 100
+    assert promql.share_in_bucket(buckets, 100.0) == pytest.approx(0.05)
+    assert promql.share_in_bucket(buckets, 5000.0) == pytest.approx(0.05)
+    # no observations: unknown
+    assert promql.share_in_bucket([(1.0, 0.0), (math.inf, 0.0)], 1.0) is None

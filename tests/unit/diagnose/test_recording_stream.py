@@ -62,8 +62,8 @@ def test_only_the_window_of_the_series_diagnose_reads_is_kept(tmp_path):
     # per pod and second: 3 gauges + 3 counters + 2 request_success + 5 histograms x (13 buckets + count + sum)
     assert lines == 2 * 1200 * (3 + 3 + 2 + 5 * 15)
     got = read_window(path, 300.0)
-    # read: 3 + 3 + 2 + 3 histograms (ttft, itl; prompt tokens for predictions) x 15 = 53 series a pod;
-    # e2e and params_n are not; kept: the 5-minute window [end - 300, end] inclusive = 301 samples a series
+    # read: 3 + 3 + 2 + 3 histograms (ttft, itl, request prompt tokens) x 15 = 53 series a pod; e2e and params_n
+    # are not; kept: the 5-minute window [end - 300, end] inclusive = 301 samples a series
     assert len(got.samples) == 2 * 53 * 301
     assert got.last_timestamp == T0 + 1199
     assert min(s.timestamp for s in got.samples) == T0 + 1199 - 300

@@ -170,9 +170,10 @@ def test_steps_full_and_the_compute_knee():
     knee, how = compute_knee(resolve_limits(gpu_name="H100"))
     assert knee == pytest.approx(295.2, abs=0.1) and "h100" in how
     # full steps are a budget cap below vLLM's large-GPU default 8,192; at or above it compute-bound (C12: 65,000)
-    assert budget_binds(None, 256, 256) and budget_binds(None, 7373, 8191)  # 7,373 / 8,191 = 90.01 % full
-    assert not budget_binds(None, 7400, 8192) and not budget_binds(None, 64000, 65000)
-    assert not budget_binds(None, 7371, 8191)  # 89.99 % fill: not full
+    assert budget_binds(steps_full(None, 256, 256), 256) and budget_binds(steps_full(None, 7373, 8191), 8191)
+    assert not budget_binds(steps_full(None, 7400, 8192), 8192)  # 7,373 / 8,191 = 90.01 % full, 8,192 compute
+    assert not budget_binds(steps_full(None, 64000, 65000), 65000)
+    assert not budget_binds(steps_full(None, 7371, 8191), 8191)  # 89.99 % fill: not full
     # unknown GPU: the largest knee of the profiles, L4: 121e12 / 300e9 = 403.3
     assert compute_knee(resolve_limits())[0] == pytest.approx(403.3, abs=0.1)
 

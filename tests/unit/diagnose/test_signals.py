@@ -233,5 +233,33 @@ def test_fit_histogram_sums_counts_and_buckets():
     samples += series("vllm:num_requests_running", [1, 1])
     s = only(compute_signals(samples, 10.0, fit=True))
     assert (s.fit["prompt_len_sum_increase"], s.fit["prompt_len_count_increase"]) == (400.0, 2.0)
-    assert s.fit_buckets["prompt_len"] == [(100.0, 1.0), (200.0, 1.0), (500.0, 2.0), (math.inf, 2.0)]
-    assert s.fit["queue_time_sum_increase"] is None  # not exported here: unknown, not 0
+    # the buckets are the diagnosis' own prompt_tokens histogram (one evaluation, not a second for the fit)
+    assert s.buckets["prompt_tokens"] == [(100.0, 1.0), (200.0, 1.0), (500.0, 2.0), (math.inf, 2.0)]
+    assert "prompt_len" not in s.fit_buckets
+    assert s.fit["ttft_sum_increase"] is None  # not exported here: unknown, not 0
+
+
+def test_signal_names_are_exactly_what_the_computation_produces():
+    # SignalName types every rule's lookup (a misspelt name is a mypy error); it must hold every name
+    # compute_signals + finish_signals produce and nothing else, or a typed name could still be unknown
+    from kvpilot.diagnose.signals import HISTOGRAMS, SIGNAL_DEFS, SIGNAL_NAMES, Signals, finish_signals
+
+    produced = set(finish_signals(Signals(values={})).values) | {sd.name for sd in SIGNAL_DEFS if sd.fn != "buckets"}
+    assert produced == SIGNAL_NAMES
+    assert {sd.name for sd in SIGNAL_DEFS if sd.fn == "buckets"} == set(HISTOGRAMS)
+    # a recording's target carries every measured name (None when unknown), as the Prometheus source does
+    s = only(compute_signals(series("vllm:num_requests_running", [1, 2]), 30.0))
+    assert {sd.name for sd in SIGNAL_DEFS if sd.fn != "buckets"} <= set(s.values)
+
+
+def test_waiting_median_and_queue_time_in_step_times():
+    # waiting 0, 0, 0, 4, 6 (a burst): mean 2, median 0 (Prometheus quantile_over_time(0.5, ...): the third of five)
+    s = only(compute_signals(series("vllm:num_requests_waiting", [0, 0, 0, 4, 6]), 40.0))
+    assert (s.get("waiting_avg"), s.get("waiting_median")) == (2.0, 0.0)
+    # queue time: 3 s over 100 requests = 0.03 s; inter-token gaps: 2 s over 200 = 0.01 s -> 3 step times
+    samples = series("vllm:request_queue_time_seconds_sum", [0.0, 3.0])
+    samples += series("vllm:request_queue_time_seconds_count", [0.0, 100.0])
+    samples += series("vllm:inter_token_latency_seconds_sum", [0.0, 2.0])
+    samples += series("vllm:inter_token_latency_seconds_count", [0.0, 200.0])
+    s = only(compute_signals(samples, 10.0))
+    assert s.get("queue_time_mean_s") == pytest.approx(0.03) and s.get("queue_step_times") == pytest.approx(3.0)

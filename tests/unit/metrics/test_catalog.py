@@ -6,7 +6,7 @@ from kvpilot.metrics.catalog import match_name, names_for_version
 
 
 @pytest.mark.parametrize(
-    "exposed, canonical, suffix, legacy, escaped",
+    ("exposed", "canonical", "suffix", "legacy", "escaped"),
     [
         ("vllm:num_requests_running", "vllm:num_requests_running", "", False, False),
         ("vllm_num_requests_running", "vllm:num_requests_running", "", False, True),
@@ -16,6 +16,9 @@ from kvpilot.metrics.catalog import match_name, names_for_version
         ("vllm:time_per_output_token_seconds_bucket", "vllm:inter_token_latency_seconds", "_bucket", True, False),
         ("vllm:iteration_tokens_total_bucket", "vllm:iteration_tokens_total", "_bucket", False, False),
         ("vllm:prompt_tokens_created", "vllm:prompt_tokens", "_created", False, False),
+        # vLLM's LoRA gauge: its family name ends in _info, which is not a suffix here
+        ("vllm:lora_requests_info", "vllm:lora_requests_info", "", False, False),
+        ("vllm_lora_requests_info", "vllm:lora_requests_info", "", False, True),
     ],
 )
 def test_match_name(exposed, canonical, suffix, legacy, escaped):

@@ -21,8 +21,8 @@ as one :func:`bucket_query` per spelling, without ``label_replace`` and ``or`` a
 spelling a target's buckets come from is chosen per target from the answers); the step-time
 sub-windows (:func:`subwindow_query`, one per ``SUBWINDOW_DEFS``) as one range query each
 (``/api/v1/query_range``, one step per sub-window) instead of one instant query with an
-``offset`` arm per sub-window. More queries read ``vllm:cache_config_info`` and the kvpilot
-operator's limits metric ``kvpilot_vllmserver_limit`` (:func:`operator_limit_query`, joined on
+``offset`` arm per sub-window. More queries read ``vllm:cache_config_info``, ``vllm:lora_requests_info``
+and the kvpilot operator's limits metric ``kvpilot_vllmserver_limit`` (:func:`operator_limit_query`, joined on
 namespace and pod), so the number of queries is fixed (:func:`plan`, :func:`query_count`),
 whatever the number of targets.
 
@@ -58,16 +58,20 @@ from kvpilot.diagnose.signals import (
     FIT_SERIES,
     FIT_SIGNAL_DEFS,
     FIT_STEPS,
+    LORA_INFO,
     OPERATOR_LIMIT_METRIC,
     SIGNAL_DEFS,
     SUBWINDOW_DEFS,
     TARGET_LABELS,
     CacheConfigIndex,
+    LoraIndex,
     OperatorLimitIndex,
     SignalDef,
     Signals,
     TargetKey,
     finish_signals,
+    is_histogram_name,
+    is_signal_name,
     spellings,
 )
 from kvpilot.diagnose.sources import SourceError, request_failure_reason
@@ -86,6 +90,7 @@ _FUNCTIONS = {
     "avg": "avg_over_time",
     "max": "max_over_time",
     "min": "min_over_time",
+    "median": "quantile_over_time",
     "last": "last_over_time",
     "count": "count_over_time",
     "deriv": "deriv",
@@ -148,6 +153,8 @@ def signal_query(sd: SignalDef, window_seconds: float, selectors: Selectors = Se
         sel = _selector(spelling + sd.suffix, matchers)
         if sd.fn == "timestamp":
             inner = f"timestamp({sel})"
+        elif sd.fn == "median":
+            inner = f"quantile_over_time(0.5, {sel}{window})"
         elif sd.fn == "first":  # the value at the window's start (5 m lookback), as signals.evaluate reads it
             inner = f"{sel} offset {promql.duration(window_seconds)}"
         elif sd.fn == "value":  # the last sample (5 m lookback): a range query's steps read it at each instant
@@ -196,6 +203,15 @@ def cache_config_query(window_seconds: float, selectors: Selectors = Selectors()
     return " or ".join(arms)
 
 
+def lora_query(window_seconds: float, selectors: Selectors = Selectors()) -> str:
+    """``vllm:lora_requests_info``'s label sets of every target (any spelling), each with its newest value in the
+    window (the server's time when the set was last current: :class:`~kvpilot.diagnose.signals.LoraIndex`).
+    """
+    window = f"[{int(round(window_seconds))}s]"
+    matchers = [m for m in selectors.matchers() if not m.startswith("model_name")]  # the gauge has none
+    return " or ".join(f"max_over_time({_selector(s, matchers)}{window})" for s in spellings(LORA_INFO))
+
+
 def operator_limit_query(window_seconds: float, selectors: Selectors = Selectors()) -> str:
     """The kvpilot operator's ``kvpilot_vllmserver_limit`` of every vLLM pod, last value in the window.
 
@@ -227,7 +243,7 @@ class PlannedQuery:
         promql: the expression.
         kind: ``signal`` (one row per target), ``buckets`` (one per target and ``le``), ``sub`` (a
             range query: one row per target with a value per sub-window), ``labels``
-            (``cache_config_info``), ``limit`` (the operator's limits).
+            (``cache_config_info``), ``lora`` (``lora_requests_info``), ``limit`` (the operator's limits).
         sd: the signal read (``signal``, ``buckets``, ``sub``), else None.
         spelling: for ``buckets``, the exposed family selected.
         step_seconds: for ``sub``, the sub-window (the range query's step); 0 for an instant query.
@@ -292,7 +308,8 @@ def _instant_queries(defs: tuple[SignalDef, ...], window_seconds: float, selecto
 def plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[PlannedQuery]:
     """Every query one :meth:`PrometheusSource.fetch` sends, in the order its answers are read: the
     signals, each histogram's :func:`bucket_query` per spelling, the sub-window range queries,
-    ``cache_config_info``, the operator's limits. Their number does not depend on the targets.
+    ``cache_config_info``, ``lora_requests_info``, the operator's limits. Their number does not depend on the
+    targets.
     """
     out = _instant_queries(SIGNAL_DEFS, window_seconds, selectors)
     sub = window_seconds / SUBWINDOWS
@@ -301,6 +318,7 @@ def plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[Plan
         for sd in SUBWINDOW_DEFS
     ]
     out.append(PlannedQuery(cache_config_query(window_seconds, selectors), "labels"))
+    out.append(PlannedQuery(lora_query(window_seconds, selectors), "lora"))
     out.append(PlannedQuery(operator_limit_query(window_seconds, selectors), "limit"))
     return out
 
@@ -320,7 +338,7 @@ def fit_plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[
 
 def query_count() -> int:
     """Queries one :meth:`PrometheusSource.fetch` sends: one per signal, one per histogram and spelling,
-    one per sub-window signal, and two more; the same for any number of targets.
+    one per sub-window signal, and three more; the same for any number of targets.
     """
     return len(plan(300.0))
 
@@ -418,7 +436,7 @@ class PrometheusSource:
         """Rows of one query, as small tuples of shared label tuples and floats: ``(target labels,
         kvpilot_name, value)`` for ``signal``; ``(target labels, upper bound or None, value)`` for
         ``buckets``; ``(target labels, sub-window index 0 = oldest, value)`` for ``sub``, one per step;
-        ``(label mapping, value text)`` for ``labels`` and ``limit``. A row whose value is not a
+        ``(label mapping, value text)`` for ``labels``, ``lora`` and ``limit``. A row whose value is not a
         number is dropped (a sub-window's is NaN), as :func:`float` decides.
 
         One GET, no retry (a failing Prometheus is reported, not hammered): the whole request
@@ -427,7 +445,7 @@ class PrometheusSource:
         """
         kind = query.kind
         scale = {"buckets": MAX_HISTOGRAM_BUCKETS, "sub": query.points}.get(kind, 1)
-        labels_only = kind in ("labels", "limit")
+        labels_only = kind in ("labels", "lora", "limit")
         max_rows, max_bytes = MAX_PROMETHEUS_ROWS * (scale if kind == "buckets" else 1), MAX_PROMETHEUS_BYTES * scale
         rows: list[Any] = []
         seen = 0
@@ -574,7 +592,7 @@ class PrometheusSource:
     ) -> dict[TargetKey, FitRows]:
         """:data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS` at ``end`` over ``window_seconds``, and
         :data:`~kvpilot.diagnose.signals.FIT_SERIES` over the window, for the targets ``selectors`` select
-        (:func:`fit_plan`: 18 queries, the prediction's second round, sent only for the targets it predicts).
+        (:func:`fit_plan`: 14 queries, the prediction's second round, sent only for the targets it predicts).
 
         Returns:
             ``{target: FitRows}``: the shapes of ``Signals.fit`` / ``fit_buckets`` / ``fit_series``; a value no
@@ -634,7 +652,11 @@ class PrometheusSource:
 
         def signals_for(key: TargetKey) -> Signals:
             if key not in per_target:
-                per_target[key] = Signals(values={sd.name: None for sd in defs}, window_seconds=window_seconds, end=end)
+                per_target[key] = Signals(
+                    values={sd.name: None for sd in defs if is_signal_name(sd.name)},
+                    window_seconds=window_seconds,
+                    end=end,
+                )
             return per_target[key]
 
         keys: dict[tuple[str, ...], TargetKey] = {}
@@ -668,7 +690,8 @@ class PrometheusSource:
                     sig = per_target.get(key_of(ident)) or signals_for(key_of(ident))
                     if name:
                         sig.spelling.setdefault(sd.family, name)
-                    sig.values[sd.name] = value
+                    if is_signal_name(sd.name):
+                        sig.values[sd.name] = value
             elif query.kind == "buckets":
                 found = buckets.setdefault(sd.name, {})
                 fresh: dict[TargetKey, list[tuple[float, float]]] = {}
@@ -688,11 +711,13 @@ class PrometheusSource:
                         grid[n][j] = value
         for name, by_target in buckets.items():
             for key, rows_ in by_target.items():
-                per_target[key].buckets[name] = sorted(rows_)
+                if is_histogram_name(name):
+                    per_target[key].buckets[name] = sorted(rows_)
         for key, grid in per_sub.items():
             if key in per_target:
                 per_target[key].step_points = subwindow_points(*grid)
-        configs = CacheConfigIndex([metric for metric, _ in answer(len(queries) - 2)])
+        configs = CacheConfigIndex([metric for metric, _ in answer(len(queries) - 3)])
+        lora = LoraIndex([(metric, _number(text)) for metric, text in answer(len(queries) - 2)], window_seconds)
         operator = OperatorLimitIndex([(metric, _number(text)) for metric, text in answer(len(queries) - 1)])
         if len(errors) == len(futures):
             raise errors[0]
@@ -705,5 +730,6 @@ class PrometheusSource:
         for key, sig in per_target.items():
             sig.cache_config = configs.get(key)
             sig.operator_limits = operator.get(key)
+            sig.values.update(lora.get(key))
             out[key] = finish_signals(sig)
         return PrometheusResult(out, [q.text for q in queries], notes)
