@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.reference.verdict_accuracy import cases, diagnose_case, evidence_limit
+from tests.reference.verdict_accuracy import cases, diagnose_case, evidence_limit, shared_prefix_tokens
 from tests.reference.verdict_scenarios import OUT, SCENARIOS, expected_verdicts, load_truths
 
 
@@ -28,13 +28,13 @@ _CAUSE_3_EVICTED = (
     "issue 20 cause 3: 20 tenants' 256-token system prompts, 27 % of the requests finding theirs (70 tokens a "
     "request), read the same as one 70-token prompt every request finds: vLLM 0.29's counters and per-request "
     "histograms (a 256-token shift inside 8,000-12,000-token buckets) cannot tell them apart, so no warning; the "
-    "finding at severity ok says so (without the shared prefix's length, nothing tells them apart)"
+    "finding at severity ok says so and that --shared-prefix-tokens tells them apart (the flags mode passes it)"
 )
 
 #: case id -> why today's rules miss it (issue 20's causes)
 XFAIL: dict[str, str] = {
     **dict.fromkeys(
-        _ids("system-prompts-evicted", "flags", *_ALL) + _ids("system-prompts-evicted", "bare", *_ALL),
+        _ids("system-prompts-evicted", "bare", *_ALL),
         _CAUSE_3_EVICTED,
     ),
 }
@@ -77,19 +77,47 @@ _CAUSE_3_PAIR = [c for c in CASES if c.scenario in ("system-prompt-hot", "system
 assert len({c.scenario for c in _CAUSE_3_PAIR}) == 2, "both of cause 3's recordings are committed"
 
 
-@pytest.mark.parametrize("case", _CAUSE_3_PAIR, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", [c for c in _CAUSE_3_PAIR if c.mode == "bare"], ids=lambda c: c.id)
 def test_where_the_metrics_cannot_tell_a_hot_prefix_from_evicted_ones_the_report_says_so(case):
     # issue 20 cause 3: "say when the metrics cannot tell the two apart". vLLM's scheduler found the one hot
     # system prompt for nearly every request and the 20 tenants' prompts for about a quarter (the truth files'
-    # shared_prefix_hit_share), yet both servers reuse a few hundred tokens a request amid unique documents: the
-    # prefix finding must neither warn on the hot one nor call either healthy reuse without saying it cannot tell
+    # shared_prefix_hit_share), yet both servers reuse a few hundred tokens a request amid unique documents: without
+    # the shared prefix's length the prefix finding must neither warn on the hot one nor call either healthy reuse
+    # without saying it cannot tell, and what would
     r = diagnose_case(case)
     share = r["truth"]["prefix"]["shared_prefix_hit_share"]
     assert (share > 0.9) if case.scenario == "system-prompt-hot" else (share < 0.5), f"{case.id}: truth {share}"
     prefix = [f for f in r["findings"] if f["verdict"] == "prefix_cache_ineffective"]
     assert len(prefix) == 1, f"{case.id}: {[f['verdict'] for f in r['findings']]}"
     assert prefix[0]["severity"] == "ok", f"{case.id}: {prefix[0]['severity']}"
-    assert "cannot tell them apart" in " ".join(prefix[0]["evidence"]), f"{case.id}: {prefix[0]['evidence']}"
+    text = " ".join(prefix[0]["evidence"])
+    assert "cannot tell them apart" in text and "--shared-prefix-tokens N" in text, f"{case.id}: {text}"
+
+
+@pytest.mark.parametrize("case", [c for c in _CAUSE_3_PAIR if c.mode == "flags"], ids=lambda c: c.id)
+def test_given_the_shared_prefix_length_diagnose_tells_a_hot_prefix_from_evicted_ones(case):
+    # issue 20 cause 3's missing input: with --shared-prefix-tokens 256 (the scenarios' prefix_len), the tokens
+    # reused per request over 256 is the share of requests finding the prompt: nearly all for the hot one (a
+    # healthy verdict, its low token hit rate explained at severity ok), under half for the 20 tenants' (the warning)
+    r = diagnose_case(case)
+    hot = case.scenario == "system-prompt-hot"
+    assert r["verdict"] == ("healthy" if hot else "prefix_cache_ineffective"), f"{case.id}: {r['verdict']}"
+    if hot:
+        [finding] = [f for f in r["findings"] if f["verdict"] == "prefix_cache_ineffective"]
+        assert finding["severity"] == "ok", f"{case.id}: {finding}"
+        text = " ".join(finding["evidence"])
+        assert "256-token shared prefix" in text and "at least half" in text, f"{case.id}: {text}"
+    else:
+        text = " ".join(r["evidence"])
+        assert "256-token shared prefix" in text and "fewer than half" in text, f"{case.id}: {text}"
+
+
+def test_the_flags_mode_gives_the_shared_prefix_length_of_traffic_that_has_one():
+    # the scenarios' streams: one or 20 256-token system prompts (cause 3), 100 3,000-token prefixes (thrash),
+    # no shared prefix (near-limits-healthy)
+    assert shared_prefix_tokens("system-prompt-hot") == shared_prefix_tokens("system-prompts-evicted") == 256
+    assert shared_prefix_tokens("thrash-short-waits") == shared_prefix_tokens("thrash-short-waits-control") == 3000
+    assert shared_prefix_tokens("near-limits-healthy") is None
 
 
 def test_every_committed_scenario_is_diagnosed_and_every_xfail_names_a_case():

@@ -2,8 +2,9 @@
 
 A *case* is one committed scenario (``tests/fixtures/recordings/vllm/verdicts/``, written by
 ``verdict_scenarios.py``), one evaluated window (its ``--end`` and ``--window``) and one way of running diagnose:
-``"flags"`` (the limits the server ran with, as an operator or a VLLMServer spec gives them) or ``"bare"`` (no
-limit flag: limits from the recording and vLLM's defaults). Used by ``test_verdict_accuracy.py`` and
+``"flags"`` (the limits the server ran with, as an operator or a VLLMServer spec gives them, and the length of
+the prompt prefix its traffic shares, ``--shared-prefix-tokens``, as its owner knows it) or ``"bare"`` (no flag:
+limits from the recording and vLLM's defaults, no prefix length). Used by ``test_verdict_accuracy.py`` and
 ``benchmarks/verdict_accuracy.py``; it reads only committed files, never vLLM.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from kvpilot.cli import cli
-from tests.reference.verdict_scenarios import OUT, expected_verdicts, load_truths
+from tests.reference.verdict_scenarios import OUT, SCENARIOS, expected_verdicts, load_truths
 
 #: server flag (truth document) -> ``kvpilot diagnose`` option, used when diagnose has that option
 FLAG_OPTIONS = {
@@ -52,6 +53,16 @@ def cli_args(flags: Mapping[str, Any], options: frozenset[str] | None = None) ->
         if key in flags and flags[key] is not None and opt in have:
             out += [opt, str(flags[key])]
     return out
+
+
+def shared_prefix_tokens(scenario: str) -> int | None:
+    """The length of the prompt prefix ``scenario``'s traffic shares (its streams' ``prefix_len``), or None.
+
+    None when a stream shares no prefix (no ``prefix_groups``) or the streams' lengths differ: no one length.
+    """
+    lengths = {int(s.get("prefix_len", 0)) if s.get("prefix_groups") else 0 for s in SCENARIOS[scenario].streams}
+    length = lengths.pop() if len(lengths) == 1 else 0
+    return length or None
 
 
 def run_diagnose(recording: Path, end_unix: float, window: float, args: list[str]) -> dict[str, Any]:
@@ -117,6 +128,9 @@ def diagnose_case(case: Case, folder: Path = OUT) -> dict[str, Any]:
     doc = _truths(folder)[case.scenario]
     ev = evaluation(doc, case)
     args = cli_args(doc["flags"]) if case.mode == "flags" else []
+    shared = shared_prefix_tokens(case.scenario)
+    if case.mode == "flags" and shared and "--shared-prefix-tokens" in diagnose_options():
+        args += ["--shared-prefix-tokens", str(shared)]
     target = run_diagnose(folder / doc["recording"], ev["end_unix"], case.window, args)
     expected = expected_verdicts(ev)
     return {

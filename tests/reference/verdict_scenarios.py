@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvpilot.diagnose.rules import REUSED_BY_MOST
 from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.core import Engine
 from kvpilot.engine.request import Request
@@ -53,8 +54,9 @@ OUT = Path(__file__).resolve().parent.parent / "fixtures" / "recordings" / "vllm
 SUBWINDOW = 60.0
 #: a window's GPU is saturated when the compute term sets this share of its step time (docs/diagnosis.md E >= 0.7)
 SATURATED = 0.7
-#: the shared prefix of a window's requests counts as evicted when fewer than this share of them found it cached
-PREFIX_HIT = 0.5
+#: the shared prefix of a window's requests counts as evicted when fewer than this share of them found it cached:
+#: the threshold kvpilot diagnose's prefix rule applies (one definition)
+PREFIX_HIT = REUSED_BY_MOST
 #: a second reason that refused the queue's head for at least this share of the queued time binds as well
 ALSO_BINDS = 0.4
 

@@ -136,6 +136,13 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
 @click.option("--block-size", type=click.IntRange(min=1), help="KV block size in tokens.")
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="Configured --tensor-parallel-size.")
 @click.option(
+    "--shared-prefix-tokens",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Length of the prompt prefix requests share (a system prompt): the prefix cache is judged by how many "
+    "requests find it (tokens reused per request / N), not by its token hit rate.",
+)
+@click.option(
     "--gpu-memory", type=SIZE, help="GPU memory (80GiB): picks vLLM's defaults and sizes utilization changes."
 )
 @click.option("--gpu-name", help="GPU model (A100 keeps the small-GPU defaults).")
@@ -217,6 +224,7 @@ def command(
     kv_cache_dtype: str | None,
     block_size: int | None,
     tensor_parallel_size: int | None,
+    shared_prefix_tokens: int | None,
     gpu_memory: int | None,
     gpu_name: str | None,
     model_config: str | None,
@@ -339,6 +347,7 @@ def command(
             "kv_cache_dtype": kv_cache_dtype,
             "block_size": block_size,
             "tensor_parallel_size": tensor_parallel_size,
+            "shared_prefix_tokens": shared_prefix_tokens,
         },
         gpu_memory_bytes=gpu_memory,
         gpu_name=gpu_name,

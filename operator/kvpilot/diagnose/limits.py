@@ -39,6 +39,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "kv_cache_tokens": ("", "kv_cache_size_tokens"),
     "enable_prefix_caching": ("enablePrefixCaching", "enable_prefix_caching"),
     "tensor_parallel_size": ("tensorParallelSize", ""),
+    "shared_prefix_tokens": ("", ""),  # the traffic's, not the server's: the command line only
 }
 #: the limits converted to int, float and bool (others are strings); the Literals type :meth:`Limits.value`
 _IntName = Literal[
@@ -49,6 +50,7 @@ _IntName = Literal[
     "num_gpu_blocks",
     "kv_cache_tokens",
     "tensor_parallel_size",
+    "shared_prefix_tokens",
 ]
 _FloatName = Literal["gpu_memory_utilization"]
 _BoolName = Literal["enable_prefix_caching"]
@@ -74,7 +76,12 @@ class Limit:
 
 @dataclass(frozen=True)
 class Limits:
-    """The limits of one target. Attribute names are vLLM's flags with underscores."""
+    """The limits of one target. Attribute names are vLLM's flags with underscores.
+
+    ``shared_prefix_tokens`` is no server flag but a fact of its traffic the user states
+    (``--shared-prefix-tokens``): the length of the prompt prefix requests share (a system prompt), which no
+    vLLM metric gives; the prefix rule judges reuse against it.
+    """
 
     max_num_seqs: Limit = Limit(None)
     max_num_batched_tokens: Limit = Limit(None)
@@ -86,6 +93,7 @@ class Limits:
     kv_cache_tokens: Limit = Limit(None)
     enable_prefix_caching: Limit = Limit(None)
     tensor_parallel_size: Limit = Limit(None)
+    shared_prefix_tokens: Limit = Limit(None)
     gpu_memory_bytes: int | None = None
     gpu_name: str | None = None
     notes: tuple[str, ...] = field(default=())

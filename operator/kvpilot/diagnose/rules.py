@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvpilot.diagnose.facts import ADMISSION_ORDER, LARGE_BUDGET, PREFILL_SPLIT_STEPS, Facts, derive_facts
 from kvpilot.diagnose.limits import Limits
@@ -905,6 +905,49 @@ def escaped_names_note(signals: Iterable[Signals]) -> str | None:
     )
 
 
+class SharedPrefixFound(NamedTuple):
+    """How many requests found the shared prefix the user stated (:func:`shared_prefix_found`)."""
+
+    #: the stated length rounded down to whole blocks: the most of it vLLM can cache and find
+    cached_tokens: int
+    #: about the share of the requests that found it; None when it holds no full block (nothing to find)
+    share: float | None
+    #: ``share`` at least :data:`REUSED_BY_MOST`: the cache serves what the traffic shares
+    found_by_most: bool
+
+
+def shared_prefix_found(reused_per_request: float, shared_prefix_tokens: int, block_size: int) -> SharedPrefixFound:
+    """The share of the requests that found the ``shared_prefix_tokens``-token prefix they share in the cache.
+
+    vLLM hashes and caches only full blocks (``get_request_block_hasher``, vllm/v1/core/kv_cache_utils.py,
+    vLLM 0.29.0: "We only hash full blocks"), so a request that finds the prefix hits its block-aligned length
+    (a 260-token prefix hits as 256 with 16-token blocks), one that finds part of it (LRU evicts a cached
+    sequence's last blocks first) hits its first blocks, and one that misses it hits nothing. The tokens reused
+    per request over that length is then about the share that found it, capped at 1: an estimate (partial finds
+    and hits on other reused content raise it; requests finished in the window standing in for those admitted
+    move it either way: 22-27 % on vLLM's system-prompts-evicted recording, whose scheduler found the prompts for
+    29-38 %). The cache serves the shared prefix when at least :data:`REUSED_BY_MOST` of the requests find it, as
+    vLLM's ground truth counts it.
+
+    Args:
+        reused_per_request: prefix-cache hits per request in the window (tokens).
+        shared_prefix_tokens: the length of the prompt prefix the requests share (tokens, > 0).
+        block_size: the KV block size (tokens, > 0).
+    """
+    cached = shared_prefix_tokens // block_size * block_size
+    if cached <= 0:
+        return SharedPrefixFound(0, None, False)
+    share = min(1.0, max(0.0, reused_per_request) / cached)
+    return SharedPrefixFound(cached, share, share >= REUSED_BY_MOST)
+
+
+def _whole(found: SharedPrefixFound, shared: int | None, block: int) -> str:
+    """``" (256 tokens in whole 16-token blocks, what vLLM caches)"`` when that differs from the stated length."""
+    if found.cached_tokens == shared:
+        return ""
+    return f" ({count(found.cached_tokens)} in whole {fig(block)}-token blocks, what vLLM caches)"
+
+
 def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Finding | None:
     """The prefix-cache finding, judged per prefix, not per token; or None.
 
@@ -923,12 +966,17 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
       than :data:`REUSED_BY_MOST` of the requests, or some hits came while requests reused less than one block
       each on average;
     - without those histograms (vLLM before 0.29), a turned-over cache with some hits below
-      :data:`LRU_THRASH_HIT_RATE`, as before, saying the counters cannot tell it from a hot prefix.
+      :data:`LRU_THRASH_HIT_RATE`, as before, saying the counters cannot tell it from a hot prefix;
+    - given the length of the prefix the traffic shares (``shared_prefix_tokens``, which no vLLM metric gives),
+      that instead of the last two: fewer than :data:`REUSED_BY_MOST` of the requests finding it
+      (:func:`shared_prefix_found`), or a prefix shorter than one block (never cached). At least half finding it
+      is a healthy cache whatever the token hit rate: nothing, or with ``low_severity`` an ``ok`` finding saying so.
 
-    A turned-over cache with a low hit rate whose requests reuse at least a block each and no longer prefix
-    seen is what a hot shared prefix amid unique content gives, and also what larger prefixes often evicted
-    give: with ``low_severity`` an ``ok``-severity finding says the metrics cannot tell them apart and what
-    would; as the primary verdict, nothing (healthy). Zero hits is no reason to expect any: silent.
+    Without that length, a turned-over cache with a low hit rate whose requests reuse at least a block each and
+    no longer prefix seen is what a hot shared prefix amid unique content gives, and also what larger prefixes
+    often evicted give: with ``low_severity`` an ``ok``-severity finding says the metrics cannot tell them apart
+    and what would; as the primary verdict, nothing (healthy). Zero hits is no reason to expect any: silent
+    (unless a shared prefix is stated).
     """
     s = signals.get
     queries, hits = s("prefix_queries_increase"), s("prefix_hits_increase")
@@ -982,6 +1030,9 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
             "cache's match unit or lengthen the shared prefix to at least one block."
         )
         reason = True
+    shared = limits.value("shared_prefix_tokens")
+    found = shared_prefix_found(per_hit, shared, block) if shared and per_hit is not None else None
+    stated = f"{count(shared)}-token shared prefix (--shared-prefix-tokens)"
     kv_tokens = limits.value("kv_cache_tokens")
     # LRU can only have evicted a reused prefix if the cache turned over in the window: the tokens that
     # missed (and were written to the cache) exceed its capacity. Tokens queried would count the hits
@@ -1000,7 +1051,31 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
         else ""
     )
     lost = ""
-    if turnover is not None and turnover > 1 and hits > 0:
+    if found is not None and found.share is None:
+        ev.append(
+            f"The {stated} is shorter than one {fig(block)}-token block: vLLM caches only full blocks, so no request "
+            "can find it. Lengthen it to at least one block."
+        )
+        reason = True
+    elif found is not None and not found.found_by_most:
+        judged = (
+            f"requests reused {number(per_hit)} tokens each on average against the {stated}"
+            f"{_whole(found, shared, block)}: about {percent(found.share)} of the requests found it, fewer than half"
+        )
+        if turnover is not None and turnover > 1:
+            lost = judged
+        else:
+            ev.append(
+                f"R{judged[1:]}. "
+                + (
+                    "The cache did not turn over in the window, so LRU eviction does not explain it: the requests "
+                    "do not share that prefix as sent."
+                    if turnover is not None
+                    else "The KV capacity is unknown, so whether LRU evicted it cannot be told."
+                )
+            )
+            reason = True
+    elif found is None and turnover is not None and turnover > 1 and hits > 0:
         if reused_tokens is not None and reused_share is not None and reused_share < REUSED_BY_MOST:
             lost = (
                 f"{percent(reused_share)} of the requests reused a prefix of at least {count(reused_tokens)} tokens "
@@ -1036,14 +1111,22 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
             ev,
             recommend("prefix_cache_ineffective", Inputs(signals=signals, limits=limits)),
         )
-    if low_severity and turnover is not None and turnover > 1 and 0 < rate < LRU_THRASH_HIT_RATE:
+    if low_severity and found is None and turnover is not None and turnover > 1 and 0 < rate < LRU_THRASH_HIT_RATE:
         ev.append(
             f"{turned}. Reported at low severity: requests reused {number(per_hit)} tokens each on average and no "
             "request is seen reusing a longer prefix, which is what a hot shared prefix amid unique content gives "
             "(a healthy cache) and also what longer prefixes often evicted give; the metrics cannot tell them apart. "
             "What would: the length of the prefix the traffic is meant to share against the tokens reused per "
-            "request; vLLM's --kv-cache-metrics (vllm:kv_block_idle_before_evict_seconds against "
+            "request (pass it as --shared-prefix-tokens N: that tells them apart); vLLM's --kv-cache-metrics "
+            "(vllm:kv_block_idle_before_evict_seconds against "
             "vllm:kv_block_reuse_gap_seconds); an external KV cache's hits."
         )
         return Finding("prefix_cache_ineffective", "ok", CONF_PREFIX_LOW, ev, [])
+    if low_severity and found is not None and found.share is not None:
+        ev.append(
+            f"Reported at low severity: requests reused {number(per_hit)} tokens each on average against the "
+            f"{stated}{_whole(found, shared, block)}: about {percent(found.share)} of the requests found it, at least "
+            "half. The cache serves what the traffic shares; the misses are the prompts' unique rest (a healthy cache)."
+        )
+        return Finding("prefix_cache_ineffective", "ok", CONF_PREFIX, ev, [])
     return None

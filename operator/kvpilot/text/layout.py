@@ -180,13 +180,20 @@ def _folded_double_quoted(value: str, first: int, rest: int) -> list[str]:
     return [*lines, current]
 
 
+#: line breaks YAML 1.1 reads beside ``\n`` and ``\r`` (NEL, LS, PS): PyYAML writes them raw into a plain or
+#: single-quoted scalar when ``allow_unicode`` is on, and reads them back as line folds (``"\x85"`` came back
+#: as ``" "``); in a double-quoted scalar they are escapes (``\N``, ``\L``, ``\P``)
+_UNICODE_BREAKS = re.compile("[\x85\u2028\u2029]")
+
+
 def yaml_text(data: object, width: int) -> str:
     """``data`` as block YAML (PyYAML, keys sorted, as ``kubectl get -o yaml`` prints it) in lines of at most
     ``width`` characters.
 
     PyYAML folds a string only at its spaces, so a long string without one (kopf's JSON digest, a URL) would
     run past the edge and a terminal would cut or wrap it. Such a string is written double-quoted and
-    continued over lines with escaped line breaks instead: the YAML reads back as the same value.
+    continued over lines with escaped line breaks instead: the YAML reads back as the same value. So is a
+    string holding a Unicode line break (:data:`_UNICODE_BREAKS`).
     """
     import yaml
 
@@ -197,7 +204,9 @@ def yaml_text(data: object, width: int) -> str:
             return {key: collect(value) for key, value in node.items()}
         if isinstance(node, list):
             return [collect(value) for value in node]
-        if isinstance(node, str) and any(len(word) > width // 2 for word in node.split()):
+        if isinstance(node, str) and (
+            any(len(word) > width // 2 for word in node.split()) or _UNICODE_BREAKS.search(node)
+        ):
             key = f"KVPILOTFOLDED{len(long_values)}X"
             long_values[key] = node
             return key

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from kvpilot.diagnose.limits import resolve_limits
-from kvpilot.diagnose.rules import diagnose_target
+from kvpilot.diagnose.rules import SharedPrefixFound, diagnose_target, shared_prefix_found
 from kvpilot.diagnose.signals import Signals, finish_signals, prefix_reuse
 
 EDGES = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
@@ -145,3 +145,68 @@ def test_a_connector_that_supplies_every_token_is_remote_prefill_not_an_eviction
     # 98.9 %: an offload cache that first-time prompts missed, holding what the GPU evicted -> the warning
     d = case(0.989 * 541152)
     assert d.verdict == "prefix_cache_ineffective" and "the GPU cache had evicted it" in " ".join(d.evidence)
+
+
+def test_the_share_of_requests_finding_a_stated_shared_prefix_counts_whole_blocks():
+    # vLLM caches whole 16-token blocks: a 256-token prefix is found as 256 tokens, a 260-token one as 256 too
+    # 70 tokens a request against 256: 70 / 256 = 27.3 % found it, fewer than half
+    assert shared_prefix_found(70.0, 256, 16) == SharedPrefixFound(256, 70 / 256, False)
+    # 128 / 256 = exactly half: found by most (the ground truth calls fewer than half evicted); 127.9 is fewer
+    assert shared_prefix_found(128.0, 256, 16).found_by_most
+    assert not shared_prefix_found(127.9, 256, 16).found_by_most
+    # a 260-token prefix: 129 / 256 = 50.4 % (129 / 260 = 49.6 % would call it evicted)
+    assert shared_prefix_found(129.0, 260, 16) == SharedPrefixFound(256, 129 / 256, True)
+    # hits on other reused content: 259 a request against 256 caps at every request
+    assert shared_prefix_found(259.0, 256, 16) == SharedPrefixFound(256, 1.0, True)
+    # a 10-token prefix holds no full block: nothing to find
+    assert shared_prefix_found(50.0, 10, 16) == SharedPrefixFound(0, None, False)
+
+
+def _documents(per_request: int, kv_cache_tokens: int = 200000, **cli) -> object:
+    # 1,000 requests of about 50,000 tokens (45,000-token bucket), each reusing per_request tokens on average: a
+    # 1,000-token shift inside the (20,000, 50,000] bucket, so the histograms show no longer prefix
+    sig = signals(
+        {45000: 1000},
+        {44000: per_request, 45000: 1000 - per_request},
+        prefix_queries_increase=50_000_000.0,
+        prefix_hits_increase=1000.0 * per_request,
+        requests_finished_increase=1000.0,
+    )
+    return diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": kv_cache_tokens, "max_num_seqs": 64, **cli}))
+
+
+def test_a_stated_shared_prefix_tells_a_hot_one_from_one_most_requests_miss():
+    # a 1,000-token shared prefix is 62 whole 16-token blocks = 992 tokens. 400 tokens a request (0.8 % of the
+    # tokens hit, the 200,000-token cache turned over 248x): without its length the ambiguity, at severity ok
+    d = _documents(400)
+    assert d.verdict == "healthy"
+    [f] = [f for f in d.findings if f.verdict == "prefix_cache_ineffective"]
+    assert f.severity == "ok" and "--shared-prefix-tokens N: that tells them apart" in " ".join(f.evidence)
+    # with it: 400 / 992 = 40.3 % of the requests found it, fewer than half -> the warning
+    d = _documents(400, shared_prefix_tokens=1000)
+    assert (d.verdict, d.severity) == ("prefix_cache_ineffective", "warning")
+    text = " ".join(d.evidence)
+    assert "against the 1,000-token shared prefix (--shared-prefix-tokens) (992 in whole 16-token blocks" in text
+    assert "about 40.3 % of the requests found it, fewer than half" in text
+    # 495 / 992 = 49.9 %: fewer than half -> the warning; 496 / 992 = 50 %: half, not fewer -> healthy, and the
+    # secondary finding at severity ok says the cache serves the shared prefix
+    assert _documents(495, shared_prefix_tokens=1000).verdict == "prefix_cache_ineffective"
+    d = _documents(496, shared_prefix_tokens=1000)
+    assert d.verdict == "healthy"
+    [f] = [f for f in d.findings if f.verdict == "prefix_cache_ineffective"]
+    assert f.severity == "ok" and "about 50.0 % of the requests found it, at least half" in " ".join(f.evidence)
+    assert "cannot tell" not in " ".join(f.evidence)
+
+
+def test_a_stated_shared_prefix_few_requests_find_in_a_cache_that_did_not_turn_over_is_not_eviction():
+    # 100 tokens a request against 992: 10.1 %, yet the 49,900,000 tokens written fit a 100,000,000-token cache
+    d = _documents(100, kv_cache_tokens=100_000_000, shared_prefix_tokens=1000)
+    assert d.verdict == "prefix_cache_ineffective"
+    assert "eviction does not explain it: the requests do not share that prefix as sent" in " ".join(d.evidence)
+
+
+def test_a_stated_shared_prefix_shorter_than_a_block_is_never_cached():
+    # 10 tokens: no full 16-token block, so vLLM hashes none of it and no request can find it
+    d = _documents(16, shared_prefix_tokens=10)
+    assert d.verdict == "prefix_cache_ineffective"
+    assert "10-token shared prefix (--shared-prefix-tokens) is shorter than one 16-token block" in " ".join(d.evidence)

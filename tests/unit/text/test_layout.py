@@ -7,7 +7,8 @@ from __future__ import annotations
 import io
 import re
 
-from hypothesis import given
+import pytest
+from hypothesis import example, given
 from hypothesis import strategies as st
 from rich.console import Console
 from rich.text import Text
@@ -153,7 +154,16 @@ _YAML_VALUES = st.recursive(
 )
 
 
+@pytest.mark.parametrize("value", ["\x85", "a\x85b", "\u2028", "x\u2029y", "a " * 30 + "\x85"])
+def test_yaml_text_keeps_unicode_line_breaks_in_a_value(value):
+    # PyYAML with allow_unicode writes NEL raw into a single-quoted scalar and reads it back as a space
+    import yaml
+
+    assert yaml.safe_load(yaml_text({"status": value}, 80)) == {"status": value}
+
+
 @given(_YAML_VALUES, st.integers(40, 120))
+@example("\x85", 40)
 def test_yaml_text_reads_back_as_the_same_value(data, width):
     import yaml
 
