@@ -4,7 +4,8 @@ Routes:
 
 - ``POST /alerts`` (and ``POST /``): an Alertmanager (v4) or Grafana (v1) webhook body. Each firing
   alert's labels name a target (:func:`kvpilot.alerts.payload.target_of`); the hook runs the same
-  read-only diagnosis as ``kvpilot diagnose --prometheus`` (:func:`kvpilot.diagnose.run.run`) and
+  read-only diagnosis as ``kvpilot diagnose --prometheus``, with its predictions
+  (:func:`kvpilot.advice.run.predict_for_alert`: the replay and what-ifs within 10 s) and
   answers ``200`` with ``{"sender", "receiver", "results": [{"fingerprint", "alertname", "status",
   "target", "cached", "diagnosis": <diagnose -o json> | null, "error": str | null}]}``. Resolved
   alerts are acknowledged (``"diagnosis": null``) without work. ``400`` not JSON, ``401`` missing or
@@ -54,6 +55,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kvpilot.advice.run import predict_for_alert
 from kvpilot.alerts.admission import DiagnosisKey, RateLimit, namespace_allowed
 from kvpilot.alerts.payload import (
     MAX_ALERTS,
@@ -70,7 +72,7 @@ from kvpilot.alerts.payload import (
 )
 from kvpilot.diagnose.model import Report
 from kvpilot.diagnose.report import safe_report
-from kvpilot.diagnose.run import Options, run
+from kvpilot.diagnose.run import Options
 from kvpilot.diagnose.sources import SourceError
 from kvpilot.diagnose.sources.http import split_credentials
 from kvpilot.text.numbers import fig
@@ -323,7 +325,7 @@ class _NotDiagnosedError(Exception):
 class AlertHook:
     """The receiver's state: config, cache, bounds, metrics; :meth:`app` is the aiohttp app."""
 
-    def __init__(self, config: HookConfig, diagnose: Callable[[Options], Report] = run) -> None:
+    def __init__(self, config: HookConfig, diagnose: Callable[[Options], Report] = predict_for_alert) -> None:
         self.config = config
         self.metrics = HookMetrics()
         self._diagnose = diagnose

@@ -16,6 +16,7 @@ from typing import Any
 import click
 from typing_extensions import override
 
+from kvpilot.advice.keys import WHAT_IF_KEYS
 from kvpilot.commands._common import DURATION, SIZE, DurationParam
 from kvpilot.text.safe import one_line
 
@@ -170,6 +171,25 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
     "3x this with --prometheus, the scraping time + 2x this with --metrics-url.",
 )
 @click.option(
+    "--what-if",
+    "what_if",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Also simulate this change on the replayed window (repeatable; KEY=VALUE,KEY=VALUE changes several "
+    f"together). Keys: {', '.join(WHAT_IF_KEYS)}.",
+)
+@click.option(
+    "--what-if-budget",
+    default="30s",
+    type=DURATION,
+    show_default=True,
+    help="Wall-clock time for all predictions of a run (each replay and what-if simulates the whole window); "
+    "targets beyond it are diagnosed without predictions.",
+)
+@click.option(
+    "--no-what-if", is_flag=True, help="Diagnose only: no replay of the window, no predicted effect of any change."
+)
+@click.option(
     "-o",
     "--output",
     type=click.Choice(["text", "json", "markdown"]),
@@ -214,6 +234,9 @@ def command(
     kubeconfig: str | None,
     context: str | None,
     timeout: float,
+    what_if: tuple[str, ...],
+    what_if_budget: float,
+    no_what_if: bool,
     output: str,
     watch: float | None,
     watch_count: int | None,
@@ -225,18 +248,26 @@ def command(
     line and startup log); never changes anything. Limits: command-line flags override the spec, the
     pod's args, its log, vllm:cache_config_info and vLLM's defaults, in that order.
 
+    For a target with a queue (and for every target with --what-if) the engine model replays the window
+    from its metrics, checks the replay against the window, and predicts what each candidate change
+    would do; recommendations carry those predictions (withheld when the replay misses the window).
+
     \b
     Examples:
       kvpilot diagnose --prometheus http://127.0.0.1:9090 -n llm
       kvpilot diagnose --metrics-url http://10.0.0.7:8000/metrics --quick \\
           --max-num-seqs 4
       kvpilot diagnose --recording run.om --max-num-batched-tokens 65000 -o json
+      kvpilot diagnose --recording run.om --gpu-name H100 \\
+          --what-if max_num_seqs=16 --what-if replicas=2
     """
     from urllib.parse import urlsplit
 
+    from kvpilot.advice.run import AdviceOptions, diagnose_and_predict
+    from kvpilot.advice.whatif import ChangeError, parse_change
     from kvpilot.commands.simulate.options import parse_end
     from kvpilot.diagnose.report import render_chunks
-    from kvpilot.diagnose.run import Options, run
+    from kvpilot.diagnose.run import Options
     from kvpilot.diagnose.sources import SourceError
     from kvpilot.diagnose.sources.http import display_url
 
@@ -264,6 +295,13 @@ def command(
     if recording and not os.path.isfile(recording):
         what = "a directory, not a recording file" if os.path.isdir(recording) else "no such file"
         raise click.UsageError(f"--recording {recording!r}: {what}")
+    try:
+        changes = tuple(parse_change(text) for text in what_if)
+    except ChangeError as exc:
+        raise click.UsageError(str(exc)) from None
+    if no_what_if and changes:
+        raise click.UsageError("--no-what-if and --what-if: give one of them")
+    advice = AdviceOptions(what_ifs=changes, budget_seconds=0.0 if no_what_if else what_if_budget)
     try:
         end_seconds = None if end is None else parse_end(end, time.time())
     except ValueError as exc:
@@ -327,7 +365,7 @@ def command(
     while True:
         try:
             try:
-                report = run(opts)
+                report = diagnose_and_predict(opts, advice)
                 for chunk in render_chunks(report, output, width=shutil.get_terminal_size().columns):
                     click.echo(chunk, nl=False)
                 click.echo()

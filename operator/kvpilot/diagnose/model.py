@@ -34,21 +34,43 @@ EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_NO_DIAGNOSIS, EXIT_USAGE = 0, 1, 2, 3
 class Recommendation:
     """A flag change: ``flag`` (``--max-num-seqs``), ``current``/``suggested`` (as text or number),
     ``expected_effect`` (one sentence with numbers).
+
+    ``predicted``: what the engine model predicts the window would have been with the change (the
+    ``P`` object of docs/diagnose-output.schema.json, ``kvpilot.advice``), None when not simulated.
     """
 
     flag: str
     current: str | float | int | None
     suggested: str | float | int | None
     expected_effect: str
+    predicted: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``recommendations[]`` object of the JSON schema."""
-        return {
+        out: dict[str, Any] = {
             "flag": self.flag,
             "current": self.current,
             "suggested": self.suggested,
             "expected_effect": self.expected_effect,
         }
+        if self.predicted is not None:
+            out["predicted"] = dict(self.predicted)
+        return out
+
+
+@dataclass(frozen=True)
+class DiagnosisBasis:
+    """What a diagnosis was made from, kept for predictions (``kvpilot.advice``); never serialised.
+
+    Attributes:
+        key: the target's label values (a ``kvpilot.diagnose.signals.TargetKey``).
+        signals: its ``kvpilot.diagnose.signals.Signals``.
+        limits: its ``kvpilot.diagnose.limits.Limits``.
+    """
+
+    key: Any
+    signals: Any
+    limits: Any
 
 
 @dataclass
@@ -89,12 +111,19 @@ class Diagnosis(Finding):
         signals: ``{name: number | None}``.
         queries: the PromQL (or computations) that produced the signals.
         findings: secondary findings, same shape as the primary one.
+        replay: ``{"predicted": P, "observed": P, ...}``: the engine model's replay of the window
+            against what the window showed (``kvpilot.advice``), None when not run.
+        what_if: ``[{"change": {KEY: VALUE}, "predicted": P}]``: the changes simulated.
+        basis: the signals and limits the diagnosis read (:class:`DiagnosisBasis`), not serialised.
     """
 
     target: dict[str, Any] = field(default_factory=dict)
     signals: dict[str, float | None] = field(default_factory=dict)
     queries: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    replay: dict[str, Any] | None = None
+    what_if: list[dict[str, Any]] = field(default_factory=list)
+    basis: DiagnosisBasis | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """One ``targets[]`` element of ``diagnose -o json`` (docs/diagnose-output.schema.json)."""
@@ -103,6 +132,9 @@ class Diagnosis(Finding):
         out["signals"] = dict(self.signals)
         out["queries"] = list(self.queries)
         out["findings"] = [f.to_json() for f in self.findings]
+        if self.replay is not None:
+            out["replay"] = dict(self.replay)
+            out["what_if"] = [dict(w) for w in self.what_if]
         return out
 
 

@@ -34,7 +34,7 @@ from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Recommendation
 from kvpilot.diagnose.signals import Signals
 from kvpilot.kv import KVConfigError, bytes_per_token, kv_element_bytes
-from kvpilot.text.numbers import count, fig, gib, number, percent, times
+from kvpilot.text.numbers import count, fig, gib, number, percent, significant, times
 
 #: highest --gpu-memory-utilization kvpilot suggests (docs/background.md §7: 0.95 failed at startup on WSL2)
 MAX_SUGGESTED_UTILIZATION = 0.95
@@ -253,43 +253,50 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
         keep_up = n_seqs * arrival / served
         need = keep_up * (1 + DRAIN_MARGIN)
         how = (
-            f"the queue grows: arrivals {number(served, 2)} served + {number(trend, 2)} queued = "
+            f"with {count(n_seqs)} slots now the queue grows: arrivals {number(served, 2)} served + "
+            f"{number(trend, 2)} queued = "
             f"{number(arrival, 2, 'req/s')}; {count(n_seqs)} slots x {number(arrival, 2)} / {number(served, 2)} = "
             f"{number(keep_up, 1)} slots keep up (Little's law), +{percent(DRAIN_MARGIN, 0)} to drain the backlog = "
             f"{number(need, 1)}"
         )
     elif growing:
         need = 2 * n_seqs
-        how = f"the queue grows and the completion rate is unknown: 2 x {count(n_seqs)} = {count(need)}"
+        how = (
+            f"with {count(n_seqs)} slots now the queue grows and the completion rate is unknown: "
+            f"2 x {count(n_seqs)} = {count(need)}"
+        )
     else:
         need = run_avg + wait_avg
         how = (
-            f"a standing queue: {number(run_avg, 1)} running + {number(wait_avg, 1)} waiting = "
+            f"with {count(n_seqs)} slots now a queue stands: {number(run_avg, 1)} running + "
+            f"{number(wait_avg, 1)} waiting = "
             f"{number(need, 1)} admitted at once"
         )
     demand = max(n_seqs + 1, math.ceil(need - 1e-9))
     suggested = capture_sizes_around(demand)[1]
     how += f"; rounded up to vLLM's CUDA-graph batch size {suggested}" if suggested != demand else ""
-    shares = []
+    shares: list[tuple[float, str]] = []
     if kv_avg and run_avg > 0:
-        shares.append(kv_avg / run_avg)
+        shares.append((kv_avg / run_avg, "as the running requests held it"))
     per_request, kv_tokens = tokens_per_request(s), lim.value("kv_cache_tokens")
     if per_request and kv_tokens:
-        shares.append(per_request / kv_tokens)
-    share = max(shares) if shares else None
+        shares.append((per_request / kv_tokens, "a request's KV at its full prompt + output"))
+    share, whose = max(shares) if shares else (None, "")
     if share:
+        # two figures (0.027 %, never 0.0 %), as the rules' evidence prints a request's share, and whose share it is
+        each = significant(share * 100, 2, "%")
         bound = math.floor(KV_FILL / share)
         if bound <= n_seqs:
             return []  # KV holds no more requests than now: raising the cap would trade the queue for preemptions
         if suggested > bound:
             suggested = max(n_seqs + 1, capture_sizes_around(bound)[0])
             how += (
-                f"; bounded by KV: {percent(KV_FILL, 0)} of the pool / {percent(share, 2)} per request = "
+                f"; bounded by KV: {percent(KV_FILL, 0)} of the pool / {each} per request ({whose}) = "
                 f"{count(bound)} "
                 f"-> {count(suggested)}"
             )
         rises = percent(min(1.0, suggested * share))
-        how += f"; KV usage rises to about {rises} ({count(suggested)} x {percent(share, 2)})"
+        how += f"; KV usage rises to about {rises} ({count(suggested)} x {each}, {whose})"
     out = [
         Recommendation(
             "--max-num-seqs",

@@ -155,6 +155,53 @@ def change_text(rec: Recommendation) -> str:
     return f"{rec.flag} {_flag_value(rec.current)} -> {_flag_value(rec.suggested)}"
 
 
+def _p_cells(p: dict[str, Any]) -> list[tuple[str, str]]:
+    """A ``P`` object (docs/diagnose-output.schema.json ``$defs/prediction``) as ``(label, value)`` pairs."""
+
+    def secs(v: Any) -> str:
+        return significant(v, 3, "s") if isinstance(v, (int, float)) else "unknown"
+
+    waiting = fig(p.get("mean_waiting"), 1)
+    if p.get("queue_growing"):
+        waiting += f" (growing {number(p.get('waiting_trend_per_s'), 2)}/s)"
+    kv = p.get("max_kv_usage")
+    return [
+        ("requests/s", number(p.get("requests_finished_per_s"), 2)),
+        ("queue time", secs(p.get("queue_time_mean_s"))),
+        ("TTFT", secs(p.get("ttft_mean_s"))),
+        ("running", fig(p.get("mean_running"), 1)),
+        ("waiting", waiting),
+        ("KV peak", number(kv * 100 if isinstance(kv, (int, float)) else None, 1, "%")),
+        ("preemptions/s", number(p.get("preemptions_per_s"), 2)),
+        ("binding", str(p.get("binding_limit") or "unknown")),
+    ]
+
+
+def _p_text(p: dict[str, Any] | None) -> str:
+    """``requests/s 15.23, queue time 34.2 s, ...``: one ``P`` in a line."""
+    return "not simulated" if p is None else ", ".join(f"{k} {v}" for k, v in _p_cells(p))
+
+
+def _change_label(change: dict[str, Any]) -> str:
+    """``max_num_seqs=16, kv_cache_dtype=fp8`` (as ``--what-if`` takes it)."""
+    return ", ".join(f"{k}={_flag_value(v)}" for k, v in change.items())
+
+
+def _replay_lines(d: Diagnosis) -> tuple[str, list[str], list[str]]:
+    """(headline, figure lines, notes) of a target's replay for text and markdown."""
+    replay = d.replay or {}
+    if replay.get("predicted") is None:
+        return "replay: not run", [], [str(m) for m in replay.get("misses", [])]
+    if replay.get("matches"):
+        head = "replay: the engine model reproduces the window (within the tolerances of docs/diagnosis.md)"
+        notes = [str(n) for n in replay.get("notes", [])]
+    else:
+        head = "replay: the engine model does NOT reproduce the window: predictions withheld"
+        notes = [str(m) for m in replay.get("misses", [])] + [str(n) for n in replay.get("notes", [])]
+    figures = [f"replay  {_p_text(replay['predicted'])}", f"window  {_p_text(replay.get('observed'))}"]
+    return head, figures, notes
+
+
 def _bullets(lines: list[str], indent: int) -> Table:
     """``lines`` as ``- text`` bullets wrapped on spaces, continuation lines under the text."""
     grid = Table.grid(padding=(0, 1), pad_edge=False)
@@ -198,6 +245,15 @@ def to_text(report: Report, width: int = 100, color: bool = False) -> str:
                 )
             )
             console.print(Padding(Prose(r.expected_effect), (0, 0, 0, 4)))
+        if d.replay is not None:
+            head, figures, notes = _replay_lines(d)
+            console.print(Padding(Prose(Text(head, style="bold")), (0, 0, 0, 2)))
+            for line in figures:
+                console.print(Padding(Prose(line), (0, 0, 0, 4)))
+            console.print(_bullets(notes, 4))
+            for w in d.what_if:
+                outcome = _p_text(w.get("predicted")) if w.get("predicted") else str(w.get("reason", "not simulated"))
+                console.print(Padding(Prose(f"what-if {_change_label(w['change'])}: {outcome}"), (0, 0, 0, 2)))
         for f in d.findings:
             console.print(Padding(Prose(f"also: {f.verdict} ({f.severity})"), (0, 0, 0, 2)))
             console.print(_bullets(list(f.evidence), 4))
@@ -222,6 +278,37 @@ def _md_finding(f: Finding, level: str) -> list[str]:
     return lines + [""]
 
 
+_MD_P_HEAD = "| requests/s | queue time | TTFT | running | waiting | KV peak | preemptions/s | binding |"
+
+
+def _md_p(p: dict[str, Any] | None) -> str:
+    """One ``P`` as the cells of :data:`_MD_P_HEAD`."""
+    cells = [v for _, v in _p_cells(p)] if p is not None else ["-"] * 8
+    return "| " + " | ".join(cells) + " |"
+
+
+def _md_predictions(d: Diagnosis) -> list[str]:
+    """The replay against the window and the what-ifs, as tables (nothing when not predicted)."""
+    if d.replay is None:
+        return []
+    head, _, notes = _replay_lines(d)
+    lines = [f"#### {head[0].upper()}{head[1:]}", ""]
+    replay = d.replay
+    if replay.get("predicted") is not None:
+        lines += ["| | " + _MD_P_HEAD[2:], "|---" * 9 + "|"]
+        lines += [f"| replay {_md_p(replay['predicted'])}", f"| window {_md_p(replay.get('observed'))}", ""]
+    lines += [f"- {n}" for n in notes]
+    if d.what_if:
+        lines += ["", "| what-if " + _MD_P_HEAD, "|---" * 9 + "|"]
+        for w in d.what_if:
+            label = f"`{_change_label(w['change'])}`"
+            if w.get("predicted") is None:
+                lines.append(f"| {label} | {w.get('reason', 'not simulated')} |" + " |" * 7)
+            else:
+                lines.append(f"| {label} {_md_p(w['predicted'])}")
+    return lines + [""]
+
+
 def to_markdown(report: Report) -> str:
     """``-o markdown``: a heading per target, evidence bullets, a recommendations table."""
     lines = ["# kvpilot diagnose", "", f"Source: {report.source}; window {fig(report.window_seconds, 3, 's')}.", ""]
@@ -231,6 +318,7 @@ def to_markdown(report: Report) -> str:
     for d in report.targets:
         lines += [f"## {markdown_text(_target_name(d))}", ""]  # a label cannot end the heading or open a link
         lines += _md_finding(d, "###")
+        lines += _md_predictions(d)
         for f in d.findings:
             lines += _md_finding(f, "#### also:")
         shown = [(k, d.signals.get(k)) for k in _KEY_SIGNALS if d.signals.get(k) is not None]
@@ -251,6 +339,17 @@ def _safe_finding(f: Finding) -> dict[str, Any]:
     }
 
 
+def _safe_tree(value: Any) -> Any:
+    """``value`` (JSON-shaped) with every string through :func:`one_line`."""
+    if isinstance(value, str):
+        return one_line(value)
+    if isinstance(value, dict):
+        return {k: _safe_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_safe_tree(v) for v in value]
+    return value
+
+
 def safe_report(report: Report) -> Report:
     """A copy of ``report`` whose external strings (target labels, evidence quoting them, notes,
     the source, queries) are one line each, without terminal control characters and with secrets
@@ -263,6 +362,8 @@ def safe_report(report: Report) -> Report:
             target={k: one_line(v) if isinstance(v, str) else v for k, v in d.target.items()},
             queries=[one_line(q) for q in d.queries],
             findings=[dataclasses.replace(f, **_safe_finding(f)) for f in d.findings],
+            replay=_safe_tree(d.replay),
+            what_if=_safe_tree(d.what_if),
             **_safe_finding(d),
         )
         for d in report.targets

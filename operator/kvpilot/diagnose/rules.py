@@ -392,6 +392,14 @@ def _steps_evidence(f: Facts) -> str:
     if "max_num_batched_tokens" in f.inferred and f.budget_evidence:
         # a budget inferred as the mean step is filled by it by definition: the evidence is what else shows it
         parts.append(f"steps averaged {number(f.tokens_per_step)} tokens and {f.budget_evidence}")
+    elif f.fill is not None and f.fill > 1:
+        # why a mean can exceed the limit comes before the figure that does
+        parts.append(
+            f"steps averaged {number(f.tokens_per_step)} tokens, more than the budget schedules: vLLM's "
+            "vllm:iteration_tokens_total counts a step's computed prompt tokens plus the tokens it sampled, and a "
+            "step that completes a prefill also samples that request's first token, so steps full at the budget "
+            f"average a little above it ({percent(f.fill)} of the budget; _sum / _count)"
+        )
     elif f.fill is not None:
         parts.append(
             f"steps averaged {number(f.tokens_per_step)} tokens ({percent(f.fill)} of the budget; "
@@ -836,7 +844,7 @@ def _kv_headroom_evidence(signals: Signals, limits: Limits) -> list[str]:
     kv_avg, run_avg = signals.get("kv_usage_avg"), signals.get("running_avg")
     if kv_avg and run_avg:
         out.append(
-            f"Each running request holds about {percent(kv_avg / run_avg)} of KV: the pool holds "
+            f"Each running request holds about {significant(kv_avg / run_avg * 100, 2, '%')} of KV: the pool holds "
             f"{number(1 / (kv_avg / run_avg))} such requests, {fig((1 / kv_avg), 1)}x the current use."
         )
     if kv_tokens and max_len:

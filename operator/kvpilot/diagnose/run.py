@@ -6,6 +6,7 @@ can do the same.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kvpilot.diagnose.limits import Reader, confirm_inferred, resolve_limits
-from kvpilot.diagnose.model import Diagnosis, Report
+from kvpilot.diagnose.model import Diagnosis, DiagnosisBasis, Report
 from kvpilot.diagnose.promql import duration
 from kvpilot.diagnose.rules import diagnose_target, escaped_names_note
 from kvpilot.diagnose.signals import SIGNAL_DEFS, Signals, TargetKey, compute_signals
@@ -50,6 +51,9 @@ class Options:
         prometheus_authorization: the ``Authorization`` header sent to Prometheus (``Bearer …``,
             ``Basic …``; from ``--prometheus-bearer-token-file`` / ``--prometheus-basic-auth-file``),
             never printed. Userinfo in a source URL is sent as basic auth and printed without it.
+        fit_signals: also compute :data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS` from a recording or
+            scrapes (``kvpilot.advice`` fits a workload from them; ``--prometheus`` asks for them
+            afterwards, for the targets it predicts).
     """
 
     prometheus: str = ""
@@ -76,6 +80,7 @@ class Options:
     notes: list[str] = field(default_factory=list)
     reader: Reader = "service"
     prometheus_authorization: str | None = field(default=None, repr=False)
+    fit_signals: bool = False
 
     def run_deadline_seconds(self) -> float | None:
         """Seconds the whole run may spend reading its source (None: a recording, no network).
@@ -92,6 +97,35 @@ class Options:
         if self.metrics_url:
             return (self.quick_gap if self.quick else self.window_seconds) + 2 * self.timeout
         return None
+
+
+#: Prometheus extrapolates a range's increase to its start only when its first sample lies within this many average
+#: sample intervals of it (``extrapolatedRate``, promql/functions.go, v2.42: ``extrapolationThreshold``); farther,
+#: the series is taken to start there, so the data is shorter than the window
+EXTRAPOLATION_THRESHOLD = 1.1
+
+
+def coverage_note(stamps: list[float], end: float, window_seconds: float) -> str | None:
+    """A note when the samples inside ``[end - window, end]`` start later than the window does, else None.
+
+    Later: the first sample is farther from the window's start than :data:`EXTRAPOLATION_THRESHOLD` average
+    intervals between the distinct sample times, where Prometheus' ``rate()`` stops extrapolating. Rates and
+    increases are still over the whole window (as ``rate()`` divides by it), so the note says they read low.
+    """
+    start = end - window_seconds
+    seen = sorted({t for t in stamps if start <= t <= end})
+    if len(seen) < 2:
+        return None
+    interval = (seen[-1] - seen[0]) / (len(seen) - 1)
+    if seen[0] - start < EXTRAPOLATION_THRESHOLD * interval:
+        return None
+    covered = end - seen[0]
+    return (
+        f"the data covers {fig(covered, 3)} s of the {fig(window_seconds, 3)} s window (its first sample "
+        f"{fig(seen[0] - start, 3)} s after the window's start): rates are per second of the whole window, as "
+        f"Prometheus' rate() takes them, so they read about {fig(window_seconds / covered, 2)}x low; "
+        f"--window {duration(math.ceil(covered))} fits the data."
+    )
 
 
 def _target_json(key: TargetKey, server: str, instance: str = "") -> dict[str, str]:
@@ -275,8 +309,11 @@ def run(opts: Options) -> Report:
         window = opts.window_seconds
         if opts.metrics_url and stamps:
             window = max(1e-3, max(stamps) - min(stamps)) if opts.quick else window
-        signals = compute_signals(samples, window, end)
+        signals = compute_signals(samples, window, end, fit=opts.fit_signals)
         window_seconds = window
+        short = None if opts.quick else coverage_note(stamps, end, window)
+        if short:
+            notes.append(short)
         queries = [f"{sd.fn}({sd.family}{sd.suffix}[{duration(window)}]) by target" for sd in SIGNAL_DEFS]
     signals = _select(signals, opts, pod)
     escaped = escaped_names_note(signals.values())
@@ -299,6 +336,7 @@ def run(opts: Options) -> Report:
             operator_metric=sig.operator_limits,
         )
         diag = diagnose_target(sig, limits, _target_json(key, opts.server, instance), queries, opts.model_config)
+        diag.basis = DiagnosisBasis(key, sig, limits)
         inferred = {name: diag.signals.get(f"inferred_{name}") for name in ("max_num_seqs", "max_num_batched_tokens")}
         diag.evidence.append(limits.describe(inferred))
         advice = confirm_inferred(

@@ -128,6 +128,23 @@ SignalName = Literal[
 ]
 #: the names of :data:`SignalName`, for run-time checks
 SIGNAL_NAMES: frozenset[str] = frozenset(get_args(SignalName))
+#: the names of :data:`FIT_SIGNAL_DEFS` and :data:`FIT_SERIES` (``kvpilot.advice``'s fit): the keys of
+#: :attr:`Signals.fit`, ``fit_buckets`` and ``fit_series``
+FitName = Literal[
+    "running_first",
+    "waiting_first",
+    "ttft_sum_increase",
+    "ttft_count_increase",
+    "prompt_len_sum_increase",
+    "prompt_len_count_increase",
+    "output_len_sum_increase",
+    "output_len_count_increase",
+    "prompt_tokens_cached_increase",
+    "output_len",
+    "finished",
+    "running",
+    "waiting",
+]
 #: the histograms kept as bucket increases (:data:`HISTOGRAMS`), the keys of :attr:`Signals.buckets`
 HistogramName = Literal["ttft", "itl", "iteration_tokens", "prompt_tokens", "computed_tokens"]
 _HISTOGRAM_NAMES: frozenset[str] = frozenset(get_args(HistogramName))
@@ -154,13 +171,15 @@ class SignalDef:
         fn: ``avg`` | ``max`` | ``min`` | ``last`` | ``median`` (``quantile_over_time(0.5, ...)``) | ``deriv``
             (per second) | ``rate`` (per second)
             | ``increase`` | ``count`` (samples in window) | ``timestamp`` (last sample time,
-            5 m lookback) | ``buckets`` (increase of each ``_bucket``, by ``le``).
+            5 m lookback) | ``first`` (the value at the window's start: the last sample at or before it,
+            5 m lookback; PromQL ``NAME offset w``) | ``value`` (the last sample at or before the end, 5 m
+            lookback: the instant selector) | ``buckets`` (increase of each ``_bucket``, by ``le``).
         suffix: sample suffix (``_total`` for counters, ``_bucket`` for histograms).
         match: label equality filters, e.g. ``(("reason", "capacity"),)``.
         agg: how series of one target combine: ``max`` (duplicates, ``pid``) or ``sum``.
     """
 
-    name: SignalName | HistogramName
+    name: SignalName | HistogramName | FitName
     family: str
     fn: str
     suffix: str = ""
@@ -234,6 +253,37 @@ SUBWINDOW_DEFS: tuple[SignalDef, ...] = tuple(
     in ("iteration_tokens_sum_increase", "iteration_steps_increase", "itl_sum_increase", "itl_count_increase")
 )
 
+#: What the workload and step-time fit of ``kvpilot.advice`` reads besides :data:`SIGNAL_DEFS` (docs/diagnosis.md,
+#: "Predictions"): the queue and running set at the window's start, the mean TTFT (the observed side of the replay
+#: check, with SIGNAL_DEFS' queue time), the prompt and output lengths of the requests finished in the window
+#: (``vllm:request_prompt_tokens``' sum and count, its buckets being SIGNAL_DEFS' ``prompt_tokens`` histogram;
+#: ``vllm:request_generation_tokens``; observed at finish: ``PrometheusStatLogger.record``,
+#: ``vllm/v1/metrics/loggers.py``, vLLM 0.29) and the cached prompt tokens.
+#: Evaluated only when asked (``compute_signals(fit=True)``; ``--prometheus``: a second round of queries for
+#: the targets predicted, ``PrometheusSource.fetch_fit``), so a diagnosis alone sends no more queries.
+FIT_SIGNAL_DEFS: tuple[SignalDef, ...] = (
+    SignalDef("running_first", _RUN, "first"),
+    SignalDef("waiting_first", _WAIT, "first"),
+    SignalDef("ttft_sum_increase", "vllm:time_to_first_token_seconds", "increase", "_sum", agg="sum"),
+    SignalDef("ttft_count_increase", "vllm:time_to_first_token_seconds", "increase", "_count", agg="sum"),
+    SignalDef("prompt_len_sum_increase", "vllm:request_prompt_tokens", "increase", "_sum", agg="sum"),
+    SignalDef("prompt_len_count_increase", "vllm:request_prompt_tokens", "increase", "_count", agg="sum"),
+    SignalDef("output_len_sum_increase", "vllm:request_generation_tokens", "increase", "_sum", agg="sum"),
+    SignalDef("output_len_count_increase", "vllm:request_generation_tokens", "increase", "_count", agg="sum"),
+    SignalDef("prompt_tokens_cached_increase", "vllm:prompt_tokens_cached", "increase", "_total", agg="sum"),
+    SignalDef("output_len", "vllm:request_generation_tokens", "buckets", "_bucket", agg="sum"),
+)
+
+#: The fit's time series: each of these at ``FIT_STEPS + 1`` instants from the window's start to its end (the last
+#: sample at or before each, 5 m lookback: a PromQL range query of the instant selector), so the arrivals of each
+#: stretch of the window follow from what finished and what the gauges gained (``kvpilot.advice.fit``).
+FIT_STEPS = 60
+FIT_SERIES: tuple[SignalDef, ...] = (
+    SignalDef("finished", "vllm:request_success", "value", "_total", agg="sum"),
+    SignalDef("running", _RUN, "value"),
+    SignalDef("waiting", _WAIT, "value"),
+)
+
 #: quantiles reported (signal name -> (histogram, q))
 QUANTILES: dict[SignalName, tuple[HistogramName, float]] = {
     "ttft_p50_s": ("ttft", 0.5),
@@ -273,6 +323,9 @@ class Signals:
         rejected: signal family (``kv_usage``, ``running``, ``waiting``) -> why its values were
             discarded as impossible (KV usage outside 0-1, a negative request count); they are ``None``.
         window_seconds / end: the window evaluated, ``end`` in Unix seconds.
+        fit / fit_buckets: the values and bucket increases of :data:`FIT_SIGNAL_DEFS` when they were
+            evaluated ({} otherwise), for ``kvpilot.advice``; ``fit_series``: each of :data:`FIT_SERIES` at the
+            ``FIT_STEPS + 1`` instants from the window's start to its end (None where there is no sample).
     """
 
     values: dict[SignalName, float | None] = field(default_factory=dict)
@@ -285,6 +338,9 @@ class Signals:
     rejected: dict[str, str] = field(default_factory=dict)
     window_seconds: float = 0.0
     end: float = 0.0
+    fit: dict[str, float | None] = field(default_factory=dict)
+    fit_buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    fit_series: dict[str, list[float | None]] = field(default_factory=dict)
 
     def get(self, name: SignalName) -> float | None:
         """The value of signal ``name``, ``None`` when unknown (a :data:`SignalName`: mypy rejects a misspelt one)."""
@@ -321,6 +377,10 @@ def evaluate(fn: str, points: list[promql.Point], end: float, window: float) -> 
     if fn == "timestamp":
         seen = [t for t, _ in points if end - LOOKBACK_SECONDS < t <= end]
         return seen[-1] if seen else None
+    if fn in ("first", "value"):
+        at = end - window if fn == "first" else end
+        before = [v for t, v in points if at - LOOKBACK_SECONDS < t <= at]
+        return before[-1] if before else None
     pts = promql.in_range(points, end, window)
     if fn == "avg":
         return promql.avg_over_time(pts)
@@ -553,6 +613,7 @@ def compute_signals(
     samples: Iterable[SampleLike],
     window_seconds: float,
     end: float | None = None,
+    fit: bool = False,
 ) -> dict[TargetKey, Signals]:
     """Signals per target from timestamped samples (a recording, or repeated scrapes).
 
@@ -562,6 +623,7 @@ def compute_signals(
             timestamp are ignored; names are matched through the catalog in any spelling.
         window_seconds: the window (seconds), the ``[w]`` of every range function.
         end: evaluation time (Unix seconds); default the newest sample's timestamp.
+        fit: also evaluate :data:`FIT_SIGNAL_DEFS` into ``Signals.fit`` / ``Signals.fit_buckets``.
 
     Returns:
         ``{TargetKey: Signals}`` for every target with at least one vLLM series; ``{}`` when none.
@@ -605,7 +667,27 @@ def compute_signals(
             for sd in SUBWINDOW_DEFS
         ]
         values.update(lora.get(target))
+        fit_values: dict[str, float | None] = {}
+        fit_buckets: dict[str, list[tuple[float, float]]] = {}
+        for sd in FIT_SIGNAL_DEFS if fit else ():
+            result = _evaluate_def(sd, families, end, window_seconds)[0]
+            if isinstance(result, list):
+                if result:
+                    fit_buckets[sd.name] = result
+            else:
+                fit_values[sd.name] = finite(result)
+        step = window_seconds / FIT_STEPS
+        fit_series: dict[str, list[float | None]] = {
+            sd.name: [
+                _scalar(_evaluate_def(sd, families, end - window_seconds + j * step, step)[0])
+                for j in range(FIT_STEPS + 1)
+            ]
+            for sd in (FIT_SERIES if fit else ())
+        }
         signals = Signals(
+            fit=fit_values,
+            fit_buckets=fit_buckets,
+            fit_series=fit_series,
             values=values,
             buckets=buckets,
             spelling=spelling,

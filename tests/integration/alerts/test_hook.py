@@ -135,6 +135,10 @@ async def test_a_firing_alert_is_answered_with_the_diagnosis_of_its_target(prome
     assert target["severity"] == "critical"
     assert target["target"]["pod"] == "qwen-7b-0"
     assert result["diagnosis"]["source"] == f"prometheus {prometheus.url}"
+    # the answer carries the predictions (kvpilot.advice.run.predict_for_alert): the replay of the window, checked,
+    # or why there is none (the hook's 10 s budget on a busy machine)
+    assert set(target["replay"]) >= {"predicted", "observed", "matches", "misses"}
+    assert target["replay"]["matches"] or target["replay"]["misses"]
 
 
 async def test_the_answer_is_what_the_cli_code_says(prometheus):

@@ -133,7 +133,19 @@ def test_no_secret_or_raw_label_leaves_through_any_output_of_the_hook(tmp_path):
 
 def _diagnose(*args: str) -> subprocess.CompletedProcess:
     """``kvpilot diagnose --no-kube -n llm ARGS`` in a child process (JSON unless ARGS say otherwise)."""
-    argv = [sys.executable, "-m", "kvpilot.cli", "diagnose", "--no-kube", "-n", "llm", "-o", "json", *args]
+    argv = [
+        sys.executable,
+        "-m",
+        "kvpilot.cli",
+        "diagnose",
+        "--no-kube",
+        "--no-what-if",
+        "-n",
+        "llm",
+        "-o",
+        "json",
+        *args,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 

@@ -207,6 +207,7 @@ def test_the_diagnoser_names_the_same_bottleneck(scenario, recordings):
     cmd = [
         "kvpilot",
         "diagnose",
+        "--no-what-if",
         "--recording",
         str(rec),
         "--window",

@@ -140,7 +140,18 @@ def diagnose(*args: str, budget: float, timeout: float = TIMEOUT_S) -> tuple[int
     the child is killed (and the test fails) when it outlives ``budget`` seconds.
     """
     run = run_measured(
-        [sys.executable, "-m", "kvpilot.cli", "diagnose", "--no-kube", "--timeout", f"{timeout:g}s", *args], budget
+        [
+            sys.executable,
+            "-m",
+            "kvpilot.cli",
+            "diagnose",
+            "--no-what-if",
+            "--no-kube",
+            "--timeout",
+            f"{timeout:g}s",
+            *args,
+        ],
+        budget,
     )
     return run.code, run.stderr, run.seconds, run.rss_kib
 

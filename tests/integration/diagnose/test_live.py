@@ -102,6 +102,7 @@ def test_live_prometheus_scraping_the_simulator(tmp_path, simulated_server):
             cli,
             [
                 "diagnose",
+                "--no-what-if",
                 "--prometheus",
                 prom.url,
                 "--no-kube",
@@ -133,6 +134,7 @@ def test_live_metrics_url_scraped_over_a_window(simulated_server):
         cli,
         [
             "diagnose",
+            "--no-what-if",
             "--metrics-url",
             url,
             "--no-kube",
@@ -155,6 +157,7 @@ def test_live_metrics_url_scraped_over_a_window(simulated_server):
         cli,
         [
             "diagnose",
+            "--no-what-if",
             "--metrics-url",
             url,
             "--no-kube",

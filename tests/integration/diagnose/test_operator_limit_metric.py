@@ -44,7 +44,19 @@ def _data(tmp_path: Path, limits: dict[str, int]) -> Path:
 
 
 def _diagnose(url: str, *extra: str) -> dict:
-    args = ["diagnose", "--no-kube", "--prometheus", url, "--end", str(END), "--window", "300s", "-o", "json"]
+    args = [
+        "diagnose",
+        "--no-what-if",
+        "--no-kube",
+        "--prometheus",
+        url,
+        "--end",
+        str(END),
+        "--window",
+        "300s",
+        "-o",
+        "json",
+    ]
     result = CliRunner().invoke(cli, [*args, *extra])
     assert result.exit_code == 2, result.output  # a finding
     [target] = json.loads(result.output)["targets"]
@@ -114,7 +126,17 @@ def every_scenario(tmp_path_factory):
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
 def test_every_scenario_is_right_with_the_limits_only_in_the_operator_metric(every_scenario, scenario):
     url, ends = every_scenario
-    args = ["diagnose", "--no-kube", "--prometheus", url, "--pod", f"p-{scenario}", "--end", str(ends[scenario])]
+    args = [
+        "diagnose",
+        "--no-what-if",
+        "--no-kube",
+        "--prometheus",
+        url,
+        "--pod",
+        f"p-{scenario}",
+        "--end",
+        str(ends[scenario]),
+    ]
     result = CliRunner().invoke(cli, [*args, "--window", "300s", "-o", "json"])
     [target] = json.loads(result.output)["targets"]
     assert target["verdict"] == EXPECTED[scenario], target["evidence"]

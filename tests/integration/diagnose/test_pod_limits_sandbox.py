@@ -55,6 +55,7 @@ def diagnose(cluster: SandboxCluster, tmp_path: Path, scenario: str, pod: str) -
     config = cluster.write_kubeconfig(tmp_path / "kubeconfig", namespace=NAMESPACE)
     args = [
         "diagnose",
+        "--no-what-if",
         "--recording",
         str(labelled(tmp_path, scenario, pod)),
         "--kubeconfig",
@@ -126,6 +127,17 @@ def test_cli_flags_override_the_pod(cluster, tmp_path):
     make_pod(cluster, pod, container, log="")
     config = cluster.write_kubeconfig(tmp_path / "kubeconfig", namespace=NAMESPACE)
     path = labelled(tmp_path, "max-num-seqs-cap", pod)
-    args = ["diagnose", "--recording", str(path), "--kubeconfig", str(config), "--max-num-seqs", "4", "-o", "json"]
+    args = [
+        "diagnose",
+        "--no-what-if",
+        "--recording",
+        str(path),
+        "--kubeconfig",
+        str(config),
+        "--max-num-seqs",
+        "4",
+        "-o",
+        "json",
+    ]
     target = json.loads(CliRunner().invoke(cli, args).output)["targets"][0]
     assert target["verdict"] == "max_num_seqs_cap" and "max_num_seqs 4 (cli)" in " ".join(target["evidence"])

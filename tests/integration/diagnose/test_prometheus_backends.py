@@ -63,7 +63,19 @@ def serving(backend: str, recording: Path, tmp_path: Path) -> Iterator[str]:
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
 def test_every_scenario_gets_its_verdict_from_both_backends(backend, scenario, tmp_path):
     with serving(backend, RECORDINGS / f"scenario_{scenario}.om", tmp_path) as url:
-        args = ["diagnose", "--prometheus", url, "--no-kube", "--end", str(END), "--window", "300s", "-o", "json"]
+        args = [
+            "diagnose",
+            "--no-what-if",
+            "--prometheus",
+            url,
+            "--no-kube",
+            "--end",
+            str(END),
+            "--window",
+            "300s",
+            "-o",
+            "json",
+        ]
         result = CliRunner().invoke(cli, args + scenario_cli_args(scenario))
     doc = json.loads(result.output)
     assert doc["notes"] == []  # every query answered

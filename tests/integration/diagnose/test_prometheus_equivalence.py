@@ -101,3 +101,42 @@ def test_a_single_regex_over_both_generations_is_refused_by_prometheus(tmp_path)
         # and a 2.42 range includes its start: 13 samples every 10 s in [end-120, end]
         rows = prom.query("count_over_time(vllm:num_requests_running[120s])", at=SCENARIO_END)
         assert rows[0]["value"][1] == "13"
+
+
+VLLM_RECORDINGS = sorted(p.name for p in (RECORDINGS / "vllm").glob("*.om") if p.name != "idle.om")
+
+
+@pytest.mark.parametrize("name", VLLM_RECORDINGS)
+@pytest.mark.parametrize("window", [300.0, 120.0])
+def test_the_fit_signals_agree(name, window, tmp_path):
+    """The prediction's second round (``fetch_fit``) against ``compute_signals(fit=True)``: the values at the
+    window's start (``offset``), the histograms' sums and counts, the length histograms' buckets, the series.
+    """
+    recording = RECORDINGS / "vllm" / name
+    backfill(recording, tmp_path / "data")
+    replay = compute_signals(read_window(recording, window, SCENARIO_END).samples, window, SCENARIO_END, fit=True)
+    with PrometheusServer(tmp_path, data_dir=tmp_path / "data") as prom:
+        fetched = PrometheusSource(prom.url).fetch_fit(window, SCENARIO_END)
+    assert set(fetched) == set(replay)
+    for key, rows in fetched.items():
+        values, buckets, mine = rows.values, rows.buckets, replay[key]
+        # every fit value is known from both paths (vLLM 0.29.0 exports every family read)
+        assert set(values) == {k for k, v in mine.fit.items() if v is not None}
+        diffs = {n: (v, mine.fit.get(n)) for n, v in values.items() if not _same(v, mine.fit.get(n))}
+        assert diffs == {}, f"{name}: fit values differ (prometheus, replay): {diffs}"
+        assert set(buckets) == set(mine.fit_buckets) == {"output_len"}
+        for hist, counts in buckets.items():
+            assert [le for le, _ in counts] == [le for le, _ in mine.fit_buckets[hist]]
+            assert all(_same(a, b) for (_, a), (_, b) in zip(counts, mine.fit_buckets[hist], strict=True))
+        # the series: the instant selector at the same 61 instants (a range query, and the recording's samples)
+        assert set(rows.series) == set(mine.fit_series) == {"finished", "running", "waiting"}
+        for name, points in rows.series.items():
+            assert len(points) == len(mine.fit_series[name]) == 61
+            assert all(_same(a, b) for a, b in zip(points, mine.fit_series[name], strict=True)), (name, points)
+    # the value at the window's start is the recording's sample at end - window (one is written every 10 s)
+    start = [
+        s.value
+        for s in read_window(recording, None).samples
+        if s.name == "vllm:num_requests_running" and s.timestamp == SCENARIO_END - window
+    ]
+    assert [v.fit["running_first"] for v in replay.values()] == start

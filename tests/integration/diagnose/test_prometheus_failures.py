@@ -84,6 +84,7 @@ def run(url, *extra):
         cli,
         [
             "diagnose",
+            "--no-what-if",
             "--prometheus",
             url,
             "--no-kube",

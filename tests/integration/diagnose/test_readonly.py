@@ -88,6 +88,7 @@ def test_full_run_sends_only_reads(tmp_path, selector):
             cli,
             [
                 "diagnose",
+                "--no-what-if",
                 "--prometheus",
                 proxy.url,
                 "-n",
@@ -128,6 +129,7 @@ def test_unreachable_cluster_falls_back_and_says_so(tmp_path):
         cli,
         [
             "diagnose",
+            "--no-what-if",
             "--recording",
             str(RECORDINGS / "scenario_idle.om"),
             "-n",

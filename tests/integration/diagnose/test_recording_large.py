@@ -27,7 +27,19 @@ MAX_GROWTH_KIB = 40 * 1024
 
 def _diagnose(path) -> tuple[dict, int]:
     run = run_measured(
-        [sys.executable, "-m", "kvpilot.cli", "diagnose", "--no-kube", "--recording", str(path), "-o", "json"], 600
+        [
+            sys.executable,
+            "-m",
+            "kvpilot.cli",
+            "diagnose",
+            "--no-what-if",
+            "--no-kube",
+            "--recording",
+            str(path),
+            "-o",
+            "json",
+        ],
+        600,
     )
     assert run.code == 0, run.stderr  # every pod healthy
     return json.loads(run.stdout), run.rss_kib

@@ -121,7 +121,18 @@ def test_diagnose_output_of_a_hostile_recording_is_clean(tmp_path):
     outputs = {}
     for fmt in ("text", "markdown", "json"):
         result = subprocess.run(
-            [sys.executable, "-m", "kvpilot.cli", "diagnose", "--recording", str(path), "--no-kube", "-o", fmt],
+            [
+                sys.executable,
+                "-m",
+                "kvpilot.cli",
+                "diagnose",
+                "--no-what-if",
+                "--recording",
+                str(path),
+                "--no-kube",
+                "-o",
+                fmt,
+            ],
             capture_output=True,
             text=True,
             timeout=60,

@@ -75,7 +75,7 @@ def test_a_recording_without_line_breaks_is_refused_at_the_line_bound(tmp_path):
     path = tmp_path / "big.om"
     with open(path, "wb") as fh:
         fh.truncate(33 * 2**20)
-    result = CliRunner().invoke(cli, ["diagnose", "--recording", str(path), "--no-kube"])
+    result = CliRunner().invoke(cli, ["diagnose", "--no-what-if", "--recording", str(path), "--no-kube"])
     assert result.exit_code == 3
     assert MAX_LINE_CHARS == 1_048_576
     assert "line 1: line longer than 1,048,576 characters (the limit for a recording)" in result.output

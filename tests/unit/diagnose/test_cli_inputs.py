@@ -15,7 +15,7 @@ RECORDING = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "s
 
 
 def invoke(*args):
-    return CliRunner().invoke(cli, ["diagnose", "--no-kube", *args])
+    return CliRunner().invoke(cli, ["diagnose", "--no-kube", "--no-what-if", *args])
 
 
 @pytest.mark.parametrize("end", ["nan", "NaN", "inf", "-inf", "1e400", "9" * 400])

@@ -18,7 +18,7 @@ SCHEMA = json.loads((ROOT / "docs" / "diagnose-output.schema.json").read_text())
 
 
 def invoke(*args):
-    return CliRunner().invoke(cli, ["diagnose", "--no-kube", *args])
+    return CliRunner().invoke(cli, ["diagnose", "--no-what-if", "--no-kube", *args])
 
 
 @pytest.mark.parametrize("recording", sorted(p.name for p in RECORDINGS.glob("*.om")))

@@ -22,7 +22,7 @@ _NAMES = re.compile(r"--[a-z][a-z0-9-]*[a-z0-9]|vllm:[a-z_]+|[a-z]+(?:_[a-z0-9]+
 def _text(recording: str, width: int, *flags: str) -> str:
     result = CliRunner().invoke(
         cli,
-        ["diagnose", "--no-kube", "--recording", str(RECORDINGS / recording), *flags],
+        ["diagnose", "--no-what-if", "--no-kube", "--recording", str(RECORDINGS / recording), *flags],
         env={"COLUMNS": str(width)},
     )
     assert result.exit_code in (0, 1, 2), result.output  # a verdict was reached (3: could not diagnose)

@@ -25,6 +25,7 @@ def test_scenario_recording_gets_its_verdict(scenario):
 
     args = [
         "diagnose",
+        "--no-what-if",
         "--recording",
         str(RECORDINGS / f"scenario_{scenario}.om"),
         "--no-kube",
@@ -46,6 +47,7 @@ def test_seed_lru_reproduces_the_reference_hits():
 
     args = [
         "diagnose",
+        "--no-what-if",
         "--recording",
         str(RECORDINGS / "scenario_seed-lru.om"),
         "--no-kube",
@@ -68,7 +70,15 @@ def test_scenario_recording_without_limit_flags_names_the_right_limit(scenario):
     """
     import json
 
-    args = ["diagnose", "--recording", str(RECORDINGS / f"scenario_{scenario}.om"), "--no-kube", "-o", "json"]
+    args = [
+        "diagnose",
+        "--no-what-if",
+        "--recording",
+        str(RECORDINGS / f"scenario_{scenario}.om"),
+        "--no-kube",
+        "-o",
+        "json",
+    ]
     target = json.loads(CliRunner().invoke(cli, args).output)["targets"][0]
     assert target["verdict"] == EXPECTED[scenario], target["evidence"]
     if scenario in ("max-num-seqs-cap", "token-budget-cap", "compute-bound"):

@@ -205,6 +205,40 @@ def test_impossible_values_are_unknowns_and_never_evidence():
     assert full.get("kv_usage_max") == 1.0 and not full.rejected
 
 
+def test_fit_signals_only_when_asked_and_the_value_at_the_window_start():
+    # running 1, 2, ..., 11 at 0..100 s; waiting 5 at 0..100 s
+    samples = series("vllm:num_requests_running", range(1, 12)) + series("vllm:num_requests_waiting", [5] * 11)
+    assert only(compute_signals(samples, 50.0)).fit == {}
+    s = only(compute_signals(samples, 50.0, fit=True))
+    assert s.fit["running_first"] == 6.0  # the sample at end - 50 = 50 s
+    assert s.fit["waiting_first"] == 5.0
+    # a window starting between samples: the last one at or before its start (PromQL `offset`): 45 s -> 40 s
+    assert only(compute_signals(samples, 55.0, fit=True)).fit["running_first"] == 5.0
+    # a window starting before the series: nothing at or before its start (Prometheus answers no row)
+    assert only(compute_signals(samples, 100.5, fit=True)).fit["running_first"] is None
+    # a window starting more than 5 minutes after the last sample before it: the lookback ends
+    late = series("vllm:num_requests_running", [3, 4], step=400.0)
+    assert only(compute_signals(late, 10.0, fit=True)).fit["running_first"] is None
+
+
+def test_fit_histogram_sums_counts_and_buckets():
+    # two requests of 100 and 300 prompt tokens finish between 0 and 10 s
+    def hist(name, le_counts, total, count):
+        out = []
+        for le, n in le_counts:
+            out += series(name + "_bucket", [0, n], {**L, "le": le})
+        return out + series(name + "_sum", [0, total]) + series(name + "_count", [0, count])
+
+    samples = hist("vllm:request_prompt_tokens", [("100", 1), ("200", 1), ("500", 2), ("+Inf", 2)], 400, 2)
+    samples += series("vllm:num_requests_running", [1, 1])
+    s = only(compute_signals(samples, 10.0, fit=True))
+    assert (s.fit["prompt_len_sum_increase"], s.fit["prompt_len_count_increase"]) == (400.0, 2.0)
+    # the buckets are the diagnosis' own prompt_tokens histogram (one evaluation, not a second for the fit)
+    assert s.buckets["prompt_tokens"] == [(100.0, 1.0), (200.0, 1.0), (500.0, 2.0), (math.inf, 2.0)]
+    assert "prompt_len" not in s.fit_buckets
+    assert s.fit["ttft_sum_increase"] is None  # not exported here: unknown, not 0
+
+
 def test_signal_names_are_exactly_what_the_computation_produces():
     # SignalName types every rule's lookup (a misspelt name is a mypy error); it must hold every name
     # compute_signals + finish_signals produce and nothing else, or a typed name could still be unknown

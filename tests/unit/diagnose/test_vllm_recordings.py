@@ -23,7 +23,9 @@ FILES = VERDICT_SCENARIOS
 
 
 def diagnose(path: Path, *flags: str) -> dict:
-    result = CliRunner().invoke(cli, ["diagnose", "--recording", str(path), "--no-kube", "-o", "json", *flags])
+    result = CliRunner().invoke(
+        cli, ["diagnose", "--no-what-if", "--recording", str(path), "--no-kube", "-o", "json", *flags]
+    )
     return json.loads(result.output)["targets"][0]
 
 

@@ -55,6 +55,9 @@ import requests
 
 from kvpilot.diagnose import promql
 from kvpilot.diagnose.signals import (
+    FIT_SERIES,
+    FIT_SIGNAL_DEFS,
+    FIT_STEPS,
     LORA_INFO,
     OPERATOR_LIMIT_METRIC,
     SIGNAL_DEFS,
@@ -148,13 +151,16 @@ def signal_query(sd: SignalDef, window_seconds: float, selectors: Selectors = Se
     arms = []
     for spelling in spellings(sd.family):
         sel = _selector(spelling + sd.suffix, matchers)
-        inner = (
-            f"timestamp({sel})"
-            if sd.fn == "timestamp"
-            else f"quantile_over_time(0.5, {sel}{window})"
-            if sd.fn == "median"
-            else f"{_FUNCTIONS[sd.fn]}({sel}{window})"
-        )
+        if sd.fn == "timestamp":
+            inner = f"timestamp({sel})"
+        elif sd.fn == "median":
+            inner = f"quantile_over_time(0.5, {sel}{window})"
+        elif sd.fn == "first":  # the value at the window's start (5 m lookback), as signals.evaluate reads it
+            inner = f"{sel} offset {promql.duration(window_seconds)}"
+        elif sd.fn == "value":  # the last sample (5 m lookback): a range query's steps read it at each instant
+            inner = sel
+        else:
+            inner = f"{_FUNCTIONS[sd.fn]}({sel}{window})"
         arms.append(f'label_replace({agg} by ({by}) ({inner}), "{NAME_LABEL}", "{spelling}", "__name__", ".*")')
     return f" or ignoring({NAME_LABEL}) ".join(arms)
 
@@ -218,6 +224,17 @@ def operator_limit_query(window_seconds: float, selectors: Selectors = Selectors
     return f"max by (namespace, pod, limit) (last_over_time({_selector(OPERATOR_LIMIT_METRIC, matchers)}{window}))"
 
 
+@dataclass
+class FitRows:
+    """One target's answers to :func:`fit_plan`: ``values`` / ``buckets`` / ``series`` as ``Signals.fit`` /
+    ``fit_buckets`` / ``fit_series`` hold them.
+    """
+
+    values: dict[str, float | None] = field(default_factory=dict)
+    buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    series: dict[str, list[float | None]] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class PlannedQuery:
     """One HTTP query of a run: the expression, the endpoint and how its rows are read.
@@ -230,6 +247,7 @@ class PlannedQuery:
         sd: the signal read (``signal``, ``buckets``, ``sub``), else None.
         spelling: for ``buckets``, the exposed family selected.
         step_seconds: for ``sub``, the sub-window (the range query's step); 0 for an instant query.
+        points: for ``sub``, the range query's points, ending at the window's end.
     """
 
     promql: str
@@ -237,6 +255,7 @@ class PlannedQuery:
     sd: SignalDef | None = None
     spelling: str = ""
     step_seconds: float = 0.0
+    points: int = SUBWINDOWS
 
     @property
     def path(self) -> str:
@@ -244,8 +263,8 @@ class PlannedQuery:
         return "/api/v1/query_range" if self.step_seconds else "/api/v1/query"
 
     def start(self, end: float) -> float:
-        """The range query's first evaluation time (Unix seconds): ``end - (SUBWINDOWS - 1) x step``."""
-        return end - (SUBWINDOWS - 1) * self.step_seconds
+        """The range query's first evaluation time (Unix seconds): ``end - (points - 1) x step``."""
+        return end - (self.points - 1) * self.step_seconds
 
     def params(self, end: float) -> dict[str, str]:
         """The GET parameters for a window ending at ``end`` (Unix seconds).
@@ -271,7 +290,19 @@ class PlannedQuery:
         if not self.step_seconds:
             return self.promql
         step = promql.duration(self.step_seconds)
-        return f"{self.promql}  # range query: {SUBWINDOWS} steps of {step} ending at the window's end"
+        return f"{self.promql}  # range query: {self.points} steps of {step} ending at the window's end"
+
+
+def _instant_queries(defs: tuple[SignalDef, ...], window_seconds: float, selectors: Selectors) -> list[PlannedQuery]:
+    """One :func:`signal_query` per scalar of ``defs``, then one :func:`bucket_query` per histogram and spelling."""
+    out = [PlannedQuery(signal_query(sd, window_seconds, selectors), "signal", sd) for sd in defs if sd.fn != "buckets"]
+    out += [
+        PlannedQuery(bucket_query(sd, spelling, window_seconds, selectors), "buckets", sd, spelling)
+        for sd in defs
+        if sd.fn == "buckets"
+        for spelling in spellings(sd.family)
+    ]
+    return out
 
 
 def plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[PlannedQuery]:
@@ -280,17 +311,7 @@ def plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[Plan
     ``cache_config_info``, ``lora_requests_info``, the operator's limits. Their number does not depend on the
     targets.
     """
-    out = [
-        PlannedQuery(signal_query(sd, window_seconds, selectors), "signal", sd)
-        for sd in SIGNAL_DEFS
-        if sd.fn != "buckets"
-    ]
-    out += [
-        PlannedQuery(bucket_query(sd, spelling, window_seconds, selectors), "buckets", sd, spelling)
-        for sd in SIGNAL_DEFS
-        if sd.fn == "buckets"
-        for spelling in spellings(sd.family)
-    ]
+    out = _instant_queries(SIGNAL_DEFS, window_seconds, selectors)
     sub = window_seconds / SUBWINDOWS
     out += [
         PlannedQuery(subwindow_query(sd, window_seconds, selectors), "sub", sd, step_seconds=sub)
@@ -299,6 +320,19 @@ def plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[Plan
     out.append(PlannedQuery(cache_config_query(window_seconds, selectors), "labels"))
     out.append(PlannedQuery(lora_query(window_seconds, selectors), "lora"))
     out.append(PlannedQuery(operator_limit_query(window_seconds, selectors), "limit"))
+    return out
+
+
+def fit_plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[PlannedQuery]:
+    """The queries of :meth:`PrometheusSource.fetch_fit`: one per scalar of
+    :data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS`, one per histogram and spelling, as :func:`plan` sends them.
+    """
+    out = _instant_queries(FIT_SIGNAL_DEFS, window_seconds, selectors)
+    step = window_seconds / FIT_STEPS
+    out += [
+        PlannedQuery(signal_query(sd, window_seconds, selectors), "sub", sd, step_seconds=step, points=FIT_STEPS + 1)
+        for sd in FIT_SERIES
+    ]
     return out
 
 
@@ -410,7 +444,7 @@ class PrometheusSource:
         target: see the module docstring).
         """
         kind = query.kind
-        scale = {"buckets": MAX_HISTOGRAM_BUCKETS, "sub": SUBWINDOWS}.get(kind, 1)
+        scale = {"buckets": MAX_HISTOGRAM_BUCKETS, "sub": query.points}.get(kind, 1)
         labels_only = kind in ("labels", "lora", "limit")
         max_rows, max_bytes = MAX_PROMETHEUS_ROWS * (scale if kind == "buckets" else 1), MAX_PROMETHEUS_BYTES * scale
         rows: list[Any] = []
@@ -552,6 +586,56 @@ class PrometheusSource:
         finally:
             if collecting:
                 gc.enable()
+
+    def fetch_fit(
+        self, window_seconds: float, end: float, selectors: Selectors = Selectors()
+    ) -> dict[TargetKey, FitRows]:
+        """:data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS` at ``end`` over ``window_seconds``, and
+        :data:`~kvpilot.diagnose.signals.FIT_SERIES` over the window, for the targets ``selectors`` select
+        (:func:`fit_plan`: 14 queries, the prediction's second round, sent only for the targets it predicts).
+
+        Returns:
+            ``{target: FitRows}``: the shapes of ``Signals.fit`` / ``fit_buckets`` / ``fit_series``; a value no
+            query answered is absent (a series point: None).
+
+        Raises:
+            SourceError: every query failed.
+        """
+        queries = fit_plan(window_seconds, selectors)
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            futures = [pool.submit(self._query, q, end) for q in queries]
+        out: dict[TargetKey, FitRows] = {}
+        errors: list[SourceError] = []
+        for query, future in zip(queries, futures, strict=True):
+            try:
+                rows = future.result()
+            except SourceError as exc:
+                errors.append(exc)
+                continue
+            sd = query.sd
+            assert sd is not None  # every fit query reads a signal
+            if query.kind == "signal":
+                for ident, _name, value in rows:
+                    out.setdefault(TargetKey(*ident), FitRows()).values[sd.name] = (
+                        value if math.isfinite(value) else None
+                    )
+            elif query.kind == "sub":
+                for ident, j, value in rows:
+                    series = out.setdefault(TargetKey(*ident), FitRows()).series
+                    points = series.setdefault(sd.name, [None] * query.points)
+                    if 0 <= j < query.points and math.isfinite(value):
+                        points[j] = value
+            else:
+                fresh: dict[TargetKey, list[tuple[float, float]]] = {}
+                for ident, bound, value in rows:
+                    key = TargetKey(*ident)
+                    if bound is not None and sd.name not in out.get(key, FitRows()).buckets:
+                        fresh.setdefault(key, []).append((bound, value))
+                for key, rows_ in fresh.items():  # a spelling earlier in the preference order wins
+                    out.setdefault(key, FitRows()).buckets[sd.name] = sorted(rows_)
+        if errors and len(errors) == len(queries):
+            raise errors[0]
+        return out
 
     def _signals(
         self,

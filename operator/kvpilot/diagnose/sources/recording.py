@@ -2,9 +2,9 @@
 
 The file (OpenMetrics text, or the same gzip-compressed: recognised by its magic bytes) is read as a
 stream, line by line (:class:`kvpilot.metrics.recording.RecordingReader`), and only what the signals
-need is kept: the samples of the families :data:`~kvpilot.diagnose.signals.SIGNAL_DEFS` evaluates and
-of ``vllm:lora_requests_info``, inside the window plus the 5-minute lookback, and the newest sample of each
-``cache_config_info``
+need is kept: the samples of the families :data:`~kvpilot.diagnose.signals.SIGNAL_DEFS` (and
+:data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS`, for predictions) evaluates and of ``vllm:lora_requests_info``,
+inside the window plus the 5-minute lookback, and the newest sample of each ``cache_config_info``
 series. The window's end is ``--end``, else the newest sample of the file, which is only known at the
 end: while reading, a sample older than (newest so far - horizon) can never be inside the final
 window and is dropped. Memory therefore depends on the window, not on the file (a 10-pod recording of
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
-from kvpilot.diagnose.signals import LOOKBACK_SECONDS, LORA_INFO, OPERATOR_LIMIT_METRIC, SIGNAL_DEFS
+from kvpilot.diagnose.signals import FIT_SIGNAL_DEFS, LOOKBACK_SECONDS, LORA_INFO, OPERATOR_LIMIT_METRIC, SIGNAL_DEFS
 from kvpilot.diagnose.sources import SourceError
 from kvpilot.metrics.catalog import match_name
 from kvpilot.metrics.exposition import ExpositionError
@@ -45,8 +45,9 @@ MAX_SERIES = 50_000
 MAX_WINDOW_SAMPLES = 1_000_000
 
 _INFO = "vllm:cache_config_info"
-#: the signals' families, vLLM's LoRA gauge (windowed: its value changes each step) and cache_config_info
-_FAMILIES = frozenset({sd.family for sd in SIGNAL_DEFS} | {LORA_INFO, _INFO})
+#: the signals' families, the prediction's fit's (FIT_SIGNAL_DEFS: a few more histograms), vLLM's LoRA gauge
+#: (windowed: its value changes each step) and cache_config_info
+_FAMILIES = frozenset({sd.family for sd in (*SIGNAL_DEFS, *FIT_SIGNAL_DEFS)} | {LORA_INFO, _INFO})
 
 
 def _wanted(name: str) -> bool:

@@ -1,0 +1,438 @@
+"""Diagnose, then predict: replay a target's window in the engine model, check it, simulate changes, advise.
+
+For one diagnosed target (:func:`predict_target`; docs/diagnosis.md, "Predictions"):
+
+1. fit the window's workload (:mod:`kvpilot.advice.fit`) and the server's flags and step time
+   (:mod:`kvpilot.advice.server`);
+2. **replay** it (:mod:`kvpilot.advice.simulate`), calibrating the step time to the window's mean inter-token
+   gap, and check the replay against the window (:func:`kvpilot.advice.prediction.compare`: throughput,
+   tokens, running, waiting, KV peak, queue time, binding limit, each within :data:`~kvpilot.advice.prediction.
+   TOLERANCES`). A replay that misses withholds every prediction and says which key missed by how much;
+3. **what-if**: the changes asked for (``--what-if``) and, by default, the candidates for the binding limit
+   (:func:`kvpilot.advice.whatif.candidates`, with the rules' own suggestions), each simulated on the same
+   arrivals (one seed: the differences are the change's, not the draw's);
+4. **advise**: the smallest change whose predicted queue does not grow (flags before replicas, in the order
+   simulated); when the binding flag's best value leaves another limit binding, that limit's first fix
+   together with it; when no flag change keeps up, the fewest replicas that do (searched upwards from the
+   arrivals over what one server served). The rules' recommendations that were simulated carry their
+   prediction instead of their rule of thumb; the others say they were not simulated.
+
+Everything is bounded by a wall-clock ``deadline``: what does not fit is reported as not simulated.
+
+Pure logic on the engine model; the only clock read is the deadline's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvpilot.advice.fit import FitError, WorkloadFit, fit_workload
+from kvpilot.advice.observe import observed_binding, observed_prediction, sampling_slack
+from kvpilot.advice.prediction import TOLERANCES as TOLERANCES
+from kvpilot.advice.prediction import Prediction, allowed_text, compare
+from kvpilot.advice.server import CALIBRATED, MAX_CALIBRATIONS, StepTime, engine_config, step_time_prior
+from kvpilot.advice.simulate import BudgetExceededError, SimResult, simulate
+from kvpilot.advice.whatif import (
+    FLAGS,
+    MAX_REPLICAS,
+    Change,
+    ChangeError,
+    apply_change,
+    candidates,
+    replicas_for,
+)
+from kvpilot.diagnose.limits import Limits
+from kvpilot.diagnose.model import Diagnosis, Recommendation
+from kvpilot.diagnose.signals import Signals
+from kvpilot.engine.config import EngineConfig
+from kvpilot.text.numbers import fig, number, percent, significant
+
+#: verdicts whose window holds a queue a change could shorten: predictions run for them by default
+QUEUE_VERDICTS = frozenset(
+    {
+        "kv_cache_exhaustion",
+        "max_num_seqs_cap",
+        "token_budget_cap",
+        "compute_bound",
+        "lora_slot_cap",
+        "unexplained_queue",
+    }
+)
+#: verdicts with nothing to replay
+NO_REPLAY = frozenset({"no_data", "target_down", "idle"})
+#: default candidates simulated per target (the replicas search comes on top when no flag keeps up)
+DEFAULT_CANDIDATES = 3
+#: a flag change "helps" a queue that was not growing when it at least halves the replay's mean queue time
+QUEUE_TIME_GAIN = 0.5
+
+#: recommendation flag (kvpilot.diagnose.recommend) -> what-if key
+_REC_KEYS = {v: k for k, v in FLAGS.items()}
+
+
+@dataclass
+class Simulated:
+    """One what-if simulated: the change, its flags, its result or why there is none."""
+
+    change: Change
+    config: EngineConfig | None = None
+    result: SimResult | None = None
+    reason: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        """One ``what_if[]`` element of ``-o json``."""
+        out: dict[str, Any] = {
+            "change": self.change.as_dict(),
+            "predicted": self.result.prediction.to_json() if self.result else None,
+        }
+        if self.reason:
+            out["reason"] = self.reason
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+
+def _inferred(diag: Diagnosis) -> dict[str, int]:
+    out = {}
+    for name in ("max_num_seqs", "max_num_batched_tokens"):
+        value = diag.signals.get(f"inferred_{name}")
+        if value is not None:
+            out[name] = int(value)
+    return out
+
+
+def predict_target(
+    diag: Diagnosis,
+    *,
+    what_ifs: Sequence[Change] = (),
+    defaults: bool = True,
+    deadline: float | None = None,
+    seed: int = 0,
+) -> None:
+    """Replay ``diag``'s window, simulate what-ifs and rewrite its recommendations (module docstring).
+
+    Sets ``diag.replay`` and ``diag.what_if`` and updates ``diag.recommendations`` in place; a target that
+    cannot be replayed gets ``replay`` with ``matches: false`` and the reason.
+    """
+    basis = diag.basis
+    if basis is None or not isinstance(basis.signals, Signals) or not isinstance(basis.limits, Limits):
+        return
+    signals, limits = basis.signals, basis.limits
+    inferred = _inferred(diag)
+    try:
+        step = step_time_prior(limits, str(diag.target.get("model_name") or ""))
+        config = engine_config(limits, step, inferred)
+        fit = fit_workload(signals, limits, config.max_model_len)
+    except (FitError, ValueError) as exc:
+        _withhold(diag, what_ifs, f"not replayed: {exc}")
+        return
+    seqs, budget = config.max_num_seqs, config.max_num_batched_tokens
+    binding = observed_binding(signals, seqs, budget, diag.signals.get("kv_admission_ceiling"), diag.verdict)
+    observed = observed_prediction(signals, binding)
+    try:
+        replay, step, config = _calibrated_replay(signals, limits, step, inferred, config, fit, deadline, seed)
+    except BudgetExceededError:
+        _withhold(diag, what_ifs, "not replayed: the what-if budget ran out (--what-if-budget)")
+        return
+    except ValueError as exc:
+        _withhold(diag, what_ifs, f"not replayed: {exc}")
+        return
+    misses = compare(replay.prediction, observed, sampling_slack(signals))
+    diag.replay = {
+        "predicted": replay.prediction.to_json(),
+        "observed": observed.to_json(),
+        "matches": not misses,
+        "misses": [m.sentence() for m in misses],
+        "tolerances": {k: allowed_text(*t) for k, t in TOLERANCES.items()} | {"binding_limit": "equal"},
+        "workload": fit.to_json(),
+        "step_time": step.to_json(),
+        "notes": [fit.describe(), step.describe(), *fit.notes, *step.notes],
+        "cost": {"simulated_s": round(replay.simulated_s, 3), "wall_s": round(replay.wall_s, 3)},
+    }
+    if misses:
+        reason = "withheld: the replay does not reproduce the window (" + "; ".join(m.sentence() for m in misses) + ")"
+        diag.what_if = [Simulated(c, reason=reason).to_json() for c in what_ifs]
+        for rec in diag.recommendations:
+            rec.expected_effect += " (Not simulated: the replay did not reproduce the window.)"
+        return
+    changes = _changes(diag, what_ifs, defaults, replay.prediction.binding_limit, config, limits)
+    runs: list[Simulated] = []
+    for change in changes:
+        runs.append(_simulate(change, config, limits, fit, deadline, seed))
+    extra = _follow_up(runs, replay, config, limits, fit, deadline, seed, defaults)
+    runs.extend(extra)
+    diag.what_if = [r.to_json() for r in runs]
+    _advise(diag, replay, runs, fit, config)
+
+
+def _withhold(diag: Diagnosis, what_ifs: Sequence[Change], reason: str) -> None:
+    diag.replay = {"predicted": None, "observed": None, "matches": False, "misses": [reason], "notes": []}
+    diag.what_if = [Simulated(c, reason=reason).to_json() for c in what_ifs]
+
+
+def _calibrated_replay(
+    signals: Signals,
+    limits: Limits,
+    step: StepTime,
+    inferred: dict[str, int],
+    config: EngineConfig,
+    fit: WorkloadFit,
+    deadline: float | None,
+    seed: int,
+) -> tuple[SimResult, StepTime, EngineConfig]:
+    """The replay, re-run with the step time scaled until its mean inter-token gap is the window's."""
+    observed = signals.get("itl_mean_s")
+    runs = 0
+    while True:
+        result = simulate(config, fit, seed=seed, deadline=deadline)
+        runs += 1
+        if observed is None or result.itl_mean_s is None or runs >= MAX_CALIBRATIONS:
+            break
+        ratio = observed / result.itl_mean_s
+        if abs(ratio - 1) <= CALIBRATED:
+            break
+        step = dataclasses.replace(step, scale=step.scale * ratio)
+        config = engine_config(limits, step, inferred)
+    step = dataclasses.replace(step, observed_s=observed, replayed_s=result.itl_mean_s, runs=runs)
+    return result, step, config
+
+
+def _rule_changes(diag: Diagnosis) -> list[Change]:
+    out = []
+    for rec in diag.recommendations:
+        key = _REC_KEYS.get(rec.flag)
+        if key is None or rec.suggested is None or key == "replicas":
+            continue
+        out.append(Change(((key, rec.suggested),)))
+    return out
+
+
+def _changes(
+    diag: Diagnosis,
+    what_ifs: Sequence[Change],
+    defaults: bool,
+    binding: str | None,
+    config: EngineConfig,
+    limits: Limits,
+) -> list[Change]:
+    """The user's what-ifs, then (by default) the candidates for the binding limit and the rules' suggestions."""
+    out: list[Change] = list(what_ifs)
+    if defaults and diag.verdict not in NO_REPLAY and binding not in (None, "none"):
+        suggested = {c.items[0][0]: c.items[0][1] for c in _rule_changes(diag)}
+        own = candidates(binding, config, limits, suggested)
+        picked: list[Change] = []
+        for change in [*own, *_rule_changes(diag)]:
+            if change not in picked and change not in out:
+                picked.append(change)
+        out.extend(picked[:DEFAULT_CANDIDATES])
+    return out
+
+
+def _simulate(
+    change: Change, config: EngineConfig, limits: Limits, fit: WorkloadFit, deadline: float | None, seed: int
+) -> Simulated:
+    try:
+        applied = apply_change(change, config, limits)
+    except ChangeError as exc:
+        return Simulated(change, reason=str(exc))
+    try:
+        result = simulate(applied.config, fit, replicas=applied.replicas, seed=seed, deadline=deadline)
+    except BudgetExceededError:
+        return Simulated(change, applied.config, reason="not simulated: the what-if budget ran out (--what-if-budget)")
+    except ValueError as exc:
+        return Simulated(change, applied.config, reason=f"not simulated: {exc}")
+    return Simulated(change, applied.config, result, notes=applied.notes)
+
+
+def keeps_up(prediction: Prediction, replay: Prediction) -> bool:
+    """The change's queue does not grow, and, when the window's queue did not grow either, its mean queue time is
+    at most :data:`QUEUE_TIME_GAIN` of the replay's.
+    """
+    if prediction.queue_growing is not False:
+        return False
+    if replay.queue_growing:
+        return True
+    before, after = replay.queue_time_mean_s, prediction.queue_time_mean_s
+    return before is None or after is None or after <= QUEUE_TIME_GAIN * before
+
+
+def _follow_up(
+    runs: list[Simulated],
+    replay: SimResult,
+    config: EngineConfig,
+    limits: Limits,
+    fit: WorkloadFit,
+    deadline: float | None,
+    seed: int,
+    defaults: bool,
+) -> list[Simulated]:
+    """When no flag change keeps up: the binding flag's best value with the next limit's first fix; then the
+    fewest replicas that keep up.
+    """
+    if not defaults or replay.prediction.binding_limit in (None, "none"):
+        return []
+    done = [r for r in runs if r.result is not None]
+    if any(keeps_up(r.result.prediction, replay.prediction) for r in done if r.result):
+        return []
+    extra: list[Simulated] = []
+    flags = [r for r in done if r.result and r.change.replicas == 1]
+    if flags:
+        best = max(flags, key=lambda r: r.result.prediction.requests_finished_per_s or 0.0 if r.result else 0.0)
+        assert best.result is not None and best.config is not None
+        nxt = next_limit(best.result.prediction, replay.prediction.binding_limit)
+        fixes = candidates(nxt, best.config, limits, {}) if nxt else []
+        if fixes:
+            own = best.change.as_dict()
+            combined = Change(best.change.items + tuple(i for i in fixes[0].items if i[0] not in own))
+            run = _simulate(combined, config, limits, fit, deadline, seed)
+            extra.append(run)
+            if run.result and keeps_up(run.result.prediction, replay.prediction):
+                return extra
+    start = replicas_for(fit.arrival_rate, replay.prediction.requests_finished_per_s or 0.0) or 2
+    tried = {r.change.replicas for r in runs}
+    n = start
+    while n <= MAX_REPLICAS:
+        if n in tried:
+            n += 1
+            continue
+        run = _simulate(Change.of(replicas=n), config, limits, fit, deadline, seed)
+        extra.append(run)
+        if run.result is None or keeps_up(run.result.prediction, replay.prediction):
+            break
+        n += 1
+    return extra
+
+
+def next_limit(prediction: Prediction, previous: str | None) -> str | None:
+    """The limit that refused the queue longest in ``prediction`` other than ``previous`` (None: no other did)."""
+    others = {k: v for k, v in prediction.binding_shares.items() if k not in (previous, "none") and v > 0}
+    return max(others, key=lambda k: others[k]) if others else None
+
+
+def effect_text(before: Prediction, after: Prediction) -> str:
+    """Before -> after of one change, in a sentence (the replay's window against the change's)."""
+
+    def rate(p: Prediction) -> str:
+        return number(p.requests_finished_per_s, 2)
+
+    def secs(v: float | None) -> str:
+        return significant(v, 3, "s") if v is not None else "unknown"
+
+    parts = [
+        f"requests finished {rate(before)} -> {rate(after)} req/s",
+        f"mean queue time {secs(before.queue_time_mean_s)} -> {secs(after.queue_time_mean_s)}",
+        f"mean TTFT {secs(before.ttft_mean_s)} -> {secs(after.ttft_mean_s)}",
+        f"running {fig(before.mean_running, 1)} -> {fig(after.mean_running, 1)}",
+        f"KV peak {percent(before.max_kv_usage)} -> {percent(after.max_kv_usage)}",
+    ]
+    if (after.preemptions_per_s or 0) > 0 or (before.preemptions_per_s or 0) > 0:
+        parts.append(f"preemptions {number(before.preemptions_per_s, 2)} -> {number(after.preemptions_per_s, 2)} /s")
+    if after.queue_growing:
+        queue = f"the queue still grows ({number(after.waiting_trend_per_s, 2, 'req/s')})"
+    elif before.queue_growing:
+        queue = "the queue stops growing"
+    else:
+        queue = f"waiting {fig(before.mean_waiting, 1)} -> {fig(after.mean_waiting, 1)}"
+    bound = after.binding_limit or "unknown"
+    if bound == "none":
+        top = next_limit(after, None)
+        binds = "requests wait less than half the window" + (f" ({top} refuses them when they do)" if top else "")
+    elif bound == before.binding_limit:
+        binds = f"{bound} still binds"
+    else:
+        binds = f"{bound} binds next"
+    return "Predicted over the window: " + ", ".join(parts) + f"; {queue}; {binds}."
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _rec_for(change: Change, config: EngineConfig) -> Recommendation:
+    """A recommendation for a change the rules did not make (its flags, current and suggested values)."""
+    current = {
+        "max_num_seqs": config.max_num_seqs,
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "kv_cache_tokens": config.kv_cache_tokens_resolved(),
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "kv_cache_dtype": config.kv_cache_dtype,
+        "enable_prefix_caching": config.enable_prefix_caching,
+        "replicas": 1,
+    }
+    keys = [k for k, _ in change.items]
+    flag = " and ".join(FLAGS[k] for k in keys)
+    if len(keys) == 1:
+        return Recommendation(flag, current[keys[0]], change.items[0][1], "")
+    now = ", ".join(str(current[k]) for k in keys)
+    then = ", ".join(str(v) for _, v in change.items)
+    return Recommendation(flag, now, then, "")
+
+
+def _advise(diag: Diagnosis, replay: SimResult, runs: list[Simulated], fit: WorkloadFit, config: EngineConfig) -> None:
+    """Rewrite ``diag.recommendations`` from the predictions (module docstring, step 4)."""
+    before = replay.prediction
+    by_change = {r.change: r for r in runs}
+    recs: list[Recommendation] = []
+    for rec in diag.recommendations:
+        key = _REC_KEYS.get(rec.flag)
+        run = by_change.get(Change(((key, rec.suggested),))) if key else None
+        if run is not None and run.result is not None:
+            rec.expected_effect = effect_text(before, run.result.prediction)
+            rec.predicted = run.result.prediction.to_json()
+        else:
+            rec.expected_effect += " (Not simulated.)"
+        recs.append(rec)
+    fixes = [r for r in runs if r.result is not None and keeps_up(r.result.prediction, before)]
+    flag_fix = next((r for r in fixes if r.change.replicas == 1), None)
+    scale_fix = next((r for r in fixes if r.change.replicas > 1), None)
+    simulated_flags = [r for r in runs if r.result is not None and r.change.replicas == 1]
+    lead: Recommendation | None = None
+    if flag_fix is not None and flag_fix.result is not None:
+        lead = next((rec for rec in recs if rec.predicted is not None and _rec_change(rec) == flag_fix.change), None)
+        if lead is None:
+            lead = _rec_for(flag_fix.change, config)
+            lead.expected_effect = effect_text(before, flag_fix.result.prediction)
+            lead.predicted = flag_fix.result.prediction.to_json()
+        lead.expected_effect = "The smallest change simulated that keeps up with the arrivals. " + lead.expected_effect
+        if len(flag_fix.change.items) > 1:
+            alone = by_change.get(Change(flag_fix.change.items[:1]))
+            if alone is not None and alone.result is not None:
+                key, value = flag_fix.change.items[0]
+                lead.expected_effect += f" {FLAGS[key]} {_value(value)} alone does not keep up: " + effect_text(
+                    before, alone.result.prediction
+                ).removeprefix("Predicted over the window: ")
+    elif before.binding_limit not in (None, "none") and simulated_flags:
+        tried = "; ".join(r.change.text() for r in simulated_flags)
+        if scale_fix is not None and scale_fix.result is not None:
+            n = scale_fix.change.replicas
+            lead = Recommendation("replicas (scale out)", 1, n, "")
+            lead.expected_effect = (
+                f"No flag change on this GPU stops the queue growing (simulated: {tried}); {n} replicas would, each "
+                f"taking 1/{n} of the {number(fit.arrival_rate, 2)} req/s arriving. "
+                + effect_text(before, scale_fix.result.prediction)
+            )
+            lead.predicted = scale_fix.result.prediction.to_json()
+        else:
+            lead = Recommendation(
+                "replicas (scale out)",
+                1,
+                None,
+                f"No flag change on this GPU stops the queue growing (simulated: {tried}); no replica count was "
+                "found within the what-if budget (--what-if-budget).",
+            )
+    if lead is not None:
+        recs = [
+            lead,
+            *(r for r in recs if r is not lead and not (r.flag == lead.flag and lead.flag.startswith("replicas"))),
+        ]
+    diag.recommendations = recs
+
+
+def _rec_change(rec: Recommendation) -> Change | None:
+    key = _REC_KEYS.get(rec.flag)
+    return Change(((key, rec.suggested),)) if key else None

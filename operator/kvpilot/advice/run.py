@@ -1,0 +1,126 @@
+"""A whole diagnosis, then its predictions: what ``kvpilot diagnose`` and ``kvpilot alert-hook`` call.
+
+:func:`diagnose_and_predict` runs :func:`kvpilot.diagnose.run.run` (asking a recording or a scrape for the
+fit's signals at once), then, for the targets whose verdict is a queue (or every diagnosed target when
+``--what-if`` asks for changes), most severe first, :func:`kvpilot.advice.advise.predict_target` until the
+what-if budget (wall-clock seconds for all of them) runs out. With ``--prometheus`` the fit's signals are a
+second round of queries for each target predicted (``PrometheusSource.fetch_fit``, 14 queries narrowed to its
+namespace and pod), so a fleet-wide diagnosis sends its 55 queries and no more for the targets without a
+queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+from kvpilot.advice.advise import NO_REPLAY, QUEUE_VERDICTS, predict_target
+from kvpilot.advice.whatif import Change
+from kvpilot.diagnose import run as diagnose_run
+from kvpilot.diagnose.model import Diagnosis, Report
+from kvpilot.diagnose.run import Options
+from kvpilot.diagnose.signals import Signals, TargetKey
+from kvpilot.diagnose.sources import SourceError
+from kvpilot.text.numbers import count, fig
+
+#: wall-clock seconds the predictions of one run may take, all targets together (``--what-if-budget``)
+DEFAULT_BUDGET_SECONDS = 30.0
+#: the alert hook's budget: an answer within its 30 s default timeout, with the diagnosis' own reads
+HOOK_BUDGET_SECONDS = 10.0
+
+_SEVERITY_ORDER = {"critical": 0, "warning": 1, "ok": 2, "unknown": 3}
+
+
+@dataclass(frozen=True)
+class AdviceOptions:
+    """What to predict.
+
+    Attributes:
+        what_ifs: changes asked for (``--what-if``), simulated for every diagnosed target.
+        budget_seconds: wall-clock seconds for all predictions of the run; 0 turns them off.
+        defaults: also simulate the candidates for each target's binding limit.
+        seed: the arrivals' seed (the replay and every what-if draw the same ones).
+    """
+
+    what_ifs: tuple[Change, ...] = ()
+    budget_seconds: float = DEFAULT_BUDGET_SECONDS
+    defaults: bool = True
+    seed: int = 0
+
+
+def wanted(diag: Diagnosis, advice: AdviceOptions) -> bool:
+    """Whether ``diag`` gets predictions: a queue verdict, or any replayable one when what-ifs were asked for."""
+    if diag.basis is None or diag.verdict in NO_REPLAY:
+        return False
+    return diag.verdict in QUEUE_VERDICTS or bool(advice.what_ifs)
+
+
+def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> Report:
+    """:func:`kvpilot.diagnose.run.run`, then the predictions of the module docstring.
+
+    Raises:
+        SourceError: as :func:`kvpilot.diagnose.run.run` (the diagnosis' own source cannot be read); a failing
+            second round only leaves its target unpredicted, with a note.
+    """
+    advice = advice or AdviceOptions()
+    if advice.budget_seconds <= 0:
+        return diagnose_run.run(opts)
+    if opts.quick:  # two scrapes seconds apart: no window to fit a workload to
+        report = diagnose_run.run(opts)
+        report.notes.append("--quick: no predictions (a replay needs a window of scrapes, not two).")
+        return report
+    started = time.monotonic()
+    report = diagnose_run.run(dataclasses.replace(opts, fit_signals=True))
+    deadline = started + advice.budget_seconds
+    targets = sorted((d for d in report.targets if wanted(d, advice)), key=lambda d: _SEVERITY_ORDER.get(d.severity, 9))
+    done = 0
+    for diag in targets:
+        if time.monotonic() >= deadline:
+            break
+        if opts.prometheus and not _fetch_fit(opts, diag, deadline, report.notes):
+            continue
+        predict_target(diag, what_ifs=advice.what_ifs, defaults=advice.defaults, deadline=deadline, seed=advice.seed)
+        done += 1
+    if targets:
+        spent = time.monotonic() - started
+        note = f"Predictions for {count(done)} of {count(len(targets))} targets with a queue or a --what-if"
+        note += f" in {fig(spent, 1)} s"
+        if done < len(targets):
+            note += f": the what-if budget of {fig(advice.budget_seconds, 1)} s ran out (--what-if-budget)"
+        report.notes.append(note + ".")
+    return report
+
+
+def _fetch_fit(opts: Options, diag: Diagnosis, deadline: float, notes: list[str]) -> bool:
+    """The fit's signals of one target from Prometheus (its namespace and pod), into its ``Signals``."""
+    from kvpilot.diagnose.sources.prometheus import PrometheusSource, Selectors
+
+    basis = diag.basis
+    if basis is None or not isinstance(basis.signals, Signals) or not isinstance(basis.key, TargetKey):
+        return False
+    key, signals = basis.key, basis.signals
+    selectors = Selectors(namespace=key.namespace, pod=key.pod, model_name=key.model_name)
+    if not key.pod:
+        selectors = Selectors(namespace=opts.namespace or key.namespace, model_name=key.model_name)
+    try:
+        source = PrometheusSource(
+            opts.prometheus, timeout=opts.timeout, run_deadline=deadline, authorization=opts.prometheus_authorization
+        )
+        rows = source.fetch_fit(signals.window_seconds, signals.end, selectors).get(key)
+    except SourceError as exc:
+        notes.append(f"No predictions for {key.pod or key.instance or key.job}: {exc}")
+        return False
+    if rows is not None:
+        signals.fit.update(rows.values)
+        signals.fit_buckets.update(rows.buckets)
+        signals.fit_series.update(rows.series)
+    return True
+
+
+def predict_for_alert(opts: Options) -> Report:
+    """The alert hook's diagnosis: :func:`diagnose_and_predict` within :data:`HOOK_BUDGET_SECONDS`, and never past
+    the hook's own deadline (``opts.deadline``, seconds from now: no work outlives its answer).
+    """
+    budget = HOOK_BUDGET_SECONDS if opts.deadline is None else min(HOOK_BUDGET_SECONDS, opts.deadline)
+    return diagnose_and_predict(opts, AdviceOptions(budget_seconds=budget))

@@ -1,0 +1,174 @@
+"""The server a replay runs: the engine model's flags from the diagnosed limits, and its step time.
+
+**Flags** (:func:`engine_config`): ``max_num_seqs``, ``max_num_batched_tokens`` (the ones the rules used:
+read, or inferred from the gauges), the KV capacity (``kv_cache_tokens``: ``vllm:cache_config_info``'s
+``kv_cache_size_tokens`` or ``num_gpu_blocks x block_size``; without it the engine derives one from the
+GPU's memory, and the replay says so), ``block_size``, ``enable_prefix_caching``, ``kv_cache_dtype``,
+``max_model_len`` (at most what the KV cache holds, as vLLM requires at start-up).
+
+**Step time** (:class:`StepTime`): the engine model's roofline (``kvpilot.engine.hardware.CostModel``: a fixed
+overhead plus the larger of reading the weights and the KV cache, and computing the step's tokens) for the
+GPU (``--gpu-name``) and the model (the ``model_name`` label, e.g. ``Qwen/Qwen2.5-7B-Instruct`` ->
+``qwen2.5-7b``), calibrated to the window: vLLM exports no step time, but its mean inter-token gap
+(``vllm:inter_token_latency_seconds``, one observation per decoding request per step) is the mean step
+time over the steps that decode. The replay measures the same gap; their ratio ``k`` scales every part of
+the roofline (overhead x k, both efficiencies / k), and the replay is run again until the gaps agree within
+:data:`CALIBRATED` (at most :data:`MAX_CALIBRATIONS` runs). One operating point fixes one scale: whether the
+gap lies in the memory or the compute part is not measured, so a change that moves steps across the
+roofline's knee carries that uncertainty, which the report states. A GPU or model kvpilot has no profile for
+is replaced by the H100 SXM / Qwen2.5-7B roofline, calibrated the same way, and said.
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvpilot.diagnose.limits import Limits
+from kvpilot.engine.config import EngineConfig
+from kvpilot.engine.hardware import MODEL_PROFILES
+from kvpilot.gpus import gpu_profile
+from kvpilot.text.numbers import fig, times
+
+#: the replay's mean inter-token gap within this share of the window's counts as calibrated
+CALIBRATED = 0.05
+#: replays run to calibrate the step time at most (the first with the datasheet roofline)
+MAX_CALIBRATIONS = 3
+#: profiles used when the GPU or the model has none (said in the report)
+FALLBACK_GPU, FALLBACK_MODEL = "h100-sxm", "qwen2.5-7b"
+#: the longest max_model_len a replay uses when none is known (tokens; vLLM's is the model's own)
+DEFAULT_MAX_MODEL_LEN = 32768
+
+_DEFAULTS = EngineConfig()
+
+
+def model_profile_name(model_name: str) -> str | None:
+    """The engine model profile for a served model name (``Qwen/Qwen2.5-7B-Instruct`` -> ``qwen2.5-7b``), or None.
+
+    The name after the last ``/``, lowercased, without an ``-instruct`` / ``-chat`` suffix.
+    """
+    key = model_name.rsplit("/", 1)[-1].strip().lower()
+    for suffix in ("-instruct", "-chat"):
+        key = key.removesuffix(suffix)
+    return key if key in MODEL_PROFILES else None
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """The step-time model a replay runs with.
+
+    Attributes:
+        gpu / model: engine profiles (``kvpilot.gpus``, ``kvpilot.engine.hardware``).
+        scale: ``k``, every step ``k`` times the datasheet roofline's.
+        observed_s: the window's mean inter-token gap (s), None when it has none.
+        replayed_s: the calibrated replay's (s).
+        runs: replays it took.
+        notes: what was assumed.
+    """
+
+    gpu: str
+    model: str
+    scale: float = 1.0
+    observed_s: float | None = None
+    replayed_s: float | None = None
+    runs: int = 0
+    notes: tuple[str, ...] = field(default=())
+
+    def overrides(self) -> dict[str, Any]:
+        """EngineConfig fields: the profiles, and the roofline scaled by ``scale``."""
+        k = self.scale
+        return {
+            "gpu": self.gpu,
+            "model": self.model,
+            "bandwidth_efficiency": _DEFAULTS.bandwidth_efficiency / k,
+            "compute_efficiency": _DEFAULTS.compute_efficiency / k,
+            "step_overhead": _DEFAULTS.step_overhead * k,
+        }
+
+    def describe(self) -> str:
+        """One sentence: which model, calibrated how, the uncertainty left."""
+        base = f"the roofline of {self.gpu} and {self.model} (kvpilot.engine.hardware)"
+        if self.observed_s is None:
+            return (
+                f"Step time: {base}, not calibrated: the window has no inter-token gap (no request decoded), so "
+                "its step time is the datasheet's, uncertain by the efficiencies assumed (docs/engine.md)."
+            )
+        return (
+            f"Step time: {base}, calibrated to the window's one operating point: its mean inter-token gap "
+            f"{fig(self.observed_s * 1000, 2)} ms, the replay's {fig((self.replayed_s or 0) * 1000, 2)} ms with "
+            f"every step {times(self.scale, 3)} the datasheet's ({self.runs} replay{'s' if self.runs != 1 else ''}). "
+            "Whether the difference lies in the memory or the compute part is not measured: predictions that move "
+            "steps across the roofline's knee carry that uncertainty."
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``replay.step_time`` object of ``-o json``."""
+        return {
+            "source": "roofline calibrated to the window" if self.observed_s is not None else "roofline",
+            "gpu": self.gpu,
+            "model": self.model,
+            "scale": round(self.scale, 4),
+            "observed_itl_s": self.observed_s,
+            "replayed_itl_s": self.replayed_s,
+            "replays": self.runs,
+        }
+
+
+def step_time_prior(limits: Limits, model_name: str) -> StepTime:
+    """The uncalibrated step-time model for this target's GPU and model (fallbacks said in ``notes``)."""
+    notes = []
+    gpu = FALLBACK_GPU
+    if limits.gpu_name:
+        try:
+            gpu = gpu_profile(limits.gpu_name).name
+        except ValueError:
+            notes.append(f"GPU {limits.gpu_name!r} has no profile: the H100 SXM roofline assumed, then calibrated.")
+    else:
+        notes.append("GPU not given (--gpu-name): the H100 SXM roofline assumed, then calibrated.")
+    model = model_profile_name(model_name)
+    if model is None:
+        notes.append(
+            f"Model {model_name or '(no model_name label)'!r} has no engine profile: Qwen2.5-7B's weights and shape "
+            "assumed, then calibrated."
+        )
+        model = FALLBACK_MODEL
+    return StepTime(gpu, model, notes=tuple(notes))
+
+
+def engine_config(limits: Limits, step: StepTime, overrides: dict[str, Any] | None = None) -> EngineConfig:
+    """The engine flags of the diagnosed server (module docstring), with ``overrides`` (EngineConfig fields).
+
+    Raises:
+        ValueError: the flags are not ones vLLM would start with (``EngineConfig.validate``).
+    """
+    fields: dict[str, Any] = dict(step.overrides())
+    for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+        value = limits.value(name)
+        if value is not None:
+            fields[name] = int(value)
+    kv = limits.value("kv_cache_tokens")
+    if kv is not None:
+        fields["kv_cache_tokens"] = int(kv)
+    caching = limits.value("enable_prefix_caching")
+    if caching is not None:
+        fields["enable_prefix_caching"] = bool(caching)
+    dtype = limits.value("kv_cache_dtype")
+    if isinstance(dtype, str) and dtype:
+        fields["kv_cache_dtype"] = dtype
+    util = limits.value("gpu_memory_utilization")
+    if util is not None:
+        fields["gpu_memory_utilization"] = float(util)
+    tp = limits.value("tensor_parallel_size")
+    if tp:
+        fields["tensor_parallel_size"] = int(tp)
+    fields.update(overrides or {})
+    config = EngineConfig.from_dict(fields)
+    mml = limits.value("max_model_len") or DEFAULT_MAX_MODEL_LEN
+    usable = (config.resolved_num_gpu_blocks() - 1) * config.block_size
+    config = dataclasses.replace(config, max_model_len=max(2, min(int(mml), usable)))
+    resolved = config.resolved()
+    resolved.validate()
+    return resolved

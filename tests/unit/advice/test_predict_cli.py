@@ -1,0 +1,147 @@
+"""`kvpilot diagnose` with predictions, on recordings vLLM 0.29.0's own scheduler and stat logger made
+(tests/fixtures/recordings/vllm/): the JSON schema with `replay`/`what_if`/`predicted`, the text and markdown,
+predictions withheld when the replay misses the window, `--what-if` and its errors.
+
+That the predictions are right is tests/reference/test_counterfactual.py's (vLLM re-run with each change).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from kvpilot.cli import cli
+
+ROOT = Path(__file__).resolve().parents[3]
+VLLM = ROOT / "tests" / "fixtures" / "recordings" / "vllm"
+SCHEMA = json.loads((ROOT / "docs" / "diagnose-output.schema.json").read_text())
+# the flags the token-budget-cap recording ran with (tests/integration/diagnose/scenario_flags.py), 7B on an H100
+BUDGET = ["--recording", str(VLLM / "token-budget-cap.om"), "--max-num-seqs", "128", "--max-num-batched-tokens", "256"]
+
+
+def invoke(*args):
+    # a budget no shared machine runs out of: what the output holds, not how fast
+    return CliRunner().invoke(cli, ["diagnose", "--no-kube", "--gpu-name", "H100", "--what-if-budget", "10m", *args])
+
+
+@pytest.fixture(scope="module")
+def budget_run():
+    """One run through the command (JSON), and the same report rendered as text and markdown."""
+    result = invoke(*BUDGET, "--what-if", "replicas=2", "-o", "json")
+    assert result.exit_code == 2, result.output
+    return json.loads(result.output)
+
+
+@pytest.fixture(scope="module")
+def budget_json(budget_run):
+    return budget_run
+
+
+def test_json_with_predictions_validates_against_the_schema(budget_json):
+    jsonschema.validate(budget_json, SCHEMA)
+    (target,) = budget_json["targets"]
+    replay = target["replay"]
+    assert replay["matches"] is True
+    assert replay["misses"] == []
+    assert replay["observed"]["binding_limit"] == replay["predicted"]["binding_limit"] == "token_budget"
+    # the asked change first, then the candidates for the budget: 2x and 4x (256 -> 512, 1024)
+    assert [w["change"] for w in target["what_if"]][:3] == [
+        {"replicas": 2},
+        {"max_num_batched_tokens": 512},
+        {"max_num_batched_tokens": 1024},
+    ]
+    assert all(w["predicted"] is not None for w in target["what_if"])
+    lead = target["recommendations"][0]
+    assert lead["predicted"] is not None
+    assert lead["expected_effect"].startswith("The smallest change simulated")
+    # the schema refuses what it must: a binding limit outside the vocabulary, an unknown what-if key
+    bad = json.loads(json.dumps(budget_json))
+    bad["targets"][0]["replay"]["predicted"]["binding_limit"] = "compute"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, SCHEMA)
+    bad = json.loads(json.dumps(budget_json))
+    bad["targets"][0]["what_if"][0]["change"] = {"tensor_parallel_size": 2}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, SCHEMA)
+
+
+def test_text_and_markdown_show_the_replay_and_each_what_if(budget_json):
+    from kvpilot.diagnose.model import Diagnosis, Report
+    from kvpilot.diagnose.report import render
+
+    (t,) = budget_json["targets"]
+    diag = Diagnosis(
+        t["verdict"],
+        t["severity"],
+        t["confidence"],
+        target=t["target"],
+        signals=t["signals"],
+        replay=t["replay"],
+        what_if=t["what_if"],
+    )
+    report = Report(budget_json["source"], budget_json["window_seconds"], [diag])
+    text = render(report, "text")
+    assert "replay: the engine model reproduces the window" in text
+    assert "what-if replicas=2: requests/s" in text
+    assert "what-if max_num_batched_tokens=512" in text
+    assert "replay  requests/s" in text
+    assert "window  requests/s" in text
+    markdown = render(report, "markdown")
+    assert "#### Replay: the engine model reproduces the window" in markdown
+    assert "| `replicas=2` |" in markdown
+    assert "| replay |" in markdown
+    assert "| window |" in markdown
+
+
+def test_a_replay_that_misses_the_window_withholds_every_prediction():
+    # told max_num_seqs 2 where vLLM ran 4: the replay serves half as much, so nothing is predicted
+    args = ["--recording", str(VLLM / "max-num-seqs-cap.om"), "--max-num-seqs", "2", "-o", "json"]
+    (target,) = json.loads(invoke(*args, "--what-if", "max_num_seqs=16").output)["targets"]
+    replay = target["replay"]
+    assert replay["matches"] is False
+    assert any(m.startswith("requests finished per second: replay") for m in replay["misses"])
+    assert target["what_if"] == [
+        {"change": {"max_num_seqs": 16}, "predicted": None, "reason": target["what_if"][0]["reason"]}
+    ]
+    assert target["what_if"][0]["reason"].startswith("withheld: the replay does not reproduce the window")
+    assert all(r.get("predicted") is None for r in target["recommendations"])
+    assert all("Not simulated" in r["expected_effect"] for r in target["recommendations"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--what-if", "max_num_seqs"], "expected KEY=VALUE"),
+        (["--what-if", "lora_slots=2"], "lora_slots: unknown key"),
+        (["--what-if", "replicas=2", "--no-what-if"], "--no-what-if and --what-if"),
+    ],
+)
+def test_bad_what_ifs_are_usage_errors(args, message):
+    result = invoke(*BUDGET, *args)
+    assert result.exit_code == 64
+    assert message in result.output
+
+
+def test_no_what_if_is_the_diagnosis_alone():
+    (target,) = json.loads(invoke(*BUDGET, "--no-what-if", "-o", "json").output)["targets"]
+    assert "replay" not in target
+    assert "what_if" not in target
+    assert target["recommendations"][0]["expected_effect"].startswith("up to 512 tokens per step")
+
+
+def test_quick_has_no_predictions(monkeypatch):
+    import kvpilot.diagnose.run as run_module
+    from kvpilot.advice.run import AdviceOptions, diagnose_and_predict
+    from kvpilot.diagnose.model import Report
+
+    asked = []
+    monkeypatch.setattr(run_module, "run", lambda opts: asked.append(opts) or Report("metrics-url x", 3.0, []))
+    report = diagnose_and_predict(run_module.Options(metrics_url="http://10.0.0.7:8000/metrics", quick=True))
+    assert report.notes == ["--quick: no predictions (a replay needs a window of scrapes, not two)."]
+    assert not asked[0].fit_signals
+    # predictions turned off: the diagnosis alone, no note
+    assert diagnose_and_predict(run_module.Options(recording="r.om"), AdviceOptions(budget_seconds=0)).notes == []

@@ -1,0 +1,105 @@
+"""What-if changes: parsing (one line naming the key), what each does to the server's flags, the candidates."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvpilot.advice.whatif import Change, ChangeError, apply_change, candidates, parse_change, replicas_for
+from kvpilot.diagnose.limits import resolve_limits
+from kvpilot.engine.config import EngineConfig
+
+BASE = EngineConfig(
+    gpu="h100-sxm",
+    model="qwen2.5-7b",
+    kv_cache_tokens=100_000,
+    max_num_seqs=16,
+    max_num_batched_tokens=512,
+    max_model_len=8192,
+).resolved()
+
+
+def test_parse_change():
+    assert parse_change("max_num_seqs=16").as_dict() == {"max_num_seqs": 16}
+    both = parse_change("max-num-seqs=16, kv_cache_dtype=FP8")
+    assert both.items == (("max_num_seqs", 16), ("kv_cache_dtype", "fp8"))
+    assert both.text() == ("max_num_seqs=16, kv_cache_dtype=fp8")
+    assert parse_change("enable_prefix_caching=off").as_dict() == {"enable_prefix_caching": False}
+    assert parse_change("gpu_memory_utilization=0.95").as_dict() == {"gpu_memory_utilization": 0.95}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("max_num_seqs", "expected KEY=VALUE"),
+        ("tensor_parallel_size=2", "tensor_parallel_size: unknown key"),
+        ("max_num_seqs=1.5", "max_num_seqs=1.5: not a whole number"),
+        ("max_num_seqs=0", "must be >= 1"),
+        ("replicas=65", "must be 1 to 64"),
+        ("gpu_memory_utilization=1.2", "must be in (0, 1]"),
+        ("enable_prefix_caching=maybe", "true or false"),
+        ("kv_cache_dtype=int4", "unknown KV cache dtype"),
+        ("max_num_seqs=8,max_num_seqs=16", "given twice"),
+    ],
+)
+def test_bad_changes_are_one_line_naming_the_key(text, message):
+    with pytest.raises(ChangeError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        parse_change(text)
+
+
+def test_fp8_doubles_the_kv_tokens_and_halves_the_kv_bytes_read():
+    applied = apply_change(Change.of(kv_cache_dtype="fp8"), BASE, resolve_limits())
+    # bf16 (2 bytes an element) -> fp8 (1): 100,000 -> 200,000 tokens; Qwen2.5-7B 57,344 -> 28,672 B a token
+    assert applied.config.kv_cache_tokens == 200_000
+    assert applied.config.resolved_bytes_per_token() == 28_672
+
+
+def test_a_larger_max_num_seqs_raises_a_smaller_budget_as_vllm_requires():
+    applied = apply_change(Change.of(max_num_seqs=1024), BASE, resolve_limits())
+    assert (applied.config.max_num_seqs, applied.config.max_num_batched_tokens) == (1024, 1024)
+    assert "raised to 1024" in applied.notes[0]
+    with pytest.raises(ChangeError, match="vLLM requires it >= max_num_seqs"):
+        apply_change(Change.of(max_num_batched_tokens=8), BASE, resolve_limits())
+
+
+def test_gpu_memory_utilization_adds_the_memory_it_frees():
+    # 0.90 -> 0.95 of an 80 GiB H100: 0.05 x 85,899,345,920 B = 4,294,967,296 B / 57,344 B a token = 74,898 tokens
+    limits = resolve_limits(cli={"gpu_memory_utilization": 0.9})
+    applied = apply_change(Change.of(gpu_memory_utilization=0.95), BASE, limits)
+    assert applied.config.kv_cache_tokens == 100_000 + 74_898
+    with pytest.raises(ChangeError, match="current value is not known"):
+        apply_change(Change.of(gpu_memory_utilization=0.95), BASE, resolve_limits())  # vLLM's default assumed
+
+
+def test_kv_tokens_too_few_for_one_request_cut_max_model_len_and_none_at_all_is_refused():
+    applied = apply_change(Change.of(kv_cache_tokens=4096), BASE, resolve_limits())
+    assert applied.config.max_model_len == 4096 - 16  # the null block aside: 255 usable blocks of 16
+    with pytest.raises(ChangeError, match="less than 2 blocks"):
+        apply_change(Change.of(kv_cache_tokens=16), BASE, resolve_limits())
+
+
+def test_candidates_per_binding_limit():
+    assert candidates("max_num_seqs", BASE, resolve_limits(), {}) == [
+        Change.of(max_num_seqs=32),  # 2 x 16, a CUDA-graph size
+        Change.of(max_num_seqs=64),  # 4 x 16
+    ]
+    # the rules' suggestion first, then twice it
+    assert candidates("max_num_seqs", BASE, resolve_limits(), {"max_num_seqs": 24})[:2] == [
+        Change.of(max_num_seqs=24),
+        Change.of(max_num_seqs=64),
+    ]
+    assert candidates("token_budget", BASE, resolve_limits(), {}) == [
+        Change.of(max_num_batched_tokens=1024),
+        Change.of(max_num_batched_tokens=2048),
+    ]
+    assert candidates("kv_cache", BASE, resolve_limits(), {"max_num_seqs": 8}) == [
+        Change.of(kv_cache_dtype="fp8"),
+        Change.of(max_num_seqs=8),
+    ]
+    assert candidates("none", BASE, resolve_limits(), {}) == []
+
+
+def test_replicas_for_the_arrivals():
+    # 16 req/s arriving, 11 served by one: 16 / 11 x 1.02 = 1.48 -> 2
+    assert replicas_for(16.0, 11.0) == 2
+    assert replicas_for(16.0, 5.0) == 4  # 3.26
+    assert replicas_for(16.0, 0.0) is None
