@@ -304,7 +304,18 @@ class BlockPool:
             raise ValueError(f"cannot get {n} free blocks from the pool ({self.num_free} free)")
         if n <= 0:
             return
-        ids = self._pop(n)
+        front = self._head.next
+        fids = front.ids
+        fl = front.fl
+        if len(fids) > n and (front.h0 is None or (fl is not None and len(fl) == 1 and not front.dup)):
+            # grow_tails' common case: the end of the front extent's ids, last first
+            if front.h0 is not None:
+                self.num_evictions += n
+            self.num_free -= n
+            ids = fids[-n:][::-1]
+            del fids[-n:]
+        else:
+            ids = self._pop(n)
         exts = table.exts
         if exts and exts[-1].h0 is None:
             exts[-1].ids += ids
@@ -346,6 +357,38 @@ class BlockPool:
             return
         for tail, b in zip(tails, self._pop(n), strict=True):
             tail.append(b)
+
+    def grow_runs(self, runs: Sequence[tuple[list[int], int]]) -> None:
+        """``n`` blocks from the front of the queue for each ``(tail, n)`` of ``runs`` (:meth:`open_tail`), in order:
+        ``grow(t, n)`` for each table in turn (:meth:`grow_tails` with counts).
+
+        Raises:
+            ValueError: fewer free blocks than the runs ask for.
+        """
+        n = 0
+        for _, k in runs:
+            n += k
+        if n > self.num_free:
+            raise ValueError(f"cannot get {n} free blocks from the pool ({self.num_free} free)")
+        front = self._head.next
+        ids = front.ids
+        fl = front.fl
+        if len(ids) > n and (front.h0 is None or (fl is not None and len(fl) == 1 and not front.dup)):
+            # grow_tails' common case: the blocks are the end of the front extent's ids, last first
+            if front.h0 is not None:
+                self.num_evictions += n
+            self.num_free -= n
+            pos = len(ids)
+            for tail, k in runs:
+                tail += ids[pos - k : pos][::-1]
+                pos -= k
+            del ids[pos:]
+            return
+        taken = self._pop(n)
+        pos = 0
+        for tail, k in runs:
+            tail += taken[pos : pos + k]
+            pos += k
 
     def may_hit(self, first_hash: BlockHash | None) -> bool:
         """Some block of ``first_hash``'s family is cached (else a lookup starting with it finds nothing)."""

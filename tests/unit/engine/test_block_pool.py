@@ -211,6 +211,25 @@ def test_grow_tails_gives_one_block_per_table_in_order():
     assert pool.lookup(runs(0, 3), 3).num_blocks == 0
 
 
+def test_grow_runs_gives_each_table_its_count_in_order():
+    pool = BlockPool(14, block_size=16)  # 13 usable
+    a, b = table(pool, 1), table(pool, 1)  # [1], [2]
+    pool.grow_runs([(pool.open_tail(a), 1), (pool.open_tail(b), 3), (pool.open_tail(a), 2)])  # never-used blocks
+    assert (a.block_ids(), b.block_ids()) == ([1, 3, 7, 8], [2, 4, 5, 6])
+    assert pool.num_free == 5
+    c = table(pool, 3)  # [9, 10, 11]
+    pool.cache(c, runs(0, 3))
+    pool.release(c)
+    assert pool.free_queue() == [12, 13, 11, 10, 9]
+    # the front extent (12, 13) is shorter than the 4 blocks asked: the slow path, evicting c's 11 and 10
+    pool.grow_runs([(pool.open_tail(b), 3), (pool.open_tail(a), 1)])
+    assert (a.block_ids(), b.block_ids()) == ([1, 3, 7, 8, 10], [2, 4, 5, 6, 12, 13, 11])
+    assert pool.num_evictions == 2
+    assert pool.lookup(runs(0, 3), 3).num_blocks == 1  # block 9 (hash 1) still cached
+    with pytest.raises(ValueError, match="cannot get 2 free blocks"):
+        pool.grow_runs([(pool.open_tail(a), 2)])
+
+
 def test_a_prompt_hashed_in_chunks_and_its_decodes_stay_one_extent():
     pool = BlockPool(20, block_size=16)
     t = table(pool, 2)
