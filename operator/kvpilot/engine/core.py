@@ -34,8 +34,9 @@ code side by side with this one and asserts identical schedules.
 
 Work per step is O(scheduled requests) plus O(new full blocks); decodes cost a few attribute
 updates each. :meth:`Engine.run` with ``fast_forward`` takes the steps in which every running request
-decodes through :func:`kvpilot.engine.fast_forward.decode_run` instead, at a cost that does not grow with
-the running requests (the same results).
+decodes (the last one perhaps prefilling a chunk of its prompt) through
+:func:`kvpilot.engine.fast_forward.decode_run` instead, at a cost that does not grow with the running requests
+(the same results).
 """
 
 from __future__ import annotations
@@ -133,10 +134,11 @@ class Workload(Protocol):
 class StepOutput:
     """What one step did. Times in simulated seconds, counts in tokens unless said.
 
-    ``num_steps`` > 1: a fast-forwarded run of steps in which the same requests only decode
-    (``kvpilot.engine.fast_forward``):
-    ``start`` of the first, ``duration`` to the end of the last, ``num_tokens`` / ``num_scheduled`` per step
-    (the same in each), ``generation_tokens`` and ``itl_counts`` summed over the steps, the state after the last.
+    ``num_steps`` > 1: a fast-forwarded run of steps in which the same requests decode, and the last of them
+    perhaps prefills a chunk of its prompt with the budget the decodes leave (``kvpilot.engine.fast_forward``):
+    ``start`` of the first, ``duration`` to the end of the last, ``durations`` each step's own (in order: the
+    steps start at ``start``, ``start + durations[0]``, ...), ``num_tokens`` / ``num_scheduled`` per step (the
+    same in each), ``generation_tokens`` and ``itl_counts`` summed over the steps, the state after the last.
     ``itl_counts``: the inter-token gaps as ``(gap s, count)``.
     """
 
@@ -161,6 +163,7 @@ class StepOutput:
     ttfts: list[float] = field(default_factory=list)
     itl_counts: list[tuple[float, int]] = field(default_factory=list)
     num_steps: int = 1
+    durations: list[float] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -177,6 +180,7 @@ class StepOutput:
         itl_counts: list[tuple[float, int]] | None = None,
         finished: list[Request] | None = None,
         num_steps: int = 1,
+        durations: list[float] | None = None,
         prompt_tokens: int = 0,
         ttfts: list[float] | None = None,
         prefix_queries: int = 0,
@@ -216,6 +220,7 @@ class StepOutput:
         out.ttfts = [] if ttfts is None else ttfts
         out.itl_counts = [] if itl_counts is None else itl_counts
         out.num_steps = num_steps
+        out.durations = [] if durations is None else durations
         return out
 
 
@@ -286,8 +291,9 @@ class Engine:
         keep_finished: keep finished requests in ``finished`` (memory grows with every request).
         track_itls: record inter-token latencies (``StepOutput.itl_counts``, and each request's ``itls``
             when ``keep_finished``); default: when there is a ``metrics`` sink or ``keep_finished``.
-        fast_forward: in :meth:`run`, take the steps in which every running request decodes (arrivals,
-            admissions and finishes included) without visiting each request each step
+        fast_forward: in :meth:`run`, take the steps in which every running request decodes, the last perhaps
+            prefilling a chunk of its prompt (arrivals, admissions and finishes included), without visiting each
+            request each step
             (:func:`kvpilot.engine.fast_forward.decode_run`): the same results as stepping one by one
             (metrics, request timings, block pool); ``on_step`` called once per run of steps in which nothing
             arrives, is admitted or finishes, and a running request's progress fields brought up to date when it
@@ -296,7 +302,8 @@ class Engine:
     Attributes (read-only for callers): ``now`` (s), ``pool`` (:class:`BlockPool`), ``running``
     (list, admission order), ``waiting`` (deque), ``finished`` (list of finished requests, in
     finish order; ``keep_finished=False`` drops them), ``decoding_only`` (the last step scheduled and sampled every
-    running request), ``track_itls``, ``offload`` (:class:`CPUOffloadTier` or
+    running request), ``prefilling_last`` (it sampled every running request but the last, which it scheduled for
+    part of its prompt: a chunked prefill), ``track_itls``, ``offload`` (:class:`CPUOffloadTier` or
     None), counters ``num_steps``, ``num_preemptions``, ``prefix_queries``, ``prefix_hits``,
     ``external_queries``, ``external_hits``, ``prompt_tokens``, ``generation_tokens``, ``num_finished``,
     ``busy_time`` (s).
@@ -322,6 +329,7 @@ class Engine:
         self.keep_finished = keep_finished
         self.fast_forward = fast_forward
         self.decoding_only = False  # after the last step every running request decodes (engine.fast_forward)
+        self.prefilling_last = False  # ... every one but the last, part-way through its prompt
         # per-token inter-token latencies are kept only when someone reads them
         self.track_itls = metrics is not None or keep_finished if track_itls is None else track_itls
         self.block_size = config.block_size
@@ -428,7 +436,7 @@ class Engine:
         """
         budget = self.limits.max_num_batched_tokens
         start = self.now
-        self.decoding_only = False
+        self.decoding_only = self.prefilling_last = False
         scheduled: list[Request] = []
         # 1. running requests, in order; 2. waiting requests, FCFS, only if nothing was preempted
         rp = self._schedule_running(budget, scheduled)
@@ -469,8 +477,13 @@ class Engine:
         # 4. outputs: requests that caught up sample one token; finished ones leave
         finished: list[Request] = []
         out = self.sample(scheduled, start, now, finished)
-        # every running request was scheduled and sampled: each is one token behind, as a decode stretch needs
-        self.decoding_only = out.generation_tokens == len(scheduled) == len(self.running)
+        # every running request was scheduled and sampled: each is one token behind, as a decode stretch needs; or
+        # all but the last, scheduled for part of its prompt (a chunked prefill): a stretch takes that too
+        n = len(scheduled)
+        self.decoding_only = out.generation_tokens == n == len(self.running)
+        self.prefilling_last = (
+            out.generation_tokens == n - 1 == len(self.running) - 1 and scheduled[-1].last_token_time != now
+        )
         if finished:
             done_ids = {id(r) for r in finished}
             self.running = [r for r in self.running if id(r) not in done_ids]

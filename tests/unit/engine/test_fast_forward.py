@@ -16,6 +16,7 @@ import pytest
 from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.core import Engine
 from kvpilot.engine.exporter import VLLMMetrics
+from kvpilot.engine.request import Request
 from kvpilot.engine.scenarios import SCENARIOS, build, resolve, run_scenario
 from kvpilot.engine.workloads import OpenLoop, poisson
 from tests.reference.workloads import NAMED, RANDOM_SEEDS, random_workload
@@ -213,3 +214,96 @@ def test_max_steps_stops_a_stretch_where_stepping_stops():
     seen, state = go(True)
     assert [n for n, _ in seen] == [1, 8, 108, 111, 1111, 1128, 1628]  # running sums of the max_steps asked for
     assert (seen, state) == go(False)
+
+
+def _chunking_engine(ff: bool, **kw):
+    # a token budget cap: 256 tokens a step, prompts of ~1,500 tokens (6 chunks) with shared 256-token prefixes
+    cfg = EngineConfig(gpu="h100-sxm", model="qwen2.5-1.5b", max_num_seqs=64, max_num_batched_tokens=256, **kw)
+    wl = poisson(
+        20,
+        num_requests=200,
+        seed=11,
+        prompt_len={"dist": "normal", "mean": 1500, "std": 400, "min": 20},
+        output_len={"dist": "normal", "mean": 40, "std": 15, "min": 1},
+        prefix_groups=3,
+        prefix_len=256,
+    )
+    return Engine(cfg, keep_finished=True, fast_forward=ff), wl
+
+
+def _per_step(outs) -> list[tuple]:
+    """on_step's outputs, a fast-forwarded run spread into its steps (each step's fields as stepping reports them)."""
+    steps = []
+    for out in outs:
+        if out is None:
+            continue
+        if out.num_steps == 1 and not out.durations:
+            steps.append((out.start, out.duration, out.num_tokens, out.num_scheduled, out.generation_tokens))
+            continue
+        assert len(out.durations) == out.num_steps
+        assert out.generation_tokens % out.num_steps == 0
+        t = out.start
+        for d in out.durations:
+            steps.append((t, d, out.num_tokens, out.num_scheduled, out.generation_tokens // out.num_steps))
+            t += d
+        assert t == out.start + out.duration
+    return steps
+
+
+def test_chunked_prefills_are_the_same_fast_forwarded():
+    # every step but a few prefills a chunk of the budget the decodes leave
+    assert _compare(_chunking_engine, [2.0, 4.0, 6.0]) > 1
+    assert _compare(lambda ff: _chunking_engine(ff, enable_prefix_caching=False), [3.0]) > 1
+    seen = {}
+    for ff in (False, True):
+        engine, wl = _chunking_engine(ff)
+        outs = []
+        calls = [0]
+        step = engine.step
+
+        def counted(step=step, calls=calls):
+            calls[0] += 1
+            return step()
+
+        engine.step = counted
+        engine.run(wl, on_step=lambda _eng, out, outs=outs: outs.append(out))
+        seen[ff] = (_per_step(outs), [len(o.finished) for o in outs if o], calls[0], engine.num_steps)
+    stepped, fast = seen[False], seen[True]
+    assert fast[0] == stepped[0]  # every step's start, duration, tokens, requests and sampled tokens
+    assert sum(fast[1]) == sum(stepped[1]) == 200
+    assert stepped[2] == stepped[3] > 2000
+    # only the first step of each busy period (and steps that would preempt) go through Engine.step
+    assert fast[2] < stepped[3] / 50
+
+
+def _lone_prompt(prompt: int, ff: bool):
+    cfg = EngineConfig(gpu="h100-sxm", model="qwen2.5-1.5b", max_num_seqs=8, max_num_batched_tokens=256)
+    engine = Engine(cfg, keep_finished=True, fast_forward=ff)
+    outs = []
+    engine.run([Request("a", prompt, 3)], on_step=lambda _eng, out: outs.append(out))
+    return engine, outs
+
+
+@pytest.mark.parametrize(
+    ("prompt", "quiet", "last"),
+    [
+        (768, 1, 256),  # 256 at admission, 1 quiet chunk of 256, the last chunk takes the whole budget
+        (769, 2, 1),  # one token more: 2 quiet chunks of 256, a last chunk of 1
+        (513, 1, 1),
+        (512, 0, 256),  # 256 + 256: no quiet chunk between the admission and the last
+    ],
+)
+def test_a_lone_prompt_s_chunks_are_taken_at_once_up_to_its_last(prompt, quiet, last):
+    engine, outs = _lone_prompt(prompt, True)
+    shape = [(o.num_steps, o.num_tokens, o.num_scheduled, o.generation_tokens, len(o.ttfts)) for o in outs if o]
+    # the admission (Engine.step), the quiet chunks as one run, the last chunk with the first token, then the
+    # second token's decode (a run of one) and the third's, in which it finishes
+    expected = [(1, 256, 1, 0, 0)]
+    if quiet:
+        expected.append((quiet, 256, 1, 0, 0))
+    expected += [(1, last, 1, 1, 1), (1, 1, 1, 1, 0), (1, 1, 1, 1, 0)]
+    assert shape == expected
+    assert outs[-1].finished[0].num_output == 3
+    assert engine.num_steps == -(-prompt // 256) + 2
+    stepped, _ = _lone_prompt(prompt, False)
+    assert _state(engine, engine.finished) == _state(stepped, stepped.finished)
