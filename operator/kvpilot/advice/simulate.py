@@ -239,9 +239,23 @@ class _Window:
         self._count(out, engine.now)
         if out.duration <= 0:
             return
-        start, stop = max(out.start, self.t0), min(out.start + out.duration, self.end)
-        if stop > start:
-            self.shares[refusal(out, self.config)] += stop - start
+        key = refusal(out, self.config)
+        if not out.durations:
+            start, stop = max(out.start, self.t0), min(out.start + out.duration, self.end)
+            if stop > start:
+                self.shares[key] += stop - start
+            return
+        # a fast-forwarded run: step by step, the same sums as stepping one by one
+        t0, end = self.t0, self.end
+        share = self.shares[key]
+        t = out.start
+        for d in out.durations:
+            nxt = t + d
+            start, stop = max(t, t0), min(nxt, end)
+            if stop > start:
+                share += stop - start
+            t = nxt
+        self.shares[key] = share
 
 
 def refusal(out: StepOutput, config: EngineConfig) -> str:
@@ -274,8 +288,12 @@ def simulate(
     replicas: int = 1,
     seed: int = 0,
     deadline: float | None = None,
+    fast_forward: bool = True,
 ) -> SimResult:
     """The window of ``fit`` on a server with ``config`` (module docstring), split over ``replicas``.
+
+    ``fast_forward``: the engine's (``Engine(fast_forward=...)``); the same result either way (a fast-forwarded run
+    of steps is counted step by step, and the engine's runs end with the step that reaches each scrape).
 
     With ``replicas`` > 1 each replica gets every ``replicas``-th arrival (round robin), ``1/replicas`` of the queue
     and of the running set; one replica is simulated and its rates multiplied.
@@ -308,7 +326,7 @@ def simulate(
     )
     end = t0 + fit.window_seconds
     window = _Window(config.resolved(), t0, end, fit.sample_interval, next_sample=t0)
-    engine = Engine(config, keep_finished=False, track_itls=True)
+    engine = Engine(config, keep_finished=False, track_itls=True, fast_forward=fast_forward)
     arrivals.engine = engine
     if t0 > 0:
         _run(engine, arrivals, window, t0, deadline)
@@ -334,7 +352,11 @@ def _run(engine: Engine, arrivals: _Arrivals, window: _Window, until: float, dea
     while engine.now < until:
         if deadline is not None and time.monotonic() > deadline:
             raise BudgetExceededError("the predictions' time budget ran out")
-        engine.run(arrivals, until=min(until, engine.now + chunk), on_step=window.on_step, tick=window.interval)
+        stop = min(until, engine.now + chunk)
+        scrape = window.next_sample - 1e-9  # the run ends with the step that reaches the next scrape, whose state
+        if engine.now < scrape < stop:  # it samples (a fast-forwarded run's state is that after its last step)
+            stop = scrape
+        engine.run(arrivals, until=stop, on_step=window.on_step, tick=window.interval)
         if arrivals.done() and engine.is_idle():
             engine.advance_to(until)
             window.on_step(engine, None)

@@ -115,3 +115,25 @@ def test_a_kv_cache_beyond_what_the_engine_model_holds_is_refused_not_allocated(
         simulate(dataclasses.replace(CONFIG, kv_cache_tokens=(2**22 + 1) * 16), _fit(0.1, window=10.0))
     with pytest.raises(ValueError, match="blocks is more than"):
         simulate(dataclasses.replace(CONFIG, kv_cache_tokens=int("1" * 30)), _fit(0.1, window=10.0))
+
+
+@pytest.mark.parametrize(
+    ("flags", "kw"),
+    [
+        # a token budget cap: every step prefills a chunk of a long prompt beside the decodes (a shared prefix hit)
+        (
+            {"max_num_seqs": 128, "max_num_batched_tokens": 256},
+            {"prompt": LengthDistribution((1500, 2500), (0.5, 1.0), 2000.0, "histogram"), "shared_prefix_tokens": 1200},
+        ),
+        # a sequence cap: decode stretches, admissions whose whole prompt fits
+        ({"max_num_seqs": 4}, {"output": LengthDistribution((300,), (1.0,), 300.0, "histogram")}),
+    ],
+)
+def test_fast_forwarding_predicts_exactly_what_stepping_predicts(flags, kw):
+    config = dataclasses.replace(CONFIG, **flags)
+    fit = _fit(12.0, window=30.0, sample_interval=3.0, running_start=2.0, waiting_start=5.0, **kw)
+    stepped = simulate(config, fit, fast_forward=False)
+    fast = simulate(config, fit)
+    for field in ("prediction", "itl_mean_s", "arrivals", "steps", "simulated_s"):
+        assert getattr(fast, field) == getattr(stepped, field), field
+    assert fast.prediction.binding_shares  # requests waited: the shares were counted, step by step
