@@ -278,12 +278,11 @@ def _follow_up(
     if any(keeps_up(r.result.prediction, replay.prediction) for r in done if r.result):
         return []
     extra: list[Simulated] = []
-    flags = [r for r in done if r.result and r.change.replicas == 1]
+    flags = [(r, r.result, r.config) for r in done if r.result and r.config and r.change.replicas == 1]
     if flags:
-        best = max(flags, key=lambda r: r.result.prediction.requests_finished_per_s or 0.0 if r.result else 0.0)
-        assert best.result is not None and best.config is not None
-        nxt = next_limit(best.result.prediction, replay.prediction.binding_limit)
-        fixes = candidates(nxt, best.config, limits, {}) if nxt else []
+        best, result, applied = max(flags, key=lambda f: f[1].prediction.requests_finished_per_s or 0.0)
+        nxt = next_limit(result.prediction, replay.prediction.binding_limit)
+        fixes = candidates(nxt, applied, limits, {}) if nxt else []
         if fixes:
             own = best.change.as_dict()
             combined = Change(best.change.items + tuple(i for i in fixes[0].items if i[0] not in own))

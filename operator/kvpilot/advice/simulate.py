@@ -250,11 +250,10 @@ def refusal(out: StepOutput, config: EngineConfig) -> str:
         return "none"
     if out.preemptions:
         return "kv_cache"
-    budget, seqs = config.max_num_batched_tokens, config.max_num_seqs
-    assert budget is not None and seqs is not None  # a resolved config
-    if out.num_tokens >= budget:
+    limits = config.batch_limits()  # a resolved config's own limits
+    if out.num_tokens >= limits.max_num_batched_tokens:
         return "token_budget"
-    if out.running + len(out.finished) >= seqs:
+    if out.running + len(out.finished) >= limits.max_num_seqs:
         return "max_num_seqs"
     return "kv_cache"
 

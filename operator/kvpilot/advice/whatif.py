@@ -159,8 +159,8 @@ def apply_change(change: Change, config: EngineConfig, limits: Limits) -> Applie
     fields: dict[str, Any] = {}
     notes: list[str] = []
     replicas = 1
-    seqs, budget = config.max_num_seqs, config.max_num_batched_tokens
-    assert seqs is not None and budget is not None  # a resolved config
+    batch = config.batch_limits()  # a resolved config's own limits
+    seqs, budget = batch.max_num_seqs, batch.max_num_batched_tokens
     tokens = kv_tokens(config)
     dtype = config.kv_cache_dtype
     for key, value in change.items:
@@ -247,8 +247,8 @@ def candidates(binding: str | None, config: EngineConfig, limits: Limits, sugges
     and, for any limit, as many replicas as the window's arrivals over what one server served would need
     (:func:`replicas_for`, filled in by the caller). ``none``: nothing to change.
     """
-    seqs, budget = config.max_num_seqs, config.max_num_batched_tokens
-    assert seqs is not None and budget is not None
+    batch = config.batch_limits()  # a resolved config's own limits
+    seqs, budget = batch.max_num_seqs, batch.max_num_batched_tokens
     out: list[Change] = []
     if binding == "max_num_seqs":
         first = int(suggested.get("max_num_seqs") or 0)

@@ -613,7 +613,8 @@ class PrometheusSource:
                 errors.append(exc)
                 continue
             sd = query.sd
-            assert sd is not None  # every fit query reads a signal
+            if sd is None:  # fit_plan() gives every query a signal
+                raise RuntimeError(f"fit query {query.promql!r} reads no signal")
             if query.kind == "signal":
                 for ident, _name, value in rows:
                     out.setdefault(TargetKey(*ident), FitRows()).values[sd.name] = (
