@@ -32,46 +32,45 @@ def _poll(predicate, timeout: float, what: str):
 @pytest.fixture
 def simulated_server(tmp_path):
     port = free_port()
-    log = open(tmp_path / "simulate.log", "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kvpilot.cli",
-            "simulate",
-            "max-num-seqs-cap",
-            "--serve",
-            f"127.0.0.1:{port}",
-            "--speed",
-            "10",
-            "--duration",
-            "3000s",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}/metrics"
+    with open(tmp_path / "simulate.log", "w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kvpilot.cli",
+                "simulate",
+                "max-num-seqs-cap",
+                "--serve",
+                f"127.0.0.1:{port}",
+                "--speed",
+                "10",
+                "--duration",
+                "3000s",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}/metrics"
 
-    def up() -> bool:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            assert proc.poll() is None, (tmp_path / "simulate.log").read_text()
-            return False
+        def up() -> bool:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    return r.status == 200
+            except OSError:
+                assert proc.poll() is None, (tmp_path / "simulate.log").read_text()
+                return False
 
-    try:
-        _poll(up, 60, "simulated server did not answer /metrics")
-        yield port
-    finally:
-        os.kill(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-        log.close()
+            _poll(up, 60, "simulated server did not answer /metrics")
+            yield port
+        finally:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
 
 
 def test_live_prometheus_scraping_the_simulator(tmp_path, simulated_server):

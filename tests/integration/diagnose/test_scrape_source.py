@@ -57,9 +57,11 @@ def test_quick_takes_two_scrapes():
 
 
 def test_first_scrape_failing_is_a_source_error_later_ones_end_the_series():
-    with LoopbackServer(lambda m, p, q, b: (503, "engine dead")) as server:
-        with pytest.raises(SourceError, match="HTTP 503"):
-            scrape_series(server.url, window_seconds=30, interval_seconds=10, sleep=lambda s: None)
+    with (
+        LoopbackServer(lambda m, p, q, b: (503, "engine dead")) as server,
+        pytest.raises(SourceError, match="HTTP 503"),
+    ):
+        scrape_series(server.url, window_seconds=30, interval_seconds=10, sleep=lambda s: None)
     answers = iter([(200, exposition(0, False)), (200, exposition(1, False)), (500, "x"), (200, exposition(3, False))])
     with LoopbackServer(lambda m, p, q, b: next(answers)) as server:
         samples, scrapes = scrape_series(server.url, window_seconds=30, interval_seconds=10, sleep=lambda s: None)
@@ -67,6 +69,8 @@ def test_first_scrape_failing_is_a_source_error_later_ones_end_the_series():
 
 
 def test_not_prometheus_text_is_a_source_error():
-    with LoopbackServer(lambda m, p, q, b: (200, 'vllm:num_requests_running{engine="0" 4\n')) as server:
-        with pytest.raises(SourceError, match="not Prometheus text"):
-            scrape_series(server.url, window_seconds=10, interval_seconds=10, sleep=lambda s: None)
+    with (
+        LoopbackServer(lambda m, p, q, b: (200, 'vllm:num_requests_running{engine="0" 4\n')) as server,
+        pytest.raises(SourceError, match="not Prometheus text"),
+    ):
+        scrape_series(server.url, window_seconds=10, interval_seconds=10, sleep=lambda s: None)

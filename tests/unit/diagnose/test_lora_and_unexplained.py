@@ -165,10 +165,20 @@ def test_the_verdict_vocabulary_is_the_designs():
     import json
     from pathlib import Path
 
-    design = (
-        "kv_cache_exhaustion max_num_seqs_cap token_budget_cap lora_slot_cap compute_bound unexplained_queue "
-        "prefix_cache_ineffective healthy idle no_data target_down metrics_schema_mismatch"
-    ).split()
+    design = [
+        "kv_cache_exhaustion",
+        "max_num_seqs_cap",
+        "token_budget_cap",
+        "lora_slot_cap",
+        "compute_bound",
+        "unexplained_queue",
+        "prefix_cache_ineffective",
+        "healthy",
+        "idle",
+        "no_data",
+        "target_down",
+        "metrics_schema_mismatch",
+    ]
     assert list(VERDICTS) == design
     schema = json.loads((Path(__file__).resolve().parents[3] / "docs" / "diagnose-output.schema.json").read_text())
     assert schema["$defs"]["verdict"]["enum"] == design
