@@ -133,8 +133,8 @@ class _Arrivals:
         segments = (("shared-prefix", shared), (rid, prompt - shared)) if shared > 0 else None
         return Request(rid, prompt, output, arrival_time=arrival, segments=segments)
 
-    def _advance(self, t: float) -> None:
-        """Move on to the arrival after the one at ``t``."""
+    def _advance(self) -> None:
+        """Move on to the next arrival."""
         self._i += 1
         self._next = self._times[self._i] if self._i < len(self._times) else None
 
@@ -152,7 +152,7 @@ class _Arrivals:
             out.append(self._request(t))
             if t >= self.t0:
                 self.arrived_in_window += 1
-            self._advance(t)
+            self._advance()
         if not self.released_backlog and now >= self.t0:
             self.released_backlog = True
             waiting = self.engine.num_waiting if self.engine is not None else 0

@@ -235,7 +235,7 @@ def _utilization_tokens(util: float, tokens: int, config: EngineConfig, limits: 
     return int(tokens + (util - float(now)) * memory / bpt)
 
 
-def candidates(binding: str | None, config: EngineConfig, limits: Limits, suggested: dict[str, Any]) -> list[Change]:
+def candidates(binding: str | None, config: EngineConfig, suggested: dict[str, Any]) -> list[Change]:
     """The changes simulated by default for a window whose binding limit is ``binding``, smallest first.
 
     - ``max_num_seqs``: the rules' suggestion (``suggested``) or the CUDA-graph batch size at 2x, then the one

@@ -422,7 +422,7 @@ def _lora_slots(inputs: Inputs) -> list[Recommendation]:
     return [Recommendation("--max-loras", current, suggested, effect)]
 
 
-def _unexplained(inputs: Inputs) -> list[Recommendation]:
+def _unexplained(_inputs: Inputs) -> list[Recommendation]:
     """What to check on a queue no admission limit explains (rules.rule_unexplained_queue): the two flags
     of vLLM 0.29 that hold a queue outside the limits kvpilot measures, with what each would show.
     """

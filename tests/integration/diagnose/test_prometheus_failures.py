@@ -53,11 +53,11 @@ BUCKET_QUERIES = [
 ]
 
 
-def scripted(fail=lambda name: None, override: dict | None = None, duplicate: bool = False):
+def scripted(fail=lambda _name: None, override: dict | None = None, duplicate: bool = False):
     """A handler answering each signal query from VALUES; ``fail(signal)`` may return (status, body)."""
     values = {**VALUES, **(override or {})}
 
-    def handle(method, path, query, body):
+    def handle(_method, path, query, _body):
         q = query.get("query", "")
         if path == "/api/v1/query_range" and q in SUB_QUERIES:
             return 200, prom_matrix([])
@@ -133,7 +133,7 @@ def test_prometheus_down_exits_3_with_one_line():
 
 
 def test_prometheus_slow_times_out_to_exit_3():
-    def slow(method, path, query, body):
+    def slow(_method, _path, _query, _body):
         prom.stop.wait(5)  # longer than the 1 s timeout; returns at once when the test ends
         return 200, prom_vector([])
 
@@ -144,7 +144,7 @@ def test_prometheus_slow_times_out_to_exit_3():
 
 
 def test_prometheus_errors_exit_3():
-    with LoopbackServer(scripted(fail=lambda name: (503, {"status": "error", "error": "overloaded"}))) as prom:
+    with LoopbackServer(scripted(fail=lambda _name: (503, {"status": "error", "error": "overloaded"}))) as prom:
         result = run(prom.url)
     assert result.exit_code == 3 and "503" in result.output and "Traceback" not in result.output
     # no retry storm: one request per query
@@ -152,7 +152,7 @@ def test_prometheus_errors_exit_3():
 
 
 def test_prometheus_200_with_an_error_body_is_unreadable_not_a_traceback():
-    with LoopbackServer(lambda m, p, q, b: (200, {"status": "error", "error": "boom"})) as prom:
+    with LoopbackServer(lambda _m, _p, _q, _b: (200, {"status": "error", "error": "boom"})) as prom:
         result = run(prom.url)
     assert result.exit_code == 3 and "unreadable answer" in result.output
 
@@ -190,7 +190,7 @@ def test_duplicate_rows_and_a_stopped_target():
 
 
 def test_empty_answers_are_no_data():
-    with LoopbackServer(lambda m, p, q, b: (200, prom_vector([]))) as prom:
+    with LoopbackServer(lambda _m, _p, _q, _b: (200, prom_vector([]))) as prom:
         result = run(prom.url, "-n", "llm")
     doc = json.loads(result.output)
     assert result.exit_code == 3 and doc["targets"][0]["verdict"] == "no_data"
@@ -200,7 +200,7 @@ def test_empty_answers_are_no_data():
 def test_an_answer_that_is_not_a_vector_is_unreadable_not_a_traceback():
     # a proxy or another TSDB answering "success" with a scalar result: exit 3, one line
     scalar = {"status": "success", "data": {"resultType": "scalar", "result": [END, "1"]}}
-    with LoopbackServer(lambda m, p, q, b: (200, scalar)) as prom:
+    with LoopbackServer(lambda _m, _p, _q, _b: (200, scalar)) as prom:
         result = run(prom.url)
     assert result.exit_code == 3 and "Traceback" not in result.output
     errors = [ln for ln in result.output.splitlines() if ln.startswith("kvpilot: error:")]

@@ -53,7 +53,7 @@ READ_ENDPOINTS = {
 }
 
 
-def kube_api(method, path, query, body):
+def kube_api(method, path, _query, _body):
     if method != "GET":
         return 405, {"kind": "Status", "status": "Failure", "code": 405}
     if path == "/apis/kvpilot.dev/v1alpha1/namespaces/llm/vllmservers/qwen":

@@ -29,7 +29,7 @@ def test_scrapes_form_a_timeline(escaped):
     counter = itertools.count()
     sleeps = []
 
-    def handle(method, path, query, body):
+    def handle(_method, _path, _query, _body):
         return 200, exposition(next(counter), escaped)
 
     clock = itertools.count(1_000_000, 10)  # every clock() call advances 10 s
@@ -51,26 +51,26 @@ def test_scrapes_form_a_timeline(escaped):
 
 
 def test_quick_takes_two_scrapes():
-    with LoopbackServer(lambda m, p, q, b: (200, exposition(1, False))) as server:
-        _, scrapes = scrape_series(server.url, window_seconds=300, quick=True, sleep=lambda s: None)
+    with LoopbackServer(lambda _m, _p, _q, _b: (200, exposition(1, False))) as server:
+        _, scrapes = scrape_series(server.url, window_seconds=300, quick=True, sleep=lambda _s: None)
     assert scrapes == 2 and len(server.requests) == 2
 
 
 def test_first_scrape_failing_is_a_source_error_later_ones_end_the_series():
     with (
-        LoopbackServer(lambda m, p, q, b: (503, "engine dead")) as server,
+        LoopbackServer(lambda _m, _p, _q, _b: (503, "engine dead")) as server,
         pytest.raises(SourceError, match="HTTP 503"),
     ):
-        scrape_series(server.url, window_seconds=30, interval_seconds=10, sleep=lambda s: None)
+        scrape_series(server.url, window_seconds=30, interval_seconds=10, sleep=lambda _s: None)
     answers = iter([(200, exposition(0, False)), (200, exposition(1, False)), (500, "x"), (200, exposition(3, False))])
-    with LoopbackServer(lambda m, p, q, b: next(answers)) as server:
-        samples, scrapes = scrape_series(server.url, window_seconds=30, interval_seconds=10, sleep=lambda s: None)
+    with LoopbackServer(lambda _m, _p, _q, _b: next(answers)) as server:
+        samples, scrapes = scrape_series(server.url, window_seconds=30, interval_seconds=10, sleep=lambda _s: None)
     assert scrapes == 2 and samples
 
 
 def test_not_prometheus_text_is_a_source_error():
     with (
-        LoopbackServer(lambda m, p, q, b: (200, 'vllm:num_requests_running{engine="0" 4\n')) as server,
+        LoopbackServer(lambda _m, _p, _q, _b: (200, 'vllm:num_requests_running{engine="0" 4\n')) as server,
         pytest.raises(SourceError, match="not Prometheus text"),
     ):
-        scrape_series(server.url, window_seconds=10, interval_seconds=10, sleep=lambda s: None)
+        scrape_series(server.url, window_seconds=10, interval_seconds=10, sleep=lambda _s: None)

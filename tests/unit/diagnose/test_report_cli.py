@@ -191,7 +191,7 @@ def test_unreachable_metrics_url_exits_3():
 
 
 def test_watch_reruns(monkeypatch):
-    monkeypatch.setattr("time.sleep", lambda s: None)
+    monkeypatch.setattr("time.sleep", lambda _s: None)
     result = invoke("--recording", str(RECORDINGS / "scenario_idle.om"), "--watch", "1", "--watch-count", "3")
     assert result.output.count("kvpilot diagnose  source:") == 3 and result.exit_code == 0
 
@@ -210,9 +210,9 @@ def test_ctrl_c_ends_watch_with_the_last_runs_status(monkeypatch):
         return real_run(opts)
 
     monkeypatch.setattr(run_module, "run", interrupted_second_time)
-    monkeypatch.setattr("time.sleep", lambda s: None)
+    monkeypatch.setattr("time.sleep", lambda _s: None)
     result = invoke("--recording", str(RECORDINGS / "scenario_kv-exhaustion.om"), "--watch", "1", "--watch-count", "5")
     assert len(calls) == 2 and result.exit_code == 2 and "Aborted" not in result.output
     # without --watch, Ctrl-C before any result: could not diagnose (3)
-    monkeypatch.setattr(run_module, "run", lambda opts: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(run_module, "run", lambda _opts: (_ for _ in ()).throw(KeyboardInterrupt()))
     assert invoke("--recording", str(RECORDINGS / "scenario_kv-exhaustion.om")).exit_code == 3

@@ -82,7 +82,7 @@ def test_what_is_not_an_instant_vector_is_refused_with_the_reason(body, words):
 
 
 def test_a_row_longer_than_the_bound_is_refused_before_the_answer_ends():
-    reader = VectorReader(lambda rows: None, max_row=1000)
+    reader = VectorReader(lambda _rows: None, max_row=1000)
     reader.feed(b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{"pod":"')
     with pytest.raises(UnreadableAnswerError, match="longer than 1,000"):
         reader.feed(b"x" * 2000)
