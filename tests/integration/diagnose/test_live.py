@@ -119,7 +119,8 @@ def test_live_prometheus_scraping_the_simulator(tmp_path, simulated_server):
     assert len(doc["targets"]) == 1, doc
     target = doc["targets"][0]
     assert target["verdict"] == "max_num_seqs_cap", target["evidence"]
-    assert target["target"]["instance"] == f"127.0.0.1:{port}" and target["target"]["job"] == "vllm"
+    assert target["target"]["instance"] == f"127.0.0.1:{port}"
+    assert target["target"]["job"] == "vllm"
     assert target["signals"]["running_max"] == 4
     # Prometheus 2.x stores the escaped names: said once in the notes, not as a warning finding on the target
     assert all(f["verdict"] != "metrics_schema_mismatch" for f in target["findings"])
@@ -168,4 +169,5 @@ def test_live_metrics_url_scraped_over_a_window(simulated_server):
     )
     qdoc = json.loads(quick.output)
     assert qdoc["targets"][0]["verdict"] == "max_num_seqs_cap"
-    assert any("--quick: two scrapes" in n for n in qdoc["notes"]) and qdoc["window_seconds"] < 10
+    assert any("--quick: two scrapes" in n for n in qdoc["notes"])
+    assert qdoc["window_seconds"] < 10

@@ -71,7 +71,8 @@ def test_each_target_takes_its_buckets_from_the_first_spelling_that_has_them():
     assert a.spelling[TTFT.family] == colon
     # b: only the escaped spelling; p50 rank 0.5 x 4 = 2 reaches le 0.5 (count 2): 0.5 x 2 / 2 = 0.5
     assert b.buckets["ttft"] == [(0.5, 2.0), (math.inf, 4.0)]
-    assert b.quantiles["ttft_p50_s"].value == 0.5 and b.spelling[TTFT.family] == escaped
+    assert b.quantiles["ttft_p50_s"].value == 0.5
+    assert b.spelling[TTFT.family] == escaped
 
 
 def test_sub_windows_are_one_range_query_each_and_land_in_their_sub_window():
@@ -121,4 +122,5 @@ def test_the_number_of_queries_does_not_depend_on_the_targets():
     server, seen = recording_server(lambda _path, _q: None)
     with server as prom:
         PrometheusSource(prom.url, timeout=5).fetch(WINDOW, END)
-    assert len(seen) == 54 and {path for path, _ in seen} == {"/api/v1/query", "/api/v1/query_range"}
+    assert len(seen) == 54
+    assert {path for path, _ in seen} == {"/api/v1/query", "/api/v1/query_range"}

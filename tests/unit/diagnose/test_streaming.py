@@ -131,5 +131,5 @@ def test_json_in_pieces_is_json_dumps_of_the_whole_report(n_targets, text, numbe
 
 
 def test_json_in_pieces_refuses_nan_as_json_dumps_does():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):  # json's wording
         "".join(json_chunks(_report(1, "x", math.nan)))
