@@ -447,7 +447,7 @@ def build(cfg: dict, workdir: Path):
     return scheduler, output_processor, stat_logger, hasher, vllm_config
 
 
-def remote_kv_connector_class():
+def remote_kv_connector_class():  # noqa: C901
     """``RemoteKVStandIn``: the decode side of prefill/decode disaggregation, through vLLM's connector API.
 
     A request the workload marks ``remote_prefill`` had its prompt's KV computed elsewhere: the connector tells
@@ -689,7 +689,7 @@ class Runner:
             CLOCK.now = nxt
             self.maybe_snapshot()
 
-    def run(self) -> dict:
+    def run(self) -> dict:  # noqa: C901
         until = self.spec.get("until")
         interval = self.spec.get("snapshot_interval")
         self.next_snap = 0.0 if interval is not None else float("inf")

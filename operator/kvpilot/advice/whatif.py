@@ -149,7 +149,7 @@ def kv_tokens(config: EngineConfig) -> int:
     return config.kv_cache_tokens_resolved()
 
 
-def apply_change(change: Change, config: EngineConfig, limits: Limits) -> Applied:
+def apply_change(change: Change, config: EngineConfig, limits: Limits) -> Applied:  # noqa: C901
     """``config`` with ``change`` (module docstring for each key).
 
     Raises:

@@ -450,7 +450,7 @@ def steps_a_budget_needs(signals: Signals, budget: float) -> float | None:
     return prompt / (budget - d)
 
 
-def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -> Inferred:
+def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -> Inferred:  # noqa: C901
     """max_num_seqs and max_num_batched_tokens for the rules, rejected and inferred when vLLM's default is
     assumed and the gauges say otherwise.
 

@@ -86,7 +86,7 @@ def recommend(verdict: str, inputs: Inputs, **overrides: int | None) -> list[Rec
     return fn(inputs, **overrides) if overrides else fn(inputs)
 
 
-def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
+def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:  # noqa: C901
     s, lim = inputs.signals, inputs.limits
     out: list[Recommendation] = []
     kv_tokens = lim.value("kv_cache_tokens")

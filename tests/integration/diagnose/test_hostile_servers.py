@@ -60,7 +60,7 @@ class Hostile:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def serve(self, h: BaseHTTPRequestHandler) -> None:
+    def serve(self, h: BaseHTTPRequestHandler) -> None:  # noqa: C901
         mode = self.mode
         if mode == "hang":
             self.stop.wait(60)
