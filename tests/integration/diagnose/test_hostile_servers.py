@@ -45,7 +45,7 @@ class Hostile:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:  # http.server's naming
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     outer.serve(self)
 
