@@ -84,10 +84,10 @@ def _hypothesis_seed_line() -> str:
     return f"hypothesis seed: {seed} (replay with --hypothesis-seed={seed})"
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header() -> str:
     return _hypothesis_seed_line()
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter, exitstatus: int) -> None:
     if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         terminalreporter.write_line(_hypothesis_seed_line())

@@ -77,11 +77,11 @@ class LazyGroup(click.Group):
 
     context_class = HelpContext
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, _ctx: click.Context) -> list[str]:
         """The subcommands' names, in :data:`COMMANDS`' order."""
         return list(COMMANDS)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, _ctx: click.Context, cmd_name: str) -> click.Command | None:
         """The click command named ``cmd_name``, its module imported now; None for an unknown name."""
         entry = COMMANDS.get(cmd_name)
         if entry is None:
@@ -92,7 +92,7 @@ class LazyGroup(click.Group):
         command.context_class = HelpContext  # its --help wraps as the group's does
         return command
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_commands(self, _ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """``--help``'s command list from :data:`COMMANDS`' one-line helps, importing no command module."""
         rows = [(name, help_) for name, (_, _, help_) in COMMANDS.items()]
         with formatter.section("Commands"):
@@ -121,7 +121,7 @@ def main() -> None:
     """
     try:
         cli(prog_name="kvpilot")
-    except Exception as exc:  # noqa: BLE001 - the CLI boundary: every unexpected error, one line
+    except Exception as exc:  # the CLI boundary: every unexpected error, one line
         if os.environ.get(DEBUG_ENV) == "1":
             raise
         from kvpilot.text.safe import one_line  # here: only an error pays for its regular expressions

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import GIB
 
 
@@ -83,11 +84,11 @@ def gpu_profile(name: str) -> GPUProfile:
     """The profile called ``name`` (case-insensitive, :data:`GPU_ALIASES` accepted).
 
     Raises:
-        ValueError: ``"gpu: unknown profile ..."`` naming the known profiles.
+        InvalidValueError: ``"gpu: unknown profile ..."`` naming the known profiles.
     """
     key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
     key = GPU_ALIASES.get(key, key)
     try:
         return GPU_PROFILES[key]
     except KeyError:
-        raise ValueError(f"gpu: unknown profile {name!r}; known: {', '.join(GPU_PROFILES)}") from None
+        raise InvalidValueError("gpu", f"unknown profile {name!r}; known: {', '.join(GPU_PROFILES)}") from None

@@ -90,7 +90,7 @@ def fake_gpus(api):
 
 
 @pytest.fixture(scope="module")
-def chart(api, fake_gpus):
+def chart(api, fake_gpus):  # noqa: ARG001 - the nodes advertise GPUs before the chart installs
     helm = require_tool("helm")
     repository, _, tag = IMAGE.rpartition(":")
     install = [helm, "install", RELEASE, str(REPO / "charts" / "kvpilot"), "-n", SYSTEM, "--create-namespace"]
@@ -103,7 +103,7 @@ def chart(api, fake_gpus):
 
 
 @pytest.fixture(scope="module")
-def namespace(api, chart):
+def namespace(api, chart):  # noqa: ARG001 - the chart (the CRD, the operator) is installed first
     name = f"kvpilot-e2e-{uuid.uuid4().hex[:6]}"
     core = kubernetes.client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": name}})
@@ -116,7 +116,8 @@ def status_of(api, namespace: str, name: str) -> dict:
     return obj.get("status") or {}
 
 
-def test_chart_runs_a_stand_in_server_to_ready_then_expiry(api, chart, namespace):
+@pytest.mark.usefixtures("chart")
+def test_chart_runs_a_stand_in_server_to_ready_then_expiry(api, namespace):
     custom, core = kubernetes.client.CustomObjectsApi(api), kubernetes.client.CoreV1Api(api)
     apps = kubernetes.client.AppsV1Api(api)
     assert apps.read_namespaced_deployment("kvpilot-e2e-operator", SYSTEM).status.ready_replicas == 1
@@ -124,7 +125,8 @@ def test_chart_runs_a_stand_in_server_to_ready_then_expiry(api, chart, namespace
     status = _wait(lambda: (s := status_of(api, namespace, "e2e")).get("phase") == "Ready" and s, 300, "phase Ready")
     assert status["endpoint"] == f"http://e2e.{namespace}.svc:8000"
     # the stand-in logs vLLM's KV-capacity line; the operator copies it into status
-    assert status["kvCacheTokens"] > 0 and status["kvCacheTokens"] % 16 == 0
+    assert status["kvCacheTokens"] > 0
+    assert status["kvCacheTokens"] % 16 == 0
     assert status["maxConcurrency"] == round(status["kvCacheTokens"] / 16 / (8192 // 16), 2)
     models = core.connect_get_namespaced_service_proxy_with_path("e2e:8000", namespace, "v1/models")
     assert "Qwen/Qwen2.5-1.5B-Instruct" in str(models)

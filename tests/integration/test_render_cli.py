@@ -111,7 +111,7 @@ def test_namespace_from_option_metadata_or_default(tmp_path):
     assert pod_of(kvpilot(str(f)))["metadata"]["namespace"] == "gpu-lab"
 
 
-def test_stdin_and_multi_document(tmp_path):
+def test_stdin_and_multi_document():
     text = (EXAMPLES / "experiment.yaml").read_text()
     second = text.replace("name: qwen-experiment", "name: second")
     result = kvpilot("-", stdin=text + "\n---\n" + second)
@@ -133,7 +133,8 @@ def test_help_has_examples():
     assert "kvpilot render manifests/examples/experiment.yaml" in result.stdout
     assert "-o, --output [yaml|json]" in result.stdout
     text = " ".join(result.stdout.split())
-    assert "preview" in text and "bypasses the operator" in text
+    assert "preview" in text
+    assert "bypasses the operator" in text
 
 
 BAD = {

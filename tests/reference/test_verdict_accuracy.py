@@ -73,6 +73,25 @@ def test_the_max_num_seqs_diagnose_reasons_with_is_never_below_the_running_it_me
     assert limit[0] >= running, f"{case.id}: running max {running:g} above max_num_seqs {limit[0]} ({limit[1]})"
 
 
+_CAUSE_3_PAIR = [c for c in CASES if c.scenario in ("system-prompt-hot", "system-prompts-evicted")]
+assert len({c.scenario for c in _CAUSE_3_PAIR}) == 2, "both of cause 3's recordings are committed"
+
+
+@pytest.mark.parametrize("case", _CAUSE_3_PAIR, ids=lambda c: c.id)
+def test_where_the_metrics_cannot_tell_a_hot_prefix_from_evicted_ones_the_report_says_so(case):
+    # issue 20 cause 3: "say when the metrics cannot tell the two apart". vLLM's scheduler found the one hot
+    # system prompt for nearly every request and the 20 tenants' prompts for about a quarter (the truth files'
+    # shared_prefix_hit_share), yet both servers reuse a few hundred tokens a request amid unique documents: the
+    # prefix finding must neither warn on the hot one nor call either healthy reuse without saying it cannot tell
+    r = diagnose_case(case)
+    share = r["truth"]["prefix"]["shared_prefix_hit_share"]
+    assert (share > 0.9) if case.scenario == "system-prompt-hot" else (share < 0.5), f"{case.id}: truth {share}"
+    prefix = [f for f in r["findings"] if f["verdict"] == "prefix_cache_ineffective"]
+    assert len(prefix) == 1, f"{case.id}: {[f['verdict'] for f in r['findings']]}"
+    assert prefix[0]["severity"] == "ok", f"{case.id}: {prefix[0]['severity']}"
+    assert "cannot tell them apart" in " ".join(prefix[0]["evidence"]), f"{case.id}: {prefix[0]['evidence']}"
+
+
 def test_every_committed_scenario_is_diagnosed_and_every_xfail_names_a_case():
     assert {c.scenario for c in CASES} == set(SCENARIOS)
     ids = {c.id for c in CASES}

@@ -113,7 +113,7 @@ def _truths(folder: Path) -> dict[str, dict[str, Any]]:
 
 @functools.cache
 def diagnose_case(case: Case, folder: Path = OUT) -> dict[str, Any]:
-    """``{"verdict", "expected", "right", "evidence", "signals", "truth"}`` for one case (computed once)."""
+    """``{"verdict", "expected", "right", "evidence", "signals", "findings", "truth"}`` for one case (computed once)."""
     doc = _truths(folder)[case.scenario]
     ev = evaluation(doc, case)
     args = cli_args(doc["flags"]) if case.mode == "flags" else []
@@ -125,6 +125,7 @@ def diagnose_case(case: Case, folder: Path = OUT) -> dict[str, Any]:
         "right": target["verdict"] in expected,
         "evidence": target.get("evidence", []),
         "signals": target.get("signals", {}),
+        "findings": target.get("findings", []),
         "truth": ev,
     }
 

@@ -66,7 +66,7 @@ def _budget(cpu_seconds: float, memory_bytes: int) -> Iterator[None]:
     ``RLIMIT_AS`` set to the process's size now + ``memory_bytes`` (a ``MemoryError``, not the machine's RAM).
     """
 
-    def over(signum: int, frame: object) -> None:
+    def over(_signum: int, _frame: object) -> None:
         raise _OverBudgetError(f"more than {cpu_seconds} s of CPU for one input")
 
     previous = signal.signal(signal.SIGPROF, over)
@@ -126,8 +126,10 @@ def invoke(args: list[str], results: tuple[int, ...], refusals: tuple[int, ...],
     errors = result.stderr.splitlines()
     if result.exit_code in refusals and (result.exit_code not in results or result.stderr):
         if errors and errors[0].startswith("Usage: "):  # click's usage error: its last line names the option
-            assert errors[-1].startswith("Error: ") and ("'-" in errors[-1] or "'CONFIG'" in errors[-1]), result.stderr
+            assert errors[-1].startswith("Error: "), result.stderr
+            assert "'-" in errors[-1] or "'CONFIG'" in errors[-1], result.stderr
             errors = [errors[-1]]
         else:
-            assert len(errors) == 1 and errors[0].startswith("kvpilot: error: "), result.stderr
+            assert len(errors) == 1, result.stderr
+            assert errors[0].startswith("kvpilot: error: "), result.stderr
     return Outcome(result.exit_code, result.stdout, errors, cpu)

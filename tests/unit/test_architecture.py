@@ -62,10 +62,14 @@ def _connected(a: str, b: str) -> bool:
 
 def test_the_picture_has_the_flow_the_issue_names():
     # VLLMServer -> validate -> render -> Pod -> log and metrics -> signals -> rules -> verdict -> report / alert
-    assert ("VLLMServer", CALL, "validate") in ARROWS and ("render", CALL, "Pod") in ARROWS
-    assert ("Pod", DATA, "startup log") in ARROWS and ("Pod", DATA, "/metrics") in ARROWS
-    assert ("signals", CALL, "rules") in ARROWS and ("rules", CALL, "verdict") in ARROWS
-    assert ("verdict", CALL, "report") in ARROWS and ("diagnose run", CALL, "alert") in ARROWS
+    assert ("VLLMServer", CALL, "validate") in ARROWS
+    assert ("render", CALL, "Pod") in ARROWS
+    assert ("Pod", DATA, "startup log") in ARROWS
+    assert ("Pod", DATA, "/metrics") in ARROWS
+    assert ("signals", CALL, "rules") in ARROWS
+    assert ("rules", CALL, "verdict") in ARROWS
+    assert ("verdict", CALL, "report") in ARROWS
+    assert ("diagnose run", CALL, "alert") in ARROWS
 
 
 def test_every_box_names_modules_that_exist():
@@ -77,7 +81,7 @@ def test_every_box_names_modules_that_exist():
             assert module in GRAPH.modules, (box, module)
 
 
-@pytest.mark.parametrize("a, b", [(a, b) for a, kind, b in ARROWS if kind == CALL])
+@pytest.mark.parametrize(("a", "b"), [(a, b) for a, kind, b in ARROWS if kind == CALL])
 def test_every_call_arrow_is_an_import_between_its_boxes(a, b):
     assert _connected(a, b), f"{a} ({BOXES[a]}) and {b} ({BOXES[b]}) do not import each other"
 

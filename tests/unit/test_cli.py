@@ -43,9 +43,13 @@ def test_unexpected_exception_is_one_line_report_this_and_exit_70():
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("kvpilot: internal error: RuntimeError: boom red [REDACTED]")
     assert "report this" in lines[0]
-    assert "Traceback" not in result.stderr and "\x1b" not in result.stderr and token not in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "\x1b" not in result.stderr
+    assert token not in result.stderr
 
 
 def test_debug_env_shows_the_traceback():
     result = _run_with_crash("boom", debug=True)
-    assert result.returncode == 1 and "Traceback" in result.stderr and "RuntimeError: boom" in result.stderr
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr
+    assert "RuntimeError: boom" in result.stderr

@@ -69,7 +69,8 @@ def test_the_help_formatter_breaks_lines_at_spaces_only(width):
     lines = ours.getvalue().splitlines()
     assert all(len(line) <= width for line in lines if " " in line.strip())
     assert not any(line.endswith("-") for line in lines), ours.getvalue()
-    assert ours.getvalue().count("--limits-from-cluster") == 2 and "\u2011" not in ours.getvalue()
+    assert ours.getvalue().count("--limits-from-cluster") == 2
+    assert "\u2011" not in ours.getvalue()
     words = " ".join(text.split())
     assert " ".join(ours.getvalue().split()).startswith("--opt " + words)  # every word, in order
 

@@ -361,7 +361,7 @@ class AlertHook:
         except web.HTTPException as exc:  # the router's 404 and 405
             self._account(request, exc.status, exc.reason)
             raise
-        except Exception as exc:  # noqa: BLE001 - any bug ends as one counted, logged 500, never a traceback
+        except Exception as exc:  # any bug ends as one counted, logged 500, never a traceback
             log.debug("internal error", exc_info=True)
             response = _error(500, "internal error")
             response.log_reason = f"internal error: {type(exc).__name__}: {one_line(exc, 200)}"
@@ -376,7 +376,7 @@ class AlertHook:
             level = logging.ERROR if status >= 500 else logging.INFO
             log.log(level, f"{request.method} {path} from {one_line(request.remote or '?', 64)}: {status} {reason}")
 
-    async def handle_healthz(self, request: web.Request) -> web.Response:
+    async def handle_healthz(self, _request: web.Request) -> web.Response:
         """``GET /healthz``: the process serves."""
         return web.Response(text="ok\n")
 
@@ -648,7 +648,8 @@ class HookServer:
         await runner.setup()
         self._runners.append(runner)
         handlers = runner.server
-        assert handlers is not None  # set by setup()
+        if handlers is None:  # setup() sets it
+            raise RuntimeError("the alert hook's HTTP runner has no server after setup()")
 
         def connection() -> asyncio.BaseProtocol:
             if len(handlers.connections) >= cfg.max_connections:

@@ -96,7 +96,7 @@ class GrafanaAnnotationSink:
         self.token = token
         self.timeout = timeout
 
-    async def emit(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
+    async def emit(self, alert: Alert, _target: Target, result: dict[str, Any]) -> None:
         """POST the annotation (firing alerts only)."""
         if not alert.firing:
             return
@@ -125,7 +125,7 @@ class ForwardSink:
         self.timeout = timeout
         self.headers = ({"Authorization": userinfo} if userinfo else {}) | (headers or {})
 
-    async def emit(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
+    async def emit(self, alert: Alert, _target: Target, result: dict[str, Any]) -> None:
         """POST the result."""
         body = {"alert": {"labels": dict(alert.labels), "status": alert.status}, "result": result}
         async with (

@@ -42,7 +42,7 @@ _KEEP = {
 }
 
 
-def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> dict[str, Any]:
+def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: C901
     """Convert one pydantic JSON-Schema node into a Kubernetes structural-schema node.
 
     - ``$ref`` is inlined from ``defs`` (sibling keys such as ``description`` win);

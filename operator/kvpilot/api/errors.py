@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kvpilot.text.safe import one_line
+from kvpilot.text.errors import InputError
 
 
-class SpecError(Exception):
+class SpecError(InputError):
     """An invalid VLLMServer (or render input), naming the offending field.
 
     Attributes:
@@ -17,12 +17,7 @@ class SpecError(Exception):
     ``str(error)`` is ``"<field>: <message>"``, the one-line reason the CLI prints and the
     operator puts into the ``Invalid`` condition and Event.
 
-    Deliberately *not* a ``ValueError``: pydantic wraps ``ValueError`` raised in validators into
-    a ``ValidationError`` that loses the field path, while any other exception propagates as is.
+    The :class:`~kvpilot.text.errors.InputError` of the API layer, and deliberately *not* a ``ValueError``:
+    pydantic wraps ``ValueError`` raised in validators into a ``ValidationError`` that loses the field path,
+    while any other exception propagates as is.
     """
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        # the message quotes user input: one line, no terminal controls, secrets redacted
-        self.message = one_line(message)
-        super().__init__(f"{field}: {self.message}")

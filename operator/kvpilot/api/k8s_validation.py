@@ -220,7 +220,7 @@ def _json_type(value: object) -> str:
     return type(value).__name__
 
 
-def shape_errors(value: object, schema: dict[str, Any], defs: dict[str, Any], path: str) -> Problems:
+def shape_errors(value: object, schema: dict[str, Any], defs: dict[str, Any], path: str) -> Problems:  # noqa: C901
     """``value`` against an OpenAPI fragment of the subset above: ``[(path, problem)]``, first problems first."""
     ref = schema.get("$ref")
     if ref is not None:

@@ -60,20 +60,27 @@ def check_cross_field_rules(spec: VLLMServerSpec) -> None:
         SpecError: naming the first offending field (camelCase path under ``spec``).
     """
     e = spec.engine
-    if e.max_num_batched_tokens is not None and e.max_num_seqs is not None:
-        if e.max_num_batched_tokens < e.max_num_seqs:
-            raise SpecError(
-                "spec.engine.maxNumBatchedTokens",
-                f"{e.max_num_batched_tokens} is smaller than maxNumSeqs ({e.max_num_seqs}); vLLM requires "
-                "max_num_batched_tokens >= max_num_seqs",
-            )
-    if e.enable_chunked_prefill is False and e.max_num_batched_tokens is not None and e.max_model_len is not None:
-        if e.max_num_batched_tokens < e.max_model_len:
-            raise SpecError(
-                "spec.engine.maxNumBatchedTokens",
-                f"{e.max_num_batched_tokens} is smaller than maxModelLen ({e.max_model_len}) with chunked prefill "
-                "off; vLLM requires max_num_batched_tokens >= max_model_len unless chunked prefill is on",
-            )
+    if (
+        e.max_num_batched_tokens is not None
+        and e.max_num_seqs is not None
+        and e.max_num_batched_tokens < e.max_num_seqs
+    ):
+        raise SpecError(
+            "spec.engine.maxNumBatchedTokens",
+            f"{e.max_num_batched_tokens} is smaller than maxNumSeqs ({e.max_num_seqs}); vLLM requires "
+            "max_num_batched_tokens >= max_num_seqs",
+        )
+    if (
+        e.enable_chunked_prefill is False
+        and e.max_num_batched_tokens is not None
+        and e.max_model_len is not None
+        and e.max_num_batched_tokens < e.max_model_len
+    ):
+        raise SpecError(
+            "spec.engine.maxNumBatchedTokens",
+            f"{e.max_num_batched_tokens} is smaller than maxModelLen ({e.max_model_len}) with chunked prefill "
+            "off; vLLM requires max_num_batched_tokens >= max_model_len unless chunked prefill is on",
+        )
     tp = e.tensor_parallel_size or 1
     if spec.resources.gpus is not None and spec.resources.gpus < tp:
         raise SpecError(
@@ -104,7 +111,7 @@ _LMCACHE_ENV = ("LMCACHE_LOCAL_CPU", "LMCACHE_MAX_LOCAL_CPU_SIZE")
 _RESERVED_MOUNTS = ("/home/vllm", "/dev/shm")
 
 
-def _check_env(spec: VLLMServerSpec) -> None:
+def _check_env(spec: VLLMServerSpec) -> None:  # noqa: C901
     mount = spec.model_cache.mount_path.rstrip("/")
     if mount in _RESERVED_MOUNTS or mount == "":
         raise SpecError("spec.modelCache.mountPath", f"{mount or '/'} is mounted by kvpilot itself; pick another path")
@@ -140,7 +147,7 @@ def _check_env(spec: VLLMServerSpec) -> None:
                 raise SpecError(f"spec.env[{i}].valueFrom{'.' + path if path else ''}", problem)
 
 
-def _check_labels(spec: VLLMServerSpec) -> None:
+def _check_labels(spec: VLLMServerSpec) -> None:  # noqa: C901
     for key, value in spec.pod_labels.items():
         where = f"spec.podLabels.{key}"
         if key in MANAGED_LABEL_KEYS:

@@ -9,6 +9,8 @@ from typing import Any, NoReturn
 
 import click
 
+from kvpilot.text.errors import InputError, InvalidValueError
+
 EXIT_BAD_INPUT = 2
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|[KMGT]|B)?\s*$", re.IGNORECASE)
@@ -46,6 +48,18 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     sys.exit(code)
 
 
+def fail_input(error: InputError, file: str | None = None) -> NoReturn:
+    """Refuse bad input, the one way every command does: ``kvpilot: error: [FILE: ]<field>: <message>`` on one
+    line to stderr, exit 2.
+
+    ``error`` is any :class:`~kvpilot.text.errors.InputError` (``SpecError``, ``KVConfigError``,
+    ``DocumentError``, ``InvalidValueError``); ``file`` names the input it came from when there is one (the file as
+    the user typed it, ``server.yaml (document 2)``, ``--scenario-file x.yaml``), so the line says which file
+    and which field. Click's own usage errors (a bad option value, exit 2 with the usage) are left to click.
+    """
+    fail(f"{file}: {error}" if file else str(error))
+
+
 def read_input(path: str, limit: int, what: str | None = None) -> str:
     """The UTF-8 text of file ``path`` (``-``: stdin), at most ``limit`` bytes; exits 2 otherwise, the
     message starting with ``what`` (an option's name, ``CONFIG``) when given.
@@ -77,31 +91,28 @@ def parse_size(text: str, field: str = "size", require_unit: bool = False) -> in
     powers of 10, as Kubernetes quantities and vLLM's docs use them.
 
     Raises:
-        ValueError: naming ``field`` when the text is not a non-negative size.
+        InvalidValueError: naming ``field`` when the text is not a non-negative size.
     """
     m = _SIZE_RE.match(str(text))
     if not m:
-        raise ValueError(f"{field}: {text!r} is not a size (examples: 1.5GiB, 512MiB, 16GB)")
+        raise InvalidValueError(field, f"{text!r} is not a size (examples: 1.5GiB, 512MiB, 16GB)")
     number, unit = m.groups()
     if require_unit and not unit:
-        raise ValueError(
-            f"{field}: {text!r} has no unit; a memory size in bytes is never meant here "
-            f"(write e.g. {text}GiB or {text}GB)"
+        raise InvalidValueError(
+            field,
+            f"{text!r} has no unit; a memory size in bytes is never meant here (write e.g. {text}GiB or {text}GB)",
         )
     value = float(number) * _UNITS[(unit or "").lower()]
     if not math.isfinite(value):  # e.g. 400 digits: float("9" * 400) is inf
-        raise ValueError(f"{field}: {text[:40]!r}{'...' if len(text) > 40 else ''} is too large to be a size")
+        raise InvalidValueError(field, f"{text[:40]!r}{'...' if len(text) > 40 else ''} is too large to be a size")
     return int(round(value))
 
 
-def _message_once(exc: ValueError, field: str, param: click.Parameter | None) -> str:
-    """The message of a parser that names ``field``, for ``ParamType.fail``: click already names the option
-    ("Invalid value for '--window': ..."), so the parser's own ``field: `` prefix is dropped there.
+def _message_once(exc: InputError, param: click.Parameter | None) -> str:
+    """The message of a parser's error, for ``ParamType.fail``: click already names the option
+    ("Invalid value for '--window': ..."), so the error's own field is dropped there.
     """
-    message = str(exc)
-    if param is not None and message.startswith(f"{field}: "):
-        return message[len(field) + 2 :]
-    return message
+    return exc.message if param is not None else str(exc)
 
 
 def _option_name(param: click.Parameter | None, default: str) -> str:
@@ -121,15 +132,15 @@ def parse_duration(text: str, field: str) -> float:
     """``"90"``, ``"90s"``, ``"10m"``, ``"1.5h"``, ``"1d"``, ``"500ms"`` -> seconds (> 0); one syntax for every command.
 
     Raises:
-        ValueError: naming ``field`` when the text is not a positive, finite duration.
+        InvalidValueError: naming ``field`` when the text is not a positive, finite duration.
     """
     m = _DURATION_RE.match(str(text))
     if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"{field}: {text!r} is not a positive duration (examples: 600, 90s, 10m, 1h, 1d)")
+        raise InvalidValueError(field, f"{text!r} is not a positive duration (examples: 600, 90s, 10m, 1h, 1d)")
     seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
     if not math.isfinite(seconds):  # 400 digits overflow a float to inf
         shown = str(text) if len(str(text)) <= 40 else str(text)[:37] + "..."
-        raise ValueError(f"{field}: {shown!r} is not a finite duration")
+        raise InvalidValueError(field, f"{shown!r} is not a finite duration")
     return seconds
 
 
@@ -145,8 +156,8 @@ class DurationParam(click.ParamType):  # type: ignore[type-arg]  # generic in ne
         field = _option_name(param, "duration")
         try:
             return parse_duration(value, field)
-        except ValueError as exc:
-            self.fail(_message_once(exc, field, param), param, ctx)
+        except InvalidValueError as exc:
+            self.fail(_message_once(exc, param), param, ctx)
 
 
 DURATION = DurationParam()
@@ -167,8 +178,8 @@ class SizeParam(click.ParamType):  # type: ignore[type-arg]  # generic in new cl
         field = _option_name(param, "size")
         try:
             return parse_size(value, field=field, require_unit=self.require_unit)
-        except ValueError as exc:
-            self.fail(_message_once(exc, field, param), param, ctx)
+        except InvalidValueError as exc:
+            self.fail(_message_once(exc, param), param, ctx)
 
 
 SIZE = SizeParam()
@@ -176,20 +187,20 @@ SIZE = SizeParam()
 MEMORY_SIZE = SizeParam(require_unit=True)
 
 
-def read_secret_file(path: str) -> str:
+def read_secret_file(path: str, field: str = "") -> str:
     """The secret a file holds (a token, ``USER:PASSWORD``): its UTF-8 text, surrounding whitespace removed.
 
     Raises:
-        ValueError: the file cannot be read, is not UTF-8 or holds only whitespace (the message names the
-            file, never its content).
+        InvalidValueError: naming ``field`` (the option that named the file; none when ``""``) when the file cannot
+            be read, is not UTF-8 or holds only whitespace (the message names the file, never its content).
     """
     try:
         with open(path, encoding="utf-8") as fp:  # not pathlib: kept out of every command's start-up
             value = fp.read().strip()
     except UnicodeDecodeError:
-        raise ValueError(f"{path} is not UTF-8 text") from None
+        raise InvalidValueError(field, f"{path} is not UTF-8 text") from None
     except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror or type(exc).__name__}") from None
+        raise InvalidValueError(field, f"cannot read {path}: {exc.strerror or type(exc).__name__}") from None
     if not value:
-        raise ValueError(f"{path} is empty")
+        raise InvalidValueError(field, f"{path} is empty")
     return value

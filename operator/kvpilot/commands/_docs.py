@@ -53,7 +53,8 @@ def _commands(group: click.Group) -> list[tuple[str, click.Command, click.Contex
     found = []
     for name in group.list_commands(root):
         command = group.get_command(root, name)
-        assert command is not None, name  # list_commands names only commands get_command loads
+        if command is None:  # list_commands names only commands get_command loads
+            raise RuntimeError(f"kvpilot {name}: listed by the group but does not load")
         found.append((name, command, click.Context(command, info_name=name, parent=root, **command.context_settings)))
     return found
 

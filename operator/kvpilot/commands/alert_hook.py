@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import click
 
-from kvpilot.commands._common import DURATION, SIZE, fail, read_secret_file
+from kvpilot.commands._common import DURATION, SIZE, fail, fail_input, read_secret_file
+from kvpilot.text.errors import InputError
 
 _EPILOG = """\b
 Examples:
@@ -44,9 +46,9 @@ Bounds (docs/security.md): --max-connections, --header-timeout, --body-timeout, 
 def _read_secret(path: str | None, env: str, option: str) -> str | None:
     if path:
         try:
-            return read_secret_file(path)
-        except ValueError as exc:
-            fail(f"{option}: {exc}")
+            return read_secret_file(path, option)
+        except InputError as exc:
+            fail_input(exc)
     return (os.environ.get(env) or None) if env else None
 
 
@@ -158,7 +160,7 @@ def _listen(text: str, option: str = "--listen") -> tuple[str, int]:
     "--limits-from-cluster", is_flag=True, help="Read limits from the VLLMServer spec (GET; needs a kubeconfig)."
 )
 @click.option("--kubeconfig", metavar="FILE", help="Cluster for --sink kube-event and --limits-from-cluster.")
-def command(
+def command(  # noqa: C901
     prometheus: str,
     prometheus_bearer_token_file: str | None,
     prometheus_basic_auth_file: str | None,
@@ -288,7 +290,5 @@ def command(
         finally:
             await runner.cleanup()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
-    except KeyboardInterrupt:
-        pass

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from kvpilot.api.constants import KV_CACHE_DTYPES
-from kvpilot.commands._common import MEMORY_SIZE, fail, read_input
+from kvpilot.commands._common import MEMORY_SIZE, fail, fail_input, read_input
 from kvpilot.kv import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -36,10 +36,16 @@ from kvpilot.text.numbers import count, fig, gib, noun, number, percent, signifi
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
+def _file_label(path: str, what: str) -> str:
+    """The file named in an error line: ``path``, after the option that gave it (``--speculative-config model``)."""
+    return f"{what}: {path}" if what.startswith("-") else path
+
+
 def _read_json(path: str, what: str) -> object:
     """The JSON document at ``path``, read within the bounds of :mod:`kvpilot.text.documents` (at most
     ``MAX_JSON_BYTES``, nesting, integer digits, numbers a float holds); exits 2 naming ``what`` when it is
-    unreadable, not UTF-8, not JSON (``NaN``/``Infinity`` included: RFC 8259 has no such numbers) or beyond a bound.
+    unreadable or not UTF-8, the file and the field when it is not JSON (``NaN``/``Infinity`` included: RFC 8259
+    has no such numbers) or beyond a bound.
     """
     from kvpilot.text.documents import MAX_JSON_BYTES, DocumentError, load_json
 
@@ -47,7 +53,7 @@ def _read_json(path: str, what: str) -> object:
     try:
         return load_json(text)
     except DocumentError as exc:
-        fail(f"{what}: {path}: {exc}")
+        fail_input(exc, _file_label(path, what))
 
 
 def local_weights_bytes(folder: str) -> int | None:
@@ -72,21 +78,23 @@ def _read_config(path: str, what: str = "CONFIG") -> dict[str, Any]:
     return doc
 
 
-def load_config(source: str, what: str = "CONFIG") -> tuple[dict[str, Any], str | None]:
+def load_config(source: str, what: str = "CONFIG") -> tuple[dict[str, Any], str | None, str]:
     """Read CONFIG (or the draft ``model`` of ``--speculative-config``, named by ``what``): a config.json
     file, a folder holding one, or a Hugging Face model id (downloaded).
 
-    Returns ``(config, model_folder_or_None)``. Exits 2 with a one-line reason on any failure.
+    Returns ``(config, model_folder_or_None, file)``, ``file`` the config.json as error lines name it
+    (:func:`_file_label`). Exits 2 with a one-line reason on any failure.
     Paths are ``os.path`` strings, not ``pathlib`` (whose import every ``kvpilot kv`` would pay: docs/performance.md,
     "CLI start-up").
     """
     path = os.path.expanduser(source)
     if os.path.isdir(path):
-        if not os.path.isfile(os.path.join(path, "config.json")):
+        file = os.path.join(path, "config.json")
+        if not os.path.isfile(file):
             fail(f"{what}: folder {path} holds no config.json")
-        return _read_config(os.path.join(path, "config.json"), what), path
+        return _read_config(file, what), path, _file_label(file, what)
     if os.path.isfile(path):
-        return _read_config(path, what), os.path.dirname(path) or "."
+        return _read_config(path, what), os.path.dirname(path) or ".", _file_label(path, what)
     if not _HUB_ID.match(source) or source.endswith(".json"):
         fail(f"{what}: no such file or folder: {source}")
     from kvpilot.kv.hub import HubUnavailableError, fetch_file
@@ -99,7 +107,18 @@ def load_config(source: str, what: str = "CONFIG") -> tuple[dict[str, Any], str 
             f"({exc}); download https://huggingface.co/{source}/resolve/main/config.json "
             "and pass the file (or its folder)"
         )
-    return _read_config(os.fspath(downloaded), what), None
+    file = os.fspath(downloaded)
+    return _read_config(file, what), None, _file_label(file, what)
+
+
+def spec_of(config: dict[str, Any], file: str) -> KVSpec:
+    """:func:`kvpilot.kv.kv_spec_from_config` of the config.json ``file`` (as :func:`load_config` names it);
+    exits 2 naming the file and the field it cannot read.
+    """
+    try:
+        return kv_spec_from_config(config)
+    except KVConfigError as exc:
+        fail_input(exc, file)
 
 
 def speculative_draft(
@@ -115,17 +134,17 @@ def speculative_draft(
     try:
         doc = load_json(raw)
     except DocumentError as exc:
-        fail(f"--speculative-config: {exc}")
+        fail_input(exc, "--speculative-config")
     try:
         settings = parse_speculative_config(doc)
         draft, draft_config = None, None
         if settings.needs_draft_config and settings.model is not None:
             refuse_draft_with_pipeline_parallel(pipeline_parallel_size)
-            draft_config, _ = load_config(settings.model, "--speculative-config model")
-            draft = kv_spec_from_config(draft_config)
+            draft_config, _, draft_file = load_config(settings.model, "--speculative-config model")
+            draft = spec_of(draft_config, draft_file)
         return draft_layers(settings, target, target_config, draft, draft_config), settings.draft_tensor_parallel_size
     except KVConfigError as exc:
-        fail(str(exc))
+        fail_input(exc)
 
 
 def _gib(value: int | float | None) -> str:
@@ -150,7 +169,7 @@ def _startup_rows(check: StartupMemoryCheck) -> list[tuple[str, str]]:
     ]
 
 
-def render_text(
+def render_text(  # noqa: C901
     cap: KVCapacity, source: str, check: StartupMemoryCheck | None = None, seqs: dict[str, Any] | None = None
 ) -> None:
     """Print the capacity (and the startup free-memory check, and ``--max-num-seqs``' pool share, when
@@ -460,8 +479,8 @@ def command(
         try:
             check = startup_memory_check(gpu_memory, free_gpu_memory, gpu_memory_utilization)
         except KVConfigError as exc:
-            fail(str(exc))
-    cfg, folder = load_config(config)
+            fail_input(exc)
+    cfg, folder, config_file = load_config(config)
     weights_source = "--weights-memory" if weights_memory is not None else None
     if weights_memory is None and gpu_memory is not None and kv_memory is None:
         from kvpilot.kv.hub import hub_weights_bytes  # here: a local config.json needs no Hub client
@@ -477,10 +496,7 @@ def command(
             weights_source = f"{where} ÷ TP"
     # The startup check needs only the totals; KV tokens from --gpu-memory need the weights too.
     kv_gpu_memory = None if check is not None and kv_memory is None and weights_memory is None else gpu_memory
-    try:
-        spec = kv_spec_from_config(cfg)
-    except KVConfigError as exc:
-        fail(str(exc))
+    spec = spec_of(cfg, config_file)
     draft, draft_tp = (
         (None, None)
         if speculative_config is None
@@ -505,8 +521,8 @@ def command(
             draft_tensor_parallel_size=draft_tp,
         )
         seqs = None if max_num_seqs is None else seqs_pool_share(cap, max_num_seqs)
-    except KVConfigError as exc:
-        fail(str(exc))
+    except KVConfigError as exc:  # an option, or the options against the config (named by the field)
+        fail_input(exc)
     if output == "json":
         doc = cap.to_json()
         doc["startup_memory_check"] = None if check is None else check.to_json()

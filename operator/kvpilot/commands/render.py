@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from kvpilot.commands._common import fail, read_input
+from kvpilot.commands._common import fail, fail_input, read_input
 
 _EPILOG = """\b
 Examples:
@@ -33,7 +33,7 @@ def _documents(path: str, text: str) -> list[object]:
     try:
         docs = load_yaml_documents(text)  # bounded: depth, integer digits, alias expansion
     except DocumentError as exc:
-        fail(f"{path}: {exc}")
+        fail_input(exc, path)
     if not docs:
         fail(f"{path}: no VLLMServer in the file (it is empty)")
     return docs
@@ -64,7 +64,7 @@ def command(file: str, output: str, namespace: str | None) -> None:
             name, meta_namespace, spec = parse_resource(doc)
             items += render_objects(name, namespace or meta_namespace or "default", spec)
         except SpecError as exc:
-            fail(f"{where}: {exc}")
+            fail_input(exc, where)
     result = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
     if output == "json":
         click.echo(json.dumps(result, indent=2))

@@ -57,7 +57,7 @@ def last_lines(text: str | None, count: int = TERMINATION_LINES) -> str:
     return " | ".join(lines[-count:])
 
 
-def pod_report(pod: dict[str, Any], ttl_seconds: int | None = None, failure_log: str | None = None) -> PodReport:
+def pod_report(pod: dict[str, Any], ttl_seconds: int | None = None, failure_log: str | None = None) -> PodReport:  # noqa: C901
     """Map a Pod to the VLLMServer phase (docs/operator.md, "Phases": Pending | Loading | Ready | Failed | Expired).
 
     - ``Failed`` with reason ``DeadlineExceeded`` → Expired (the TTL ended it);
@@ -153,7 +153,7 @@ def endpoint(service: str, namespace: str) -> str:
     return f"http://{service}.{namespace}.svc:{VLLM_PORT}"
 
 
-def server_status(
+def server_status(  # noqa: C901
     server: dict[str, Any],
     pod: dict[str, Any] | None,
     *,

@@ -264,7 +264,8 @@ class BlockPool:
                 if e is None:
                     return hit if hit.num_blocks else NO_HIT
                 h0 = e.h0
-                assert h0 is not None  # index entries are hashed
+                if h0 is None:
+                    raise _unhashed_in_index()
                 j = (h - h0) // bs
                 m = min(len(e.ids) - j, c)
                 hit.pieces.append((e, j, m))
@@ -479,7 +480,8 @@ class BlockPool:
         """Blocks ``j..k-1`` of hashed extent ``e`` leave the pool's index (``e`` keeps blocks ``0..j-1``)."""
         self.num_evictions += k - j
         fl = e.fl
-        assert fl is not None and e.h0 is not None
+        if fl is None or e.h0 is None:
+            raise _unhashed_in_index()
         if whole:
             if len(fl) == 1:
                 del self._fam[e.h0 >> FAMILY_SHIFT]
@@ -491,17 +493,14 @@ class BlockPool:
             return
         bs = self.block_size
         for h in range(e.h0 + j * bs, e.h0 + k * bs, bs):  # a primary with duplicates: promote the earliest
-            best = None
-            for x in fl:
-                if x.dup and x.h0 is not None and _covers(x, h, bs) and (best is None or x.seq < best.seq):
-                    best = x
-            if best is not None:
-                assert best.h0 is not None
-                self._split(best, (h - best.h0) // bs, 1).dup = False
+            found = _earliest_duplicate(fl, h, bs)
+            if found is not None:
+                self._split(*found, 1).dup = False
 
     def _register(self, e: _Ext, dup: bool = False) -> None:
         """Enter hashed extent ``e`` in the index (registration order ``seq``)."""
-        assert e.h0 is not None
+        if e.h0 is None:
+            raise _unhashed_in_index()
         self._seq += 1
         e.seq = self._seq
         e.dup = dup
@@ -581,11 +580,27 @@ class BlockPool:
         e.prev = e.next = e
 
 
+def _unhashed_in_index() -> RuntimeError:
+    """The error for an extent without a hash where only hashed ones belong (the hash index): a broken invariant."""
+    return RuntimeError("block pool: an extent without a hash in the hash index")
+
+
 def _covers(e: _Ext, h: BlockHash, bs: int) -> bool:
     h0 = e.h0
-    assert h0 is not None  # index entries are hashed
+    if h0 is None:
+        raise _unhashed_in_index()
     d = h - h0
     return 0 <= d < len(e.ids) * bs and d % bs == 0
+
+
+def _earliest_duplicate(fl: list[_Ext], h: BlockHash, bs: int) -> tuple[_Ext, int] | None:
+    """The earliest-registered duplicate extent of ``fl`` holding hash ``h`` and that block's index in it."""
+    best, at = None, 0
+    for x in fl:
+        h0 = x.h0
+        if x.dup and h0 is not None and _covers(x, h, bs) and (best is None or x.seq < best.seq):
+            best, at = x, (h - h0) // bs
+    return None if best is None else (best, at)
 
 
 def _primary_at(fl: list[_Ext] | None, h: BlockHash, bs: int) -> _Ext | None:
@@ -602,7 +617,8 @@ def _overlaps(fl: list[_Ext], h: BlockHash, c: int, bs: int) -> bool:
     last = h + (c - 1) * bs
     for e in fl:
         h0 = e.h0
-        assert h0 is not None
+        if h0 is None:
+            raise _unhashed_in_index()
         end = h0 + (len(e.ids) - 1) * bs
         if h0 <= last and h <= end and (h - h0) % bs == 0:
             return True

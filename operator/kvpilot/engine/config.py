@@ -27,8 +27,15 @@ from kvpilot.kv.capacity import (
 )
 from kvpilot.kv.size import footprint
 from kvpilot.kv.spec import KVConfigError
+from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import gib
-from kvpilot.vllm.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, NULL_BLOCKS, resolve_batch_limits
+from kvpilot.vllm.defaults import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    NULL_BLOCKS,
+    BatchLimits,
+    resolve_batch_limits,
+)
 
 #: kvpilot.kv's option names -> the engine field each comes from (its errors name the engine's field).
 _KV_OPTION_FIELDS = {
@@ -41,9 +48,9 @@ _KV_OPTION_FIELDS = {
 }
 
 
-def _engine_error(exc: KVConfigError) -> ValueError:
-    """A :class:`KVConfigError` of :mod:`kvpilot.kv` as the engine's ``"<field>: <reason>"`` ValueError."""
-    return ValueError(f"{_KV_OPTION_FIELDS.get(exc.field, exc.field)}: {exc.message}")
+def _engine_error(exc: KVConfigError) -> InvalidValueError:
+    """A :class:`KVConfigError` of :mod:`kvpilot.kv` naming the engine's field instead of ``kvpilot kv``'s option."""
+    return InvalidValueError(_KV_OPTION_FIELDS.get(exc.field, exc.field), exc.message)
 
 
 @dataclass
@@ -100,7 +107,7 @@ class EngineConfig:
         """Build from a dict (YAML/CLI overrides); dashes in keys are accepted as underscores.
 
         Raises:
-            ValueError: ``"<field>: unknown field"`` or a type error naming the field.
+            InvalidValueError: ``"<field>: unknown field"`` or a type error naming the field.
         """
         return cls().replace(data or {})
 
@@ -111,7 +118,7 @@ class EngineConfig:
         for key, value in overrides.items():
             name = str(key).replace("-", "_")
             if name not in known:
-                raise ValueError(f"{key}: unknown engine field (known: {', '.join(sorted(known))})")
+                raise InvalidValueError(key, f"unknown engine field (known: {', '.join(sorted(known))})")
             clean[name] = _coerce(name, value, known[name].type)
         return dataclasses.replace(self, **clean)
 
@@ -121,21 +128,33 @@ class EngineConfig:
         resolved copy.
 
         Raises:
-            ValueError: unknown GPU profile.
+            InvalidValueError: unknown GPU profile.
         """
         if self.max_num_seqs is not None and self.max_num_batched_tokens is not None:
             return self
+        limits = self.batch_limits()
+        return dataclasses.replace(
+            self, max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens
+        )
+
+    def batch_limits(self) -> BatchLimits:
+        """``max_num_seqs`` and ``max_num_batched_tokens`` as the engine runs with them: as given, or as vLLM sets
+        them for this GPU and ``max_model_len`` when left ``None``
+        (:func:`kvpilot.vllm.defaults.resolve_batch_limits`).
+
+        Raises:
+            ValueError: a limit is left to vLLM and the GPU profile is unknown.
+        """
+        if self.max_num_seqs is not None and self.max_num_batched_tokens is not None:
+            return BatchLimits(self.max_num_seqs, self.max_num_batched_tokens)
         gpu = gpu_profile(self.gpu)
-        limits = resolve_batch_limits(
+        return resolve_batch_limits(
             gpu.memory_bytes,
             gpu.name,
             max_model_len=int(self.max_model_len),
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
             enable_chunked_prefill=bool(self.enable_chunked_prefill),
-        )
-        return dataclasses.replace(
-            self, max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,7 +166,7 @@ class EngineConfig:
         """KV bytes per token per GPU (see the class docstring).
 
         Raises:
-            ValueError: ``"<field>: <reason>"`` for a KV dtype vLLM does not know or a tensor-parallel size vLLM
+            InvalidValueError: ``"<field>: <reason>"`` for a KV dtype vLLM does not know or a tensor-parallel size vLLM
                 refuses for the model (one that does not divide its attention heads, or that neither divides
                 nor is a multiple of its KV heads).
         """
@@ -169,7 +188,7 @@ class EngineConfig:
         """Total physical blocks including the null block (see the class docstring).
 
         Raises:
-            ValueError: no memory left for the KV cache (vLLM: "No available memory for the cache
+            InvalidValueError: no memory left for the KV cache (vLLM: "No available memory for the cache
                 blocks").
         """
         if self.num_gpu_blocks is not None or self.kv_cache_tokens is not None:
@@ -177,9 +196,10 @@ class EngineConfig:
             value = int(getattr(self, given))
             blocks = value if given == "num_gpu_blocks" else value // self.block_size
             if blocks < NULL_BLOCKS + 1:  # block 0 is the null block (docs/background.md §4)
-                raise ValueError(
-                    f"{given}: {value} gives {blocks} block(s) of {self.block_size} tokens; "
-                    "at least 2 are needed (the null block and one usable block)"
+                raise InvalidValueError(
+                    given,
+                    f"{value} gives {blocks} block(s) of {self.block_size} tokens; "
+                    "at least 2 are needed (the null block and one usable block)",
                 )
             return blocks
         gpu = gpu_profile(self.gpu)
@@ -193,13 +213,14 @@ class EngineConfig:
             )
         except KVConfigError as exc:
             raise _engine_error(exc) from None
-        assert budget is not None  # the GPU's memory is given, so the budget is derived
+        if budget is None:  # kv_memory_budget derives one whenever the GPU's memory is given
+            raise ValueError(f"gpu: {self.gpu!r} has no memory size to derive the KV cache from")
         blocks = pool_blocks(budget.kv_memory_bytes, self.block_size, self.resolved_bytes_per_token())
         if blocks < NULL_BLOCKS + 1:
             left = requested_memory_bytes(gpu.memory_bytes, self.gpu_memory_utilization) - (budget.non_kv_bytes or 0)
-            raise ValueError(
-                "gpu_memory_utilization: no available memory for the cache blocks "
-                f"({gib(left)} left after weights and activations)"
+            raise InvalidValueError(
+                "gpu_memory_utilization",
+                f"no available memory for the cache blocks ({gib(left)} left after weights and activations)",
             )
         return blocks
 
@@ -211,7 +232,7 @@ class EngineConfig:
         """VLLM's own checks (vllm/config SchedulerConfig and the startup KV check).
 
         Raises:
-            ValueError: ``"<field>: <reason>"`` for non-positive sizes, ``max_num_batched_tokens <
+            InvalidValueError: ``"<field>: <reason>"`` for non-positive sizes, ``max_num_batched_tokens <
                 max_num_seqs``, ``max_num_batched_tokens < max_model_len`` without chunked prefill,
                 an offload chunk not a multiple of the block size, or one ``max_model_len`` request
                 not fitting the KV cache (vLLM refuses to start then, docs/background.md §2).
@@ -228,24 +249,25 @@ class EngineConfig:
             "tensor_parallel_size",
         ):
             if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+                raise InvalidValueError(name, f"must be >= 1, got {getattr(self, name)}")
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(f"gpu_memory_utilization: must be in (0, 1], got {self.gpu_memory_utilization}")
+            raise InvalidValueError("gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.kv_offload_cpu_bytes < 0:
-            raise ValueError("kv_offload_cpu_bytes: must be >= 0")
+            raise InvalidValueError("kv_offload_cpu_bytes", "must be >= 0")
         if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
-                f"max_num_batched_tokens: {self.max_num_batched_tokens} must be >= max_num_seqs ({self.max_num_seqs})"
+            raise InvalidValueError(
+                "max_num_batched_tokens", f"{self.max_num_batched_tokens} must be >= max_num_seqs ({self.max_num_seqs})"
             )
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            raise ValueError(
-                f"max_num_batched_tokens: {self.max_num_batched_tokens} is smaller "
-                f"than max_model_len ({self.max_model_len}) and chunked prefill is off"
+            raise InvalidValueError(
+                "max_num_batched_tokens",
+                f"{self.max_num_batched_tokens} is smaller "
+                f"than max_model_len ({self.max_model_len}) and chunked prefill is off",
             )
         if self.offload_chunk_tokens % self.block_size:
-            raise ValueError(
-                f"offload_chunk_tokens: {self.offload_chunk_tokens} must be a "
-                f"multiple of block_size ({self.block_size})"
+            raise InvalidValueError(
+                "offload_chunk_tokens",
+                f"{self.offload_chunk_tokens} must be a multiple of block_size ({self.block_size})",
             )
         gpu_profile(self.gpu)
         model_profile(self.model)
@@ -253,15 +275,16 @@ class EngineConfig:
         need = blocks_per_request(self.max_model_len, self.block_size)
         usable = usable_blocks(blocks)
         if need > usable:  # vLLM plans the fit against the usable blocks (kvpilot.kv.capacity)
-            raise ValueError(
-                f"max_model_len: to serve at least one request with the model's max seq len "
+            raise InvalidValueError(
+                "max_model_len",
+                f"to serve at least one request with the model's max seq len "
                 f"({self.max_model_len}), {need} blocks are needed, which is larger than the "
                 f"available KV cache ({usable} usable blocks = {usable * self.block_size}"
-                f" tokens); the estimated maximum model length is {usable * self.block_size}"
+                f" tokens); the estimated maximum model length is {usable * self.block_size}",
             )
 
 
-def _coerce(name: str, value: Any, typ: Any) -> Any:
+def _coerce(name: str, value: Any, typ: Any) -> Any:  # noqa: C901
     text = str(typ)
     try:
         if value is None:
@@ -285,4 +308,4 @@ def _coerce(name: str, value: Any, typ: Any) -> Any:
             return float(value)
         return str(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name}: {value!r} is not a valid {text.split(' ')[0]}") from None
+        raise InvalidValueError(name, f"{value!r} is not a valid {text.split(' ')[0]}") from None

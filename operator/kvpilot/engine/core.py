@@ -51,6 +51,7 @@ from kvpilot.engine.hardware import CostModel, model_profile
 from kvpilot.engine.offload import CPUOffloadTier
 from kvpilot.engine.request import Request
 from kvpilot.gpus import gpu_profile
+from kvpilot.text.errors import InvalidValueError
 
 _NEVER = 1 << 62  # a token count no request reaches
 _INF = float("inf")
@@ -316,6 +317,7 @@ class Engine:
         config = (config or EngineConfig()).resolved()
         config.validate()
         self.config = config
+        self.limits = config.batch_limits()  # the resolved config's limits, as ints
         self.metrics = metrics
         self.keep_finished = keep_finished
         self.fast_forward = fast_forward
@@ -397,14 +399,14 @@ class Engine:
         Output is capped at ``max_model_len - prompt_len`` tokens (finished_reason "length").
 
         Raises:
-            ValueError: the prompt is not shorter than ``max_model_len`` (vLLM rejects it with
+            InvalidValueError: the prompt is not shorter than ``max_model_len`` (vLLM rejects it with
                 HTTP 400 before the engine sees it).
         """
         mml = self.config.max_model_len
         if request.prompt_len >= mml:
-            raise ValueError(
-                f"prompt_len: request {request.request_id!r} has {request.prompt_len}"
-                f" prompt tokens, max_model_len is {mml}"
+            raise InvalidValueError(
+                "prompt_len",
+                f"request {request.request_id!r} has {request.prompt_len} prompt tokens, max_model_len is {mml}",
             )
         if request.prompt_len + request.output_len > mml:
             request.max_output = mml - request.prompt_len
@@ -424,8 +426,7 @@ class Engine:
         Returns:
             :class:`StepOutput`; with nothing to run ``duration`` is 0 and ``now`` unchanged.
         """
-        budget = self.config.max_num_batched_tokens
-        assert budget is not None  # __init__ runs on config.resolved()
+        budget = self.limits.max_num_batched_tokens
         start = self.now
         self.decoding_only = False
         scheduled: list[Request] = []
@@ -461,7 +462,7 @@ class Engine:
         offload = self.offload
         if offload is not None:
             dt += (0 if adm is None else adm.load_tokens) * offload.load_time_per_token
-            dt += self._store_chunks(scheduled) * offload.store_time_per_token
+            dt += self._store_chunks(offload, scheduled) * offload.store_time_per_token
         now = start + dt
         self.now = now
         self.busy_time += dt
@@ -550,10 +551,8 @@ class Engine:
                 return True
         return False
 
-    def _store_chunks(self, scheduled: list[Request]) -> int:
+    def _store_chunks(self, offload: CPUOffloadTier, scheduled: list[Request]) -> int:
         """Store the full prompt chunks this step completes in the CPU tier; return the tokens newly stored."""
-        offload = self.offload
-        assert offload is not None
         bs = self.block_size
         ct = offload.chunk_tokens
         per = ct // bs
@@ -583,8 +582,7 @@ class Engine:
             :class:`Admission`: the budget left and the admitted requests' cost-model and metric inputs.
         """
         adm = Admission(budget)
-        max_seqs = self.config.max_num_seqs
-        assert max_seqs is not None  # a resolved config
+        max_seqs = self.limits.max_num_seqs
         running = self.running
         waiting = self.waiting
         while waiting and adm.budget > 0 and len(running) < max_seqs and self._admit_head(adm, start):
@@ -609,7 +607,8 @@ class Engine:
         hit = self._prefix_hit(req) if caching else NO_HIT
         hit_blocks = hit.num_blocks
         gpu_hit = hit_blocks * bs
-        ext = 0 if self.offload is None else self._offload_hit(req, gpu_hit)
+        offload = self.offload
+        ext = 0 if offload is None else self._offload_hit(offload, req, gpu_hit)
         computed = gpu_hit + ext
         n = total - computed
         if n > adm.budget:
@@ -669,10 +668,8 @@ class Engine:
             adm.external_queries += req.total
             adm.external_hits += ext
 
-    def _offload_hit(self, req: Request, gpu_hit: int) -> int:
+    def _offload_hit(self, offload: CPUOffloadTier, req: Request, gpu_hit: int) -> int:
         """Tokens the CPU tier holds beyond the GPU hit (``get_num_new_matched_tokens``), whole chunks."""
-        offload = self.offload
-        assert offload is not None
         bs = self.block_size
         ct = offload.chunk_tokens
         per = ct // bs

@@ -46,6 +46,7 @@ from prometheus_client.metrics_core import Metric
 from kvpilot.kv.capacity import kv_cache_capacity
 from kvpilot.metrics import catalog
 from kvpilot.metrics.catalog import DEFAULT_VLLM_VERSION, names_for_version, version_tuple
+from kvpilot.text.errors import InvalidValueError
 from kvpilot.vllm.defaults import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
 
 __all__ = ["VLLMMetrics", "DEFAULT_VLLM_VERSION", "request_token_buckets"]
@@ -168,10 +169,10 @@ def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
     """1, 2, 5, 10, 20, 50, ... up to ``max_model_len`` (vLLM ``build_1_2_5_buckets``, v1/metrics/loggers.py).
 
     Raises:
-        ValueError: ``max_model_len`` < 1.
+        InvalidValueError: ``max_model_len`` < 1.
     """
     if max_model_len < 1:
-        raise ValueError(f"max_model_len: must be >= 1, got {max_model_len}")
+        raise InvalidValueError("max_model_len", f"must be >= 1, got {max_model_len}")
     out: list[float] = []
     exponent = 0
     while True:
@@ -219,7 +220,7 @@ class VLLMMetrics:
             founding experiment's ``--max-model-len``, docs/background.md §7).
 
     Raises:
-        ValueError: unparsable ``vllm_version`` or ``block_size``.
+        InvalidValueError: unparsable ``vllm_version`` or ``block_size``.
     """
 
     def __init__(
@@ -234,7 +235,7 @@ class VLLMMetrics:
     ):
         v = version_tuple(vllm_version)
         if len(v) < 2:
-            raise ValueError(f"vllm_version: {vllm_version!r} is not a version such as 0.10.1")
+            raise InvalidValueError("vllm_version", f"{vllm_version!r} is not a version such as 0.10.1")
         self.vllm_version = vllm_version
         self.version = v
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -247,9 +248,11 @@ class VLLMMetrics:
         try:
             self.block_size = int(cache_config.get("block_size", str(DEFAULT_BLOCK_SIZE)))
         except ValueError:
-            raise ValueError(f"cache_config.block_size: {cache_config['block_size']!r} is not an integer") from None
+            raise InvalidValueError(
+                "cache_config.block_size", f"{cache_config['block_size']!r} is not an integer"
+            ) from None
         if self.block_size < 1:
-            raise ValueError(f"cache_config.block_size: must be >= 1, got {self.block_size}")
+            raise InvalidValueError("cache_config.block_size", f"must be >= 1, got {self.block_size}")
         self._labelnames = ("model_name", "engine") if self.has_engine_label else ("model_name",)
         self._labelvalues = (model_name, self.engine) if self.has_engine_label else (model_name,)
         self._pending_lock = threading.Lock()
@@ -276,7 +279,7 @@ class VLLMMetrics:
             text += f" DEPRECATED: Use {canonical} instead."
         return text
 
-    def _build(self, max_model_len: int) -> None:
+    def _build(self, max_model_len: int) -> None:  # noqa: C901
         token_buckets = request_token_buckets(max_model_len)
         for spec in catalog.CATALOG:
             if spec.type == "info":
@@ -418,7 +421,7 @@ class VLLMMetrics:
             self._set("vllm:num_requests_waiting_by_reason", waiting_deferred, "deferred")
             self._set("vllm:kv_cache_usage_perc", kv_cache_usage)
 
-    def record_step(
+    def record_step(  # noqa: C901
         self,
         *,
         num_tokens: int,

@@ -141,14 +141,13 @@ class _Stretch:
         emit: Callable[[StepOutput], None],
     ) -> None:
         cfg = engine.config
-        assert cfg.max_num_batched_tokens is not None and cfg.max_num_seqs is not None  # a resolved config
         self.engine = engine
         self.workload = workload
         self.emit = emit
         self.stop_at = _INF if until is None else until
         self.max_steps = max_steps
-        self.budget = cfg.max_num_batched_tokens
-        self.max_seqs = cfg.max_num_seqs
+        self.budget = engine.limits.max_num_batched_tokens
+        self.max_seqs = engine.limits.max_num_seqs
         self.bs = engine.block_size
         self.caching = cfg.enable_prefix_caching
         self.no_admission = engine.offload is not None  # the CPU tier's loads and stores are left to Engine.step

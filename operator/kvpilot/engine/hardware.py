@@ -32,6 +32,7 @@ from kvpilot.gpus import GPUProfile
 from kvpilot.kv.capacity import REFERENCE_WEIGHTS_BYTES
 from kvpilot.kv.size import footprint
 from kvpilot.kv.spec import FULL, KVSpec
+from kvpilot.text.errors import InvalidValueError
 
 #: Fraction of the datasheet bandwidth a decode step reaches (docs/background.md §1: 632 of 896 GB/s).
 BANDWIDTH_EFFICIENCY = 0.70
@@ -135,7 +136,7 @@ def model_profile(name: str) -> ModelProfile:
     try:
         return MODEL_PROFILES[name]
     except KeyError:
-        raise ValueError(f"model: unknown profile {name!r}; known: {', '.join(MODEL_PROFILES)}") from None
+        raise InvalidValueError("model", f"unknown profile {name!r}; known: {', '.join(MODEL_PROFILES)}") from None
 
 
 class CostModel:

@@ -62,7 +62,8 @@ class Quantiles:
         """
         n = self.count
         value = self._sketch.get_quantile_value(1.0 if i >= n - 1 else (i + 0.5) / (n - 1))
-        assert value is not None  # 0 <= i < n
+        if value is None:  # DDSketch answers None only when empty
+            raise IndexError(f"order statistic {i} of {n} values")
         return float(value)
 
     def percentile(self, q: float) -> float | None:
@@ -125,7 +126,7 @@ class ReportStats:
         self.itl = Quantiles()
         self.tags: dict[str, TagStats] = {}
 
-    def observe(self, engine: Engine, out: StepOutput | None) -> None:
+    def observe(self, _engine: Engine, out: StepOutput | None) -> None:
         """``on_step``: fold one step (or one fast-forwarded stretch of ``out.num_steps`` steps) in."""
         if out is None:
             return

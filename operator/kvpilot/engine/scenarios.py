@@ -28,6 +28,7 @@ from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.core import Engine, MetricsSink, StepOutput
 from kvpilot.engine.report_stats import ReportStats
 from kvpilot.engine.workloads import from_dict as workload_from_dict
+from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import GIB
 from kvpilot.vllm.args import from_vllm_args
 
@@ -206,20 +207,20 @@ def scenario_from_dict(spec: dict[str, Any], base: Scenario | None = None) -> Sc
     ``workload`` without ``type`` (or with the same type) is merged over its workload.
 
     Raises:
-        ValueError: unknown keys, or flags/workload that are not mappings.
+        InvalidValueError: unknown keys, or flags/workload that are not mappings.
     """
     unknown = set(spec) - _SCENARIO_KEYS
     if unknown:
-        raise ValueError(
-            f"scenario: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(_SCENARIO_KEYS))})"
+        raise InvalidValueError(
+            "scenario", f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(_SCENARIO_KEYS))})"
         )
     base = base or Scenario("custom", "custom scenario", {}, {"type": "idle"}, 300.0)
     flags = spec.get("flags") or {}
     wl = spec.get("workload")
     if not isinstance(flags, dict):
-        raise ValueError("scenario.flags: must be a mapping of engine fields")
+        raise InvalidValueError("scenario.flags", "must be a mapping of engine fields")
     if wl is not None and not isinstance(wl, dict):
-        raise ValueError("scenario.workload: must be a mapping")
+        raise InvalidValueError("scenario.workload", "must be a mapping")
     merged_flags = {**base.flags, **flags}
     workload = copy.deepcopy(base.workload)
     if wl:
@@ -242,7 +243,7 @@ def get_scenario(name: str) -> Scenario:
     try:
         return SCENARIOS[name]
     except KeyError:
-        raise ValueError(f"scenario: unknown {name!r}; known: {', '.join(SCENARIOS)}") from None
+        raise InvalidValueError("scenario", f"unknown {name!r}; known: {', '.join(SCENARIOS)}") from None
 
 
 #: CLI workload knobs -> keys of the Poisson workload spec.
@@ -271,7 +272,7 @@ def resolve(name: str | Scenario, overrides: dict[str, Any] | None = None) -> Sc
     ``None`` values are ignored.
 
     Raises:
-        ValueError: unknown scenario or key (see :func:`scenario_from_dict`).
+        InvalidValueError: unknown scenario or key (see :func:`scenario_from_dict`).
     """
     sc = name if isinstance(name, Scenario) else get_scenario(name)
     if not overrides:
@@ -290,9 +291,10 @@ def resolve(name: str | Scenario, overrides: dict[str, Any] | None = None) -> Sc
         wl = dict(spec.get("workload") or sc.workload)
         if wl.get("type") != "poisson":
             if "rate" not in knobs:
-                raise ValueError(
-                    f"arrival_rate: scenario {sc.name!r} has a {wl.get('type')} "
-                    "workload; give --arrival-rate to replace it with Poisson arrivals"
+                raise InvalidValueError(
+                    "arrival_rate",
+                    f"scenario {sc.name!r} has a {wl.get('type')} "
+                    "workload; give --arrival-rate to replace it with Poisson arrivals",
                 )
             wl = {"type": "poisson", "duration": sc.duration or 300.0}
         wl.update(knobs)
@@ -315,7 +317,7 @@ def build(
     ``metrics``, ``keep_finished``, ``track_itls``, ``fast_forward``: as :class:`Engine` takes them.
 
     Raises:
-        ValueError: unknown scenario, unknown/invalid flag (message starts with the field name),
+        InvalidValueError: unknown scenario, unknown/invalid flag (message starts with the field name),
             bad workload.
     """
     sc = resolve(name, overrides)
@@ -356,9 +358,7 @@ def run_scenario(
     """
     sc = resolve(name, overrides)
     engine, workload = build(sc, metrics=metrics, keep_finished=False, track_itls=True, fast_forward=fast_forward)
-    budget = engine.config.max_num_batched_tokens
-    assert budget is not None  # the engine runs on EngineConfig.resolved(): both batch limits are set
-    stats = ReportStats(budget)
+    stats = ReportStats(engine.limits.max_num_batched_tokens)
 
     def observe(eng: Engine, out: StepOutput | None) -> None:
         stats.observe(eng, out)

@@ -21,6 +21,7 @@ from typing import Any
 
 from kvpilot.engine.request import Request
 from kvpilot.text.documents import DocumentError, load_json
+from kvpilot.text.errors import InvalidValueError
 
 
 class OpenLoop:
@@ -61,7 +62,7 @@ class ArrivalStream:
     (``kvpilot simulate``'s report mode and ``--serve``/``--record`` use it for Poisson workloads).
 
     Raises:
-        ValueError: the iterator goes back in time (``arrival_time`` below the previous one).
+        InvalidValueError: the iterator goes back in time (``arrival_time`` below the previous one).
     """
 
     def __init__(self, requests: Iterable[Request]) -> None:
@@ -80,7 +81,9 @@ class ArrivalStream:
             out.append(head)
             nxt = next(self._it, None)
             if nxt is not None and nxt.arrival_time < head.arrival_time:
-                raise ValueError(f"arrival_time: request {nxt.request_id!r} arrives before {head.request_id!r}")
+                raise InvalidValueError(
+                    "arrival_time", f"request {nxt.request_id!r} arrives before {head.request_id!r}"
+                )
             head = nxt
         self._head = head
         return out
@@ -101,16 +104,16 @@ class ClosedLoop:
     ``think_time`` (s).
 
     Raises:
-        ValueError: ``concurrency < 1`` or ``think_time < 0``.
+        InvalidValueError: ``concurrency < 1`` or ``think_time < 0``.
     """
 
     def __init__(
         self, requests: Sequence[Request], concurrency: int = 1, think_time: float = 0.0, start: float = 0.0
     ) -> None:
         if concurrency < 1:
-            raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
+            raise InvalidValueError("concurrency", f"must be >= 1, got {concurrency}")
         if think_time < 0:
-            raise ValueError(f"think_time: must be >= 0, got {think_time}")
+            raise InvalidValueError("think_time", f"must be >= 0, got {think_time}")
         self.requests = list(requests)
         self.think_time = think_time
         self._next = 0
@@ -136,8 +139,8 @@ class ClosedLoop:
             self._next += 1
         return out
 
-    def on_finish(self, request: Request, now: float) -> None:
-        """The client of ``request`` sends its next one ``think_time`` later."""
+    def on_finish(self, _request: Request, now: float) -> None:
+        """The client of the finished request sends its next one ``think_time`` later."""
         if self._next + len(self._ready) < len(self.requests):
             t = now + self.think_time
             self.requests[self._next + len(self._ready)].arrival_time = t
@@ -155,7 +158,7 @@ def as_workload(source: Any) -> Any:
     return OpenLoop(source)
 
 
-def sample_length(spec: int | dict[str, Any], rng: random.Random, field: str = "length") -> int:
+def sample_length(spec: int | dict[str, Any], rng: random.Random, field: str = "length") -> int:  # noqa: C901
     """Draw a token count >= 1.
 
     ``spec``: an int (fixed), or a dict ``{"dist": "fixed", "value": n}``, ``{"dist": "uniform",
@@ -165,12 +168,12 @@ def sample_length(spec: int | dict[str, Any], rng: random.Random, field: str = "
     lognormal and exponential draws.
 
     Raises:
-        ValueError: naming ``field`` for an unknown distribution or missing parameter.
+        InvalidValueError: naming ``field`` for an unknown distribution or missing parameter.
     """
     if isinstance(spec, (int, float)) and not isinstance(spec, bool):
         return max(1, int(spec))
     if not isinstance(spec, dict):
-        raise ValueError(f"{field}: {spec!r} is neither a number nor a distribution")
+        raise InvalidValueError(field, f"{spec!r} is neither a number nor a distribution")
     kind = spec.get("dist", "fixed")
     try:
         if kind == "fixed":
@@ -184,9 +187,11 @@ def sample_length(spec: int | dict[str, Any], rng: random.Random, field: str = "
         elif kind == "exponential":
             v = rng.expovariate(1.0 / float(spec["mean"]))
         else:
-            raise ValueError(f"{field}: unknown distribution {kind!r} (fixed, uniform, normal, lognormal, exponential)")
+            raise InvalidValueError(
+                field, f"unknown distribution {kind!r} (fixed, uniform, normal, lognormal, exponential)"
+            )
     except KeyError as exc:
-        raise ValueError(f"{field}: distribution {kind!r} needs {exc.args[0]!r}") from None
+        raise InvalidValueError(field, f"distribution {kind!r} needs {exc.args[0]!r}") from None
     if "min" in spec:
         v = max(v, float(spec["min"]))
     if "max" in spec:
@@ -218,13 +223,13 @@ def poisson(
     ``prefix_len + 1`` tokens).
 
     Raises:
-        ValueError: ``rate <= 0``, neither ``duration`` nor ``num_requests`` (unbounded), or bad
+        InvalidValueError: ``rate <= 0``, neither ``duration`` nor ``num_requests`` (unbounded), or bad
             length specs.
     """
     if rate <= 0:
-        raise ValueError(f"rate: must be > 0 requests/s, got {rate}")
+        raise InvalidValueError("rate", f"must be > 0 requests/s, got {rate}")
     if duration is None and num_requests is None:
-        raise ValueError("duration: a Poisson workload needs duration or num_requests (bounded)")
+        raise InvalidValueError("duration", "a Poisson workload needs duration or num_requests (bounded)")
     reqs = _poisson_requests(
         rate, duration, num_requests, prompt_len, output_len, seed, prefix_groups, prefix_len, start, id_prefix
     )
@@ -313,7 +318,7 @@ def load_trace(lines: Iterable[str]) -> OpenLoop:
     ``cache_salt``, ``lora_id``, ``tag``. Unknown fields are ignored.
 
     Raises:
-        ValueError: ``"trace line N: <field>: <reason>"``.
+        InvalidValueError: ``"trace line N: <field>: <reason>"``.
     """
     return OpenLoop(
         _trace_request(obj, f"trace line {lineno}", f"trace-{lineno}") for lineno, obj in _trace_objects(lines)
@@ -325,7 +330,7 @@ def trace_requests(lines: Iterable[str]) -> list[dict[str, Any]]:
     validated as :func:`load_trace` validates them; ``request_id`` defaults to ``trace-<line>``.
 
     Raises:
-        ValueError: ``"trace line N: <field>: <reason>"``.
+        InvalidValueError: ``"trace line N: <field>: <reason>"``.
     """
     items = []
     for lineno, obj in _trace_objects(lines):
@@ -344,9 +349,10 @@ def _trace_objects(lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
         try:
             obj = load_json(text)  # bounded: nesting, integer digits, numbers a float holds
         except DocumentError as exc:
-            raise ValueError(f"trace line {lineno}: {exc}") from None
+            where = f"trace line {lineno}"
+            raise InvalidValueError(f"{where}: {exc.field}" if exc.field else where, exc.message) from None
         if not isinstance(obj, dict):
-            raise ValueError(f"trace line {lineno}: expected an object")
+            raise InvalidValueError(f"trace line {lineno}", "expected an object")
         out.append((lineno, obj))
     return out
 
@@ -358,9 +364,9 @@ def _trace_request(obj: dict[str, Any], where: str, default_id: str) -> Request:
                 try:
                     return cast(obj[n])
                 except (TypeError, ValueError):
-                    raise ValueError(f"{where}: {n}: {obj[n]!r} is not a number") from None
+                    raise InvalidValueError(f"{where}: {n}", f"{obj[n]!r} is not a number") from None
         if default is None:
-            raise ValueError(f"{where}: {names[0]}: required")
+            raise InvalidValueError(f"{where}: {names[0]}", "required")
         return default
 
     t = num("arrival_time", "timestamp", cast=float)
@@ -370,13 +376,13 @@ def _trace_request(obj: dict[str, Any], where: str, default_id: str) -> Request:
     group = obj.get("prefix_group")
     plen = num("prefix_len", default=0)
     if p < 1:
-        raise ValueError(f"{where}: prompt_tokens: must be >= 1")
+        raise InvalidValueError(f"{where}: prompt_tokens", "must be >= 1")
     if o < 1:
-        raise ValueError(f"{where}: output_len: must be >= 1")
+        raise InvalidValueError(f"{where}: output_len", "must be >= 1")
     segments = None
     if group is not None and plen > 0:
         if plen >= p:
-            raise ValueError(f"{where}: prefix_len: {plen} must be smaller than the prompt ({p})")
+            raise InvalidValueError(f"{where}: prefix_len", f"{plen} must be smaller than the prompt ({p})")
         segments = ((f"prefix-{group}", plen), (rid, p - plen))
     return Request(
         rid,
@@ -390,7 +396,7 @@ def _trace_request(obj: dict[str, Any], where: str, default_id: str) -> Request:
     )
 
 
-def from_dict(spec: dict[str, Any] | None) -> Any:
+def from_dict(spec: dict[str, Any] | None) -> Any:  # noqa: C901
     """A workload from a plain dict (YAML); ``type`` selects it.
 
 
@@ -403,7 +409,7 @@ def from_dict(spec: dict[str, Any] | None) -> Any:
     - ``idle``: no requests.
 
     Raises:
-        ValueError: ``"workload.<key>: <reason>"``.
+        InvalidValueError: ``"workload.<key>: <reason>"``.
     """
     spec = dict(spec or {"type": "idle"})
     kind = spec.pop("type", None)
@@ -419,9 +425,10 @@ def from_dict(spec: dict[str, Any] | None) -> Any:
             think = float(spec.pop("think_time", 0.0))
             n = spec.pop("num_requests", None)
             if n is None:
-                raise ValueError("workload.num_requests: required for closed_loop")
-            ol = poisson(1.0, num_requests=int(n), **spec)
-            assert isinstance(ol, OpenLoop)  # not lazy
+                raise InvalidValueError("workload.num_requests", "required for closed_loop")
+            ol = poisson(1.0, num_requests=int(n), **spec, lazy=False)
+            if not isinstance(ol, OpenLoop):  # lazy=False: the whole list
+                raise TypeError(f"poisson(lazy=False) returned {type(ol).__name__}, not OpenLoop")
             return ClosedLoop(ol.requests, concurrency=conc, think_time=think)
         if kind == "trace":
             for key in spec:
@@ -429,8 +436,8 @@ def from_dict(spec: dict[str, Any] | None) -> Any:
                     raise ValueError(f"workload.{key}: unknown for a trace (it takes 'requests', a list)")
             items = spec.get("requests")
             if not isinstance(items, list):
-                raise ValueError(f"workload.requests: a trace needs a list of requests, got {items!r}")
+                raise InvalidValueError("workload.requests", f"a trace needs a list of requests, got {items!r}")
             return OpenLoop(_trace_request(o, f"workload.requests[{i}]", f"trace-{i}") for i, o in enumerate(items))
     except TypeError as exc:
-        raise ValueError(f"workload: {exc}") from None
-    raise ValueError(f"workload.type: {kind!r} is not one of poisson, closed_loop, document_scan, trace, idle")
+        raise InvalidValueError("workload", str(exc)) from None
+    raise InvalidValueError("workload.type", f"{kind!r} is not one of poisson, closed_loop, document_scan, trace, idle")

@@ -380,7 +380,7 @@ def _max_len_that_fits(fp: KVFootprint, blocks: int, block_size: int, mnbt: int)
     return lo
 
 
-def capacity(
+def capacity(  # noqa: C901
     config: dict[str, Any] | KVSpec,
     *,
     kv_cache_dtype: str = "auto",

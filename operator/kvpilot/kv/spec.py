@@ -42,6 +42,7 @@ from kvpilot.kv.bounds import (
     MAX_TOKENS,
     MAX_WIDTH,
 )
+from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import count as fmt_count
 from kvpilot.text.numbers import significant
 from kvpilot.vllm.defaults import (
@@ -71,18 +72,14 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, int | None]] = {
 }
 
 
-class KVConfigError(ValueError):
-    """A config.json (or an option) that cannot give KV numbers.
+class KVConfigError(InvalidValueError):
+    """A config.json (or an option) that cannot give KV numbers (an :class:`~kvpilot.text.errors.InputError`
+    and a ``ValueError``).
 
     Attributes:
         field: the config field or option at fault (e.g. ``num_attention_heads``, ``--kv-cache-dtype``).
         message: one line saying what is wrong.
     """
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -273,7 +270,7 @@ def model_dtype(config: dict[str, Any]) -> str:
     return "bfloat16"
 
 
-def _layer_counts(
+def _layer_counts(  # noqa: C901
     cfg: dict[str, Any], prefix: str, n: int, max_pos: object = None
 ) -> tuple[tuple[tuple[str, int], ...], int | None, list[str]]:
     """Layers of each kind, the sliding window and notes, from explicit or implicit layer patterns
@@ -396,7 +393,7 @@ def _rope_parameters(cfg: dict[str, Any], prefix: str) -> tuple[list[dict[str, A
     return [], ""
 
 
-def context_length(config: dict[str, Any]) -> ContextLength | None:
+def context_length(config: dict[str, Any]) -> ContextLength | None:  # noqa: C901
     """The model's context as vLLM 0.29.0 derives ``max_model_len`` from ``config`` (tokens), or None when the
     config names none of :data:`~kvpilot.vllm.defaults.MAX_MODEL_LEN_KEYS`.
 

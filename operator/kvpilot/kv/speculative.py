@@ -101,7 +101,7 @@ def _whole(value: object, name: str) -> int | None:
     return value
 
 
-def parse_speculative_config(doc: object) -> SpeculativeSettings:
+def parse_speculative_config(doc: object) -> SpeculativeSettings:  # noqa: C901
     """``--speculative-config`` (a parsed JSON object) -> :class:`SpeculativeSettings`, method resolved by
     name as vLLM 0.29 does before it reads the draft (module docstring); a draft config may still turn
     ``draft_model`` into another method (:func:`resolve_method`).

@@ -152,10 +152,7 @@ def _parse_linewise(text: str, openmetrics: bool, default_timestamp: float | Non
         if not line or line.startswith("#"):
             continue
         try:
-            if openmetrics:
-                families = list(_om_families(line + "\n# EOF\n"))
-            else:
-                families = list(_text_families(line + "\n"))
+            families = list(_om_families(line + "\n# EOF\n")) if openmetrics else list(_text_families(line + "\n"))
         except ValueError as exc:  # prometheus_client raises ValueError (sometimes without a message)
             raise ExpositionError(line_no, f"unreadable sample line {line[:120]!r} ({exc or 'syntax'})") from None
         out.extend(_samples_from_families(families, openmetrics, set(), default_timestamp))

@@ -79,7 +79,7 @@ def _round_ts(timestamp: float) -> float:
     return round(float(timestamp), 3)
 
 
-def _buffer(snapshots: Iterable[Snapshot], include_created: bool) -> list[Metric]:
+def _buffer(snapshots: Iterable[Snapshot], include_created: bool) -> list[Metric]:  # noqa: C901
     """Regroup snapshots into one Metric per family, samples ordered series by series, then by time."""
     meta: dict[str, Metric] = {}
     # family name -> group key -> timestamp -> samples (insertion order kept at every level)
@@ -289,7 +289,7 @@ class RecordingReader:
                     self.lines, "data after '# EOF' (a recording ends there; two recordings concatenated?)"
                 )
 
-    def __iter__(self) -> Iterator[tuple[SeriesRef, float, float]]:
+    def __iter__(self) -> Iterator[tuple[SeriesRef, float, float]]:  # noqa: C901
         readline, limit = self._fp.readline, self._max
         saw_eof = False
         last = -math.inf
@@ -313,10 +313,7 @@ class RecordingReader:
             ref = self._cache.get(parts[0]) if len(parts) == 3 else None
             if ref is not None:
                 value, ts = _number(parts[1]), _real(parts[2])
-                if value is not None and ts is not None:
-                    found = [(ref, value, ts)]
-                else:
-                    found = self._parse(line, parts)
+                found = [(ref, value, ts)] if value is not None and ts is not None else self._parse(line, parts)
             else:
                 found = self._parse(line, parts)
             for ref, value, ts in found:

@@ -243,7 +243,7 @@ def pod_security_context(spec: VLLMServerSpec) -> dict[str, Any]:
     return context
 
 
-def container_security_context(spec: VLLMServerSpec) -> dict[str, Any]:
+def container_security_context() -> dict[str, Any]:
     """The vLLM container's ``securityContext`` (restricted profile, same source as
     :func:`pod_security_context`): ``allowPrivilegeEscalation: false``, ``capabilities.drop: [ALL]``.
     vLLM needs no Linux capability: it serves HTTP on port 8000 (> 1024) and talks to the GPU
@@ -281,7 +281,7 @@ def _render(template: str, **context: Any) -> dict[str, Any]:
 @lru_cache(maxsize=256)
 def _parse_skeleton(text: str) -> Any:
     """The YAML ``text`` of a rendered skeleton, parsed (cached: never mutate the result)."""
-    return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader (C or Python)
+    return yaml.load(text, Loader=_SAFE_LOADER)  # a safe loader (C or Python)
 
 
 def _fill(node: Any, values: list[Any]) -> Any:
@@ -337,7 +337,7 @@ def render_pod(name: str, namespace: str, spec: VLLMServerSpec, owner: dict[str,
         native_offload=spec.kv_offload is not None and spec.kv_offload.backend == "native",
         resources=container_resources(spec),
         pod_security_context=pod_security_context(spec),
-        container_security_context=container_security_context(spec),
+        container_security_context=container_security_context(),
         home=HOME,
         tolerations=[t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations or []],
         startup_failure_threshold=math.ceil(probes.startup_timeout_seconds / probes.period_seconds),

@@ -98,7 +98,8 @@ class SandboxCluster:
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` on the sandbox's loop (between two requests) and return its result."""
-        assert self._loop is not None, "the sandbox is not running"
+        if self._loop is None:
+            raise RuntimeError("the sandbox is not running")
 
         async def run() -> T:
             return fn(*args)

@@ -452,7 +452,7 @@ class FaithfulKubernetes:
             },
         )
 
-    def _serve_fetch(self, request: Request, info: ResourceInfo) -> Reply:
+    def _serve_fetch(self, request: Request, _info: ResourceInfo) -> Reply:
         res, name = _resource_of(request), _name_of(request)
         obj = self._get(res, request.namespace, name)
         if obj is None:
@@ -488,7 +488,7 @@ class FaithfulKubernetes:
             data = data[: int(request.query["limitBytes"])]
         return Reply(200, data, content_type="text/plain")
 
-    async def _serve_watch(self, request: Request) -> AsyncIterator[dict[str, Any]]:
+    async def _serve_watch(self, request: Request) -> AsyncIterator[dict[str, Any]]:  # noqa: C901
         res = _resource_of(request)
         try:
             labels, fields = self._selectors(request)
@@ -539,7 +539,7 @@ class FaithfulKubernetes:
             self._watchers[res].discard(queue)
 
     # ------------------------------------------------------------------ writes
-    def _serve_create(self, request: Request, info: ResourceInfo) -> Reply:
+    def _serve_create(self, request: Request, info: ResourceInfo) -> Reply:  # noqa: C901
         res, body = _resource_of(request), request.data
         if not isinstance(body, dict):
             return _status(400, "BadRequest", "the request body must be a JSON object")
@@ -619,7 +619,7 @@ class FaithfulKubernetes:
             )
         return new
 
-    def _serve_update(self, request: Request, info: ResourceInfo) -> Reply:
+    def _serve_update(self, request: Request, info: ResourceInfo) -> Reply:  # noqa: C901
         res, ns, name, sub = _resource_of(request), request.namespace, _name_of(request), request.subresource
         if sub not in (None, "status") or (sub == "status" and "status" not in info.subresources):
             return self._surprise(UnknownEndpointError(f"{request.method} {request.path}: subresource not served"))
@@ -710,7 +710,7 @@ class FaithfulKubernetes:
             return self._commit(res, ns, name, obj, "MODIFIED")
         return self._delete_now(res, ns, name, obj, orphan)
 
-    def _serve_delete(self, request: Request, info: ResourceInfo) -> Reply:
+    def _serve_delete(self, request: Request, _info: ResourceInfo) -> Reply:
         res, ns, name = _resource_of(request), request.namespace, _name_of(request)
         current = self._get(res, ns, name)
         if current is None:

@@ -10,6 +10,7 @@ client gets a 500 ``Status`` and, in strict mode, the sandbox re-raises it when 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -101,10 +102,7 @@ class ApiServer:
 
     @staticmethod
     def _reply(answer: Reply) -> aiohttp.web.Response:
-        if isinstance(answer.payload, bytes):
-            body = answer.payload
-        else:
-            body = json.dumps(answer.payload).encode()
+        body = answer.payload if isinstance(answer.payload, bytes) else json.dumps(answer.payload).encode()
         return aiohttp.web.Response(
             status=answer.status, body=body, headers=answer.headers, content_type=answer.content_type
         )
@@ -133,10 +131,8 @@ class ApiServer:
             await response.write(json.dumps({"type": "ERROR", "object": error}).encode() + b"\n")
         finally:
             await _close(answer.events)
-        try:
+        with contextlib.suppress(ConnectionError, RuntimeError):
             await response.write_eof()
-        except (ConnectionError, RuntimeError):
-            pass
         return response
 
 
@@ -146,7 +142,5 @@ async def _close(events: Any) -> None:
     """
     close = getattr(events, "aclose", None)
     if close is not None:
-        try:
+        with contextlib.suppress(RuntimeError):
             await close()
-        except RuntimeError:
-            pass

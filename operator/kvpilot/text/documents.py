@@ -42,6 +42,8 @@ import re
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from kvpilot.text.errors import InvalidValueError
+
 __all__ = [
     "MAX_DEPTH",
     "MAX_INT_DIGITS",
@@ -75,7 +77,7 @@ _PATH_CHARS = 200  # a path in an error message is cut here (a path of 64 long k
 _KEY_CHARS = 40
 
 
-class DocumentError(ValueError):
+class DocumentError(InvalidValueError):
     """A document kvpilot will not read: unparsable, or beyond one of the bounds above.
 
     Attributes:
@@ -85,14 +87,15 @@ class DocumentError(ValueError):
         message: one line: what is wrong and the bound, e.g. ``an integer of 5000 digits (the bound
             is 100 digits)``.
 
-    ``str(error)`` is ``"<path>: <message>"`` (just the message without a path). A ``ValueError``, so
-    callers that already turn a ``ValueError`` of ``json.loads`` into a message keep working.
+    ``str(error)`` is ``"<path>: <message>"`` (just the message without a path). An
+    :class:`~kvpilot.text.errors.InputError` whose ``field`` is the path, and a ``ValueError``, so callers
+    that already turn a ``ValueError`` of ``json.loads`` into a message keep working.
     """
 
-    def __init__(self, path: str, message: str) -> None:
-        self.path = path
-        self.message = message
-        super().__init__(f"{path}: {message}" if path else message)
+    @property
+    def path(self) -> str:
+        """The field path (``field``), by the name a document's position goes by."""
+        return self.field
 
 
 def _child(path: str, key: object) -> str:
@@ -280,7 +283,7 @@ def _syntax_error(exc: Exception) -> DocumentError:
 
 
 @functools.cache
-def _loader_class() -> Callable[[str], Any]:
+def _loader_class() -> Callable[[str], Any]:  # noqa: C901
     """PyYAML's ``SafeLoader`` with a composer that measures every node (built on first use: PyYAML is
     imported only by the commands that read YAML).
     """

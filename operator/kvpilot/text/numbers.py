@@ -55,10 +55,7 @@ def number(
     if not _finite(value):
         return UNBOUNDED if value == math.inf else UNKNOWN
     sep = "," if grouping else ""
-    if isinstance(value, int) and decimals == 0:
-        text = f"{value:{sep}d}"
-    else:
-        text = f"{float(value):{sep}.{decimals}f}"
+    text = f"{value:{sep}d}" if isinstance(value, int) and decimals == 0 else f"{float(value):{sep}.{decimals}f}"
     if trim and "." in text:
         text = text.rstrip("0").rstrip(".")
     if text.lstrip("-").replace(",", "").replace(".", "").strip("0") == "":

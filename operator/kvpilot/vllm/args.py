@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import GIB
 from kvpilot.vllm.defaults import VLLM_BLOCK_SIZES
 
@@ -133,7 +134,7 @@ def _unknown_flags(unknown: list[str]) -> list[str]:
     return out
 
 
-def parse_vllm_args(argv: list[str], strict: bool = False) -> VLLMArgs:
+def parse_vllm_args(argv: list[str], strict: bool = False) -> VLLMArgs:  # noqa: C901
     """Parse ``[vllm] serve MODEL [flags]`` (or flags alone).
 
     ``MODEL`` selects a model profile when it is one of :data:`MODEL_IDS` (else a note, and the
@@ -148,8 +149,8 @@ def parse_vllm_args(argv: list[str], strict: bool = False) -> VLLMArgs:
     default.
 
     Raises:
-        ValueError: ``"--flag: reason"`` for a value of the wrong type; with ``strict``, ``"model:
-            ..."`` or ``"flags the engine model does not simulate: ..."``.
+        InvalidValueError: naming the flag for a value of the wrong type; with ``strict``, naming ``model`` or the
+            flags the engine model does not simulate.
     """
     args = list(argv)
     if args and args[0] == "vllm":
@@ -158,7 +159,7 @@ def parse_vllm_args(argv: list[str], strict: bool = False) -> VLLMArgs:
         ns, unknown = _parser().parse_known_args(args)
     except argparse.ArgumentError as exc:
         flag = (exc.argument_name or "argument").split("/")[0]
-        raise ValueError(f"{flag}: {exc.message}") from None
+        raise InvalidValueError(flag, exc.message) from None
     out = VLLMArgs()
     pos = list(ns.positional)
     if pos and pos[0] == "serve":
@@ -178,8 +179,8 @@ def parse_vllm_args(argv: list[str], strict: bool = False) -> VLLMArgs:
         if profile:
             out.overrides["model"] = profile
         elif strict:
-            raise ValueError(
-                f"model: {model!r} is not a model the engine models (known: {', '.join(sorted(set(MODEL_IDS)))})"
+            raise InvalidValueError(
+                "model", f"{model!r} is not a model the engine models (known: {', '.join(sorted(set(MODEL_IDS)))})"
             )
         else:
             out.notes.append(
@@ -193,9 +194,9 @@ def parse_vllm_args(argv: list[str], strict: bool = False) -> VLLMArgs:
         out.notes.append(f"--host/--port are for the server, not the engine model (host={ns.host}, port={ns.port})")
     if unknown:
         if strict and _unknown_flags(unknown):
-            raise ValueError(
-                "flags the engine model does not simulate (it would run vLLM's default instead): "
-                + " ".join(_unknown_flags(unknown))
+            raise InvalidValueError(
+                " ".join(_unknown_flags(unknown)),
+                "flags the engine model does not simulate (it would run vLLM's default instead)",
             )
         out.notes.append(f"ignored flags the engine model does not use: {' '.join(unknown)}")
     return out

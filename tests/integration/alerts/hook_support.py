@@ -86,8 +86,8 @@ class StandIn:
     """
 
     mode: str
-    rows: Callable[[Query], list[dict[str, str]]] = lambda q: []
-    fail: Callable[[Query], tuple[int, str] | None] = lambda q: None
+    rows: Callable[[Query], list[dict[str, str]]] = lambda _q: []
+    fail: Callable[[Query], tuple[int, str] | None] = lambda _q: None
     queries: list[Query] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -98,7 +98,7 @@ class StandIn:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:  # http.server's naming
                 url = urllib.parse.urlsplit(self.path)
                 query = Query(url.path, dict(urllib.parse.parse_qsl(url.query)), dict(self.headers), time.monotonic())
                 with outer.lock:
@@ -195,8 +195,8 @@ class HookProcess:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> HookProcess:
-        self._out = open(self.workdir / f"hook-{self.port}.out", "wb")  # noqa: SIM115 - closed in __exit__
-        self._err = open(self.workdir / f"hook-{self.port}.err", "wb")  # noqa: SIM115 - closed in __exit__
+        self._out = open(self.workdir / f"hook-{self.port}.out", "wb")  # closed in __exit__
+        self._err = open(self.workdir / f"hook-{self.port}.err", "wb")  # closed in __exit__
         self.proc = subprocess.Popen(self.argv, stdout=self._out, stderr=self._err, env=self.env)
 
         def healthy() -> bool:

@@ -66,7 +66,9 @@ def _known(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 def _matcher(m: dict[str, Any]) -> str:
     _known(m, "matcher")
     op = m.get("matchType", "=")
-    assert op in MATCH_TYPES and m["name"] and isinstance(m["value"], str)
+    assert op in MATCH_TYPES
+    assert m["name"]
+    assert isinstance(m["value"], str)
     return f'{m["name"]}{op}"{m["value"]}"'
 
 
@@ -76,7 +78,8 @@ def operator_equivalent(cr: dict[str, Any], secrets: dict[tuple[str, str], dict[
     ``secrets``: ``{(namespace, name): {key: value}}``, the Secrets the operator may read (only in the
     AlertmanagerConfig's namespace). ``on_namespace``: the operator's default matcher strategy.
     """
-    assert cr["apiVersion"] == "monitoring.coreos.com/v1alpha1" and cr["kind"] == "AlertmanagerConfig"
+    assert cr["apiVersion"] == "monitoring.coreos.com/v1alpha1"
+    assert cr["kind"] == "AlertmanagerConfig"
     ns, name = cr["metadata"]["namespace"], cr["metadata"]["name"]
     spec = _known(cr["spec"], "spec")
     scope = [f'namespace="{ns}"'] if on_namespace else []
@@ -134,7 +137,8 @@ def amtool(*args: str) -> subprocess.CompletedProcess:
 
 def check(path: Path) -> None:
     out = amtool("check-config", str(path))
-    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout, out.stdout + out.stderr
 
 
 def route_of(path: Path, *labels: str) -> str:
@@ -162,7 +166,8 @@ def test_the_plain_configuration_passes_amtool_and_routes_vllm_alerts_to_the_hoo
     config = yaml.safe_load(path.read_text())
     # one group per alert and pod: a later alert of another pod or name never waits behind a group_interval
     assert config["route"]["group_by"] == ["alertname", "namespace", "pod"]
-    assert config["route"]["group_wait"] == "10s" and config["route"]["group_interval"] == "1m"
+    assert config["route"]["group_wait"] == "10s"
+    assert config["route"]["group_interval"] == "1m"
     # an alert's critical variant mutes its warning variant for the same pod (kvpilot.diagnose.severity)
     assert config["inhibit_rules"] == [
         {
@@ -237,7 +242,8 @@ def test_the_chart_refuses_to_copy_a_secret_it_did_not_create():
         ],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert out.returncode != 0 and "copy Secret mine into monitoring yourself" in out.stderr
+    assert out.returncode != 0
+    assert "copy Secret mine into monitoring yourself" in out.stderr
 
 
 def test_every_alertmanager_block_of_the_docs_passes_amtool(tmp_path):

@@ -98,7 +98,7 @@ def _grafana_to_promql(expr: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "title,legend,expr", [(t, legend, e) for t, _, qs in dashboard.panel_queries() for legend, e in qs]
+    ("title", "legend", "expr"), [(t, legend, e) for t, _, qs in dashboard.panel_queries() for legend, e in qs]
 )
 def test_every_dashboard_query_returns_series(prometheus, title, legend, expr):
     result = prometheus.query(_grafana_to_promql(expr), at=END)

@@ -22,7 +22,8 @@ def test_the_alert_section_goes_from_rule_to_diagnosis():
         ctx = DemoContext(console=Console(file=out, width=100), stack=stack, pod_name="qwen-experiment-58343")
         section_alerts(ctx)
     text = " ".join(out.getvalue().split())
-    assert "VLLMMaxNumSeqsCap (warning" in text and "fired in a real Prometheus after" in text
+    assert "VLLMMaxNumSeqsCap (warning" in text
+    assert "fired in a real Prometheus after" in text
     assert "limit_source=kvpilot_vllmserver_limit" in text
     # the scenario's cap is 4 (kvpilot.engine.scenarios) and the diagnosis says so
     assert "max_num_seqs_cap (warning" in text or "max_num_seqs_cap (critical" in text

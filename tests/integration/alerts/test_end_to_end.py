@@ -11,6 +11,7 @@ started on 127.0.0.1 and stopped by its PID; every wait is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import subprocess
@@ -48,7 +49,7 @@ class Collector:
         bodies = self.bodies
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):  # http.server's name
                 length = int(self.headers.get("Content-Length") or 0)
                 bodies.append(json.loads(self.rfile.read(min(length, 1 << 22))))
                 self.send_response(200)
@@ -83,7 +84,6 @@ def test_rule_to_alertmanager_to_hook_to_event(cluster, api, namespace, kubelet,
     token.write_text(TOKEN)
     kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig", namespace=namespace)
     sim_port, hook_port, am_port = free_port(), free_port(), free_port()
-    logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("sim", "hook", "alertmanager")}
     runner = KopfRunner(
         ["run", "--standalone", "--namespace", namespace],
         registry=build_registry(cluster.configuration(), hub=False, metrics=metrics),
@@ -91,7 +91,8 @@ def test_rule_to_alertmanager_to_hook_to_event(cluster, api, namespace, kubelet,
         timeout=10,
     )
     try:
-        with runner, Collector() as collector:
+        with runner, Collector() as collector, contextlib.ExitStack() as files:
+            logs = {n: files.enter_context(open(tmp_path / f"{n}.log", "w")) for n in ("sim", "hook", "alertmanager")}
             # 1. a VLLMServer with maxNumSeqs 4, its pod Ready: the operator exports the limit for that pod
             body = copy.deepcopy(EXPERIMENT)
             kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -201,7 +202,8 @@ def test_rule_to_alertmanager_to_hook_to_event(cluster, api, namespace, kubelet,
             with prom:
                 firing = prom.wait_for_series('ALERTS{alertname="VLLMMaxNumSeqsCap", alertstate="firing"}', timeout=120)
                 assert firing[0]["metric"]["limit_source"] == "kvpilot_vllmserver_limit"
-                assert firing[0]["metric"]["pod"] == pod and firing[0]["metric"]["namespace"] == namespace
+                assert firing[0]["metric"]["pod"] == pod
+                assert firing[0]["metric"]["namespace"] == namespace
 
                 def forwarded():
                     return next(
@@ -227,8 +229,6 @@ def test_rule_to_alertmanager_to_hook_to_event(cluster, api, namespace, kubelet,
         for proc in reversed(procs):
             stop_process(proc)
         operator_metrics.close()
-        for log in logs.values():
-            log.close()
     [diagnosis] = result["diagnosis"]["targets"]
     assert diagnosis["verdict"] == "max_num_seqs_cap", diagnosis["evidence"]
     # one severity policy (kvpilot.diagnose.severity): the queue grows, so the alert that reached the hook is
@@ -240,9 +240,12 @@ def test_rule_to_alertmanager_to_hook_to_event(cluster, api, namespace, kubelet,
         for b in collector.bodies
     )
     assert "of 4 (spec)" in diagnosis["evidence"][0]  # the limit came from the VLLMServer spec
-    assert diagnosis["target"]["namespace"] == namespace and diagnosis["target"]["pod"] == pod
+    assert diagnosis["target"]["namespace"] == namespace
+    assert diagnosis["target"]["pod"] == pod
     assert result["target"]["server"] == "qwen"
-    assert event["involvedObject"]["kind"] == "VLLMServer" and event["involvedObject"]["name"] == "qwen"
-    assert "max_num_seqs_cap" in event["message"] and event["type"] == "Warning"
+    assert event["involvedObject"]["kind"] == "VLLMServer"
+    assert event["involvedObject"]["name"] == "qwen"
+    assert "max_num_seqs_cap" in event["message"]
+    assert event["type"] == "Warning"
     hook_lines = [json.loads(x) for x in (tmp_path / "hook.log").read_text().splitlines() if x.startswith("{")]
     assert any(x["alertname"] == "VLLMMaxNumSeqsCap" and x["verdict"] == "max_num_seqs_cap" for x in hook_lines)

@@ -125,11 +125,14 @@ async def test_a_firing_alert_is_answered_with_the_diagnosis_of_its_target(prome
     assert status == 200
     assert answer["sender"] == ("grafana" if name.startswith("grafana") else "alertmanager")
     [result] = answer["results"]
-    assert result["status"] == "firing" and result["error"] is None and result["cached"] is False
+    assert result["status"] == "firing"
+    assert result["error"] is None
+    assert result["cached"] is False
     assert result["target"] == {"namespace": NAMESPACE, "pod": "qwen-7b-0", "server": "", "model_name": MODEL}
     [target] = result["diagnosis"]["targets"]
     # qwen-7b-0 is the kv-exhaustion scenario: preemptions and a queue at the KV ceiling
-    assert target["verdict"] == "kv_cache_exhaustion" and target["severity"] == "critical"
+    assert target["verdict"] == "kv_cache_exhaustion"
+    assert target["severity"] == "critical"
     assert target["target"]["pod"] == "qwen-7b-0"
     assert result["diagnosis"]["source"] == f"prometheus {prometheus.url}"
 
@@ -150,7 +153,8 @@ async def test_the_answer_is_what_the_cli_code_says(prometheus):
         )
     ).to_json()
     got, want = answer["results"][0]["diagnosis"]["targets"][0], direct["targets"][0]
-    assert got["verdict"] == want["verdict"] and got["target"] == want["target"]
+    assert got["verdict"] == want["verdict"]
+    assert got["target"] == want["target"]
     assert got["signals"]["preemptions_increase"] == pytest.approx(want["signals"]["preemptions_increase"], rel=0.05)
 
 
@@ -173,14 +177,16 @@ async def test_a_group_diagnoses_each_firing_alert_and_only_acknowledges_the_res
 
 @pytest.mark.parametrize("name", ["alertmanager_resolved.json", "grafana_resolved.json"])
 async def test_resolved_alerts_are_acknowledged_without_work(prometheus, name):
-    def never(opts):
+    def never(_opts):
         raise AssertionError("a resolved alert must not be diagnosed")
 
     async with Hook(AlertHook(_config(prometheus), diagnose=never)) as hook:
         status, answer = await hook.post(_fixture(name))
     assert status == 200
     [result] = answer["results"]
-    assert result["status"] == "resolved" and result["diagnosis"] is None and result["error"] is None
+    assert result["status"] == "resolved"
+    assert result["diagnosis"] is None
+    assert result["error"] is None
 
 
 async def test_unknown_keys_are_ignored(prometheus):
@@ -190,7 +196,8 @@ async def test_unknown_keys_are_ignored(prometheus):
     body["alerts"][0]["enrichments"] = [{"a": 1}]
     async with Hook(AlertHook(_config(prometheus))) as hook:
         status, answer = await hook.post(body)
-    assert status == 200 and _verdicts(answer) == {"qwen-7b-0": "kv_cache_exhaustion"}
+    assert status == 200
+    assert _verdicts(answer) == {"qwen-7b-0": "kv_cache_exhaustion"}
 
 
 @pytest.mark.parametrize(
@@ -204,9 +211,10 @@ async def test_unknown_keys_are_ignored(prometheus):
     ],
 )
 async def test_requests_without_the_right_credentials_are_refused(prometheus, headers):
-    async with Hook(AlertHook(_config(prometheus), diagnose=lambda o: pytest.fail("no work unauthenticated"))) as hook:
+    async with Hook(AlertHook(_config(prometheus), diagnose=lambda _o: pytest.fail("no work unauthenticated"))) as hook:
         status, answer = await hook.post(_fixture("alertmanager_firing.json"), headers=headers)
-    assert status == 401 and answer == {"error": "unauthorized"}
+    assert status == 401
+    assert answer == {"error": "unauthorized"}
 
 
 async def test_basic_auth(prometheus):
@@ -231,13 +239,16 @@ async def test_bad_bodies_get_4xx(prometheus):
         assert (await hook.post(None, raw=b"{not json"))[0] == 400
         assert (await hook.post(None, raw=b"\xff\xfe"))[0] == 400
         status, answer = await hook.post({"version": "2", "alerts": []})
-        assert status == 422 and answer["error"].startswith("version:")
+        assert status == 422
+        assert answer["error"].startswith("version:")
         status, answer = await hook.post({"version": "4", "alerts": {"a": 1}})
-        assert status == 422 and answer["error"] == "alerts: expected a list"
+        assert status == 422
+        assert answer["error"] == "alerts: expected a list"
         body = _fixture("alertmanager_firing.json")
         body["alerts"][0]["labels"]["pod"] = 7
         status, answer = await hook.post(body)
-        assert status == 422 and answer["error"] == "alerts[0].labels.pod: expected a string"
+        assert status == 422
+        assert answer["error"] == "alerts[0].labels.pod: expected a string"
         big = _fixture("alertmanager_firing.json")
         big["padding"] = "x" * 5000  # above the 4096-byte limit
         assert (await hook.post(big))[0] == 413
@@ -271,7 +282,8 @@ async def test_label_values_never_reach_promql_unescaped(prometheus, label, valu
     assert status == 200
     [result] = answer["results"]
     if result["error"] is not None:  # refused before any query
-        assert result["error"].startswith(f"label {label}:") and not seen
+        assert result["error"].startswith(f"label {label}:")
+        assert not seen
     else:  # model_name: any string, matched literally -> nothing matches
         assert label == "model_name"
         assert [t["verdict"] for t in result["diagnosis"]["targets"]] == ["no_data"]
@@ -288,7 +300,8 @@ async def test_a_repeating_alert_is_diagnosed_once_per_interval(prometheus):
         first = (await hook.post(_fixture("alertmanager_firing.json")))[1]["results"][0]
         second = (await hook.post(_fixture("alertmanager_firing.json")))[1]["results"][0]
     assert calls == ["qwen-7b-0"]
-    assert first["cached"] is False and second["cached"] is True
+    assert first["cached"] is False
+    assert second["cached"] is True
     assert second["diagnosis"] == first["diagnosis"]
 
 
@@ -347,7 +360,8 @@ async def test_healthz_and_metrics(prometheus):
         await hook.post(_fixture("alertmanager_firing.json"))
         await hook.post(None, headers={})
         async with hook.session.get(hook.url + "/healthz") as resp:
-            assert resp.status == 200 and (await resp.text()) == "ok\n"
+            assert resp.status == 200
+            assert (await resp.text()) == "ok\n"
         async with hook.session.get(hook.url + "/metrics") as resp:
             text = await resp.text()
     assert 'kvpilot_alert_hook_requests_total{code="200"} 1.0' in text
@@ -405,7 +419,9 @@ def test_the_command_serves_and_refuses_to_start_without_auth(prometheus, tmp_pa
         text=True,
         timeout=60,
     )
-    assert no_auth.returncode == 2 and "--bearer-token-file" in no_auth.stderr and "Traceback" not in no_auth.stderr
+    assert no_auth.returncode == 2
+    assert "--bearer-token-file" in no_auth.stderr
+    assert "Traceback" not in no_auth.stderr
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     port = free_port()
@@ -446,4 +462,5 @@ def test_the_command_serves_and_refuses_to_start_without_auth(prometheus, tmp_pa
         stop_process(proc)
     assert _verdicts(answer) == {"qwen-7b-0": "kv_cache_exhaustion"}
     log_line = json.loads(proc.stdout.read().decode().splitlines()[0])  # the default log sink
-    assert log_line["event"] == "diagnosis" and log_line["verdict"] == "kv_cache_exhaustion"
+    assert log_line["event"] == "diagnosis"
+    assert log_line["verdict"] == "kv_cache_exhaustion"

@@ -29,11 +29,14 @@ def test_a_body_past_the_alert_bound_is_413_before_any_work(tmp_path):
         assert 600_000 < len(json.dumps(many)) < 2**20  # under --max-body: the alert bound refuses it
         started = time.monotonic()
         status, answer, _ = hook.post(many)
-        assert status == 413 and answer["error"].startswith("alerts: 5,000 alerts, more than the 100"), answer
-        assert time.monotonic() - started < 5 and prom.snapshot() == []
+        assert status == 413, answer
+        assert answer["error"].startswith("alerts: 5,000 alerts, more than the 100"), answer
+        assert time.monotonic() - started < 5
+        assert prom.snapshot() == []
         # at the bound: 100 alerts about one target are taken, and cost one diagnosis
         status, answer, _ = hook.post(alert_body(*[{"namespace": "llm", "pod": "qwen-7f3a2"}] * 100))
-        assert status == 200 and len(answer["results"]) == 100
+        assert status == 200
+        assert len(answer["results"]) == 100
         assert {r["diagnosis"]["targets"][0]["target"]["pod"] for r in answer["results"]} == {"qwen-7f3a2"}
         once = _queries(prom, "qwen-7f3a2")
         # one more alert than the bound is refused
@@ -63,7 +66,8 @@ def test_alerts_about_one_target_share_one_diagnosis(tmp_path):
         assert status == 200
         assert _queries(prom, "qwen-7f3a2") == 2 * one_diagnosis
     docs = [r["diagnosis"] for r in answer["results"]]
-    assert docs[0] == docs[1] == docs[2] and docs[0]["targets"][0]["target"]["pod"] == "qwen-7f3a2"
+    assert docs[0] == docs[1] == docs[2]
+    assert docs[0]["targets"][0]["target"]["pod"] == "qwen-7f3a2"
     assert docs[0]["targets"][0]["verdict"] == single["results"][0]["diagnosis"]["targets"][0]["verdict"]
 
 
@@ -85,11 +89,13 @@ def test_new_diagnoses_per_minute_are_bounded(tmp_path):
         )
         queried = len(prom.snapshot())
         status, answer, headers = hook.post(alert_body({"namespace": "llm", "pod": "f-1"}))
-        assert status == 429 and answer["error"].startswith("more than 3 diagnoses in the last minute")
+        assert status == 429
+        assert answer["error"].startswith("more than 3 diagnoses in the last minute")
         assert 1 <= int(headers["Retry-After"]) <= 20
         assert len(prom.snapshot()) == queried  # the refused request sent no query
         status, answer, _ = hook.post(alert_body({"namespace": "llm", "pod": "qwen-7f3a2"}))
-        assert status == 200 and answer["results"][0]["cached"] is True
+        assert status == 200
+        assert answer["results"][0]["cached"] is True
         metrics = hook.metrics()
     assert counter(metrics, "kvpilot_alert_hook_errors_total", reason="rate_limit") == 3
     assert counter(metrics, "kvpilot_alert_hook_requests_total", code="429") == 1

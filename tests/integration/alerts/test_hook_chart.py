@@ -42,8 +42,10 @@ def test_the_locked_down_values():
     assert not [d for d in docs if d["kind"] == "Secret"]  # both Secrets are the user's
     # RBAC: a Role in the one allowed namespace, none in llm-b although the operator watches it
     roles = [(d["kind"], d["metadata"]["namespace"]) for d in docs if d["metadata"]["name"] == "kvpilot-alert-hook"]
-    assert ("Role", "llm-a") in roles and ("RoleBinding", "llm-a") in roles
-    assert not [r for r in roles if r[1] == "llm-b"] and ("ClusterRole", None) not in roles
+    assert ("Role", "llm-a") in roles
+    assert ("RoleBinding", "llm-a") in roles
+    assert not [r for r in roles if r[1] == "llm-b"]
+    assert ("ClusterRole", None) not in roles
     policy = find(docs, "NetworkPolicy", "kvpilot-alert-hook")
     assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "kvpilot-alert-hook"}}
     assert [rule["ports"] for rule in policy["spec"]["ingress"]] == [
@@ -102,7 +104,8 @@ def test_bad_hook_values_fail_naming_the_value(sets, message):
     for item in sets:
         args += ["--set", item]
     result = helm(*args, check=False)
-    assert result.returncode != 0 and message in result.stderr, result.stderr
+    assert result.returncode != 0, result.stderr
+    assert message in result.stderr, result.stderr
     assert "alice:pw" not in result.stderr
 
 
@@ -115,8 +118,10 @@ def _notes(*sets: str) -> str:
 
 def test_notes_warn_about_plain_value_tokens_and_an_unrestricted_hook():
     quick = _notes("alertHook.auth.token=t")
-    assert "WARNING: the hook's token came as plain values" in quick and "alertHook.auth.existingSecret" in quick
+    assert "WARNING: the hook's token came as plain values" in quick
+    assert "alertHook.auth.existingSecret" in quick
     assert "The hook diagnoses alerts naming any namespace (kube-system included)" in quick
     documented = _notes("alertHook.auth.existingSecret=s", "alertHook.allowedNamespaces={llm}")
-    assert "WARNING" not in documented and "any namespace" not in documented
+    assert "WARNING" not in documented
+    assert "any namespace" not in documented
     assert "key `token` of Secret s, mounted at /etc/kvpilot/token" in documented

@@ -72,7 +72,8 @@ def test_a_malformed_request_is_a_4xx_with_one_log_line(hook, name):
     assert reason in answer
     after = hook.stderr().splitlines()
     new = after[len(before) :]
-    assert len(new) == 1 and f": {status} ".encode().decode() in new[0], new  # one line naming the status
+    assert len(new) == 1, new
+    assert f": {status} ".encode().decode() in new[0], new  # one line naming the status
     assert "Traceback" not in hook.stderr()
 
 
@@ -82,8 +83,10 @@ def test_a_header_aiohttp_refuses_is_logged_by_its_reason_not_its_bytes(hook):
     answer = hook.exchange(request(b"{}", b"Authorization: Bearer " + TOKEN.encode() + b"\x00x\r\n"))
     assert status_of(answer) == 400
     new = hook.stderr().splitlines()[before:]
-    assert len(new) == 1 and "malformed request from 127.0.0.1: HTTP 400: Invalid header value char" in new[0], new
-    assert TOKEN not in hook.stderr() and "Traceback" not in hook.stderr()
+    assert len(new) == 1, new
+    assert "malformed request from 127.0.0.1: HTTP 400: Invalid header value char" in new[0], new
+    assert TOKEN not in hook.stderr()
+    assert "Traceback" not in hook.stderr()
 
 
 def test_every_answer_is_counted_500s_and_malformed_requests_included(hook):
@@ -101,7 +104,7 @@ async def test_a_bug_answers_500_counted_and_logged_in_one_line(caplog):
 
     hook = AlertHook(HookConfig(prometheus="http://127.0.0.1:9", bearer_token=TOKEN))
 
-    async def broken(notification):
+    async def broken(_notification):
         raise KeyError("planted")
 
     hook._answer = broken
@@ -117,11 +120,14 @@ async def test_a_bug_answers_500_counted_and_logged_in_one_line(caplog):
                 metrics = await resp.text()
     finally:
         await server.cleanup()
-    assert status == 500 and answer == {"error": "internal error"}
+    assert status == 500
+    assert answer == {"error": "internal error"}
     assert counter(metrics, "kvpilot_alert_hook_requests_total", code="500") == 1
     lines = [r for r in caplog.records if r.name == "kvpilot.alert_hook" and r.levelname == "ERROR"]
-    assert len(lines) == 1 and "500 internal error: KeyError: 'planted'" in lines[0].getMessage()
-    assert lines[0].exc_info is None and "\n" not in lines[0].getMessage()
+    assert len(lines) == 1
+    assert "500 internal error: KeyError: 'planted'" in lines[0].getMessage()
+    assert lines[0].exc_info is None
+    assert "\n" not in lines[0].getMessage()
 
 
 @pytest.fixture
@@ -180,7 +186,8 @@ def test_headers_slower_than_the_header_deadline_are_cut_and_connections_past_th
     metrics = slow_hook.metrics()
     assert counter(metrics, "kvpilot_alert_hook_connections_refused_total") >= 10
     status, answer, _ = slow_hook.post({"version": "4", "alerts": []})
-    assert status == 200 and answer["results"] == []
+    assert status == 200
+    assert answer["results"] == []
 
 
 def test_headers_trickled_within_the_deadline_are_served(slow_hook):
@@ -193,7 +200,8 @@ def test_headers_trickled_within_the_deadline_are_served(slow_hook):
         answer = read_until_closed(sock, 10.0)
     finally:
         sock.close()
-    assert status_of(answer) == 200 and b'"results": []' in answer
+    assert status_of(answer) == 200
+    assert b'"results": []' in answer
 
 
 def test_a_body_slower_than_the_body_deadline_is_408_and_one_within_it_is_read(slow_hook):
@@ -205,7 +213,8 @@ def test_a_body_slower_than_the_body_deadline_is_408_and_one_within_it_is_read(s
         answer = read_until_closed(sock, 10.0)
     finally:
         sock.close()
-    assert status_of(answer) == 408 and b"body: not received within 2 s" in answer
+    assert status_of(answer) == 408
+    assert b"body: not received within 2 s" in answer
     assert time.monotonic() - started < 2 + 3
     # the same body trickled over about 1 s is read
     sock = _open(slow_hook, head)

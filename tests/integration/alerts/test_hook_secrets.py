@@ -50,17 +50,17 @@ def _clean(text: str, where: str) -> None:
 def test_no_secret_or_raw_label_leaves_through_any_output_of_the_hook(tmp_path):
     events, annotations, forwarded = [], [], []
 
-    def kube(method, path, query, body):
+    def kube(method, _path, _query, body):
         if method == "GET":  # the VLLMServer the Event is about
             return 200, {"apiVersion": "kvpilot.dev/v1alpha1", "kind": "VLLMServer", "metadata": {"uid": "u-1"}}
         events.append(body.decode())
         return 201, json.loads(body)
 
-    def grafana(method, path, query, body):
+    def grafana(_method, _path, _query, body):
         annotations.append(body.decode())
         return 200, {"id": 1}
 
-    def forward(method, path, query, body):
+    def forward(_method, _path, _query, body):
         forwarded.append(body.decode())
         return 200, {}
 
@@ -111,10 +111,14 @@ def test_no_secret_or_raw_label_leaves_through_any_output_of_the_hook(tmp_path):
     assert target["target"]["job"] == "vllm"
     assert result["diagnosis"]["source"] == f"prometheus {prom.url}"
     assert any(prom.url in note and "HTTP 422" in note for note in result["diagnosis"]["notes"])
-    assert result["alertname"] == "VLLMMaxNumSeqsCap" and result["fingerprint"] == "[REDACTED]"
+    assert result["alertname"] == "VLLMMaxNumSeqsCap"
+    assert result["fingerprint"] == "[REDACTED]"
     # Prometheus got the credentials as basic auth
     assert sent == {"Basic " + base64.b64encode(f"alice:{PASSWORD}".encode()).decode()}
-    assert forwarded and annotations and events and stdout.strip()
+    assert forwarded
+    assert annotations
+    assert events
+    assert stdout.strip()
     for where, text in [("the answer", json.dumps(answer)), ("stdout", stdout), ("stderr", stderr)]:
         _clean(text, where)
     for i, text in enumerate(forwarded):
@@ -141,26 +145,30 @@ def test_prometheus_credentials_from_a_file(tmp_path):
             tmp_path, "--prometheus", prom.url, "--prometheus-bearer-token-file", str(tmp_path / "prom-token")
         ) as hook:
             status, answer, _ = hook.post(alert_body({"namespace": "llm", "pod": "qwen-7f3a2"}))
-        assert status == 200 and answer["results"][0]["diagnosis"] is not None
+        assert status == 200
+        assert answer["results"][0]["diagnosis"] is not None
         assert {q.headers.get("Authorization") for q in prom.snapshot()} == {"Bearer prom-bearer-token"}
         before = len(prom.snapshot())
         cli = _diagnose("--prometheus", prom.url, "--prometheus-basic-auth-file", str(tmp_path / "prom-basic"))
-        assert cli.returncode in (0, 1, 2, 3) and "Traceback" not in cli.stderr, cli.stderr
+        assert cli.returncode in (0, 1, 2, 3), cli.stderr
+        assert "Traceback" not in cli.stderr, cli.stderr
         headers = {q.headers.get("Authorization") for q in prom.snapshot()[before:]}
     assert headers == {"Basic " + base64.b64encode(f"alice:{PASSWORD}".encode()).decode()}
     assert PASSWORD not in cli.stdout + cli.stderr
 
 
-def test_diagnose_prints_no_password_and_no_raw_label(tmp_path):
+def test_diagnose_prints_no_password_and_no_raw_label():
     with StandIn("rows", _rows, _fail) as prom:
         url = prom.url.replace("http://", f"http://alice:{PASSWORD}@")
         outputs = []
         for fmt in ("json", "text", "markdown"):
             cli = _diagnose("--prometheus", url, "-o", fmt)
-            assert cli.returncode in (0, 1, 2, 3) and "Traceback" not in cli.stderr, cli.stderr
+            assert cli.returncode in (0, 1, 2, 3), cli.stderr
+            assert "Traceback" not in cli.stderr, cli.stderr
             outputs.append((fmt, cli.stdout + cli.stderr))
     doc = json.loads(outputs[0][1])
     assert doc["source"] == f"prometheus {prom.url}"
     for fmt, text in outputs:
         _clean(text, f"diagnose -o {fmt}")
-        assert prom.url in text and "alice" not in text
+        assert prom.url in text
+        assert "alice" not in text

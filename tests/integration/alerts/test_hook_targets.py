@@ -36,21 +36,24 @@ def test_the_same_fingerprint_for_another_target_gets_its_own_diagnosis(tmp_path
             answers[namespace, pod] = answer["results"][0]
         status, again, _ = hook.post(alert_body({"namespace": "team-a", "pod": "qwen-7f3a2"}, fingerprint="x"))
     first = answers["team-a", "qwen-7f3a2"]["diagnosis"]["targets"][0]
-    assert first["target"]["namespace"] == "team-a" and first["verdict"] != "no_data"
+    assert first["target"]["namespace"] == "team-a"
+    assert first["verdict"] != "no_data"
     for key in (("team-b", "qwen-7f3a2"), ("team-a", "other-7f3a2")):
         result = answers[key]
         assert result["cached"] is False
         [target] = result["diagnosis"]["targets"]
         # only team-a/qwen-7f3a2 has series: another target has no data, whatever the fingerprint
-        assert target["verdict"] == "no_data" and (target["target"]["namespace"], target["target"]["pod"]) == key
+        assert target["verdict"] == "no_data"
+        assert (target["target"]["namespace"], target["target"]["pod"]) == key
     # the same target under another fingerprint is the cached diagnosis
-    assert again["results"][0]["cached"] is True and again["results"][0]["diagnosis"]["targets"][0] == first
+    assert again["results"][0]["cached"] is True
+    assert again["results"][0]["diagnosis"]["targets"][0] == first
 
 
 def test_alerts_outside_the_allowed_namespaces_are_refused_before_any_read(tmp_path):
     kube_requests = []
 
-    def kube(method, path, query, body):
+    def kube(method, path, _query, _body):
         kube_requests.append((method, path))
         return 404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
 
@@ -83,9 +86,13 @@ def test_alerts_outside_the_allowed_namespaces_are_refused_before_any_read(tmp_p
     assert refused["error"] == (
         "namespace kube-system: not among the namespaces this hook diagnoses (--allowed-namespace)"
     )
-    assert unnamed["diagnosis"] is None and unnamed["error"].startswith("label namespace: required")
-    assert allowed["error"] is None and allowed["diagnosis"]["targets"][0]["target"]["namespace"] == "llm-serving"
+    assert unnamed["diagnosis"] is None
+    assert unnamed["error"].startswith("label namespace: required")
+    assert allowed["error"] is None
+    assert allowed["diagnosis"]["targets"][0]["target"]["namespace"] == "llm-serving"
     queried = [q.params["query"] for q in prom.snapshot()]
-    assert queried and all('namespace="llm-serving"' in q for q in queried)
+    assert queried
+    assert all('namespace="llm-serving"' in q for q in queried)
     # the cluster was read for llm-serving only (the VLLMServer and the pod of the allowed alert)
-    assert kube_requests and all("/namespaces/llm-serving/" in path for _, path in kube_requests), kube_requests
+    assert kube_requests, kube_requests
+    assert all("/namespaces/llm-serving/" in path for _, path in kube_requests), kube_requests

@@ -131,7 +131,9 @@ def test_the_three_renderings_carry_the_same_rules():
         for r in prom
     ] == [r["title"] for r in grafana]
     for p, g in zip(prom, grafana, strict=True):
-        assert g["data"][0]["model"]["expr"] == p["expr"] and g["for"] == p["for"] and g["labels"] == p["labels"]
+        assert g["data"][0]["model"]["expr"] == p["expr"]
+        assert g["for"] == p["for"]
+        assert g["labels"] == p["labels"]
         assert g["annotations"]["runbook_url"] == p["annotations"]["runbook_url"]
 
 
@@ -161,7 +163,8 @@ def test_names_labels_and_annotations_follow_the_contract():
         assert rule["annotations"]["diagnose_command"].startswith("kvpilot diagnose --prometheus ")
         # every vLLM series in both spellings; no counter without _total
         assert "vllm:" not in rule["expr"]
-        assert "num_preemptions[" not in rule["expr"] and "num_preemptions}" not in rule["expr"]
+        assert "num_preemptions[" not in rule["expr"]
+        assert "num_preemptions}" not in rule["expr"]
 
 
 @pytest.mark.prometheus
@@ -379,7 +382,9 @@ def test_the_fallback_on_vllms_own_scheduler(recording, fires, tmp_path):
     pinned_share = [s["pinned_share"] for s in truth[-20:]]  # the last 5 m
     running = [s.value for s in timelines.read_recording(rec) if s.name == "vllm:num_requests_running"][-20:]
     if fires:  # the ground truth and the dips the former min == max rule reset on
-        assert min(pinned_share) > 0.95 and min(running) == 3 and max(running) == 4
+        assert min(pinned_share) > 0.95
+        assert min(running) == 3
+        assert max(running) == 4
     else:
         assert min(pinned_share) == 0.0
     series = timelines.input_series(rec, duration=600)
@@ -411,7 +416,8 @@ def test_the_fallback_on_vllms_own_scheduler(recording, fires, tmp_path):
     target = doc["targets"][0]
     assert (target["verdict"] == "max_num_seqs_cap" and target["confidence"] >= 0.6) == fires
     if fires:
-        assert target["signals"]["inferred_max_num_seqs"] == 4 and target["severity"] == "critical"
+        assert target["signals"]["inferred_max_num_seqs"] == 4
+        assert target["severity"] == "critical"
 
 
 # ---------------------------------------------------------------- the dip of vLLM's gauges below a pinned cap
@@ -582,7 +588,8 @@ def test_the_runbook_base_is_an_option_of_the_renderer(tmp_path):
     grafana = yaml.safe_load((tmp_path / "grafana-alerting.yaml").read_text())["groups"][0]["rules"]
     assert all(r["annotations"]["runbook_url"].startswith(base) for r in grafana)
     bad = subprocess.run([*cmd[:-1], base.rstrip("/")], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "--runbook-base: end the URL with /" in bad.stderr
+    assert bad.returncode == 2
+    assert "--runbook-base: end the URL with /" in bad.stderr
 
 
 @pytest.mark.helm

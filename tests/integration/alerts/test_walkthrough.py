@@ -30,7 +30,8 @@ def test_the_shortened_walkthrough_reaches_the_hook():
             alert in line and "at the hook: max_num_seqs_cap (critical)" in line for line in out.stdout.splitlines()
         )
     # the fallback without the operator's metric, and the critical variant of each (the queue grows)
-    assert "limit_source=heuristic" in out.stdout and "critical firing in Prometheus" in out.stdout
+    assert "limit_source=heuristic" in out.stdout
+    assert "critical firing in Prometheus" in out.stdout
     logs = next(line.rsplit("logs in ", 1)[1] for line in out.stdout.splitlines() if "logs in " in line)
     alive = subprocess.run(["pgrep", "-f", logs], capture_output=True, text=True).stdout.split()
     assert alive == [], f"processes left running: {alive}"

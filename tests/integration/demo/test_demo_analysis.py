@@ -53,15 +53,20 @@ def test_engine_section_reproduces_the_founding_measurement():
     _, text = _run_sections(demo_analysis.section_engine)
     # docs/background.md §9: 0, 0, 21,488 GPU hits; with 1.5 GiB CPU tier pass 2 = 10 x 19 x 256 = 48,640
     rows = _table(text)  # pass -> hits, TTFT model/vLLM, CPU tier hits GPU+CPU, TTFT model/vLLM
-    assert rows["first"][0] == "0" and rows["second"][0] == "0" and rows["reversed"][0] == "21,488"
+    assert rows["first"][0] == "0"
+    assert rows["second"][0] == "0"
+    assert rows["reversed"][0] == "21,488"
     assert rows["second"][2] == "0 + 48,640"
     # the claim under the table, from the table's own figures (model / measured TTFT p50, ms):
     # (569.8 - 575.5) / 575.5 = -1.0 %, (569.8 - 576.2) / 576.2 = -1.1 %, (497.8 - 505.4) / 505.4 = -1.5 %,
     # CPU tier pass 1 (592.1 - 597.8) / 597.8 = -1.0 %: within 1.5 %; pass 2 (31.5 - 48.6) / 48.6 = -35 %
     assert [rows[p][1] for p in ("first", "second", "reversed")] == ["569.8 / 575.5", "569.8 / 576.2", "497.8 / 505.4"]
-    assert rows["first"][3] == "592.1 / 597.8" and rows["second"][3] == "31.5 / 48.6"
+    assert rows["first"][3] == "592.1 / 597.8"
+    assert rows["second"][3] == "31.5 / 48.6"
     flat = " ".join(text.split())
-    assert "hit counts exactly" in flat and "within 1.5 %" in flat and "pass 2 is 35 % low" in flat
+    assert "hit counts exactly" in flat
+    assert "within 1.5 %" in flat
+    assert "pass 2 is 35 % low" in flat
     assert 'docs/engine.md, "The founding measurement"' in flat
 
 
@@ -101,7 +106,8 @@ def test_the_kv_command_the_demo_prints_reproduces_its_numbers_offline():
     ctx, text = _run_sections(demo_analysis.section_kv)
     (command,) = [cmd for what, cmd in ctx.more if what == "KV math"]
     argv = shlex.split(command)
-    assert argv[:2] == ["kvpilot", "kv"] and argv[2].endswith("Qwen2.5-1.5B-Instruct.config.json")  # no Hub id
+    assert argv[:2] == ["kvpilot", "kv"]
+    assert argv[2].endswith("Qwen2.5-1.5B-Instruct.config.json")
     # 21,520 x 28,672 = 617,021,440 B = 0.574707... GiB: rounded down (0.5746GiB) it is 1,344 blocks, so the
     # demo rounds up: 0.5747GiB = 617,064,432 B, still 1,345 blocks of 458,752 B
     assert argv[argv.index("--kv-memory") + 1] == "0.5747GiB"

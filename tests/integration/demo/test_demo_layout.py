@@ -66,15 +66,20 @@ def test_wide_terminal_shows_kubectl_s_table_row(outputs):
     assert row.split()[:5] == ["qwen-experiment", "Qwen/Qwen2.5-1.5B-Instruct", "Ready", "21520", "2.63"]
     # one row per scenario: verdict and change on the scenario's line
     cap = next(line for line in lines if line.strip().startswith("max-num-seqs-cap "))
-    assert cap.split()[1:3] == ["max_num_seqs_cap", "critical"] and "--max-num-seqs 4 -> 16" in cap
+    assert cap.split()[1:3] == ["max_num_seqs_cap", "critical"]
+    assert "--max-num-seqs 4 -> 16" in cap
 
 
 def test_verbose_shows_evidence_and_the_status_as_yaml(outputs):
     text = "\n".join(outputs[(80, True)])
-    assert "-o yaml" in text and "\nstatus:\n" in text and "  kvCacheTokens: 21520" in text
-    assert "evidence" in text and "Little's law" in text  # the max_num_seqs recommendation's arithmetic
+    assert "-o yaml" in text
+    assert "\nstatus:\n" in text
+    assert "  kvCacheTokens: 21520" in text
+    assert "evidence" in text
+    assert "Little's law" in text
     summary = "\n".join(outputs[(80, False)])
-    assert "-o yaml" not in summary and "Little's law" not in summary  # the summary does not claim it
+    assert "-o yaml" not in summary
+    assert "Little's law" not in summary
 
 
 def _status_yaml(lines: list[str]) -> str:
@@ -90,10 +95,12 @@ def test_verbose_status_is_yaml_that_reads_back_whole(outputs):
     import yaml
 
     status = yaml.safe_load(_status_yaml(outputs[(80, True)]))["status"]
-    assert status["phase"] == "Ready" and status["kvCacheTokens"] == 21520
+    assert status["phase"] == "Ready"
+    assert status["kvCacheTokens"] == 21520
     # kopf's record is a JSON string with no space: folded over lines, never cut at the edge
     digest = json.loads(status["kopf"]["last-handled-digest"])
-    assert set(digest) == {"sha256"} and len(digest["sha256"]) == 64
+    assert set(digest) == {"sha256"}
+    assert len(digest["sha256"]) == 64
 
 
 #: a line ending in a figure and the next starting with its unit ("(-0.07" / "%)")

@@ -110,7 +110,8 @@ def test_chart_files_mirror_manifests_monitoring():
     ).read_bytes(), "run make chart"
     chart = {p.name: p.read_bytes() for p in (CHART / "files" / "dashboards").glob("*.json")}
     manifests = {p.name: p.read_bytes() for p in (MANIFESTS / "monitoring").glob("*.json")}
-    assert chart == manifests and manifests, "run make chart"
+    assert chart == manifests, "run make chart"
+    assert manifests, "run make chart"
 
 
 def test_default_values_render_the_plain_manifests():
@@ -259,7 +260,8 @@ def test_every_pod_is_restricted(values):
                 "capabilities": {"drop": ["ALL"]},
             }
             assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-            assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+            assert container["resources"]["requests"]
+            assert container["resources"]["limits"]["memory"]
 
 
 @pytest.mark.parametrize(

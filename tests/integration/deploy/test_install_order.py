@@ -98,4 +98,5 @@ def test_ha_adds_the_peering_object_and_two_peering_replicas(cluster):
     deployment = cluster.get("apps/v1/deployments", NS, "kvpilot-operator")
     assert deployment["spec"]["replicas"] == 2
     command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert "--peering=kvpilot" in command and "--standalone" not in command
+    assert "--peering=kvpilot" in command
+    assert "--standalone" not in command

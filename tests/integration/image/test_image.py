@@ -113,7 +113,8 @@ def test_operator_container_creates_the_pod_and_service_of_a_vllmserver(containe
     assert service["metadata"]["ownerReferences"][0]["uid"] == uid
     assert pod.spec.containers[0].command[:3] == ["vllm", "serve", "Qwen/Qwen2.5-1.5B-Instruct"]
     assert pod.spec.active_deadline_seconds == 3600  # spec.ttlSeconds of the example
-    assert status == 200 and b"# TYPE kvpilot_" in body
+    assert status == 200
+    assert b"# TYPE kvpilot_" in body
 
 
 @pytest.mark.prometheus
@@ -131,17 +132,20 @@ def test_vllm_stand_in_serves_health_models_and_metrics_to_prometheus(containers
         raise
     # vLLM's startup KV-capacity line, which the operator reads into status.kvCacheTokens
     report = parse_kv_cache_report(containers.logs(name))
-    assert report is not None and report.max_model_len == 8192
+    assert report is not None
+    assert report.max_model_len == 8192
     # vLLM's relation: tokens = blocks x 16; concurrency = blocks / (8192 / 16 blocks per request)
     assert report.kv_cache_tokens % 16 == 0
     assert report.max_concurrency == round(report.kv_cache_tokens / 16 / 512, 2)
     status, body = get(url + "/v1/models")
     assert status == 200
     (model,) = json.loads(body)["data"]
-    assert model["id"] == "Qwen/Qwen2.5-1.5B-Instruct" and model["max_model_len"] == 8192
+    assert model["id"] == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert model["max_model_len"] == 8192
     samples = parse_exposition(get(url + "/metrics")[1].decode())
     info = [s for s in samples if s.name == "vllm:cache_config_info"]
-    assert info and info[0].labels["gpu_memory_utilization"] == "0.6"
+    assert info
+    assert info[0].labels["gpu_memory_utilization"] == "0.6"
     with PrometheusServer(tmp_path / "prom", scrape_targets=[f"127.0.0.1:{port}"]) as prom:
         series = prom.wait_for_series('{__name__=~"vllm[:_]num_requests_running"}', timeout=60)
     assert series[0]["metric"]["model_name"] == "Qwen/Qwen2.5-1.5B-Instruct"

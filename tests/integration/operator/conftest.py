@@ -24,7 +24,7 @@ SERVERS = ("kvpilot.dev", "v1alpha1")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxCluster]:
+def cluster() -> Iterator[SandboxCluster]:
     """The sandbox API on loopback with the VLLMServer CRD installed (strict: a surprise fails the module)."""
     with SandboxCluster(strict=True) as sandbox:
         kubernetes.client.ApiextensionsV1Api(sandbox.api_client()).create_custom_resource_definition(crd_manifest())

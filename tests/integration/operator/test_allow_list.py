@@ -53,8 +53,11 @@ def test_a_server_outside_the_allow_list_is_invalid_and_gets_no_pod(
     assert (status["phase"], status["reason"]) == ("Invalid", "NotAllowed")
     assert status["message"].startswith(f"{field}: {value!r} is not among the")
     valid = next(c for c in status["conditions"] if c["type"] == "Valid")
-    assert (valid["status"], valid["reason"]) == ("False", "NotAllowed") and valid["message"].startswith(field)
-    assert len(event) == 1 and event[0]["type"] == "Warning" and field in event[0]["message"]
+    assert (valid["status"], valid["reason"]) == ("False", "NotAllowed")
+    assert valid["message"].startswith(field)
+    assert len(event) == 1
+    assert event[0]["type"] == "Warning"
+    assert field in event[0]["message"]
     pods = [p["metadata"]["labels"]["kvpilot.dev/server"] for p in cluster.list("v1/pods", namespace)]
     assert pods == ["ok"]
     assert [s["metadata"]["name"] for s in cluster.list("v1/services", namespace)] == ["ok"]

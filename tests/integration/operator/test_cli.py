@@ -40,8 +40,10 @@ def test_demo_prints_command_line_phase_and_kv_tokens():
     # The KV pre-flight with the node's 8,192 MiB label: vLLM claims ceil(8,589,934,592 x 0.6) = 5,153,960,756 B;
     # minus 3,087,428,608 B of weights and the 1,449,510,708 B overhead estimate (what this deployment leaves,
     # docs/kv.md) = 617,021,440 B of KV // (16 x 28,672 B per block) = 1,345 blocks = 21,520 tokens, vLLM's figure.
-    assert "condition KVCapacity True (Fits)" in out and "21,520 tokens" in out
-    assert "predicted 21,520 KV tokens" in out and "reported 21,520 (0.00 %)" in out
+    assert "condition KVCapacity True (Fits)" in out
+    assert "21,520 tokens" in out
+    assert "predicted 21,520 KV tokens" in out
+    assert "reported 21,520 (0.00 %)" in out
     assert "Traceback" not in out + result.stderr
     assert "Handler 'reconcile'" not in out + result.stderr  # kopf's own log stays off the output
 
@@ -101,7 +103,8 @@ def test_demo_sections_can_be_extended_in_process():
     output = io.StringIO()
     ctx = demo.run(Console(file=output, width=160), sections)
     assert seen == {"phase": "Ready", "tokens": 21520}
-    assert ctx.cluster.emulator is not None and "Clean up" in output.getvalue()
+    assert ctx.cluster.emulator is not None
+    assert "Clean up" in output.getvalue()
 
 
 def test_operator_command_takes_the_allow_list_from_its_environment(cluster, namespace, tmp_path):
@@ -157,5 +160,7 @@ def test_operator_refuses_a_crd_without_status_kopf_in_one_line(tmp_path):
         )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kvpilot: error: the cluster's CRD vllmservers.kvpilot.dev")
-    assert "status.kopf" in lines[0] and "kubectl apply -f manifests/crd/vllmservers.yaml" in lines[0]
+    assert len(lines) == 1
+    assert lines[0].startswith("kvpilot: error: the cluster's CRD vllmservers.kvpilot.dev")
+    assert "status.kopf" in lines[0]
+    assert "kubectl apply -f manifests/crd/vllmservers.yaml" in lines[0]

@@ -98,7 +98,8 @@ def test_unowned_pod_holding_the_name_is_reported_once_not_retried(cluster, api,
             window,
             what="a retried create",
         )
-    assert f'pod "{POD_NAME}" already exists' in status["message"] and "no controller" in status["message"]
+    assert f'pod "{POD_NAME}" already exists' in status["message"]
+    assert "no controller" in status["message"]
     assert _ready_condition(status)["reason"] == "NameConflict"
     assert attempts == 2  # the squatter (by the test) and the operator's one attempt
     assert _requests(cluster, "POST", "/pods") == 2
@@ -162,7 +163,8 @@ def test_a_failed_first_status_write_is_retried_by_kopf(cluster, api, namespace,
         _create(api, namespace)
         status = wait_for(lambda: (s := _status(cluster, namespace)).get("podName") and s, timeout=15, what="status")
     assert fault.hits == 2
-    assert status["phase"] == "Pending" and status["podName"] == POD_NAME
+    assert status["phase"] == "Pending"
+    assert status["podName"] == POD_NAME
     assert status["kopf"]["last-handled-digest"]  # kopf's record landed with it: the create is not run again
     assert _requests(cluster, "POST", f"/namespaces/{namespace}/pods") == 1
     assert [s["metadata"]["name"] for s in cluster.list("v1/services", namespace)] == ["qwen"]
@@ -191,7 +193,8 @@ def test_retries_are_bounded_then_failed(cluster, api, namespace, operator):
         wait_for(lambda: _warnings(cluster, namespace, "ReconcileFailed"), what="the ReconcileFailed event")
     # one first attempt + FAST.limit (4) retries, then a permanent stop
     assert fault.hits == 1 + 4
-    assert "gave up after 4 retries" in status["message"] and "etcd is down" in status["message"]
+    assert "gave up after 4 retries" in status["message"]
+    assert "etcd is down" in status["message"]
     assert cluster.list("v1/pods", namespace) == []
 
 
@@ -201,9 +204,12 @@ def test_watch_cut_mid_event_still_reconciles(cluster, api, namespace, operator)
     with operator(retry_policy=FAST):
         _create(api, namespace)
         status = wait_for(lambda: _status(cluster, namespace).get("podName") and _status(cluster, namespace))
-    assert servers.hits == 1 and pods.hits == 1
-    assert status["podName"] == POD_NAME and status["phase"] == "Pending"
-    assert len(cluster.list("v1/pods", namespace)) == 1 and len(cluster.list("v1/services", namespace)) == 1
+    assert servers.hits == 1
+    assert pods.hits == 1
+    assert status["podName"] == POD_NAME
+    assert status["phase"] == "Pending"
+    assert len(cluster.list("v1/pods", namespace)) == 1
+    assert len(cluster.list("v1/services", namespace)) == 1
 
 
 def test_operator_stopped_between_service_and_pod(cluster, api, namespace, operator):
@@ -236,14 +242,15 @@ def test_own_pod_missed_by_a_stale_list_is_adopted(cluster, api, namespace, monk
     import kopf
 
     events: list[dict] = []
-    monkeypatch.setattr(kopf, "event", lambda obj, **event: events.append(event))  # no kopf context here
+    monkeypatch.setattr(kopf, "event", lambda _obj, **event: events.append(event))  # no kopf context here
     controller = Controller(cluster.configuration(), hub=False, retry_policy=FAST)
     stale_index: dict = {}  # kopf's pod index before the pod's ADDED reached it: no pod seen
     controller.reconcile_server(
         body=server, namespace=namespace, name="qwen", logger=logging.getLogger("t"), pods_by_server=stale_index
     )
     status = _status(cluster, namespace)
-    assert status["podName"] == POD_NAME and status["phase"] == "Pending"
+    assert status["podName"] == POD_NAME
+    assert status["phase"] == "Pending"
     assert len(cluster.list("v1/pods", namespace)) == 1
     assert not [e for e in events if e["type"] == "Warning"]
 
@@ -265,7 +272,8 @@ def test_a_first_status_write_kopf_could_not_make_is_written_again(cluster, api,
         kubelet.ready(namespace, POD_NAME)
         ready = _wait_phase(cluster, namespace, "Ready", "Ready", timeout=15)
         wait_for(lambda: any(e["reason"] == "Ready" for e in cluster.list("v1/events", namespace)), what="Ready")
-    assert status["podName"] == POD_NAME and status["specHash"].startswith(POD_NAME[-5:])
+    assert status["podName"] == POD_NAME
+    assert status["specHash"].startswith(POD_NAME[-5:])
     assert status["message"] == "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
     assert ready["endpoint"] == f"http://qwen.{namespace}.svc:8000"
     assert [p["metadata"]["name"] for p in cluster.list("v1/pods", namespace)] == [POD_NAME]

@@ -129,7 +129,9 @@ def test_server_series_ignores_non_numbers_and_reads_expiry():
             "status": {"phase": "Ready", "podName": "s-abcde", "expiresAt": "1970-01-01T01:00:00Z"},
         }
     )
-    assert s.limits == {} and s.pod == "s-abcde" and s.phase == "Ready"
+    assert s.limits == {}
+    assert s.pod == "s-abcde"
+    assert s.phase == "Ready"
     assert s.expiry == 3600.0  # one hour after the epoch
 
 

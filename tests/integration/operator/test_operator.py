@@ -118,7 +118,8 @@ def test_create_makes_pod_and_service_owned_by_the_server(cluster, api, namespac
     # The name kvpilot render shows for this spec: <name>-<first 5 hex of sha256 of the set fields>
     # (printf '%s' '<sorted compact JSON of EXPERIMENT["spec"]>' | sha256sum -> 2c965c62...).
     assert pod["metadata"]["name"] == "qwen-2c965"
-    assert status["phase"] == "Pending" and status["observedGeneration"] == 1
+    assert status["phase"] == "Pending"
+    assert status["observedGeneration"] == 1
     assert pod["spec"]["activeDeadlineSeconds"] == 3600
     assert service["spec"]["ports"][0]["port"] == 8000
     # Status only holds fields the CRD declares (a real API server would prune the rest); kopf's
@@ -225,7 +226,9 @@ def test_invalid_spec_is_reported_without_a_pod_or_retries(cluster, api, namespa
         _wait_event(cluster, namespace, lambda e: e["type"] == "Warning" and "spec.engine.extraArgs" in e["message"])
     assert "spec.engine.extraArgs" in status["message"]
     valid = [c for c in status["conditions"] if c["type"] == "Valid"]
-    assert valid and valid[0]["status"] == "False" and "spec.engine.extraArgs" in valid[0]["message"]
+    assert valid
+    assert valid[0]["status"] == "False"
+    assert "spec.engine.extraArgs" in valid[0]["message"]
     assert _pods(cluster, namespace) == []
     # kopf took the failure as permanent: the spec is recorded as handled (a temporary error
     # would leave it unrecorded and retry), so nothing runs again until the spec changes. The record
@@ -252,9 +255,11 @@ def test_ready_pod_log_fills_kv_capacity(cluster, api, namespace, operator, kube
     assert status["kvCacheTokens"] == 21520
     assert status["maxConcurrency"] == pytest.approx(2.63)
     assert status["endpoint"] == f"http://qwen.{namespace}.svc:8000"
-    assert status["startedAt"] and status["expiresAt"] > status["startedAt"]
+    assert status["startedAt"]
+    assert status["expiresAt"] > status["startedAt"]
     ready = [c for c in status["conditions"] if c["type"] == "Ready"][0]
-    assert ready["status"] == "True" and ready["observedGeneration"] == 1
+    assert ready["status"] == "True"
+    assert ready["observedGeneration"] == 1
 
 
 def test_unschedulable_pod_shows_the_schedulers_reason(cluster, api, namespace, operator, kubelet):
@@ -295,7 +300,8 @@ def test_failed_start_reports_the_termination_message_and_is_not_restarted(clust
         wait_for(lambda: _handled_digest(_server(cluster, namespace)) not in (before, None), what="the update handled")
         pods = _pods(cluster, namespace)
     assert status["reason"] == "Error"
-    assert status["message"].startswith("vLLM exited with code 1 (Error)") and status["message"].endswith(tail)
+    assert status["message"].startswith("vLLM exited with code 1 (Error)")
+    assert status["message"].endswith(tail)
     assert [p["metadata"]["uid"] for p in pods] == [pod["metadata"]["uid"]]
 
 
@@ -364,7 +370,8 @@ def test_preflight_sets_kv_capacity_condition(cluster, api, namespace, operator,
     assert "28,672 B/token" in kv["message"]
     assert kv["observedGeneration"] == 1
     numbers = status["preflight"]
-    assert numbers["bytesPerToken"] == 28_672 and numbers["fits"] is True
+    assert numbers["bytesPerToken"] == 28_672
+    assert numbers["fits"] is True
     assert numbers["configSource"].startswith("ConfigMap") or "qwen-config" in numbers["configSource"]
     # 8 GiB x 0.6 = 4.8 GiB, minus 2.875 GiB weights and an overhead estimate leaves under 1.93 GiB:
     # at most 1.925 x 2^30 / 28,672 = 72,089 tokens, and certainly more than one 8,192-token request.
@@ -392,9 +399,12 @@ def test_preflight_enforce_refuses_a_spec_that_cannot_start(cluster, api, namesp
             what="the warning event",
         )
     kv = next(c for c in status["conditions"] if c["type"] == "KVCapacity")
-    assert kv["status"] == "False" and kv["reason"] in ("MaxModelLenExceedsKV", "NoKVMemory")
-    assert status["reason"] == kv["reason"] and "spec.engine.maxModelLen" in status["message"]
-    assert _pods(cluster, namespace) == [] and events
+    assert kv["status"] == "False"
+    assert kv["reason"] in ("MaxModelLenExceedsKV", "NoKVMemory")
+    assert status["reason"] == kv["reason"]
+    assert "spec.engine.maxModelLen" in status["message"]
+    assert _pods(cluster, namespace) == []
+    assert events
 
 
 def test_fixing_an_invalid_spec_starts_the_server(cluster, api, namespace, operator):
@@ -413,7 +423,8 @@ def test_fixing_an_invalid_spec_starts_the_server(cluster, api, namespace, opera
             what="phase Pending",
         )
     valid = next(c for c in status["conditions"] if c["type"] == "Valid")
-    assert valid["status"] == "True" and valid["observedGeneration"] == 2
+    assert valid["status"] == "True"
+    assert valid["observedGeneration"] == 2
 
 
 def test_a_silent_hub_never_delays_the_pod(cluster, api, namespace, monkeypatch):
@@ -494,7 +505,8 @@ def test_preflight_reads_the_gpu_memory_label_once_the_pod_is_scheduled(
     assert numbers["bytesPerToken"] == 28_672
     assert numbers["kvTokens"] == 21_520
     assert numbers["maxConcurrency"] == pytest.approx(2.626953125)
-    assert numbers["fits"] is True and numbers["maxModelLenThatFits"] == 21_504
+    assert numbers["fits"] is True
+    assert numbers["maxModelLenThatFits"] == 21_504
     # (weights + overhead + 512 blocks + the null block) / GPU = (4,536,939,316 + 513 x 458,752) / 8,589,934,592
     assert numbers["minGpuMemoryUtilization"] == pytest.approx(0.555566, abs=1e-5)
     assert numbers["gpuMemory"] == f"8192 MiB (node {kubelet.node} label nvidia.com/gpu.memory)"
@@ -511,7 +523,9 @@ def _assert_invalid(cluster, api, namespace, operator, body: dict, field: str, w
         )
         event = _wait_event(cluster, namespace, lambda e: e["type"] == "Warning" and field in e["message"])
     valid = [c for c in status["conditions"] if c["type"] == "Valid"]
-    assert valid and valid[0]["status"] == "False" and field in valid[0]["message"]
+    assert valid
+    assert valid[0]["status"] == "False"
+    assert field in valid[0]["message"]
     assert words in event["message"]
     assert _pods(cluster, namespace) == []
 
@@ -577,7 +591,8 @@ def test_a_new_server_costs_four_requests_and_no_read_back(cluster, api, namespa
         assert seen.count(("PATCH", f"vllmservers/{name}")) == 0  # kopf writes nothing outside status
         assert seen.count(("PATCH", f"vllmservers/{name}/status")) == 1
         [write] = [r.data for r in served if r.path.endswith(f"vllmservers/{name}/status")]
-        assert write["status"]["phase"] == "Pending" and write["status"]["podName"].startswith(f"{name}-")
+        assert write["status"]["phase"] == "Pending"
+        assert write["status"]["podName"].startswith(f"{name}-")
         assert set(write["status"]["kopf"]) == {"last-handled-digest"}  # kopf's record in the same request
         assert seen.count(("GET", f"vllmservers/{name}")) == 0
         assert seen.count(("GET", f"services/{name}")) == 0

@@ -146,7 +146,8 @@ def test_peering_object_status_merges_expires_and_is_watched_as_the_api_server_d
     cluster_wide = custom.patch_cluster_custom_object(
         *PEERINGS, "clusterkopfpeerings", f"p-{namespace}", {"status": {"a": record}}
     )
-    assert cluster_wide["status"] == {"a": record} and "namespace" not in cluster_wide["metadata"]
+    assert cluster_wide["status"] == {"a": record}
+    assert "namespace" not in cluster_wide["metadata"]
     stream = watch.Watch()
     seen = []
     for event in stream.stream(

@@ -72,6 +72,8 @@ def test_run_as_root_is_refused_in_a_restricted_namespace_once_with_the_admissio
     )
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "Forbidden")
-    assert len(event) == 1 and event[0]["type"] == "Warning" and admission in event[0]["message"]
+    assert len(event) == 1
+    assert event[0]["type"] == "Warning"
+    assert admission in event[0]["message"]
     assert creates == 1
     assert cluster.list("v1/pods", namespace) == []

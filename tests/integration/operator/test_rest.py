@@ -33,7 +33,8 @@ def test_create_returns_the_object_as_served_and_409_like_the_client(api, namesp
         core.create_namespaced_pod(namespace, _pod("a"), _preload_content=False)
     with pytest.raises(ConflictException) as ours:
         JsonApi(api).create(core_path(namespace, "pods"), _pod("a"))
-    assert type(ours.value) is type(reference.value) and ours.value.status == 409
+    assert type(ours.value) is type(reference.value)
+    assert ours.value.status == 409
     assert "already exists" in ours.value.body
 
 

@@ -31,8 +31,10 @@ def test_create_fills_server_side_metadata(api, namespace):
     pod = api.sanitize_for_serialization(core.create_namespaced_pod(namespace, _pod("a")))
     meta = pod["metadata"]
     assert (pod["apiVersion"], pod["kind"], meta["namespace"]) == ("v1", "Pod", namespace)
-    assert len(meta["uid"]) == 36 and meta["generation"] == 1
-    assert int(meta["resourceVersion"]) > 0 and meta["creationTimestamp"]
+    assert len(meta["uid"]) == 36
+    assert meta["generation"] == 1
+    assert int(meta["resourceVersion"]) > 0
+    assert meta["creationTimestamp"]
     assert pod["status"]["phase"] == "Pending"
     with pytest.raises(ApiException) as exc:
         core.create_namespaced_pod(namespace, _pod("a"))
@@ -64,7 +66,7 @@ def test_failed_json_patch_test_is_422_and_changes_nothing(api, namespace, clust
     assert cluster.get("v1/pods", namespace, "c") == before
 
 
-def test_generation_bumps_on_spec_changes_only_and_noop_writes_keep_the_version(api, namespace, cluster):
+def test_generation_bumps_on_spec_changes_only_and_noop_writes_keep_the_version(api, namespace):
     custom = kubernetes.client.CustomObjectsApi(api)
     created = custom.create_namespaced_custom_object(*SERVERS, namespace, "vllmservers", copy.deepcopy(EXPERIMENT))
     labelled = custom.patch_namespaced_custom_object(
@@ -103,7 +105,8 @@ def test_status_only_through_the_subresource_and_pruned_to_the_schema(api, names
         },
     )
     assert patched["status"] == {"phase": "Ready", "kopf": {"progress": {}}}  # undeclared fields pruned
-    assert patched["spec"]["ttlSeconds"] == 3600 and patched["metadata"]["generation"] == 1
+    assert patched["spec"]["ttlSeconds"] == 3600
+    assert patched["metadata"]["generation"] == 1
 
 
 def test_watch_resumes_after_resource_version_without_replaying(api, namespace):
@@ -145,12 +148,13 @@ def test_selectors_and_namespace_listing(api, namespace):
     assert core.read_namespace(namespace).metadata.name == namespace
 
 
-def test_pod_log_is_text_and_400_before_the_container_runs(api, namespace, cluster, kubelet):
+def test_pod_log_is_text_and_400_before_the_container_runs(api, namespace, kubelet):
     core = kubernetes.client.CoreV1Api(api)
     core.create_namespaced_pod(namespace, _pod("l"))
     with pytest.raises(ApiException) as exc:
         core.read_namespaced_pod_log("l", namespace)
-    assert exc.value.status == 400 and "waiting to start" in exc.value.body
+    assert exc.value.status == 400
+    assert "waiting to start" in exc.value.body
     kubelet.start(namespace, "l", log="line 1\nline 2\n")
     raw = core.read_namespaced_pod_log("l", namespace, _preload_content=False)
     assert raw.headers["Content-Type"] == "text/plain"
@@ -165,7 +169,8 @@ def test_pod_spec_is_immutable(api, namespace):
         core.patch_namespaced_pod(
             "i", namespace, {"spec": {"restartPolicy": "Always"}}, _content_type="application/merge-patch+json"
         )
-    assert exc.value.status == 422 and "Forbidden" in exc.value.body
+    assert exc.value.status == 422
+    assert "Forbidden" in exc.value.body
 
 
 def test_deleting_an_owner_deletes_dependents_and_finalizers_hold_deletion(api, namespace, cluster):
@@ -190,18 +195,25 @@ def test_deleting_an_owner_deletes_dependents_and_finalizers_hold_deletion(api, 
 def test_crd_is_discoverable_with_its_status_subresource(api):
     resources = kubernetes.client.CustomObjectsApi(api).get_api_resources(*SERVERS)
     names = {r.name: r for r in resources.resources}
-    assert names["vllmservers"].kind == "VLLMServer" and names["vllmservers"].namespaced
+    assert names["vllmservers"].kind == "VLLMServer"
+    assert names["vllmservers"].namespaced
     assert "vllmservers/status" in names
 
 
+def _status_listing_an_unknown_resource(sandbox: SandboxCluster) -> int:
+    """The HTTP status the client gets listing a resource the sandbox does not serve."""
+    with pytest.raises(ApiException) as answer:
+        kubernetes.client.CustomObjectsApi(sandbox.api_client()).list_namespaced_custom_object(
+            "nope.dev", "v1", "default", "things"
+        )
+    return answer.value.status
+
+
 def test_strict_mode_reports_requests_to_unknown_resources():
-    with pytest.raises(UnknownResourceError):
-        with SandboxCluster(strict=True) as sandbox:
-            with pytest.raises(ApiException) as answer:
-                kubernetes.client.CustomObjectsApi(sandbox.api_client()).list_namespaced_custom_object(
-                    "nope.dev", "v1", "default", "things"
-                )
-            assert answer.value.status == 404  # the client got a 404; the sandbox re-raises on exit
+    statuses = []
+    with pytest.raises(UnknownResourceError), SandboxCluster(strict=True) as sandbox:  # re-raised on exit
+        statuses.append(_status_listing_an_unknown_resource(sandbox))
+    assert statuses == [404]  # the client got a 404
 
 
 def test_custom_resources_are_validated_against_the_crd_schema(api, namespace):
@@ -211,7 +223,8 @@ def test_custom_resources_are_validated_against_the_crd_schema(api, namespace):
         kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(
             *SERVERS, namespace, "vllmservers", body
         )
-    assert exc.value.status == 422 and "spec.engine.gpuMemoryUtilization" in exc.value.body
+    assert exc.value.status == 422
+    assert "spec.engine.gpuMemoryUtilization" in exc.value.body
 
 
 def test_orphan_propagation_keeps_dependents(api, namespace, cluster):

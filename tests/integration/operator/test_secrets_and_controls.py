@@ -39,8 +39,10 @@ def _status(cluster, namespace: str, name: str) -> dict:
 
 
 def _clean(text: str) -> None:
-    assert HF not in text and SK not in text, text
-    assert "\x1b" not in text and "\x07" not in text, repr(text)
+    assert HF not in text, text
+    assert SK not in text, text
+    assert "\x1b" not in text, repr(text)
+    assert "\x07" not in text, repr(text)
 
 
 @pytest.mark.parametrize(
@@ -106,7 +108,8 @@ def test_render_error_line_never_echoes_a_token(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "kvpilot.cli", "render", str(path)], capture_output=True, text=True, timeout=60
     )
-    assert result.returncode == 2 and "spec.hfTokenSecretRef.name: '[REDACTED]" in result.stderr
+    assert result.returncode == 2
+    assert "spec.hfTokenSecretRef.name: '[REDACTED]" in result.stderr
     _clean(result.stdout + result.stderr)
 
 

@@ -94,7 +94,8 @@ def test_old_vllm_version_recording_uses_old_names_and_blocks(tmp_path):
     assert result.exit_code == 0, result.output
     samples = read_recording(path)
     names = {s.name for s in samples}
-    assert "vllm:gpu_cache_usage_perc" in names and "vllm:kv_cache_usage_perc" not in names
+    assert "vllm:gpu_cache_usage_perc" in names
+    assert "vllm:kv_cache_usage_perc" not in names
     assert "vllm:time_per_output_token_seconds_count" in names
     assert all("engine" not in s.labels for s in samples)
     last = {s.name: s.value for s in samples}
@@ -122,18 +123,23 @@ def test_v010_recording_has_both_generations(tmp_path):
 def test_help_has_examples():
     result = CliRunner().invoke(cli, ["simulate", "--help"])
     assert result.exit_code == 0
-    assert "Examples:" in result.output and "kvpilot simulate seed-lru -o json" in result.output
-    assert "--vllm-args" in result.output and "--record" in result.output
+    assert "Examples:" in result.output
+    assert "kvpilot simulate seed-lru -o json" in result.output
+    assert "--vllm-args" in result.output
+    assert "--record" in result.output
 
 
 def test_unknown_scenario_and_bad_vllm_args_exit_2():
     result = CliRunner().invoke(cli, ["simulate", "no-such"])
-    assert result.exit_code == 2 and "SCENARIO" in result.output
+    assert result.exit_code == 2
+    assert "SCENARIO" in result.output
     result = CliRunner().invoke(cli, ["simulate", "--vllm-args", "serve m --max-num-seqs lots"])
-    assert result.exit_code == 2 and "--max-num-seqs" in result.output
+    assert result.exit_code == 2
+    assert "--max-num-seqs" in result.output
     assert "Traceback" not in result.output
     result = CliRunner().invoke(cli, ["simulate", "idle", "--vllm-version", "latest"])
-    assert result.exit_code == 2 and "--vllm-version" in result.output
+    assert result.exit_code == 2
+    assert "--vllm-version" in result.output
 
 
 # ------------------------------------------------------------------ --trace FILE.jsonl
@@ -182,7 +188,7 @@ def test_trace_runs_past_the_scenarios_time_to_its_last_arrival(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "line, words",
+    ("line", "words"),
     [
         ('{"arrival_time": 1, "prompt_tokens": "many"}', ["trace line 3", "prompt_tokens", "not a number"]),
         ('{"prompt_tokens": 10}', ["trace line 3", "arrival_time", "required"]),
@@ -201,31 +207,38 @@ def test_bad_trace_line_exits_2_naming_line_and_field(tmp_path, line, words):
     trace.write_text('{"arrival_time": 0, "prompt_tokens": 10}\n\n' + line + "\n")
     result = CliRunner().invoke(cli, ["simulate", "--trace", str(trace)])
     assert result.exit_code == 2, result.output
-    assert result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert result.output.count("\n") == 1
+    assert "Traceback" not in result.output
     for word in ["--trace", *words]:
         assert word in result.output, (word, result.output)
 
 
 def test_trace_missing_empty_or_mixed_with_workload_flags(tmp_path):
     missing = CliRunner().invoke(cli, ["simulate", "--trace", str(tmp_path / "none.jsonl")])
-    assert missing.exit_code == 2 and "--trace: cannot read" in missing.output
+    assert missing.exit_code == 2
+    assert "--trace: cannot read" in missing.output
     empty = tmp_path / "empty.jsonl"
     empty.write_text("# nothing\n")
     result = CliRunner().invoke(cli, ["simulate", "--trace", str(empty)])
-    assert result.exit_code == 2 and "no request" in result.output
+    assert result.exit_code == 2
+    assert "no request" in result.output
     trace = tmp_path / "t.jsonl"
     trace.write_text(TRACE)
     mixed = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--arrival-rate", "5"])
-    assert mixed.exit_code == 2 and "--arrival-rate" in mixed.output
+    assert mixed.exit_code == 2
+    assert "--arrival-rate" in mixed.output
 
 
 def test_vllm_args_refuse_unknown_models_and_flags():
     result = CliRunner().invoke(cli, ["simulate", "--vllm-args", "serve my/model --max-num-seqs 4"])
-    assert result.exit_code == 2 and "'my/model'" in result.output and "--vllm-args" in result.output
+    assert result.exit_code == 2
+    assert "'my/model'" in result.output
+    assert "--vllm-args" in result.output
     result = CliRunner().invoke(
         cli, ["simulate", "--vllm-args", "serve Qwen/Qwen2.5-1.5B-Instruct --pipeline-parallel-size 2"]
     )
-    assert result.exit_code == 2 and "--pipeline-parallel-size" in result.output
+    assert result.exit_code == 2
+    assert "--pipeline-parallel-size" in result.output
 
 
 def test_no_fast_forward_gives_the_same_report_and_recording(tmp_path):
@@ -238,4 +251,5 @@ def test_no_fast_forward_gives_the_same_report_and_recording(tmp_path):
         result = CliRunner().invoke(cli, record)
         assert result.exit_code == 0, result.output
         bodies.append([line for line in path.read_text().splitlines() if "_created" not in line])
-    assert bodies[0] == bodies[1] and len(bodies[0]) > 1000  # 13 snapshots of every family
+    assert bodies[0] == bodies[1]
+    assert len(bodies[0]) > 1000

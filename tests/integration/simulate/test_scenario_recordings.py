@@ -104,7 +104,8 @@ def test_timestamps_end_at_end_every_interval(recordings):
     times = rec.times("vllm:num_requests_running")
     # 300 s every 5 s: snapshots at 0, 5, ..., 300 -> 61, the last on END
     assert len(times) == 61
-    assert times[-1] == END and times[0] == END - 300
+    assert times[-1] == END
+    assert times[0] == END - 300
     assert all(b - a == 5 for a, b in itertools.pairwise(times))
 
 
@@ -118,7 +119,8 @@ def test_max_num_seqs_cap_signature(recordings):
     assert sum(r == 4 for r in running) >= 0.8 * len(running)
     # waiting grows: every quarter of the window ends higher than the one before
     quarters = [waiting[i * len(waiting) // 4] for i in range(1, 4)] + [waiting[-1]]
-    assert quarters == sorted(quarters) and waiting[-1] > 100
+    assert quarters == sorted(quarters)
+    assert waiting[-1] > 100
     # KV with room: well under a tenth of the cache
     assert max(kv) < 0.1
     assert rec.last("vllm:num_preemptions_total") == 0
@@ -186,7 +188,8 @@ def test_prefix_thrash_signature(recordings):
 def test_healthy_signature(recordings):
     rec = Series(recordings["healthy"])
     waiting = rec.values("vllm:num_requests_waiting")
-    assert max(waiting) <= 1 and waiting[-1] == 0  # nothing queues (at most a request in passing)
+    assert max(waiting) <= 1
+    assert waiting[-1] == 0
     assert rec.finished() > 0
     assert max(rec.values("vllm:kv_cache_usage_perc")) < 0.5
     assert rec.last("vllm:num_preemptions_total") == 0

@@ -74,19 +74,21 @@ def test_serve_scraped_by_prometheus_stores_every_series(tmp_path):
     with Server(argv, port, tmp_path / "sim") as sim:
         # a plain GET (no Accept) gets the 0.0.4 text format with colon names
         status, headers, body = get(sim.url + "/metrics")
-        assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        assert status == 200
+        assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
         assert "\nvllm:num_requests_running{" in body.decode()
         # Prometheus's own Accept header gets OpenMetrics with escaped sample names
         status, headers, body = get(sim.url + "/metrics", accept=PROMETHEUS_ACCEPT)
         text = body.decode()
         assert headers["Content-Type"].startswith("application/openmetrics-text")
-        assert "# TYPE vllm:num_requests_running gauge" in text and "\nvllm_num_requests_running{" in text
+        assert "# TYPE vllm:num_requests_running gauge" in text
+        assert "\nvllm_num_requests_running{" in text
 
         with PrometheusServer(tmp_path / "prom", scrape_targets=[f"127.0.0.1:{port}"]) as prom:
             prom.wait_for_series('vllm_num_requests_running{job="vllm"}', timeout=60)
             stored = prom.query('{__name__=~"vllm[:_].+", job="vllm"}')
             names = {r["metric"]["__name__"] for r in stored}
-            assert EXPECTED_033 <= names, sorted(EXPECTED_033 - names)
+            assert names >= EXPECTED_033, sorted(EXPECTED_033 - names)
             assert not any(":" in n for n in names)  # only the escaped spelling is stored
             # every series of one direct scrape (same Accept header) is in Prometheus
             _, _, body = get(sim.url + "/metrics", accept=PROMETHEUS_ACCEPT)
@@ -98,7 +100,8 @@ def test_serve_scraped_by_prometheus_stores_every_series(tmp_path):
             assert running[0]["metric"]["model_name"] == "Qwen/Qwen2.5-1.5B-Instruct"
             assert running[0]["metric"]["engine"] == "0"
             info = prom.query('vllm_cache_config_info{job="vllm"}')
-            assert "model_name" not in info[0]["metric"] and info[0]["metric"]["block_size"] == "16"
+            assert "model_name" not in info[0]["metric"]
+            assert info[0]["metric"]["block_size"] == "16"
             # the simulation advances: prompt tokens grow between two Prometheus evaluations (polled)
             prom.wait_for_series('increase(vllm_prompt_tokens_total{job="vllm"}[30s]) > 0', timeout=60)
 
@@ -155,10 +158,12 @@ def test_vllm_shim_serves_health_models_and_metrics(tmp_path):
     env = {"KVPILOT_SCENARIO": "max-num-seqs-cap", "KVPILOT_SPEED": "20", "KVPILOT_DURATION": "1h"}
     with Server(argv, port, tmp_path / "shim", env=env) as shim:
         status, _, body = get(shim.url + "/health")
-        assert status == 200 and body == b""
+        assert status == 200
+        assert body == b""
         status, _, body = get(shim.url + "/v1/models")
         models = json.loads(body)
-        assert status == 200 and models["object"] == "list"
+        assert status == 200
+        assert models["object"] == "list"
         assert [m["id"] for m in models["data"]] == ["acme/tiny-model"]
         seen = []
         deadline = time.monotonic() + 30

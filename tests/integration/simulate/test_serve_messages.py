@@ -29,7 +29,8 @@ def test_duration_ends_the_server_with_one_line_and_exit_0():
     assert lines[0].startswith("serving http://127.0.0.1:")
     assert lines[1] == "stops after --duration 60 s of simulated time = 0.6 s wall (exit 0)"
     assert lines[2].startswith("--speed 100: 100 simulated seconds per wall-clock second")
-    assert "rate()s over the counters read 100x" in lines[2] and "latencies" in lines[2]
+    assert "rate()s over the counters read 100x" in lines[2]
+    assert "latencies" in lines[2]
     assert lines[-1].startswith("stopped: --duration 60 s of simulated time served (")
     assert len(lines) == 4
 
@@ -50,7 +51,8 @@ def test_a_signal_ends_the_server_with_one_line_and_exit_0(tmp_path):
         stop_process(proc)
     lines = log.read_text().splitlines()
     assert lines[1] == "runs until stopped (SIGTERM or Ctrl-C; exit 0)"  # speed 1: no rate note
-    assert lines[-1].startswith("stopped by a signal after ") and lines[-1].endswith("of simulated time (exit 0)")
+    assert lines[-1].startswith("stopped by a signal after ")
+    assert lines[-1].endswith("of simulated time (exit 0)")
 
 
 def test_start_lines_at_speed_1_and_with_a_duration():
@@ -58,4 +60,5 @@ def test_start_lines_at_speed_1_and_with_a_duration():
     assert start_lines(1.0, 1800.0) == ["stops after --duration 1,800 s of simulated time = 1,800 s wall (exit 0)"]
     # 0.5x: 600 s simulated = 1,200 s wall; rates read half the simulated rates
     lines = start_lines(0.5, 600.0)
-    assert lines[0].endswith("= 1,200 s wall (exit 0)") and "read 0.5x the simulated" in lines[1]
+    assert lines[0].endswith("= 1,200 s wall (exit 0)")
+    assert "read 0.5x the simulated" in lines[1]

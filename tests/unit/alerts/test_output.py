@@ -46,4 +46,6 @@ def test_the_sinks_alert_has_safe_labels_annotations_and_fingerprint():
     got = safe_alert(alert)
     assert dict(got.labels) == {"alertname": "VLLM", "note": "HF_TOKEN=[REDACTED]"}
     assert dict(got.annotations) == {"description": "line1 line2"}
-    assert got.fingerprint == "[REDACTED]" and got.name == "VLLM" and got.firing
+    assert got.fingerprint == "[REDACTED]"
+    assert got.name == "VLLM"
+    assert got.firing

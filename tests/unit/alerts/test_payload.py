@@ -40,7 +40,8 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "webhooks"
 def test_bodies_that_are_not_json_are_one_body_error(raw, reason):
     with pytest.raises(BodyError) as err:
         decode_body(raw)
-    assert str(err.value).startswith("body: ") and reason in str(err.value)
+    assert str(err.value).startswith("body: ")
+    assert reason in str(err.value)
     assert "9999" not in str(err.value)  # the message never quotes the body
 
 
@@ -96,7 +97,9 @@ def test_json_of_the_wrong_shape_names_the_field(body, message):
 
 def test_null_optional_fields_are_empty():
     got = parse_notification({"version": "1", "alerts": [_alert(fingerprint=None, startsAt=None)], "receiver": None})
-    assert got.sender == "grafana" and got.receiver == "" and got.alerts[0].starts_at == ""
+    assert got.sender == "grafana"
+    assert got.receiver == ""
+    assert got.alerts[0].starts_at == ""
     assert len(got.alerts[0].fingerprint) == 16  # the stand-in fingerprint
 
 
@@ -114,7 +117,8 @@ def test_the_alert_limit_holds_at_its_value_and_refuses_one_more():
 def test_every_fixture_parses(name):
     raw = (FIXTURES / name).read_bytes()
     got = parse_notification(decode_body(raw), max_alerts=100)
-    assert len(got.alerts) == len(json.loads(raw)["alerts"]) and got.sender in ("alertmanager", "grafana")
+    assert len(got.alerts) == len(json.loads(raw)["alerts"])
+    assert got.sender in ("alertmanager", "grafana")
 
 
 @pytest.mark.parametrize(

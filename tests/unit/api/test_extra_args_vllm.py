@@ -117,4 +117,5 @@ def test_reproduced_smuggling_is_refused_and_was_real():
         if dest is None:
             assert not answer["ok"], (extra, answer)  # vLLM itself refuses (ambiguous prefix)
         else:
-            assert answer["ok"] and answer["values"][dest] != baseline[dest], (extra, answer)
+            assert answer["ok"], (extra, answer)
+            assert answer["values"][dest] != baseline[dest], (extra, answer)

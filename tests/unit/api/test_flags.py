@@ -17,7 +17,7 @@ def refused(args, **over):
 
 
 @pytest.mark.parametrize(
-    "arg, flag",
+    ("arg", "flag"),
     [
         ("--max-num-seqs", "--max-num-seqs"),
         ("--max_num_seqs", "--max-num-seqs"),
@@ -95,7 +95,7 @@ def test_kv_transfer_config_is_managed_only_with_kv_offload():
 
 
 @pytest.mark.parametrize(
-    "arg, name",
+    ("arg", "name"),
     [
         ("--max_num_seqs=8", "--max-num-seqs"),
         ("-tp=2", "-tp"),
@@ -123,11 +123,14 @@ def test_an_ambiguous_prefix_says_so_and_names_every_flag_it_could_mean():
     err = refused(["--max-num"])
     assert err.field == "spec.engine.extraArgs[0]"
     assert "ambiguous" in err.message
-    assert "--max-num-seqs" in err.message and "--max-num-batched-tokens" in err.message
-    assert "spec.engine.maxNumSeqs" in err.message and "spec.engine.maxNumBatchedTokens" in err.message
+    assert "--max-num-seqs" in err.message
+    assert "--max-num-batched-tokens" in err.message
+    assert "spec.engine.maxNumSeqs" in err.message
+    assert "spec.engine.maxNumBatchedTokens" in err.message
     both = refused(["--enable_"])  # --enable-prefix-caching and --enable-chunked-prefill
     assert "ambiguous" in both.message
-    assert "--enable-prefix-caching" in both.message and "--enable-chunked-prefill" in both.message
+    assert "--enable-prefix-caching" in both.message
+    assert "--enable-chunked-prefill" in both.message
 
 
 def test_a_prefix_of_one_managed_flag_says_it_is_a_prefix():
@@ -135,7 +138,8 @@ def test_a_prefix_of_one_managed_flag_says_it_is_a_prefix():
     # claim the user typed --kv-cache-dtype.
     err = refused(["--kv-cache", "fp8"])
     assert err.message.startswith("'--kv-cache' is a prefix of the managed flag --kv-cache-dtype")
-    assert "ambiguous" in err.message and "spec.engine.kvCacheDtype" in err.message
+    assert "ambiguous" in err.message
+    assert "spec.engine.kvCacheDtype" in err.message
 
 
 @pytest.mark.parametrize(

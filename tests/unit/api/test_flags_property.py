@@ -28,5 +28,6 @@ def test_every_prefix_and_spelling_of_a_managed_flag_is_refused(case):
     # refused, only for flags the argument could abbreviate, and the one it was cut from among them (unless
     # what was typed is another managed flag's whole name, which argparse takes as that flag)
     typed = "--" + arg[2:].split("=")[0].split(" ")[0].replace("_", "-")
-    assert hits and all(f.startswith(typed) for f, _ in hits), (arg, hits)
+    assert hits, (arg, hits)
+    assert all(f.startswith(typed) for f, _ in hits), (arg, hits)
     assert flag in [f for f, _ in hits] or typed in MANAGED_FLAGS, (arg, hits)

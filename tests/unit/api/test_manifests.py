@@ -77,7 +77,8 @@ def rules() -> dict[tuple[str, str], set[str]]:
     (role,) = docs(MANIFESTS / "operator" / "20-clusterrole.yaml")
     out: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
-        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        assert "resourceNames" not in rule
+        assert "nonResourceURLs" not in rule
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 out.setdefault((group, resource), set()).update(rule["verbs"])
@@ -109,7 +110,9 @@ def test_rbac_is_exactly_what_the_operator_needs():
 def test_rbac_has_no_wildcards_and_no_secrets():
     (role,) = docs(MANIFESTS / "operator" / "20-clusterrole.yaml")
     for rule in role["rules"]:
-        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        assert "*" not in rule["verbs"]
+        assert "*" not in rule["resources"]
+        assert "*" not in rule["apiGroups"]
         assert "secrets" not in rule["resources"]
     assert not any("delete" in verbs for (g, r), verbs in rules().items() if r != "pods")
 
@@ -137,6 +140,7 @@ def test_deployment_runs_the_operator_non_root_with_kopf_liveness():
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
-    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    assert c["resources"]["requests"]
+    assert c["resources"]["limits"]["memory"]
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"]["type"] == "Recreate"

@@ -8,7 +8,7 @@ from kvpilot.api.quantity import format_bytes_quantity, format_gib, is_quantity,
 
 
 @pytest.mark.parametrize(
-    "text, value",
+    ("text", "value"),
     [
         ("6Gi", 6 * 1024**3),  # 6442450944
         ("1.5Gi", 1536 * 1024**2),  # 1610612736
@@ -28,12 +28,12 @@ def test_parse_quantity(text, value):
 @pytest.mark.parametrize("text", ["6 GiB", "6GiB", "Gi", "", "1.5.5Gi", "six"])
 def test_not_quantities(text):
     assert not is_quantity(text)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not a Kubernetes quantity"):
         parse_quantity(text)
 
 
 @pytest.mark.parametrize(
-    "n, text",
+    ("n", "text"),
     [
         (6 * 2**30, "6Gi"),
         (6 * 2**30 + 1536 * 2**20, "7680Mi"),  # 6144Mi + 1536Mi
@@ -47,7 +47,9 @@ def test_format_bytes_quantity(n, text):
     assert format_bytes_quantity(n) == text
 
 
-@pytest.mark.parametrize("n, text", [(1536 * 2**20, "1.5"), (6 * 2**30, "6"), (512 * 2**20, "0.5"), (10**9, "0.9313")])
+@pytest.mark.parametrize(
+    ("n", "text"), [(1536 * 2**20, "1.5"), (6 * 2**30, "6"), (512 * 2**20, "0.5"), (10**9, "0.9313")]
+)
 def test_format_gib(n, text):
     # 10**9 / 2**30 = 0.93132257… -> 0.9313
     assert format_gib(n) == text

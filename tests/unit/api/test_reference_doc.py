@@ -18,9 +18,14 @@ def field_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
         path = f"{prefix}{field.alias}"
         out.append(path)
         for arg in getattr(field.annotation, "__args__", ()) + (field.annotation,):
-            if isinstance(arg, type) and issubclass(arg, BaseModel) and prefix == "":
-                if model is VLLMServerSpec and arg.__name__ not in {"Toleration", "EnvVar"}:
-                    out += field_paths(arg, f"{path}.")
+            if (
+                isinstance(arg, type)
+                and issubclass(arg, BaseModel)
+                and prefix == ""
+                and model is VLLMServerSpec
+                and arg.__name__ not in {"Toleration", "EnvVar"}
+            ):
+                out += field_paths(arg, f"{path}.")
     return out
 
 

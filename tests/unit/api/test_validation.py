@@ -176,7 +176,8 @@ def test_spec_must_be_a_mapping():
 def test_batched_tokens_must_cover_max_num_seqs():
     err = error(spec(engine={"maxNumSeqs": 256, "maxNumBatchedTokens": 255}))
     assert err.field == "spec.engine.maxNumBatchedTokens"
-    assert "255" in err.message and "256" in err.message
+    assert "255" in err.message
+    assert "256" in err.message
     assert parse_spec(spec(engine={"maxNumSeqs": 256, "maxNumBatchedTokens": 256}))
 
 
@@ -184,7 +185,8 @@ def test_batched_tokens_below_max_model_len_needs_chunked_prefill():
     # chunked prefill explicitly off: 2048 < 16384 is refused
     err = error(spec(engine={"maxModelLen": 16384, "maxNumBatchedTokens": 2048, "enableChunkedPrefill": False}))
     assert err.field == "spec.engine.maxNumBatchedTokens"
-    assert "16384" in err.message and "chunked prefill" in err.message
+    assert "16384" in err.message
+    assert "chunked prefill" in err.message
     # chunked prefill on (explicitly, or vLLM V1's default when unset): allowed
     assert parse_spec(spec(engine={"maxModelLen": 16384, "maxNumBatchedTokens": 2048, "enableChunkedPrefill": True}))
     assert parse_spec(spec(engine={"maxModelLen": 16384, "maxNumBatchedTokens": 2048}))
@@ -200,7 +202,7 @@ def test_gpus_must_hold_tensor_parallel_size():
 
 
 @pytest.mark.parametrize(
-    "env, field",
+    ("env", "field"),
     [
         ([{"name": "HF_HOME", "value": "/x"}], "spec.env[0].name"),
         ([{"name": "HF_TOKEN", "value": "hf_abc"}], "spec.env[0].value"),
@@ -229,7 +231,7 @@ def test_lmcache_env_is_managed_only_with_lmcache_offload():
 
 
 @pytest.mark.parametrize(
-    "labels, field",
+    ("labels", "field"),
     [
         ({"app.kubernetes.io/name": "other"}, "spec.podLabels.app.kubernetes.io/name"),
         ({"kvpilot.dev/server": "x"}, "spec.podLabels.kvpilot.dev/server"),
@@ -272,7 +274,7 @@ def test_parse_resource_returns_name_namespace_and_spec():
 
 
 @pytest.mark.parametrize(
-    "obj, field",
+    ("obj", "field"),
     [
         (_obj(kind="Pod"), "kind"),
         (_obj(apiVersion="kvpilot.dev/v1"), "apiVersion"),
@@ -299,7 +301,8 @@ def test_spec_hash_changes_with_the_spec_only():
     b = parse_spec(spec(engine={"maxNumSeqs": 4}))
     c = parse_spec(spec(engine={"maxNumSeqs": 8}))
     assert spec_hash(a) == spec_hash(b) != spec_hash(c)
-    assert len(spec_hash(a)) == 16 and int(spec_hash(a), 16) >= 0
+    assert len(spec_hash(a)) == 16
+    assert int(spec_hash(a), 16) >= 0
 
 
 # ------------------------------------------------------------------ bounds of a body kopf decoded (issue 24 item 9)
@@ -311,7 +314,8 @@ def test_a_huge_integer_names_its_field_and_the_bound():
     assert (err.field, err.message) == ("spec.ttlSeconds", "an integer of 5001 digits (the bound is 100 digits)")
     # 100 digits is within the bound: the field's own rule answers, showing the number
     err = error(spec(ttlSeconds=10**100 - 1))
-    assert err.field == "spec.ttlSeconds" and "less than or equal to 2678400" in err.message
+    assert err.field == "spec.ttlSeconds"
+    assert "less than or equal to 2678400" in err.message
 
 
 def test_a_deep_value_names_where_it_passes_the_bound():
@@ -320,7 +324,8 @@ def test_a_deep_value_names_where_it_passes_the_bound():
         deep = [deep]
     err = error(spec(affinity={"nodeAffinity": deep}))
     path = "spec.affinity.nodeAffinity" + "[0]" * 62  # 212 characters: cut at 200 in the message
-    assert err.field == path[:200] + "…" and "the bound is 64" in err.message
+    assert err.field == path[:200] + "…"
+    assert "the bound is 64" in err.message
     # one level less is within the bound: the affinity's own check answers
     assert error(spec(affinity={"nodeAffinity": deep[0]})).message == "must be of type object (got array)"
 
@@ -330,4 +335,5 @@ def test_a_shared_structure_is_counted_as_expanded():
     for _ in range(8):  # 9^9 leaves if expanded, one list per level in memory
         leaf = [leaf] * 9
     err = error(spec(env=[{"name": "X", "valueFrom": {"a": leaf}}]))
-    assert err.field.startswith("spec.env[0].valueFrom.a[0]") and "more than 100,000 nodes" in err.message
+    assert err.field.startswith("spec.env[0].valueFrom.a[0]")
+    assert "more than 100,000 nodes" in err.message

@@ -26,7 +26,8 @@ def one_line_error(result, code: int = 2) -> str:
     assert result.exit_code == code, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kvpilot: error: "), result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("kvpilot: error: "), result.stderr
     return lines[0]
 
 
@@ -83,7 +84,8 @@ def test_kv_refuses_the_same_in_a_config_json_naming_the_key(tmp_path, change, w
     path = tmp_path / "config.json"
     path.write_text(text)
     line = one_line_error(run("kv", str(path), "--kv-memory", "2GiB"))
-    assert words in line and str(path) in line
+    assert words in line
+    assert str(path) in line
 
 
 def test_kv_speculative_config_is_bounded_too():

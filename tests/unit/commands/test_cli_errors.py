@@ -38,13 +38,16 @@ def test_kubeconfig_from_the_environment_is_named_as_such_and_missing_as_missing
 def test_the_option_is_named_when_it_was_given(tmp_path):
     missing = tmp_path / "nonexistent"
     code, output = _run([*OPERATOR, "--kubeconfig", str(missing)], {"KUBECONFIG": None})
-    assert code == 2 and _error_line(output) == f"kvpilot: error: --kubeconfig {missing}: no such file"
+    assert code == 2
+    assert _error_line(output) == f"kvpilot: error: --kubeconfig {missing}: no such file"
 
 
 def test_no_configuration_at_all_says_where_it_looked(tmp_path):
     code, output = _run(OPERATOR, {"KUBECONFIG": None, "KUBERNETES_SERVICE_HOST": None, "HOME": str(tmp_path)})
     line = _error_line(output)
-    assert code == 2 and "~/.kube/config: no such file" in line and "not in a cluster" in line
+    assert code == 2
+    assert "~/.kube/config: no such file" in line
+    assert "not in a cluster" in line
 
 
 @pytest.mark.parametrize(
@@ -60,9 +63,11 @@ def test_an_unusable_file_is_one_line_naming_it(tmp_path, content, reason):
     path.write_bytes(content)
     with pytest.raises(ClusterConfigError) as caught:
         load_configuration(str(path))
-    assert str(caught.value).startswith(f"{path}: no usable cluster configuration: ") and reason in str(caught.value)
+    assert str(caught.value).startswith(f"{path}: no usable cluster configuration: ")
+    assert reason in str(caught.value)
     code, output = _run(OPERATOR, {"KUBECONFIG": str(path)})
-    assert code == 2 and _error_line(output).startswith(f"kvpilot: error: $KUBECONFIG names {path}: ")
+    assert code == 2
+    assert _error_line(output).startswith(f"kvpilot: error: $KUBECONFIG names {path}: ")
 
 
 def test_a_directory_is_not_a_kubeconfig(tmp_path):
@@ -74,10 +79,8 @@ def test_alert_hook_s_kube_event_sink_names_the_environment_too(tmp_path):
     missing = tmp_path / "nonexistent"
     args = ["alert-hook", "--prometheus", "http://127.0.0.1:9", "--insecure-no-auth", "--sink", "kube-event"]
     code, output = _run(args, {"KUBECONFIG": str(missing)})
-    assert (
-        code == 2
-        and _error_line(output) == f"kvpilot: error: --sink kube-event: $KUBECONFIG names {missing}: no such file"
-    )
+    assert code == 2
+    assert _error_line(output) == f"kvpilot: error: --sink kube-event: $KUBECONFIG names {missing}: no such file"
 
 
 @pytest.mark.parametrize(
@@ -104,4 +107,5 @@ def test_other_bad_urls_get_an_example_of_their_own_source():
 
 def test_credentials_typed_without_a_scheme_are_not_echoed():
     _, output = _run(["diagnose", "--metrics-url", "user:s3cret@host:8000/metrics"], {})
-    assert "s3cret" not in output and "did you mean http://host:8000/metrics?" in output
+    assert "s3cret" not in output
+    assert "did you mean http://host:8000/metrics?" in output

@@ -19,7 +19,7 @@ from kvpilot.engine.core import Engine
 
 
 @pytest.mark.parametrize(
-    "text, seconds",
+    ("text", "seconds"),
     [("600", 600.0), ("90s", 90.0), ("10m", 600.0), ("1.5h", 5400.0), ("500ms", 0.5), ("1d", 86400.0)],
 )
 def test_parse_duration(text, seconds):
@@ -75,7 +75,7 @@ def test_cache_config_labels_from_engine_config():
 
 
 @pytest.mark.parametrize(
-    "argv, field",
+    ("argv", "field"),
     [
         (["simulate", "healthy", "--serve", "x:y"], "--serve"),
         (["simulate", "healthy", "--duration", "soon"], "--duration"),
@@ -96,7 +96,8 @@ def test_vllm_shim_refuses_other_subcommands(capsys):
         vllm_shim(["bench", "serve"])
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "vllm serve MODEL" in err
+    assert err.count("\n") == 1
+    assert "vllm serve MODEL" in err
 
 
 def test_scenario_file_must_be_a_mapping(tmp_path):
@@ -104,7 +105,8 @@ def test_scenario_file_must_be_a_mapping(tmp_path):
     path.write_text("- just\n- a list\n")
     result = CliRunner().invoke(cli, ["simulate", "healthy", "--scenario-file", str(path)])
     assert result.exit_code == 2
-    assert "--scenario-file" in result.output and "mapping" in result.output
+    assert "--scenario-file" in result.output
+    assert "mapping" in result.output
 
 
 def test_vllm_args_unbalanced_quote_exits_2_with_one_line():
@@ -112,7 +114,8 @@ def test_vllm_args_unbalanced_quote_exits_2_with_one_line():
     result = CliRunner().invoke(cli, ["simulate", "--vllm-args", 'serve m "unclosed'])
     assert result.exit_code == 2, result.output
     assert isinstance(result.exception, SystemExit)  # fail(), not a crash
-    assert result.output.count("\n") == 1 and "--vllm-args" in result.output
+    assert result.output.count("\n") == 1
+    assert "--vllm-args" in result.output
 
 
 def test_record_into_missing_folder_exits_2_with_one_line(tmp_path):
@@ -120,12 +123,13 @@ def test_record_into_missing_folder_exits_2_with_one_line(tmp_path):
     result = CliRunner().invoke(cli, ["simulate", "idle", "--record", str(target), "--duration", "10s"])
     assert result.exit_code == 2, result.output
     assert isinstance(result.exception, SystemExit)
-    assert result.output.count("\n") == 1 and "--record" in result.output
+    assert result.output.count("\n") == 1
+    assert "--record" in result.output
     assert not target.exists()
 
 
 @pytest.mark.parametrize(
-    "argv, option, code",
+    ("argv", "option", "code"),
     [
         (["diagnose", "--window", "0s"], "--window", 64),  # diagnose's usage error is 64 (its exit-code table)
         (["simulate", "healthy", "--kv-offload-cpu", "lots"], "--kv-offload-cpu", 2),
@@ -134,7 +138,8 @@ def test_record_into_missing_folder_exits_2_with_one_line(tmp_path):
 def test_a_bad_duration_or_size_names_its_option_once(argv, option, code):
     # click says "Invalid value for '--window': ..."; the parser's own "--window: " prefix is not repeated
     result = CliRunner().invoke(cli, argv)
-    assert result.exit_code == code and f"Invalid value for '{option}': '" in result.output, result.output
+    assert result.exit_code == code, result.output
+    assert f"Invalid value for '{option}': '" in result.output, result.output
     assert result.output.count(option) == 1, result.output
 
 
@@ -162,7 +167,8 @@ def test_vllm_shim_help_prints_usage_and_exits_0(argv):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: vllm serve MODEL")
-    assert "KVPILOT_SCENARIO" in proc.stdout and proc.stderr == ""
+    assert "KVPILOT_SCENARIO" in proc.stdout
+    assert proc.stderr == ""
 
 
 def test_simulate_refuses_a_block_size_vllm_refuses(tmp_path):
@@ -176,13 +182,14 @@ def test_simulate_refuses_a_block_size_vllm_refuses(tmp_path):
     ):
         result = CliRunner().invoke(cli, argv)
         assert result.exit_code == 2, (argv, result.output)
-        assert where in result.output and "7" in result.output, (argv, result.output)
+        assert where in result.output, (argv, result.output)
+        assert "7" in result.output, (argv, result.output)
         assert "256" in result.output, (argv, result.output)  # the message lists vLLM's sizes
         assert "Traceback" not in result.output
 
 
 @pytest.mark.parametrize(
-    "args, words",
+    ("args", "words"),
     [
         (["--arrival-rate", "1e9"], ["--arrival-rate", "1000"]),  # was an unbounded run (3e11 requests)
         # 1,000 requests/s x 2,000 s = 2,000,000 requests > the 1,000,000 of one run
@@ -206,12 +213,15 @@ def test_scenario_file_and_trace_are_bounded_too(tmp_path, monkeypatch):
     fast = tmp_path / "fast.yaml"
     fast.write_text("workload: {type: poisson, rate: 5000, duration: 10}\n")
     result = CliRunner().invoke(cli, ["simulate", "healthy", "--scenario-file", str(fast)])
-    assert result.exit_code == 2 and "--scenario-file workload.rate" in result.output, result.output
+    assert result.exit_code == 2, result.output
+    assert "--scenario-file workload.rate" in result.output, result.output
     monkeypatch.setattr(options, "MAX_REQUESTS", 2)  # a 3-request trace stands for a too-long one
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(f'{{"arrival_time": {i}, "prompt_tokens": 10}}\n' for i in range(3)))
     result = CliRunner().invoke(cli, ["simulate", "--trace", str(trace)])
-    assert result.exit_code == 2 and "--trace" in result.output and "maximum 2" in result.output, result.output
+    assert result.exit_code == 2, result.output
+    assert "--trace" in result.output, result.output
+    assert "maximum 2" in result.output, result.output
 
 
 def test_a_run_at_the_bounds_is_accepted():

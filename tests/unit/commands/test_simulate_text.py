@@ -18,20 +18,27 @@ def test_seed_lru_report_fits_and_reads(width):
     lines = result.output.splitlines()
     assert max(len(line) for line in lines) <= width
     words = result.output.split()
-    assert "None" not in words and "True" not in words and "False" not in words
+    assert "None" not in words
+    assert "True" not in words
+    assert "False" not in words
     rows = {line.split()[0]: line.split()[1:] for line in lines if line.strip() and not line.startswith(" ")}
     # docs/engine.md, "The founding measurement": 21,520 KV tokens = 1,345 blocks, 1,344 usable
-    assert rows["kv_cache_tokens"] == ["21,520"] and rows["usable_blocks"] == ["1,344"]
+    assert rows["kv_cache_tokens"] == ["21,520"]
+    assert rows["usable_blocks"] == ["1,344"]
     # the reversed pass hits 1,343 blocks x 16 = 21,488 tokens, whole on one line at any width
     assert any("prefix_cache_hit_tokens=21,488" in line for line in lines)
 
 
 def test_value_text():
-    assert value_text(None) == "none" and value_text(None, "not set") == "not set"
-    assert value_text(True) == "yes" and value_text(False) == "no"
-    assert value_text(16_000_000_000.0) == "16,000,000,000" and value_text(1_449_551_462) == "1,449,551,462"
+    assert value_text(None) == "none"
+    assert value_text(None, "not set") == "not set"
+    assert value_text(True) == "yes"
+    assert value_text(False) == "no"
+    assert value_text(16_000_000_000.0) == "16,000,000,000"
+    assert value_text(1_449_551_462) == "1,449,551,462"
     # 4 / 21 = 0.190476...: four significant figures
-    assert value_text(4 / 21) == "0.1905" and value_text(0.0015) == "0.0015"
+    assert value_text(4 / 21) == "0.1905"
+    assert value_text(0.0015) == "0.0015"
 
 
 def test_config_figures_carry_their_units():
@@ -41,5 +48,9 @@ def test_config_figures_carry_their_units():
     config = {"block_size": 16, "offload_load_bandwidth": 16e9, "step_overhead": 1.5e-3, "weight_bytes": None}
     config |= {"gpu": "h100-sxm", "enable_prefix_caching": True}
     text = render_text({"config": config}, 80)
-    assert "16 tokens" in text and "16,000,000,000 B/s" in text and "0.0015 s" in text, text
-    assert "not set" in text and "yes" in text and "not set B" not in text, text
+    assert "16 tokens" in text, text
+    assert "16,000,000,000 B/s" in text, text
+    assert "0.0015 s" in text, text
+    assert "not set" in text, text
+    assert "yes" in text, text
+    assert "not set B" not in text, text

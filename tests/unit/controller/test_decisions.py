@@ -78,7 +78,9 @@ def test_without_a_transition_only_a_creation_is_announced():
 def test_an_event_message_is_one_line_of_at_most_1024_characters():
     new = {"phase": "Failed", "reason": "Error", "message": "a\nb" + "x" * 2000}
     [event] = logic.status_events({}, new)
-    assert "\n" not in event.message and len(event.message) <= 1024 and event.type == "Warning"
+    assert "\n" not in event.message
+    assert len(event.message) <= 1024
+    assert event.type == "Warning"
 
 
 def test_a_cut_failure_message_still_reaches_the_transition_event_whole():
@@ -101,7 +103,8 @@ def test_a_cut_failure_message_still_reaches_the_transition_event_whole():
     exc.body = json.dumps({"message": "etcd: " + "x" * 5000})
     failure = failures.classify(exc, step=f"creating pod {name}-abcde", retry=10, policy=failures.RetryPolicy())
     assert failure.reason == "ReconcileFailed"  # the longest reason
-    assert failure.message.startswith("gave up after 10 retries: creating pod q") and failure.message.endswith("x…")
+    assert failure.message.startswith("gave up after 10 retries: creating pod q")
+    assert failure.message.endswith("x…")
     status = failures.failure_status(_server(), failure, now=NOW)
     assert status["message"] == failure.message
     [event] = logic.status_events({"phase": "Pending"}, status, note.created)
@@ -135,7 +138,8 @@ def test_a_new_servers_first_pod_rides_its_pending_event_a_replacement_has_its_o
     after_an_ended_run = logic.creation_note(
         create, {"podName": "qwen-00000"}, service_created=False, adopted=False, **args
     )
-    assert after_an_ended_run.event is not None and after_an_ended_run.created is None
+    assert after_an_ended_run.event is not None
+    assert after_an_ended_run.created is None
     # nothing said when the pod was adopted (an earlier attempt made it) or none was created
     assert logic.creation_note(create, {}, service_created=True, adopted=True, **args) == logic.CreationNote()
     assert logic.creation_note(logic.PodPlan(), {}, service_created=True, adopted=False, **args) == logic.CreationNote()
@@ -176,7 +180,8 @@ def test_only_enforce_with_a_warning_refuses_the_spec():
 def test_the_kv_condition_and_numbers_go_into_the_status():
     condition = {"type": "KVCapacity", "status": "True", "reason": "Fits", "message": "fits"}
     status = logic.with_kv_condition(_server(generation=3), {"phase": "Pending"}, condition, {"kvTokens": 8}, now=NOW)
-    assert status["phase"] == "Pending" and status["preflight"] == {"kvTokens": 8}
+    assert status["phase"] == "Pending"
+    assert status["preflight"] == {"kvTokens": 8}
     assert status["conditions"] == [{**condition, "lastTransitionTime": NOW, "observedGeneration": 3}]
     assert logic.with_kv_condition(_server(), {}, condition, {}, now=NOW)["preflight"] is None  # none: removed
 

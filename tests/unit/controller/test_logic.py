@@ -68,7 +68,8 @@ def test_last_transition_time_changes_only_with_status():
     same = logic.set_condition(first, "Ready", "False", "Unschedulable", "no gpu", now=LATER, generation=2)
     flipped = logic.set_condition(same, "Ready", "True", "Ready", "serving", now=LATER, generation=2)
     assert first[0]["lastTransitionTime"] == NOW
-    assert same[0]["lastTransitionTime"] == NOW and same[0]["reason"] == "Unschedulable"
+    assert same[0]["lastTransitionTime"] == NOW
+    assert same[0]["reason"] == "Unschedulable"
     assert same[0]["observedGeneration"] == 2
     assert flipped[0]["lastTransitionTime"] == LATER
 
@@ -86,11 +87,13 @@ def test_ready_status_has_endpoint_times_and_kv():
         command=["vllm", "serve", "m"],
         kv=(21520, 2.63),
     )
-    assert status["phase"] == "Ready" and status["endpoint"] == "http://qwen.ns.svc:8000"
+    assert status["phase"] == "Ready"
+    assert status["endpoint"] == "http://qwen.ns.svc:8000"
     assert status["startedAt"] == "2026-11-30T11:00:00Z"
     assert status["expiresAt"] == "2026-11-30T12:00:00Z"  # 11:00 + 3600 s
     assert (status["kvCacheTokens"], status["maxConcurrency"]) == (21520, 2.63)
-    assert status["podName"] == "qwen-abcde" and status["observedGeneration"] == 1
+    assert status["podName"] == "qwen-abcde"
+    assert status["observedGeneration"] == 1
 
 
 def test_kv_numbers_belong_to_their_pod():
@@ -98,7 +101,8 @@ def test_kv_numbers_belong_to_their_pod():
     pod["status"] = kubelet.running(pod, NOW, ready=True)
     old = {"podUid": "pod-1", "kvCacheTokens": 21520, "maxConcurrency": 2.63}
     status = logic.server_status(_server(old), pod, now=NOW, service_name="qwen", spec_hash="h")
-    assert "kvCacheTokens" not in status and "maxConcurrency" not in status
+    assert "kvCacheTokens" not in status
+    assert "maxConcurrency" not in status
     assert logic.status_patch(old, status)["kvCacheTokens"] is None  # removed from the stored status
 
 
@@ -115,18 +119,23 @@ def test_status_patch_is_empty_when_nothing_changes():
 # ----------------------------------------------------------------------------- plan
 def test_plan_creates_when_no_pod():
     plan = logic.plan_pods(_server(), [], "abcde12345")
-    assert plan.create and plan.keep is None and plan.delete == []
+    assert plan.create
+    assert plan.keep is None
+    assert plan.delete == []
 
 
 def test_plan_adopts_the_existing_pod():
     pod = _pod()
     plan = logic.plan_pods(_server(), [pod], "abcde12345")
-    assert plan.keep is pod and not plan.create and plan.delete == []
+    assert plan.keep is pod
+    assert not plan.create
+    assert plan.delete == []
 
 
 def test_plan_replaces_a_pod_of_an_older_spec():
     plan = logic.plan_pods(_server(), [_pod(spec_hash="old0000000")], "abcde12345")
-    assert plan.create and plan.delete == ["qwen-abcde"]
+    assert plan.create
+    assert plan.delete == ["qwen-abcde"]
 
 
 def test_plan_never_restarts_an_ended_server_with_the_same_spec():
@@ -140,7 +149,9 @@ def test_plan_ignores_pods_it_does_not_own_and_removes_duplicates():
     first, second = _pod(name="qwen-a", uid="1"), _pod(name="qwen-b", uid="2")
     server = _server({"podName": "qwen-b"})
     plan = logic.plan_pods(server, [foreign, first, second], "abcde12345")
-    assert plan.keep is second and plan.delete == ["qwen-a"] and not plan.create
+    assert plan.keep is second
+    assert plan.delete == ["qwen-a"]
+    assert not plan.create
 
 
 # ----------------------------------------------------------------------------- pod events
@@ -160,9 +171,13 @@ def test_an_ended_server_without_a_pod_keeps_the_record_of_its_last_run():
     }
     new = {"phase": "Pending", "reason": "PodMissing", "message": "no pod yet", "specHash": "abcde12345"}
     kept = logic.keep_ended_record(new, old)
-    assert kept["phase"] == "Expired" and kept["reason"] == "DeadlineExceeded"
-    assert kept["podName"] == "qwen-abcde" and kept["kvCacheTokens"] == 21520 and kept["finishedAt"] == LATER
-    assert kept["specHash"] == "abcde12345" and "endpoint" not in kept
+    assert kept["phase"] == "Expired"
+    assert kept["reason"] == "DeadlineExceeded"
+    assert kept["podName"] == "qwen-abcde"
+    assert kept["kvCacheTokens"] == 21520
+    assert kept["finishedAt"] == LATER
+    assert kept["specHash"] == "abcde12345"
+    assert "endpoint" not in kept
 
 
 def test_the_current_pod_is_the_one_in_status_else_the_one_of_the_spec():

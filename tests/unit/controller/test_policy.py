@@ -51,7 +51,8 @@ def test_the_default_image_is_checked_too():
     from kvpilot.api.models import DEFAULT_IMAGE
 
     refused = violation(SpecPolicy(allowed_images=("registry.example.com/*",)), _pod())
-    assert refused is not None and refused.startswith(f"spec.image: {DEFAULT_IMAGE!r}")
+    assert refused is not None
+    assert refused.startswith(f"spec.image: {DEFAULT_IMAGE!r}")
 
 
 def test_service_accounts():

@@ -84,7 +84,7 @@ def test_settings_give_the_handlers_their_thread_pool_unless_the_caller_chose():
     assert settings.execution.max_workers == HANDLER_THREADS
     # more handlers wait on API round trips at once than Python's default pool would run on a 2-core node
     # (concurrent.futures.ThreadPoolExecutor: min(32, CPUs + 4) = 6): all of them meet at a barrier
-    assert HANDLER_THREADS > min(32, 2 + 4)
+    assert min(32, 2 + 4) < HANDLER_THREADS
     barrier = threading.Barrier(HANDLER_THREADS, timeout=10)
     futures = [settings.execution.executor.submit(barrier.wait) for _ in range(HANDLER_THREADS)]
     assert sorted(f.result(timeout=15) for f in futures) == list(range(HANDLER_THREADS))
@@ -136,8 +136,10 @@ def test_operator_process_collects_garbage_less_often():
         tuned = _collections_while_allocating(700_000)
     finally:
         gc.set_threshold(*before)
-    assert len(default) >= 700_000 // 700 - 10 and 2 in default
-    assert 0 < len(tuned) <= 700_000 // 50_000 and set(tuned) == {0}
+    assert len(default) >= 700_000 // 700 - 10
+    assert 2 in default
+    assert 0 < len(tuned) <= 700_000 // 50_000
+    assert set(tuned) == {0}
 
 
 def test_controller_pools_a_connection_per_handler_thread():

@@ -30,7 +30,7 @@ PENDING = {"phase": "Pending", "reason": "Scheduling", "message": "waiting for t
 def events(monkeypatch):
     posted: list[tuple[str, str, str]] = []
     monkeypatch.setattr(
-        kopf, "event", lambda obj, **event: posted.append((event["type"], event["reason"], event["message"]))
+        kopf, "event", lambda _obj, **event: posted.append((event["type"], event["reason"], event["message"]))
     )
     return posted
 
@@ -44,14 +44,16 @@ def writer():
 def test_a_first_status_goes_into_kopfs_patch_and_its_event_waits_for_it_to_land(writer, events):
     patch = kopf.Patch()
     updated = writer.write(dict(SERVER), dict(PENDING), LOG, pod=POD, created="created pod qwen-abcde", via=patch)
-    assert patch["status"] == PENDING and updated["status"] == PENDING
+    assert patch["status"] == PENDING
+    assert updated["status"] == PENDING
     assert events == []  # not stored yet
     assert writer.ledger.is_from(KEY, POD)  # the pod's ADDED of this very state needs no work
     landed = writer.ledger.in_flight(KEY)
     writer.ledger.seen(KEY, {"status": {"phase": "Pending"}}, deleted=False)  # an event without it: not it
     assert not landed.done()
     writer.ledger.seen(KEY, {"status": PENDING}, deleted=False)
-    assert landed.result(0) is True and writer.ledger.in_flight(KEY) is None
+    assert landed.result(0) is True
+    assert writer.ledger.in_flight(KEY) is None
     assert events == [("Normal", "Pending", "created pod qwen-abcde; Scheduling: waiting for the scheduler")]
     assert not writer.ledger.is_from(KEY, {"metadata": {"uid": "pod-1", "resourceVersion": "8"}})  # a later state
 
@@ -59,7 +61,8 @@ def test_a_first_status_goes_into_kopfs_patch_and_its_event_waits_for_it_to_land
 def test_a_wait_that_times_out_keeps_the_events_for_a_late_landing(writer, events):
     writer.write(dict(SERVER), dict(PENDING), LOG, pod=POD, via=kopf.Patch())
     writer.ledger.wait(KEY, timeout=0.05)  # kopf's patch is late (a busy operator), or lost
-    assert writer.ledger.in_flight(KEY) is not None and events == []
+    assert writer.ledger.in_flight(KEY) is not None
+    assert events == []
     writer.ledger.seen(KEY, {"status": PENDING}, deleted=False)  # late, but stored: its Event goes out
     assert [reason for _, reason, _ in events] == ["Pending"]
 
@@ -68,7 +71,8 @@ def test_a_lost_first_status_gives_way_to_the_write_that_replaces_it(writer, eve
     writer.write(dict(SERVER), dict(PENDING), LOG, pod=POD, via=kopf.Patch())
     landed = writer.ledger.in_flight(KEY)
     writer.ledger.superseded(KEY)  # a pod event read the server without it and wrote it itself
-    assert landed.result(0) is False and writer.ledger.in_flight(KEY) is None
+    assert landed.result(0) is False
+    assert writer.ledger.in_flight(KEY) is None
     writer.ledger.seen(KEY, {"status": PENDING}, deleted=False)  # the replacing write's own event
     assert events == []  # that write posted its own Event: none twice
 
@@ -84,22 +88,26 @@ def test_the_loop_waits_without_a_thread():
         await ledger.wait_async(KEY, timeout=10)
 
     asyncio.run(lands_meanwhile())
-    assert ledger.in_flight(KEY) is None and ledger.is_from(KEY, POD)
+    assert ledger.in_flight(KEY) is None
+    assert ledger.is_from(KEY, POD)
 
 
 def test_a_deleted_server_ends_the_wait_without_posting(writer, events):
     writer.write(dict(SERVER), dict(PENDING), LOG, pod=POD, via=kopf.Patch())
     landed = writer.ledger.in_flight(KEY)
     writer.ledger.seen(KEY, {}, deleted=True)
-    assert landed.result(0) is False and events == []
+    assert landed.result(0) is False
+    assert events == []
 
 
 def test_an_unchanged_status_sends_nothing_and_vouches_for_the_pod_state(writer, events):
     stored = {**SERVER, "status": dict(PENDING)}
     assert writer.write(stored, dict(PENDING), LOG, pod=POD) is stored  # no request: nothing changed
-    assert writer.ledger.is_from(KEY, POD) and events == []
+    assert writer.ledger.is_from(KEY, POD)
+    assert events == []
     writer.write(stored, dict(PENDING), LOG, pod=None, created="created pod x")
-    assert events == [("Normal", "PodCreated", "created pod x")] and not writer.ledger.is_from(KEY, POD)
+    assert events == [("Normal", "PodCreated", "created pod x")]
+    assert not writer.ledger.is_from(KEY, POD)
 
 
 def test_every_status_write_goes_through_the_status_model(writer):

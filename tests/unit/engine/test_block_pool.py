@@ -128,7 +128,8 @@ def test_a_hit_on_part_of_a_used_extent_counts_references_per_part():
     hit = pool.lookup(runs(0, 4), 2)
     assert (hit.num_blocks, hit.num_free) == (2, 0)  # in use: nothing taken from the queue
     pool.take(b, hit)
-    assert len(a.exts) == 2 and a.block_ids() == [1, 2, 3, 4]  # split where b's hit ends
+    assert len(a.exts) == 2
+    assert a.block_ids() == [1, 2, 3, 4]
     assert snap(pool, a, b)["ref_cnt"][1:5] == [2, 2, 1, 1]
     pool.release(a)  # 4 and 3 reach 0 (to the back); 1 and 2 are still b's
     assert pool.free_queue() == [5, 6, 7, 4, 3]
@@ -198,13 +199,15 @@ def test_grow_tails_gives_one_block_per_table_in_order():
     assert pool.free_queue() == [9, 8, 7]
     pool.cache(a, runs(0, 3, family=2))  # a is all hashed now: its tail is a new, empty extent
     tails = [pool.open_tail(b), pool.open_tail(a)]
-    assert tails[1] == [] and len(a.exts) == 2
+    assert tails[1] == []
+    assert len(a.exts) == 2
     pool.grow_tails(tails)  # hashed blocks at the front: 9 (hash 2) and 8 (hash 1) evicted
     assert (a.block_ids(), b.block_ids()) == ([1, 2, 5, 8], [3, 4, 6, 9])
     assert pool.num_evictions == 2
     assert pool.lookup(runs(0, 3), 3).num_blocks == 1
     pool.grow_tails([pool.open_tail(a)])  # the last block of c's: a partial pop becomes a whole one
-    assert a.block_ids() == [1, 2, 5, 8, 7] and pool.num_free == 0
+    assert a.block_ids() == [1, 2, 5, 8, 7]
+    assert pool.num_free == 0
     assert pool.lookup(runs(0, 3), 3).num_blocks == 0
 
 

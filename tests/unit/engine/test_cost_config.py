@@ -74,7 +74,8 @@ def test_bytes_per_token_fp8_and_tensor_parallel():
 
 def test_from_dict_names_bad_fields():
     cfg = EngineConfig.from_dict({"max-num-seqs": "4", "enable_prefix_caching": "false"})
-    assert cfg.max_num_seqs == 4 and cfg.enable_prefix_caching is False
+    assert cfg.max_num_seqs == 4
+    assert cfg.enable_prefix_caching is False
     with pytest.raises(ValueError, match="^max_num_sequences: unknown engine field"):
         EngineConfig.from_dict({"max_num_sequences": 4})
     with pytest.raises(ValueError, match="^max_num_seqs: 'many' is not a valid int"):
@@ -82,7 +83,7 @@ def test_from_dict_names_bad_fields():
 
 
 @pytest.mark.parametrize(
-    "fields, message",
+    ("fields", "message"),
     [
         ({"max_num_seqs": 512, "max_num_batched_tokens": 256}, "^max_num_batched_tokens: 256 must be"),
         (
@@ -118,7 +119,7 @@ def test_batch_defaults_depend_on_the_gpu_like_vllm():
 
 
 @pytest.mark.parametrize(
-    "profile, config_file",
+    ("profile", "config_file"),
     [
         ("qwen2.5-1.5b", "Qwen__Qwen2.5-1.5B-Instruct.json"),
         ("qwen2.5-7b", "Qwen__Qwen2.5-7B-Instruct.json"),
@@ -144,7 +145,7 @@ def test_model_profiles_match_their_config_json(fixtures_dir, profile, config_fi
 
 
 @pytest.mark.parametrize(
-    "fields, message",
+    ("fields", "message"),
     [
         # 1 token // 16 = 0 blocks: not even the null block; the message must not report negative capacity
         ({"kv_cache_tokens": 1}, "^kv_cache_tokens: 1 "),
@@ -155,7 +156,8 @@ def test_model_profiles_match_their_config_json(fixtures_dir, profile, config_fi
 def test_kv_cache_smaller_than_two_blocks_is_refused(fields, message):
     with pytest.raises(ValueError, match=message) as info:
         EngineConfig(**fields).validate()
-    assert "-1" not in str(info.value) and "-16" not in str(info.value)
+    assert "-1" not in str(info.value)
+    assert "-16" not in str(info.value)
 
 
 DEPLOYMENTS = [
@@ -220,4 +222,5 @@ def test_the_engine_s_pool_is_kvpilot_kv_s(fixtures_dir, gpu, model, config_file
     assert engine.kv_cache_tokens_resolved() == kv["kv_tokens"]
     assert f"{kv['max_concurrency']:.2f}x" in kv_cache_log_line(block, engine.resolved_num_gpu_blocks(), 8192)
     if gpu == "laptop-8gb":  # the reference deployment: 1,345 blocks (docs/background.md §9)
-        assert kv["kv_blocks"] == 1345 and kv["kv_tokens"] == 21_520
+        assert kv["kv_blocks"] == 1345
+        assert kv["kv_tokens"] == 21_520

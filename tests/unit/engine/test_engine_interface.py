@@ -58,7 +58,8 @@ def test_admit_schedules_the_head_of_the_queue_and_says_what_it_cost():
     a, b = scheduled
     assert (a.capacity, b.capacity) == (7 * 16, 10 * 16)  # ceil(100 / 16) = 7 blocks, ceil(156 / 16) = 10
     assert eng.pool.num_free == 100 - 17
-    assert a.num_cached_blocks == 6 and b.num_cached_blocks == 9  # the full blocks scheduled are cached
+    assert a.num_cached_blocks == 6
+    assert b.num_cached_blocks == 9
     assert isinstance(adm, Admission)
 
 
@@ -91,7 +92,9 @@ def test_sample_gives_first_tokens_and_grouped_gaps_and_finish_frees_blocks():
     assert finished == [b]  # b wanted one token
     assert (a.num_output, a.total, a.first_token_time) == (1, 21, 0.5)
     eng.finish(b, 0.5)
-    assert eng.num_finished == 1 and b.blocks == [] and b.finish_time == 0.5
+    assert eng.num_finished == 1
+    assert b.blocks == []
+    assert b.finish_time == 0.5
     assert eng.pool.num_free == 100 - 2  # a keeps its 2 blocks; b's 2 are back
     a.num_computed = 21  # a's decode scheduled in the next step, from 0.5 to 0.7
     out = eng.sample([a], 0.5, 0.7, finished)

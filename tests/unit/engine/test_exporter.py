@@ -114,8 +114,10 @@ def test_cache_config_info_labels_by_version():
 
     old = info("0.23.0")
     assert old.value == 1.0
-    assert "kv_cache_size_tokens" not in old.labels and "model_name" not in old.labels
-    assert old.labels["num_gpu_blocks"] == "1345" and old.labels["engine"] == "0"
+    assert "kv_cache_size_tokens" not in old.labels
+    assert "model_name" not in old.labels
+    assert old.labels["num_gpu_blocks"] == "1345"
+    assert old.labels["engine"] == "0"
     new = info("0.24.0")
     assert new.labels["kv_cache_size_tokens"] == "21520"
     assert new.labels["kv_cache_max_concurrency"] == "2.63"

@@ -78,7 +78,7 @@ def _run(make, fast_forward: bool, times: list[float], version: str = "0.29.0") 
     engine.track_itls = True
     longest = [1]
 
-    def on_step(eng, out):
+    def on_step(_eng, out):
         if out is not None and out.num_steps > longest[0]:
             longest[0] = out.num_steps
 
@@ -186,7 +186,7 @@ def test_arrivals_admissions_and_finishes_happen_inside_a_stretch():
     engine.step = counted
     admissions = finishes = 0
 
-    def on_step(eng, out):
+    def on_step(_eng, out):
         nonlocal admissions, finishes
         if out is not None:
             admissions += len(out.ttfts)

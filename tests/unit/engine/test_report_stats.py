@@ -89,7 +89,8 @@ def test_percentiles_by_hand():
     one = Quantiles()
     one.add(7.0)
     assert abs(one.percentile(0.95) - 7.0) <= A * 7.0 + FLOAT
-    assert Quantiles().percentile(0.5) is None and Quantiles().count == 0
+    assert Quantiles().percentile(0.5) is None
+    assert Quantiles().count == 0
     # counted values: {0.01: 3, 0.02: 1} is [0.01, 0.01, 0.01, 0.02]: p50 at rank 1.5 -> 0.01;
     # p95 at rank 2.85 -> 0.01 + 0.85 x 0.01 = 0.0185
     gaps = Quantiles()
@@ -102,7 +103,8 @@ def test_percentiles_by_hand():
     zeros = Quantiles()
     zeros.add(0.0, 3)
     zeros.add(5.0)
-    assert zeros.percentile(0.5) == 0.0 and zeros.percentile(0.0) == 0.0
+    assert zeros.percentile(0.5) == 0.0
+    assert zeros.percentile(0.0) == 0.0
 
 
 @pytest.mark.slow  # make test-unit skips it, make test runs it

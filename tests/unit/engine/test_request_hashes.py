@@ -16,12 +16,14 @@ def test_blocks_are_equal_up_to_the_first_differing_token():
     a = _hashes((("doc", 40), ("a", 24)), 4)
     b = _hashes((("doc", 40), ("b", 24)), 4)
     assert a[:2] == b[:2]
-    assert a[2] != b[2] and a[3] != b[3]
+    assert a[2] != b[2]
+    assert a[3] != b[3]
     # a prompt that continues "a" further shares A's four blocks (tokens 0-63)
     assert _hashes((("doc", 40), ("a", 30)), 4) == a
     # one long "doc" segment: blocks 0-1 equal (doc 0-31), block 2 is doc 32-47, not doc 32-39 + a 0-7
     c = _hashes((("doc", 48),), 3)
-    assert c[:2] == a[:2] and c[2] != a[2]
+    assert c[:2] == a[:2]
+    assert c[2] != a[2]
     # "doc 0-39, doc 0-23" is not "doc 0-63": a segment always starts at its key's token 0
     assert _hashes((("doc", 40), ("doc", 24)), 4)[2:] != _hashes((("doc", 64),), 4)[2:]
 

@@ -46,7 +46,8 @@ def test_every_scenario_is_listed_with_a_description():
         "idle",
     }
     for sc in SCENARIOS.values():
-        assert sc.description and "\n" not in sc.description
+        assert sc.description
+        assert "\n" not in sc.description
 
 
 def test_kv_exhaustion():
@@ -90,7 +91,8 @@ def test_compute_bound():
     late = _window(samples, 0.3, 1.0)
     assert late[-1][2] > 2 * late[0][2] > 0  # waiting grows
     assert max(s[1] for s in samples) < cfg.max_num_seqs / 4  # the seq cap does not bind
-    assert max(s[3] for s in samples) < 0.5 and eng.num_preemptions == 0  # KV does not bind
+    assert max(s[3] for s in samples) < 0.5
+    assert eng.num_preemptions == 0
     # offered 9 req/s x 6,000 prompt tokens = 54,000 tok/s; served less, with steps of ~1 s
     served = eng.prompt_tokens / eng.now
     assert served < 0.9 * 54000
@@ -119,7 +121,8 @@ def test_healthy():
 
 def test_idle():
     eng, samples, steps = _timeline("idle")
-    assert steps == [] and eng.num_steps == 0
+    assert steps == []
+    assert eng.num_steps == 0
     assert eng.now == pytest.approx(300.0)
     assert len(samples) >= 290  # ticks kept the timeline going
     assert all(s[1:] == (0, 0, 0.0, 0) for s in samples)
@@ -127,7 +130,8 @@ def test_idle():
 
 def test_overrides_and_errors():
     sc = resolve("idle", {"arrival_rate": 2.0, "prompt_tokens": 100, "output_tokens": 10})
-    assert sc.workload["type"] == "poisson" and sc.workload["rate"] == 2.0
+    assert sc.workload["type"] == "poisson"
+    assert sc.workload["rate"] == 2.0
     assert resolve("healthy", {"gpu": "A100", "max_num_seqs": None}).flags["gpu"] == "A100"
     with pytest.raises(ValueError, match="^scenario: unknown 'nope'"):
         build("nope")
@@ -136,7 +140,8 @@ def test_overrides_and_errors():
     with pytest.raises(ValueError, match="^arrival_rate: scenario 'seed-lru'"):
         resolve("seed-lru", {"prompt_tokens": 10})
     custom = resolve("healthy", {"workload": {"rate": 0.5}, "duration": 60})
-    assert custom.workload["rate"] == 0.5 and custom.workload["prefix_len"] == 500
+    assert custom.workload["rate"] == 0.5
+    assert custom.workload["prefix_len"] == 500
     assert custom.duration == 60.0
 
 

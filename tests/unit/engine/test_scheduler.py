@@ -36,7 +36,8 @@ def test_running_requests_are_served_before_new_prefills():
     out = eng.step()
     # a's decode (1 token) first, then b's first chunk with the remaining 255 tokens
     assert out.num_tokens == 256
-    assert eng.running[0].request_id == "a" and eng.running[1].num_computed == 255
+    assert eng.running[0].request_id == "a"
+    assert eng.running[1].num_computed == 255
 
 
 def test_full_pool_preempts_the_newest_request_and_admits_nobody_that_step():
@@ -60,7 +61,9 @@ def test_full_pool_preempts_the_newest_request_and_admits_nobody_that_step():
     assert out.preemptions == 1
     assert [r.request_id for r in eng.running] == ["a"]
     assert [r.request_id for r in eng.waiting] == ["b", "c"]  # b at the front
-    assert b.num_computed == 0 and b.blocks == [] and b.num_output == 2  # output kept
+    assert b.num_computed == 0
+    assert b.blocks == []
+    assert b.num_output == 2
     assert out.num_scheduled == 1  # nobody admitted in a step that preempted
     assert eng.pool.num_free == 6 - 4  # b's 3 blocks returned, a took one: 4 in use
 
@@ -80,7 +83,8 @@ def test_preempted_request_recomputes_and_rehits_its_own_blocks():
     eng.run([])
     assert eng.num_preemptions >= 1
     assert b.num_preemptions >= 1
-    assert a.num_output == 8 and b.num_output == 8
+    assert a.num_output == 8
+    assert b.num_output == 8
     # b's two full prompt blocks (32 tokens) kept their hashes at the tail of the free queue;
     # its unhashed partial block went to the front and was the one a took
     assert b.num_hit == 32
@@ -101,7 +105,7 @@ def test_max_num_seqs_is_never_exceeded(cap, rate, seed):
             prompt_len={"dist": "uniform", "min": 10, "max": 600},
             output_len={"dist": "uniform", "min": 1, "max": 50},
         ),
-        on_step=lambda e, out: seen.append(out.running if out else 0),
+        on_step=lambda _e, out: seen.append(out.running if out else 0),
     )
     assert max(seen) <= cap
     assert eng.num_finished == 30
@@ -196,7 +200,7 @@ def test_engine_keeps_the_pool_consistent_under_preemption(seed, blocks, caching
         output_len={"dist": "uniform", "min": 1, "max": 2 * (blocks - 1)},
     )
 
-    def check(e, out):
+    def check(e, _out):
         pool = e.pool
         queue = pool.free_queue()
         assert len(queue) == len(set(queue)) == pool.num_free
@@ -206,7 +210,8 @@ def test_engine_keeps_the_pool_consistent_under_preemption(seed, blocks, caching
             for b in r.blocks:
                 holders[b] = holders.get(b, 0) + 1
         for r in e.waiting:
-            assert r.blocks == [] and r.num_computed == 0
+            assert r.blocks == []
+            assert r.num_computed == 0
         assert not set(holders) & set(queue)  # never both free and referenced
         ref_cnt = pool.snapshot([r.table for r in e.running])["ref_cnt"]
         for b in range(1, pool.num_blocks):

@@ -29,15 +29,17 @@ def _kv(tmp_path: Path, config: dict, *args: str):
     return CliRunner().invoke(cli, ["kv", str(path), *args])
 
 
-def _one_line_naming(result, field: str) -> None:
+def _one_line_naming(result, field: str, file: Path | None = None) -> None:
+    """One line naming ``field``; a field of the config.json after the file (an option alone)."""
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     # a number beyond the bounds of every file kvpilot reads (kvpilot.text.documents: 100 digits) is refused
-    # while the file is read, the file named before the field
-    assert lines == [lines[0]] and re.match(rf"kvpilot: error: (CONFIG: \S+: )?{re.escape(field)}: ", lines[0]), (
-        result.output
-    )
-    assert "internal error" not in result.output and "Error:" not in result.output.split(": error: ")[0]
+    # while the file is read, and a value beyond kvpilot.kv's bounds once it is read: the file named before the field
+    where = "" if file is None else re.escape(str(file)) + ": "
+    assert lines == [lines[0]], result.output
+    assert re.match(rf"kvpilot: error: {where}{re.escape(field)}: ", lines[0]), result.output
+    assert "internal error" not in result.output
+    assert "Error:" not in result.output.split(": error: ")[0]
 
 
 @pytest.mark.parametrize(
@@ -60,12 +62,13 @@ def _one_line_naming(result, field: str) -> None:
     ],
 )
 def test_config_fields_above_their_bound_exit_2_naming_the_field(tmp_path, change, field):
-    _one_line_naming(_kv(tmp_path, {**QWEN, **change}, "--kv-memory", "1GiB"), field)
+    _one_line_naming(_kv(tmp_path, {**QWEN, **change}, "--kv-memory", "1GiB"), field, tmp_path / "config.json")
 
 
 def test_a_hybrid_model_with_10_12_layers_is_refused_before_any_per_layer_work(tmp_path):
     # was: 44 s and 2.25 GB, then MemoryError
-    _one_line_naming(_kv(tmp_path, {**JAMBA, "num_hidden_layers": 10**12}, "--kv-memory", "1GiB"), "num_hidden_layers")
+    result = _kv(tmp_path, {**JAMBA, "num_hidden_layers": 10**12}, "--kv-memory", "1GiB")
+    _one_line_naming(result, "num_hidden_layers", tmp_path / "config.json")
     with pytest.raises(KVConfigError, match="^mamba_d_state: .* above 1,048,576"):
         kv_spec_from_config({**JAMBA, "mamba_d_state": DIGITS_400})
 
@@ -145,7 +148,9 @@ def test_a_400_digit_size_is_a_usage_error_not_an_overflow(tmp_path, option):
         else [option, "9" * 400 + "GiB"]
     )
     result = _kv(tmp_path, QWEN, *args)
-    assert result.exit_code == 2 and "too large to be a size" in result.output and "internal error" not in result.output
+    assert result.exit_code == 2
+    assert "too large to be a size" in result.output
+    assert "internal error" not in result.output
     # a large finite size is refused by the memory bound (64 TiB), naming the option
     _one_line_naming(_kv(tmp_path, QWEN, "--kv-memory", "65537GiB"), "--kv-memory")
 
@@ -162,6 +167,7 @@ def test_a_sliding_window_beside_layer_types_is_checked_too(tmp_path, window):
     """Found by tests/unit/kv/test_kv_fuzz.py: with ``layer_types`` the window was taken as given, so
     ``sliding_window: ""`` reached the text output (internal error: TypeError).
     """
-    _one_line_naming(_kv(tmp_path, {**hf_config("openai__gpt-oss-20b"), "sliding_window": window}), "sliding_window")
+    result = _kv(tmp_path, {**hf_config("openai__gpt-oss-20b"), "sliding_window": window})
+    _one_line_naming(result, "sliding_window", tmp_path / "config.json")
     spec = kv_spec_from_config(hf_config("openai__gpt-oss-20b"))  # its own window, 128 tokens, is read
     assert spec.sliding_window == 128

@@ -131,7 +131,8 @@ def test_c06_r1_distill_qwen14b_tp2():
         kv_memory_bytes=round(kv_gib * GIB),
         max_model_len=131_072,
     )
-    assert dp.bytes_per_token == cap.bytes_per_token and dp.kv_tokens == cap.kv_tokens
+    assert dp.bytes_per_token == cap.bytes_per_token
+    assert dp.kv_tokens == cap.kv_tokens
 
 
 def test_c11_qwen25_7b_16_gib_budget():

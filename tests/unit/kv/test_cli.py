@@ -51,19 +51,24 @@ def test_json_keys_and_numbers():
     } <= set(doc)
     assert doc["bytes_per_token"] == 2 * 32 * 8 * 128 * 2
     # floor(2.89 GiB / (16 x 131,072 B)) = floor(1479.68) = 1,479 blocks
-    assert doc["kv_blocks"] == 1479 and doc["kv_tokens"] == 1479 * 16
+    assert doc["kv_blocks"] == 1479
+    assert doc["kv_tokens"] == 1479 * 16
     # vLLM 0.29.0 plans the fit against the usable blocks (one is the null block): 1,478 x 16 = 23,648, the
     # "maximum number of tokens that can be stored in KV cache (23648)" case C01's log gives
-    assert doc["fits"] is False and doc["max_model_len_that_fits"] == 1478 * 16 == 23_648
-    assert doc["inputs"]["max_model_len"] == 29000 and doc["inputs"]["kv_memory_bytes"] == round(2.89 * GIB)
+    assert doc["fits"] is False
+    assert doc["max_model_len_that_fits"] == 1478 * 16 == 23_648
+    assert doc["inputs"]["max_model_len"] == 29000
+    assert doc["inputs"]["kv_memory_bytes"] == round(2.89 * GIB)
     assert doc["estimate"] is False
 
 
 def test_text_output_has_units():
     result = run(LLAMA, "--kv-memory", "2.89GiB", "--max-model-len", "29000")
     assert result.exit_code == 1, result.output  # computed; does not fit: exit 1 (kv --help)
-    assert "131,072 B" in result.output and "GiB" in result.output
-    assert "23,664" in result.output and "0.82x" in result.output
+    assert "131,072 B" in result.output
+    assert "GiB" in result.output
+    assert "23,664" in result.output
+    assert "0.82x" in result.output
     assert "NO" in result.output
 
 
@@ -107,7 +112,8 @@ def test_folder_with_safetensors_gives_weights(tmp_path):
     # ceil(0.6 x 8 GiB) - 3 GiB - 1 GiB = 0.8 GiB (vLLM's request_memory rounds up); / (16 x 28,672 B) blocks
     assert doc["kv_memory_bytes"] == math.ceil(0.6 * 8 * GIB) - 3 * GIB - 1 * GIB
     assert doc["kv_blocks"] == (math.ceil(0.6 * 8 * GIB) - 4 * GIB) // (16 * 28_672)
-    assert doc["estimate"] is True and doc["inputs"]["weights_bytes"] == 3 * GIB
+    assert doc["estimate"] is True
+    assert doc["inputs"]["weights_bytes"] == 3 * GIB
 
 
 def test_safetensors_index_total_size_divided_by_tp(tmp_path):
@@ -177,13 +183,16 @@ def test_non_json_and_missing_file(tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text("{ not json")
     result = run(str(bad))
-    assert result.exit_code == 2 and "not valid JSON" in result.output
+    assert result.exit_code == 2
+    assert "not valid JSON" in result.output
     result = run(str(tmp_path / "nope.json"))
-    assert result.exit_code == 2 and "no such file" in result.output
+    assert result.exit_code == 2
+    assert "no such file" in result.output
     empty = tmp_path / "empty"
     empty.mkdir()
     result = run(str(empty))
-    assert result.exit_code == 2 and "no config.json" in result.output
+    assert result.exit_code == 2
+    assert "no config.json" in result.output
 
 
 def test_offline_hub_id_names_what_to_download(tmp_path):
@@ -230,7 +239,8 @@ def test_unreachable_hub_fails_at_once_with_one_line(tmp_path):
     proc = _kv_hub(_hub_at(tmp_path, f"http://127.0.0.1:{port}"))
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1, proc.stderr  # one line: no retry warnings
-    assert "Retry" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "Retry" not in proc.stderr
+    assert "Traceback" not in proc.stderr
     assert "cannot fetch config.json of someorg/some-model" in proc.stderr
     assert "Connection refused" in proc.stderr
     assert "https://huggingface.co/someorg/some-model/resolve/main/config.json" in proc.stderr
@@ -256,11 +266,11 @@ def test_hub_id_downloads_config_and_weight_index(tmp_path, monkeypatch):
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 15_231_233_024}}))
     calls = []
 
-    def fake_download(repo_id, filename, **kwargs):
+    def fake_download(repo_id, filename, **_kwargs):
         calls.append((repo_id, filename))
         return str(tmp_path / filename)
 
-    def fake_metadata(url, **kwargs):  # the one bounded HEAD that decides "reachable" first
+    def fake_metadata(_url, **kwargs):  # the one bounded HEAD that decides "reachable" first
         assert kwargs["timeout"] == 5.0  # kvpilot.kv.hub's default per-request bound (seconds)
         return object()
 
@@ -295,7 +305,8 @@ def test_text_output_says_when_no_utilization_can_fit():
     result = run(LLAMA, "--gpu-memory", "8GiB", "--weights-memory", "16GiB", "--max-model-len", "4096")
     assert result.exit_code == 1, result.output  # computed; does not fit: exit 1 (kv --help)
     line = next(x for x in result.output.splitlines() if "smallest gpu_memory_utilization" in x)
-    assert "2.2312" not in line and "none" in line
+    assert "2.2312" not in line
+    assert "none" in line
 
 
 def test_tensor_parallel_that_does_not_divide_the_heads_is_refused():
@@ -303,12 +314,14 @@ def test_tensor_parallel_that_does_not_divide_the_heads_is_refused():
     # must be divisible by tensor parallel size (3)", ModelConfig.verify_with_parallel_config)
     result = run(LLAMA, "--kv-memory", "2GiB", "-tp", "3")
     assert result.exit_code == 2, result.output
-    assert "--tensor-parallel-size" in result.output and "num_attention_heads" in result.output
+    assert "--tensor-parallel-size" in result.output
+    assert "num_attention_heads" in result.output
     assert isinstance(result.exception, SystemExit)
     # TP 16 > 8 KV heads divides the 32 query heads: allowed, KV heads replicated (131,072 / 8 per GPU);
     # 3 GiB holds the default 131,072-token request (2 GiB would hold exactly it, with no room for the null block)
     ok = run(LLAMA, "--kv-memory", "3GiB", "-tp", "16", "-o", "json")
-    assert ok.exit_code == 0 and json.loads(ok.output)["bytes_per_token"] == 131072 // 8
+    assert ok.exit_code == 0
+    assert json.loads(ok.output)["bytes_per_token"] == 131072 // 8
 
 
 C20A_ARGS = ("--gpu-memory", "22.05GiB", "--free-gpu-memory", "19.77GiB", "--gpu-memory-utilization", "0.9")
@@ -355,14 +368,16 @@ def test_enough_free_gpu_memory_starts():
     )
     assert result.exit_code == 0, result.output
     check = json.loads(result.output)["startup_memory_check"]
-    assert check["feasible"] is True and check["shortfall_bytes"] == 0
+    assert check["feasible"] is True
+    assert check["shortfall_bytes"] == 0
     assert round(check["requested_bytes"] / GIB, 4) == 18.7425
 
 
 def test_free_gpu_memory_needs_the_total():
     result = run(LLAMA, "--free-gpu-memory", "19.77GiB")
     assert result.exit_code == 2
-    assert "--free-gpu-memory" in result.output and "--gpu-memory" in result.output
+    assert "--free-gpu-memory" in result.output
+    assert "--gpu-memory" in result.output
 
 
 @pytest.mark.parametrize("size", ["7", "12", "512"])
@@ -370,7 +385,8 @@ def test_block_size_outside_vllms_choices_is_refused(size):
     # vllm/config/cache.py: BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]; vLLM refuses any other --block-size
     result = run(LLAMA, "--kv-memory", "2.89GiB", "--block-size", size)
     assert result.exit_code == 2, result.output
-    assert "--block-size" in result.output and "1, 8, 16, 32, 64, 128, 256" in result.output
+    assert "--block-size" in result.output
+    assert "1, 8, 16, 32, 64, 128, 256" in result.output
 
 
 def test_block_size_32_is_accepted():
@@ -379,7 +395,8 @@ def test_block_size_32_is_accepted():
     result = run(LLAMA, "--kv-memory", "2.89GiB", "--block-size", "32", "-o", "json")
     assert result.exit_code == 1, result.output  # computed; does not fit: exit 1 (kv --help)
     doc = json.loads(result.output)
-    assert doc["kv_blocks"] == 739 and doc["kv_tokens"] == 23_648
+    assert doc["kv_blocks"] == 739
+    assert doc["kv_tokens"] == 23_648
 
 
 @pytest.mark.parametrize(
@@ -396,7 +413,8 @@ def test_unreadable_configs_exit_2_naming_the_file(tmp_path, content, words):
     path.write_bytes(content)
     result = run(str(path), "--kv-memory", "2GiB")
     assert result.exit_code == 2, result.output
-    assert words in result.output and "Traceback" not in result.output
+    assert words in result.output
+    assert "Traceback" not in result.output
 
 
 def test_string_max_window_layers_names_the_field(tmp_path):
@@ -413,7 +431,9 @@ def test_sizes_without_a_unit_are_refused_naming_the_option():
     # "--kv-memory 10" would be 10 bytes: never a KV pool's size, so it is refused, not computed
     for option in ("--kv-memory", "--gpu-memory"):
         result = CliRunner().invoke(cli, ["kv", str(HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json"), option, "10"])
-        assert result.exit_code == 2 and option in result.output and "has no unit" in result.output
+        assert result.exit_code == 2
+        assert option in result.output
+        assert "has no unit" in result.output
     ok = CliRunner().invoke(
         cli, ["kv", str(HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json"), "--kv-memory", "10GiB", "-o", "json"]
     )
@@ -428,7 +448,8 @@ def test_kv_cache_dtype_values_are_the_crds():
     bad = CliRunner().invoke(
         cli, ["kv", str(HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json"), "--kv-cache-dtype", "float16"]
     )
-    assert bad.exit_code == 2 and "--kv-cache-dtype" in bad.output
+    assert bad.exit_code == 2
+    assert "--kv-cache-dtype" in bad.output
     for dtype in KV_CACHE_DTYPES:
         result = CliRunner().invoke(
             cli, ["kv", str(HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json"), "--kv-cache-dtype", dtype]
@@ -442,7 +463,8 @@ def test_max_num_seqs_pool_share():
     args = ["kv", str(HF_CONFIGS / "Qwen__Qwen2.5-7B-Instruct.json"), "--kv-memory", "16GiB", "--max-model-len", "8192"]
     doc = json.loads(CliRunner().invoke(cli, [*args, "--max-num-seqs", "4", "-o", "json"]).output)
     share = doc["max_num_seqs_pool_share"]
-    assert share["pool_share"] == pytest.approx(4 * 512 / 18724) and share["full_length_requests_at_once"] == 4
+    assert share["pool_share"] == pytest.approx(4 * 512 / 18724)
+    assert share["full_length_requests_at_once"] == 4
     # 64 requests would need 64 x 512 = 32,768 blocks > 18,724: the whole pool, and only 36 fit at once
     doc = json.loads(CliRunner().invoke(cli, [*args, "--max-num-seqs", "64", "-o", "json"]).output)
     assert doc["max_num_seqs_pool_share"] == {"max_num_seqs": 64, "pool_share": 1.0, "full_length_requests_at_once": 36}
@@ -461,7 +483,8 @@ def test_derived_kv_memory_states_its_vllm_memory_accounting():
     ]
     doc = json.loads(CliRunner().invoke(cli, [*args, "-o", "json"]).output)
     notes = " ".join(doc.get("notes") or [])
-    assert "memory accounting of vLLM 0.21-0.29" in notes and "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS" in notes
+    assert "memory accounting of vLLM 0.21-0.29" in notes
+    assert "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS" in notes
 
 
 def test_text_counts_heads_and_bytes_in_words(tmp_path):
@@ -482,7 +505,8 @@ def test_text_counts_heads_and_bytes_in_words(tmp_path):
         env={"COLUMNS": "200"},
     )
     assert result.exit_code == 0, result.output
-    assert "(1 KV head total)" in result.output and "1 byte (fp8" in result.output, result.output
+    assert "(1 KV head total)" in result.output, result.output
+    assert "1 byte (fp8" in result.output, result.output
     assert "(s)" not in result.output
 
 
@@ -502,4 +526,5 @@ def test_a_folder_named_safetensors_is_not_a_weight_file(tmp_path):
     (tmp_path / "config.json").write_text((HF_CONFIGS / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text())
     (tmp_path / "shards.safetensors").mkdir()  # a folder: no weights, so --gpu-memory alone cannot size the pool
     result = run(str(tmp_path), "--gpu-memory", "24GiB")
-    assert result.exit_code == 2 and "--weights-memory: needed with --gpu-memory" in result.output, result.output
+    assert result.exit_code == 2, result.output
+    assert "--weights-memory: needed with --gpu-memory" in result.output, result.output

@@ -175,6 +175,7 @@ def test_kv_answers_any_config_with_numbers_or_one_line(text, options):
     if options.get("-o") == "json":
         doc = json.loads(out.stdout)
         # 0 when no layer grows with the whole request (every layer sliding): kv says so in its text output
-        assert isinstance(doc["bytes_per_token"], int) and doc["bytes_per_token"] >= 0
+        assert isinstance(doc["bytes_per_token"], int)
+        assert doc["bytes_per_token"] >= 0
         check = doc["startup_memory_check"]
         assert (out.code == 1) == (doc["fits"] is False or (check is not None and not check["feasible"]))

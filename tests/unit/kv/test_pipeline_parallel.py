@@ -47,4 +47,5 @@ def test_binding_stage_sets_the_kv_tokens():
     assert (doc["bytes_per_token"], doc["kv_tokens"]) == (20480, 838848)
     assert any("[9, 10, 9]" in n and "10 layers binds" in n for n in doc["notes"])
     bad = CliRunner().invoke(cli, [*args, "-pp", "29"])
-    assert bad.exit_code == 2 and "--pipeline-parallel-size" in bad.output
+    assert bad.exit_code == 2
+    assert "--pipeline-parallel-size" in bad.output

@@ -26,10 +26,13 @@ def test_fits_gives_true_condition_and_no_warning():
         weights_bytes=15 * GIB,
         overhead_bytes=2 * GIB,
     )
-    assert cond["type"] == "KVCapacity" and cond["status"] == "True" and cond["reason"] == "Fits"
+    assert cond["type"] == "KVCapacity"
+    assert cond["status"] == "True"
+    assert cond["reason"] == "Fits"
     assert warning is None
     # 0.9 x 80 GiB - 17 GiB = 55 GiB; / (16 x 131,072 B) = 28,160 blocks = 450,560 tokens
-    assert "450,560 tokens" in cond["message"] and "131,072 B/token" in cond["message"]
+    assert "450,560 tokens" in cond["message"]
+    assert "131,072 B/token" in cond["message"]
 
 
 def test_max_model_len_too_long_warns_with_fixes():
@@ -37,16 +40,21 @@ def test_max_model_len_too_long_warns_with_fixes():
         LLAMA, {"gpuMemoryUtilization": 0.9}, gpu_memory_bytes=24 * GIB, weights_bytes=15 * GIB, overhead_bytes=2 * GIB
     )
     # default maxModelLen = max_position_embeddings 131,072 -> 16 GiB of KV; 0.9 x 24 - 17 = 4.6 GiB available
-    assert cond["status"] == "False" and cond["reason"] == "MaxModelLenExceedsKV"
+    assert cond["status"] == "False"
+    assert cond["reason"] == "MaxModelLenExceedsKV"
     assert warning == cond["message"]
-    assert "16.00 GiB" in warning and "refuse to start" in warning and "maxModelLen <=" in warning
+    assert "16.00 GiB" in warning
+    assert "refuse to start" in warning
+    assert "maxModelLen <=" in warning
 
 
 def test_no_memory_left():
     cond, warning = condition_and_warning(
         LLAMA, {"maxModelLen": 4096}, gpu_memory_bytes=16 * GIB, weights_bytes=15 * GIB
     )
-    assert cond["status"] == "False" and cond["reason"] == "NoKVMemory" and warning == cond["message"]
+    assert cond["status"] == "False"
+    assert cond["reason"] == "NoKVMemory"
+    assert warning == cond["message"]
     # 0.92 x 16 GiB = 14.72 GiB is less than the 15 GiB of weights alone: no KV; one request of 4,096 tokens
     # x 131,072 B = 0.5 GiB
     assert warning.startswith("one request of maxModelLen 4,096 needs 0.50 GiB KV, more than 0.00 GiB available")
@@ -80,7 +88,8 @@ def test_numbers_match_the_api_preflight_status_fields():
     status = PreflightStatus(**result.numbers)
     assert status.kv_tokens == 28_160 * 16
     assert status.bytes_per_token == 2 * 32 * 8 * 128 * 2
-    assert status.fits is True and status.estimate is True
+    assert status.fits is True
+    assert status.estimate is True
     # (0.9 x 80 GiB - 55 GiB + (512 blocks + the null block) x 16 x 131,072 B) / 80 GiB = (17 + 1 + 2 MiB) / 80:
     # vLLM 0.29.0 keeps the null block out of the fit check
     assert abs(status.min_gpu_memory_utilization - (18 + 2 / 1024) / 80) < 1e-9

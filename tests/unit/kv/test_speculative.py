@@ -90,7 +90,8 @@ def test_eagle_draft_at_tensor_parallel_2_and_fp8():
 def test_methods_without_attention_add_nothing_and_names_resolve_as_vllm_does():
     for doc in ({"model": "ngram", "num_speculative_tokens": 3}, {"method": "suffix"}):
         out = _kv(str(QWEN7B), "--speculative-config", json.dumps(doc))
-        assert out["bytes_per_token"] == 57344 and out["speculative"]["draft_layers"] == 0
+        assert out["bytes_per_token"] == 57344
+        assert out["speculative"]["draft_layers"] == 0
     # without a method, "eagle-" in the model name means eagle (vllm/config/speculative.py __post_init__)
     assert parse_speculative_config({"model": "yuhuili/EAGLE-LLaMA3-Instruct-8B"}).method == "eagle"
     assert parse_speculative_config({"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}).method == "eagle3"
@@ -123,7 +124,7 @@ def test_qwen3_next_mtp_defaults_to_one_full_attention_layer():
 
 
 @pytest.mark.parametrize(
-    "value, field",
+    ("value", "field"),
     [
         ("[1", "--speculative-config"),
         ('["eagle"]', "--speculative-config"),
@@ -137,7 +138,8 @@ def test_qwen3_next_mtp_defaults_to_one_full_attention_layer():
 def test_bad_speculative_config_exits_2_naming_the_field(value, field):
     result = CliRunner().invoke(cli, ["kv", str(LLAMA), "--speculative-config", value])
     assert result.exit_code == 2, result.output
-    assert f"error: {field}" in result.output and "Traceback" not in result.output
+    assert f"error: {field}" in result.output
+    assert "Traceback" not in result.output
     # no Python repr of a missing value in a user-facing message
     assert "None" not in result.output, result.output
 
@@ -225,7 +227,8 @@ def test_pool_blocks_equal_vllm_s_own_speculative_config_and_kv_cache_utils(tmp_
         layers = draft_layers(settings, target, target_cfg, draft, draft_cfg)
         cap = capacity(target, max_model_len=4096, kv_memory_bytes=memory, draft=layers)
         ours.append({"method": layers.method, "draft_layers": layers.num_layers, "num_blocks": cap.kv_blocks})
-        assert ref["groups"] == 1 and ref["draft_dtype"] == "torch.bfloat16"  # the target's dtype, not float16
+        assert ref["groups"] == 1
+        assert ref["draft_dtype"] == "torch.bfloat16"
     assert ours == [{k: r[k] for k in ("method", "draft_layers", "num_blocks")} for r in vllm]
     # and the hand-worked figures: 7,943 (Llama + EAGLE), 15,033 (DeepSeek + MTP); Qwen2.5-7B + EAGLE:
     # 57,344 + 4,096 = 61,440 B per token, 16 GiB / (16 x 61,440) = 17,476 blocks

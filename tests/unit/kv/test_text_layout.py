@@ -47,7 +47,8 @@ def test_all_sliding_window_model_shows_the_per_request_window_term():
     # for min(2,047 - 1 + 2,048, 4,096) = 4,094 tokens -> ceil(4,094 / 16) + 1 = 257 blocks x 16 x 393,216 B
     # = 1,616,904,192 B = 1.5059 GiB, printed in the bytes-per-token line and the window term's own line
     assert "each request holds 1.5059 GiB for its window" in flat
-    assert "393,216 B per token x at most 4,094 tokens" in flat and "= 1.5059 GiB" in flat
+    assert "393,216 B per token x at most 4,094 tokens" in flat
+    assert "= 1.5059 GiB" in flat
 
 
 @pytest.mark.parametrize("width", [80, 200])
@@ -65,9 +66,11 @@ def test_exit_status_1_when_one_request_does_not_fit():
     # Qwen2.5-72B: 2 x 80 layers x 8 KV heads x 128 x 2 bytes = 327,680 B per token; 32,768 tokens need
     # 10 GiB of KV, more than the 1 GiB given: computed (no error), does not fit -> exit 1, fits false
     result, text = kv_text(QWEN_72B, "--kv-memory", "1GiB", "--max-model-len", "32768")
-    assert result.exit_code == 1 and "NO: vLLM refuses to start (exit status 1)" in _flat(text)
+    assert result.exit_code == 1
+    assert "NO: vLLM refuses to start (exit status 1)" in _flat(text)
     result = CliRunner().invoke(cli, ["kv", QWEN_72B, "--kv-memory", "1GiB", "--max-model-len", "32768", "-o", "json"])
-    assert result.exit_code == 1 and '"fits": false' in result.output
+    assert result.exit_code == 1
+    assert '"fits": false' in result.output
     # 1 GiB / (16 x 327,680 B) = 204 blocks, 203 usable (vLLM 0.29.0 keeps the null block out of the fit):
     # a 3,248-token request (203 blocks) fits -> exit 0; 3,264 tokens (204 blocks) do not -> exit 1
     result, _ = kv_text(QWEN_72B, "--kv-memory", "1GiB", "--max-model-len", "3248")

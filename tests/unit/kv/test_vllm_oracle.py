@@ -78,7 +78,8 @@ def test_pool_fit_and_estimated_length_equal_vllm_s_kv_cache_configs(tmp_path: P
     assert vllm[0] == {"fits": True, "num_blocks": 1345, "tokens": 21_520, "concurrency": 2.626953125}
     # 16 GiB: 8,192 blocks, 8,191 usable, 131,072 / 16 = 8,192 needed: refused, estimate 8,191 x 16 = 131,056
     assert vllm[1] == {"fits": False, "estimated_max_model_len": 131_056}
-    assert vllm[2]["fits"] is True and vllm[2]["num_blocks"] == 8193
+    assert vllm[2]["fits"] is True
+    assert vllm[2]["num_blocks"] == 8193
     # 70 blocks, 100 tokens = cdiv(100, 16) = 7 blocks per request: 10 requests, int(10 x 100) = 1,000 tokens
     assert (vllm[4]["tokens"], vllm[4]["concurrency"]) == (1000, 10.0)
 

@@ -20,7 +20,8 @@ def test_parameter_counts_times_dtype_sizes():
     # GPTQ-style mix: 100 I32 (4 B) + 10 F16 (2 B) + 3 F4 (4 bits: 12 bits -> 2 bytes rounded up) = 422
     assert weights_from_parameters({"I32": 100, "F16": 10, "F4": 3}) == 400 + 20 + 2
     assert weights_from_parameters({"BF16": 10, "Q4_K": 10}) is None  # an unknown dtype: size unknown
-    assert weights_from_parameters({}) is None and weights_from_parameters(None) is None
+    assert weights_from_parameters({}) is None
+    assert weights_from_parameters(None) is None
 
 
 def test_the_hub_cache_keeps_a_success_and_retries_a_failure_after_ten_minutes():

@@ -78,8 +78,8 @@ def batch(case: dict) -> dict:
     from vllm.usage.usage_lib import UsageContext
 
     platform = arg_utils.current_platform
-    platform.get_device_total_memory = lambda *a, **k: case["memory"]
-    platform.get_device_name = lambda *a, **k: case["name"]
+    platform.get_device_total_memory = lambda *_a, **_k: case["memory"]
+    platform.get_device_name = lambda *_a, **_k: case["name"]
     platform.is_cpu = lambda: False  # a GPU, whatever this machine is
     platform.is_tpu = lambda: False
     args = EngineArgs(

@@ -6,7 +6,7 @@ from kvpilot.metrics.catalog import match_name, names_for_version
 
 
 @pytest.mark.parametrize(
-    "exposed, canonical, suffix, legacy, escaped",
+    ("exposed", "canonical", "suffix", "legacy", "escaped"),
     [
         ("vllm:num_requests_running", "vllm:num_requests_running", "", False, False),
         ("vllm_num_requests_running", "vllm:num_requests_running", "", False, True),

@@ -61,7 +61,9 @@ def test_multi_api_server_sum_before_bucket():
 def test_v0_ttft_buckets_end_at_10():
     samples = parse_exposition(_read("8819.txt"))
     les = [s.labels["le"] for s in samples]
-    assert les[0] == "0.01" and les[-2] == "10.0" and les[-1] == "+Inf"
+    assert les[0] == "0.01"
+    assert les[-2] == "10.0"
+    assert les[-1] == "+Inf"
     assert len(samples) == 15
     assert _find(samples, "vllm:time_to_first_token_seconds_bucket", le="0.01")[0].value == 0.0
     assert _find(samples, "vllm:time_to_first_token_seconds_bucket", le="0.02")[0].value == 1.0
@@ -127,7 +129,8 @@ def test_openmetrics_with_escaped_sample_names_and_colon_help():
     ]
     assert samples[0].value == 4.0
     assert samples[1].value == 7.0
-    assert samples[3].labels["pid"] == "4242" and samples[3].value == 0.25
+    assert samples[3].labels["pid"] == "4242"
+    assert samples[3].value == 0.25
 
 
 def test_nan_inf_and_duplicate_series_in_text_format():
@@ -195,7 +198,8 @@ def test_truncated_line_raises_with_line_number():
 
 def test_sample_is_frozen_and_hashable():
     s = Sample("x", {"b": "2", "a": "1"}, 1, 5)
-    assert s.timestamp == 5.0 and s.value == 1.0
+    assert s.timestamp == 5.0
+    assert s.value == 1.0
     assert s.key == ("x", (("a", "1"), ("b", "2")))
     with pytest.raises(TypeError):
         s.labels["a"] = "3"  # type: ignore[index]

@@ -73,7 +73,7 @@ def test_experiment_flags():
 
 
 @pytest.mark.parametrize(
-    "engine, flags",
+    ("engine", "flags"),
     [
         ({"gpuMemoryUtilization": 0.93}, ["--gpu-memory-utilization", "0.93"]),
         ({"gpuMemoryUtilization": 1}, ["--gpu-memory-utilization", "1.0"]),
@@ -293,7 +293,8 @@ def test_gpu_memory_is_not_rendered():
 
 def test_quantities_are_strings():
     res = container(render(resources={"gpus": 1, "memory": 6442450944, "cpu": 2})[0])["resources"]
-    assert res["limits"]["memory"] == "6442450944" and res["requests"]["cpu"] == "2"
+    assert res["limits"]["memory"] == "6442450944"
+    assert res["requests"]["cpu"] == "2"
     assert all(isinstance(v, str) for part in res.values() for v in part.values())
 
 
@@ -674,7 +675,7 @@ _RESTRICTED_VOLUME_TYPES = {
 }
 
 
-def _restricted_violations(pod: dict) -> list[str]:
+def _restricted_violations(pod: dict) -> list[str]:  # noqa: C901
     spec, out = pod["spec"], []
     psc = spec.get("securityContext") or {}
     for flag in ("hostNetwork", "hostPID", "hostIPC"):
@@ -803,5 +804,6 @@ def test_skeleton_is_parsed_once_per_shape_and_never_shared():
     # Two servers of one spec: one pod skeleton and one service skeleton parsed, then hits.
     info = renderer._parse_skeleton.cache_info()
     assert (info.misses, info.hits) == (2, 2)
-    assert second["metadata"]["name"].startswith("a2-") and "mutated" not in second["metadata"]["labels"]
+    assert second["metadata"]["name"].startswith("a2-")
+    assert "mutated" not in second["metadata"]["labels"]
     assert [v["name"] for v in second["spec"]["volumes"]] == ["dshm", "home", "model-cache"]

@@ -137,6 +137,15 @@ SPECS = st.fixed_dictionaries(
 )
 
 
+def _check_field_error(exc: SpecError, under: str, plain_field: bool = False) -> None:
+    """A refused spec names the field (under ``under``) and says why; ``plain_field``: in printable ASCII."""
+    assert exc.field.startswith(under)
+    assert exc.message
+    if plain_field:
+        assert exc.field.isprintable()
+        assert exc.field.isascii()
+
+
 @pytest.mark.slow  # make test-unit skips it, make test runs it
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(SPECS)
@@ -159,7 +168,7 @@ def test_any_spec_is_a_field_error_or_valid_objects(spec):
     try:
         pod, service = render_objects("qwen", "default", parse_spec(spec))
     except SpecError as exc:
-        assert exc.field.startswith("spec") and exc.message
+        _check_field_error(exc, "spec")
         return
     for obj in (pod, service):
         kubernetes_validate.validate(obj, "1.37", strict=True)
@@ -188,8 +197,7 @@ def test_any_affinity_is_a_field_error_or_a_valid_pod(affinity, pod_labels):
     try:
         pod, _ = render_objects("qwen", "default", parse_spec(spec))
     except SpecError as exc:
-        assert exc.field.startswith("spec.affinity") and exc.message
-        assert exc.field.isprintable() and exc.field.isascii()  # one line: keys JSON-escaped
+        _check_field_error(exc, "spec.affinity", plain_field=True)
         return
     assert pod["spec"].get("affinity", {}) == affinity
     kubernetes_validate.validate(pod, "1.37", strict=True)

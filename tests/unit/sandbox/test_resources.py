@@ -16,10 +16,8 @@ from kvpilot.sandbox.resources import Resource, ResourceInfo
 def test_resources_are_named_as_the_api_names_them():
     assert Resource.parse("v1/pods") == Resource("", "v1", "pods")
     assert Resource.parse("kvpilot.dev/v1alpha1/vllmservers") == Resource("kvpilot.dev", "v1alpha1", "vllmservers")
-    assert (
-        Resource("", "v1", "pods").api_version == "v1"
-        and Resource("apps", "v1", "deployments").api_version == "apps/v1"
-    )
+    assert Resource("", "v1", "pods").api_version == "v1"
+    assert Resource("apps", "v1", "deployments").api_version == "apps/v1"
     assert Resource("apps", "v1", "deployments").qualified == "deployments.apps"
     with pytest.raises(ValueError, match="version/plural"):
         Resource.parse("pods")
@@ -28,7 +26,8 @@ def test_resources_are_named_as_the_api_names_them():
 def test_the_builtin_table_has_what_the_operator_kopf_and_kubectl_use():
     table = resources.builtin_resources()
     pods = table[Resource("", "v1", "pods")]
-    assert (pods.kind, pods.namespaced) == ("Pod", True) and {"log", "status"} <= pods.subresources
+    assert (pods.kind, pods.namespaced) == ("Pod", True)
+    assert {"log", "status"} <= pods.subresources
     assert table[Resource("", "v1", "nodes")].namespaced is False
     for name in (
         "v1/events",
@@ -49,7 +48,8 @@ def test_a_crd_serves_its_versions_with_the_status_subresource_and_schema():
     [(res, (info, schema))] = served.items()
     assert res == Resource("kvpilot.dev", "v1alpha1", "vllmservers")
     assert (info.kind, info.namespaced, info.subresources) == ("VLLMServer", True, {"status"})
-    assert "status" in schema["properties"] and info.verbs == resources.CUSTOM_VERBS
+    assert "status" in schema["properties"]
+    assert info.verbs == resources.CUSTOM_VERBS
 
 
 def test_discovery_documents():
@@ -60,7 +60,8 @@ def test_discovery_documents():
     }
     assert resources.api_versions() == {"kind": "APIVersions", "versions": ["v1"]}
     [group] = resources.api_group_list(table)["groups"]
-    assert group["name"] == "kopf.dev" and group["preferredVersion"] == {"groupVersion": "kopf.dev/v1", "version": "v1"}
+    assert group["name"] == "kopf.dev"
+    assert group["preferredVersion"] == {"groupVersion": "kopf.dev/v1", "version": "v1"}
     assert [v["version"] for v in group["versions"]] == ["v1", "v1beta1"]
     assert resources.api_group(table, "kopf.dev")["kind"] == "APIGroup"
     assert resources.api_group(table, "nope.dev") is None
@@ -87,7 +88,8 @@ def test_a_fault_answers_matching_requests_until_spent():
         {"name": "qwen-abcde"},
         {"Retry-After": "3"},
     )
-    assert faults.first_match([fault], "create", "pods", None, "ns") is fault and fault.hits == 2
+    assert faults.first_match([fault], "create", "pods", None, "ns") is fault
+    assert fault.hits == 2
     assert faults.first_match([fault], "create", "pods", None, "ns") is None  # spent
 
 
@@ -95,5 +97,5 @@ def test_a_cut_watch_delivers_half_a_line():
     event = {"type": "ADDED", "object": {"metadata": {"name": "x"}}}
     line = json.dumps(event).encode()
     assert faults.half_a_line(event) == line[: len(line) // 2]
-    with pytest.raises(ValueError):
+    with pytest.raises(json.JSONDecodeError):
         json.loads(faults.half_a_line(event))

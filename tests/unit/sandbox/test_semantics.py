@@ -18,7 +18,7 @@ from kvpilot.sandbox.semantics import (
 
 
 @pytest.mark.parametrize(
-    "path, expected",
+    ("path", "expected"),
     [
         ("/api/v1/namespaces", ApiPath("", "v1", "namespaces")),
         ("/api/v1/namespaces/default", ApiPath("", "v1", "namespaces", None, "default")),
@@ -46,7 +46,7 @@ def test_label_selectors():
     assert match_labels(labels, parse_label_selector("app,!zone"))
     assert not match_labels(labels, parse_label_selector("tier!=gpu"))
     assert match_labels(labels, parse_label_selector(""))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unable to parse requirement: 'app in vllm'"):
         parse_label_selector("app in vllm")
 
 

@@ -86,7 +86,8 @@ def test_rich_alone_parts_the_figure_from_its_unit_and_prose_does_not():
     # at 80 columns the line is full after "(-0.07": rich breaks at the space before "%)"
     assert _SPLIT.search(_print(Text(SENTENCE), 80))
     text = _print(Prose(SENTENCE), 80)
-    assert not _SPLIT.search(text) and text.splitlines()[-1] == "(-0.07 %)"
+    assert not _SPLIT.search(text)
+    assert text.splitlines()[-1] == "(-0.07 %)"
     assert " ".join(text.split()) == SENTENCE  # every word, in order, spaces restored
     assert "\ue000" not in text
 
@@ -95,7 +96,8 @@ def test_prose_keeps_styles_and_indents_in_paragraphs():
     styled = _print(Prose(Text(SENTENCE, style="bold")), 80, color=True)
     assert "\x1b[1m(-0.07 %)" in styled
     lines = _print(paragraph(SENTENCE, indent=2), 80).splitlines()
-    assert lines[-1].rstrip() == "  (-0.07 %)" and all(line.startswith("  ") for line in lines)
+    assert lines[-1].rstrip() == "  (-0.07 %)"
+    assert all(line.startswith("  ") for line in lines)
 
 
 def test_a_unit_word_is_not_a_unit():

@@ -95,7 +95,8 @@ def test_secret_names():
         assert is_secret_name(name), name
     for name in ("LMCACHE_CHUNK_SIZE", "KEYS", "MAX_TOKENS", "HF_HOME"):
         assert not is_secret_name(name), name
-    assert contains_secret(f"x {HF}") and not contains_secret("vllm serve Qwen/Qwen3-8B")
+    assert contains_secret(f"x {HF}")
+    assert not contains_secret("vllm serve Qwen/Qwen3-8B")
 
 
 def test_one_line_and_markdown():

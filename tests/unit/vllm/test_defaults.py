@@ -30,7 +30,9 @@ def test_tiers_by_hand():
     # else (and an unknown GPU: vLLM's "device_memory = 0"): 2048 / 256
     assert vllm_batch_defaults(70 * GIB - 1, "h100") == (256, 2048)
     assert vllm_batch_defaults(None, None) == (256, 2048)
-    assert is_large_gpu(192 * GIB, "a100") and not is_large_gpu(80 * GIB, "A100") and not is_large_gpu(None, "h100")
+    assert is_large_gpu(192 * GIB, "a100")
+    assert not is_large_gpu(80 * GIB, "A100")
+    assert not is_large_gpu(None, "h100")
 
 
 def test_clamps_by_hand():
@@ -119,4 +121,4 @@ def test_constants_are_vllm_s(tmp_path: Path):
     assert defaults.NULL_BLOCKS == 10 - vllm["free_blocks_of_10"] == 1
     assert list(defaults.MAX_MODEL_LEN_KEYS) == vllm["max_model_len_keys"]
     assert list(defaults.ROPE_TYPES_WITHOUT_CONTEXT_FACTOR) == vllm["rope_types_without_factor"]
-    assert defaults.ROPE_PRESCALED_MODEL_TYPES == (vllm["prescaled_model_type"],)
+    assert (vllm["prescaled_model_type"],) == defaults.ROPE_PRESCALED_MODEL_TYPES

@@ -96,8 +96,11 @@ def test_only_lines_before_the_first_wrapper_count():
 
 
 def test_no_exception_line_is_no_cause_and_output_is_clean():
-    assert root_cause("") is None and root_cause(None) is None
+    assert root_cause("") is None
+    assert root_cause(None) is None
     assert root_cause("INFO starting\nKilled\n") is None
     token = "hf_" + "a" * 34
     line = root_cause(f"OSError: token {token} refused\x1b[31m for repo\n")
-    assert line is not None and token not in line and "\x1b" not in line
+    assert line is not None
+    assert token not in line
+    assert "\x1b" not in line

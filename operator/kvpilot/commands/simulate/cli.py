@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from kvpilot.commands._common import DURATION, SIZE, fail
+from kvpilot.commands._common import DURATION, SIZE, fail, fail_input
 from kvpilot.commands.simulate.options import (
     DEFAULT_INTERVAL,
     DEFAULT_RECORD_DURATION,
@@ -32,6 +32,7 @@ from kvpilot.commands.simulate.options import (
     vllm_overrides,
 )
 from kvpilot.commands.simulate.session import Simulation, engine_call, record
+from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import fig, plain
 
 # The text report (rich) and --serve (http.server, prometheus_client) are imported where they run:
@@ -144,7 +145,7 @@ def _print_report(result: Mapping[str, Any], output: str) -> None:
 @click.option(
     "--block-size",
     type=int,
-    callback=lambda ctx, param, value: block_size_option(value),
+    callback=lambda _ctx, _param, value: block_size_option(value),
     help="Tokens per KV block: one of vLLM's 1, 8, 16, 32, 64, 128, 256.",
 )
 @click.option(
@@ -264,7 +265,7 @@ def model_context(profile: str) -> int | None:
         return None
 
 
-def run(
+def run(  # noqa: C901
     scenario: str | None,
     *,
     output: str = "text",
@@ -303,8 +304,8 @@ def run(
     try:  # validate the mode's own options before any engine work
         listen = parse_listen(serve_at, default_host) if serve_at else None
         end_ts = parse_end(end, float(int(time.time())))  # whole seconds: readable timestamps
-    except ValueError as exc:
-        fail(str(exc))
+    except InvalidValueError as exc:
+        fail_input(exc)
     total = duration or DEFAULT_RECORD_DURATION
     if record_to and not Path(record_to).expanduser().resolve().parent.is_dir():
         fail(f"--record: cannot write {record_to}: its folder does not exist")
@@ -404,7 +405,8 @@ def run(
             f"timestamps {first:.0f}..{last:.0f}"
         )
         return
-    assert listen is not None  # serve_at was given: parsed above
+    if listen is None:  # without --serve or --record the report returned above
+        raise RuntimeError("--serve: no address was parsed")
     listen_host, listen_port = listen
     if vllm_argv:  # the `vllm serve` stand-in: vLLM's startup report, which the operator reads from the pod log
         click.echo(kv_cache_log_line(sim.engine.block_size, sim.engine.num_gpu_blocks, sim.max_model_len))

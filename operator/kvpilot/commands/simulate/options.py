@@ -11,8 +11,9 @@ from typing import Any
 
 import click
 
-from kvpilot.commands._common import fail, read_input
+from kvpilot.commands._common import fail, fail_input, read_input
 from kvpilot.commands.simulate.session import engine_call
+from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import fig, number
 
 #: vLLM's own defaults for the shim's listen address (``vllm serve --host`` default None = all
@@ -51,7 +52,7 @@ def parse_end(text: str | None, now: float) -> float:
     """``--end``: Unix seconds, ISO 8601 (``2026-11-30T12:00:00Z``) or ``now`` -> Unix seconds.
 
     Raises:
-        ValueError: naming ``--end``.
+        InvalidValueError: naming ``--end``.
     """
     if text is None or text == "now":
         return now
@@ -62,14 +63,14 @@ def parse_end(text: str | None, now: float) -> float:
     else:
         if not math.isfinite(seconds):  # float() reads nan, inf and 400 digits; no instant is any of them
             shown = text if len(text) <= 40 else text[:37] + "..."
-            raise ValueError(f"--end: {shown!r} is not a finite time (Unix seconds or RFC 3339)")
+            raise InvalidValueError("--end", f"{shown!r} is not a finite time (Unix seconds or RFC 3339)")
         return seconds
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"--end: {text!r} is neither Unix seconds nor ISO 8601") from None
+        raise InvalidValueError("--end", f"{text!r} is neither Unix seconds nor ISO 8601") from None
     if parsed.tzinfo is None:
-        raise ValueError(f"--end: {text!r} has no time zone (add Z or +00:00)")
+        raise InvalidValueError("--end", f"{text!r} has no time zone (add Z or +00:00)")
     return parsed.timestamp()
 
 
@@ -77,14 +78,14 @@ def parse_listen(text: str, default_host: str, field: str = "--serve") -> tuple[
     """``HOST:PORT`` or ``PORT`` -> ``(host, port)``; port 0 lets the OS choose.
 
     Raises:
-        ValueError: naming ``field``.
+        InvalidValueError: naming ``field``.
     """
     host, sep, port = str(text).rpartition(":")
     if not sep:
         host = default_host
     host = host.strip("[]") or default_host
     if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{field}: {text!r} is not HOST:PORT or PORT (example: 127.0.0.1:8123)")
+        raise InvalidValueError(field, f"{text!r} is not HOST:PORT or PORT (example: 127.0.0.1:8123)")
     return host, int(port)
 
 
@@ -109,7 +110,7 @@ def load_scenario_file(path: str) -> dict[str, Any]:
     try:
         data = load_yaml(text)
     except DocumentError as exc:
-        fail(f"--scenario-file: {path}: {exc}")
+        fail_input(exc, f"--scenario-file: {path}")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -128,8 +129,8 @@ def load_trace_file(path: str) -> list[dict[str, Any]]:
         fail(f"--trace: cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
     try:
         items = trace_requests(lines)
-    except ValueError as exc:  # "trace line N: <field>: <reason>"
-        fail(f"--trace: {path}: {exc}")
+    except InvalidValueError as exc:  # field "trace line N: <field>"
+        fail_input(exc, f"--trace: {path}")
     if not items:
         fail(f"--trace: {path} holds no request (one JSON object per line)")
     return items

@@ -68,7 +68,7 @@ def _handler(sim: Simulation, version: str) -> type[BaseHTTPRequestHandler]:
 
         do_HEAD = do_GET
 
-        def log_message(self, *args: Any) -> None:  # quiet access log
+        def log_message(self, *_: Any) -> None:  # quiet access log
             return
 
     return Handler

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvpilot.commands._common import fail
+from kvpilot.commands._common import fail, fail_input
+from kvpilot.text.errors import InputError
 
 if TYPE_CHECKING:
     from kvpilot.engine.core import Engine
@@ -17,9 +18,17 @@ if TYPE_CHECKING:
 
 
 def engine_call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run an engine-side call; its ValueError/KeyError (bad flag, unknown scenario) becomes exit 2."""
+    """Run an engine-side call; its :class:`~kvpilot.text.errors.InputError` (a bad flag, workload or trace
+    field, an unknown scenario) becomes exit 2, the line naming ``what`` (``scenario healthy``, ``--vllm-args``)
+    and the field.
+
+    A plain ``ValueError``/``KeyError`` is an engine value the engine did not name (a bug to fix where it is
+    raised); it still exits 2 with one line, never a traceback.
+    """
     try:
         return fn(*args, **kwargs)
+    except InputError as exc:
+        fail_input(exc, what)
     except (ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         fail(f"{what}: {message}")

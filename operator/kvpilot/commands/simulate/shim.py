@@ -7,9 +7,10 @@ import sys
 
 import click
 
-from kvpilot.commands._common import fail, parse_duration
+from kvpilot.commands._common import fail, fail_input, parse_duration
 from kvpilot.commands.simulate.cli import run
 from kvpilot.commands.simulate.options import VLLM_DEFAULT_HOST, VLLM_DEFAULT_PORT
+from kvpilot.text.errors import InvalidValueError
 
 SHIM_USAGE = """\
 usage: vllm serve MODEL [vLLM flags] [--host HOST] [--port PORT]
@@ -50,12 +51,16 @@ def vllm_shim(argv: list[str] | None = None) -> None:
         return
     if not argv or argv[0] != "serve" or len(argv) < 2 or argv[1].startswith("-"):
         fail("usage: vllm serve MODEL [vLLM flags] [--host HOST] [--port PORT] (kvpilot engine-model shim)")
+    speed_text = os.environ.get("KVPILOT_SPEED", "1")
     try:
-        speed = float(os.environ.get("KVPILOT_SPEED", "1"))
-        duration = os.environ.get("KVPILOT_DURATION")
+        speed = float(speed_text)
+    except ValueError:
+        fail(f"KVPILOT_SPEED: {speed_text!r} is not a number")
+    duration = os.environ.get("KVPILOT_DURATION")
+    try:
         duration_s = parse_duration(duration, "KVPILOT_DURATION") if duration else None
-    except ValueError as exc:
-        fail(f"KVPILOT_SPEED/KVPILOT_DURATION: {exc}")
+    except InvalidValueError as exc:
+        fail_input(exc)
     run(
         os.environ.get("KVPILOT_SCENARIO", "healthy"),
         serve_at=f"{VLLM_DEFAULT_HOST}:{VLLM_DEFAULT_PORT}",
