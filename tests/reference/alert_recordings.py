@@ -54,7 +54,7 @@ OVERRIDES: dict[str, Any] = {
     },
 }
 #: name -> keeps an arrival at time t (seconds)
-SHAPES = {"pinned-dips": lambda t: True, "bursts": lambda t: t % 60.0 < 20.0}
+SHAPES = {"pinned-dips": lambda _t: True, "bursts": lambda t: t % 60.0 < 20.0}
 
 
 def spec(name: str) -> dict[str, Any]:

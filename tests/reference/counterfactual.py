@@ -260,7 +260,8 @@ def changed_flags(flags: dict[str, Any], change: dict[str, Any]) -> tuple[dict[s
         elif key == "kv_cache_tokens":
             out["kv_cache_tokens"] = value
         elif key == "kv_cache_dtype":
-            assert value == "fp8" and out.get("kv_cache_dtype", "auto") == "auto"
+            assert value == "fp8"
+            assert out.get("kv_cache_dtype", "auto") == "auto"
             out["kv_cache_dtype"] = "fp8"
             out["kv_cache_tokens"] = 2 * out["kv_cache_tokens"]  # 1 byte an element instead of bf16's 2
         elif key == "enable_prefix_caching":

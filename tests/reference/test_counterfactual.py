@@ -34,7 +34,8 @@ def evaluated():
 
 
 def test_at_least_eight_kinds_each_with_several_changes():
-    assert len(SCENARIOS) >= 8 and len({s.kind for s in SCENARIOS}) == len(SCENARIOS)
+    assert len(SCENARIOS) >= 8
+    assert len({s.kind for s in SCENARIOS}) == len(SCENARIOS)
     assert all(len(s.changes) >= 3 for s in SCENARIOS)
 
 
@@ -60,14 +61,18 @@ def test_the_issue_budget_case_predicts_the_growing_queue_and_the_replicas(evalu
     assert doubled.actual["waiting_end"] > doubled.actual["waiting_start"] + 100  # vLLM's queue grew too
     # no promise of fewer prefill steps any more: the budget recommendation carries its prediction
     budget = next(r for r in diag.recommendations if r.flag == "--max-num-batched-tokens")
-    assert budget.predicted is not None and budget.predicted["queue_growing"] is True
-    assert "instead of" not in budget.expected_effect and "the queue still grows" in budget.expected_effect
+    assert budget.predicted is not None
+    assert budget.predicted["queue_growing"] is True
+    assert "instead of" not in budget.expected_effect
+    assert "the queue still grows" in budget.expected_effect
     # the lead: no flag change keeps up, and as many replicas as vLLM needed
     lead = diag.recommendations[0]
-    assert lead.flag == "replicas (scale out)" and "No flag change on this GPU" in lead.expected_effect
+    assert lead.flag == "replicas (scale out)"
+    assert "No flag change on this GPU" in lead.expected_effect
     vllm = by[f"replicas={lead.suggested}"]
     # 16 req/s x 90 s = 1,440 arrivals: a queue that does not grow ends below 2 % of them (docs: "a queue grows")
-    assert vllm.actual["waiting_end"] < 0.02 * 16 * 90 and not vllm.misses()
+    assert vllm.actual["waiting_end"] < 0.02 * 16 * 90
+    assert not vllm.misses()
     assert by[""].actual["waiting_end"] > 0.02 * 16 * 90  # the base run's did grow
 
 

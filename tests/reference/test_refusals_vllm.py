@@ -220,7 +220,8 @@ def test_a_request_waiting_for_remote_kv_is_an_other_refusal(runs):
     assert all(firsts[r]["scheduled"][r] == 1 for r in firsts)
     before_r2 = [s for s in steps if s["start"] < 0.202 - 1e-9]
     assert {(s["refusal"], s["refusal_detail"]) for s in before_r2} == {("other", "WAITING_FOR_REMOTE_KVS")}
-    assert steps[0]["scheduled"] == {} and steps[0]["duration"] == pytest.approx(0.074)
+    assert steps[0]["scheduled"] == {}
+    assert steps[0]["duration"] == pytest.approx(0.074)
     assert {s["refusal"] for s in steps if s["start"] >= 0.202 - 1e-9} == {"none"}
 
 
@@ -237,7 +238,8 @@ def test_speculative_decoding_schedules_the_drafts_and_vllm_counts_them(runs):
     # the prefill step computes 32 tokens each; every later step 1 + 3 drafts per request
     assert steps[0]["scheduled"] == {"r0": 32, "r1": 32}
     decodes = [n for s in steps[1:] for n in s["scheduled"].values()]
-    assert decodes and set(decodes) == {4}
+    assert decodes
+    assert set(decodes) == {4}
     final = {f[0]: f[3] for f in runs["speculative:snapshots"][-1][1]}
     drafts = final["vllm:spec_decode_num_draft_tokens"][0][2]
     accepted = final["vllm:spec_decode_num_accepted_tokens"][0][2]

@@ -69,7 +69,8 @@ def test_the_max_num_seqs_diagnose_reasons_with_is_never_below_the_running_it_me
     r = diagnose_case(case)
     limit = evidence_limit(r["evidence"], "max_num_seqs")
     running = r["signals"].get("running_max")
-    assert limit is not None and running is not None, f"{case.id}: no max_num_seqs in the evidence"
+    assert limit is not None, f"{case.id}: no max_num_seqs in the evidence"
+    assert running is not None, f"{case.id}: no max_num_seqs in the evidence"
     assert limit[0] >= running, f"{case.id}: running max {running:g} above max_num_seqs {limit[0]} ({limit[1]})"
 
 
@@ -91,7 +92,8 @@ def test_where_the_metrics_cannot_tell_a_hot_prefix_from_evicted_ones_the_report
     assert len(prefix) == 1, f"{case.id}: {[f['verdict'] for f in r['findings']]}"
     assert prefix[0]["severity"] == "ok", f"{case.id}: {prefix[0]['severity']}"
     text = " ".join(prefix[0]["evidence"])
-    assert "cannot tell them apart" in text and "--shared-prefix-tokens N" in text, f"{case.id}: {text}"
+    assert "cannot tell them apart" in text, f"{case.id}: {text}"
+    assert "--shared-prefix-tokens N" in text, f"{case.id}: {text}"
 
 
 @pytest.mark.parametrize("case", [c for c in _CAUSE_3_PAIR if c.mode == "flags"], ids=lambda c: c.id)
@@ -106,10 +108,12 @@ def test_given_the_shared_prefix_length_diagnose_tells_a_hot_prefix_from_evicted
         [finding] = [f for f in r["findings"] if f["verdict"] == "prefix_cache_ineffective"]
         assert finding["severity"] == "ok", f"{case.id}: {finding}"
         text = " ".join(finding["evidence"])
-        assert "256-token shared prefix" in text and "at least half" in text, f"{case.id}: {text}"
+        assert "256-token shared prefix" in text, f"{case.id}: {text}"
+        assert "at least half" in text, f"{case.id}: {text}"
     else:
         text = " ".join(r["evidence"])
-        assert "256-token shared prefix" in text and "fewer than half" in text, f"{case.id}: {text}"
+        assert "256-token shared prefix" in text, f"{case.id}: {text}"
+        assert "fewer than half" in text, f"{case.id}: {text}"
 
 
 def test_the_flags_mode_gives_the_shared_prefix_length_of_traffic_that_has_one():
@@ -123,7 +127,8 @@ def test_the_flags_mode_gives_the_shared_prefix_length_of_traffic_that_has_one()
 def test_every_committed_scenario_is_diagnosed_and_every_xfail_names_a_case():
     assert {c.scenario for c in CASES} == set(SCENARIOS)
     ids = {c.id for c in CASES}
-    assert set(XFAIL) <= ids and set(XFAIL_EVIDENCE) <= ids
+    assert set(XFAIL) <= ids
+    assert set(XFAIL_EVIDENCE) <= ids
     assert all(reason.startswith("issue 20 cause ") for reason in [*XFAIL.values(), *XFAIL_EVIDENCE.values()])
 
 
@@ -140,7 +145,8 @@ def test_each_issue_cause_has_a_scenario_and_a_control_where_its_limit_binds_les
     for cause in ("1", "2", "3", "4", "5", "6"):
         scs = [sc for sc in SCENARIOS.values() if sc.cause == cause]
         controls = [sc for sc in scs if sc.control_of]
-        assert scs and controls, f"cause {cause}: a scenario and its control"
+        assert scs, f"cause {cause}: a scenario and its control"
+        assert controls, f"cause {cause}: a scenario and its control"
         for control in controls:
             pairs = zip(truths[control.control_of]["evaluations"], truths[control.name]["evaluations"], strict=True)
             for orig, ctl in pairs:
@@ -159,7 +165,8 @@ def test_ground_truth_windows_lie_inside_their_recordings():
     for name, doc in load_truths(OUT).items():
         lines = (OUT / doc["recording"]).read_text(encoding="utf-8").splitlines()
         stamps = [float(ln.rsplit(" ", 1)[1]) for ln in lines if ln and not ln.startswith("#")]
-        assert min(stamps) == doc["start_unix"] and max(stamps) == doc["end_unix"], name
+        assert min(stamps) == doc["start_unix"], name
+        assert max(stamps) == doc["end_unix"], name
         for ev in doc["evaluations"]:
             assert doc["start_unix"] < ev["end_unix"] <= doc["end_unix"], name
             assert ev["t1"] - ev["t0"] <= ev["window"], name

@@ -447,7 +447,7 @@ def build(cfg: dict, workdir: Path):
     return scheduler, output_processor, stat_logger, hasher, vllm_config
 
 
-def remote_kv_connector_class():
+def remote_kv_connector_class():  # noqa: C901
     """``RemoteKVStandIn``: the decode side of prefill/decode disaggregation, through vLLM's connector API.
 
     A request the workload marks ``remote_prefill`` had its prompt's KV computed elsewhere: the connector tells
@@ -472,25 +472,25 @@ def remote_kv_connector_class():
             n = self.remote.get(request.request_id, 0)
             return (n - num_computed_tokens, True) if n > num_computed_tokens else (0, False)
 
-        def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        def update_state_after_alloc(self, request, _blocks, num_external_tokens):
             if num_external_tokens > 0:
                 landing = CLOCK.now + self.latency + num_external_tokens * self.seconds_per_token
                 self.transfers[request.request_id] = landing
                 self.remote.pop(request.request_id, None)  # loaded once; a preempted request recomputes
 
-        def build_connector_meta(self, scheduler_output):
+        def build_connector_meta(self, _scheduler_output):
             return V["KVConnectorMetadata"]()
 
-        def request_finished(self, request, block_ids):
+        def request_finished(self, _request, _block_ids):
             return False, None
 
-        def start_load_kv(self, forward_context, **kwargs):
+        def start_load_kv(self, _forward_context, **_kwargs):
             return None
 
-        def wait_for_layer_load(self, layer_name):
+        def wait_for_layer_load(self, _layer_name):
             return None
 
-        def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        def save_kv_layer(self, _layer_name, _kv_layer, _attn_metadata, **_kwargs):
             return None
 
         def wait_for_save(self):
@@ -689,7 +689,7 @@ class Runner:
             CLOCK.now = nxt
             self.maybe_snapshot()
 
-    def run(self) -> dict:
+    def run(self) -> dict:  # noqa: C901
         until = self.spec.get("until")
         interval = self.spec.get("snapshot_interval")
         self.next_snap = 0.0 if interval is not None else float("inf")

@@ -158,7 +158,7 @@ def predict_target(
         for rec in diag.recommendations:
             rec.expected_effect += " (Not simulated: the replay did not reproduce the window.)"
         return
-    changes = _changes(diag, what_ifs, defaults, replay.prediction.binding_limit, config, limits)
+    changes = _changes(diag, what_ifs, defaults, replay.prediction.binding_limit, config)
     runs: list[Simulated] = []
     for change in changes:
         runs.append(_simulate(change, config, limits, fit, deadline, seed))
@@ -216,13 +216,12 @@ def _changes(
     defaults: bool,
     binding: str | None,
     config: EngineConfig,
-    limits: Limits,
 ) -> list[Change]:
     """The user's what-ifs, then (by default) the candidates for the binding limit and the rules' suggestions."""
     out: list[Change] = list(what_ifs)
     if defaults and diag.verdict not in NO_REPLAY and binding not in (None, "none"):
         suggested = {c.items[0][0]: c.items[0][1] for c in _rule_changes(diag)}
-        own = candidates(binding, config, limits, suggested)
+        own = candidates(binding, config, suggested)
         picked: list[Change] = []
         for change in [*own, *_rule_changes(diag)]:
             if change not in picked and change not in out:
@@ -278,12 +277,11 @@ def _follow_up(
     if any(keeps_up(r.result.prediction, replay.prediction) for r in done if r.result):
         return []
     extra: list[Simulated] = []
-    flags = [r for r in done if r.result and r.change.replicas == 1]
+    flags = [(r, r.result, r.config) for r in done if r.result and r.config and r.change.replicas == 1]
     if flags:
-        best = max(flags, key=lambda r: r.result.prediction.requests_finished_per_s or 0.0 if r.result else 0.0)
-        assert best.result is not None and best.config is not None
-        nxt = next_limit(best.result.prediction, replay.prediction.binding_limit)
-        fixes = candidates(nxt, best.config, limits, {}) if nxt else []
+        best, result, applied = max(flags, key=lambda f: f[1].prediction.requests_finished_per_s or 0.0)
+        nxt = next_limit(result.prediction, replay.prediction.binding_limit)
+        fixes = candidates(nxt, applied, {}) if nxt else []
         if fixes:
             own = best.change.as_dict()
             combined = Change(best.change.items + tuple(i for i in fixes[0].items if i[0] not in own))

@@ -133,8 +133,8 @@ class _Arrivals:
         segments = (("shared-prefix", shared), (rid, prompt - shared)) if shared > 0 else None
         return Request(rid, prompt, output, arrival_time=arrival, segments=segments)
 
-    def _advance(self, t: float) -> None:
-        """Move on to the arrival after the one at ``t``."""
+    def _advance(self) -> None:
+        """Move on to the next arrival."""
         self._i += 1
         self._next = self._times[self._i] if self._i < len(self._times) else None
 
@@ -152,7 +152,7 @@ class _Arrivals:
             out.append(self._request(t))
             if t >= self.t0:
                 self.arrived_in_window += 1
-            self._advance(t)
+            self._advance()
         if not self.released_backlog and now >= self.t0:
             self.released_backlog = True
             waiting = self.engine.num_waiting if self.engine is not None else 0
@@ -264,11 +264,10 @@ def refusal(out: StepOutput, config: EngineConfig) -> str:
         return "none"
     if out.preemptions:
         return "kv_cache"
-    budget, seqs = config.max_num_batched_tokens, config.max_num_seqs
-    assert budget is not None and seqs is not None  # a resolved config
-    if out.num_tokens >= budget:
+    limits = config.batch_limits()  # a resolved config's own limits
+    if out.num_tokens >= limits.max_num_batched_tokens:
         return "token_budget"
-    if out.running + len(out.finished) >= seqs:
+    if out.running + len(out.finished) >= limits.max_num_seqs:
         return "max_num_seqs"
     return "kv_cache"
 

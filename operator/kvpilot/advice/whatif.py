@@ -149,7 +149,7 @@ def kv_tokens(config: EngineConfig) -> int:
     return config.kv_cache_tokens_resolved()
 
 
-def apply_change(change: Change, config: EngineConfig, limits: Limits) -> Applied:
+def apply_change(change: Change, config: EngineConfig, limits: Limits) -> Applied:  # noqa: C901
     """``config`` with ``change`` (module docstring for each key).
 
     Raises:
@@ -159,8 +159,8 @@ def apply_change(change: Change, config: EngineConfig, limits: Limits) -> Applie
     fields: dict[str, Any] = {}
     notes: list[str] = []
     replicas = 1
-    seqs, budget = config.max_num_seqs, config.max_num_batched_tokens
-    assert seqs is not None and budget is not None  # a resolved config
+    batch = config.batch_limits()  # a resolved config's own limits
+    seqs, budget = batch.max_num_seqs, batch.max_num_batched_tokens
     tokens = kv_tokens(config)
     dtype = config.kv_cache_dtype
     for key, value in change.items:
@@ -235,7 +235,7 @@ def _utilization_tokens(util: float, tokens: int, config: EngineConfig, limits: 
     return int(tokens + (util - float(now)) * memory / bpt)
 
 
-def candidates(binding: str | None, config: EngineConfig, limits: Limits, suggested: dict[str, Any]) -> list[Change]:
+def candidates(binding: str | None, config: EngineConfig, suggested: dict[str, Any]) -> list[Change]:
     """The changes simulated by default for a window whose binding limit is ``binding``, smallest first.
 
     - ``max_num_seqs``: the rules' suggestion (``suggested``) or the CUDA-graph batch size at 2x, then the one
@@ -247,8 +247,8 @@ def candidates(binding: str | None, config: EngineConfig, limits: Limits, sugges
     and, for any limit, as many replicas as the window's arrivals over what one server served would need
     (:func:`replicas_for`, filled in by the caller). ``none``: nothing to change.
     """
-    seqs, budget = config.max_num_seqs, config.max_num_batched_tokens
-    assert seqs is not None and budget is not None
+    batch = config.batch_limits()  # a resolved config's own limits
+    seqs, budget = batch.max_num_seqs, batch.max_num_batched_tokens
     out: list[Change] = []
     if binding == "max_num_seqs":
         first = int(suggested.get("max_num_seqs") or 0)

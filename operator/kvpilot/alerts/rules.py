@@ -39,7 +39,14 @@ import re
 from dataclasses import dataclass, field, replace
 
 from kvpilot.diagnose import severity
-from kvpilot.diagnose.facts import BUDGET_FULL_FILL, LARGE_BUDGET, PINNED_SLACK, PREFILL_SPLIT_STEPS
+from kvpilot.diagnose.facts import (
+    BUDGET_FULL_FILL,
+    LARGE_BUDGET,
+    PINNED_NOISE_SD,
+    PINNED_SLACK,
+    PREFILL_SPLIT_STEPS,
+    SPAN_AGREEMENT,
+)
 from kvpilot.diagnose.rules import LOW_HIT_RATE, LRU_THRASH_HIT_RATE
 from kvpilot.kv.capacity import DEFAULT_BLOCK_SIZE
 from kvpilot.text.numbers import fig
@@ -126,6 +133,19 @@ class Signals:
         return self._over("count_over_time", "num_requests_running")
 
     @property
+    def running_median(self) -> str:
+        """``quantile_over_time(0.5, vllm:num_requests_running[w])``."""
+        return f"max by ({BY}) (quantile_over_time(0.5, {vllm('num_requests_running', self.matchers)}[{self.window}]))"
+
+    @property
+    def running_level(self) -> str:
+        """The larger of the running gauge's mean and median (:func:`kvpilot.diagnose.facts.running_level`): the
+        median keeps a short lull from reading a held cap as free, the mean a large dip from hanging on which
+        sample is the middle one.
+        """
+        return f"(({self.running_avg} >= on({BY}) {self.running_median}) or on({BY}) {self.running_median})"
+
+    @property
     def waiting_avg(self) -> str:
         """``avg_over_time(vllm:num_requests_waiting[w])``."""
         return self._over("avg_over_time", "num_requests_waiting")
@@ -179,6 +199,36 @@ class Signals:
         return f"sum by ({BY}) (increase({vllm('request_success_total', self.matchers)}[{self.window}]))"
 
     @property
+    def steps(self) -> str:
+        """Engine steps with output in the window: ``increase(vllm:iteration_tokens_total_count[w])``."""
+        return f"sum by ({BY}) (increase({vllm('iteration_tokens_total_count', self.matchers)}[{self.window}]))"
+
+    @property
+    def running_dip(self) -> str:
+        """Requests finished per engine step, ``finished / steps`` (:func:`kvpilot.diagnose.facts.running_dip`):
+        how far vLLM's running gauge reads below a pinned cap on average. vLLM sets the gauge after each step
+        once that step's finished requests left the running list (``Scheduler.make_stats`` in
+        ``update_from_output``, vllm/v1/core/sched/scheduler.py, vLLM 0.29); the next step admits their
+        replacements. 0 where either counter is missing or no step ran (the diagnoser's unknown dip).
+        """
+        return f"(({self.finished} / on({BY}) ({self.steps} > 0)) or on({BY}) ({self.running_avg} * 0))"
+
+    @property
+    def dip_noise(self) -> str:
+        """:data:`~kvpilot.diagnose.facts.PINNED_NOISE_SD` standard deviations of the mean dip over the window's
+        samples, ``sqrt(dip / samples)`` (:func:`kvpilot.diagnose.facts._dip_noise`).
+        """
+        return f"({PINNED_NOISE_SD:g} * sqrt({self.running_dip} / on({BY}) clamp_min({self.samples}, 1)))"
+
+    @property
+    def pinned_slack(self) -> str:
+        """Requests below a cap the running level may sit and still be pinned at it
+        (:func:`kvpilot.diagnose.facts.pinned_slack`): :data:`~kvpilot.diagnose.facts.PINNED_SLACK` plus the dip
+        plus its noise.
+        """
+        return f"({PINNED_SLACK:g} + {self.running_dip} + on({BY}) {self.dip_noise})"
+
+    @property
     def hit_rate(self) -> str:
         """Prefix hit rate: hits / queries (queries > 0)."""
         return f"({self.prefix_hits} / ({self.prefix_queries} > 0))"
@@ -223,13 +273,19 @@ class Signals:
 
     @property
     def kv_ceiling(self) -> str:
-        """The KV admission ceiling ``clamp(1 - 2 x kv_avg / running_avg, 0.5, 1)``; 1 with nothing running.
+        """The KV admission ceiling as the usage gauge reads it (:func:`kvpilot.diagnose.facts.kv_ceiling`):
+        ``clamp(1 - (2 + dip + noise) x kv_avg / running_avg, 0.5, 1)``; 1 with nothing running.
 
-        diagnose.facts.kv_ceiling also weighs ``prompt_tokens_per_request / kv_cache_tokens`` (the larger
-        share wins); the rules keep the running share, which a label-valued ``cache_config_info`` cannot
-        replace in PromQL.
+        Admission stops two requests' worth below 1.0 (``2 x kv_avg / running_avg``), and vLLM sets the gauge after
+        each step once that step's finished requests freed their blocks, so at the ceiling it reads below it by
+        their share: the requests finished per step (:attr:`running_dip`) and its noise (:attr:`dip_noise`), times
+        one running request's share. diagnose.facts.kv_ceiling also weighs ``prompt_tokens_per_request /
+        kv_cache_tokens`` in the two requests' worth (the larger share wins); the rules keep the running share,
+        which a label-valued ``cache_config_info`` cannot replace in PromQL.
         """
-        return f"(clamp(1 - 2 * ({self.kv_avg} / ({self.running_avg} > 0)), 0.5, 1) or ({self.kv_avg} * 0 + 1))"
+        share = f"({self.kv_avg} / on({BY}) ({self.running_avg} > 0))"
+        weight = f"(2 + {self.running_dip} + on({BY}) {self.dip_noise})"
+        return f"(clamp(1 - {weight} * on({BY}) {share}, 0.5, 1) or on({BY}) ({self.kv_avg} * 0 + 1))"
 
     @property
     def at_ceiling(self) -> str:
@@ -248,8 +304,11 @@ class Signals:
 
     @property
     def pinned_by_limit(self) -> str:
-        """Running averages within :data:`PINNED_SLACK` of the server's own ``max_num_seqs``."""
-        return f"({self.running_avg} >= on({JOIN}) group_left() ({limit('max_num_seqs')} - {PINNED_SLACK}))"
+        """The running level (:attr:`running_level`) within :attr:`pinned_slack` of the server's own
+        ``max_num_seqs`` (the diagnoser's ``pinned``; value: the level).
+        """
+        threshold = f"({limit('max_num_seqs')} - on({JOIN}) group_right() {self.pinned_slack})"
+        return f"({self.running_level} >= on({BY}) {threshold})"
 
     @property
     def decode_only(self) -> str:
@@ -262,29 +321,55 @@ class Signals:
         )
 
     @property
-    def whole_prompts(self) -> str:
-        """Prompts longer than the mean step, each prefilled in under
-        :data:`~kvpilot.diagnose.facts.PREFILL_SPLIT_STEPS` step times: the budget holds a whole prompt
-        (the diagnoser's ``whole_prompts``).
+    def generated_per_step(self) -> str:
+        """Generated tokens per engine step, ``increase(vllm:generation_tokens_total) / steps``; 0 where unknown
+        (the ``d`` of :func:`kvpilot.diagnose.facts.steps_a_budget_needs`).
         """
         return (
-            f"(({self.prefill_step_times} < {PREFILL_SPLIT_STEPS:g})"
+            f"(({self._over('increase', 'generation_tokens_total')} / on({BY}) ({self.steps} > 0))"
+            f" or on({BY}) ({self.tokens_per_step} * 0))"
+        )
+
+    @property
+    def steps_a_mean_step_budget_needs(self) -> str:
+        """Steps a budget of the mean step takes to prefill the mean prompt, ``P / (mean step - d)``
+        (:func:`kvpilot.diagnose.facts.steps_a_budget_needs`); absent where the decodes fill the mean step.
+        """
+        room = f"(({self.tokens_per_step} - on({BY}) {self.generated_per_step}) > 0)"
+        return f"({self.prompt_tokens_per_request} / on({BY}) {room})"
+
+    @property
+    def whole_prompts(self) -> str:
+        """Prompts not split the way a budget of the mean step would split them (the diagnoser's ``whole``, in
+        :func:`kvpilot.diagnose.facts.infer_limits`): prompts longer than the mean step, each prefilled in under
+        :data:`~kvpilot.diagnose.facts.PREFILL_SPLIT_STEPS` step times (the budget holds a whole prompt), or
+        prefilled in fewer than :data:`~kvpilot.diagnose.facts.SPAN_AGREEMENT` of the steps such a budget needs
+        (one long prefill step reads as a couple of step times): that budget refused none of them.
+        """
+        return (
+            f"((({self.prefill_step_times} < {PREFILL_SPLIT_STEPS:g})"
             f" and on({BY}) ({self.prompt_tokens_per_request} > on({BY}) {self.tokens_per_step}))"
+            f" or on({BY}) ({self.prefill_step_times} < on({BY}) ({SPAN_AGREEMENT:g} * "
+            f"{self.steps_a_mean_step_budget_needs})))"
         )
 
     @property
     def pinned_flat(self) -> str:
-        """Heuristic without the limit, the diagnoser's inferred cap (kvpilot.diagnose.facts._infer_limits):
-        running averaged within :data:`~kvpilot.diagnose.facts.PINNED_SLACK` of its window maximum (>= 1,
-        in >= 3 samples) while steps were decode only or held whole prompts (so the budget refused nothing).
+        """Heuristic without the limit, the diagnoser's inferred cap (:func:`kvpilot.diagnose.facts.fits_a_cap_at`
+        at ``running_max``, in :func:`~kvpilot.diagnose.facts.infer_limits`): the batch each step ran, the running
+        level plus the requests finished per step (:attr:`running_dip`), is within
+        :data:`~kvpilot.diagnose.facts.PINNED_SLACK` and the dip's noise (:attr:`dip_noise`) of the window maximum
+        (>= 1, in >= 3 samples), while steps were decode only or held whole prompts (so the budget refused
+        nothing). Value: the level.
 
         vLLM reports running after removing the requests a step finished and before the next step admits
         waiting ones (``Scheduler.update_from_output`` -> ``make_stats``, vllm/v1/core/sched/scheduler.py,
-        vLLM 0.29), so a pinned server's gauge dips by one whenever a request just finished: the average
-        tolerates such dips in up to half the samples, where ``min == max`` reset on the first one.
+        vLLM 0.29), so a pinned server's gauge reads below its cap by the requests that just finished: the rule
+        adds them back, where ``min == max`` reset on the first dip and an absolute 0.5 called a large cap free.
         """
+        batch_off = f"abs({self.running_level} + on({BY}) {self.running_dip} - on({BY}) {self.running_max})"
         return (
-            f"(({self.running_avg} >= on({BY}) ({self.running_max} - {PINNED_SLACK:g}))"
+            f"(({self.running_level} and on({BY}) ({batch_off} <= on({BY}) ({PINNED_SLACK:g} + {self.dip_noise})))"
             f" and on({BY}) ({self.running_max} >= 1) and on({BY}) ({self.samples} >= 3)"
             f" and on({BY}) ({self.decode_only} or on({BY}) {self.whole_prompts})"
             f" unless on({JOIN}) {limit('max_num_seqs')})"
@@ -399,10 +484,16 @@ def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[A
             expr=f"({s.pinned} and on({BY}) {s.queued} {kv_room})",
             summary="vLLM {{ $labels.namespace }}/{{ $labels.pod }}: running pinned at max_num_seqs",
             description=(
-                "Running requests sat at max_num_seqs (average {{ $value | humanize }}) while requests "
-                "waited and the KV cache had room, over the last " + window + ": raise --max-num-seqs." + _LIMIT_NOTE
+                "Running requests sat at max_num_seqs ({{ $value | humanize }}, the larger of their mean and "
+                "median, within the requests a step finishes of the cap: vLLM's gauge dips by those) while "
+                "requests waited and the KV cache had room, over the last "
+                + window
+                + ": raise --max-num-seqs."
+                + _LIMIT_NOTE
             ),
-            reasoning="a cap with KV room and a queue is a configuration limit, not a resource one",
+            reasoning="a cap with KV room and a queue is a configuration limit, not a resource one; the gauge is "
+            "read after a step's finished requests left, so a pinned cap reads below itself by the requests "
+            "finished per step",
         ),
         AlertRule(
             name="VLLMTokenBudgetCap",

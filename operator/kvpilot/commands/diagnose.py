@@ -204,7 +204,7 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
     help="Re-run every N seconds until interrupted.",
 )
 @click.option("--watch-count", type=click.IntRange(min=1), hidden=True, help="Stop --watch after this many runs.")
-def command(
+def command(  # noqa: C901
     prometheus: str | None,
     prometheus_bearer_token_file: str | None,
     prometheus_basic_auth_file: str | None,

@@ -450,7 +450,7 @@ def steps_a_budget_needs(signals: Signals, budget: float) -> float | None:
     return prompt / (budget - d)
 
 
-def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -> Inferred:
+def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -> Inferred:  # noqa: C901
     """max_num_seqs and max_num_batched_tokens for the rules, rejected and inferred when vLLM's default is
     assumed and the gauges say otherwise.
 
@@ -532,27 +532,32 @@ def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -
         )
         n_seqs = int(run_max)
         names.append("max_num_seqs")
-    elif budget_default and tps is not None and not decode_only and not whole:
-        if budget is None or tps < BUDGET_FULL_FILL * budget:
-            if spans is not None:
+    elif (
+        budget_default
+        and tps is not None
+        and not decode_only
+        and not whole
+        and (budget is None or tps < BUDGET_FULL_FILL * budget)
+    ):
+        if spans is not None:
+            evidence = (
+                f"prompts of {number(prompt)} tokens were prefilled over {number(spans, 1)} step times "
+                "(vllm:request_prefill_time_seconds over the mean step): chunked across steps by the budget"
+            )
+        else:
+            mass = share_in_bucket(signals.buckets.get("iteration_tokens", []), tps)
+            if mass is not None and mass >= BUDGET_FULL_SHARE:
                 evidence = (
-                    f"prompts of {number(prompt)} tokens were prefilled over {number(spans, 1)} step times "
-                    "(vllm:request_prefill_time_seconds over the mean step): chunked across steps by the budget"
+                    f"{percent(mass)} of steps recorded a size in the one bucket of "
+                    "vllm:iteration_tokens_total holding the mean: steps of one size, as a cap makes them"
                 )
-            else:
-                mass = share_in_bucket(signals.buckets.get("iteration_tokens", []), tps)
-                if mass is not None and mass >= BUDGET_FULL_SHARE:
-                    evidence = (
-                        f"{percent(mass)} of steps recorded a size in the one bucket of "
-                        "vllm:iteration_tokens_total holding the mean: steps of one size, as a cap makes them"
-                    )
-            if evidence:
-                b_how = (
-                    f"inferred: steps averaged {fig(tps, 1)} tokens with a queue, free slots and KV room, and "
-                    f"{evidence}; vLLM's default would be {count(budget)}"
-                )
-                budget = max(1, round(tps))
-                names.append("max_num_batched_tokens")
+        if evidence:
+            b_how = (
+                f"inferred: steps averaged {fig(tps, 1)} tokens with a queue, free slots and KV room, and "
+                f"{evidence}; vLLM's default would be {count(budget)}"
+            )
+            budget = max(1, round(tps))
+            names.append("max_num_batched_tokens")
     return Inferred(n_seqs, n_how, budget, b_how, tuple(names), evidence, bound, seqs_bound)
 
 

@@ -86,7 +86,7 @@ def recommend(verdict: str, inputs: Inputs, **overrides: int | None) -> list[Rec
     return fn(inputs, **overrides) if overrides else fn(inputs)
 
 
-def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
+def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:  # noqa: C901
     s, lim = inputs.signals, inputs.limits
     out: list[Recommendation] = []
     kv_tokens = lim.value("kv_cache_tokens")
@@ -422,7 +422,7 @@ def _lora_slots(inputs: Inputs) -> list[Recommendation]:
     return [Recommendation("--max-loras", current, suggested, effect)]
 
 
-def _unexplained(inputs: Inputs) -> list[Recommendation]:
+def _unexplained(_inputs: Inputs) -> list[Recommendation]:
     """What to check on a queue no admission limit explains (rules.rule_unexplained_queue): the two flags
     of vLLM 0.29 that hold a queue outside the limits kvpilot measures, with what each would show.
     """

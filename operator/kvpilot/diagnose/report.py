@@ -78,7 +78,7 @@ def json_chunks(report: Report) -> Iterator[str]:
     yield ("\n  ]," if targets else "],") + "\n" + rest[2:]
 
 
-def _dumps(value: Any, indent: str) -> str:
+def _dumps(value: Any, indent: str) -> str:  # noqa: C901
     """``json.dumps(value, indent=2, allow_nan=False)`` (its lines after the first ``indent`` deeper)
     for the JSON types a report holds (str keys; str, int, float, bool, None, dict, list values),
     written with the C string encoder of :mod:`json` and no generator per value: json's indented

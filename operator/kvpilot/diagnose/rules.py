@@ -948,7 +948,7 @@ def _whole(found: SharedPrefixFound, shared: int | None, block: int) -> str:
     return f" ({count(found.cached_tokens)} in whole {fig(block)}-token blocks, what vLLM caches)"
 
 
-def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Finding | None:
+def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Finding | None:  # noqa: C901
     """The prefix-cache finding, judged per prefix, not per token; or None.
 
     A token-level hit rate is no measure of reuse: one shared system prompt hit by 97 % of requests whose

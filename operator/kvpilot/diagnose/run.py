@@ -174,7 +174,7 @@ class _PodReader:
         self.off = not opts.use_kube
         self.run_deadline = run_deadline
 
-    def limits(self, key: TargetKey) -> PodLimits | None:
+    def limits(self, key: TargetKey) -> PodLimits | None:  # noqa: C901
         namespace, name = key.namespace or self.opts.namespace, key.pod or self.pod
         if self.off or not namespace or not name:
             return None
@@ -218,7 +218,7 @@ def _lookup_timeout(opts: Options, run_deadline: float | None) -> float:
     return timeout if run_deadline is None else min(timeout, run_deadline - time.monotonic())
 
 
-def run(opts: Options) -> Report:
+def run(opts: Options) -> Report:  # noqa: C901
     """Diagnose every selected target once.
 
     Returns:

@@ -369,7 +369,7 @@ def aggregate(values: Iterable[float], how: str) -> float | None:
     return max(real) if real else math.nan
 
 
-def evaluate(fn: str, points: list[promql.Point], end: float, window: float) -> float | None:
+def evaluate(fn: str, points: list[promql.Point], end: float, window: float) -> float | None:  # noqa: C901
     """Evaluate one :class:`SignalDef` function on one series' points (time-ordered, deduplicated).
 
     ``timestamp`` uses the 5 m lookback of an instant selector; the others the range ``[window]``.
@@ -609,7 +609,7 @@ class CacheConfigIndex:
         return {}
 
 
-def compute_signals(
+def compute_signals(  # noqa: C901
     samples: Iterable[SampleLike],
     window_seconds: float,
     end: float | None = None,

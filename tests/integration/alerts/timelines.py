@@ -41,6 +41,7 @@ USED = (
     "request_success_total",
     "time_to_first_token_seconds_bucket",
     "prompt_tokens_total",
+    "generation_tokens_total",
     "request_prefill_time_seconds_sum",
     "request_prefill_time_seconds_count",
     "inter_token_latency_seconds_sum",
@@ -100,8 +101,10 @@ def _fmt(labels: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
 
 
-def input_series(recording: Path, *, underscore: bool = False, duration: int = DURATION) -> list[dict[str, str]]:
-    """Promtool ``input_series`` of the families the rules use, at :data:`INTERVAL` from time 0, ``duration`` s."""
+def input_series(
+    recording: Path, *, underscore: bool = False, duration: int = DURATION, interval: int = INTERVAL
+) -> list[dict[str, str]]:
+    """Promtool ``input_series`` of the families the rules use, every ``interval`` s from time 0, ``duration`` s."""
     series: dict[tuple, dict[float, float]] = defaultdict(dict)
     for s in read_recording(recording):
         if _used(s.name):
@@ -109,7 +112,7 @@ def input_series(recording: Path, *, underscore: bool = False, duration: int = D
     start = min(ts for points in series.values() for ts in points)
     out = []
     for (name, labels), points in sorted(series.items()):
-        slots = [points.get(start + i * INTERVAL) for i in range(duration // INTERVAL + 1)]
+        slots = [points.get(start + i * interval) for i in range(duration // interval + 1)]
         values = " ".join("_" if v is None else repr(float(v)) for v in slots)
         shown = name.replace("vllm:", "vllm_") if underscore else name
         out.append({"series": shown + _fmt({**dict(labels), **TARGET}), "values": values})
@@ -132,9 +135,9 @@ def limits(scenario: str, recording: Path) -> dict[str, float]:
     return out
 
 
-def limit_series(values: dict[str, float]) -> list[dict[str, str]]:
-    """``kvpilot_vllmserver_limit`` series (as the operator serves them) for :data:`TARGET`'s pod."""
-    n = DURATION // INTERVAL + 1
+def limit_series(values: dict[str, float], samples: int = DURATION // INTERVAL + 1) -> list[dict[str, str]]:
+    """``kvpilot_vllmserver_limit`` series (as the operator serves them) for :data:`TARGET`'s pod, ``samples`` long."""
+    n = samples
     return [
         {
             "series": "kvpilot_vllmserver_limit"

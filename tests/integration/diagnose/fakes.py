@@ -80,7 +80,7 @@ class LoopbackServer:
 def proxy_to(upstream: str) -> Callable[[str, str, dict, bytes], Response]:
     """A handler forwarding every request to ``upstream`` (a recording proxy when used by LoopbackServer)."""
 
-    def handle(method: str, path: str, query: dict, body: bytes) -> Response:
+    def handle(method: str, path: str, query: dict, _body: bytes) -> Response:
         url = upstream + path + ("?" + urllib.parse.urlencode(query) if query and method == "GET" else "")
         data = urllib.parse.urlencode(query).encode() if method == "POST" else None
         req = urllib.request.Request(url, data=data, method=method)

@@ -32,46 +32,45 @@ def _poll(predicate, timeout: float, what: str):
 @pytest.fixture
 def simulated_server(tmp_path):
     port = free_port()
-    log = open(tmp_path / "simulate.log", "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kvpilot.cli",
-            "simulate",
-            "max-num-seqs-cap",
-            "--serve",
-            f"127.0.0.1:{port}",
-            "--speed",
-            "10",
-            "--duration",
-            "3000s",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}/metrics"
+    with open(tmp_path / "simulate.log", "w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kvpilot.cli",
+                "simulate",
+                "max-num-seqs-cap",
+                "--serve",
+                f"127.0.0.1:{port}",
+                "--speed",
+                "10",
+                "--duration",
+                "3000s",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}/metrics"
 
-    def up() -> bool:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            assert proc.poll() is None, (tmp_path / "simulate.log").read_text()
-            return False
+        def up() -> bool:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    return r.status == 200
+            except OSError:
+                assert proc.poll() is None, (tmp_path / "simulate.log").read_text()
+                return False
 
-    try:
-        _poll(up, 60, "simulated server did not answer /metrics")
-        yield port
-    finally:
-        os.kill(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-        log.close()
+            _poll(up, 60, "simulated server did not answer /metrics")
+            yield port
+        finally:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
 
 
 def test_live_prometheus_scraping_the_simulator(tmp_path, simulated_server):
@@ -120,7 +119,8 @@ def test_live_prometheus_scraping_the_simulator(tmp_path, simulated_server):
     assert len(doc["targets"]) == 1, doc
     target = doc["targets"][0]
     assert target["verdict"] == "max_num_seqs_cap", target["evidence"]
-    assert target["target"]["instance"] == f"127.0.0.1:{port}" and target["target"]["job"] == "vllm"
+    assert target["target"]["instance"] == f"127.0.0.1:{port}"
+    assert target["target"]["job"] == "vllm"
     assert target["signals"]["running_max"] == 4
     # Prometheus 2.x stores the escaped names: said once in the notes, not as a warning finding on the target
     assert all(f["verdict"] != "metrics_schema_mismatch" for f in target["findings"])
@@ -169,4 +169,5 @@ def test_live_metrics_url_scraped_over_a_window(simulated_server):
     )
     qdoc = json.loads(quick.output)
     assert qdoc["targets"][0]["verdict"] == "max_num_seqs_cap"
-    assert any("--quick: two scrapes" in n for n in qdoc["notes"]) and qdoc["window_seconds"] < 10
+    assert any("--quick: two scrapes" in n for n in qdoc["notes"])
+    assert qdoc["window_seconds"] < 10

@@ -70,7 +70,8 @@ def test_the_operator_s_limit_replaces_the_inference(tmp_path: Path):
         # 8 passed for a server that runs 4: running 3.9 of 8 binds nothing, so no limit explains the queue
         # (unexplained_queue, critical as the queue grows), where the nearest limit was named before
         overridden = _diagnose(prom.url, "--max-num-seqs", "8")
-    assert target["verdict"] == "max_num_seqs_cap" and target["target"]["pod"] == "qwen-0"
+    assert target["verdict"] == "max_num_seqs_cap"
+    assert target["target"]["pod"] == "qwen-0"
     limits_line = next(e for e in target["evidence"] if e.startswith("Limits: "))
     assert "max_num_seqs 4 (kvpilot_vllmserver_limit)" in limits_line
     assert "max_num_batched_tokens 2,048 (kvpilot_vllmserver_limit)" in limits_line

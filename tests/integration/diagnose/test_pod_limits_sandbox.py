@@ -117,7 +117,8 @@ def test_real_startup_log_limits_reach_the_report(cluster, tmp_path):
     make_pod(cluster, pod, container, (STARTUP / "club-3090-issue-295.log").read_text())
     target = diagnose(cluster, tmp_path, "idle", pod)["targets"][0]
     text = " ".join(target["evidence"])
-    assert "max_num_seqs 2 (pod log)" in text and "max_num_batched_tokens 8,192 (pod log)" in text
+    assert "max_num_seqs 2 (pod log)" in text
+    assert "max_num_batched_tokens 8,192 (pod log)" in text
     assert "kv_cache_tokens 620,944 (pod log)" in text
 
 
@@ -140,4 +141,5 @@ def test_cli_flags_override_the_pod(cluster, tmp_path):
         "json",
     ]
     target = json.loads(CliRunner().invoke(cli, args).output)["targets"][0]
-    assert target["verdict"] == "max_num_seqs_cap" and "max_num_seqs 4 (cli)" in " ".join(target["evidence"])
+    assert target["verdict"] == "max_num_seqs_cap"
+    assert "max_num_seqs 4 (cli)" in " ".join(target["evidence"])

@@ -52,7 +52,8 @@ def _compare(recording: Path, end: float, window: float, tmp_path: Path) -> None
     with PrometheusServer(tmp_path, data_dir=tmp_path / "data") as prom:
         result = PrometheusSource(prom.url).fetch(window, end)
         assert result.notes == []
-        assert set(result.signals) == set(replay) and replay
+        assert set(result.signals) == set(replay)
+        assert replay
         for key, from_prom in result.signals.items():
             mine = replay[key]
             diffs = {
@@ -65,7 +66,8 @@ def _compare(recording: Path, end: float, window: float, tmp_path: Path) -> None
             # the step-time sub-windows: the same ranges ([w/5] offset ...), the same points
             assert len(from_prom.step_points) == len(mine.step_points)
             for (n1, t1), (n2, t2) in zip(from_prom.step_points, mine.step_points, strict=True):
-                assert _same(n1, n2) and _same(t1, t2), (from_prom.step_points, mine.step_points)
+                assert _same(n1, n2), (from_prom.step_points, mine.step_points)
+                assert _same(t1, t2), (from_prom.step_points, mine.step_points)
             assert {k: (q.lower, q.upper) for k, q in from_prom.quantiles.items()} == {
                 k: (q.lower, q.upper) for k, q in mine.quantiles.items()
             }
@@ -80,7 +82,7 @@ def _compare(recording: Path, end: float, window: float, tmp_path: Path) -> None
             assert histogram_quantile(0.99, buckets).value == pytest.approx(float(rows[0]["value"][1]), rel=0.02)
 
 
-@pytest.mark.parametrize("name,end,window", CASES + SCENARIOS)
+@pytest.mark.parametrize(("name", "end", "window"), CASES + SCENARIOS)
 def test_prometheus_and_replay_agree(name, end, window, tmp_path):
     _compare(RECORDINGS / name, end, window, tmp_path)
 

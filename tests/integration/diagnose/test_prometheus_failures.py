@@ -53,11 +53,11 @@ BUCKET_QUERIES = [
 ]
 
 
-def scripted(fail=lambda name: None, override: dict | None = None, duplicate: bool = False):
+def scripted(fail=lambda _name: None, override: dict | None = None, duplicate: bool = False):
     """A handler answering each signal query from VALUES; ``fail(signal)`` may return (status, body)."""
     values = {**VALUES, **(override or {})}
 
-    def handle(method, path, query, body):
+    def handle(_method, path, query, _body):
         q = query.get("query", "")
         if path == "/api/v1/query_range" and q in SUB_QUERIES:
             return 200, prom_matrix([])
@@ -107,11 +107,13 @@ def test_scripted_prometheus_gives_the_verdict():
     with LoopbackServer(scripted()) as prom:
         result = run(prom.url)
     doc = json.loads(result.output)
-    assert doc["targets"][0]["verdict"] == "max_num_seqs_cap" and result.exit_code == 2
+    assert doc["targets"][0]["verdict"] == "max_num_seqs_cap"
+    assert result.exit_code == 2
     assert doc["targets"][0]["target"]["pod"] == "qwen-0"
     # the report lists the PromQL it used (docs/diagnose-output.schema.json: "queries")
     queries = doc["targets"][0]["queries"]
-    assert len(queries) == query_count() and all("vllm" in q for q in queries)
+    assert len(queries) == query_count()
+    assert all("vllm" in q for q in queries)
     assert any(
         q.startswith(
             "label_replace(max by (namespace, pod, instance, job, model_name, engine) "
@@ -128,33 +130,39 @@ def test_prometheus_down_exits_3_with_one_line():
     result = run(f"http://127.0.0.1:{free_port()}")
     assert result.exit_code == 3
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("kvpilot: error: --prometheus") and "Traceback" not in result.output
+    assert len(lines) == 1
+    assert lines[0].startswith("kvpilot: error: --prometheus")
+    assert "Traceback" not in result.output
     assert lines[0].endswith("connection refused")
 
 
 def test_prometheus_slow_times_out_to_exit_3():
-    def slow(method, path, query, body):
+    def slow(_method, _path, _query, _body):
         prom.stop.wait(5)  # longer than the 1 s timeout; returns at once when the test ends
         return 200, prom_vector([])
 
     with LoopbackServer(slow) as prom:
         result = run(prom.url, "--timeout", "0.5s")
-    assert result.exit_code == 3 and "kvpilot: error: --prometheus" in result.output
+    assert result.exit_code == 3
+    assert "kvpilot: error: --prometheus" in result.output
     assert "no complete answer within 0.5 s (the whole-request deadline)" in result.output
 
 
 def test_prometheus_errors_exit_3():
-    with LoopbackServer(scripted(fail=lambda name: (503, {"status": "error", "error": "overloaded"}))) as prom:
+    with LoopbackServer(scripted(fail=lambda _name: (503, {"status": "error", "error": "overloaded"}))) as prom:
         result = run(prom.url)
-    assert result.exit_code == 3 and "503" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 3
+    assert "503" in result.output
+    assert "Traceback" not in result.output
     # no retry storm: one request per query
     assert len(prom.requests) == query_count()
 
 
 def test_prometheus_200_with_an_error_body_is_unreadable_not_a_traceback():
-    with LoopbackServer(lambda m, p, q, b: (200, {"status": "error", "error": "boom"})) as prom:
+    with LoopbackServer(lambda _m, _p, _q, _b: (200, {"status": "error", "error": "boom"})) as prom:
         result = run(prom.url)
-    assert result.exit_code == 3 and "unreadable answer" in result.output
+    assert result.exit_code == 3
+    assert "unreadable answer" in result.output
 
 
 def test_partial_results_keep_the_verdict_and_say_what_failed():
@@ -165,7 +173,8 @@ def test_partial_results_keep_the_verdict_and_say_what_failed():
     doc = json.loads(result.output)
     target = doc["targets"][0]
     assert target["verdict"] == "max_num_seqs_cap"
-    assert target["signals"]["kv_usage_avg"] is None and target["confidence"] < 0.9
+    assert target["signals"]["kv_usage_avg"] is None
+    assert target["confidence"] < 0.9
     assert "KV usage unknown" in " ".join(target["evidence"])
     assert any("3 of" in n and "failed" in n for n in doc["notes"])
 
@@ -177,8 +186,11 @@ def test_nan_and_inf_values_are_unknowns():
         result = run(prom.url)
     doc = json.loads(result.output)
     signals = doc["targets"][0]["signals"]
-    assert signals["kv_usage_avg"] is None and signals["kv_usage_max"] is None and signals["waiting_avg"] is None
-    assert "NaN" not in result.output and "Infinity" not in result.output
+    assert signals["kv_usage_avg"] is None
+    assert signals["kv_usage_max"] is None
+    assert signals["waiting_avg"] is None
+    assert "NaN" not in result.output
+    assert "Infinity" not in result.output
 
 
 def test_duplicate_rows_and_a_stopped_target():
@@ -190,21 +202,24 @@ def test_duplicate_rows_and_a_stopped_target():
 
 
 def test_empty_answers_are_no_data():
-    with LoopbackServer(lambda m, p, q, b: (200, prom_vector([]))) as prom:
+    with LoopbackServer(lambda _m, _p, _q, _b: (200, prom_vector([]))) as prom:
         result = run(prom.url, "-n", "llm")
     doc = json.loads(result.output)
-    assert result.exit_code == 3 and doc["targets"][0]["verdict"] == "no_data"
+    assert result.exit_code == 3
+    assert doc["targets"][0]["verdict"] == "no_data"
     assert "namespace=llm" in doc["targets"][0]["evidence"][0]
 
 
 def test_an_answer_that_is_not_a_vector_is_unreadable_not_a_traceback():
     # a proxy or another TSDB answering "success" with a scalar result: exit 3, one line
     scalar = {"status": "success", "data": {"resultType": "scalar", "result": [END, "1"]}}
-    with LoopbackServer(lambda m, p, q, b: (200, scalar)) as prom:
+    with LoopbackServer(lambda _m, _p, _q, _b: (200, scalar)) as prom:
         result = run(prom.url)
-    assert result.exit_code == 3 and "Traceback" not in result.output
+    assert result.exit_code == 3
+    assert "Traceback" not in result.output
     errors = [ln for ln in result.output.splitlines() if ln.startswith("kvpilot: error:")]
-    assert len(errors) == 1 and "not an instant vector" in errors[0]
+    assert len(errors) == 1
+    assert "not an instant vector" in errors[0]
 
 
 def test_failed_waiting_queries_never_give_healthy():
@@ -215,5 +230,8 @@ def test_failed_waiting_queries_never_give_healthy():
         result = run(prom.url)
     doc = json.loads(result.output)
     target = doc["targets"][0]
-    assert target["verdict"] == "no_data" and target["severity"] == "unknown" and result.exit_code == 3
-    assert "waiting" in target["evidence"][0] and "unknown" in target["evidence"][0]
+    assert target["verdict"] == "no_data"
+    assert target["severity"] == "unknown"
+    assert result.exit_code == 3
+    assert "waiting" in target["evidence"][0]
+    assert "unknown" in target["evidence"][0]

@@ -31,7 +31,7 @@ def recording_server(answer):
     """A loopback server answering ``answer(path, query_params)`` (None: an empty answer of the right type)."""
     seen: list[tuple[str, dict]] = []
 
-    def handle(method, path, query, body):
+    def handle(_method, path, query, _body):
         seen.append((path, query))
         got = answer(path, query)
         if got is not None:
@@ -58,7 +58,7 @@ def test_each_target_takes_its_buckets_from_the_first_spelling_that_has_them():
             ({**B, "le": "+Inf"}, "4"),
         ],
     }
-    server, _ = recording_server(lambda path, q: prom_vector(rows[q["query"]]) if q["query"] in rows else None)
+    server, _ = recording_server(lambda _path, q: prom_vector(rows[q["query"]]) if q["query"] in rows else None)
     with server as prom:
         result = PrometheusSource(prom.url, timeout=5).fetch(WINDOW, END)
     a, b = result.signals[TargetKey(**A)], result.signals[TargetKey(**B)]
@@ -71,7 +71,8 @@ def test_each_target_takes_its_buckets_from_the_first_spelling_that_has_them():
     assert a.spelling[TTFT.family] == colon
     # b: only the escaped spelling; p50 rank 0.5 x 4 = 2 reaches le 0.5 (count 2): 0.5 x 2 / 2 = 0.5
     assert b.buckets["ttft"] == [(0.5, 2.0), (math.inf, 4.0)]
-    assert b.quantiles["ttft_p50_s"].value == 0.5 and b.spelling[TTFT.family] == escaped
+    assert b.quantiles["ttft_p50_s"].value == 0.5
+    assert b.spelling[TTFT.family] == escaped
 
 
 def test_sub_windows_are_one_range_query_each_and_land_in_their_sub_window():
@@ -82,9 +83,9 @@ def test_sub_windows_are_one_range_query_each_and_land_in_their_sub_window():
     # the server answers the steps out of order and sub-window 3 not at all
     values = {
         "iteration_tokens_sum_increase": lambda j: 100.0 * (j + 1),
-        "iteration_steps_increase": lambda j: 10.0,
+        "iteration_steps_increase": lambda _j: 10.0,
         "itl_sum_increase": lambda j: 0.5 * (j + 1),
-        "itl_count_increase": lambda j: 10.0,
+        "itl_count_increase": lambda _j: 10.0,
     }
 
     running = next(p.promql for p in plan(WINDOW) if p.sd is not None and p.sd.name == "running_avg")
@@ -112,13 +113,14 @@ def test_sub_windows_are_one_range_query_each_and_land_in_their_sub_window():
 
 
 def test_the_number_of_queries_does_not_depend_on_the_targets():
-    # one per non-histogram signal (35: the waiting gauge's median and the queue time's _sum and _count joined
-    # the 32), one per histogram and spelling (2 + 4 + 2, and 2 + 2 for the per-request prompt and computed
-    # tokens), one per sub-window signal (4), cache_config_info, lora_requests_info, the operator's limits: 54,
-    # with or without selectors
-    assert query_count() == 35 + 12 + 4 + 3 == 54
-    assert len(plan(WINDOW, Selectors(namespace="llm", pod_regex="qwen(-.*)?"))) == 54
-    server, seen = recording_server(lambda path, q: None)
+    # one per non-histogram signal (36: the running and waiting gauges' medians and the queue time's _sum and
+    # _count joined the 32), one per histogram and spelling (2 + 4 + 2, and 2 + 2 for the per-request prompt and
+    # computed tokens), one per sub-window signal (4), cache_config_info, lora_requests_info, the operator's
+    # limits: 55, with or without selectors
+    assert query_count() == 36 + 12 + 4 + 3 == 55
+    assert len(plan(WINDOW, Selectors(namespace="llm", pod_regex="qwen(-.*)?"))) == 55
+    server, seen = recording_server(lambda _path, _q: None)
     with server as prom:
         PrometheusSource(prom.url, timeout=5).fetch(WINDOW, END)
-    assert len(seen) == 54 and {path for path, _ in seen} == {"/api/v1/query", "/api/v1/query_range"}
+    assert len(seen) == 55
+    assert {path for path, _ in seen} == {"/api/v1/query", "/api/v1/query_range"}

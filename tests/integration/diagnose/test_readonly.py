@@ -53,7 +53,7 @@ READ_ENDPOINTS = {
 }
 
 
-def kube_api(method, path, query, body):
+def kube_api(method, path, _query, _body):
     if method != "GET":
         return 405, {"kind": "Status", "status": "Failure", "code": 405}
     if path == "/apis/kvpilot.dev/v1alpha1/namespaces/llm/vllmservers/qwen":
@@ -107,17 +107,20 @@ def test_full_run_sends_only_reads(tmp_path, selector):
     doc = json.loads(result.output)
     target = doc["targets"][0]
     # the run did its job: limits from the spec, the right verdict for pod llm/qwen-0
-    assert target["verdict"] == "max_num_seqs_cap" and target["target"]["pod"] == "qwen-0"
+    assert target["verdict"] == "max_num_seqs_cap"
+    assert target["target"]["pod"] == "qwen-0"
     assert "max_num_seqs 4 (spec)" in " ".join(target["evidence"])
     # Kubernetes: GETs only, and it was asked
-    assert kube.requests and {m for m, _ in kube.requests} == {"GET"}
+    assert kube.requests
+    assert {m for m, _ in kube.requests} == {"GET"}
     assert ("GET", "/apis/kvpilot.dev/v1alpha1/namespaces/llm/vllmservers/qwen") in kube.requests
     # the pod and its log were read for limits too (the pod named by the series' pod/namespace labels)
     assert ("GET", "/api/v1/namespaces/llm/pods/qwen-0") in kube.requests
     assert any(m == "GET" and p.startswith("/api/v1/namespaces/llm/pods/qwen-0/log") for m, p in kube.requests)
     assert any("Limits read from pod llm/qwen-0" in n for n in doc["notes"])
     # Prometheus: only read endpoints, GET/POST
-    assert proxy.requests and {m for m, _ in proxy.requests} <= {"GET", "POST"}
+    assert proxy.requests
+    assert {m for m, _ in proxy.requests} <= {"GET", "POST"}
     assert {p for _, p in proxy.requests} <= READ_ENDPOINTS
 
 

@@ -29,7 +29,7 @@ def test_scrapes_form_a_timeline(escaped):
     counter = itertools.count()
     sleeps = []
 
-    def handle(method, path, query, body):
+    def handle(_method, _path, _query, _body):
         return 200, exposition(next(counter), escaped)
 
     clock = itertools.count(1_000_000, 10)  # every clock() call advances 10 s
@@ -42,31 +42,40 @@ def test_scrapes_form_a_timeline(escaped):
             sleep=sleeps.append,
         )
     # floor(30 / 10) + 1 = 4 scrapes, one GET each, sleeping between them (never after the last)
-    assert scrapes == 4 and len(server.requests) == 4 and len(sleeps) == 3
+    assert scrapes == 4
+    assert len(server.requests) == 4
+    assert len(sleeps) == 3
     sig = next(iter(compute_signals(samples, 60.0).values()))
     # scrape i at t = 1,000,000 + 20 i (two clock reads per scrape): preemptions 0, 50, 100, 150 over 60 s
     assert sig.get("preemptions_increase") == pytest.approx(150.0)
     assert sig.get("waiting_trend_per_s") == pytest.approx(2.0 / 20.0)  # +2 per 20 s
-    assert sig.get("kv_usage_avg") == 0.5 and sig.get("running_avg") == 4.0
+    assert sig.get("kv_usage_avg") == 0.5
+    assert sig.get("running_avg") == 4.0
 
 
 def test_quick_takes_two_scrapes():
-    with LoopbackServer(lambda m, p, q, b: (200, exposition(1, False))) as server:
-        _, scrapes = scrape_series(server.url, window_seconds=300, quick=True, sleep=lambda s: None)
-    assert scrapes == 2 and len(server.requests) == 2
+    with LoopbackServer(lambda _m, _p, _q, _b: (200, exposition(1, False))) as server:
+        _, scrapes = scrape_series(server.url, window_seconds=300, quick=True, sleep=lambda _s: None)
+    assert scrapes == 2
+    assert len(server.requests) == 2
 
 
 def test_first_scrape_failing_is_a_source_error_later_ones_end_the_series():
-    with LoopbackServer(lambda m, p, q, b: (503, "engine dead")) as server:
-        with pytest.raises(SourceError, match="HTTP 503"):
-            scrape_series(server.url, window_seconds=30, interval_seconds=10, sleep=lambda s: None)
+    with (
+        LoopbackServer(lambda _m, _p, _q, _b: (503, "engine dead")) as server,
+        pytest.raises(SourceError, match="HTTP 503"),
+    ):
+        scrape_series(server.url, window_seconds=30, interval_seconds=10, sleep=lambda _s: None)
     answers = iter([(200, exposition(0, False)), (200, exposition(1, False)), (500, "x"), (200, exposition(3, False))])
-    with LoopbackServer(lambda m, p, q, b: next(answers)) as server:
-        samples, scrapes = scrape_series(server.url, window_seconds=30, interval_seconds=10, sleep=lambda s: None)
-    assert scrapes == 2 and samples
+    with LoopbackServer(lambda _m, _p, _q, _b: next(answers)) as server:
+        samples, scrapes = scrape_series(server.url, window_seconds=30, interval_seconds=10, sleep=lambda _s: None)
+    assert scrapes == 2
+    assert samples
 
 
 def test_not_prometheus_text_is_a_source_error():
-    with LoopbackServer(lambda m, p, q, b: (200, 'vllm:num_requests_running{engine="0" 4\n')) as server:
-        with pytest.raises(SourceError, match="not Prometheus text"):
-            scrape_series(server.url, window_seconds=10, interval_seconds=10, sleep=lambda s: None)
+    with (
+        LoopbackServer(lambda _m, _p, _q, _b: (200, 'vllm:num_requests_running{engine="0" 4\n')) as server,
+        pytest.raises(SourceError, match="not Prometheus text"),
+    ):
+        scrape_series(server.url, window_seconds=10, interval_seconds=10, sleep=lambda _s: None)

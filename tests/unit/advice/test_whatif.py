@@ -78,24 +78,24 @@ def test_kv_tokens_too_few_for_one_request_cut_max_model_len_and_none_at_all_is_
 
 
 def test_candidates_per_binding_limit():
-    assert candidates("max_num_seqs", BASE, resolve_limits(), {}) == [
+    assert candidates("max_num_seqs", BASE, {}) == [
         Change.of(max_num_seqs=32),  # 2 x 16, a CUDA-graph size
         Change.of(max_num_seqs=64),  # 4 x 16
     ]
     # the rules' suggestion first, then twice it
-    assert candidates("max_num_seqs", BASE, resolve_limits(), {"max_num_seqs": 24})[:2] == [
+    assert candidates("max_num_seqs", BASE, {"max_num_seqs": 24})[:2] == [
         Change.of(max_num_seqs=24),
         Change.of(max_num_seqs=64),
     ]
-    assert candidates("token_budget", BASE, resolve_limits(), {}) == [
+    assert candidates("token_budget", BASE, {}) == [
         Change.of(max_num_batched_tokens=1024),
         Change.of(max_num_batched_tokens=2048),
     ]
-    assert candidates("kv_cache", BASE, resolve_limits(), {"max_num_seqs": 8}) == [
+    assert candidates("kv_cache", BASE, {"max_num_seqs": 8}) == [
         Change.of(kv_cache_dtype="fp8"),
         Change.of(max_num_seqs=8),
     ]
-    assert candidates("none", BASE, resolve_limits(), {}) == []
+    assert candidates("none", BASE, {}) == []
 
 
 def test_replicas_for_the_arrivals():

@@ -57,7 +57,8 @@ def test_fill_threshold_90_percent():
     assert "no admission limit measured as binding" in text
     assert "running 10 of max_num_seqs 256 (cli) = 3.9 %" in text
     assert "steps averaged 3,686 tokens of the 4,096-token budget (cli) = 90.0 %" in text
-    assert "Chunked prefill switched off" in text and "--scheduling-policy priority" in text
+    assert "Chunked prefill switched off" in text
+    assert "--scheduling-policy priority" in text
     assert "Not read" not in text
 
 
@@ -65,11 +66,13 @@ def test_budget_cap_on_an_h100_past_twice_the_knee_says_the_gpu_is_near_its_comp
     # H100 knee 989e12 / 3.35e12 = 295.2 tokens; a 4,096 budget is past 2 x 295.2 = 590.4: caveat
     lim = {"max_num_seqs": 256, "max_num_batched_tokens": 4096}
     d = diag(lim, gpu_name="H100", running_avg=10, running_max=12, **QUEUE, **steps(4000))
-    assert d.verdict == "token_budget_cap" and "near its compute limit" in " ".join(d.evidence)
+    assert d.verdict == "token_budget_cap"
+    assert "near its compute limit" in " ".join(d.evidence)
     # a 512 budget is below 590.4: no caveat
     lim = {"max_num_seqs": 256, "max_num_batched_tokens": 512}
     d = diag(lim, gpu_name="H100", running_avg=10, running_max=12, **QUEUE, **steps(500))
-    assert d.verdict == "token_budget_cap" and "near its compute limit" not in " ".join(d.evidence)
+    assert d.verdict == "token_budget_cap"
+    assert "near its compute limit" not in " ".join(d.evidence)
 
 
 def test_budget_recommendation_quantifies_prefill_steps_and_ttft():
@@ -101,16 +104,19 @@ def test_pinned_threshold_half_a_request_below_max_num_seqs():
     # 3.49 < 3.5 with no finished-request counter (the dip below a pinned cap unknown): a free slot; steps
     # 4 / 2,048 = 0.2 % not full, KV room: no limit binds -> unexplained_queue, never the nearest limit
     d = diag(lim, running_avg=3.49, running_max=4, **QUEUE, **steps(4))
-    assert d.verdict == "unexplained_queue" and "running 3.5 of max_num_seqs 4 (cli) = 87.2 %" in " ".join(d.evidence)
+    assert d.verdict == "unexplained_queue"
+    assert "running 3.5 of max_num_seqs 4 (cli) = 87.2 %" in " ".join(d.evidence)
 
 
 def test_unknown_max_num_seqs_inferred_from_running_flat_at_n():
     # max_num_seqs unknown (vLLM's default 256 assumed); running flat at 8 (avg 8 >= 8 - 0.5), steps of 12
     # tokens <= 2 x 8 (decode only: no prefill for the budget to refuse), queue, KV room -> max_num_seqs = 8
     d = diag({}, running_avg=8, running_max=8, **QUEUE, **steps(12))
-    assert d.verdict == "max_num_seqs_cap" and d.confidence == 0.6
+    assert d.verdict == "max_num_seqs_cap"
+    assert d.confidence == 0.6
     assert "inferred: running sat at 8" in d.evidence[0]  # what to do about it: limits.confirm_inferred
-    assert d.recommendations and d.recommendations[0].current == 8
+    assert d.recommendations
+    assert d.recommendations[0].current == 8
     # never compute_bound / scale out for an unknown limit
     assert all("replicas" not in r.flag for r in d.recommendations)
     # running 7.4 < 8 - 0.5 is not flat at 8: not inferred as max_num_seqs
@@ -124,16 +130,19 @@ def test_unknown_budget_inferred_from_steps_pinned_at_one_size():
     # and KV room; 2,000-token prompts prefilled over 4.0 step times (>= 2: chunked across steps by a budget):
     # a budget of 600 -> token_budget_cap at 600, inferred, confidence 0.8 - 0.2 (inferred) = 0.6
     d = diag({"max_num_seqs": 256}, running_avg=10, running_max=12, **QUEUE, **steps(600), **prefill(2000, 4.0))
-    assert d.verdict == "token_budget_cap" and d.confidence == 0.6
+    assert d.verdict == "token_budget_cap"
+    assert d.confidence == 0.6
     assert "max_num_batched_tokens = 600 (inferred: steps averaged 600 tokens" in d.evidence[0]
     assert "prefilled over 4.0 step times" in d.evidence[0]
     # the inferred budget is the mean step, so the evidence never quotes the steps as 100 % of it
     assert "100.0 % of the budget" not in d.evidence[0]
-    assert d.recommendations[0].current == 600 and d.recommendations[0].suggested == 1200
+    assert d.recommendations[0].current == 600
+    assert d.recommendations[0].suggested == 1200
     # the same mean step with no prefill time exported and no step histogram: a budget of 600 would rest on
     # the mean alone (which it fills by definition): not inferred, the queue is unexplained and the flag asked for
     d = diag({"max_num_seqs": 256}, running_avg=10, running_max=12, **QUEUE, **steps(600))
-    assert d.verdict == "unexplained_queue" and d.signals["inferred_max_num_batched_tokens"] is None
+    assert d.verdict == "unexplained_queue"
+    assert d.signals["inferred_max_num_batched_tokens"] is None
     assert "Not read, vLLM's default assumed: --max-num-batched-tokens" in " ".join(d.evidence)
     # prompts prefilled in 1.9 step times (< 2): not chunked, the budget held them: not inferred either
     d = diag({"max_num_seqs": 256}, running_avg=10, running_max=12, **QUEUE, **steps(600), **prefill(2000, 1.9))
@@ -146,7 +155,8 @@ def test_unknown_budget_inferred_from_steps_of_one_size_without_prefill_time():
     buckets = [(256.0, 5.0), (512.0, 15.0), (1024.0, 95.0), (math.inf, 100.0)]
     values = dict(running_avg=10, running_max=12, **QUEUE, **steps(600), iteration_buckets=buckets)
     d = diag({"max_num_seqs": 256}, **values)
-    assert d.verdict == "token_budget_cap" and "80.0 % of steps recorded a size in the one bucket" in d.evidence[0]
+    assert d.verdict == "token_budget_cap"
+    assert "80.0 % of steps recorded a size in the one bucket" in d.evidence[0]
     # 49 of 100 in it (< 50 %): no evidence beyond the mean, not inferred
     buckets = [(256.0, 5.0), (512.0, 46.0), (1024.0, 95.0), (math.inf, 100.0)]
     d = diag({"max_num_seqs": 256}, **{**values, "iteration_buckets": buckets})
@@ -176,7 +186,8 @@ def test_whole_prompts_prefilled_in_one_step_rule_out_a_budget_of_the_mean_step(
     # (the engine model's max-num-seqs-cap recording with the window ending 210 s into it reads so:
     # tests/integration/diagnose/test_recording_windows.py)
     d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(509, 1.2))
-    assert d.verdict == "max_num_seqs_cap" and d.confidence == 0.6
+    assert d.verdict == "max_num_seqs_cap"
+    assert d.confidence == 0.6
     assert "inferred: running sat at 4" in d.evidence[0]
     assert "prompts of 509 tokens were prefilled in 1.2 step times though steps averaged 8 tokens" in d.evidence[0]
     assert all(r.flag != "--max-num-batched-tokens" for r in d.recommendations)
@@ -184,23 +195,27 @@ def test_whole_prompts_prefilled_in_one_step_rule_out_a_budget_of_the_mean_step(
     # rate given), and 8.9 >= 0.8 x 7.5: chunked by a budget of that size, which stands. (The 509-token prompts
     # this used to take would need 63 steps at a budget of 8: prefilled in 8.9 step times, they refute it.)
     d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(60, 8.9))
-    assert d.verdict == "token_budget_cap" and "max_num_batched_tokens = 8 (inferred" in d.evidence[0]
+    assert d.verdict == "token_budget_cap"
+    assert "max_num_batched_tokens = 8 (inferred" in d.evidence[0]
     # 509-token prompts in 8.9 step times: fewer steps than a budget of 8 needs (63): it refused none, the cap did
     d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(509, 8.9))
-    assert d.verdict == "max_num_seqs_cap" and "a budget of that size would take 63.3 steps" in d.evidence[0]
+    assert d.verdict == "max_num_seqs_cap"
+    assert "a budget of that size would take 63.3 steps" in d.evidence[0]
     # prompts of 6 tokens prefilled in 1.2 step times: a budget of 8 with 3.8 decodes per step would leave 4.2
     # tokens and split a 6-token prompt over 2 steps; prefilled in under 2 step times, the prompts were not split,
     # so the budget refused none of them and running flat at 4 is the limit (the earlier expectation,
     # token_budget_cap with a budget of 8, rested on the mean step alone, which such a budget fills by definition)
     d = diag({}, running_avg=3.8, running_max=4, **QUEUE, **steps(8.04), **prefill(6, 1.2))
-    assert d.verdict == "max_num_seqs_cap" and d.signals["inferred_max_num_seqs"] == 4
+    assert d.verdict == "max_num_seqs_cap"
+    assert d.signals["inferred_max_num_seqs"] == 4
 
 
 def test_unknown_budget_below_steps_means_a_larger_budget():
     # steps average 30,000 tokens > 1.1 x the 2,048 default: the server runs a budget of at least 30,000,
     # which is >= 8,192 -> compute_bound (inferred, 0.8 - 0.2 = 0.6)
     d = diag({"max_num_seqs": 256}, running_avg=10, running_max=12, **QUEUE, **steps(30000))
-    assert d.verdict == "compute_bound" and d.confidence == 0.6
+    assert d.verdict == "compute_bound"
+    assert d.confidence == 0.6
     assert "at least that mean" in d.evidence[0]
 
 
@@ -208,9 +223,12 @@ def test_budget_full_by_elimination_when_steps_are_not_measured():
     # no vllm:iteration_tokens_total; 10 of 256 slots used, KV room, a standing queue: the budget is the only
     # admission limit left, so it was used up -> budget 4,096 < 8,192: token_budget_cap; 16,384: compute_bound
     d = diag({"max_num_seqs": 256, "max_num_batched_tokens": 4096}, running_avg=10, running_max=12, **QUEUE)
-    assert d.verdict == "token_budget_cap" and "elimination" in d.evidence[0] and d.confidence == 0.8
+    assert d.verdict == "token_budget_cap"
+    assert "elimination" in d.evidence[0]
+    assert d.confidence == 0.8
     d = diag({"max_num_seqs": 256, "max_num_batched_tokens": 16384}, running_avg=10, running_max=12, **QUEUE)
-    assert d.verdict == "compute_bound" and d.confidence == 0.8
+    assert d.verdict == "compute_bound"
+    assert d.confidence == 0.8
 
 
 def test_transient_queue_is_not_a_limit():
@@ -237,4 +255,5 @@ def test_zero_prefix_hits_over_many_turnovers_are_silent():
     common = dict(running_avg=1, running_max=2, waiting_avg=0, waiting_max=0, kv_usage_avg=0.2, kv_usage_max=0.3)
     limits = resolve_limits(cli={"kv_cache_tokens": 50000})
     d = diagnose_target(make(prefix_queries_increase=120000.0, prefix_hits_increase=0.0, **common), limits)
-    assert (d.verdict, d.severity) == ("healthy", "ok") and not d.findings
+    assert (d.verdict, d.severity) == ("healthy", "ok")
+    assert not d.findings

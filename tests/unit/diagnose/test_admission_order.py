@@ -53,7 +53,8 @@ def test_preemptions_still_come_first():
     # a step that preempted admits nobody (Scheduler.schedule: `if not preempted_reqs`): KV, even at the cap
     sig = make(running_avg=48, running_max=48, kv_usage_avg=0.9, kv_usage_max=0.97, preemptions_increase=3, **QUEUE)
     d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 48}))
-    assert d.verdict == "kv_cache_exhaustion" and "binds first" in " ".join(d.evidence)
+    assert d.verdict == "kv_cache_exhaustion"
+    assert "binds first" in " ".join(d.evidence)
 
 
 def test_budget_used_up_comes_before_the_running_cap():
@@ -78,7 +79,8 @@ def test_pinned_is_relative_to_how_vllms_running_gauge_dips():
     common = dict(kv_usage_avg=0.1, kv_usage_max=0.12, running_max=48, **QUEUE)
     # 1,500 finished in 3,000 steps: 0.5 per step; 30 samples: slack 0.5 + 0.5 + 3 x sqrt(0.5 / 30) = 1.387
     sig = make(running_avg=47.4, **common, **finished_per_step(0.5, 3000.0))
-    assert running_dip(sig) == 0.5 and round(pinned_slack(sig), 3) == 1.387
+    assert running_dip(sig) == 0.5
+    assert round(pinned_slack(sig), 3) == 1.387
     # 47.4 of 48 is pinned (>= 46.613); so is 46.62; 46.6 is not
     assert diagnose_target(sig, lim48).verdict == "max_num_seqs_cap"
     assert diagnose_target(make(running_avg=46.62, **common, **finished_per_step(0.5, 3000.0)), lim48).verdict == (
@@ -116,4 +118,5 @@ def test_a_flat_running_gauge_infers_max_num_seqs_relative_to_its_dip():
         **finished_per_step(0.5, 3000.0),
     )
     d = diagnose_target(sig, resolve_limits())
-    assert d.verdict == "max_num_seqs_cap" and d.signals["inferred_max_num_seqs"] == 48
+    assert d.verdict == "max_num_seqs_cap"
+    assert d.signals["inferred_max_num_seqs"] == 48

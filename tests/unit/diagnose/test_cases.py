@@ -52,23 +52,30 @@ def test_c11_kv_exhaustion_with_preemptions():
         gpu_name="GB200",
         model_config=json.loads((FIXTURES / "hf-configs" / "Qwen__Qwen2.5-7B-Instruct.json").read_text()),
     )
-    assert d.verdict == "kv_cache_exhaustion" and d.severity == "critical"
+    assert d.verdict == "kv_cache_exhaustion"
+    assert d.severity == "critical"
     assert d.confidence >= exp["confidence"] - 0.05
     # preemptions counter reached 1,065 (expected.preemptions_total); increase 1065 - 60 = 1005 over the window
     assert d.signals["preemptions_last"] == exp["preemptions_total"]
     assert d.signals["preemptions_increase"] == pytest.approx(1005.0)
     assert d.signals["kv_usage_max"] == 1.0
     text = " ".join(d.evidence)
-    assert "1,065" in text and "preemption" in text
+    assert "1,065" in text
+    assert "preemption" in text
     # fp8 KV doubles the 299,584 tokens of the log line -> 599,168 (expected.remedies)
     fp8 = rec(d, "--kv-cache-dtype")
-    assert fp8 is not None and fp8.suggested == "fp8" and "599,168" in fp8.expected_effect
+    assert fp8 is not None
+    assert fp8.suggested == "fp8"
+    assert "599,168" in fp8.expected_effect
     # cap concurrency near 49: floor(299,584 / 6,000 tokens per request) = 49
     # (expected.max_safe_concurrency_at_6000_tokens)
     cap = rec(d, "--max-num-seqs")
-    assert cap is not None and cap.current == 256 and cap.suggested == exp["max_safe_concurrency_at_6000_tokens"]
+    assert cap is not None
+    assert cap.current == 256
+    assert cap.suggested == exp["max_safe_concurrency_at_6000_tokens"]
     # peak demand 128 running x 6,000 = 768,000 tokens = 2.56x the capacity (expected, tolerance 0.1 %)
-    assert "768,000" in cap.expected_effect and "2.56x" in cap.expected_effect
+    assert "768,000" in cap.expected_effect
+    assert "2.56x" in cap.expected_effect
     # never "raise --max-num-seqs" on a KV shortage
     assert all(not (r.flag == "--max-num-seqs" and r.suggested > r.current) for r in d.recommendations)
 
@@ -96,7 +103,8 @@ def test_c12_compute_bound_offered_vs_served():
     assert d.signals["running_avg"] == pytest.approx(exp["running"], rel=tol)
     assert d.signals["preemptions_increase"] == 0
     text = " ".join(d.evidence)
-    assert "39,000" in text and "48,000" in text
+    assert "39,000" in text
+    assert "48,000" in text
     # no flag that would not help: no budget or slot increase
     assert all(r.flag not in ("--max-num-batched-tokens", "--max-num-seqs") for r in d.recommendations)
 
@@ -124,20 +132,23 @@ def test_c17_prefix_cache_ineffective_block_granularity():
     assert d.signals["prefix_hit_rate"] == exp["hit_rate"]
     # 1,131 tokens queried by 2 requests = 565.5 per request < one 784-token block
     text = " ".join(d.evidence)
-    assert "784-token block" in text and "566 tokens" in text
+    assert "784-token block" in text
+    assert "566 tokens" in text
     assert "not proof of no sharing" in text
 
 
 C19 = case("C19")
 
 
-@pytest.mark.parametrize("old,new", [(o, n.split(" ")[0]) for o, n in C19["expected"]["rename_map"].items()])
+@pytest.mark.parametrize(("old", "new"), [(o, n.split(" ")[0]) for o, n in C19["expected"]["rename_map"].items()])
 def test_c19_rename_map_old_names_map_to_the_new_family(old, new):
     # vllm:time_per_output_token_seconds -> kvpilot reads it as inter-token latency (the map's alternative)
     target = "vllm:inter_token_latency_seconds" if old == "vllm:time_per_output_token_seconds" else new
     for exposed in (old, old.replace("vllm:", "vllm_")):
         m = match_name(exposed)
-        assert m is not None and m.canonical == target and m.legacy
+        assert m is not None
+        assert m.canonical == target
+        assert m.legacy
 
 
 def _v011_samples(kv_name: str, kv: float, waiting: list[float]) -> list[Sample]:
@@ -157,7 +168,8 @@ def _v011_samples(kv_name: str, kv: float, waiting: list[float]) -> list[Sample]
 def test_c19_new_names_only_never_read_as_zero_kv():
     """0.11 exposes only vllm:kv_cache_usage_perc: KV is read (0.99), never 'zero' or healthy."""
     present = C19["scrape_sample_v0_11"]["present"]
-    assert "vllm:kv_cache_usage_perc" in present and "vllm:gpu_cache_usage_perc" not in present
+    assert "vllm:kv_cache_usage_perc" in present
+    assert "vllm:gpu_cache_usage_perc" not in present
     samples = _v011_samples("vllm:kv_cache_usage_perc", 0.99, [2, 4, 6, 8])
     sig = next(iter(compute_signals(samples, 30.0).values()))
     d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 256}))
@@ -173,7 +185,8 @@ def test_c19_old_names_only_give_the_verdict_and_a_schema_finding():
     schema = [f for f in d.findings if f.verdict == "metrics_schema_mismatch"]
     # one line with a count and one example, not a list of names (4 families here: KV, running, waiting,
     # preemptions; only the KV gauge has the old name)
-    assert len(schema) == 1 and len(schema[0].evidence) == 1
+    assert len(schema) == 1
+    assert len(schema[0].evidence) == 1
     assert schema[0].evidence[0].startswith("Only under legacy names: 1 metric family, e.g. vllm:gpu_cache_usage_perc")
     assert escaped_names_note([sig]) is None
 
@@ -189,7 +202,8 @@ def test_c19_escaped_names_are_one_note_for_the_report_not_a_warning_per_target(
         assert d.verdict == "kv_cache_exhaustion"
         assert all(f.verdict != "metrics_schema_mismatch" for f in d.findings)
     note = escaped_names_note(sigs)
-    assert note is not None and "1 family, e.g. vllm_kv_cache_usage_perc for vllm:kv_cache_usage_perc" in note
+    assert note is not None
+    assert "1 family, e.g. vllm_kv_cache_usage_perc for vllm:kv_cache_usage_perc" in note
     assert "dashboards and rules of your own" in note
 
 

@@ -31,7 +31,8 @@ from kvpilot.text.safe import redact
 )
 def test_userinfo_is_taken_out_and_becomes_basic_auth(url, bare, userinfo):
     got, authorization = split_credentials(url)
-    assert got == bare and display_url(url) == bare
+    assert got == bare
+    assert display_url(url) == bare
     if userinfo is None:
         assert authorization is None
     else:

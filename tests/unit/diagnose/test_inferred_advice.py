@@ -20,18 +20,23 @@ def test_nothing_inferred_nothing_said():
 
 def test_the_command_line_reader_is_told_which_flags_to_pass():
     text = confirm_inferred(["max_num_seqs"], "cli", pod_read=False)
-    assert text is not None and "pass --max-num-seqs N, or --pod" in text
+    assert text is not None
+    assert "pass --max-num-seqs N, or --pod" in text
 
 
 def test_a_pod_already_read_is_not_suggested_again():
     text = confirm_inferred(["max_num_batched_tokens"], "cli", pod_read=True)
-    assert text is not None and "pass --max-num-batched-tokens N to confirm" in text and "--pod" not in text
+    assert text is not None
+    assert "pass --max-num-batched-tokens N to confirm" in text
+    assert "--pod" not in text
 
 
 def test_a_service_reader_is_told_what_to_deploy_not_which_flags_to_pass():
     text = confirm_inferred(["max_num_seqs"], "service", pod_read=False)
-    assert text is not None and "--" not in text.replace("/metrics", "")
-    assert "kvpilot operator" in text and "kvpilot_vllmserver_limit" in text
+    assert text is not None
+    assert "--" not in text.replace("/metrics", "")
+    assert "kvpilot operator" in text
+    assert "kvpilot_vllmserver_limit" in text
 
 
 def _evidence(reader: str) -> list[str]:
@@ -39,7 +44,8 @@ def _evidence(reader: str) -> list[str]:
     # the rules infer the cap from the flat running gauge
     report = run(Options(recording=str(RECORDING), window_seconds=300, use_kube=False, reader=reader))  # type: ignore[arg-type]
     [target] = report.targets
-    assert target.verdict == "max_num_seqs_cap" and target.signals["inferred_max_num_seqs"] == 4
+    assert target.verdict == "max_num_seqs_cap"
+    assert target.signals["inferred_max_num_seqs"] == 4
     return target.evidence
 
 

@@ -38,7 +38,8 @@ def test_the_ceiling_is_read_less_the_finished_requests_share():
     # 3 sd of their mean over 25 samples, 3 x sqrt(5 / 25) = 1.342: (5 + 1.342) x 0.005 = 0.0317 below it
     freed = (5 + 3 * math.sqrt(5 / 25)) * 0.005
     ceiling, how = kv_ceiling(make(kv_usage_max=0.9, **POOL), resolve_limits())
-    assert ceiling == pytest.approx(1 - 0.01 - freed) and round(ceiling, 4) == 0.9583
+    assert ceiling == pytest.approx(1 - 0.01 - freed)
+    assert round(ceiling, 4) == 0.9583
     assert "requests a step finishes, freed before the gauge is set" in how
     # without the counters the dip is unknown: the admission ceiling itself
     bare = {k: v for k, v in POOL.items() if k != "requests_finished_increase"}
@@ -62,7 +63,8 @@ def test_a_contradicted_default_cap_is_pinned_only_with_kv_room():
     flat |= dict(iteration_tokens_sum_increase=300.0 * 1000, iteration_steps_increase=1000.0)
     # KV peaked at 99 % < 99.4 %: KV had room, so running flat at its maximum is the cap
     d = diagnose_target(make(kv_usage_max=0.99, **flat), resolve_limits())
-    assert d.verdict == "max_num_seqs_cap" and "at least 300" in d.evidence[0]
+    assert d.verdict == "max_num_seqs_cap"
+    assert "at least 300" in d.evidence[0]
     # KV peaked at 99.5 % >= 99.4 %: the KV cache explains where running stopped; vLLM's last check refused it
     d = diagnose_target(make(kv_usage_max=0.995, **flat), resolve_limits())
     assert d.verdict == "kv_cache_exhaustion"

@@ -40,7 +40,8 @@ def test_deferred_requests_with_every_lora_slot_held_are_a_lora_slot_cap():
     assert "while all 2 LoRA slots (max_loras) held an adapter with scheduled requests, 4 adapters over the" in text
     assert "The checks before it had room" in text
     [r] = d.recommendations
-    assert (r.flag, r.current, r.suggested) == ("--max-loras", 2, 4) and "--max-cpu-loras" in r.expected_effect
+    assert (r.flag, r.current, r.suggested) == ("--max-loras", 2, 4)
+    assert "--max-cpu-loras" in r.expected_effect
     # only 2 adapters seen for 2 slots: still at least one more slot (M + 1 = 3)
     d = diagnose_target(make(**QUEUE, **ROOM, **STEPS, **{**lora, "lora_adapters_seen": 2}), resolve_limits(cli=LIMITS))
     assert d.recommendations[0].suggested == 3
@@ -49,7 +50,8 @@ def test_deferred_requests_with_every_lora_slot_held_are_a_lora_slot_cap():
     d = diagnose_target(make(**QUEUE, **ROOM, **STEPS, **{**lora, "lora_adapters_max": 1}), resolve_limits(cli=LIMITS))
     assert d.verdict == "unexplained_queue"
     text = " ".join(d.evidence)
-    assert "6 on average were deferred" in text and "up to 1 of 2 slots held an adapter" in text
+    assert "6 on average were deferred" in text
+    assert "up to 1 of 2 slots held an adapter" in text
     # nothing deferred: LoRA refused no one, whatever the slots
     d = diagnose_target(
         make(**QUEUE, **ROOM, **STEPS, **{**lora, "waiting_deferred_avg": 0}), resolve_limits(cli=LIMITS)
@@ -76,7 +78,8 @@ def test_lora_gauge_read_from_a_recording():
     assert (sig.get("lora_adapters_max"), sig.get("lora_adapters_seen")) == (2.0, 3.0)
     # a server without --enable-lora exports no such gauge: unknown, never 0 slots
     [sig] = compute_signals(samples[:30], 300.0).values()
-    assert sig.get("lora_max_loras") is None and sig.get("lora_adapters_max") is None
+    assert sig.get("lora_max_loras") is None
+    assert sig.get("lora_adapters_max") is None
 
 
 def test_no_limit_binding_with_the_flags_known_is_an_unexplained_queue():
@@ -89,7 +92,8 @@ def test_no_limit_binding_with_the_flags_known_is_an_unexplained_queue():
     text = " ".join(d.evidence)
     assert "steps averaged 3,031 tokens of the 8,192-token budget (cli) = 37.0 %" in text
     assert "running 5 of max_num_seqs 256 (cli) = 2.0 %" in text
-    assert "Not read" not in text and "pass --max" not in text
+    assert "Not read" not in text
+    assert "pass --max" not in text
     for cause in ("Deferred requests", "grammar", "remote instance", "Chunked prefill switched off", "priority"):
         assert cause in text
     assert {r.flag for r in d.recommendations} == {"--enable-chunked-prefill", "--scheduling-policy"}
@@ -98,7 +102,8 @@ def test_no_limit_binding_with_the_flags_known_is_an_unexplained_queue():
     # that one), at 0.7 - 0.2 = 0.5
     sig = make(**FEW_RUNNING, **steps(1500))
     d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 256}))
-    assert d.verdict == "unexplained_queue" and d.confidence == 0.5
+    assert d.verdict == "unexplained_queue"
+    assert d.confidence == 0.5
     assert "Not read, vLLM's default assumed: --max-num-batched-tokens; pass it" in " ".join(d.evidence)
 
 
@@ -109,7 +114,8 @@ def test_a_budget_known_only_as_at_least_the_mean_step_is_not_full_by_definition
     sig = make(**FEW_RUNNING, **steps(3031))
     d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 256}))
     assert (d.verdict, d.confidence) == ("token_budget_cap", 0.6)
-    assert "100.0 % of the budget" not in d.evidence[0] and "elimination" in d.evidence[0]
+    assert "100.0 % of the budget" not in d.evidence[0]
+    assert "elimination" in d.evidence[0]
     # requests deferred: elimination no longer leaves the budget alone -> unexplained_queue
     d = diagnose_target(make(**{**sig.values, "waiting_deferred_avg": 2.0}), resolve_limits(cli={"max_num_seqs": 256}))
     assert d.verdict == "unexplained_queue"
@@ -139,7 +145,9 @@ def test_defaults_the_gauges_contradict_are_rejected():
     sig = make(running_avg=700, running_max=1013, waiting_avg=0, waiting_max=0, kv_usage_avg=0.3, kv_usage_max=0.4)
     d = diagnose_target(sig, resolve_limits())
     text = " ".join(d.evidence)
-    assert d.verdict == "healthy" and "of max_num_seqs 1,013" in text and "256" not in text
+    assert d.verdict == "healthy"
+    assert "of max_num_seqs 1,013" in text
+    assert "256" not in text
     assert d.signals["inferred_max_num_seqs"] == 1013
     # pinned there with a queue (1,010 of 1,013, 3 finished per step): max_num_seqs_cap at 1,013, inferred
     sig = make(
@@ -154,7 +162,8 @@ def test_defaults_the_gauges_contradict_are_rejected():
     )
     d = diagnose_target(sig, resolve_limits())
     assert (d.verdict, d.confidence) == ("max_num_seqs_cap", 0.6)
-    assert "of 256" not in " ".join(d.evidence) and "at least 1,013" in d.evidence[0]
+    assert "of 256" not in " ".join(d.evidence)
+    assert "at least 1,013" in d.evidence[0]
     # a max of 256 does not contradict the default 256: nothing inferred
     sig = make(running_avg=100, running_max=256, waiting_avg=0, waiting_max=0, kv_usage_avg=0.3, kv_usage_max=0.4)
     assert diagnose_target(sig, resolve_limits()).signals["inferred_max_num_seqs"] is None
@@ -165,10 +174,20 @@ def test_the_verdict_vocabulary_is_the_designs():
     import json
     from pathlib import Path
 
-    design = (
-        "kv_cache_exhaustion max_num_seqs_cap token_budget_cap lora_slot_cap compute_bound unexplained_queue "
-        "prefix_cache_ineffective healthy idle no_data target_down metrics_schema_mismatch"
-    ).split()
+    design = [
+        "kv_cache_exhaustion",
+        "max_num_seqs_cap",
+        "token_budget_cap",
+        "lora_slot_cap",
+        "compute_bound",
+        "unexplained_queue",
+        "prefix_cache_ineffective",
+        "healthy",
+        "idle",
+        "no_data",
+        "target_down",
+        "metrics_schema_mismatch",
+    ]
     assert list(VERDICTS) == design
     schema = json.loads((Path(__file__).resolve().parents[3] / "docs" / "diagnose-output.schema.json").read_text())
     assert schema["$defs"]["verdict"]["enum"] == design

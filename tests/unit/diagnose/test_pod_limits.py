@@ -83,4 +83,5 @@ def test_vllm_argv_forms():
     found = pod_limits_from(
         {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "x", "image": "nginx"}]}}, None
     )
-    assert found.container == "" and "no container runs vllm serve" in found.notes[0]
+    assert found.container == ""
+    assert "no container runs vllm serve" in found.notes[0]

@@ -67,7 +67,8 @@ def test_a_hot_system_prompt_amid_unique_documents_is_no_warning():
     d = diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": 200000, "max_num_seqs": 64}))
     assert (d.verdict, d.severity) == ("healthy", "ok")
     [f] = [f for f in d.findings if f.verdict == "prefix_cache_ineffective"]
-    assert f.severity == "ok" and "the metrics cannot tell them apart" in " ".join(f.evidence)
+    assert f.severity == "ok"
+    assert "the metrics cannot tell them apart" in " ".join(f.evidence)
     assert "970 tokens per request reused on average" in f.evidence[0]
 
 
@@ -96,7 +97,8 @@ def test_a_long_prefix_most_requests_miss_is_a_warning():
     assert case(499).verdict == "prefix_cache_ineffective"
     # 500 found theirs: half the requests, not fewer; 46.9 % of tokens hit, over 25 %: no finding
     d = case(500)
-    assert d.verdict == "healthy" and not [f for f in d.findings if f.verdict == "prefix_cache_ineffective"]
+    assert d.verdict == "healthy"
+    assert not [f for f in d.findings if f.verdict == "prefix_cache_ineffective"]
 
 
 def test_hits_under_a_block_a_request_on_a_turned_over_cache_are_a_warning():
@@ -110,7 +112,8 @@ def test_hits_under_a_block_a_request_on_a_turned_over_cache_are_a_warning():
         requests_finished_increase=1000.0,
     )
     d = diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": 200000, "max_num_seqs": 64}))
-    assert d.verdict == "prefix_cache_ineffective" and "less than one 16-token block" in " ".join(d.evidence)
+    assert d.verdict == "prefix_cache_ineffective"
+    assert "less than one 16-token block" in " ".join(d.evidence)
     # 16 hits a request (one block): not under a block -> the ambiguity at severity ok, healthy
     sig = signals(
         {45000: 1000},
@@ -120,9 +123,8 @@ def test_hits_under_a_block_a_request_on_a_turned_over_cache_are_a_warning():
         requests_finished_increase=1000.0,
     )
     d = diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": 200000, "max_num_seqs": 64}))
-    assert d.verdict == "healthy" and [f.severity for f in d.findings if f.verdict == "prefix_cache_ineffective"] == [
-        "ok"
-    ]
+    assert d.verdict == "healthy"
+    assert [f.severity for f in d.findings if f.verdict == "prefix_cache_ineffective"] == ["ok"]
 
 
 def test_a_connector_that_supplies_every_token_is_remote_prefill_not_an_eviction():
@@ -141,10 +143,12 @@ def test_a_connector_that_supplies_every_token_is_remote_prefill_not_an_eviction
         )
         return diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": 122736, "max_num_seqs": 256}))
 
-    assert case(541152.0).verdict == "healthy" and case(0.99 * 541152).verdict == "healthy"
+    assert case(541152.0).verdict == "healthy"
+    assert case(0.99 * 541152).verdict == "healthy"
     # 98.9 %: an offload cache that first-time prompts missed, holding what the GPU evicted -> the warning
     d = case(0.989 * 541152)
-    assert d.verdict == "prefix_cache_ineffective" and "the GPU cache had evicted it" in " ".join(d.evidence)
+    assert d.verdict == "prefix_cache_ineffective"
+    assert "the GPU cache had evicted it" in " ".join(d.evidence)
 
 
 def test_the_share_of_requests_finding_a_stated_shared_prefix_counts_whole_blocks():
@@ -181,7 +185,8 @@ def test_a_stated_shared_prefix_tells_a_hot_one_from_one_most_requests_miss():
     d = _documents(400)
     assert d.verdict == "healthy"
     [f] = [f for f in d.findings if f.verdict == "prefix_cache_ineffective"]
-    assert f.severity == "ok" and "--shared-prefix-tokens N: that tells them apart" in " ".join(f.evidence)
+    assert f.severity == "ok"
+    assert "--shared-prefix-tokens N: that tells them apart" in " ".join(f.evidence)
     # with it: 400 / 992 = 40.3 % of the requests found it, fewer than half -> the warning
     d = _documents(400, shared_prefix_tokens=1000)
     assert (d.verdict, d.severity) == ("prefix_cache_ineffective", "warning")
@@ -194,7 +199,8 @@ def test_a_stated_shared_prefix_tells_a_hot_one_from_one_most_requests_miss():
     d = _documents(496, shared_prefix_tokens=1000)
     assert d.verdict == "healthy"
     [f] = [f for f in d.findings if f.verdict == "prefix_cache_ineffective"]
-    assert f.severity == "ok" and "about 50.0 % of the requests found it, at least half" in " ".join(f.evidence)
+    assert f.severity == "ok"
+    assert "about 50.0 % of the requests found it, at least half" in " ".join(f.evidence)
     assert "cannot tell" not in " ".join(f.evidence)
 
 

@@ -73,7 +73,9 @@ def test_range_selection_is_inclusive_at_both_ends():
 def test_histogram_quantile_interpolates_inside_the_bucket():
     # buckets le=1: 10, le=2: 30, le=+Inf: 40. q=0.5 -> rank 20, bucket (1, 2] holds 20 -> 1 + 1 * (10/20) = 1.5
     q = promql.histogram_quantile(0.5, [(1.0, 10.0), (2.0, 30.0), (math.inf, 40.0)])
-    assert q.value == pytest.approx(1.5) and (q.lower, q.upper) == (1.0, 2.0) and q.observations == 40
+    assert q.value == pytest.approx(1.5)
+    assert (q.lower, q.upper) == (1.0, 2.0)
+    assert q.observations == 40
     assert q.bounds_text("s") == "(1, 2] s"
     # first bucket starts at 0: q=0.1 -> rank 4 of 10 in (0, 1] -> 0.4
     assert promql.histogram_quantile(0.1, [(1.0, 10.0), (2.0, 30.0), (math.inf, 40.0)]).value == pytest.approx(0.4)
@@ -82,7 +84,8 @@ def test_histogram_quantile_interpolates_inside_the_bucket():
 def test_histogram_quantile_in_the_inf_bucket_returns_the_highest_finite_bound():
     # q=0.99 -> rank 39.6 > 30: the +Inf bucket -> 2.0, reported as (2, +Inf]
     q = promql.histogram_quantile(0.99, [(1.0, 10.0), (2.0, 30.0), (math.inf, 40.0)])
-    assert q.value == 2.0 and q.bounds_text() == "(2, +Inf] s"
+    assert q.value == 2.0
+    assert q.bounds_text() == "(2, +Inf] s"
 
 
 def test_histogram_quantile_without_inf_or_observations_is_none():
@@ -100,7 +103,8 @@ def test_histogram_quantile_forces_monotonic_counts():
 def test_share_above_uses_the_budget_bucket():
     # iteration tokens: le=128: 10, le=256: 100, +Inf: 100; budget 256 -> edge 128 -> 1 - 10/100 = 0.9
     share, edge = promql.share_above([(128.0, 10.0), (256.0, 100.0), (math.inf, 100.0)], 256)
-    assert share == pytest.approx(0.9) and edge == 128.0
+    assert share == pytest.approx(0.9)
+    assert edge == 128.0
     assert promql.share_above([(128.0, 0.0), (math.inf, 0.0)], 256) is None
 
 

@@ -37,7 +37,8 @@ def test_gpu_memory_utilization_arithmetic():
     recs = {r.flag: r for r in recommend("kv_cache_exhaustion", Inputs(sig, limits, config))}
     util = recs["--gpu-memory-utilization"]
     assert (util.current, util.suggested) == (0.6, 0.64)
-    assert "+11,984 KV tokens" in util.expected_effect and "28,672 B per token" in util.expected_effect
+    assert "+11,984 KV tokens" in util.expected_effect
+    assert "28,672 B per token" in util.expected_effect
     assert "21,520 -> 33,504" in util.expected_effect  # 21,520 + 11,984
     # fp8 halves bytes per token: 21,520 -> 43,040
     assert "21,520 -> 43,040 tokens" in recs["--kv-cache-dtype"].expected_effect
@@ -63,7 +64,8 @@ def test_tensor_parallel_quantified_from_the_kv_heads():
     }
     r = tp1["--tensor-parallel-size"]
     assert (r.current, r.suggested) == (1, 2)
-    assert "28,672 -> 14,336 B" in r.expected_effect and "21,520 x 2 = 43,040" in r.expected_effect
+    assert "28,672 -> 14,336 B" in r.expected_effect
+    assert "21,520 x 2 = 43,040" in r.expected_effect
     # TP 2 -> 4: 2 KV heads on 4 GPUs are replicated, 14,336 B per token either way: no gain, no advice
     tp2 = recommend(
         "kv_cache_exhaustion",
@@ -79,10 +81,8 @@ def test_tensor_parallel_quantified_from_the_kv_heads():
             "kv_cache_exhaustion", Inputs(sig, resolve_limits(cache_config={"kv_cache_size_tokens": "21520"}), config)
         )
     }
-    assert (
-        unknown["--tensor-parallel-size"].current is None
-        and "assumed 1" in unknown["--tensor-parallel-size"].expected_effect
-    )
+    assert unknown["--tensor-parallel-size"].current is None
+    assert "assumed 1" in unknown["--tensor-parallel-size"].expected_effect
 
 
 def test_utilization_is_not_suggested_from_a_guessed_default():
@@ -108,7 +108,8 @@ def test_seqs_cap_suggestion_bounded_by_kv_room_and_budget():
         )
     }
     assert (recs["--max-num-seqs"].current, recs["--max-num-seqs"].suggested) == (8, 16)
-    assert "18" in recs["--max-num-seqs"].expected_effect and "80.0 %" in recs["--max-num-seqs"].expected_effect
+    assert "18" in recs["--max-num-seqs"].expected_effect
+    assert "80.0 %" in recs["--max-num-seqs"].expected_effect
     assert (recs["--max-num-batched-tokens"].current, recs["--max-num-batched-tokens"].suggested) == (8, 16)
 
 
@@ -123,7 +124,8 @@ def test_seqs_cap_on_a_growing_queue_sizes_for_the_arrival_rate_not_the_backlog(
     recs = {r.flag: r for r in recommend("max_num_seqs_cap", Inputs(sig, resolve_limits(cli={"max_num_seqs": 4})))}
     r = recs["--max-num-seqs"]
     assert (r.current, r.suggested) == (4, 16)
-    assert "Little" in r.expected_effect and "8.0 slots keep up" in r.expected_effect
+    assert "Little" in r.expected_effect
+    assert "8.0 slots keep up" in r.expected_effect
     assert "8.0 %" in r.expected_effect  # 16 x 0.5 %
     # the growth is today's, with 4 slots, not what the change brings
     assert r.expected_effect.startswith("with 4 slots now the queue grows: arrivals 1.00 served + 1.00 queued")
@@ -191,6 +193,7 @@ def test_recommendations_never_contradict_the_verdict(scenario):
         if target["verdict"] in ("compute_bound", "max_num_seqs_cap"):
             assert not (r["flag"] == "--max-num-batched-tokens" and up and target["verdict"] == "compute_bound")
         if target["verdict"] == "token_budget_cap":
-            assert r["flag"] == "--max-num-batched-tokens" and up
+            assert r["flag"] == "--max-num-batched-tokens"
+            assert up
     if target["verdict"] in ("healthy", "idle"):
         assert target["recommendations"] == []

@@ -55,7 +55,7 @@ _NOISE = st.one_of(
 
 
 @st.composite
-def recordings(draw: st.DrawFn) -> bytes:
+def recordings(draw: st.DrawFn) -> bytes:  # noqa: C901
     engines = draw(st.lists(st.tuples(_LABEL_TEXT, st.sampled_from(["0", "1", "x"])), min_size=1, max_size=3))
     steps = draw(st.integers(1, 40))
     start = draw(st.sampled_from([1764599700.0] * 5 + [0.0, 1e18, -5.0]))

@@ -47,13 +47,15 @@ def test_the_window_gives_the_signals_of_the_whole_file(path, window, end_at):
     assert streamed.last_timestamp == max(stamps)
     assert len(streamed.samples) <= len(everything)
     full, reduced = _signals(everything, window, end), _signals(streamed.samples, window, end)
-    assert full.keys() == reduced.keys() and full
+    assert full.keys() == reduced.keys()
+    assert full
     for key in full:
         values_a, buckets_a, config_a = full[key]
         values_b, buckets_b, config_b = reduced[key]
         assert values_a.keys() == values_b.keys()
         assert all(_same(values_a[k], values_b[k]) for k in values_a), key
-        assert buckets_a == buckets_b and config_a == config_b
+        assert buckets_a == buckets_b
+        assert config_a == config_b
 
 
 def test_only_the_window_of_the_series_diagnose_reads_is_kept(tmp_path):
@@ -126,8 +128,10 @@ def test_a_bad_line_is_one_error_naming_it(tmp_path, text, words):
     with pytest.raises(SourceError) as info:
         read_window(path, 300.0)
     message = str(info.value)
-    assert message.startswith(f"--recording {path}: ") and words in message
-    assert "\n" not in message and "\x1b[" not in message  # repr quotes the line: no terminal control reaches it
+    assert message.startswith(f"--recording {path}: ")
+    assert words in message
+    assert "\n" not in message  # repr quotes the line: no terminal control reaches it
+    assert "\x1b[" not in message
 
 
 def test_lines_the_cache_cannot_vouch_for_are_parsed_in_full(tmp_path):
@@ -144,7 +148,8 @@ def test_lines_the_cache_cannot_vouch_for_are_parsed_in_full(tmp_path):
     assert values[:4] == [
         (RUN.split("{")[0], v, t) for v, t in [(1.0, 100.0), (2.0, 101.0), (0.5, 102.0), (1.0, 103.0)]
     ]
-    assert math.isnan(values[4][1]) and values[5][1] == math.inf
+    assert math.isnan(values[4][1])
+    assert values[5][1] == math.inf
     assert [(s.labels["model_name"], s.value) for s in got[6:8]] == [("a b c", 3.0), ("a b c", 4.0)]
     assert (got[8].name, got[8].value, got[8].timestamp) == ("vllm:num_preemptions_total", 1.0, 100.0)
     assert (got[9].value, got[9].timestamp) == (7.0, 99.0)

@@ -26,7 +26,8 @@ def test_json_output_validates_against_the_schema(recording):
     result = invoke("--recording", str(RECORDINGS / recording), "-o", "json")
     doc = json.loads(result.output)
     jsonschema.validate(doc, SCHEMA)
-    assert doc["source"].startswith("recording ") and doc["window_seconds"] == 300
+    assert doc["source"].startswith("recording ")
+    assert doc["window_seconds"] == 300
 
 
 def test_an_inferred_limit_is_not_also_reported_as_the_assumed_default():
@@ -77,7 +78,8 @@ def test_exit_codes_follow_severity():
 
 def test_text_and_markdown_show_verdict_evidence_and_bucket_bounds():
     text = invoke("--recording", str(RECORDINGS / "scenario_healthy.om")).output
-    assert "healthy" in text and "p99 TTFT in (0.02, 0.04] s" in text
+    assert "healthy" in text
+    assert "p99 TTFT in (0.02, 0.04] s" in text
     # ITL observations are gaps between output tokens, not requests
     itl = next(
         e
@@ -86,9 +88,11 @@ def test_text_and_markdown_show_verdict_evidence_and_bucket_bounds():
         ][0]["evidence"]
         if e.startswith("p99 ITL")
     )
-    assert itl.endswith("inter-token gaps).") and "requests" not in itl
+    assert itl.endswith("inter-token gaps).")
+    assert "requests" not in itl
     md = invoke("--recording", str(RECORDINGS / "scenario_kv-exhaustion.om"), "-o", "markdown").output
-    assert md.startswith("# kvpilot diagnose") and "### `kv_cache_exhaustion`" in md
+    assert md.startswith("# kvpilot diagnose")
+    assert "### `kv_cache_exhaustion`" in md
     assert "| flag | current | suggested | expected effect |" in md
 
 
@@ -96,7 +100,8 @@ def test_window_end_and_no_data_exit_3():
     # the recording ends at 1764600000; a window ending an hour later holds nothing
     result = invoke("--recording", str(RECORDINGS / "scenario_healthy.om"), "--end", "1764603600", "-o", "json")
     doc = json.loads(result.output)
-    assert result.exit_code == 3 and doc["targets"][0]["verdict"] == "no_data"
+    assert result.exit_code == 3
+    assert doc["targets"][0]["verdict"] == "no_data"
     jsonschema.validate(doc, SCHEMA)
 
 
@@ -112,7 +117,7 @@ def test_series_that_stop_give_target_down(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "args,needle",
+    ("args", "needle"),
     [
         ((), "exactly one source"),
         (("--recording", "a", "--prometheus", "http://x"), "exactly one source"),
@@ -129,7 +134,8 @@ def test_series_that_stop_give_target_down(tmp_path):
 )
 def test_usage_errors_exit_64(args, needle):
     result = invoke(*args)
-    assert result.exit_code == 64 and needle in result.output
+    assert result.exit_code == 64
+    assert needle in result.output
 
 
 @pytest.mark.parametrize(
@@ -144,30 +150,37 @@ def test_unreadable_input_exits_3_with_one_line(tmp_path, content):
     assert result.exit_code == 3
     assert "Traceback" not in result.output
     errors = [ln for ln in result.output.splitlines() if ln.startswith("kvpilot: error:")]
-    assert len(errors) == 1 and "--recording" in errors[0]
+    assert len(errors) == 1
+    assert "--recording" in errors[0]
 
 
 def test_missing_recording_is_a_usage_error(tmp_path):
     # like any other bad option: exit 64 (EX_USAGE), one line naming the option
     result = invoke("--recording", str(tmp_path / "absent.om"))
-    assert result.exit_code == 64 and "--recording" in result.output and "no such file" in result.output
+    assert result.exit_code == 64
+    assert "--recording" in result.output
+    assert "no such file" in result.output
     assert "Traceback" not in result.output
     # a directory exists: saying "no such file" would send the user looking for the wrong mistake
     result = invoke("--recording", str(tmp_path))
-    assert result.exit_code == 64 and "a directory, not a recording file" in result.output
+    assert result.exit_code == 64
+    assert "a directory, not a recording file" in result.output
 
 
 def test_metrics_url_without_a_path_gets_the_metrics_hint():
     result = invoke("--metrics-url", "http://127.0.0.1:8000")
-    assert result.exit_code == 64 and "http://127.0.0.1:8000/metrics" in result.output
+    assert result.exit_code == 64
+    assert "http://127.0.0.1:8000/metrics" in result.output
 
 
 def test_bare_window_is_seconds_and_the_report_says_so():
     recording = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "scenario_idle.om"
     doc = json.loads(invoke("--recording", str(recording), "--window", "5", "-o", "json").output)
-    assert doc["window_seconds"] == 5 and "--window 5 read as 5 seconds (write 5m for minutes)." in doc["notes"]
+    assert doc["window_seconds"] == 5
+    assert "--window 5 read as 5 seconds (write 5m for minutes)." in doc["notes"]
     doc = json.loads(invoke("--recording", str(recording), "--window", "5m", "-o", "json").output)
-    assert doc["window_seconds"] == 300 and not any("--window" in n for n in doc["notes"])
+    assert doc["window_seconds"] == 300
+    assert not any("--window" in n for n in doc["notes"])
 
 
 def test_end_accepts_rfc3339():
@@ -177,23 +190,26 @@ def test_end_accepts_rfc3339():
     b = json.loads(invoke("--recording", str(recording), "--end", "1764600000", "-o", "json").output)
     assert a["targets"][0]["signals"] == b["targets"][0]["signals"]
     bad = invoke("--recording", str(recording), "--end", "yesterday")
-    assert bad.exit_code == 64 and "--end" in bad.output
+    assert bad.exit_code == 64
+    assert "--end" in bad.output
 
 
 def test_unreachable_metrics_url_exits_3():
     from tests.support.prom import free_port
 
     result = invoke("--metrics-url", f"http://127.0.0.1:{free_port()}/metrics", "--quick", "--timeout", "2s")
-    assert result.exit_code == 3 and "kvpilot: error: --metrics-url" in result.output
+    assert result.exit_code == 3
+    assert "kvpilot: error: --metrics-url" in result.output
     # one short line that names the cause, not requests' exception text cut off mid-word
     line = next(ln for ln in result.output.splitlines() if ln.startswith("kvpilot: error:"))
     assert line.endswith(": connection refused"), line
 
 
 def test_watch_reruns(monkeypatch):
-    monkeypatch.setattr("time.sleep", lambda s: None)
+    monkeypatch.setattr("time.sleep", lambda _s: None)
     result = invoke("--recording", str(RECORDINGS / "scenario_idle.om"), "--watch", "1", "--watch-count", "3")
-    assert result.output.count("kvpilot diagnose  source:") == 3 and result.exit_code == 0
+    assert result.output.count("kvpilot diagnose  source:") == 3
+    assert result.exit_code == 0
 
 
 def test_ctrl_c_ends_watch_with_the_last_runs_status(monkeypatch):
@@ -210,9 +226,11 @@ def test_ctrl_c_ends_watch_with_the_last_runs_status(monkeypatch):
         return real_run(opts)
 
     monkeypatch.setattr(run_module, "run", interrupted_second_time)
-    monkeypatch.setattr("time.sleep", lambda s: None)
+    monkeypatch.setattr("time.sleep", lambda _s: None)
     result = invoke("--recording", str(RECORDINGS / "scenario_kv-exhaustion.om"), "--watch", "1", "--watch-count", "5")
-    assert len(calls) == 2 and result.exit_code == 2 and "Aborted" not in result.output
+    assert len(calls) == 2
+    assert result.exit_code == 2
+    assert "Aborted" not in result.output
     # without --watch, Ctrl-C before any result: could not diagnose (3)
-    monkeypatch.setattr(run_module, "run", lambda opts: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(run_module, "run", lambda _opts: (_ for _ in ()).throw(KeyboardInterrupt()))
     assert invoke("--recording", str(RECORDINGS / "scenario_kv-exhaustion.om")).exit_code == 3

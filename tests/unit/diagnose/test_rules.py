@@ -43,7 +43,8 @@ def test_no_data_without_running_or_waiting():
 def test_target_down_when_the_series_stopped():
     # 30 samples in 300 s = one every 10 s; last sample 100 s before the end > 3 intervals (30 s)
     d = diagnose_target(make(running_avg=1, waiting_avg=0, last_sample_time=900.0), resolve_limits())
-    assert d.verdict == "target_down" and "100 s old" in d.evidence[0]
+    assert d.verdict == "target_down"
+    assert "100 s old" in d.evidence[0]
     # 25 s old is within 3 intervals: alive
     assert (
         diagnose_target(
@@ -101,7 +102,8 @@ def test_kv_ceiling_below_one_from_capacity_waiting_with_free_slots():
     ceiling, _ = kv_ceiling(sig, resolve_limits())
     assert ceiling == 0.88
     d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 256}))
-    assert d.verdict == "kv_cache_exhaustion" and 'reason="capacity"' in " ".join(d.evidence)
+    assert d.verdict == "kv_cache_exhaustion"
+    assert 'reason="capacity"' in " ".join(d.evidence)
 
 
 def test_ceiling_is_derived_from_the_limits_not_a_fixed_percentage():
@@ -113,7 +115,8 @@ def test_ceiling_is_derived_from_the_limits_not_a_fixed_percentage():
     # limit that can have refused the queue: a token-budget cap by elimination, never compute
     small = make(running_avg=60, running_max=60, waiting_avg=3, waiting_max=5, kv_usage_avg=0.6, kv_usage_max=0.8)
     d = diagnose_target(small, resolve_limits(cli={"max_num_seqs": 256}))
-    assert d.verdict == "token_budget_cap" and "elimination" in d.evidence[0]
+    assert d.verdict == "token_budget_cap"
+    assert "elimination" in d.evidence[0]
     # 0.8 - 0.2 (the budget is vLLM's default assumed: its size decides the verdict)
     assert d.confidence == 0.6
 
@@ -137,7 +140,9 @@ def test_max_num_seqs_cap_inferred_from_a_flat_running_gauge_when_unconfigured()
         kv_usage_max=0.05,
     )
     d = diagnose_target(sig, resolve_limits())  # max_num_seqs unknown -> default 256
-    assert d.verdict == "max_num_seqs_cap" and d.confidence < 0.7 and "inferred" in d.evidence[0]
+    assert d.verdict == "max_num_seqs_cap"
+    assert d.confidence < 0.7
+    assert "inferred" in d.evidence[0]
 
 
 def test_token_budget_cap_needs_full_steps():
@@ -165,12 +170,15 @@ def test_steps_full_and_the_compute_knee():
     assert steps_full(0.95, 500, 512)  # share >= 0.5 and 98 % fill
     assert not steps_full(0.95, 200, 512)  # 39 % fill: steps not full
     assert not steps_full(None, 52446, 65000)  # 80.7 % fill < 90 %
-    assert steps_full(None, 64000, 65000) and not steps_full(None, None, 2048)
+    assert steps_full(None, 64000, 65000)
+    assert not steps_full(None, None, 2048)
     # H100 knee: 989e12 FLOP/s / 3.35e12 B/s = 295.2 tokens per step (docs/background.md §1)
     knee, how = compute_knee(resolve_limits(gpu_name="H100"))
-    assert knee == pytest.approx(295.2, abs=0.1) and "h100" in how
+    assert knee == pytest.approx(295.2, abs=0.1)
+    assert "h100" in how
     # full steps are a budget cap below vLLM's large-GPU default 8,192; at or above it compute-bound (C12: 65,000)
-    assert budget_binds(steps_full(None, 256, 256), 256) and budget_binds(steps_full(None, 7373, 8191), 8191)
+    assert budget_binds(steps_full(None, 256, 256), 256)
+    assert budget_binds(steps_full(None, 7373, 8191), 8191)
     assert not budget_binds(steps_full(None, 7400, 8192), 8192)  # 7,373 / 8,191 = 90.01 % full, 8,192 compute
     assert not budget_binds(steps_full(None, 64000, 65000), 65000)
     assert not budget_binds(steps_full(None, 7371, 8191), 8191)  # 89.99 % fill: not full
@@ -195,7 +203,8 @@ def test_full_steps_past_the_knee_are_compute_bound():
         sig, resolve_limits(cli={"max_num_seqs": 256, "max_num_batched_tokens": 65000}, gpu_name="H100")
     )
     # a 65,000-token budget on an H100 is 65,000 / 295.2 = 220.2x the knee
-    assert d.verdict == "compute_bound" and "220.2x the 295 tokens at which compute binds" in " ".join(d.evidence)
+    assert d.verdict == "compute_bound"
+    assert "220.2x the 295 tokens at which compute binds" in " ".join(d.evidence)
 
 
 def test_prefix_thrash_needs_some_hits_and_queries_beyond_kv_capacity():
@@ -204,7 +213,8 @@ def test_prefix_thrash_needs_some_hits_and_queries_beyond_kv_capacity():
     thrash = make(prefix_queries_increase=400000.0, prefix_hits_increase=40000.0, **common)
     d = diagnose_target(thrash, limits)
     # 400,000 queried - 40,000 hits = 360,000 tokens written = 7.2x the 50,000-token cache
-    assert d.verdict == "prefix_cache_ineffective" and "7.2x the KV capacity" in " ".join(d.evidence)
+    assert d.verdict == "prefix_cache_ineffective"
+    assert "7.2x the KV capacity" in " ".join(d.evidence)
     # zero hits on traffic that may share nothing: no claim
     unique = make(prefix_queries_increase=400000.0, prefix_hits_increase=0.0, **common)
     assert diagnose_target(unique, limits).verdict == "healthy"
@@ -230,7 +240,8 @@ def test_hot_shared_prefix_over_a_long_window_is_not_thrash():
         requests_finished_increase=1150.0,
     )
     d = diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": 1087424, "max_num_seqs": 1024}))
-    assert d.verdict == "healthy" and not d.findings
+    assert d.verdict == "healthy"
+    assert not d.findings
 
 
 def test_shared_prefix_traffic_turning_the_cache_over_is_not_thrash():
@@ -250,7 +261,8 @@ def test_shared_prefix_traffic_turning_the_cache_over_is_not_thrash():
         requests_finished_increase=2370.0,
     )
     d = diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": 1087424, "max_num_seqs": 1024}))
-    assert d.verdict == "healthy" and not d.findings
+    assert d.verdict == "healthy"
+    assert not d.findings
     # the same turnover with 12 % hits (the prefix-thrash scenario's rate) is thrash
     thrash = make(
         running_avg=3.3,
@@ -283,7 +295,9 @@ def test_preemption_recompute_hits_are_discounted():
     )
     d = diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": 100, "block_size": 64}))
     prefix = [f for f in [d, *d.findings] if f.verdict == "prefix_cache_ineffective"]
-    assert prefix and "0.0 %" in prefix[0].evidence[0] and "preemption recompute" in prefix[0].evidence[0]
+    assert prefix
+    assert "0.0 %" in prefix[0].evidence[0]
+    assert "preemption recompute" in prefix[0].evidence[0]
 
 
 def test_limit_sources_in_precedence_order():

@@ -14,8 +14,11 @@ def test_every_verdict_has_a_severity_rule_and_only_known_severities():
 
 
 def test_growth_of_one_request_over_the_window_is_growing():
-    assert severity.growing(1.0) and severity.growing(12.5)
-    assert not severity.growing(0.99) and not severity.growing(-3.0) and not severity.growing(None)
+    assert severity.growing(1.0)
+    assert severity.growing(12.5)
+    assert not severity.growing(0.99)
+    assert not severity.growing(-3.0)
+    assert not severity.growing(None)
 
 
 def test_a_queue_behind_a_limit_is_critical_only_while_it_grows():

@@ -90,7 +90,8 @@ def test_pid_label_series_combine_by_max():
 def test_no_engine_label_before_0_8_3_is_its_own_target():
     samples = series("vllm:num_requests_running", [3, 3], {"model_name": "m"})
     key = next(iter(compute_signals(samples, 10.0)))
-    assert key == TargetKey(model_name="m") and key.engine == ""
+    assert key == TargetKey(model_name="m")
+    assert key.engine == ""
 
 
 def test_created_samples_are_ignored():
@@ -103,7 +104,8 @@ def test_exact_duplicate_series_count_once():
     # the same series twice in a scrape (same labels, same timestamp): last value wins, nothing doubles
     samples = series("vllm:num_requests_running", [4, 4]) * 2
     s = only(compute_signals(samples, 10.0))
-    assert s.get("running_avg") == 4.0 and s.get("samples_in_window") == 2.0
+    assert s.get("running_avg") == 4.0
+    assert s.get("samples_in_window") == 2.0
 
 
 def test_nan_and_inf_become_unknown_not_numbers():
@@ -113,7 +115,8 @@ def test_nan_and_inf_become_unknown_not_numbers():
         + series("vllm:num_requests_running", [1, 1])
     )
     s = only(compute_signals(samples, 10.0))
-    assert s.get("kv_usage_avg") is None and s.get("kv_usage_max") is None
+    assert s.get("kv_usage_avg") is None
+    assert s.get("kv_usage_max") is None
     assert s.get("waiting_avg") is None  # avg over +Inf is +Inf -> unknown
     assert s.get("running_avg") == 1.0
 
@@ -184,9 +187,12 @@ def test_impossible_values_are_unknowns_and_never_evidence():
         + series("vllm:num_preemptions_total", [0] * 4)
     )
     s = only(compute_signals(samples, 30.0))
-    assert s.get("kv_usage_max") is None and s.get("kv_usage_avg") is None and "kv_usage" in s.rejected
+    assert s.get("kv_usage_max") is None
+    assert s.get("kv_usage_avg") is None
+    assert "kv_usage" in s.rejected
     d = diagnose_target(s, resolve_limits(cli={"max_num_seqs": 4}))
-    assert d.verdict == "max_num_seqs_cap" and d.confidence < 0.9
+    assert d.verdict == "max_num_seqs_cap"
+    assert d.confidence < 0.9
     assert any("kv_usage ignored: 45 is outside 0-1" in e for e in d.evidence)
     # negative request counts: nothing usable, so no verdict rather than "healthy"
     neg = only(
@@ -194,7 +200,8 @@ def test_impossible_values_are_unknowns_and_never_evidence():
             series("vllm:num_requests_running", [-4] * 4) + series("vllm:num_requests_waiting", [-1] * 4), 30.0
         )
     )
-    assert neg.get("running_avg") is None and neg.get("waiting_max") is None
+    assert neg.get("running_avg") is None
+    assert neg.get("waiting_max") is None
     assert diagnose_target(neg, resolve_limits(cli={"max_num_seqs": 4})).verdict == "no_data"
     # exactly full (1.0) is a fraction, kept
     full = only(
@@ -202,7 +209,8 @@ def test_impossible_values_are_unknowns_and_never_evidence():
             series("vllm:kv_cache_usage_perc", [1.0] * 4) + series("vllm:num_requests_running", [4] * 4), 30.0
         )
     )
-    assert full.get("kv_usage_max") == 1.0 and not full.rejected
+    assert full.get("kv_usage_max") == 1.0
+    assert not full.rejected
 
 
 def test_fit_signals_only_when_asked_and_the_value_at_the_window_start():
@@ -262,4 +270,5 @@ def test_waiting_median_and_queue_time_in_step_times():
     samples += series("vllm:inter_token_latency_seconds_sum", [0.0, 2.0])
     samples += series("vllm:inter_token_latency_seconds_count", [0.0, 200.0])
     s = only(compute_signals(samples, 10.0))
-    assert s.get("queue_time_mean_s") == pytest.approx(0.03) and s.get("queue_step_times") == pytest.approx(3.0)
+    assert s.get("queue_time_mean_s") == pytest.approx(0.03)
+    assert s.get("queue_step_times") == pytest.approx(3.0)

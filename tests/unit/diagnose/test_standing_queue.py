@@ -50,7 +50,8 @@ def test_a_queue_that_costs_less_than_a_step_is_no_queue_verdict():
         ),
         resolve_limits(cli={"max_num_seqs": 256}),
     )
-    assert d.verdict == "healthy" and d.signals["inferred_max_num_batched_tokens"] is None
+    assert d.verdict == "healthy"
+    assert d.signals["inferred_max_num_batched_tokens"] is None
     # 1.0 step times: requests are refused admission in later steps: the budget of 600 is inferred
     d = diagnose_target(
         make(
@@ -58,7 +59,8 @@ def test_a_queue_that_costs_less_than_a_step_is_no_queue_verdict():
         ),
         resolve_limits(cli={"max_num_seqs": 256}),
     )
-    assert d.verdict == "token_budget_cap" and d.signals["inferred_max_num_batched_tokens"] == 600
+    assert d.verdict == "token_budget_cap"
+    assert d.signals["inferred_max_num_batched_tokens"] == 600
     assert "each waiting 0.01 s on average = 1.0 step times" in " ".join(d.evidence)
 
 
@@ -98,4 +100,5 @@ def test_the_issue_healthy_server_near_its_limits():
         ),
         resolve_limits(),
     )
-    assert d.verdict == "healthy" and d.signals["inferred_max_num_batched_tokens"] is None
+    assert d.verdict == "healthy"
+    assert d.signals["inferred_max_num_batched_tokens"] is None

@@ -38,29 +38,40 @@ def line(a: float, b: float) -> tuple[tuple[float, float], ...]:
 def test_proportional_step_time_has_elasticity_1_and_flat_0():
     # t = 1e-4 n: b = 1e-4 s per token, a = 0; E = 1e-4 x 2,500 / 0.25 = 1
     fit = fit_step_time(line(0.0, 1e-4))
-    assert fit.elasticity == pytest.approx(1.0) and fit.slope_s_per_token == pytest.approx(1e-4)
-    assert fit.intercept_s == pytest.approx(0.0, abs=1e-12) and fit.grows and not fit.flat
+    assert fit.elasticity == pytest.approx(1.0)
+    assert fit.slope_s_per_token == pytest.approx(1e-4)
+    assert fit.intercept_s == pytest.approx(0.0, abs=1e-12)
+    assert fit.grows
+    assert not fit.flat
     # t = 0.05 s whatever the tokens: b = 0, E = 0
     fit = fit_step_time(line(0.05, 0.0))
-    assert fit.elasticity == pytest.approx(0.0, abs=1e-12) and fit.flat and not fit.grows
+    assert fit.elasticity == pytest.approx(0.0, abs=1e-12)
+    assert fit.flat
+    assert not fit.grows
 
 
 def test_thresholds_on_both_sides():
     # b = 1e-4: b x n_mean = 0.25 s; E = 0.25 / (a + 0.25), so a = 0.25 / E - 0.25
     assert fit_step_time(line(0.25 / 0.71 - 0.25, 1e-4)).grows  # a = 0.10211 s: E = 0.71 >= 0.7
     mid = fit_step_time(line(0.25 / 0.69 - 0.25, 1e-4))  # a = 0.11232 s: E = 0.69
-    assert mid.elasticity == pytest.approx(0.69) and not mid.grows and not mid.flat
+    assert mid.elasticity == pytest.approx(0.69)
+    assert not mid.grows
+    assert not mid.flat
     assert fit_step_time(line(0.25 / 0.29 - 0.25, 1e-4)).flat  # a = 0.61207 s: E = 0.29 <= 0.3
     mid = fit_step_time(line(0.25 / 0.31 - 0.25, 1e-4))  # a = 0.55645 s: E = 0.31
-    assert mid.elasticity == pytest.approx(0.31) and not mid.flat and not mid.grows
+    assert mid.elasticity == pytest.approx(0.31)
+    assert not mid.flat
+    assert not mid.grows
 
 
 def test_no_data_with_too_few_sub_windows_or_too_little_variation():
     three = fit_step_time(line(0.0, 1e-4)[:3])
-    assert three.elasticity is None and "3 sub-windows" in three.reason
+    assert three.elasticity is None
+    assert "3 sub-windows" in three.reason
     # tokens per step 1,000 .. 1,490: spread 1.49 < 1.5 -> no data, even on a perfect line
     narrow = fit_step_time(tuple((n, 1e-4 * n) for n in (1000.0, 1200.0, 1490.0, 1100.0)))
-    assert narrow.elasticity is None and narrow.spread == pytest.approx(1.49)
+    assert narrow.elasticity is None
+    assert narrow.spread == pytest.approx(1.49)
     assert narrow.reason == "tokens per step varied by 1.49x, needs 1.5x"
     # 1,000 .. 1,500: spread exactly 1.5 -> fitted
     assert fit_step_time(tuple((n, 1e-4 * n) for n in (1000.0, 1200.0, 1500.0, 1100.0))).elasticity == pytest.approx(1)
@@ -91,7 +102,8 @@ def test_growing_step_time_makes_full_steps_compute_bound_below_8192():
     assert d.verdict == "compute_bound"
     text = " ".join(d.evidence)
     assert "below vLLM's large-GPU default of 8,192, the measured step time already grows" in text
-    assert "elasticity E = 1.00" in text and "4 sub-windows (1,000 to 4,000 tokens per step)" in text
+    assert "elasticity E = 1.00" in text
+    assert "4 sub-windows (1,000 to 4,000 tokens per step)" in text
     assert d.signals["step_time_elasticity"] == pytest.approx(1.0)
     # E = 0.69 (between the thresholds): the budget's size decides, as without data
     assert diag(4096, line(0.25 / 0.69 - 0.25, 1e-4)).verdict == "token_budget_cap"
@@ -143,13 +155,16 @@ def test_prefill_time_spanning_many_step_times_is_named_a_budget_symptom():
     # expected: ceil(8,000 / (4,096 - 10)) = ceil(1.958) = 2 steps
     d = budget_cap_with_prefill(8.0, 100.0)
     assert d.verdict == "token_budget_cap"
-    assert d.signals["prefill_time_mean_s"] == pytest.approx(0.08) and d.signals["prefill_step_times"] == 8.0
+    assert d.signals["prefill_time_mean_s"] == pytest.approx(0.08)
+    assert d.signals["prefill_step_times"] == 8.0
     text = " ".join(d.evidence)
-    assert "Prefill took 0.08 s per request on average" in text and "= 8.0 step times of 0.01 s" in text
+    assert "Prefill took 0.08 s per request on average" in text
+    assert "= 8.0 step times of 0.01 s" in text
     assert "prefilled across several steps (chunked by the budget)" in text
     assert "ceil(8,000 / 4,086.0) = 2 steps" in text
     # 1.5 s over 100 = 0.015 s = 1.5 step times < 2: about one step
     text = " ".join(budget_cap_with_prefill(1.5, 100.0).evidence)
-    assert "= 1.5 step times" in text and "prefilled in about one step, the budget does not split it" in text
+    assert "= 1.5 step times" in text
+    assert "prefilled in about one step, the budget does not split it" in text
     # no prefill histogram: no sentence, no guess
     assert "Prefill took" not in " ".join(budget_cap_with_prefill(0.0, 0.0).evidence)

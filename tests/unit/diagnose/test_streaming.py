@@ -82,7 +82,7 @@ def test_what_is_not_an_instant_vector_is_refused_with_the_reason(body, words):
 
 
 def test_a_row_longer_than_the_bound_is_refused_before_the_answer_ends():
-    reader = VectorReader(lambda rows: None, max_row=1000)
+    reader = VectorReader(lambda _rows: None, max_row=1000)
     reader.feed(b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{"pod":"')
     with pytest.raises(UnreadableAnswerError, match="longer than 1,000"):
         reader.feed(b"x" * 2000)
@@ -131,5 +131,5 @@ def test_json_in_pieces_is_json_dumps_of_the_whole_report(n_targets, text, numbe
 
 
 def test_json_in_pieces_refuses_nan_as_json_dumps_does():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):  # json's wording
         "".join(json_chunks(_report(1, "x", math.nan)))

@@ -336,6 +336,30 @@ def fit_plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[
     return out
 
 
+def _add_fit_rows(out: dict[TargetKey, FitRows], query: PlannedQuery, rows: list[Any]) -> None:
+    """One :func:`fit_plan` query's rows (:meth:`PrometheusSource._query`) into ``out``, per target."""
+    sd = query.sd
+    if sd is None:  # fit_plan() gives every query a signal
+        raise RuntimeError(f"fit query {query.promql!r} reads no signal")
+    if query.kind == "signal":
+        for ident, _name, value in rows:
+            out.setdefault(TargetKey(*ident), FitRows()).values[sd.name] = value if math.isfinite(value) else None
+    elif query.kind == "sub":
+        for ident, j, value in rows:
+            series = out.setdefault(TargetKey(*ident), FitRows()).series
+            points = series.setdefault(sd.name, [None] * query.points)
+            if 0 <= j < query.points and math.isfinite(value):
+                points[j] = value
+    else:
+        fresh: dict[TargetKey, list[tuple[float, float]]] = {}
+        for ident, bound, value in rows:
+            key = TargetKey(*ident)
+            if bound is not None and sd.name not in out.get(key, FitRows()).buckets:
+                fresh.setdefault(key, []).append((bound, value))
+        for key, rows_ in fresh.items():  # a spelling earlier in the preference order wins
+            out.setdefault(key, FitRows()).buckets[sd.name] = sorted(rows_)
+
+
 def query_count() -> int:
     """Queries one :meth:`PrometheusSource.fetch` sends: one per signal, one per histogram and spelling,
     one per sub-window signal, and three more; the same for any number of targets.
@@ -432,7 +456,7 @@ class PrometheusSource:
         self._names: dict[str, str] = {}  # kvpilot_name values, interned
         self._les: dict[str | None, float | None] = {}  # le text -> bound
 
-    def _query(self, query: PlannedQuery, end: float) -> list[Any]:
+    def _query(self, query: PlannedQuery, end: float) -> list[Any]:  # noqa: C901
         """Rows of one query, as small tuples of shared label tuples and floats: ``(target labels,
         kvpilot_name, value)`` for ``signal``; ``(target labels, upper bound or None, value)`` for
         ``buckets``; ``(target labels, sub-window index 0 = oldest, value)`` for ``sub``, one per step;
@@ -480,7 +504,7 @@ class PrometheusSource:
                     les[le] = None
             return les[le]
 
-        def keep(batch: list[object]) -> None:
+        def keep(batch: list[object]) -> None:  # noqa: C901
             nonlocal seen
             seen += len(batch)
             if seen > max_rows:
@@ -612,32 +636,12 @@ class PrometheusSource:
             except SourceError as exc:
                 errors.append(exc)
                 continue
-            sd = query.sd
-            assert sd is not None  # every fit query reads a signal
-            if query.kind == "signal":
-                for ident, _name, value in rows:
-                    out.setdefault(TargetKey(*ident), FitRows()).values[sd.name] = (
-                        value if math.isfinite(value) else None
-                    )
-            elif query.kind == "sub":
-                for ident, j, value in rows:
-                    series = out.setdefault(TargetKey(*ident), FitRows()).series
-                    points = series.setdefault(sd.name, [None] * query.points)
-                    if 0 <= j < query.points and math.isfinite(value):
-                        points[j] = value
-            else:
-                fresh: dict[TargetKey, list[tuple[float, float]]] = {}
-                for ident, bound, value in rows:
-                    key = TargetKey(*ident)
-                    if bound is not None and sd.name not in out.get(key, FitRows()).buckets:
-                        fresh.setdefault(key, []).append((bound, value))
-                for key, rows_ in fresh.items():  # a spelling earlier in the preference order wins
-                    out.setdefault(key, FitRows()).buckets[sd.name] = sorted(rows_)
+            _add_fit_rows(out, query, rows)
         if errors and len(errors) == len(queries):
             raise errors[0]
         return out
 
-    def _signals(
+    def _signals(  # noqa: C901
         self,
         queries: list[PlannedQuery],
         futures: list[Future[list[Any]]],

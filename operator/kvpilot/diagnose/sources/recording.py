@@ -114,7 +114,7 @@ class _Window:
             known = self._info_names[name] = m is not None and m.canonical == _INFO
         return known
 
-    def add(self, ref: SeriesRef, value: float, ts: float) -> None:
+    def add(self, ref: SeriesRef, value: float, ts: float) -> None:  # noqa: C901
         if ts > self.newest:
             self.newest = ts  # of the kept samples: never past the file's newest, so nothing needed is dropped
         if self._is_info(ref.name):

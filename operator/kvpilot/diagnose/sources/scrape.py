@@ -35,16 +35,13 @@ ACCEPT = (
 )
 
 
-def scrape_once(
-    url: str, timeout: float = 10.0, session: requests.Session | None = None, run_deadline: float | None = None
-) -> str:
+def scrape_once(url: str, timeout: float = 10.0, run_deadline: float | None = None) -> str:
     """GET ``url`` once and return the body (decoded as UTF-8, undecodable bytes replaced).
 
     Userinfo in ``url`` (``http://user:password@host``) is sent as basic auth and left out of every
     message. The whole request (connect, headers, body) must finish within ``timeout`` seconds and before
     ``run_deadline`` (a ``time.monotonic()`` instant); the decompressed body may be at most
     :data:`~kvpilot.diagnose.sources.http.MAX_SCRAPE_BYTES` (:mod:`kvpilot.diagnose.sources.http`).
-    ``session`` is accepted for callers that pass one; the bounded GET does not use it.
 
     Raises:
         SourceError: connection refused, deadline passed, body too large, or a non-200 answer (one line).
@@ -98,30 +95,27 @@ def scrape_series(
     gap = quick_gap_seconds if quick else interval_seconds
     samples: list[Sample] = []
     done = 0
-    with requests.Session() as session:
-        for i in range(count):
-            started = clock()
-            if run_deadline is not None and time.monotonic() >= run_deadline:
-                break
-            try:
-                body = scrape_once(url, timeout, session, run_deadline)
-            except SourceError:
-                if i == 0:
-                    raise
-                break
-            lines = body.count("\n")
-            if lines > MAX_SCRAPE_LINES:
-                raise SourceError(
-                    f"--metrics-url {display_url(url)}: {lines:,} lines in one scrape, more than the limit of "
-                    f"{MAX_SCRAPE_LINES:,} (a vLLM server exposes about a thousand per model)"
-                )
-            try:
-                samples.extend(parse_exposition(body, default_timestamp=started))
-            except ExpositionError as exc:
-                raise SourceError(
-                    f"--metrics-url {display_url(url)}: not Prometheus text or OpenMetrics: {exc}"
-                ) from None
-            done += 1
-            if i < count - 1:
-                sleep(max(0.0, gap - (clock() - started)))
+    for i in range(count):
+        started = clock()
+        if run_deadline is not None and time.monotonic() >= run_deadline:
+            break
+        try:
+            body = scrape_once(url, timeout, run_deadline)
+        except SourceError:
+            if i == 0:
+                raise
+            break
+        lines = body.count("\n")
+        if lines > MAX_SCRAPE_LINES:
+            raise SourceError(
+                f"--metrics-url {display_url(url)}: {lines:,} lines in one scrape, more than the limit of "
+                f"{MAX_SCRAPE_LINES:,} (a vLLM server exposes about a thousand per model)"
+            )
+        try:
+            samples.extend(parse_exposition(body, default_timestamp=started))
+        except ExpositionError as exc:
+            raise SourceError(f"--metrics-url {display_url(url)}: not Prometheus text or OpenMetrics: {exc}") from None
+        done += 1
+        if i < count - 1:
+            sleep(max(0.0, gap - (clock() - started)))
     return samples, done

@@ -125,7 +125,7 @@ class VectorReader:
         self._buf = self._buf[found.end() :]
         self._state = "rows"
 
-    def _rows(self, final: bool) -> None:
+    def _rows(self, final: bool) -> None:  # noqa: C901
         buf = self._buf
         pos = _SEPARATOR.match(buf).end()  # type: ignore[union-attr]
         cut = buf.rfind('{"metric"', pos + 1)  # the last row's start: complete rows before it
