@@ -32,6 +32,9 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
+from functools import reduce
+from itertools import accumulate
+from operator import add, sub
 
 from kvpilot.advice.fit import WorkloadFit
 from kvpilot.advice.prediction import BINDING_LIMITS, QUEUE_LIMITS, Prediction, queue_grows
@@ -239,22 +242,28 @@ class _Window:
         self._count(out, engine.now)
         if out.duration <= 0:
             return
-        key = refusal(out, self.config)
+        self._share(refusal(out, self.config), out)
+
+    def _share(self, key: str, out: StepOutput) -> None:
+        """Add the part of ``out``'s duration inside the window to the binding limit ``key``; a fast-forwarded run
+        step by step, the same sums as stepping one by one (its steps' starts as the engine added them up, each
+        step's share added in turn).
+        """
+        t0, end = self.t0, self.end
         if not out.durations:
-            start, stop = max(out.start, self.t0), min(out.start + out.duration, self.end)
+            start, stop = max(out.start, t0), min(out.start + out.duration, end)
             if stop > start:
                 self.shares[key] += stop - start
             return
-        # a fast-forwarded run: step by step, the same sums as stepping one by one
-        t0, end = self.t0, self.end
+        starts = list(accumulate(out.durations, initial=out.start))
+        if starts[0] >= t0 and starts[-1] <= end:  # inside the window: each step's share is its whole duration
+            self.shares[key] = reduce(add, map(sub, starts[1:], starts), self.shares[key])
+            return
         share = self.shares[key]
-        t = out.start
-        for d in out.durations:
-            nxt = t + d
+        for t, nxt in zip(starts, starts[1:], strict=False):
             start, stop = max(t, t0), min(nxt, end)
             if stop > start:
                 share += stop - start
-            t = nxt
         self.shares[key] = share
 
 
