@@ -304,14 +304,8 @@ class BlockPool:
             raise ValueError(f"cannot get {n} free blocks from the pool ({self.num_free} free)")
         if n <= 0:
             return
-        front = self._head.next
-        fids = front.ids
-        fl = front.fl
-        if len(fids) > n and (front.h0 is None or (fl is not None and len(fl) == 1 and not front.dup)):
-            # grow_tails' common case: the end of the front extent's ids, last first
-            if front.h0 is not None:
-                self.num_evictions += n
-            self.num_free -= n
+        fids = self._front_ids(n)
+        if fids is not None:
             ids = fids[-n:][::-1]
             del fids[-n:]
         else:
@@ -343,14 +337,8 @@ class BlockPool:
         n = len(tails)
         if n > self.num_free:
             raise ValueError(f"cannot get {n} free blocks from the pool ({self.num_free} free)")
-        front = self._head.next
-        ids = front.ids
-        fl = front.fl
-        if len(ids) > n and (front.h0 is None or (fl is not None and len(fl) == 1 and not front.dup)):
-            # the common case: the front extent has more blocks, and evicting them promotes nothing
-            if front.h0 is not None:
-                self.num_evictions += n
-            self.num_free -= n
+        ids = self._front_ids(n)
+        if ids is not None:
             pop = ids.pop
             for tail in tails:
                 tail.append(pop())
@@ -370,14 +358,8 @@ class BlockPool:
             n += k
         if n > self.num_free:
             raise ValueError(f"cannot get {n} free blocks from the pool ({self.num_free} free)")
-        front = self._head.next
-        ids = front.ids
-        fl = front.fl
-        if len(ids) > n and (front.h0 is None or (fl is not None and len(fl) == 1 and not front.dup)):
-            # grow_tails' common case: the blocks are the end of the front extent's ids, last first
-            if front.h0 is not None:
-                self.num_evictions += n
-            self.num_free -= n
+        ids = self._front_ids(n)
+        if ids is not None:  # the blocks are the end of the front extent's ids, last first
             pos = len(ids)
             for tail, k in runs:
                 tail += ids[pos - k : pos][::-1]
@@ -491,6 +473,22 @@ class BlockPool:
         table.exts = []
 
     # ------------------------------------------------------------------ internals
+    def _front_ids(self, n: int) -> list[int] | None:
+        """The common case of taking ``n`` blocks from the front of the queue: the front extent has more, and evicting
+        them promotes nothing (unhashed, or its family's only extent and no duplicate). Then they are counted as taken
+        (free blocks, evictions) and the extent's ids returned: the blocks are the end of the list, last first (the
+        caller takes them off); None otherwise (:meth:`_pop`).
+        """
+        front = self._head.next
+        ids = front.ids
+        fl = front.fl
+        if len(ids) > n and (front.h0 is None or (fl is not None and len(fl) == 1 and not front.dup)):
+            if front.h0 is not None:
+                self.num_evictions += n
+            self.num_free -= n
+            return ids
+        return None
+
     def _pop(self, n: int) -> list[int]:
         """Take ``n`` blocks from the front of the queue (``popleft_n``), evicting their hashes; queue order."""
         out: list[int] = []
