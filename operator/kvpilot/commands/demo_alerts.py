@@ -115,6 +115,26 @@ def _post_alert(prometheus_url: str, alert: dict[str, Any]) -> tuple[dict[str, A
     return asyncio.run(main())
 
 
+def fired_labels(firing: list[dict[str, Any]]) -> dict[str, str]:
+    """The labels of the alert to post from Prometheus' firing ``ALERTS`` series of one alertname.
+
+    A rule with ``critical_when`` has a warning and a critical variant and both may fire for the pod;
+    Alertmanager's shipped inhibit rule then mutes the warning, so the critical one is the one posted.
+    """
+    series = [{k: v for k, v in s["metric"].items() if k not in ("__name__", "alertstate")} for s in firing]
+    critical = [labels for labels in series if labels.get("severity") == "critical"]
+    return (critical or series)[0]
+
+
+def fired_line(labels: dict[str, str], fired_after: float, namespace: str, pod: str) -> str:
+    """The demo's line for the alert that fired, with that alert's own severity (its ``severity`` label)."""
+    return (
+        f"{ALERT} ({labels.get('severity', '?')}: running at the pod's own max_num_seqs, a queue, KV room) fired "
+        f"in a real Prometheus after {fired_after:.1f} s, fed the max-num-seqs-cap engine scenario as "
+        f"{namespace}/{pod} (limit_source={labels.get('limit_source', '?')})."
+    )
+
+
 def section_alerts(ctx: Any) -> None:
     """Rule -> firing in a real Prometheus -> webhook -> ``kvpilot alert-hook`` -> diagnosis."""
     from kvpilot.alerts import render
@@ -158,7 +178,7 @@ def section_alerts(ctx: Any) -> None:
             query = urllib.parse.urlencode({"query": f'ALERTS{{alertname="{ALERT}", alertstate="firing"}}'})
             firing = _wait(lambda: _get_json(f"{url}/api/v1/query?{query}")["data"]["result"], f"{ALERT} firing")
             fired_after = time.monotonic() - started
-            labels = {k: v for k, v in firing[0]["metric"].items() if k not in ("__name__", "alertstate")}
+            labels = fired_labels(firing)
             answer, seconds, hook_url = _post_alert(url, labels)
         finally:
             proc.terminate()
@@ -171,11 +191,7 @@ def section_alerts(ctx: Any) -> None:
     result = answer["results"][0]
     diagnosis = (result.get("diagnosis") or {}).get("targets") or [{}]
     d = diagnosis[0]
-    ctx.say(
-        f"{ALERT} ({rule.severity}: running at the pod's own max_num_seqs, a queue, KV room) fired in a real "
-        f"Prometheus after {fired_after:.1f} s, fed the max-num-seqs-cap engine scenario as {namespace}/{pod} "
-        f"(limit_source={labels.get('limit_source', '?')})."
-    )
+    ctx.say(fired_line(labels, fired_after, namespace, pod))
     ctx.say(f"kvpilot alert-hook answered its Alertmanager webhook in {seconds:.2f} s ({hook_url}):")
     evidence = (d.get("evidence") or [result.get("error") or "no diagnosis"])[0]
     ctx.say(
