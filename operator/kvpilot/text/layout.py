@@ -17,6 +17,7 @@ its value, a backslash at each break (:func:`command_lines`).
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator, Sequence
 
 from rich import box
@@ -128,18 +129,21 @@ def paragraph(text: Cell, indent: int = 0) -> RenderableType:
 
 def command_lines(argv: Sequence[str], width: int, indent: int = 2) -> list[str]:
     """``argv`` as shell lines of at most ``width`` columns, a backslash at each break, continuation lines
-    indented two more, a ``--flag`` never separated from its value. A single token wider than the
-    width gets a line of its own (never split).
+    indented two more, a ``--flag`` kept with its value while the two fit on a line. Each token is quoted
+    for the shell (:func:`shlex.quote`), so the lines pasted into a shell give back ``argv``. A single
+    token wider than the width gets a line of its own (never split): print the lines uncropped.
     """
+    quoted = [shlex.quote(token) for token in argv]
     groups: list[str] = []
     i = 0
     while i < len(argv):
         token = argv[i]
-        if token.startswith("-") and "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            groups.append(f"{token} {argv[i + 1]}")
+        pair = token.startswith("-") and "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("-")
+        if pair and indent + 2 + len(quoted[i]) + 1 + len(quoted[i + 1]) + 2 <= width:
+            groups.append(f"{quoted[i]} {quoted[i + 1]}")
             i += 2
         else:
-            groups.append(token)
+            groups.append(quoted[i])
             i += 1
     lines: list[str] = []
     current = " " * indent
@@ -152,6 +156,15 @@ def command_lines(argv: Sequence[str], width: int, indent: int = 2) -> list[str]
             current = candidate
     lines.append(current)
     return lines
+
+
+def print_command(console: Console, argv: Sequence[str], indent: int = 2, style: str = "") -> None:
+    """Print ``argv`` as :func:`command_lines` at the console's width, every line whole: a token wider than
+    the console runs past its edge rather than being cut (Rich crops a ``no_wrap`` line to the width unless
+    its overflow is ``ignore``), so the command can be pasted.
+    """
+    for line in command_lines(argv, console.width, indent=indent):
+        console.print(Text(line, style=style), no_wrap=True, crop=False, overflow="ignore")
 
 
 #: One atom of a double-quoted YAML scalar, never split across lines: an escape (``\"``, ``\\``, ``\x01``,

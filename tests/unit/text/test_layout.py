@@ -169,3 +169,14 @@ def test_yaml_text_reads_back_as_the_same_value(data, width):
 
     text = yaml_text({"status": data}, width)
     assert yaml.safe_load(text) == {"status": data}
+
+
+def test_command_lines_quote_tokens_and_part_a_flag_from_a_value_too_wide_to_share_a_line():
+    import shlex
+
+    path = "/opt/a clone/" + "x" * 70 + ".json"
+    argv = ["kvpilot", "kv", "--config", path, "--max-model-len", "8192"]
+    lines = command_lines(argv, width=80)
+    # the flag cannot share a line with its 88-column value: the value stands alone, quoted for the space
+    assert lines == ["  kvpilot kv --config \\", f"    '{path}' \\", "    --max-model-len 8192"]
+    assert shlex.split(" ".join(line.removesuffix("\\") for line in lines)) == argv
