@@ -7,10 +7,11 @@ import os
 
 import click
 
+from kvpilot.alerts.payload import MAX_ALERTS
 from kvpilot.commands._common import DURATION, SIZE, fail, fail_input, read_secret_file
 from kvpilot.text.errors import InputError
 
-_EPILOG = """\b
+_EPILOG = f"""\b
 Examples:
   kvpilot alert-hook --prometheus http://prometheus:9090 \\
       --bearer-token-file /etc/kvpilot/hook-token
@@ -28,7 +29,7 @@ Alertmanager (its configuration file):
   - name: kvpilot
     webhook_configs:
     - url: http://HOOK:8080/alerts
-      max_alerts: 100
+      max_alerts: {MAX_ALERTS}
       http_config:
         authorization:
           credentials_file: /etc/alertmanager/hook-token
@@ -100,7 +101,7 @@ def _listen(text: str, option: str = "--listen") -> tuple[str, int]:
 @click.option("--max-body", default="1MiB", type=SIZE, show_default=True, help="Largest request body accepted.")
 @click.option(
     "--max-alerts",
-    default=100,
+    default=MAX_ALERTS,
     type=click.IntRange(1, 100_000),
     show_default=True,
     help="Most alerts in one body (413 past it; Alertmanager: webhook_config max_alerts).",
