@@ -8,8 +8,8 @@ import os
 import click
 
 from kvpilot.alerts.payload import MAX_ALERTS
-from kvpilot.commands._common import DURATION, SIZE, fail, fail_input, read_secret_file
-from kvpilot.text.errors import InputError
+from kvpilot.commands._common import DURATION, SIZE, fail, fail_input, listen_address, read_secret_file
+from kvpilot.text.errors import InputError, InvalidValueError
 
 _EPILOG = f"""\b
 Examples:
@@ -61,12 +61,11 @@ def _user_password(path: str, option: str) -> tuple[str, str]:
 
 
 def _listen(text: str, option: str = "--listen") -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = "127.0.0.1", text
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        fail(f"{option}: {text!r} is not [HOST:]PORT")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    """``[HOST:]PORT``: ``PORT`` alone listens on loopback, ``:PORT`` on every interface."""
+    try:
+        return listen_address(text, option, "127.0.0.1", "0.0.0.0")
+    except InvalidValueError as exc:
+        fail_input(exc)
 
 
 @click.command(name="alert-hook", epilog=_EPILOG)
@@ -280,7 +279,8 @@ def command(  # noqa: C901
                 metrics_port=metrics_address[1] if metrics_address else None,
             )
         except OSError as exc:
-            fail(f"--listen/--metrics-listen: cannot listen: {exc.strerror or exc}")
+            given = f"--listen {listen!r}" + (f" or --metrics-listen {metrics_listen!r}" if metrics_listen else "")
+            fail(f"{given}: cannot listen ({exc.strerror or exc}); give HOST:PORT of a local address, or PORT")
         click.echo(f"kvpilot alert-hook: listening on http://{host}:{port}/alerts", err=True)
         if metrics_address:
             click.echo(

@@ -8,7 +8,8 @@ on spaces with a hanging indent. A word is split only if it is longer than the w
 (no identifier kvpilot prints is: the longest, a vLLM metric name, is under 45 characters).
 
 Prose wraps on spaces too, but never between a figure and its unit: ``-0.07 %`` and ``3 s`` stay on
-one line (:class:`Prose`; rich alone breaks at any space).
+one line (:class:`Prose`; rich alone breaks at any space), nor inside a phrase it is told to keep whole (a label
+and its value: ``window: 3 s``).
 
 Shell command lines wrap the way a shell reads them: tokens packed up to the width, a flag kept with
 its value, a backslash at each break (:func:`command_lines`).
@@ -49,12 +50,17 @@ class Prose:
     character that is not whitespace; the printed segments have their spaces back.
     """
 
-    def __init__(self, text: Cell) -> None:
+    def __init__(self, text: Cell, whole: Sequence[str] = ()) -> None:
+        """``whole``: phrases kept on one line wherever they occur (a label with its value, ``window: 3 s``)."""
         self.text = text if isinstance(text, Text) else Text(str(text))
+        self.whole = tuple(phrase for phrase in whole if " " in phrase)
 
     def _glued(self) -> Text:
         glued = self.text.copy()
-        glued.plain = _FIGURE_UNIT_SPACE.sub(_GLUE, self.text.plain)  # the same length: every span keeps its place
+        plain = self.text.plain
+        for phrase in self.whole:
+            plain = plain.replace(phrase, phrase.replace(" ", _GLUE))
+        glued.plain = _FIGURE_UNIT_SPACE.sub(_GLUE, plain)  # the same length: every span keeps its place
         return glued
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:

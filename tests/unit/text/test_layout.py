@@ -107,6 +107,15 @@ def test_a_unit_word_is_not_a_unit():
     assert text.splitlines()[0].rstrip().endswith("3")
 
 
+def test_prose_keeps_a_whole_phrase_on_one_line():
+    # 70 x's, a space, "window: 3 s" = 82 characters: at 78 columns rich alone breaks after "window:"
+    line = "x" * 70 + " window: 3 s"
+    assert _print(Prose(line), 78).splitlines()[0].rstrip().endswith("window:")
+    text = _print(Prose(line, whole=("window: 3 s",)), 78)
+    assert text.splitlines()[-1].rstrip() == "window: 3 s"
+    assert "\ue000" not in text
+
+
 def test_records_values_keep_figures_with_units():
     out = io.StringIO()
     console = Console(file=out, width=40, color_system=None)
