@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from kvpilot.alerts.payload import MAX_ALERTS
 from kvpilot.alerts.rules import WINDOW, AlertRule, alert_rules, diagnose_command
 
 GROUP = "kvpilot-vllm"
@@ -261,7 +262,7 @@ def alertmanager_config(hook_url: str = HOOK_URL, token_file: str = HOOK_TOKEN_F
                     {
                         "url": hook_url,
                         "send_resolved": True,
-                        "max_alerts": 0,
+                        "max_alerts": MAX_ALERTS,
                         "http_config": {"authorization": {"type": "Bearer", "credentials_file": token_file}},
                     }
                 ],
@@ -315,7 +316,7 @@ def alertmanager_config_resource(
                         {
                             "url": hook_url,
                             "sendResolved": True,
-                            "maxAlerts": 0,
+                            "maxAlerts": MAX_ALERTS,
                             "httpConfig": {
                                 "authorization": {
                                     "type": "Bearer",
@@ -330,9 +331,19 @@ def alertmanager_config_resource(
     }
 
 
+class _NoAliasDumper(yaml.SafeDumper):
+    """A safe dumper that writes a value shared by two keys twice, never as an anchor and ``*alias``:
+    part of a file pasted elsewhere (a route without the inhibit rule) must stand on its own.
+    """
+
+    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - PyYAML's signature: no value is aliased
+        return True
+
+
 def dump(obj: Any) -> str:
-    """YAML as committed: block style, keys in insertion order, long expressions on one line."""
-    return yaml.safe_dump(obj, sort_keys=False, width=1 << 16, allow_unicode=True)
+    """YAML as committed: block style, keys in insertion order, long expressions on one line, no aliases."""
+    text: str = yaml.dump(obj, Dumper=_NoAliasDumper, sort_keys=False, width=1 << 16, allow_unicode=True)
+    return text
 
 
 def render_all(

@@ -1,4 +1,4 @@
-"""Helpers shared by the CLI command modules: one-line errors, size parsing."""
+"""Helpers shared by the CLI command modules: one-line errors, size parsing, listen addresses."""
 
 from __future__ import annotations
 
@@ -34,6 +34,35 @@ _UNITS = {
     "ti": 2**40,
     "tib": 2**40,
 }
+
+
+def listen_address(text: str, option: str, port_only_host: str, empty_host: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``PORT`` (a socket address to listen on) -> ``(host, port)``; port 0 lets the OS choose.
+
+    ``PORT`` alone listens on ``port_only_host``, ``:PORT`` on ``empty_host``. A URL
+    (``http://0.0.0.0:8080``) is refused naming the ``HOST:PORT`` it holds: its scheme would otherwise be
+    taken for part of the host name, which no resolver knows.
+
+    Raises:
+        InvalidValueError: naming ``option`` and the value.
+    """
+    from urllib.parse import urlsplit
+
+    text = str(text)
+    if "://" in text:
+        try:
+            meant = urlsplit(text).netloc.rpartition("@")[2]
+        except ValueError:
+            meant = ""
+        hint = f"did you mean {meant}?" if meant else "example: 127.0.0.1:8123"
+        raise InvalidValueError(option, f"{text!r} is a URL; {option} takes HOST:PORT or PORT ({hint})")
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host = port_only_host
+    host = host.strip("[]") or empty_host
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidValueError(option, f"{text!r} is not HOST:PORT or PORT (example: 127.0.0.1:8123)")
+    return host, int(port)
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:

@@ -7,10 +7,11 @@ import os
 
 import click
 
-from kvpilot.commands._common import DURATION, SIZE, fail, fail_input, read_secret_file
-from kvpilot.text.errors import InputError
+from kvpilot.alerts.payload import MAX_ALERTS
+from kvpilot.commands._common import DURATION, SIZE, fail, fail_input, listen_address, read_secret_file
+from kvpilot.text.errors import InputError, InvalidValueError
 
-_EPILOG = """\b
+_EPILOG = f"""\b
 Examples:
   kvpilot alert-hook --prometheus http://prometheus:9090 \\
       --bearer-token-file /etc/kvpilot/hook-token
@@ -28,7 +29,7 @@ Alertmanager (its configuration file):
   - name: kvpilot
     webhook_configs:
     - url: http://HOOK:8080/alerts
-      max_alerts: 100
+      max_alerts: {MAX_ALERTS}
       http_config:
         authorization:
           credentials_file: /etc/alertmanager/hook-token
@@ -60,12 +61,11 @@ def _user_password(path: str, option: str) -> tuple[str, str]:
 
 
 def _listen(text: str, option: str = "--listen") -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = "127.0.0.1", text
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        fail(f"{option}: {text!r} is not [HOST:]PORT")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    """``[HOST:]PORT``: ``PORT`` alone listens on loopback, ``:PORT`` on every interface."""
+    try:
+        return listen_address(text, option, "127.0.0.1", "0.0.0.0")
+    except InvalidValueError as exc:
+        fail_input(exc)
 
 
 @click.command(name="alert-hook", epilog=_EPILOG)
@@ -100,7 +100,7 @@ def _listen(text: str, option: str = "--listen") -> tuple[str, int]:
 @click.option("--max-body", default="1MiB", type=SIZE, show_default=True, help="Largest request body accepted.")
 @click.option(
     "--max-alerts",
-    default=100,
+    default=MAX_ALERTS,
     type=click.IntRange(1, 100_000),
     show_default=True,
     help="Most alerts in one body (413 past it; Alertmanager: webhook_config max_alerts).",
@@ -279,7 +279,8 @@ def command(  # noqa: C901
                 metrics_port=metrics_address[1] if metrics_address else None,
             )
         except OSError as exc:
-            fail(f"--listen/--metrics-listen: cannot listen: {exc.strerror or exc}")
+            given = f"--listen {listen!r}" + (f" or --metrics-listen {metrics_listen!r}" if metrics_listen else "")
+            fail(f"{given}: cannot listen ({exc.strerror or exc}); give HOST:PORT of a local address, or PORT")
         click.echo(f"kvpilot alert-hook: listening on http://{host}:{port}/alerts", err=True)
         if metrics_address:
             click.echo(

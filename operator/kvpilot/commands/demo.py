@@ -33,7 +33,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvpilot.commands import demo_alerts, demo_analysis
-from kvpilot.text.layout import command_lines, paragraph, records, yaml_text
+from kvpilot.text.layout import paragraph, print_command, records, yaml_text
 from kvpilot.text.numbers import number
 
 T = TypeVar("T")
@@ -215,8 +215,7 @@ def section_apply(ctx: DemoContext) -> None:
         f"pod/{ctx.pod_name} and service/{service['metadata']['name']} "
         f"(owned by {owner['kind']}/{owner['name']}):"
     )
-    for line in command_lines(pod["spec"]["containers"][0]["command"], ctx.console.width):
-        ctx.console.print(Text(line), no_wrap=True, crop=False)
+    print_command(ctx.console, pod["spec"]["containers"][0]["command"])
     limits = pod["spec"]["containers"][0]["resources"]["limits"]
     limits = ", ".join(f"{k}={v}" for k, v in limits.items())
     ctx.say(
@@ -367,6 +366,5 @@ def run(
         ctx.say(f"{hint}each part on its own:")
         for what, command_line in ctx.more:
             ctx.console.print(Text(f"  {what}:", style="dim"))
-            for line in command_lines(shlex.split(command_line), ctx.console.width, indent=4):
-                ctx.console.print(Text(line, style="cyan"), no_wrap=True, crop=False)
+            print_command(ctx.console, shlex.split(command_line), indent=4, style="cyan")
     return ctx

@@ -17,7 +17,6 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -115,6 +114,39 @@ def _post_alert(prometheus_url: str, alert: dict[str, Any]) -> tuple[dict[str, A
     return asyncio.run(main())
 
 
+def firing_alerts(rules: dict[str, Any]) -> list[dict[str, str]] | None:
+    """The labels of the firing :data:`ALERT` alerts in Prometheus' ``/api/v1/rules`` data, once every rule of
+    that alertname (its warning and critical variants) has been evaluated; None before, or while none fires.
+
+    Prometheus evaluates a group's rules one after the other and stores each one's ``ALERTS`` series as it
+    goes: a query of ``ALERTS`` can see the warning variant before the critical one of the same round.
+    """
+    variants = [r for g in rules.get("groups", []) for r in g.get("rules", []) if r.get("name") == ALERT]
+    if not variants or any(str(r.get("lastEvaluation", "0001-")).startswith("0001-") for r in variants):
+        return None
+    firing = [dict(a["labels"]) for r in variants for a in r.get("alerts", []) if a.get("state") == "firing"]
+    return firing or None
+
+
+def fired_labels(firing: list[dict[str, str]]) -> dict[str, str]:
+    """The labels of the alert to post among the firing ones of :data:`ALERT`.
+
+    A rule with ``critical_when`` has a warning and a critical variant and both may fire for the pod;
+    Alertmanager's shipped inhibit rule then mutes the warning, so the critical one is the one posted.
+    """
+    critical = [labels for labels in firing if labels.get("severity") == "critical"]
+    return (critical or firing)[0]
+
+
+def fired_line(labels: dict[str, str], fired_after: float, namespace: str, pod: str) -> str:
+    """The demo's line for the alert that fired, with that alert's own severity (its ``severity`` label)."""
+    return (
+        f"{ALERT} ({labels.get('severity', '?')}: running at the pod's own max_num_seqs, a queue, KV room) fired "
+        f"in a real Prometheus after {fired_after:.1f} s, fed the max-num-seqs-cap engine scenario as "
+        f"{namespace}/{pod} (limit_source={labels.get('limit_source', '?')})."
+    )
+
+
 def section_alerts(ctx: Any) -> None:
     """Rule -> firing in a real Prometheus -> webhook -> ``kvpilot alert-hook`` -> diagnosis."""
     from kvpilot.alerts import render
@@ -155,10 +187,9 @@ def section_alerts(ctx: Any) -> None:
         )
         try:
             started = time.monotonic()
-            query = urllib.parse.urlencode({"query": f'ALERTS{{alertname="{ALERT}", alertstate="firing"}}'})
-            firing = _wait(lambda: _get_json(f"{url}/api/v1/query?{query}")["data"]["result"], f"{ALERT} firing")
+            firing = _wait(lambda: firing_alerts(_get_json(f"{url}/api/v1/rules")["data"]), f"{ALERT} firing")
             fired_after = time.monotonic() - started
-            labels = {k: v for k, v in firing[0]["metric"].items() if k not in ("__name__", "alertstate")}
+            labels = fired_labels(firing)
             answer, seconds, hook_url = _post_alert(url, labels)
         finally:
             proc.terminate()
@@ -171,11 +202,7 @@ def section_alerts(ctx: Any) -> None:
     result = answer["results"][0]
     diagnosis = (result.get("diagnosis") or {}).get("targets") or [{}]
     d = diagnosis[0]
-    ctx.say(
-        f"{ALERT} ({rule.severity}: running at the pod's own max_num_seqs, a queue, KV room) fired in a real "
-        f"Prometheus after {fired_after:.1f} s, fed the max-num-seqs-cap engine scenario as {namespace}/{pod} "
-        f"(limit_source={labels.get('limit_source', '?')})."
-    )
+    ctx.say(fired_line(labels, fired_after, namespace, pod))
     ctx.say(f"kvpilot alert-hook answered its Alertmanager webhook in {seconds:.2f} s ({hook_url}):")
     evidence = (d.get("evidence") or [result.get("error") or "no diagnosis"])[0]
     ctx.say(

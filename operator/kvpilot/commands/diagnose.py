@@ -291,6 +291,13 @@ def command(  # noqa: C901
             f"--metrics-url {shown!r} has no path: vLLM serves its metrics at /metrics "
             f"(try {shown.rstrip('/')}/metrics)"
         )
+    if prometheus and urlsplit(prometheus).path.rstrip("/").endswith("/metrics"):
+        # a server's own exposition page, not a Prometheus API base (whose queries live under /api/v1)
+        shown = display_url(prometheus)
+        raise click.UsageError(
+            f"--prometheus {shown!r} ends in /metrics, a metrics page, not a Prometheus server: to read it, "
+            f"use --metrics-url {shown}; for Prometheus, give its base URL (example: http://127.0.0.1:9090)"
+        )
     authorization = _prometheus_authorization(prometheus, prometheus_bearer_token_file, prometheus_basic_auth_file)
     if recording and not os.path.isfile(recording):
         what = "a directory, not a recording file" if os.path.isdir(recording) else "no such file"

@@ -237,14 +237,17 @@ def resolve_limits(
 Reader = Literal["cli", "service"]
 
 
-def confirm_inferred(inferred: Sequence[str], reader: Reader, pod_read: bool) -> str | None:
+def confirm_inferred(inferred: Sequence[str], reader: Reader, pod_read: bool, pod_unread: str = "") -> str | None:
     """What the reader can do to replace limits the rules inferred from the gauges, in one sentence.
 
     Args:
         inferred: the limits inferred (``max_num_seqs``, ``max_num_batched_tokens``); none: no sentence.
         reader: who reads it (:data:`Reader`).
-        pod_read: the run looked the pod up (``--pod`` or the target's pod label, with cluster access), so
+        pod_read: the run read the pod (``--pod`` or the target's pod label, with cluster access), so
             "pass --pod" would change nothing: the pod's command line and log did not state the limit.
+        pod_unread: why the pod the run looked up could not be read (no Kubernetes configuration, an HTTP
+            error); "" when no pod was looked up or it was read. The pod's command line was never seen, so
+            the sentence says so rather than that it does not state the limit.
 
     Returns:
         the sentence, or None when nothing was inferred.
@@ -259,6 +262,13 @@ def confirm_inferred(inferred: Sequence[str], reader: Reader, pod_read: bool) ->
             f"{head}. To have it read: deploy the server through the kvpilot operator (a VLLMServer), or have "
             "this Prometheus scrape the kvpilot operator's /metrics (kvpilot_vllmserver_limit for the pod)."
         )
+    if pod_unread:
+        fix = (
+            "run with access to the cluster (--kubeconfig, --context)"
+            if pod_unread.startswith("no Kubernetes configuration")
+            else "check --pod, -n and the access to the cluster"
+        )
+        return f"{head} (the pod could not be read: {pod_unread}): pass {flags}, or {fix}, to confirm."
     if pod_read:
         return f"{head} (the pod's command line and startup log do not state it): pass {flags} to confirm."
     return f"{head}: pass {flags}, or --pod with access to the cluster to read it from the pod, to confirm."

@@ -222,7 +222,12 @@ def to_text(report: Report, width: int = 100, color: bool = False) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False)
     window = fig(report.window_seconds, 3, "s")
-    console.print(Prose(Text(f"kvpilot diagnose  source: {report.source}  window: {window}", style="bold")))
+    console.print(
+        Prose(
+            Text(f"kvpilot diagnose  source: {report.source}  window: {window}", style="bold"),
+            whole=(f"window: {window}",),
+        )
+    )
     for note in report.notes:
         console.print(Padding(Prose(f"note: {note}"), (0, 0, 0, 2)))
     for d in report.targets:

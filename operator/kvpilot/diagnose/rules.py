@@ -31,7 +31,7 @@ Order (first match is the primary verdict):
    policy), listed with the metrics that tell them apart;
 10. ``prefix_cache_ineffective`` - a low hit rate with a reason to expect hits;
 11. ``no_data`` - one of the two gauges missing;
-12. ``idle`` / ``healthy``.
+12. ``idle`` (the gauges at 0 and no work counter rising) / ``healthy``.
 
 Secondary findings: ``prefix_cache_ineffective`` beside another verdict, and ``metrics_schema_mismatch``
 when only legacy names exist (escaped ones are one report note, :func:`escaped_names_note`).
@@ -693,9 +693,31 @@ def rule_partial_data(f: Facts) -> Finding | None:
     )
 
 
+#: the counters that rise only when requests ran: (signal, what it counts, its vLLM metric)
+_WORK_COUNTERS: tuple[tuple[SignalName, str, str], ...] = (
+    ("prompt_tokens_per_s", "prompt tokens/s", "vllm:prompt_tokens_total"),
+    ("generation_tokens_per_s", "generated tokens/s", "vllm:generation_tokens_total"),
+    ("requests_finished_per_s", "requests finished/s", "vllm:request_success_total"),
+)
+
+
+def counters_rose(f: Facts) -> list[str]:
+    """The work counters that rose over the window, each as "RATE what (metric)"; empty when none did or none
+    is known. The running and waiting gauges are samples (two with ``--quick``): requests that ran between
+    them leave the gauges at 0 but raise these counters, so only flat counters show that nothing ran.
+    """
+    return [
+        f"{number(rate, 2, trim=True)} {what} ({metric})"
+        for name, what, metric in _WORK_COUNTERS
+        if (rate := f.s(name)) is not None and rate > 0
+    ]
+
+
 def rule_idle(f: Facts) -> Finding | None:
-    """``idle``: nothing ran or waited."""
-    if (f.run_max or 0) != 0 or (f.wait_max or 0) != 0:
+    """``idle``: nothing ran or waited: the gauges read 0 and no work counter (prompt or generated tokens,
+    requests finished) rose, where those are known.
+    """
+    if (f.run_max or 0) != 0 or (f.wait_max or 0) != 0 or counters_rose(f):
         return None
     return Finding(
         "idle",
@@ -712,6 +734,12 @@ def rule_healthy(f: Facts) -> Finding | None:
         f"{fig(f.wait_avg, 1)} waiting on average; KV usage peaked at {percent(f.kv_max)}; "
         f"{number(f.preempt)} preemptions."
     ]
+    if (f.run_max or 0) == 0 and (f.wait_max or 0) == 0 and (rose := counters_rose(f)):
+        ev.append(
+            "The running and waiting gauges read 0 in every sample, yet requests ran between the samples: "
+            + ", ".join(rose)
+            + "."
+        )
     ev.extend(_latency_evidence(f.signals))
     return Finding("healthy", "ok", CONF_HEALTHY - (0 if f.kv_known else PENALTY), ev)
 

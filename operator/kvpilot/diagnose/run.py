@@ -340,7 +340,10 @@ def run(opts: Options) -> Report:  # noqa: C901
         inferred = {name: diag.signals.get(f"inferred_{name}") for name in ("max_num_seqs", "max_num_batched_tokens")}
         diag.evidence.append(limits.describe(inferred))
         advice = confirm_inferred(
-            [k for k, v in inferred.items() if v is not None], opts.reader, pod_read=from_pod is not None
+            [k for k, v in inferred.items() if v is not None],
+            opts.reader,
+            pod_read=from_pod is not None and not from_pod.unread,
+            pod_unread=from_pod.unread if from_pod else "",
         )
         if advice:
             diag.evidence.append(advice)

@@ -8,7 +8,8 @@ on spaces with a hanging indent. A word is split only if it is longer than the w
 (no identifier kvpilot prints is: the longest, a vLLM metric name, is under 45 characters).
 
 Prose wraps on spaces too, but never between a figure and its unit: ``-0.07 %`` and ``3 s`` stay on
-one line (:class:`Prose`; rich alone breaks at any space).
+one line (:class:`Prose`; rich alone breaks at any space), nor inside a phrase it is told to keep whole (a label
+and its value: ``window: 3 s``).
 
 Shell command lines wrap the way a shell reads them: tokens packed up to the width, a flag kept with
 its value, a backslash at each break (:func:`command_lines`).
@@ -17,6 +18,7 @@ its value, a backslash at each break (:func:`command_lines`).
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator, Sequence
 
 from rich import box
@@ -48,12 +50,17 @@ class Prose:
     character that is not whitespace; the printed segments have their spaces back.
     """
 
-    def __init__(self, text: Cell) -> None:
+    def __init__(self, text: Cell, whole: Sequence[str] = ()) -> None:
+        """``whole``: phrases kept on one line wherever they occur (a label with its value, ``window: 3 s``)."""
         self.text = text if isinstance(text, Text) else Text(str(text))
+        self.whole = tuple(phrase for phrase in whole if " " in phrase)
 
     def _glued(self) -> Text:
         glued = self.text.copy()
-        glued.plain = _FIGURE_UNIT_SPACE.sub(_GLUE, self.text.plain)  # the same length: every span keeps its place
+        plain = self.text.plain
+        for phrase in self.whole:
+            plain = plain.replace(phrase, phrase.replace(" ", _GLUE))
+        glued.plain = _FIGURE_UNIT_SPACE.sub(_GLUE, plain)  # the same length: every span keeps its place
         return glued
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
@@ -128,18 +135,21 @@ def paragraph(text: Cell, indent: int = 0) -> RenderableType:
 
 def command_lines(argv: Sequence[str], width: int, indent: int = 2) -> list[str]:
     """``argv`` as shell lines of at most ``width`` columns, a backslash at each break, continuation lines
-    indented two more, a ``--flag`` never separated from its value. A single token wider than the
-    width gets a line of its own (never split).
+    indented two more, a ``--flag`` kept with its value while the two fit on a line. Each token is quoted
+    for the shell (:func:`shlex.quote`), so the lines pasted into a shell give back ``argv``. A single
+    token wider than the width gets a line of its own (never split): print the lines uncropped.
     """
+    quoted = [shlex.quote(token) for token in argv]
     groups: list[str] = []
     i = 0
     while i < len(argv):
         token = argv[i]
-        if token.startswith("-") and "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            groups.append(f"{token} {argv[i + 1]}")
+        pair = token.startswith("-") and "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("-")
+        if pair and indent + 2 + len(quoted[i]) + 1 + len(quoted[i + 1]) + 2 <= width:
+            groups.append(f"{quoted[i]} {quoted[i + 1]}")
             i += 2
         else:
-            groups.append(token)
+            groups.append(quoted[i])
             i += 1
     lines: list[str] = []
     current = " " * indent
@@ -152,6 +162,15 @@ def command_lines(argv: Sequence[str], width: int, indent: int = 2) -> list[str]
             current = candidate
     lines.append(current)
     return lines
+
+
+def print_command(console: Console, argv: Sequence[str], indent: int = 2, style: str = "") -> None:
+    """Print ``argv`` as :func:`command_lines` at the console's width, every line whole: a token wider than
+    the console runs past its edge rather than being cut (Rich crops a ``no_wrap`` line to the width unless
+    its overflow is ``ignore``), so the command can be pasted.
+    """
+    for line in command_lines(argv, console.width, indent=indent):
+        console.print(Text(line, style=style), no_wrap=True, crop=False, overflow="ignore")
 
 
 #: One atom of a double-quoted YAML scalar, never split across lines: an escape (``\"``, ``\\``, ``\x01``,

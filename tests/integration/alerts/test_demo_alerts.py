@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 
 import pytest
 from rich.console import Console
@@ -22,11 +23,12 @@ def test_the_alert_section_goes_from_rule_to_diagnosis():
         ctx = DemoContext(console=Console(file=out, width=100), stack=stack, pod_name="qwen-experiment-58343")
         section_alerts(ctx)
     text = " ".join(out.getvalue().split())
-    assert "VLLMMaxNumSeqsCap (warning" in text
+    [fired] = re.findall(r"VLLMMaxNumSeqsCap \((warning|critical):", text)
     assert "fired in a real Prometheus after" in text
     assert "limit_source=kvpilot_vllmserver_limit" in text
     # the scenario's cap is 4 (kvpilot.engine.scenarios) and the diagnosis says so
-    assert "max_num_seqs_cap (warning" in text or "max_num_seqs_cap (critical" in text
+    # the alert that fired and the hook's diagnosis of it say one severity
+    assert f"max_num_seqs_cap ({fired}, confidence" in text
     assert "of 4" in text
     # read from the operator's limits metric in the same Prometheus, not inferred from the gauges
     assert "of 4 (kvpilot_vllmserver_limit)" in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import re
+import subprocess
 
 import pytest
 from rich.console import Console
@@ -76,10 +77,11 @@ def test_verbose_shows_evidence_and_the_status_as_yaml(outputs):
     assert "\nstatus:\n" in text
     assert "  kvCacheTokens: 21520" in text
     assert "evidence" in text
-    assert "Little's law" in text
+    # prose wraps at any space between words ("Little's" / "law)" at 80 columns): read it as words
+    assert "Little's law" in " ".join(text.split())
     summary = "\n".join(outputs[(80, False)])
     assert "-o yaml" not in summary
-    assert "Little's law" not in summary
+    assert "Little's law" not in " ".join(summary.split())
 
 
 def _status_yaml(lines: list[str]) -> str:
@@ -120,3 +122,32 @@ def test_no_word_a_newcomer_cannot_know(outputs, key):
         assert jargon not in text, jargon
     # the measured run is described; its name appears only as the title of the docs section it points to
     assert "founding" not in text.replace('docs/engine.md, "the founding measurement"', "")
+
+
+#: a clone path long enough that the packaged config.json is wider than 80 columns, with a space to quote
+LONG_CONFIG = "/tmp/review.Te3l/my clones/kvpilot/operator/kvpilot/data/Qwen2.5-1.5B-Instruct.config.json"
+
+
+def test_the_closing_commands_paste_whole_with_a_long_clone_path():
+    import shlex
+
+    def section(ctx: demo.DemoContext) -> None:
+        ctx.more.append(("KV math", f"kvpilot kv {shlex.quote(LONG_CONFIG)} --kv-memory 1GiB --max-model-len 8192"))
+
+    out = io.StringIO()
+    demo.run(Console(file=out, width=80, color_system=None), sections=[("kv", section)])
+    lines = out.getvalue().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "KV math:") + 1
+    command = lines[start:]
+    assert len(command) > 1  # it is continued, not cut
+    assert any(LONG_CONFIG in line for line in command)  # the path is whole on its own line
+    # every break is a backslash and the shell reads the lines back as the command
+    assert all(line.endswith(" \\") for line in command[:-1])
+    argv = ["kvpilot", "kv", LONG_CONFIG, "--kv-memory", "1GiB", "--max-model-len", "8192"]
+    assert shlex.split(" ".join(line.removesuffix("\\") for line in command)) == argv
+    # pasted as is into a POSIX shell (backslash-newline continues the line), it is the same argv
+    script = "set -- " + "\n".join(command).lstrip() + '\nprintf "%s\\0" "$@"'
+    shell = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=10, check=True)
+    assert shell.stdout.split("\0")[:-1] == argv
+    # only the token wider than the terminal runs past it
+    assert all(len(line) <= 80 for line in command if LONG_CONFIG not in line)

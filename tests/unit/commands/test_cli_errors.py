@@ -109,3 +109,64 @@ def test_credentials_typed_without_a_scheme_are_not_echoed():
     _, output = _run(["diagnose", "--metrics-url", "user:s3cret@host:8000/metrics"], {})
     assert "s3cret" not in output
     assert "did you mean http://host:8000/metrics?" in output
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/metrics", "http://10.0.0.7:8000/metrics/"])
+def test_a_metrics_page_given_as_prometheus_is_pointed_to_metrics_url(url):
+    # checked before any network read: port 8000 on 127.0.0.1 need not listen
+    code, output = _run(["diagnose", "--prometheus", url], {})
+    assert code == 64
+    assert f"--prometheus {url!r} ends in /metrics, a metrics page, not a Prometheus server" in output
+    assert f"use --metrics-url {url};" in output
+    assert "HTTP 404" not in output
+
+
+def test_a_prometheus_base_url_with_a_path_prefix_is_not_taken_for_a_metrics_page():
+    # a Prometheus behind a proxy prefix (/prometheus) is a Prometheus; port 9 (discard) on loopback refuses
+    code, output = _run(["diagnose", "--prometheus", "http://127.0.0.1:9/prometheus", "--timeout", "1"], {})
+    assert "ends in /metrics" not in output
+    assert code != 64
+
+
+def test_simulate_serve_given_a_url_names_the_host_port_it_takes():
+    code, output = _run(["simulate", "--serve", "http://127.0.0.1:8000"], {})
+    assert code == 2
+    assert _error_line(output) == (
+        "kvpilot: error: --serve: 'http://127.0.0.1:8000' is a URL; --serve takes HOST:PORT or PORT "
+        "(did you mean 127.0.0.1:8000?)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "meant"),
+    [
+        ("--listen", "http://0.0.0.0:8080", "0.0.0.0:8080"),
+        ("--metrics-listen", "https://127.0.0.1:9100/", "127.0.0.1:9100"),
+    ],
+)
+def test_alert_hook_listen_given_a_url_names_the_option_the_value_and_the_form(flag, value, meant):
+    args = ["alert-hook", "--prometheus", "http://127.0.0.1:9", "--insecure-no-auth", flag, value]
+    code, output = _run(args, {})
+    assert code == 2
+    assert _error_line(output) == (
+        f"kvpilot: error: {flag}: {value!r} is a URL; {flag} takes HOST:PORT or PORT (did you mean {meant}?)"
+    )
+
+
+def test_alert_hook_that_cannot_bind_names_the_address_it_was_given():
+    # a host no resolver knows (.invalid is reserved, RFC 2606): the bind fails after parsing
+    code, output = _run(
+        [
+            "alert-hook",
+            "--prometheus",
+            "http://127.0.0.1:9",
+            "--insecure-no-auth",
+            "--listen",
+            "no-such-host.invalid:0",
+        ],
+        {},
+    )
+    assert code == 2
+    line = _error_line(output)
+    assert line.startswith("kvpilot: error: --listen 'no-such-host.invalid:0': cannot listen (")
+    assert line.endswith("); give HOST:PORT of a local address, or PORT")

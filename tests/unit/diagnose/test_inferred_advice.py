@@ -59,3 +59,46 @@ def test_the_cli_diagnosis_carries_the_flags():
     evidence = _evidence("cli")
     assert any("pass --max-num-seqs N, or --pod" in e for e in evidence)
     assert not any("kvpilot operator" in e for e in evidence)
+
+
+def test_a_pod_that_could_not_be_read_is_not_said_to_omit_the_limit():
+    why = "no Kubernetes configuration (ConfigException: Invalid kube-config file. No configuration found.)"
+    text = confirm_inferred(["max_num_seqs"], "cli", pod_read=False, pod_unread=why)
+    assert text == (
+        "Lower confidence: max_num_seqs inferred from the gauges, not read (the pod could not be read: "
+        f"{why}): pass --max-num-seqs N, or run with access to the cluster (--kubeconfig, --context), to confirm."
+    )
+    assert "do not state it" not in text
+
+
+def test_a_pod_the_cluster_refused_names_the_refusal():
+    text = confirm_inferred(["max_num_batched_tokens"], "cli", pod_read=False, pod_unread="HTTP 404 Not Found")
+    assert text == (
+        "Lower confidence: max_num_batched_tokens inferred from the gauges, not read (the pod could not be read: "
+        "HTTP 404 Not Found): pass --max-num-batched-tokens N, or check --pod, -n and the access to the cluster, "
+        "to confirm."
+    )
+
+
+def test_a_pod_read_that_did_not_state_the_limit_keeps_its_sentence():
+    text = confirm_inferred(["max_num_seqs"], "cli", pod_read=True)
+    assert text == (
+        "Lower confidence: max_num_seqs inferred from the gauges, not read (the pod's command line and startup "
+        "log do not state it): pass --max-num-seqs N to confirm."
+    )
+
+
+def test_a_named_pod_without_a_kubeconfig_gets_the_could_not_be_read_advice(tmp_path, monkeypatch):
+    # --pod named, no Kubernetes configuration anywhere: the pod was never read, so the advice must not say
+    # its command line omits the limit
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    report = run(Options(recording=str(RECORDING), window_seconds=300, namespace="llm", pod="qwen-0", reader="cli"))
+    [target] = report.targets
+    assert target.signals["inferred_max_num_seqs"] == 4
+    assert any(n.startswith("pod llm/qwen-0 not read: no Kubernetes configuration") for n in report.notes)
+    [advice] = [e for e in target.evidence if e.startswith("Lower confidence")]
+    assert "(the pod could not be read: no Kubernetes configuration" in advice
+    assert "do not state it" not in advice
+    assert "pass --max-num-seqs N, or run with access to the cluster" in advice

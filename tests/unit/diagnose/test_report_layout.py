@@ -61,3 +61,23 @@ def test_the_header_never_parts_the_window_from_its_unit(width):
     header = to_text(report, width=width).split("no targets")[0]
     assert "window: 3 s" in " ".join(header.split())
     assert not re.search(r"window: 3\s*\n\s*s", header), header
+
+
+@pytest.mark.parametrize("width", range(78, 83))
+@pytest.mark.parametrize("port", ["80", "8000", "38211", "1"])
+def test_the_header_never_parts_the_window_label_from_its_value(width, port):
+    """``window: 3 s`` stays whole: "... window:" ending one line and "3 s" starting the next split it before.
+
+    By hand: "kvpilot diagnose  source: metrics-url http://127.0.0.1:8000/metrics  window: 3 s" is
+    16 + 2 + 7 + 1 + 11 + 1 + 29 + 2 + 7 + 1 + 3 = 80 characters, "window:" ending at column 76; each port
+    digit more or less moves it by one, so 1 to 5 digits at 78-82 columns put the line's edge between
+    "window:" and "3 s" (port 38211 at 78-80 columns split them).
+    """
+    from kvpilot.diagnose.model import Report
+    from kvpilot.diagnose.report import to_text
+
+    report = Report(source=f"metrics-url http://127.0.0.1:{port}/metrics", window_seconds=3.0)
+    header = to_text(report, width=width).split("no targets")[0]
+    lines = [line.rstrip() for line in header.splitlines() if line.strip()]
+    assert not any(line.endswith("window:") for line in lines), header
+    assert any("window: 3 s" in line for line in lines), header

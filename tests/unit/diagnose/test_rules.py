@@ -66,6 +66,32 @@ def test_idle_and_healthy():
     assert (d.verdict, d.severity) == ("healthy", "ok")
 
 
+IDLE_GAUGES = {"running_avg": 0, "running_max": 0, "waiting_avg": 0, "waiting_max": 0}
+
+
+def test_idle_needs_flat_work_counters():
+    # the gauges at 0 in every sample and the counters flat: nothing ran
+    flat = make(**IDLE_GAUGES, prompt_tokens_per_s=0.0, generation_tokens_per_s=0.0, requests_finished_per_s=0.0)
+    assert diagnose_target(flat, resolve_limits()).verdict == "idle"
+
+
+@pytest.mark.parametrize(
+    ("counter", "rate", "shown"),
+    [
+        # a busy server sampled twice (--quick) between its requests: 955 prompt tokens/s, 2 requests/s
+        ("prompt_tokens_per_s", 955.0, "955 prompt tokens/s (vllm:prompt_tokens_total)"),
+        ("generation_tokens_per_s", 40.0, "40 generated tokens/s (vllm:generation_tokens_total)"),
+        ("requests_finished_per_s", 2.0, "2 requests finished/s (vllm:request_success_total)"),
+    ],
+)
+def test_a_rising_work_counter_is_not_idle(counter, rate, shown):
+    # running and waiting read 0 in both samples, yet a counter rose: requests ran between the samples
+    d = diagnose_target(make(**IDLE_GAUGES, **{counter: rate}), resolve_limits())
+    assert (d.verdict, d.severity) == ("healthy", "ok")
+    assert not any("No request ran" in line for line in d.evidence)
+    assert any("requests ran between the samples" in line and shown in line for line in d.evidence)
+
+
 def test_kv_shortage_wins_over_running_at_max_num_seqs():
     # running == max_num_seqs == 4 AND preemptions with KV at 1.0: still a KV shortage
     # (docs/diagnosis.md, kv_cache_exhaustion)

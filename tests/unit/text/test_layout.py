@@ -107,6 +107,15 @@ def test_a_unit_word_is_not_a_unit():
     assert text.splitlines()[0].rstrip().endswith("3")
 
 
+def test_prose_keeps_a_whole_phrase_on_one_line():
+    # 70 x's, a space, "window: 3 s" = 82 characters: at 78 columns rich alone breaks after "window:"
+    line = "x" * 70 + " window: 3 s"
+    assert _print(Prose(line), 78).splitlines()[0].rstrip().endswith("window:")
+    text = _print(Prose(line, whole=("window: 3 s",)), 78)
+    assert text.splitlines()[-1].rstrip() == "window: 3 s"
+    assert "\ue000" not in text
+
+
 def test_records_values_keep_figures_with_units():
     out = io.StringIO()
     console = Console(file=out, width=40, color_system=None)
@@ -169,3 +178,14 @@ def test_yaml_text_reads_back_as_the_same_value(data, width):
 
     text = yaml_text({"status": data}, width)
     assert yaml.safe_load(text) == {"status": data}
+
+
+def test_command_lines_quote_tokens_and_part_a_flag_from_a_value_too_wide_to_share_a_line():
+    import shlex
+
+    path = "/opt/a clone/" + "x" * 70 + ".json"
+    argv = ["kvpilot", "kv", "--config", path, "--max-model-len", "8192"]
+    lines = command_lines(argv, width=80)
+    # the flag cannot share a line with its 88-column value: the value stands alone, quoted for the space
+    assert lines == ["  kvpilot kv --config \\", f"    '{path}' \\", "    --max-model-len 8192"]
+    assert shlex.split(" ".join(line.removesuffix("\\") for line in lines)) == argv

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from kvpilot.commands._common import fail, fail_input, read_input
+from kvpilot.commands._common import fail, fail_input, listen_address, read_input
 from kvpilot.commands.simulate.session import engine_call
 from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import fig, number
@@ -75,18 +75,12 @@ def parse_end(text: str | None, now: float) -> float:
 
 
 def parse_listen(text: str, default_host: str, field: str = "--serve") -> tuple[str, int]:
-    """``HOST:PORT`` or ``PORT`` -> ``(host, port)``; port 0 lets the OS choose.
+    """``HOST:PORT`` or ``PORT`` -> ``(host, port)`` (:func:`kvpilot.commands._common.listen_address`).
 
     Raises:
         InvalidValueError: naming ``field``.
     """
-    host, sep, port = str(text).rpartition(":")
-    if not sep:
-        host = default_host
-    host = host.strip("[]") or default_host
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InvalidValueError(field, f"{text!r} is not HOST:PORT or PORT (example: 127.0.0.1:8123)")
-    return host, int(port)
+    return listen_address(text, field, default_host, default_host)
 
 
 def block_size_option(value: int | None) -> int | None:

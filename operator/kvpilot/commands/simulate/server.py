@@ -87,7 +87,10 @@ def serve(sim: Simulation, host: str, port: int, speed: float, duration: float |
     try:
         httpd = ThreadingHTTPServer((host, port), _handler(sim, version))
     except OSError as exc:
-        fail(f"--serve: cannot listen on {host}:{port} ({exc.strerror or exc})")
+        fail(
+            f"--serve: cannot listen on {host}:{port} ({exc.strerror or exc}); give HOST:PORT of a local address, "
+            "or PORT"
+        )
     httpd.daemon_threads = True
     server_thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     server_thread.start()

@@ -142,12 +142,20 @@ class PodLimits:
         log: ``{limit: value}`` from its startup log (``non-default args``, budget and KV lines).
         container: the container they came from ("" when none looks like vLLM).
         notes: sentences for the report (what was read, or why not).
+        unread: why the pod could not be read ("no Kubernetes configuration (...)", "HTTP 403 Forbidden", ...);
+            "" when it was read (its spec fetched, whatever it stated).
     """
 
     args: dict[str, Any] = field(default_factory=dict)
     log: dict[str, Any] = field(default_factory=dict)
     container: str = ""
     notes: list[str] = field(default_factory=list)
+    unread: str = ""
+
+    @classmethod
+    def not_read(cls, namespace: str, pod: str, why: str) -> PodLimits:
+        """A pod that could not be read, with the note that says why."""
+        return cls(notes=[f"pod {namespace}/{pod} not read: {why}"], unread=why)
 
 
 def vllm_argv(container: dict[str, Any]) -> list[str] | None:
@@ -231,7 +239,7 @@ def lookup_pod_limits(
     try:
         api = _api_client(kubeconfig, context)
     except LookupError as exc:
-        return PodLimits(notes=[f"pod {namespace}/{pod} not read: {exc}"])
+        return PodLimits.not_read(namespace, pod, str(exc))
     import urllib3
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
@@ -251,7 +259,7 @@ def lookup_pod_limits(
                 else:
                     limits.log = startup_limits(log if isinstance(log, str) else str(log))
     except ApiException as exc:
-        return PodLimits(notes=[f"pod {namespace}/{pod} not read: HTTP {exc.status} {exc.reason}"])
+        return PodLimits.not_read(namespace, pod, f"HTTP {exc.status} {exc.reason}")
     except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-        return PodLimits(notes=[f"pod {namespace}/{pod} not read: {type(exc).__name__}"])
+        return PodLimits.not_read(namespace, pod, type(exc).__name__)
     return limits
