@@ -120,7 +120,9 @@ def test_operator_process_collects_garbage_less_often():
     """A burst makes a heap of hundreds of thousands of long-lived objects: kopf keeps every watched body.
 
     700,000 of them cost CPython's default thresholds (700, 10, 10) a collection every 700 allocations (1,000),
-    an older generation's every 10 of the younger, and full collections of the whole heap. After tune_gc: a young
+    an older generation's every 10 of the younger (and full ones of the whole heap, unless the process already
+    holds four times as many long-lived objects: CPython runs a full collection only when the objects waiting for
+    one exceed a quarter of those that survived the last, so a long test session may see none). After tune_gc: a young
     collection every 50,000 (14) and, 20 young ones being needed before an older one, none of an older generation
     (with 10 there would be one after the 11th young one).
     """
@@ -137,7 +139,7 @@ def test_operator_process_collects_garbage_less_often():
     finally:
         gc.set_threshold(*before)
     assert len(default) >= 700_000 // 700 - 10
-    assert 2 in default
+    assert {1, 2} & set(default), sorted(set(default))  # older generations collected
     assert 0 < len(tuned) <= 700_000 // 50_000
     assert set(tuned) == {0}
 
