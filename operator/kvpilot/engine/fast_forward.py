@@ -117,8 +117,9 @@ class _Stretch:
     computed tokens before the next step; ``pre``: the request prefilling its prompt with the budget the decodes
     leave (the last running one), None when every running request decodes; ``phases[p]``: for the requests that
     take a block at the steps with ``g % block_size == p``, the ids of their tables' unhashed last extents, in
-    running order; ``finishing[g]``: the decoding requests finishing in step ``g``, in running order
-    (``finish_steps``: a heap of those steps); ``gaps``: each step's inter-token gap, for the requests' own
+    running order (keyed by the lists' ``id``: a dict keeps insertion order and takes one out in O(1));
+    ``finishing[g]``: the decoding requests finishing in step ``g``, in running order (``finish_steps``: a heap of
+    those steps); ``gaps``: each step's inter-token gap, for the requests' own
     ``itls``; ``blocked_at``: the budget left to the waiting queue at which its head last did not fit, while
     nothing has freed blocks or arrived since (-1: none).
     """
@@ -173,7 +174,7 @@ class _Stretch:
         self.track = engine.track_itls
         self.keep = engine.keep_finished and self.track
         self.observed = self.track or engine.metrics is not None  # quiet steps' gaps are recorded
-        self.phases: list[list[list[int]]] = [[] for _ in range(self.bs)]
+        self.phases: list[dict[int, list[int]]] = [{} for _ in range(self.bs)]
         self.finishing: dict[int, list[Request]] = {}
         self.finish_steps: list[int] = []
         self.context = 0
@@ -203,7 +204,8 @@ class _Stretch:
         alloc = g0 + req.capacity - c  # the step whose token does not fit its blocks (capacity - c < block_size)
         if alloc <= finish:
             req.ff_phase = alloc % self.bs
-            self.phases[req.ff_phase].append(self.engine.pool.open_tail(req.table))
+            tail = self.engine.pool.open_tail(req.table)
+            self.phases[req.ff_phase][id(tail)] = tail
         else:
             req.ff_phase = -1
         same = self.finishing.get(finish)
@@ -341,7 +343,7 @@ class _Stretch:
                 if free < 0:  # this step preempts: Engine.step's
                     self.done = True
                     break
-                allocating += tails
+                allocating += tails.values()
             context += num
             dt = step_time(num, context, context)
             start = now
@@ -391,7 +393,7 @@ class _Stretch:
                     self.done = True
                     break
                 if tails:
-                    allocating += [(t, 1) for t in tails]
+                    allocating += [(t, 1) for t in tails.values()]
                 if need:
                     allocating.append((tail, need))
                     cap += need * bs
@@ -481,7 +483,7 @@ class _Stretch:
             self.done = True
             return
         if tails:
-            engine.pool.grow_tails(tails)
+            engine.pool.grow_tails(tails.values())
         scheduled = (0, 0, 0) if pre is None else self._schedule_chunk(pre, chunk, need)
         self._forward(finishing or [], admit, event, scheduled)
 
@@ -651,7 +653,7 @@ class _Stretch:
         """
         if finishing:
             if req.ff_phase >= 0:  # before its blocks are hashed: its tail is the list in its phase
-                _remove(self.phases[req.ff_phase], req.table.exts[-1].ids)
+                del self.phases[req.ff_phase][id(req.table.exts[-1].ids)]
             self.context -= c
         d = c - req.num_computed
         req.num_computed = c
@@ -775,11 +777,3 @@ class _Run:
             )
         )
         self.steps = 0
-
-
-def _remove(tails: list[list[int]], tail: list[int]) -> None:
-    """Take ``tail`` (that very list: lists compare by value) out of ``tails``."""
-    for i, x in enumerate(tails):
-        if x is tail:
-            del tails[i]
-            return
