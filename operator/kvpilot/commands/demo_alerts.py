@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kvpilot.commands._child import start_tied
 from kvpilot.text.numbers import fig
 
 #: simulated seconds recorded, and between snapshots (the rules' 5 m window fits with room)
@@ -174,7 +175,7 @@ def section_alerts(ctx: Any) -> None:
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
         log = open(tmp / "prometheus.log", "w")  # noqa: SIM115 - closed below, after the process
-        proc = subprocess.Popen(
+        proc = start_tied(  # ends with the demo, even a demo killed by SIGKILL
             [
                 prometheus,
                 f"--config.file={tmp / 'prometheus.yml'}",
