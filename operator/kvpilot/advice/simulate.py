@@ -41,6 +41,7 @@ from kvpilot.advice.prediction import BINDING_LIMITS, QUEUE_LIMITS, Prediction, 
 from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.core import Engine, StepOutput
 from kvpilot.engine.request import Request
+from kvpilot.vllm.defaults import BatchLimits
 
 #: warm-up bounds (s) and its length in request lifetimes (module docstring)
 WARMUP_LIFETIMES, WARMUP_MIN_S = 3.0, 5.0
@@ -201,6 +202,10 @@ class _Window:
     shares: dict[str, float] = field(default_factory=lambda: dict.fromkeys(BINDING_LIMITS, 0.0))
     samples: list[tuple[float, int, int, float]] = field(default_factory=list)  # (t, running, waiting, kv)
     next_sample: float = 0.0
+    limits: BatchLimits = field(init=False)  # the config's, resolved once (every step's refusal reads them)
+
+    def __post_init__(self) -> None:
+        self.limits = self.config.batch_limits()
 
     def sample(self, now: float, state: tuple[int, int, float]) -> None:
         """The gauges ``(running, waiting, KV usage)`` at every scrape up to ``now`` not taken yet."""
@@ -242,7 +247,7 @@ class _Window:
         self._count(out, engine.now)
         if out.duration <= 0:
             return
-        self._share(refusal(out, self.config), out)
+        self._share(refusal(out, self.limits), out)
 
     def _share(self, key: str, out: StepOutput) -> None:
         """Add the part of ``out``'s duration inside the window to the binding limit ``key``; a fast-forwarded run
@@ -267,13 +272,14 @@ class _Window:
         self.shares[key] = share
 
 
-def refusal(out: StepOutput, config: EngineConfig) -> str:
-    """Why the head of the waiting queue was not admitted in the step ``out`` (module docstring), or ``none``."""
+def refusal(out: StepOutput, limits: BatchLimits) -> str:
+    """Why the head of the waiting queue was not admitted in the step ``out`` (module docstring), or ``none``;
+    ``limits``: the engine's (``EngineConfig.batch_limits``).
+    """
     if out.waiting == 0:
         return "none"
     if out.preemptions:
         return "kv_cache"
-    limits = config.batch_limits()  # a resolved config's own limits
     if out.num_tokens >= limits.max_num_batched_tokens:
         return "token_budget"
     if out.running + len(out.finished) >= limits.max_num_seqs:

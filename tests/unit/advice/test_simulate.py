@@ -99,12 +99,12 @@ def _out(waiting: int, running: int = 1, tokens: int = 10, preemptions: int = 0)
 
 
 def test_the_refusal_of_a_step_follows_vllm_s_order():
-    config = EngineConfig(max_num_seqs=4, max_num_batched_tokens=64, kv_cache_tokens=10_000).resolved()
-    assert refusal(_out(waiting=0), config) == "none"
-    assert refusal(_out(waiting=1, running=4, tokens=64, preemptions=1), config) == "kv_cache"  # no admission
-    assert refusal(_out(waiting=1, running=4, tokens=64), config) == "token_budget"  # the loop's condition first
-    assert refusal(_out(waiting=1, running=4, tokens=63), config) == "max_num_seqs"
-    assert refusal(_out(waiting=1, running=3, tokens=63), config) == "kv_cache"  # allocate_slots found no room
+    limits = EngineConfig(max_num_seqs=4, max_num_batched_tokens=64, kv_cache_tokens=10_000).resolved().batch_limits()
+    assert refusal(_out(waiting=0), limits) == "none"
+    assert refusal(_out(waiting=1, running=4, tokens=64, preemptions=1), limits) == "kv_cache"  # no admission
+    assert refusal(_out(waiting=1, running=4, tokens=64), limits) == "token_budget"  # the loop's condition first
+    assert refusal(_out(waiting=1, running=4, tokens=63), limits) == "max_num_seqs"
+    assert refusal(_out(waiting=1, running=3, tokens=63), limits) == "kv_cache"  # allocate_slots found no room
 
 
 def test_a_kv_cache_beyond_what_the_engine_model_holds_is_refused_not_allocated():
