@@ -11,11 +11,14 @@ For one diagnosed target (:func:`predict_target`; docs/diagnosis.md, "Prediction
 3. **what-if**: the changes asked for (``--what-if``) and, by default, the candidates for the binding limit
    (:func:`kvpilot.advice.whatif.candidates`, with the rules' own suggestions), each simulated on the same
    arrivals (one seed: the differences are the change's, not the draw's);
-4. **advise**: the smallest change whose predicted queue does not grow (flags before replicas, in the order
-   simulated); when the binding flag's best value leaves another limit binding, that limit's first fix
-   together with it; when no flag change keeps up, the fewest replicas that do (searched upwards from the
-   arrivals over what one server served). The rules' recommendations that were simulated carry their
-   prediction instead of their rule of thumb; the others say they were not simulated.
+4. **advise**: the smallest change whose predicted queue does not grow (flags before replicas; the fewest flags,
+   then the smallest factor from today's value: :func:`change_size`); when the binding flag's best value leaves
+   another limit binding, that limit's first fix together with it; when no flag change keeps up, the fewest replicas
+   that do (searched upwards from the arrivals over what one server served). The rules' recommendations that were
+   simulated carry their prediction instead of their rule of thumb, and one predicted to make things worse (fewer
+   requests served and no shorter queue: :func:`makes_worse`) is dropped (its what-if stays in the report); the
+   others say they were not simulated. A change whose KV cache cannot hold the window's longest prompt is not
+   simulated: vLLM would start only with a ``max_model_len`` that rejects those prompts.
 
 Everything is bounded by a wall-clock ``deadline``: what does not fit is reported as not simulated.
 
@@ -25,6 +28,7 @@ Pure logic on the engine model; the only clock read is the deadline's.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +71,9 @@ NO_REPLAY = frozenset({"no_data", "target_down", "idle"})
 DEFAULT_CANDIDATES = 3
 #: a flag change "helps" a queue that was not growing when it at least halves the replay's mean queue time
 QUEUE_TIME_GAIN = 0.5
+
+#: a change "makes things worse" when it serves more than this share fewer requests and queues no shorter
+WORSE_SERVED = 0.02
 
 #: recommendation flag (kvpilot.diagnose.recommend) -> what-if key
 _REC_KEYS = {v: k for k, v in FLAGS.items()}
@@ -237,6 +244,15 @@ def _simulate(
         applied = apply_change(change, config, limits)
     except ChangeError as exc:
         return Simulated(change, reason=str(exc))
+    longest = fit.prompt.max
+    if applied.config.max_model_len <= longest:  # Engine.add_request's rule: a prompt must be shorter
+        return Simulated(
+            change,
+            applied.config,
+            reason=f"not simulated: vLLM would start only with max_model_len {applied.config.max_model_len} or less "
+            f"and reject the window's prompts of up to {longest} tokens",
+            notes=applied.notes,
+        )
     try:
         result = simulate(applied.config, fit, replicas=applied.replicas, seed=seed, deadline=deadline)
     except BudgetExceededError:
@@ -310,8 +326,11 @@ def next_limit(prediction: Prediction, previous: str | None) -> str | None:
     return max(others, key=lambda k: others[k]) if others else None
 
 
-def effect_text(before: Prediction, after: Prediction) -> str:
-    """Before -> after of one change, in a sentence (the replay's window against the change's)."""
+def effect_text(before: Prediction, after: Prediction, replicas: int = 1) -> str:
+    """Before -> after of one change, in a sentence (the replay's window against the change's); with ``replicas``
+    the rates are all replicas' and the gauges (running, KV peak) one replica's, which the sentence says.
+    """
+    each = " per replica" if replicas > 1 else ""
 
     def rate(p: Prediction) -> str:
         return number(p.requests_finished_per_s, 2)
@@ -323,8 +342,8 @@ def effect_text(before: Prediction, after: Prediction) -> str:
         f"requests finished {rate(before)} -> {rate(after)} req/s",
         f"mean queue time {secs(before.queue_time_mean_s)} -> {secs(after.queue_time_mean_s)}",
         f"mean TTFT {secs(before.ttft_mean_s)} -> {secs(after.ttft_mean_s)}",
-        f"running {fig(before.mean_running, 1)} -> {fig(after.mean_running, 1)}",
-        f"KV peak {percent(before.max_kv_usage)} -> {percent(after.max_kv_usage)}",
+        f"running {fig(before.mean_running, 1)} -> {fig(after.mean_running, 1)}{each}",
+        f"KV peak {percent(before.max_kv_usage)} -> {percent(after.max_kv_usage)}{each}",
     ]
     if (after.preemptions_per_s or 0) > 0 or (before.preemptions_per_s or 0) > 0:
         parts.append(f"preemptions {number(before.preemptions_per_s, 2)} -> {number(after.preemptions_per_s, 2)} /s")
@@ -351,9 +370,9 @@ def _value(value: Any) -> str:
     return str(value)
 
 
-def _rec_for(change: Change, config: EngineConfig) -> Recommendation:
-    """A recommendation for a change the rules did not make (its flags, current and suggested values)."""
-    current = {
+def _current(config: EngineConfig) -> dict[str, Any]:
+    """Each what-if key's value in ``config`` (the server as it runs)."""
+    return {
         "max_num_seqs": config.max_num_seqs,
         "max_num_batched_tokens": config.max_num_batched_tokens,
         "kv_cache_tokens": config.kv_cache_tokens_resolved(),
@@ -362,6 +381,41 @@ def _rec_for(change: Change, config: EngineConfig) -> Recommendation:
         "enable_prefix_caching": config.enable_prefix_caching,
         "replicas": 1,
     }
+
+
+def change_size(change: Change, config: EngineConfig) -> tuple[int, float]:
+    """How big a change is, for picking the smallest: (flags changed, the largest factor by which a value moves,
+    as ``|log2(new / now)|``; a switch such as ``kv_cache_dtype=fp8``, which halves a token's bytes, or a prefix
+    cache turned on or off counts 1, a doubling).
+    """
+    current = _current(config)
+    biggest = 0.0
+    for key, value in change.items:
+        now = current.get(key)
+        if isinstance(value, bool) or isinstance(now, bool) or isinstance(value, str) or isinstance(now, str):
+            factor = 0.0 if value == now else 1.0
+        elif isinstance(value, (int, float)) and isinstance(now, (int, float)) and value > 0 and now > 0:
+            factor = abs(math.log2(value / now))
+        else:
+            factor = 1.0
+        biggest = max(biggest, factor)
+    return len(change.items), biggest
+
+
+def makes_worse(before: Prediction, after: Prediction) -> bool:
+    """``after`` serves fewer requests than ``before`` (by more than :data:`WORSE_SERVED`) without a shorter mean
+    queue time: a change not worth recommending.
+    """
+    b, a = before.requests_finished_per_s, after.requests_finished_per_s
+    if b is None or a is None or a >= b * (1 - WORSE_SERVED):
+        return False
+    qb, qa = before.queue_time_mean_s, after.queue_time_mean_s
+    return qb is None or qa is None or qa >= qb
+
+
+def _rec_for(change: Change, config: EngineConfig) -> Recommendation:
+    """A recommendation for a change the rules did not make (its flags, current and suggested values)."""
+    current = _current(config)
     keys = [k for k, _ in change.items]
     flag = " and ".join(FLAGS[k] for k in keys)
     if len(keys) == 1:
@@ -371,21 +425,34 @@ def _rec_for(change: Change, config: EngineConfig) -> Recommendation:
     return Recommendation(flag, now, then, "")
 
 
-def _advise(diag: Diagnosis, replay: SimResult, runs: list[Simulated], fit: WorkloadFit, config: EngineConfig) -> None:
-    """Rewrite ``diag.recommendations`` from the predictions (module docstring, step 4)."""
-    before = replay.prediction
-    by_change = {r.change: r for r in runs}
+def _simulated_rules(
+    rules: list[Recommendation], before: Prediction, by_change: dict[Change, Simulated]
+) -> list[Recommendation]:
+    """The rules' recommendations with their predictions where they were simulated; those predicted to make things
+    worse dropped (:func:`makes_worse`: their what-ifs say so).
+    """
     recs: list[Recommendation] = []
-    for rec in diag.recommendations:
+    for rec in rules:
         key = _REC_KEYS.get(rec.flag)
         run = by_change.get(Change(((key, rec.suggested),))) if key else None
         if run is not None and run.result is not None:
+            if makes_worse(before, run.result.prediction):
+                continue
             rec.expected_effect = effect_text(before, run.result.prediction)
             rec.predicted = run.result.prediction.to_json()
         else:
             rec.expected_effect += " (Not simulated.)"
         recs.append(rec)
+    return recs
+
+
+def _advise(diag: Diagnosis, replay: SimResult, runs: list[Simulated], fit: WorkloadFit, config: EngineConfig) -> None:
+    """Rewrite ``diag.recommendations`` from the predictions (module docstring, step 4)."""
+    before = replay.prediction
+    by_change = {r.change: r for r in runs}
+    recs = _simulated_rules(diag.recommendations, before, by_change)
     fixes = [r for r in runs if r.result is not None and keeps_up(r.result.prediction, before)]
+    fixes.sort(key=lambda r: change_size(r.change, config))  # stable: equal sizes keep the order simulated
     flag_fix = next((r for r in fixes if r.change.replicas == 1), None)
     scale_fix = next((r for r in fixes if r.change.replicas > 1), None)
     simulated_flags = [r for r in runs if r.result is not None and r.change.replicas == 1]
@@ -397,6 +464,7 @@ def _advise(diag: Diagnosis, replay: SimResult, runs: list[Simulated], fit: Work
             lead.expected_effect = effect_text(before, flag_fix.result.prediction)
             lead.predicted = flag_fix.result.prediction.to_json()
         lead.expected_effect = "The smallest change simulated that keeps up with the arrivals. " + lead.expected_effect
+        lead.expected_effect += "".join(f" ({note})" for note in flag_fix.notes)
         if len(flag_fix.change.items) > 1:
             alone = by_change.get(Change(flag_fix.change.items[:1]))
             if alone is not None and alone.result is not None:
@@ -412,7 +480,7 @@ def _advise(diag: Diagnosis, replay: SimResult, runs: list[Simulated], fit: Work
             lead.expected_effect = (
                 f"No flag change on this GPU stops the queue growing (simulated: {tried}); {n} replicas would, each "
                 f"taking 1/{n} of the {number(fit.arrival_rate, 2)} req/s arriving. "
-                + effect_text(before, scale_fix.result.prediction)
+                + effect_text(before, scale_fix.result.prediction, n)
             )
             lead.predicted = scale_fix.result.prediction.to_json()
         else:

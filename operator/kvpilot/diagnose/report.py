@@ -155,31 +155,43 @@ def change_text(rec: Recommendation) -> str:
     return f"{rec.flag} {_flag_value(rec.current)} -> {_flag_value(rec.suggested)}"
 
 
-def _p_cells(p: dict[str, Any]) -> list[tuple[str, str]]:
-    """A ``P`` object (docs/diagnose-output.schema.json ``$defs/prediction``) as ``(label, value)`` pairs."""
+def _p_cells(p: dict[str, Any], replicas: int = 1) -> list[tuple[str, str]]:
+    """A ``P`` object (docs/diagnose-output.schema.json ``$defs/prediction``) as ``(label, value)`` pairs.
+
+    With ``replicas`` > 1 the rates and the waiting trend are all replicas' together and the gauges (running,
+    waiting, KV peak) one replica's (docs/diagnosis.md, "Predictions"): those say "per replica".
+    """
 
     def secs(v: Any) -> str:
         return significant(v, 3, "s") if isinstance(v, (int, float)) else "unknown"
 
-    waiting = fig(p.get("mean_waiting"), 1)
+    each = " per replica" if replicas > 1 else ""
+    waiting = fig(p.get("mean_waiting"), 1) + each
     if p.get("queue_growing"):
-        waiting += f" (growing {number(p.get('waiting_trend_per_s'), 2)}/s)"
+        together = "all replicas " if replicas > 1 else ""
+        waiting += f" ({together}growing {number(p.get('waiting_trend_per_s'), 2)}/s)"
     kv = p.get("max_kv_usage")
     return [
         ("requests/s", number(p.get("requests_finished_per_s"), 2)),
         ("queue time", secs(p.get("queue_time_mean_s"))),
         ("TTFT", secs(p.get("ttft_mean_s"))),
-        ("running", fig(p.get("mean_running"), 1)),
+        ("running", fig(p.get("mean_running"), 1) + each),
         ("waiting", waiting),
-        ("KV peak", number(kv * 100 if isinstance(kv, (int, float)) else None, 1, "%")),
+        ("KV peak", number(kv * 100 if isinstance(kv, (int, float)) else None, 1, "%") + each),
         ("preemptions/s", number(p.get("preemptions_per_s"), 2)),
         ("binding", str(p.get("binding_limit") or "unknown")),
     ]
 
 
-def _p_text(p: dict[str, Any] | None) -> str:
+def _p_text(p: dict[str, Any] | None, replicas: int = 1) -> str:
     """``requests/s 15.23, queue time 34.2 s, ...``: one ``P`` in a line."""
-    return "not simulated" if p is None else ", ".join(f"{k} {v}" for k, v in _p_cells(p))
+    return "not simulated" if p is None else ", ".join(f"{k} {v}" for k, v in _p_cells(p, replicas))
+
+
+def _replicas(change: dict[str, Any]) -> int:
+    """The replicas of a what-if's ``change`` (1 when it changes none)."""
+    value = change.get("replicas", 1)
+    return value if isinstance(value, int) else 1
 
 
 def _change_label(change: dict[str, Any]) -> str:
@@ -257,7 +269,9 @@ def to_text(report: Report, width: int = 100, color: bool = False) -> str:
                 console.print(Padding(Prose(line), (0, 0, 0, 4)))
             console.print(_bullets(notes, 4))
             for w in d.what_if:
-                outcome = _p_text(w.get("predicted")) if w.get("predicted") else str(w.get("reason", "not simulated"))
+                predicted, n = w.get("predicted"), _replicas(w["change"])
+                outcome = _p_text(predicted, n) if predicted else str(w.get("reason", "not simulated"))
+                outcome += "".join(f" ({note})" for note in w.get("notes", ()))
                 console.print(Padding(Prose(f"what-if {_change_label(w['change'])}: {outcome}"), (0, 0, 0, 2)))
         for f in d.findings:
             console.print(Padding(Prose(f"also: {f.verdict} ({f.severity})"), (0, 0, 0, 2)))
@@ -286,9 +300,9 @@ def _md_finding(f: Finding, level: str) -> list[str]:
 _MD_P_HEAD = "| requests/s | queue time | TTFT | running | waiting | KV peak | preemptions/s | binding |"
 
 
-def _md_p(p: dict[str, Any] | None) -> str:
+def _md_p(p: dict[str, Any] | None, replicas: int = 1) -> str:
     """One ``P`` as the cells of :data:`_MD_P_HEAD`."""
-    cells = [v for _, v in _p_cells(p)] if p is not None else ["-"] * 8
+    cells = [v for _, v in _p_cells(p, replicas)] if p is not None else ["-"] * 8
     return "| " + " | ".join(cells) + " |"
 
 
@@ -306,11 +320,11 @@ def _md_predictions(d: Diagnosis) -> list[str]:
     if d.what_if:
         lines += ["", "| what-if " + _MD_P_HEAD, "|---" * 9 + "|"]
         for w in d.what_if:
-            label = f"`{_change_label(w['change'])}`"
+            label = f"`{_change_label(w['change'])}`" + "".join(f" ({note})" for note in w.get("notes", ()))
             if w.get("predicted") is None:
                 lines.append(f"| {label} | {w.get('reason', 'not simulated')} |" + " |" * 7)
             else:
-                lines.append(f"| {label} {_md_p(w['predicted'])}")
+                lines.append(f"| {label} {_md_p(w['predicted'], _replicas(w['change']))}")
     return lines + [""]
 
 

@@ -8,6 +8,7 @@ That the predictions are right is tests/reference/test_counterfactual.py's (vLLM
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -145,3 +146,86 @@ def test_quick_has_no_predictions(monkeypatch):
     assert not asked[0].fit_signals
     # predictions turned off: the diagnosis alone, no note
     assert diagnose_and_predict(run_module.Options(recording="r.om"), AdviceOptions(budget_seconds=0)).notes == []
+
+
+# the flags the max-num-seqs-cap recording ran with (tests/integration/diagnose/scenario_flags.py), 1.5B on an H100
+CAP = [
+    "--recording",
+    str(VLLM / "max-num-seqs-cap.om"),
+    "--max-num-seqs",
+    "4",
+    "--max-num-batched-tokens",
+    "8192",
+    "--max-model-len",
+    "8192",
+    "--gpu-memory",
+    "80GiB",
+]
+
+
+def _json(*args):
+    result = invoke(*args, "-o", "json")
+    assert result.exit_code in (1, 2), result.output
+    (target,) = json.loads(result.output)["targets"]
+    return target
+
+
+def test_a_kv_cache_too_small_for_the_windows_prompts_is_not_simulated():
+    # 100 KV tokens are 6 blocks: vLLM would start only with max_model_len <= 80, and reject the window's prompts
+    # (314 and 690 tokens), so nothing is "served" by it and it is never recommended
+    target = _json(*CAP, "--what-if", "kv_cache_tokens=100")
+    (tiny,) = [w for w in target["what_if"] if w["change"] == {"kv_cache_tokens": 100}]
+    assert tiny["predicted"] is None
+    assert "reject the window's prompts of up to 690 tokens" in tiny["reason"]
+    assert target["recommendations"][0]["flag"] == "--max-num-seqs"
+    assert target["recommendations"][0]["suggested"] == 16
+
+
+def test_the_lead_is_the_smallest_change_that_keeps_up_not_the_first_asked():
+    # max_num_seqs=10000 keeps up too (and is simulated first), but 4 -> 16 is the smaller change
+    target = _json(*CAP, "--what-if", "max_num_seqs=10000")
+    assert target["what_if"][0]["change"] == {"max_num_seqs": 10000}
+    assert target["what_if"][0]["predicted"]["queue_growing"] is False
+    lead = target["recommendations"][0]
+    assert (lead["flag"], lead["current"], lead["suggested"]) == ("--max-num-seqs", 4, 16)
+    # the budget vLLM needs beside it is said, in JSON and in the text
+    assert target["what_if"][0]["notes"] == [
+        "max_num_batched_tokens raised to 10000: vLLM requires it >= max_num_seqs."
+    ]
+    text = invoke(*CAP, "--what-if", "max_num_seqs=10000").output
+    assert "(max_num_batched_tokens raised to 10000: vLLM requires it >= max_num_seqs.)" in " ".join(text.split())
+
+
+def test_a_rule_predicted_to_make_things_worse_is_not_recommended():
+    # kv-exhaustion (L4, 24 GiB): the rule's max_num_seqs 256 -> 14 cuts preemptions but serves fewer requests
+    # with a longer queue in the simulation: its what-if stays, the recommendation goes
+    target = _json(
+        "--recording",
+        str(VLLM / "kv-exhaustion.om"),
+        "--max-num-seqs",
+        "256",
+        "--max-num-batched-tokens",
+        "2048",
+        "--max-model-len",
+        "8192",
+        "--gpu-memory",
+        "24GiB",
+    )
+    before = target["replay"]["predicted"]
+    (fewer,) = [w for w in target["what_if"] if w["change"] == {"max_num_seqs": 14}]
+    after = fewer["predicted"]
+    assert after["requests_finished_per_s"] < before["requests_finished_per_s"]
+    assert after["queue_time_mean_s"] > before["queue_time_mean_s"]
+    assert not [r for r in target["recommendations"] if r["flag"] == "--max-num-seqs"]
+    assert target["recommendations"], "the other changes are still recommended"
+
+
+def test_a_replicas_what_if_says_which_figures_are_per_replica():
+    # rates are all replicas' together, the gauges one replica's (docs/diagnosis.md, "Predictions")
+    text = " ".join(invoke(*CAP, "--what-if", "replicas=2").output.split())
+    line = text.split("what-if replicas=2: ", 1)[1].split(" what-if ", 1)[0]
+    assert re.search(r"^requests/s [0-9.]+, queue time", line)
+    assert re.search(r"running [0-9.]+ per replica, waiting [0-9.]+ per replica", line)
+    assert re.search(r"KV peak [0-9.]+ % per replica", line)
+    replay = text.split("replay requests/s", 1)[1].split(" window ", 1)[0]
+    assert "per replica" not in replay  # one server: no label
