@@ -116,6 +116,7 @@ LABELS: dict[str, str] = {
     "mean_waiting": "mean waiting requests",
     "max_kv_usage": "peak KV usage",
     "preemptions_per_s": "preemptions per second",
+    "queue_growing": "the queue",
 }
 
 
@@ -180,4 +181,17 @@ def compare(predicted: Prediction, observed: Prediction, sampling: dict[str, flo
             misses.append(Miss(key, p, o, allowed))
     if observed.binding_limit is not None and predicted.binding_limit != observed.binding_limit:
         misses.append(Miss("binding_limit", predicted.binding_limit, observed.binding_limit, "equal"))
+    if observed.queue_growing is not None and predicted.queue_growing != observed.queue_growing:
+        # every recommendation turns on whether a change stops the queue growing: the replay must agree
+        misses.append(Miss("queue_growing", _growing(predicted), _growing(observed), "equal"))
     return misses
+
+
+def _growing(p: Prediction) -> str:
+    """``growing 33.6/s`` / ``not growing`` / ``unknown``: whether a queue grows, as a miss states it."""
+    from kvpilot.text.numbers import significant
+
+    if p.queue_growing is None:
+        return "unknown"
+    trend = "" if p.waiting_trend_per_s is None else f" {significant(p.waiting_trend_per_s, 3)}/s"
+    return f"growing{trend}" if p.queue_growing else f"not growing ({trend.strip() or 'no trend'})"

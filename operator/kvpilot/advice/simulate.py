@@ -175,6 +175,9 @@ class _Arrivals:
         return self._next is None and (self.released_backlog or self.backlog <= 0)
 
 
+_INF = float("inf")
+
+
 @dataclass
 class _Window:
     """What the window's steps and requests add up to: the engine's ``on_step`` observer (no metrics sink: every
@@ -343,7 +346,9 @@ def simulate(
     engine = Engine(config, keep_finished=False, track_itls=True, fast_forward=fast_forward)
     arrivals.engine = engine
     if t0 > 0:
+        window.next_sample = _INF  # the window's first scrape comes at t0, once its queue is in
         _run(engine, arrivals, window, t0, deadline)
+        _queue_window_start(engine, arrivals, window, t0)
     else:  # the window starts with the server as it was: its queue waiting, nothing running yet
         window.sample(0.0, (0, round(scaled.waiting_start), 0.0))
     window.active = True
@@ -359,6 +364,17 @@ def simulate(
         wall_s=time.monotonic() - wall0,
         cpu_s=time.process_time() - cpu0,
     )
+
+
+def _queue_window_start(engine: Engine, arrivals: _Arrivals, window: _Window, t0: float) -> None:
+    """After the warm-up (the engine at or just past ``t0``): the window's queue at its start (the backlog, released
+    at ``t0``) and what arrived since join the engine, as its next step would take them, and the window's first
+    scrape reads them: vLLM's waiting gauge at the window's start counts that queue.
+    """
+    for req in arrivals.pop_arrivals(engine.now):
+        engine.add_request(req)
+    window.next_sample = t0
+    window.sample(engine.now, (engine.num_running, engine.num_waiting, engine.kv_cache_usage))
 
 
 def _run(engine: Engine, arrivals: _Arrivals, window: _Window, until: float, deadline: float | None) -> None:

@@ -229,3 +229,18 @@ def test_a_replicas_what_if_says_which_figures_are_per_replica():
     assert re.search(r"KV peak [0-9.]+ % per replica", line)
     replay = text.split("replay requests/s", 1)[1].split(" window ", 1)[0]
     assert "per replica" not in replay  # one server: no label
+
+
+@pytest.mark.parametrize("window", ["20s", "30s"])
+def test_a_short_window_s_replay_counts_the_queue_it_starts_with(window):
+    # the window opens on 620 waiting requests (vLLM's gauge at its start): the replay's first scrape counts
+    # them too, so its queue grows as the window's does (about 2.5/s, less than the 5.4 req/s arriving), and the
+    # lead is the cap, as on the whole recording, not 9 replicas
+    target = _json(*CAP, "--window", window)
+    replay = target["replay"]
+    assert replay["matches"] is True
+    predicted, observed = replay["predicted"], replay["observed"]
+    assert predicted["waiting_trend_per_s"] == pytest.approx(observed["waiting_trend_per_s"], rel=0.1)
+    assert predicted["waiting_trend_per_s"] < 5.4
+    lead = target["recommendations"][0]
+    assert (lead["flag"], lead["suggested"]) == ("--max-num-seqs", 16)

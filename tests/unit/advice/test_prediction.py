@@ -60,6 +60,19 @@ def test_a_queue_time_of_seconds_has_a_one_second_floor():
     assert compare(_with(queue_time_mean_s=99.0), _with(queue_time_mean_s=None)) == []
 
 
+def test_the_replay_must_agree_on_whether_the_queue_grows():
+    # every recommendation turns on "the queue stops growing": a replay whose queue grows where the window's did
+    # not (or the other way round) misses, whatever its mean waiting; an unknown observation is not checked
+    grows = _with(queue_growing=True, waiting_trend_per_s=33.56)
+    flat = _with(queue_growing=False, waiting_trend_per_s=0.1)
+    assert compare(grows, _with(queue_growing=True, waiting_trend_per_s=2.6)) == []
+    (miss,) = compare(grows, flat)
+    assert miss.key == "queue_growing"
+    assert miss.sentence() == "the queue: replay growing 33.6/s, window not growing (0.1/s) (allowed equal)"
+    assert [m.key for m in compare(flat, grows)] == ["queue_growing"]
+    assert compare(grows, _with(queue_growing=None)) == []
+
+
 def test_a_miss_says_by_how_much():
     (miss,) = compare(_with(requests_finished_per_s=5.0), WINDOW)
     assert miss.sentence() == "requests finished per second: replay 5, window 10 (allowed 10 %)"
