@@ -134,7 +134,7 @@ def predict_target(
         config = engine_config(limits, step, inferred)
         fit = fit_workload(signals, limits, config.max_model_len)
     except (FitError, ValueError) as exc:
-        _withhold(diag, what_ifs, f"not replayed: {exc}")
+        withhold(diag, what_ifs, f"not replayed: {exc}")
         return
     seqs, budget = config.max_num_seqs, config.max_num_batched_tokens
     binding = observed_binding(signals, seqs, budget, diag.signals.get("kv_admission_ceiling"), diag.verdict)
@@ -142,10 +142,10 @@ def predict_target(
     try:
         replay, step, config = _calibrated_replay(signals, limits, step, inferred, config, fit, deadline, seed)
     except BudgetExceededError:
-        _withhold(diag, what_ifs, "not replayed: the what-if budget ran out (--what-if-budget)")
+        withhold(diag, what_ifs, "not replayed: the what-if budget ran out (--what-if-budget)")
         return
     except ValueError as exc:
-        _withhold(diag, what_ifs, f"not replayed: {exc}")
+        withhold(diag, what_ifs, f"not replayed: {exc}")
         return
     misses = compare(replay.prediction, observed, sampling_slack(signals))
     diag.replay = {
@@ -175,7 +175,8 @@ def predict_target(
     _advise(diag, replay, runs, fit, config)
 
 
-def _withhold(diag: Diagnosis, what_ifs: Sequence[Change], reason: str) -> None:
+def withhold(diag: Diagnosis, what_ifs: Sequence[Change], reason: str) -> None:
+    """No predictions for ``diag``: its replay says ``reason``, and so does each what-if asked for."""
     diag.replay = {"predicted": None, "observed": None, "matches": False, "misses": [reason], "notes": []}
     diag.what_if = [Simulated(c, reason=reason).to_json() for c in what_ifs]
 

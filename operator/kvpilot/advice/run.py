@@ -15,14 +15,14 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from kvpilot.advice.advise import NO_REPLAY, QUEUE_VERDICTS, predict_target
+from kvpilot.advice.advise import NO_REPLAY, QUEUE_VERDICTS, predict_target, withhold
 from kvpilot.advice.whatif import Change
 from kvpilot.diagnose import run as diagnose_run
 from kvpilot.diagnose.model import Diagnosis, Report
 from kvpilot.diagnose.run import Options
 from kvpilot.diagnose.signals import Signals, TargetKey
 from kvpilot.diagnose.sources import SourceError
-from kvpilot.text.numbers import count, fig
+from kvpilot.text.numbers import count, fig, significant
 
 #: wall-clock seconds the predictions of one run may take, all targets together (``--what-if-budget``)
 DEFAULT_BUDGET_SECONDS = 30.0
@@ -74,10 +74,13 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
     report = diagnose_run.run(dataclasses.replace(opts, fit_signals=True))
     deadline = started + advice.budget_seconds
     targets = sorted((d for d in report.targets if wanted(d, advice)), key=lambda d: _SEVERITY_ORDER.get(d.severity, 9))
+    if advice.what_ifs:
+        report.notes.extend(_not_replayable(report.targets))
     done = 0
     for diag in targets:
         if time.monotonic() >= deadline:
-            break
+            withhold(diag, advice.what_ifs, "not replayed: the what-if budget ran out (--what-if-budget)")
+            continue
         if opts.prometheus and not _fetch_fit(opts, diag, deadline, report.notes):
             continue
         predict_target(diag, what_ifs=advice.what_ifs, defaults=advice.defaults, deadline=deadline, seed=advice.seed)
@@ -87,9 +90,22 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
         note = f"Predictions for {count(done)} of {count(len(targets))} targets with a queue or a --what-if"
         note += f" in {fig(spent, 1)} s"
         if done < len(targets):
-            note += f": the what-if budget of {fig(advice.budget_seconds, 1)} s ran out (--what-if-budget)"
+            note += f": the what-if budget of {significant(advice.budget_seconds, 2, 's')} ran out (--what-if-budget)"
         report.notes.append(note + ".")
     return report
+
+
+def _not_replayable(targets: list[Diagnosis]) -> list[str]:
+    """Notes for the targets ``--what-if`` cannot be answered for (nothing ran, or nothing was read, in the
+    window: no workload to replay), so a change asked for never vanishes without a word.
+    """
+    from kvpilot.diagnose.report import target_name
+
+    return [
+        f"--what-if not simulated for {target_name(d)}: {d.verdict}, no traffic in the window to replay."
+        for d in targets
+        if d.basis is None or d.verdict in NO_REPLAY
+    ]
 
 
 def _fetch_fit(opts: Options, diag: Diagnosis, deadline: float, notes: list[str]) -> bool:

@@ -122,7 +122,8 @@ def _indented(text: str, spaces: int) -> str:
     return text.replace("\n", "\n" + " " * spaces)
 
 
-def _target_name(d: Diagnosis) -> str:
+def target_name(d: Diagnosis) -> str:
+    """How the report names a target: ``namespace/pod model engine N`` (``(recording)`` for a recording's own)."""
     t = d.target
     where = (
         "/".join(x for x in (t.get("namespace"), t.get("pod")) if x)
@@ -247,7 +248,7 @@ def to_text(report: Report, width: int = 100, color: bool = False) -> str:
         console.print()
         console.print(
             Text.assemble(
-                (_target_name(d), "bold"),
+                (target_name(d), "bold"),
                 ": ",
                 (d.verdict, style),
                 f" (severity {d.severity}, confidence {number(d.confidence, 2)})",
@@ -335,7 +336,7 @@ def to_markdown(report: Report) -> str:
     if report.notes:
         lines.append("")
     for d in report.targets:
-        lines += [f"## {markdown_text(_target_name(d))}", ""]  # a label cannot end the heading or open a link
+        lines += [f"## {markdown_text(target_name(d))}", ""]  # a label cannot end the heading or open a link
         lines += _md_finding(d, "###")
         lines += _md_predictions(d)
         for f in d.findings:

@@ -244,3 +244,23 @@ def test_a_short_window_s_replay_counts_the_queue_it_starts_with(window):
     assert predicted["waiting_trend_per_s"] < 5.4
     lead = target["recommendations"][0]
     assert (lead["flag"], lead["suggested"]) == ("--max-num-seqs", 16)
+
+
+def test_a_what_if_for_a_target_with_nothing_to_replay_says_so():
+    # an idle window has no workload to fit: the change asked for is answered with a note, not silence
+    result = invoke("--recording", str(VLLM / "idle.om"), "--what-if", "max_num_seqs=2")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "note: --what-if not simulated for (recording) qwen2.5-7b engine 0: idle, no traffic in the window" in text
+    # without --what-if an idle target gets no note: nothing was asked
+    assert "--what-if not simulated" not in " ".join(invoke("--recording", str(VLLM / "idle.om")).output.split())
+
+
+def test_a_budget_that_runs_out_says_its_own_size_and_answers_each_what_if():
+    # 1 ms is not "0 s", and the target the budget did not reach still lists the change asked for
+    result = CliRunner().invoke(
+        cli, ["diagnose", "--no-kube", "--gpu-name", "H100", *CAP, "--what-if-budget", "1ms", "--what-if", "replicas=2"]
+    )
+    text = " ".join(result.output.split())
+    assert "the what-if budget of 0.001 s ran out (--what-if-budget)" in text
+    assert "what-if replicas=2: not replayed: the what-if budget ran out (--what-if-budget)" in text
