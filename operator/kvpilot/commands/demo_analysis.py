@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.resources
 import json
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -72,15 +73,22 @@ def kv_memory_option(kv_bytes: int, block_bytes: int) -> str:
     return f"{kv_bytes}B"
 
 
-def kv_command(kv_bytes: int, block_bytes: int, max_model_len: int) -> str:
+def kv_command(kv_bytes: int, block_bytes: int, max_model_len: int, cwd: Path | None = None) -> str:
     """The ``kvpilot kv`` command line that reproduces the demo's KV numbers offline: the packaged config.json
     (no Hub), the pool as :func:`kv_memory_option` writes it, the experiment's ``--max-model-len``.
+
+    The config's path is relative to ``cwd`` (default: the current directory) when it lies under it, as in a
+    clone after ``make demo`` (``operator/kvpilot/data/...``, pasted where the demo ran), absolute otherwise: a
+    clone's absolute path makes the line longer than a terminal, and a path is never split.
     """
     import shlex
 
-    path = str(importlib.resources.files("kvpilot").joinpath(MODEL_CONFIG))
+    path = Path(str(importlib.resources.files("kvpilot").joinpath(MODEL_CONFIG)))
+    here = Path.cwd() if cwd is None else cwd
+    if path.is_relative_to(here):
+        path = path.relative_to(here)
     memory = kv_memory_option(kv_bytes, block_bytes)
-    return f"kvpilot kv {shlex.quote(path)} --kv-memory {memory} --max-model-len {max_model_len}"
+    return f"kvpilot kv {shlex.quote(str(path))} --kv-memory {memory} --max-model-len {max_model_len}"
 
 
 def section_kv(ctx: Any) -> None:

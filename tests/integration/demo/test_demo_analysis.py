@@ -119,6 +119,18 @@ def test_the_kv_command_the_demo_prints_reproduces_its_numbers_offline():
     assert (kv["kv_tokens"], kv["kv_blocks"]) == (21_520, 1_345)
 
 
+def test_the_kv_command_names_the_config_from_where_the_demo_runs(tmp_path):
+    # in the clone (the tests run from its root, as make demo does): relative, short enough for 80 columns
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    inside = demo_analysis.kv_command(617_064_432, 458_752, 8192, cwd=root)
+    assert inside.split()[2] == "operator/kvpilot/data/Qwen2.5-1.5B-Instruct.config.json"
+    # anywhere else: the absolute path, which pastes from any directory
+    outside = demo_analysis.kv_command(617_064_432, 458_752, 8192, cwd=tmp_path)
+    assert outside.split()[2] == str(root / "operator/kvpilot/data/Qwen2.5-1.5B-Instruct.config.json")
+
+
 def test_the_kv_memory_option_keeps_the_blocks_it_rounds():
     from kvpilot.commands._common import parse_size
 
