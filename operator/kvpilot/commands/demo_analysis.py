@@ -240,7 +240,6 @@ def section_diagnose(ctx: Any) -> None:
     from kvpilot.diagnose.report import change_text
     from kvpilot.diagnose.rules import diagnose_target
     from kvpilot.diagnose.signals import compute_signals
-    from kvpilot.gpus import gpu_profile
 
     console = ctx.console
     ctx.heading("Why is it slow? Each engine scenario, diagnosed (kvpilot diagnose)")
@@ -249,12 +248,11 @@ def section_diagnose(ctx: Any) -> None:
     for name in DIAGNOSED:
         samples, info = _scenario_samples(name)
         signals = compute_signals(samples, SIM_SECONDS, SIM_SECONDS)
-        gpu = gpu_profile(info["gpu"]) if info["gpu"] else None
         if not signals:
             rows.append([name, "no_data", "unknown", "-", "no vLLM series", "-"])
             continue
         key, sig = next(iter(sorted(signals.items())))
-        limits = resolve_limits(None, info["flags"], sig.cache_config, gpu.memory_bytes if gpu else None, info["gpu"])
+        limits = resolve_limits(None, info["flags"], sig.cache_config, gpu_name=info["gpu"])
         diag = diagnose_target(sig, limits)
         results[name] = diag.verdict
         rec = diag.recommendations[0] if diag.recommendations else None

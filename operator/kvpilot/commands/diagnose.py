@@ -143,9 +143,15 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
     "requests find it (tokens reused per request / N), not by its token hit rate.",
 )
 @click.option(
-    "--gpu-memory", type=SIZE, help="GPU memory (80GiB): picks vLLM's defaults and sizes utilization changes."
+    "--gpu-memory",
+    type=SIZE,
+    help="GPU memory (80GiB; unset: the --gpu-name profile's): picks vLLM's defaults and sizes utilization changes.",
 )
-@click.option("--gpu-name", help="GPU model (A100 keeps the small-GPU defaults).")
+@click.option(
+    "--gpu-name",
+    help="GPU model; a kvpilot GPU profile's name (H100, A100, L4, ...) gives its memory (A100 keeps the "
+    "small-GPU defaults).",
+)
 @click.option("--model-config", type=click.Path(dir_okay=False), help="The model's config.json: KV bytes per token.")
 @click.option(
     "--quick", is_flag=True, help="With --metrics-url: two scrapes a few seconds apart instead of the window."

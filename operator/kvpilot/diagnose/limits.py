@@ -6,7 +6,8 @@ args``), else the pod's startup log (``pod log``: ``non-default args``, the chun
 and KV capacity lines), else the kvpilot operator's ``kvpilot_vllmserver_limit`` gauge (read from
 the same Prometheus, kvpilot.controller.metrics), else ``vllm:cache_config_info`` labels, else vLLM's
 defaults for the GPU tier (``EngineArgs.get_batch_defaults``, ``vllm/engine/arg_utils.py``). Every value carries its
-source, and the report says it.
+source, and the report says it. The tier's memory is the one given, else that of the kvpilot GPU profile the
+GPU's name names (``kvpilot.gpus``), the one place a named GPU's memory comes from.
 
 Pure: the caller passes the spec's ``engine`` dict, the options, the pod's limits and the info labels.
 """
@@ -19,10 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, overload
 
 from kvpilot.diagnose.signals import OPERATOR_LIMIT_METRIC
-from kvpilot.text.numbers import fig
+from kvpilot.gpus import gpu_profile
+from kvpilot.text.numbers import fig, gib
 from kvpilot.vllm.defaults import (  # vLLM's defaults and GPU tiers, one home
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
+    HUGE_GPU_MEMORY_BYTES,
+    LARGE_GPU_MEMORY_BYTES,
     is_large_gpu,
     vllm_batch_defaults,
 )
@@ -159,6 +163,59 @@ def _convert(name: str, raw: Any) -> LimitValue:
         return None
 
 
+def _profile_memory(gpu_name: str | None) -> tuple[int | None, str]:
+    """The memory (bytes) of the GPU profile ``gpu_name`` names (:func:`kvpilot.gpus.gpu_profile`: ``H100`` is
+    ``h100-sxm``) and the profile's name; ``(None, "")`` for no name or one kvpilot has no profile for.
+    """
+    if not gpu_name:
+        return None, ""
+    try:
+        gpu = gpu_profile(gpu_name)
+    except ValueError:
+        return None, ""
+    return gpu.memory_bytes, gpu.name
+
+
+def _tier(gpu_memory_bytes: int | None, gpu_name: str | None) -> str:
+    """The GPU tier of vLLM's batch defaults (:func:`vllm_batch_defaults`), as a note names it."""
+    memory = gpu_memory_bytes or 0
+    if memory >= HUGE_GPU_MEMORY_BYTES:
+        return "a >= 160 GiB GPU"
+    if is_large_gpu(memory, gpu_name):
+        return "a >= 70 GiB non-A100 GPU"
+    if memory >= LARGE_GPU_MEMORY_BYTES:
+        return "an A100, which keeps the small-GPU defaults under 160 GiB"
+    return "an unknown or < 70 GiB GPU"
+
+
+def _fill_defaults(
+    values: dict[str, Limit], gpu_memory_bytes: int | None, gpu_name: str | None, profile: str
+) -> list[str]:
+    """Fill the limits ``values`` lacks with vLLM's defaults for the GPU tier; the notes saying so.
+
+    ``profile``: the kvpilot GPU profile the memory came from ("" when given or unknown), named in the note.
+    """
+    max_num_seqs, max_num_batched_tokens = vllm_batch_defaults(gpu_memory_bytes, gpu_name)
+    defaults = {
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION,
+        "block_size": DEFAULT_BLOCK_SIZE,
+    }
+    tier = _tier(gpu_memory_bytes, gpu_name)
+    if profile:
+        tier += f" ({gib(gpu_memory_bytes, 0)}: the {profile} profile)"
+    notes: list[str] = []
+    for name, default in defaults.items():
+        if name not in values:
+            values[name] = Limit(default, "default")
+            if name in ("max_num_seqs", "max_num_batched_tokens"):
+                notes.append(
+                    f"{name} not configured anywhere readable: assumed vLLM's default {fig(default)} for {tier}"
+                )
+    return notes
+
+
 def resolve_limits(
     spec_engine: Mapping[str, Any] | None = None,
     cli: Mapping[str, Any] | None = None,
@@ -176,8 +233,10 @@ def resolve_limits(
         cli: diagnose options with vLLM flag names in snake case (``max_num_seqs``, ...; None values
             ignored).
         cache_config: ``vllm:cache_config_info`` labels (strings such as ``"True"``, ``"0.9"``).
-        gpu_memory_bytes: memory of the GPU (bytes), for the defaults that depend on its tier.
-        gpu_name: the GPU's product name, for the same defaults.
+        gpu_memory_bytes: memory of the GPU (bytes), for the defaults that depend on its tier. None: the
+            memory of the kvpilot GPU profile ``gpu_name`` names (:func:`kvpilot.gpus.gpu_profile`), else
+            unknown (the small tier).
+        gpu_name: the GPU's product name, for the same defaults (vLLM: an A100 keeps the small tier).
         pod_args: limits from the pod's ``vllm serve`` command line (snake-case names).
         pod_log: limits from the pod's startup log (snake-case names).
         operator_metric: the operator's ``kvpilot_vllmserver_limit`` values for the pod (``limit`` label
@@ -185,9 +244,9 @@ def resolve_limits(
             ``gpu_memory_utilization``, ``kv_cache_tokens``).
 
     Returns:
-        :class:`Limits`. ``kv_cache_tokens`` falls back to ``num_gpu_blocks x block_size``
-        (``derived``); ``max_num_seqs``/``max_num_batched_tokens``/``gpu_memory_utilization``/
-        ``block_size`` fall back to vLLM's defaults (source ``default``).
+        :class:`Limits` (its ``gpu_memory_bytes`` the memory the tier was picked from). ``kv_cache_tokens``
+        falls back to ``num_gpu_blocks x block_size`` (``derived``); ``max_num_seqs``/``max_num_batched_tokens``/
+        ``gpu_memory_utilization``/``block_size`` fall back to vLLM's defaults (source ``default``).
 
     Source: ``EngineArgs.get_batch_defaults`` (``vllm/engine/arg_utils.py``, defaults per GPU tier);
     ``vllm:cache_config_info`` labels from ``CacheConfig`` (``vllm/config/cache.py``).
@@ -208,27 +267,14 @@ def resolve_limits(
             if value is not None:
                 values[name] = Limit(value, source)
                 break
-    notes: list[str] = []
     if "kv_cache_tokens" not in values and "num_gpu_blocks" in values:
         blocks, block = values["num_gpu_blocks"].value, values.get("block_size", Limit(DEFAULT_BLOCK_SIZE)).value
         if isinstance(blocks, int) and isinstance(block, int):  # always: _convert makes both ints
             values["kv_cache_tokens"] = Limit(blocks * block, "derived")
-    large = is_large_gpu(gpu_memory_bytes, gpu_name)
-    max_num_seqs, max_num_batched_tokens = vllm_batch_defaults(gpu_memory_bytes, gpu_name)
-    defaults = {
-        "max_num_seqs": max_num_seqs,
-        "max_num_batched_tokens": max_num_batched_tokens,
-        "gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION,
-        "block_size": DEFAULT_BLOCK_SIZE,
-    }
-    for name, default in defaults.items():
-        if name not in values:
-            values[name] = Limit(default, "default")
-            if name in ("max_num_seqs", "max_num_batched_tokens"):
-                tier = "a >= 70 GiB non-A100 GPU" if large else "an unknown or < 70 GiB GPU"
-                notes.append(
-                    f"{name} not configured anywhere readable: assumed vLLM's default {fig(default)} for {tier}"
-                )
+    profile = ""
+    if gpu_memory_bytes is None:  # a GPU kvpilot has a profile for: its memory picks the tier
+        gpu_memory_bytes, profile = _profile_memory(gpu_name)
+    notes = _fill_defaults(values, gpu_memory_bytes, gpu_name, profile)
     return Limits(**values, gpu_memory_bytes=gpu_memory_bytes, gpu_name=gpu_name, notes=tuple(notes))
 
 
