@@ -52,7 +52,7 @@ from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Recommendation
 from kvpilot.diagnose.signals import Signals
 from kvpilot.engine.config import EngineConfig
-from kvpilot.text.numbers import fig, number, percent, significant
+from kvpilot.text.numbers import number, percent, significant
 
 #: verdicts whose window holds a queue a change could shorten: predictions run for them by default
 QUEUE_VERDICTS = frozenset(
@@ -343,7 +343,7 @@ def effect_text(before: Prediction, after: Prediction, replicas: int = 1) -> str
         f"requests finished {rate(before)} -> {rate(after)} req/s",
         f"mean queue time {secs(before.queue_time_mean_s)} -> {secs(after.queue_time_mean_s)}",
         f"mean TTFT {secs(before.ttft_mean_s)} -> {secs(after.ttft_mean_s)}",
-        f"running {fig(before.mean_running, 1)} -> {fig(after.mean_running, 1)}{each}",
+        f"running {number(before.mean_running, 1)} -> {number(after.mean_running, 1)}{each}",
         f"KV peak {percent(before.max_kv_usage)} -> {percent(after.max_kv_usage)}{each}",
     ]
     if (after.preemptions_per_s or 0) > 0 or (before.preemptions_per_s or 0) > 0:
@@ -353,7 +353,7 @@ def effect_text(before: Prediction, after: Prediction, replicas: int = 1) -> str
     elif before.queue_growing:
         queue = "the queue stops growing"
     else:
-        queue = f"waiting {fig(before.mean_waiting, 1)} -> {fig(after.mean_waiting, 1)}"
+        queue = f"waiting {number(before.mean_waiting, 1)} -> {number(after.mean_waiting, 1)}"
     bound = after.binding_limit or "unknown"
     if bound == "none":
         top = next_limit(after, None)

@@ -167,7 +167,7 @@ def _p_cells(p: dict[str, Any], replicas: int = 1) -> list[tuple[str, str]]:
         return significant(v, 3, "s") if isinstance(v, (int, float)) else "unknown"
 
     each = " per replica" if replicas > 1 else ""
-    waiting = fig(p.get("mean_waiting"), 1) + each
+    waiting = number(p.get("mean_waiting"), 1) + each
     if p.get("queue_growing"):
         together = "all replicas " if replicas > 1 else ""
         waiting += f" ({together}growing {number(p.get('waiting_trend_per_s'), 2)}/s)"
@@ -176,7 +176,7 @@ def _p_cells(p: dict[str, Any], replicas: int = 1) -> list[tuple[str, str]]:
         ("requests/s", number(p.get("requests_finished_per_s"), 2)),
         ("queue time", secs(p.get("queue_time_mean_s"))),
         ("TTFT", secs(p.get("ttft_mean_s"))),
-        ("running", fig(p.get("mean_running"), 1) + each),
+        ("running", number(p.get("mean_running"), 1) + each),
         ("waiting", waiting),
         ("KV peak", number(kv * 100 if isinstance(kv, (int, float)) else None, 1, "%") + each),
         ("preemptions/s", number(p.get("preemptions_per_s"), 2)),

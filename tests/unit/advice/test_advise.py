@@ -64,3 +64,20 @@ def test_makes_worse_needs_fewer_served_and_no_shorter_queue():
     assert not makes_worse(before, _p(2.0, 200.0))
     # nothing queued after: no queue time to compare, fewer served is worse
     assert makes_worse(before, _p(1.0, None))
+
+
+def test_predicted_gauges_print_with_their_fixed_decimal():
+    # docs/diagnosis.md, "Numbers": a fixed number of decimals; 16.9677 and 17.0 side by side read 17.0 and 17.0,
+    # never "17" beside "16.9" (the window's row against the replay's)
+    from kvpilot.advice.advise import effect_text
+    from kvpilot.diagnose.report import _p_text
+
+    text = _p_text({"mean_running": 17.0, "mean_waiting": 210.0, "requests_finished_per_s": 1.0})
+    assert "running 17.0," in text
+    assert "waiting 210.0," in text
+    sentence = effect_text(_p(1.24, 91.1), Prediction(requests_finished_per_s=2.0, queue_time_mean_s=1.0))
+    assert "requests finished 1.24 -> 2.00 req/s" in sentence
+    before = Prediction(requests_finished_per_s=1.0, mean_running=16.9677, mean_waiting=3.0, queue_growing=False)
+    after = Prediction(requests_finished_per_s=1.0, mean_running=17.0, mean_waiting=2.0, queue_growing=False)
+    assert "running 17.0 -> 17.0" in effect_text(before, after)
+    assert "waiting 3.0 -> 2.0" in effect_text(before, after)
