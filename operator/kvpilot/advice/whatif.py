@@ -25,7 +25,7 @@ from typing import Any
 
 from kvpilot.advice.keys import WHAT_IF_KEYS
 from kvpilot.diagnose.limits import Limits
-from kvpilot.diagnose.recommend import capture_sizes_around
+from kvpilot.diagnose.recommend import MAX_SUGGESTED_UTILIZATION, capture_sizes_around
 from kvpilot.engine.config import EngineConfig
 from kvpilot.gpus import gpu_profile
 from kvpilot.kv import KVConfigError, kv_element_bytes
@@ -177,6 +177,11 @@ def apply_change(change: Change, config: EngineConfig, limits: Limits) -> Applie
         elif key == "gpu_memory_utilization":
             tokens = _utilization_tokens(float(value), tokens, config, limits)
             fields["gpu_memory_utilization"] = float(value)
+            if float(value) > MAX_SUGGESTED_UTILIZATION:
+                notes.append(
+                    f"above {MAX_SUGGESTED_UTILIZATION} vLLM may not start: the activations and CUDA graphs need "
+                    "the rest of the GPU (kvpilot suggests at most that)."
+                )
         elif key == "kv_cache_dtype":
             now, then = kv_element_bytes(dtype, "bfloat16"), kv_element_bytes(str(value), "bfloat16")
             tokens = int(tokens * now / then)
@@ -192,7 +197,8 @@ def apply_change(change: Change, config: EngineConfig, limits: Limits) -> Applie
         budget = seqs
     block = config.block_size
     if tokens < 2 * block:
-        raise ChangeError(f"--what-if {change.text()}: leaves {count(tokens)} KV tokens, less than 2 blocks")
+        unit = "KV token" if tokens == 1 else "KV tokens"
+        raise ChangeError(f"--what-if {change.text()}: leaves {count(tokens)} {unit}, less than 2 blocks")
     fields.update(
         max_num_seqs=seqs,
         max_num_batched_tokens=budget,

@@ -119,7 +119,7 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
 @click.option(
     "--end",
     default=None,
-    help="Window end: Unix seconds or RFC 3339 (2026-11-30T12:00:00Z) (default: now; recordings: last sample).",
+    help="Window end: Unix seconds or ISO 8601 (2026-11-30T12:00:00Z) (default: now; recordings: last sample).",
 )
 @click.option(
     "--max-num-seqs", type=click.IntRange(min=1), help="Configured --max-num-seqs (when no spec is readable)."

@@ -152,7 +152,15 @@ def _flag_value(value: str | float | None) -> str:
 
 
 def change_text(rec: Recommendation) -> str:
-    """A recommendation as one change a user makes: ``--max-num-seqs 4 -> 16`` (``not set`` when unset)."""
+    """A recommendation as the change a user makes: ``--max-num-seqs 4 -> 16`` (``not set`` when unset); one of
+    several flags together (``--max-num-seqs and --kv-cache-dtype``, values ``48, auto`` -> ``96, fp8``) as each
+    flag with its own values: ``--max-num-seqs 48 -> 96, --kv-cache-dtype auto -> fp8``.
+    """
+    flags = rec.flag.split(" and ")
+    if len(flags) > 1 and isinstance(rec.current, str) and isinstance(rec.suggested, str):
+        now, then = rec.current.split(", "), rec.suggested.split(", ")
+        if len(now) == len(then) == len(flags):
+            return ", ".join(f"{f} {a} -> {b}" for f, a, b in zip(flags, now, then, strict=True))
     return f"{rec.flag} {_flag_value(rec.current)} -> {_flag_value(rec.suggested)}"
 
 

@@ -81,3 +81,12 @@ def test_predicted_gauges_print_with_their_fixed_decimal():
     after = Prediction(requests_finished_per_s=1.0, mean_running=17.0, mean_waiting=2.0, queue_growing=False)
     assert "running 17.0 -> 17.0" in effect_text(before, after)
     assert "waiting 3.0 -> 2.0" in effect_text(before, after)
+
+
+def test_a_change_of_two_flags_reads_flag_by_flag():
+    from kvpilot.diagnose.model import Recommendation
+    from kvpilot.diagnose.report import change_text
+
+    both = Recommendation("--max-num-seqs and --kv-cache-dtype", "48, auto", "96, fp8", "")
+    assert change_text(both) == "--max-num-seqs 48 -> 96, --kv-cache-dtype auto -> fp8"
+    assert change_text(Recommendation("--max-num-seqs", 4, 16, "")) == "--max-num-seqs 4 -> 16"

@@ -103,3 +103,18 @@ def test_replicas_for_the_arrivals():
     assert replicas_for(16.0, 11.0) == 2
     assert replicas_for(16.0, 5.0) == 4  # 3.26
     assert replicas_for(16.0, 0.0) is None
+
+
+def test_a_utilization_above_what_kvpilot_suggests_carries_a_caveat():
+    # 0.95 is the most kvpilot suggests (docs/diagnosis.md); above it vLLM may not start: said, still simulated
+    limits = resolve_limits(cli={"gpu_memory_utilization": 0.9})
+    assert apply_change(Change.of(gpu_memory_utilization=0.95), BASE, limits).notes == ()
+    (note,) = apply_change(Change.of(gpu_memory_utilization=0.96), BASE, limits).notes
+    assert note.startswith("above 0.95 vLLM may not start")
+
+
+def test_a_kv_cache_of_one_token_says_token():
+    with pytest.raises(ChangeError, match=r"leaves 1 KV token, less than 2 blocks"):
+        apply_change(Change.of(kv_cache_tokens=1), BASE, resolve_limits())
+    with pytest.raises(ChangeError, match=r"leaves 16 KV tokens, less than 2 blocks"):
+        apply_change(Change.of(kv_cache_tokens=16), BASE, resolve_limits())
