@@ -227,7 +227,10 @@ def fit_workload(signals: Signals, limits: Limits, max_model_len: int) -> Worklo
     notes: list[str] = []
     finished = v.get("requests_finished_increase")
     if finished is None:
-        raise FitError("no vllm:request_success in the window: the arrival rate is unknown")
+        raise FitError(
+            "no increase of vllm:request_success in the window (none, or one scrape: an increase needs two): "
+            "the arrival rate is unknown"
+        )
     run_end, wait_end = v.get("running_last") or 0.0, v.get("waiting_last") or 0.0
     run_start, wait_start = fv.get("running_first"), fv.get("waiting_first")
     if run_start is None or wait_start is None:

@@ -233,8 +233,9 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
       ``served / N`` req/s, so ``N x arrival / served`` slots keep up, with arrival = served +
       queue growth (req/s); x (1 + :data:`DRAIN_MARGIN`) to drain the backlog. Admitting the whole
       queue would size for a backlog that only says how long the window was.
-    - Queue growing, completion rate unknown: ``2N``.
-    - Standing queue (closed loop: clients wait for answers): ``running + waiting``, everyone admitted.
+    - Queue growing, completion rate unknown, or the queue's trend unknown (one scrape in the window): ``2N``.
+    - Standing queue (closed loop: clients wait for answers; its trend known): ``running + waiting``, everyone
+      admitted.
     Then at least ``N + 1``, rounded up to a CUDA-graph batch size (:func:`capture_sizes_around`),
     and bounded by KV: ``floor(KV_FILL / share)`` requests, with share = one request's KV
     footprint, the larger of the observed ``kv_usage_avg / running_avg`` and its full size
@@ -259,12 +260,10 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
             f"{number(keep_up, 1)} slots keep up (Little's law), +{percent(DRAIN_MARGIN, 0)} to drain the backlog = "
             f"{number(need, 1)}"
         )
-    elif growing:
+    elif growing or trend is None:  # a trend unknown (one scrape in the window) is no evidence of a standing queue
         need = 2 * n_seqs
-        how = (
-            f"with {count(n_seqs)} slots now the queue grows and the completion rate is unknown: "
-            f"2 x {count(n_seqs)} = {count(need)}"
-        )
+        why = "the queue grows and the completion rate is unknown" if growing else "whether the queue grows is unknown"
+        how = f"with {count(n_seqs)} slots now {why}: 2 x {count(n_seqs)} = {count(need)}"
     else:
         need = run_avg + wait_avg
         how = (

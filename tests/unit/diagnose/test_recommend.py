@@ -100,7 +100,7 @@ def test_seqs_cap_suggestion_bounded_by_kv_room_and_budget():
     # 8 running hold 40 % of KV (5 % each), 100 waiting, queue not growing: demand 108, but
     # 0.9 / 0.05 = 18 fit -> rounded down to the CUDA-graph batch size 16 (multiples of 8);
     # the budget of 8 is below 16: raised too (vLLM requires max_num_batched_tokens >= max_num_seqs)
-    sig = signals(running_avg=8.0, waiting_avg=100.0, kv_usage_avg=0.4)
+    sig = signals(running_avg=8.0, waiting_avg=100.0, kv_usage_avg=0.4, waiting_trend_per_s=0.0)
     recs = {
         r.flag: r
         for r in recommend(
@@ -129,6 +129,26 @@ def test_seqs_cap_on_a_growing_queue_sizes_for_the_arrival_rate_not_the_backlog(
     assert "8.0 %" in r.expected_effect  # 16 x 0.5 %
     # the growth is today's, with 4 slots, not what the change brings
     assert r.expected_effect.startswith("with 4 slots now the queue grows: arrivals 1.00 served + 1.00 queued")
+
+
+@pytest.mark.parametrize(
+    ("trend", "suggested", "how"),
+    [
+        # a standing queue (its trend measured, 0): everyone admitted, 4 + 672 = 676 -> batch size 688
+        (0.0, 688, "a queue stands: 4.0 running + 672.0 waiting = 676.0 admitted at once"),
+        # one scrape in the window: the trend is unknown, which is no evidence of a standing queue: 2 x 4
+        (None, 8, "whether the queue grows is unknown: 2 x 4 = 8"),
+    ],
+)
+def test_seqs_cap_admits_the_whole_queue_only_when_it_is_known_to_stand(trend, suggested, how):
+    values = {"running_avg": 4.0, "waiting_avg": 672.0, "kv_usage_avg": 0.0012}
+    if trend is not None:
+        values["waiting_trend_per_s"] = trend
+    limits = resolve_limits(cli={"max_num_seqs": 4, "max_num_batched_tokens": 8192})
+    recs = {r.flag: r for r in recommend("max_num_seqs_cap", Inputs(signals(**values), limits))}
+    r = recs["--max-num-seqs"]
+    assert (r.current, r.suggested) == (4, suggested)
+    assert how in r.expected_effect
 
 
 def test_seqs_cap_kv_bound_uses_the_full_request_footprint():
