@@ -52,7 +52,7 @@ from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Recommendation
 from kvpilot.diagnose.signals import Signals
 from kvpilot.engine.config import EngineConfig
-from kvpilot.text.numbers import number, percent, significant
+from kvpilot.text.numbers import count, number, percent, significant
 
 #: verdicts whose window holds a queue a change could shorten: predictions run for them by default
 QUEUE_VERDICTS = frozenset(
@@ -243,15 +243,15 @@ def _simulate(
 ) -> Simulated:
     try:
         applied = apply_change(change, config, limits)
-    except ChangeError as exc:
-        return Simulated(change, reason=str(exc))
+    except ChangeError as exc:  # the line names the change already: the reason without its "--what-if X: "
+        return Simulated(change, reason=str(exc).removeprefix(f"--what-if {change.text()}: "))
     longest = fit.prompt.max
     if applied.config.max_model_len <= longest:  # Engine.add_request's rule: a prompt must be shorter
         return Simulated(
             change,
             applied.config,
-            reason=f"not simulated: vLLM would start only with max_model_len {applied.config.max_model_len} or less "
-            f"and reject the window's prompts of up to {longest} tokens",
+            reason=f"not simulated: vLLM would start only with max_model_len {count(applied.config.max_model_len)} "
+            f"or less and reject the window's prompts of up to {count(longest)} tokens",
             notes=applied.notes,
         )
     try:
@@ -290,7 +290,8 @@ def _follow_up(
     """
     if not defaults or replay.prediction.binding_limit in (None, "none"):
         return []
-    done = [r for r in runs if r.result is not None]
+    # flags alone or replicas alone: a what-if of both together answers its own question, not this search's
+    done = [r for r in runs if r.result is not None and (r.change.replicas == 1 or len(r.change.items) == 1)]
     if any(keeps_up(r.result.prediction, replay.prediction) for r in done if r.result):
         return []
     extra: list[Simulated] = []
@@ -307,7 +308,7 @@ def _follow_up(
             if run.result and keeps_up(run.result.prediction, replay.prediction):
                 return extra
     start = replicas_for(fit.arrival_rate, replay.prediction.requests_finished_per_s or 0.0) or 2
-    tried = {r.change.replicas for r in runs}
+    tried = {r.change.replicas for r in runs if len(r.change.items) == 1}
     n = start
     while n <= MAX_REPLICAS:
         if n in tried:
@@ -455,7 +456,8 @@ def _advise(diag: Diagnosis, replay: SimResult, runs: list[Simulated], fit: Work
     fixes = [r for r in runs if r.result is not None and keeps_up(r.result.prediction, before)]
     fixes.sort(key=lambda r: change_size(r.change, config))  # stable: equal sizes keep the order simulated
     flag_fix = next((r for r in fixes if r.change.replicas == 1), None)
-    scale_fix = next((r for r in fixes if r.change.replicas > 1), None)
+    # replicas alone: a change of flags and replicas together is a what-if, never named as replicas only
+    scale_fix = next((r for r in fixes if r.change.replicas > 1 and len(r.change.items) == 1), None)
     simulated_flags = [r for r in runs if r.result is not None and r.change.replicas == 1]
     lead: Recommendation | None = None
     if flag_fix is not None and flag_fix.result is not None:
@@ -484,6 +486,9 @@ def _advise(diag: Diagnosis, replay: SimResult, runs: list[Simulated], fit: Work
                 + effect_text(before, scale_fix.result.prediction, n)
             )
             lead.predicted = scale_fix.result.prediction.to_json()
+            both = [r for r in fixes if r.change.replicas > 1 and len(r.change.items) > 1]
+            if both:
+                lead.expected_effect += f" As asked, {both[0].change.text()} keeps up too (its what-if below)."
         else:
             lead = Recommendation(
                 "replicas (scale out)",

@@ -84,10 +84,10 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
         if opts.prometheus and not _fetch_fit(opts, diag, deadline, report.notes):
             continue
         predict_target(diag, what_ifs=advice.what_ifs, defaults=advice.defaults, deadline=deadline, seed=advice.seed)
-        done += 1
+        done += (diag.replay or {}).get("predicted") is not None  # replayed (a target it could not fit says why)
     if targets:
         spent = time.monotonic() - started
-        note = f"Predictions for {count(done)} of {count(len(targets))} targets with a queue or a --what-if"
+        note = f"Replayed and predicted {count(done)} of {count(len(targets))} targets with a queue or a --what-if"
         note += f" in {fig(spent, 1)} s"
         if done < len(targets):
             note += f": the what-if budget of {significant(advice.budget_seconds, 2, 's')} ran out (--what-if-budget)"

@@ -196,6 +196,11 @@ def apply_change(change: Change, config: EngineConfig, limits: Limits) -> Applie
         notes.append(f"max_num_batched_tokens raised to {seqs}: vLLM requires it >= max_num_seqs.")
         budget = seqs
     block = config.block_size
+    if tokens <= 0:
+        raise ChangeError(
+            f"--what-if {change.text()}: vLLM would not start: the change leaves no GPU memory for the KV cache "
+            f"({count(-tokens)} tokens' worth short)"
+        )
     if tokens < 2 * block:
         unit = "KV token" if tokens == 1 else "KV tokens"
         raise ChangeError(f"--what-if {change.text()}: leaves {count(tokens)} {unit}, less than 2 blocks")

@@ -409,10 +409,11 @@ class Facts:
     @property
     def evidence_queue(self) -> str:
         """The queue in one clause: average, max, trend and growth over the window, and its queue time."""
-        text = (
-            f"{fig(self.wait_avg, 1)} requests waiting on average (max {fig(self.wait_max)}, "
-            f"trend {fig(self.trend, 3)} req/s = {fig(self.growth, 1)} over {fig(self.window)} s)"
-        )
+        if self.trend is None:  # one scrape of the gauge in the window: no trend to state
+            trend = f"its trend unknown: one scrape in {fig(self.window)} s"
+        else:
+            trend = f"trend {fig(self.trend, 3)} req/s = {fig(self.growth, 1)} over {fig(self.window)} s"
+        text = f"{fig(self.wait_avg, 1)} requests waiting on average (max {fig(self.wait_max)}, {trend})"
         wait = self.s("queue_time_mean_s")
         if wait is not None and self.queue_steps is not None:
             text += (

@@ -145,7 +145,7 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:  # noqa: C901
         safe = int(kv_tokens // per_request)
         if safe >= 1 and (n_seqs is None or safe < n_seqs) and (running_max is None or safe < running_max):
             effect = (
-                f"at most {safe} requests of {count(per_request)} tokens fit in {count(kv_tokens)} KV tokens "
+                f"at most {count(safe)} requests of {count(per_request)} tokens fit in {count(kv_tokens)} KV tokens "
                 f"(floor({count(kv_tokens)} / {count(per_request)}))"
             )
             if demand:
@@ -273,7 +273,7 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
         )
     demand = max(n_seqs + 1, math.ceil(need - 1e-9))
     suggested = capture_sizes_around(demand)[1]
-    how += f"; rounded up to vLLM's CUDA-graph batch size {suggested}" if suggested != demand else ""
+    how += f"; rounded up to vLLM's CUDA-graph batch size {count(suggested)}" if suggested != demand else ""
     shares: list[tuple[float, str]] = []
     if kv_avg and run_avg > 0:
         shares.append((kv_avg / run_avg, "as the running requests held it"))

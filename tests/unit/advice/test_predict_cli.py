@@ -264,3 +264,48 @@ def test_a_budget_that_runs_out_says_its_own_size_and_answers_each_what_if():
     text = " ".join(result.output.split())
     assert "the what-if budget of 0.001 s ran out (--what-if-budget)" in text
     assert "what-if replicas=2: not replayed: the what-if budget ran out (--what-if-budget)" in text
+
+
+KV = [
+    "--recording",
+    str(VLLM / "kv-exhaustion.om"),
+    "--max-num-seqs",
+    "256",
+    "--max-num-batched-tokens",
+    "2048",
+    "--max-model-len",
+    "8192",
+    "--gpu-memory",
+    "24GiB",
+]
+
+
+def test_flags_and_replicas_asked_together_are_never_advised_as_replicas_alone():
+    # fp8 with 2 replicas keeps up; 2 replicas alone do not (the queue still grows): the lead must not say
+    # "replicas 1 -> 2" with fp8's numbers; it is the fewest replicas that keep up alone, and names the asked pair
+    target = _json(*KV, "--what-if", "kv_cache_dtype=fp8,replicas=2", "--what-if", "replicas=2")
+    by = {tuple(w["change"].items()): w["predicted"] for w in target["what_if"]}
+    assert by[(("kv_cache_dtype", "fp8"), ("replicas", 2))]["queue_growing"] is False
+    assert by[(("replicas", 2),)]["queue_growing"] is True
+    lead = target["recommendations"][0]
+    assert lead["flag"] == "replicas (scale out)"
+    assert lead["suggested"] > 2
+    assert by[(("replicas", lead["suggested"]),)]["queue_growing"] is False
+    assert "As asked, kv_cache_dtype=fp8, replicas=2 keeps up too" in lead["expected_effect"]
+
+
+def test_refused_what_ifs_read_once_and_in_words():
+    text = " ".join(
+        invoke(*KV, "--what-if", "gpu_memory_utilization=0.05", "--what-if", "max_num_batched_tokens=2").output.split()
+    )
+    # the line names the change once; no negative token count
+    assert "what-if max_num_batched_tokens=2: vLLM requires it >= max_num_seqs (256)" in text
+    assert "what-if gpu_memory_utilization=0.05: vLLM would not start: the change leaves no GPU memory" in text
+    assert "leaves -" not in text
+
+
+def test_a_window_of_one_scrape_is_not_counted_as_predicted_and_its_trend_reads_unknown():
+    text = " ".join(invoke(*CAP, "--window", "5s").output.split())
+    assert "note: Replayed and predicted 0 of 1 targets" in text
+    assert "its trend unknown: one scrape in 5 s" in text
+    assert "unknown req/s" not in text
