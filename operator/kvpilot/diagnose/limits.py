@@ -205,6 +205,8 @@ def _fill_defaults(
     tier = _tier(gpu_memory_bytes, gpu_name)
     if profile:
         tier += f" ({gib(gpu_memory_bytes, 0)}: the {profile} profile)"
+    elif gpu_name and gpu_memory_bytes is None:  # named, but neither its memory nor a profile: say how to fix it
+        tier += f" (GPU {gpu_name!r} has no kvpilot profile: --gpu-memory gives its tier)"
     notes: list[str] = []
     for name, default in defaults.items():
         if name not in values:

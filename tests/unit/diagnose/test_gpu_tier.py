@@ -39,9 +39,13 @@ def test_an_unknown_gpu_keeps_the_small_tier_and_its_note(name: str | None) -> N
     lim = resolve_limits(gpu_name=name)
     assert (lim.max_num_seqs, lim.max_num_batched_tokens) == (Limit(256, "default"), Limit(2048, "default"))
     assert lim.gpu_memory_bytes is None
-    assert lim.notes[1] == (
+    note = (
         "max_num_batched_tokens not configured anywhere readable: assumed vLLM's default 2,048 for an unknown "
         "or < 70 GiB GPU"
+    )
+    # a name kvpilot has no profile for says how to give its tier; no name, nothing to add
+    assert lim.notes[1] == (
+        note + f" (GPU {name!r} has no kvpilot profile: --gpu-memory gives its tier)" if name else note
     )
 
 
