@@ -244,11 +244,12 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
     """
     s, lim = inputs.signals, inputs.limits
     n_seqs = max_num_seqs or lim.value("max_num_seqs")
-    run_avg, wait_avg, kv_avg = s.get("running_avg"), s.get("waiting_avg"), s.get("kv_usage_avg")
+    run_avg, wait_avg = s.get("running_avg"), s.get("waiting_avg")
     if not n_seqs or run_avg is None or wait_avg is None:
         return []
     trend, served = s.get("waiting_trend_per_s"), s.get("requests_finished_per_s")
     growing = trend is not None and trend * s.window_seconds >= 1
+    keep_up: float | None = None  # the slots that keep up with the arrivals, when Little's law gives them
     if growing and served and trend is not None:  # growing: trend is known
         arrival = served + trend
         keep_up = n_seqs * arrival / served
@@ -274,13 +275,7 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
     demand = max(n_seqs + 1, math.ceil(need - 1e-9))
     suggested = capture_sizes_around(demand)[1]
     how += f"; rounded up to vLLM's CUDA-graph batch size {count(suggested)}" if suggested != demand else ""
-    shares: list[tuple[float, str]] = []
-    if kv_avg and run_avg > 0:
-        shares.append((kv_avg / run_avg, "as the running requests held it"))
-    per_request, kv_tokens = tokens_per_request(s), lim.value("kv_cache_tokens")
-    if per_request and kv_tokens:
-        shares.append((per_request / kv_tokens, "a request's KV at its full prompt + output"))
-    share, whose = max(shares) if shares else (None, "")
+    share, whose = _request_share(inputs)
     if share:
         # two figures (0.027 %, never 0.0 %), as the rules' evidence prints a request's share, and whose share it is
         each = significant(share * 100, 2, "%")
@@ -294,6 +289,8 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
                 f"{count(bound)} "
                 f"-> {count(suggested)}"
             )
+            if keep_up is not None and suggested < keep_up:
+                how += f", fewer than the {number(keep_up, 1)} that keep up: the queue would still grow"
         rises = percent(min(1.0, suggested * share))
         how += f"; KV usage rises to about {rises} ({count(suggested)} x {each}, {whose})"
     out = [
@@ -312,6 +309,22 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
             )
         )
     return out
+
+
+def _request_share(inputs: Inputs) -> tuple[float | None, str]:
+    """One request's share of the KV pool and whose it is: the larger of the observed ``kv_usage_avg /
+    running_avg`` and its full size ``(prompt + generated tokens per request) / kv_cache_tokens``; (None, "")
+    when neither is known.
+    """
+    s, lim = inputs.signals, inputs.limits
+    run_avg, kv_avg = s.get("running_avg"), s.get("kv_usage_avg")
+    shares: list[tuple[float, str]] = []
+    if kv_avg and run_avg:
+        shares.append((kv_avg / run_avg, "as the running requests held it"))
+    per_request, kv_tokens = tokens_per_request(s), lim.value("kv_cache_tokens")
+    if per_request and kv_tokens:
+        shares.append((per_request / kv_tokens, "a request's KV at its full prompt + output"))
+    return max(shares) if shares else (None, "")
 
 
 def _budget_cap(inputs: Inputs, max_num_batched_tokens: int | None = None) -> list[Recommendation]:

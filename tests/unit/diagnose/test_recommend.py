@@ -217,3 +217,27 @@ def test_recommendations_never_contradict_the_verdict(scenario):
             assert up
     if target["verdict"] in ("healthy", "idle"):
         assert target["recommendations"] == []
+
+
+def test_seqs_cap_bounded_by_kv_below_what_keeps_up_says_the_queue_still_grows():
+    # 4 slots, 1 req/s served, queue +3 req/s: 4 x 4 / 1 = 16 keep up; but each request holds 10 % of KV:
+    # 0.9 / 0.1 = 9 fit -> batch size 8, fewer than 16: the suggestion cannot stop the growth, and says so
+    sig = signals(
+        running_avg=4.0, waiting_avg=400.0, waiting_trend_per_s=3.0, requests_finished_per_s=1.0, kv_usage_avg=0.4
+    )
+    recs = {r.flag: r for r in recommend("max_num_seqs_cap", Inputs(sig, resolve_limits(cli={"max_num_seqs": 4})))}
+    r = recs["--max-num-seqs"]
+    assert (r.current, r.suggested) == (4, 8)
+    assert "bounded by KV" in r.expected_effect
+    assert "fewer than the 16.0 that keep up: the queue would still grow" in r.expected_effect
+    # the control: with room for 180 (0.5 % each), 16 x 1.25 = 20 -> 24 is suggested and nothing is said
+    roomy = signals(
+        running_avg=4.0, waiting_avg=400.0, waiting_trend_per_s=3.0, requests_finished_per_s=1.0, kv_usage_avg=0.02
+    )
+    (r,) = [
+        x
+        for x in recommend("max_num_seqs_cap", Inputs(roomy, resolve_limits(cli={"max_num_seqs": 4})))
+        if x.flag == "--max-num-seqs"
+    ]
+    assert r.suggested == 24
+    assert "still grow" not in r.expected_effect
