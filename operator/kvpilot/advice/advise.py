@@ -427,6 +427,21 @@ def _rec_for(change: Change, config: EngineConfig) -> Recommendation:
     return Recommendation(flag, now, then, "")
 
 
+def backlog_note(before: Prediction, after: Prediction, fit: WorkloadFit) -> str:
+    """A sentence for a change that stops the queue growing without shortening the window's queue time (not
+    below :data:`QUEUE_TIME_GAIN` of it) while the window opened on a queue: in a window this short, that queue's
+    wait is most of the mean; "" otherwise.
+    """
+    b, a = before.queue_time_mean_s, after.queue_time_mean_s
+    if fit.waiting_start < 1 or not b or a is None or a <= QUEUE_TIME_GAIN * b or after.queue_growing is not False:
+        return ""
+    return (
+        f" The window opens on {count(round(fit.waiting_start))} waiting requests, which its "
+        f"{number(fit.window_seconds, 0)} s cannot drain: their wait is most of the mean queue time, before and "
+        "after; a longer --window shows the change's effect on it."
+    )
+
+
 def _simulated_rules(
     rules: list[Recommendation], before: Prediction, by_change: dict[Change, Simulated]
 ) -> list[Recommendation]:
@@ -468,6 +483,7 @@ def _advise(diag: Diagnosis, replay: SimResult, runs: list[Simulated], fit: Work
             lead.predicted = flag_fix.result.prediction.to_json()
         lead.expected_effect = "The smallest change simulated that keeps up with the arrivals. " + lead.expected_effect
         lead.expected_effect += "".join(f" ({note})" for note in flag_fix.notes)
+        lead.expected_effect += backlog_note(before, flag_fix.result.prediction, fit)
         if len(flag_fix.change.items) > 1:
             alone = by_change.get(Change(flag_fix.change.items[:1]))
             if alone is not None and alone.result is not None:

@@ -244,6 +244,12 @@ def test_a_short_window_s_replay_counts_the_queue_it_starts_with(window):
     assert predicted["waiting_trend_per_s"] < 5.4
     lead = target["recommendations"][0]
     assert (lead["flag"], lead["suggested"]) == ("--max-num-seqs", 16)
+    # its mean queue time barely moves in so short a window (109 -> 103 s at 20 s): the backlog's, and said so
+    seconds = window.removesuffix("s")
+    assert re.search(
+        rf"The window opens on 6[0-9]{{2}} waiting requests, which its {seconds} s cannot drain",
+        lead["expected_effect"],
+    )
 
 
 def test_a_what_if_for_a_target_with_nothing_to_replay_says_so():
@@ -309,3 +315,10 @@ def test_a_window_of_one_scrape_is_not_counted_as_predicted_and_its_trend_reads_
     assert "note: Replayed and predicted 0 of 1 targets" in text
     assert "its trend unknown: one scrape in 5 s" in text
     assert "unknown req/s" not in text
+
+
+def test_on_the_whole_recording_the_cure_s_queue_time_speaks_for_itself():
+    # 300 s: 65.8 s -> 0.00225 s; no backlog sentence
+    target = _json(*CAP)
+    assert target["recommendations"][0]["suggested"] == 16
+    assert "The window opens on" not in target["recommendations"][0]["expected_effect"]
