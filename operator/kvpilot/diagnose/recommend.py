@@ -113,9 +113,11 @@ def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:  # noqa: C901
                 + "; startup may fail if the GPU cannot spare it."
             )
         else:
+            missing = " and ".join(
+                f for f, known in (("--gpu-memory", gpu), ("--model-config", bpt)) if not known
+            )  # only what is missing: a flag given is never asked for again
             effect = (
-                f"+{number(target - util, 2)} x GPU memory for KV (give --gpu-memory and --model-config to count "
-                "tokens); "
+                f"+{number(target - util, 2)} x GPU memory for KV (give {missing} to count tokens); "
                 "startup may fail if the GPU cannot spare it."
             )
         out.append(Recommendation("--gpu-memory-utilization", util, target, effect))

@@ -241,3 +241,21 @@ def test_seqs_cap_bounded_by_kv_below_what_keeps_up_says_the_queue_still_grows()
     ]
     assert r.suggested == 24
     assert "still grow" not in r.expected_effect
+
+
+@pytest.mark.parametrize(
+    ("gpu_memory", "asks"),
+    [
+        (None, "give --gpu-memory and --model-config to count tokens"),
+        (8 * GIB, "give --model-config to count tokens"),  # the memory was given: never asked for again
+    ],
+)
+def test_utilization_without_a_token_count_asks_only_for_what_is_missing(gpu_memory, asks):
+    sig = signals(running_max=4.0)
+    limits = resolve_limits(
+        cache_config={"gpu_memory_utilization": "0.6", "kv_cache_size_tokens": "21520"}, gpu_memory_bytes=gpu_memory
+    )
+    recs = {r.flag: r for r in recommend("kv_cache_exhaustion", Inputs(sig, limits))}
+    effect = recs["--gpu-memory-utilization"].expected_effect
+    assert effect.startswith("+0.10 x GPU memory for KV")
+    assert f"({asks})" in effect
