@@ -163,6 +163,21 @@ CAP = [
 ]
 
 
+# the flags the kv-exhaustion recording ran with: max_num_seqs 256, budget 2048, 1.5B on a 24 GiB L4
+KV = [
+    "--recording",
+    str(VLLM / "kv-exhaustion.om"),
+    "--max-num-seqs",
+    "256",
+    "--max-num-batched-tokens",
+    "2048",
+    "--max-model-len",
+    "8192",
+    "--gpu-memory",
+    "24GiB",
+]
+
+
 def _json(*args):
     result = invoke(*args, "-o", "json")
     assert result.exit_code in (1, 2), result.output
@@ -199,18 +214,7 @@ def test_the_lead_is_the_smallest_change_that_keeps_up_not_the_first_asked():
 def test_a_rule_predicted_to_make_things_worse_is_not_recommended():
     # kv-exhaustion (L4, 24 GiB): the rule's max_num_seqs 256 -> 14 cuts preemptions but serves fewer requests
     # with a longer queue in the simulation: its what-if stays, the recommendation goes
-    target = _json(
-        "--recording",
-        str(VLLM / "kv-exhaustion.om"),
-        "--max-num-seqs",
-        "256",
-        "--max-num-batched-tokens",
-        "2048",
-        "--max-model-len",
-        "8192",
-        "--gpu-memory",
-        "24GiB",
-    )
+    target = _json(*KV)
     before = target["replay"]["predicted"]
     (fewer,) = [w for w in target["what_if"] if w["change"] == {"max_num_seqs": 14}]
     after = fewer["predicted"]
@@ -270,20 +274,6 @@ def test_a_budget_that_runs_out_says_its_own_size_and_answers_each_what_if():
     text = " ".join(result.output.split())
     assert "the what-if budget of 0.001 s ran out (--what-if-budget)" in text
     assert "what-if replicas=2: not replayed: the what-if budget ran out (--what-if-budget)" in text
-
-
-KV = [
-    "--recording",
-    str(VLLM / "kv-exhaustion.om"),
-    "--max-num-seqs",
-    "256",
-    "--max-num-batched-tokens",
-    "2048",
-    "--max-model-len",
-    "8192",
-    "--gpu-memory",
-    "24GiB",
-]
 
 
 def test_flags_and_replicas_asked_together_are_never_advised_as_replicas_alone():
