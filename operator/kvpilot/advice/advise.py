@@ -290,8 +290,7 @@ def _follow_up(
     """
     if not defaults or replay.prediction.binding_limit in (None, "none"):
         return []
-    # flags alone or replicas alone: a what-if of both together answers its own question, not this search's
-    done = [r for r in runs if r.result is not None and (r.change.replicas == 1 or len(r.change.items) == 1)]
+    done = [r for r in runs if r.result is not None and not r.change.mixed]
     if any(keeps_up(r.result.prediction, replay.prediction) for r in done if r.result):
         return []
     extra: list[Simulated] = []
@@ -308,7 +307,7 @@ def _follow_up(
             if run.result and keeps_up(run.result.prediction, replay.prediction):
                 return extra
     start = replicas_for(fit.arrival_rate, replay.prediction.requests_finished_per_s or 0.0) or 2
-    tried = {r.change.replicas for r in runs if len(r.change.items) == 1}
+    tried = {r.change.replicas for r in runs if not r.change.mixed}
     n = start
     while n <= MAX_REPLICAS:
         if n in tried:
@@ -472,7 +471,7 @@ def _advise(diag: Diagnosis, replay: SimResult, runs: list[Simulated], fit: Work
     fixes.sort(key=lambda r: change_size(r.change, config))  # stable: equal sizes keep the order simulated
     flag_fix = next((r for r in fixes if r.change.replicas == 1), None)
     # replicas alone: a change of flags and replicas together is a what-if, never named as replicas only
-    scale_fix = next((r for r in fixes if r.change.replicas > 1 and len(r.change.items) == 1), None)
+    scale_fix = next((r for r in fixes if r.change.replicas > 1 and not r.change.mixed), None)
     simulated_flags = [r for r in runs if r.result is not None and r.change.replicas == 1]
     lead: Recommendation | None = None
     if flag_fix is not None and flag_fix.result is not None:
@@ -502,7 +501,7 @@ def _advise(diag: Diagnosis, replay: SimResult, runs: list[Simulated], fit: Work
                 + effect_text(before, scale_fix.result.prediction, n)
             )
             lead.predicted = scale_fix.result.prediction.to_json()
-            both = [r for r in fixes if r.change.replicas > 1 and len(r.change.items) > 1]
+            both = [r for r in fixes if r.change.mixed]
             if both:
                 lead.expected_effect += f" As asked, {both[0].change.text()} keeps up too (its what-if below)."
         else:

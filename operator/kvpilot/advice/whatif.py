@@ -75,6 +75,13 @@ class Change:
         """The replica count the change asks for (1: not a scale-out)."""
         return int(self.as_dict().get("replicas", 1))
 
+    @property
+    def mixed(self) -> bool:
+        """Flags and replicas changed together (``kv_cache_dtype=fp8, replicas=2``): neither a flag change nor a
+        scale-out alone, so the advice's searches for those leave it out (its what-if answers its own question).
+        """
+        return self.replicas > 1 and len(self.items) > 1
+
 
 def _value_text(value: Any) -> str:
     if isinstance(value, bool):
