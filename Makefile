@@ -13,14 +13,19 @@ DEMO_STAMP := $(VENV)/.installed-demo
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# The engine's hot modules are compiled in the install (setup.py; KVPILOT_COMPILE=0 keeps them Python): an edit of
+# the engine reinstalls, so no target runs a compiled engine older than its source.
+ENGINE_SRC := setup.py $(wildcard operator/kvpilot/engine/*.py)
+
 # A venv that `make demo` made gets the test and lint extras here, the first time `make test` runs.
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml $(ENGINE_SRC) | $(BIN)/python
 	$(PIP) --upgrade pip
 	$(PIP) -e '.[test,demo,lint]'
 	touch $(STAMP) $(DEMO_STAMP)
 
+# The demo's install keeps the engine in Python (no compile: the demo starts sooner, and runs the same code).
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
-	$(PIP) -e '.[demo]'
+	KVPILOT_COMPILE=0 $(PIP) -e '.[demo]'
 	touch $(DEMO_STAMP)
 
 install: $(STAMP)
@@ -54,7 +59,7 @@ vllm-ref:
 	tests/reference/install-vllm.sh
 
 # Static checks, the same as the pre-commit hooks: lint, format, layer contracts, types.
-LINT_PATHS := operator tests benchmarks
+LINT_PATHS := operator tests benchmarks setup.py
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)

@@ -77,6 +77,29 @@ def pytest_configure(config: pytest.Config) -> None:
         core.global_force_seed = random.SystemRandom().getrandbits(32)
 
 
+def stale_compiled_modules(package: Path) -> list[str]:
+    """The modules under ``package`` whose compiled extension (``name.*.so``, built in place by ``make install``)
+    is older than their source: an edit since, which Python would not run (it imports the extension first).
+    """
+    stale = []
+    for ext in sorted(package.rglob("*.so")):
+        source = ext.with_name(ext.name.split(".", 1)[0] + ".py")
+        if source.exists() and source.stat().st_mtime > ext.stat().st_mtime:
+            stale.append(str(source.relative_to(package.parent)))
+    return stale
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:  # noqa: ARG001 (the hook's signature)
+    """Refuse to test a compiled engine older than its source (setup.py compiles it in ``make install``)."""
+    stale = stale_compiled_modules(REPO / "operator" / "kvpilot")
+    if stale:
+        pytest.exit(
+            f"the compiled engine is older than {', '.join(stale)}: run `make install` to rebuild it "
+            "(`make test` does), or `KVPILOT_COMPILE=0 make install` to run its Python source",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
+
+
 def _hypothesis_seed_line() -> str:
     from hypothesis import core
 
@@ -84,8 +107,11 @@ def _hypothesis_seed_line() -> str:
     return f"hypothesis seed: {seed} (replay with --hypothesis-seed={seed})"
 
 
-def pytest_report_header() -> str:
-    return _hypothesis_seed_line()
+def pytest_report_header() -> list[str]:
+    from kvpilot.engine import COMPILED
+
+    engine = "compiled (setup.py)" if COMPILED else "its Python source (KVPILOT_COMPILE=0 or no C compiler)"
+    return [_hypothesis_seed_line(), f"engine: {engine}"]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int) -> None:

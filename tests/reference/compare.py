@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kvpilot.engine.config import EngineConfig
@@ -21,14 +22,23 @@ from kvpilot.engine.request import Request
 STEP_FIELDS = ("scheduled", "preempted", "prefix_queries", "prefix_hits", "running", "waiting")
 
 
-def kvpilot_steps(
-    engine: Engine, requests: Sequence[Request], snapshot_interval: float | None = None
-) -> list[dict[str, Any]]:
+@dataclass
+class KvpilotRun:
+    """What :func:`kvpilot_steps` recorded: the step records, the registry snapshots (``[t, snapshot]``) and the
+    registry at the end (None without metrics).
+    """
+
+    steps: list[dict[str, Any]]
+    snapshots: list[Any]
+    final_snapshot: list[Any] | None
+
+
+def kvpilot_steps(engine: Engine, requests: Sequence[Request], snapshot_interval: float | None = None) -> KvpilotRun:
     """Run ``requests`` through ``engine`` (``Engine.run``) and return its step records.
 
-    With ``snapshot_interval`` (and ``engine.metrics`` a :class:`VLLMMetrics`), also fill
-    ``engine.snapshots`` the way the driver does: at t=0, then after each step or idle stretch for
-    every multiple of the interval passed; ``engine.final_snapshot`` holds the registry at the end.
+    With ``snapshot_interval`` (and ``engine.metrics`` a :class:`VLLMMetrics`), also take snapshots the way the
+    driver does: at t=0, then after each step or idle stretch for every multiple of the interval passed; and the
+    registry at the end.
     """
     steps: list[dict[str, Any]] = []
     prev: dict[int, int] = {}  # id(request) -> num_computed after the previous step, for running requests
@@ -78,9 +88,8 @@ def kvpilot_steps(
         )
 
     engine.run(sorted(requests, key=lambda r: r.arrival_time), on_step=on_step)
-    engine.snapshots = snapshots  # type: ignore[attr-defined]
-    engine.final_snapshot = registry_snapshot(engine.metrics) if engine.metrics is not None else None  # type: ignore[attr-defined]
-    return steps
+    final = registry_snapshot(engine.metrics) if isinstance(engine.metrics, VLLMMetrics) else None
+    return KvpilotRun(steps, snapshots, final)
 
 
 def registry_snapshot(metrics: VLLMMetrics) -> list:

@@ -40,7 +40,7 @@ def reference_runs() -> dict[str, dict]:
         interval = (max(r.arrival_time for r in requests) + 1.0) / SNAPSHOTS_PER_RUN
         engine = make_engine(with_metrics=True, **flags)
         t0 = time.perf_counter()
-        steps = kvpilot_steps(engine, requests, snapshot_interval=interval)
+        recorded = kvpilot_steps(engine, requests, snapshot_interval=interval)
         kvpilot_seconds += time.perf_counter() - t0
         flags, requests = make()
         specs.append(
@@ -48,7 +48,7 @@ def reference_runs() -> dict[str, dict]:
                 name, make_engine(**flags), requests, served_model_name=SERVED_MODEL_NAME, snapshot_interval=interval
             )
         )
-        runs[name] = {"kvpilot": steps, "snapshots": engine.snapshots, "final": engine.final_snapshot}
+        runs[name] = {"kvpilot": recorded.steps, "snapshots": recorded.snapshots, "final": recorded.final_snapshot}
     t0 = time.perf_counter()
     answer = run_vllm(python, specs)
     vllm_seconds = time.perf_counter() - t0

@@ -100,26 +100,22 @@ class _Ext:
 
     __slots__ = ("ids", "h0", "dup", "seq", "holders", "prev", "next", "fl")
 
-    def __init__(self, ids: list[int], h0: BlockHash | None, holders: list[BlockTable]) -> None:
+    def __init__(
+        self, ids: list[int], h0: BlockHash | None, holders: list[BlockTable], detached_link: bool = False
+    ) -> None:
         self.ids = ids
         self.h0 = h0
         self.dup = False
         self.seq = 0
         self.holders = holders
-        self.prev: _Ext = _NOWHERE
-        self.next: _Ext = _NOWHERE
+        # detached_link: this is _NOWHERE itself, the one extent that links to itself
+        self.prev: _Ext = self if detached_link else _NOWHERE
+        self.next: _Ext = self.prev
         self.fl: list[_Ext] | None = None
 
 
-def _detached() -> _Ext:
-    """The free-queue link of every extent not in a queue (``_Ext.prev``/``next``)."""
-    e = _Ext.__new__(_Ext)
-    e.ids, e.h0, e.dup, e.seq, e.holders, e.fl = [], None, False, 0, [], None
-    e.prev = e.next = e
-    return e
-
-
-_NOWHERE = _detached()
+#: The free-queue link of every extent not in a queue (``_Ext.prev``/``next``).
+_NOWHERE = _Ext([], None, [], detached_link=True)
 
 
 class BlockTable:

@@ -196,32 +196,32 @@ class StepOutput:
 
         CPython 3.11 passes keywords to a class's ``__init__`` through a dict, and matches each keyword against the
         parameters one by one; the engine builds one of these per step with an event, so its hot paths pass only
-        the fields that are not 0 here (the commonest first), and the fields are filled directly.
+        the fields that are not 0 here (the commonest first), and the constructor gets them by position.
         """
-        out = object.__new__(cls)
-        out.start = start
-        out.duration = duration
-        out.num_tokens = num_tokens
-        out.num_scheduled = num_scheduled
-        out.prompt_tokens = prompt_tokens
-        out.generation_tokens = generation_tokens
-        out.preemptions = preemptions
-        out.prefix_queries = prefix_queries
-        out.prefix_hits = prefix_hits
-        out.external_queries = external_queries
-        out.external_hits = external_hits
-        out.running = running
-        out.waiting = waiting
-        out.kv_cache_usage = kv_cache_usage
-        out.finished = [] if finished is None else finished
-        out.prompt_cached = prompt_cached
-        out.prompt_external = prompt_external
-        out.preemptions_reported = preemptions_reported
-        out.ttfts = [] if ttfts is None else ttfts
-        out.itl_counts = [] if itl_counts is None else itl_counts
-        out.num_steps = num_steps
-        out.durations = [] if durations is None else durations
-        return out
+        return cls(
+            start,
+            duration,
+            num_tokens,
+            num_scheduled,
+            prompt_tokens,
+            generation_tokens,
+            preemptions,
+            prefix_queries,
+            prefix_hits,
+            external_queries,
+            external_hits,
+            running,
+            waiting,
+            kv_cache_usage,
+            [] if finished is None else finished,
+            prompt_cached,
+            prompt_external,
+            preemptions_reported,
+            [] if ttfts is None else ttfts,
+            [] if itl_counts is None else itl_counts,
+            num_steps,
+            [] if durations is None else durations,
+        )
 
 
 @dataclass(slots=True)
@@ -304,7 +304,8 @@ class Engine:
     finish order; ``keep_finished=False`` drops them), ``decoding_only`` (the last step scheduled and sampled every
     running request), ``prefilling_last`` (it sampled every running request but the last, which it scheduled for
     part of its prompt: a chunked prefill), ``track_itls``, ``offload`` (:class:`CPUOffloadTier` or
-    None), counters ``num_steps``, ``num_preemptions``, ``prefix_queries``, ``prefix_hits``,
+    None), counters ``num_steps``, ``num_stepped`` (calls of :meth:`step`: the steps not fast-forwarded),
+    ``num_preemptions``, ``prefix_queries``, ``prefix_hits``,
     ``external_queries``, ``external_hits``, ``prompt_tokens``, ``generation_tokens``, ``num_finished``,
     ``busy_time`` (s).
 
@@ -360,6 +361,7 @@ class Engine:
         self.waiting: deque[Request] = deque()
         self.finished: list[Request] = []
         self.num_steps = 0
+        self.num_stepped = 0  # calls of step(): the steps not fast-forwarded
         self.num_preemptions = 0
         self.prefix_queries = 0
         self.prefix_hits = 0
@@ -434,6 +436,7 @@ class Engine:
         Returns:
             :class:`StepOutput`; with nothing to run ``duration`` is 0 and ``now`` unchanged.
         """
+        self.num_stepped += 1
         budget = self.limits.max_num_batched_tokens
         start = self.now
         self.decoding_only = self.prefilling_last = False
@@ -881,7 +884,9 @@ class Engine:
         left = _NEVER if max_steps is None else max_steps
         fast_forward: Callable[[Engine, Workload, float | None, int, Callable[[StepOutput], None]], int] | None = None
         if self.fast_forward:
-            from kvpilot.engine.fast_forward import decode_run as fast_forward
+            from kvpilot.engine import fast_forward as stretches  # (a module: it imports this one)
+
+            fast_forward = stretches.decode_run
 
         def emit(out: StepOutput) -> None:
             for req in out.finished:

@@ -33,7 +33,7 @@ class Request:
             one segment keyed by ``request_id`` (no shared prefix).
         lora_id, cache_salt: extra keys of every block hash (vLLM ``generate_block_hash_extra_keys``:
             LoRA id and ``cache_salt``; the salt only on the first block there, on every block here
-            which is equivalent through the hash chain).
+            which is equivalent through the hash chain): the adapter's id or name, a string.
         tag: free label (e.g. the §9 pass name) copied into reports.
         finish_reason: ``finished_reason`` label when ``output_len`` is reached ("length" or "stop").
 
@@ -87,7 +87,7 @@ class Request:
         output_len: int,
         arrival_time: float = 0.0,
         segments: Sequence[tuple[object, int]] | None = None,
-        lora_id: int | None = None,
+        lora_id: int | str | None = None,
         cache_salt: str | None = None,
         tag: str | None = None,
         finish_reason: str = "length",

@@ -23,6 +23,10 @@ from kvpilot.engine.request import Request
 from kvpilot.text.documents import DocumentError, load_json
 from kvpilot.text.errors import InvalidValueError
 
+#: A token count: fixed (a number) or a distribution, a dict (:func:`sample_length`, which checks it and names the
+#: field: the generators pass what a workload file gave unchecked, so its error is this one and not a type error).
+LengthSpec = Any
+
 
 class OpenLoop:
     """Requests handed out at their ``arrival_time`` (sorted here; ties keep input order)."""
@@ -158,7 +162,7 @@ def as_workload(source: Any) -> Any:
     return OpenLoop(source)
 
 
-def sample_length(spec: int | dict[str, Any], rng: random.Random, field: str = "length") -> int:  # noqa: C901
+def sample_length(spec: object, rng: random.Random, field: str = "length") -> int:  # noqa: C901
     """Draw a token count >= 1.
 
     ``spec``: an int (fixed), or a dict ``{"dist": "fixed", "value": n}``, ``{"dist": "uniform",
@@ -204,8 +208,8 @@ def poisson(
     *,
     duration: float | None = None,
     num_requests: int | None = None,
-    prompt_len: int | dict[str, Any] = 1000,
-    output_len: int | dict[str, Any] = 200,
+    prompt_len: LengthSpec = 1000,
+    output_len: LengthSpec = 200,
     seed: int = 0,
     prefix_groups: int = 0,
     prefix_len: int = 0,
@@ -240,8 +244,8 @@ def _poisson_requests(
     rate: float,
     duration: float | None,
     num_requests: int | None,
-    prompt_len: int | dict[str, Any],
-    output_len: int | dict[str, Any],
+    prompt_len: LengthSpec,
+    output_len: LengthSpec,
     seed: int,
     prefix_groups: int,
     prefix_len: int,
@@ -390,10 +394,20 @@ def _trace_request(obj: dict[str, Any], where: str, default_id: str) -> Request:
         o,
         arrival_time=t,
         segments=segments,
-        cache_salt=obj.get("cache_salt"),
-        lora_id=obj.get("lora_id"),
-        tag=obj.get("tag"),
+        cache_salt=_optional(obj, "cache_salt", (str,), "a string", where),
+        lora_id=_optional(obj, "lora_id", (int, str), "an adapter's id (an integer) or name", where),
+        tag=None if obj.get("tag") is None else str(obj["tag"]),
     )
+
+
+def _optional(obj: dict[str, Any], key: str, types: tuple[type, ...], what: str, where: str) -> Any:
+    """``obj[key]`` when it is one of ``types`` (not a bool), None when absent or null."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise InvalidValueError(f"{where}: {key}", f"{value!r} is not {what}")
+    return value
 
 
 def from_dict(spec: dict[str, Any] | None) -> Any:  # noqa: C901

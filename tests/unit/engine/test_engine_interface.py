@@ -22,7 +22,15 @@ def test_step_output_build_has_every_field_and_gives_what_the_dataclass_gives():
     params = inspect.signature(StepOutput.build).parameters
     assert set(params) == set(fields)
     values = {name: i + 1 for i, name in enumerate(fields)}
-    values.update(finished=[], ttfts=[0.5], itl_counts=[(0.01, 3)], start=1.5, duration=0.25, kv_cache_usage=0.75)
+    values.update(
+        finished=[],
+        ttfts=[0.5],
+        itl_counts=[(0.01, 3)],
+        start=1.5,
+        duration=0.25,
+        kv_cache_usage=0.75,
+        durations=[0.25],
+    )
     assert StepOutput.build(**values) == StepOutput(**values)
     # the defaults: counters 0, empty lists, one step
     minimal = {"start": 0.0, "duration": 1.0, "num_tokens": 2, "num_scheduled": 2, "running": 2, "waiting": 0}

@@ -177,14 +177,6 @@ def test_arrivals_admissions_and_finishes_happen_inside_a_stretch():
     assert _compare(_poisson_engine, [2.0, 5.0, 8.0]) > 1
     assert _compare(lambda ff: _poisson_engine(ff, lazy=True), [3.0]) > 1
     engine, wl = _poisson_engine(True)
-    calls = [0]
-    step = engine.step
-
-    def counted():
-        calls[0] += 1
-        return step()
-
-    engine.step = counted
     admissions = finishes = 0
 
     def on_step(_eng, out):
@@ -197,7 +189,7 @@ def test_arrivals_admissions_and_finishes_happen_inside_a_stretch():
     assert engine.num_finished == finishes == admissions == 300
     assert engine.prefix_hits > 0
     # only the first step of each busy period and the steps after a chunked prefill go through Engine.step
-    assert calls[0] < engine.num_steps / 20
+    assert engine.num_stepped < engine.num_steps / 20
 
 
 def test_max_steps_stops_a_stretch_where_stepping_stops():
@@ -258,16 +250,8 @@ def test_chunked_prefills_are_the_same_fast_forwarded():
     for ff in (False, True):
         engine, wl = _chunking_engine(ff)
         outs = []
-        calls = [0]
-        step = engine.step
-
-        def counted(step=step, calls=calls):
-            calls[0] += 1
-            return step()
-
-        engine.step = counted
         engine.run(wl, on_step=lambda _eng, out, outs=outs: outs.append(out))
-        seen[ff] = (_per_step(outs), [len(o.finished) for o in outs if o], calls[0], engine.num_steps)
+        seen[ff] = (_per_step(outs), [len(o.finished) for o in outs if o], engine.num_stepped, engine.num_steps)
     stepped, fast = seen[False], seen[True]
     assert fast[0] == stepped[0]  # every step's start, duration, tokens, requests and sampled tokens
     assert sum(fast[1]) == sum(stepped[1]) == 200

@@ -131,6 +131,29 @@ def test_trace_fields_and_errors():
         load_trace(['{"arrival_time": 0, "prompt_tokens": 50, "prefix_group": "g", "prefix_len": 50}'])
 
 
+def test_trace_extra_keys_are_an_adapter_id_or_name_and_a_salt_string():
+    line = '{{"arrival_time": 0, "prompt_tokens": 40, "lora_id": {lora}, "cache_salt": {salt}, "tag": {tag}}}'
+    (by_id,) = load_trace([line.format(lora=3, salt='"tenant-a"', tag=7)]).requests
+    (by_name,) = load_trace([line.format(lora='"sql-adapter"', salt="null", tag="null")]).requests
+    assert (by_id.lora_id, by_id.cache_salt, by_id.tag) == (3, "tenant-a", "7")
+    assert (by_name.lora_id, by_name.cache_salt, by_name.tag) == ("sql-adapter", None, None)
+    assert by_id.extra_keys == (3, "tenant-a")
+    assert by_name.extra_keys == ("sql-adapter", None)
+    with pytest.raises(
+        ValueError, match=r"^trace line 1: lora_id: 1\.5 is not an adapter's id \(an integer\) or name$"
+    ):
+        load_trace([line.format(lora=1.5, salt="null", tag="null")])
+    with pytest.raises(ValueError, match="^trace line 1: lora_id: True is not"):
+        load_trace([line.format(lora="true", salt="null", tag="null")])
+    with pytest.raises(ValueError, match="^trace line 1: cache_salt: 42 is not a string$"):
+        load_trace([line.format(lora="null", salt=42, tag="null")])
+
+
+def test_length_specs_a_generator_cannot_use_get_the_generators_own_error():
+    with pytest.raises(ValueError, match="^prompt_len: 'long' is neither a number nor a distribution"):
+        from_dict({"type": "poisson", "rate": 1, "num_requests": 2, "prompt_len": "long"}).pop_arrivals(1e9)
+
+
 def test_workload_from_dict():
     stream = from_dict({"type": "poisson", "rate": 2, "num_requests": 5})  # drawn lazily: no list
     assert not hasattr(stream, "requests")
