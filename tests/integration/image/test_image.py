@@ -70,6 +70,13 @@ def test_runtime_has_the_shim_as_vllm_and_no_build_or_test_tools(containers, ima
     assert result.returncode != 0 or result.stdout.strip() == ""
 
 
+def test_the_image_runs_the_compiled_engine(containers, image):
+    # the build stage has a C compiler (scripts/build-image.sh's build base): the engine's hot modules are compiled
+    probe = "import kvpilot.engine as e, kvpilot.engine.core as c; print(e.COMPILED, c.__file__.rsplit('.', 1)[-1])"
+    result = containers("run", "--rm", "--network", "host", "--entrypoint", "python3", image, "-c", probe)
+    assert result.stdout.split() == ["True", "so"]
+
+
 @pytest.fixture
 def sandbox():
     with SandboxCluster(strict=True) as cluster:
