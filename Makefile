@@ -13,12 +13,18 @@ DEMO_STAMP := $(VENV)/.installed-demo
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# The engine's hot modules are compiled in the install (setup.py; KVPILOT_COMPILE=0 keeps them Python): an edit of
-# the engine reinstalls, so no target runs a compiled engine older than its source.
-ENGINE_SRC := setup.py $(wildcard operator/kvpilot/engine/*.py)
+# The engine's hot modules (setup.py's COMPILED) are compiled in the install: an edit of one reinstalls, so no target
+# runs a compiled engine older than its source. KVPILOT_COMPILE=0 (export it to stay there) installs them as Python;
+# a change of mode reinstalls too (the mode's file in .venv).
+ENGINE_SRC   := setup.py $(shell sed -n 's/^    "\(operator\/kvpilot\/engine\/[a-z_]*\.py\)",$$/\1/p' setup.py)
+COMPILE_MODE := $(VENV)/.engine-$(if $(filter 0,$(KVPILOT_COMPILE)),source,compiled)
+
+$(COMPILE_MODE): | $(BIN)/python
+	rm -f $(VENV)/.engine-*
+	touch $@
 
 # A venv that `make demo` made gets the test and lint extras here, the first time `make test` runs.
-$(STAMP): pyproject.toml $(ENGINE_SRC) | $(BIN)/python
+$(STAMP): pyproject.toml $(ENGINE_SRC) $(COMPILE_MODE) | $(BIN)/python
 	$(PIP) --upgrade pip
 	$(PIP) -e '.[test,demo,lint]'
 	touch $(STAMP) $(DEMO_STAMP)
@@ -82,4 +88,5 @@ image:
 	scripts/build-image.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis build
+	find operator -name '*.so' -delete
