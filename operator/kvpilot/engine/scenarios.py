@@ -298,7 +298,8 @@ def resolve(name: str | Scenario, overrides: dict[str, Any] | None = None) -> Sc
                 )
             wl = {"type": "poisson", "duration": sc.duration or 300.0}
         wl.update(knobs)
-        if wl.get("rate", 1) <= 0 or wl.get("num_requests", 1) == 0:
+        rate = wl.get("rate", 1)
+        if (isinstance(rate, (int, float)) and rate <= 0) or wl.get("num_requests", 1) == 0:  # else from_dict's error
             wl = {"type": "idle"}
         spec["workload"] = wl
     return scenario_from_dict(spec, base=sc)

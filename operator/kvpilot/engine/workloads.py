@@ -23,6 +23,8 @@ from kvpilot.engine.request import Request
 from kvpilot.text.documents import DocumentError, load_json
 from kvpilot.text.errors import InvalidValueError
 
+_INF = float("inf")
+
 #: A token count: fixed (a number) or a distribution, a dict (:func:`sample_length`, which checks it and names the
 #: field: the generators pass what a workload file gave unchecked, so its error is this one and not a type error).
 LengthSpec = Any
@@ -162,8 +164,8 @@ def as_workload(source: Any) -> Any:
     return OpenLoop(source)
 
 
-def sample_length(spec: object, rng: random.Random, field: str = "length") -> int:  # noqa: C901
-    """Draw a token count >= 1.
+def sample_length(spec: object, rng: random.Random, field: str = "length") -> int:
+    """Draw a token count >= 1 (:class:`LengthSampler`: ``LengthSampler(spec, field).draw(rng)``).
 
     ``spec``: an int (fixed), or a dict ``{"dist": "fixed", "value": n}``, ``{"dist": "uniform",
     "min": a, "max": b}`` (inclusive), ``{"dist": "normal", "mean": m, "std": s}``,
@@ -174,33 +176,86 @@ def sample_length(spec: object, rng: random.Random, field: str = "length") -> in
     Raises:
         InvalidValueError: naming ``field`` for an unknown distribution or missing parameter.
     """
-    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
-        return max(1, int(spec))
+    return LengthSampler(spec, field).draw(rng)
+
+
+#: Each distribution's parameters (:func:`sample_length`), in the order :class:`LengthSampler` reads them.
+_PARAMS = {
+    "fixed": ("value",),
+    "uniform": ("min", "max"),
+    "normal": ("mean", "std"),
+    "lognormal": ("mean", "sigma"),
+    "exponential": ("mean",),
+}
+
+
+def _distribution(spec: object, field: str) -> tuple[dict[str, Any], str, tuple[str, ...]]:
+    """``(spec, its distribution, that distribution's parameters)`` of a length spec that is not a number."""
     if not isinstance(spec, dict):
         raise InvalidValueError(field, f"{spec!r} is neither a number nor a distribution")
     kind = spec.get("dist", "fixed")
-    try:
-        if kind == "fixed":
-            v = float(spec["value"])
-        elif kind == "uniform":
-            return max(1, rng.randint(int(spec["min"]), int(spec["max"])))
-        elif kind == "normal":
-            v = rng.gauss(float(spec["mean"]), float(spec["std"]))
+    names = _PARAMS.get(kind) if isinstance(kind, str) else None
+    if names is None or not isinstance(kind, str):
+        raise InvalidValueError(
+            field, f"unknown distribution {kind!r} (fixed, uniform, normal, lognormal, exponential)"
+        )
+    for name in names:
+        if name not in spec:
+            raise InvalidValueError(field, f"distribution {kind!r} needs {name!r}")
+    return spec, kind, names
+
+
+class LengthSampler:
+    """Token counts >= 1 drawn from one length spec (:func:`sample_length`'s), read once: a generator draws two a
+    request, and reading the spec's dict each time was a tenth of the engine's time on a Poisson trace.
+
+    Raises:
+        InvalidValueError: naming ``field`` for an unknown distribution or missing parameter.
+    """
+
+    __slots__ = ("kind", "a", "b", "lo", "hi", "fixed")
+
+    def __init__(self, spec: object, field: str = "length") -> None:
+        self.a = self.b = 0.0
+        self.lo, self.hi = -_INF, _INF
+        self.fixed = 0
+        if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+            self.kind = "number"
+            self.fixed = max(1, int(spec))
+            return
+        spec, kind, names = _distribution(spec, field)
+        self.kind = kind
+        if kind == "uniform":
+            self.a, self.b = float(int(spec["min"])), float(int(spec["max"]))  # whole tokens, drawn as ints
+            return
+        self.a = float(spec[names[0]])
+        if kind == "exponential":
+            self.a = 1.0 / self.a
+        elif len(names) > 1:
+            self.b = float(spec[names[1]])
+        if "min" in spec:
+            self.lo = float(spec["min"])
+        if "max" in spec:
+            self.hi = float(spec["max"])
+
+    def draw(self, rng: random.Random) -> int:
+        """One token count (the same draws of ``rng`` for the same spec, whichever way it is called)."""
+        kind = self.kind
+        if kind == "number":
+            return self.fixed
+        if kind == "uniform":
+            return max(1, rng.randint(int(self.a), int(self.b)))
+        if kind == "normal":
+            v = rng.gauss(self.a, self.b)
         elif kind == "lognormal":
-            v = float(spec["mean"]) * math.exp(rng.gauss(0.0, float(spec["sigma"])))
+            v = self.a * math.exp(rng.gauss(0.0, self.b))
         elif kind == "exponential":
-            v = rng.expovariate(1.0 / float(spec["mean"]))
-        else:
-            raise InvalidValueError(
-                field, f"unknown distribution {kind!r} (fixed, uniform, normal, lognormal, exponential)"
-            )
-    except KeyError as exc:
-        raise InvalidValueError(field, f"distribution {kind!r} needs {exc.args[0]!r}") from None
-    if "min" in spec:
-        v = max(v, float(spec["min"]))
-    if "max" in spec:
-        v = min(v, float(spec["max"]))
-    return max(1, int(round(v)))
+            v = rng.expovariate(self.a)
+        else:  # fixed
+            v = self.a
+        v = max(v, self.lo)  # max/min as before: a NaN draw stays NaN
+        v = min(v, self.hi)
+        return max(1, int(round(v)))
 
 
 def poisson(
@@ -253,6 +308,7 @@ def _poisson_requests(
     id_prefix: str,
 ) -> Iterator[Request]:
     rng = random.Random(seed)
+    prompts, outputs = LengthSampler(prompt_len, "prompt_len"), LengthSampler(output_len, "output_len")
     t = start
     i = 0
     while True:
@@ -262,8 +318,8 @@ def _poisson_requests(
         if num_requests is not None and i >= num_requests:
             return
         rid = f"{id_prefix}-{i}"
-        p = sample_length(prompt_len, rng, "prompt_len")
-        o = sample_length(output_len, rng, "output_len")
+        p = prompts.draw(rng)
+        o = outputs.draw(rng)
         segments = None
         if prefix_groups > 0 and prefix_len > 0:
             g = rng.randrange(prefix_groups)
@@ -410,6 +466,55 @@ def _optional(obj: dict[str, Any], key: str, types: tuple[type, ...], what: str,
     return value
 
 
+#: The keys of each workload type that are numbers or names, and what each must be: ``int`` (a whole number),
+#: ``float``, ``str`` (a name: a number is taken as its text), ``None`` allowed where the generator takes it
+#: (:func:`from_dict` checks them; the generators would raise a bare type error).
+_POISSON_TYPES: dict[str, tuple[type, bool]] = {
+    "rate": (float, False),
+    "duration": (float, True),
+    "num_requests": (int, True),
+    "seed": (int, False),
+    "prefix_groups": (int, False),
+    "prefix_len": (int, False),
+    "start": (float, False),
+    "id_prefix": (str, False),
+}
+_TYPES: dict[str, dict[str, tuple[type, bool]]] = {
+    "poisson": _POISSON_TYPES,
+    "closed_loop": {**_POISSON_TYPES, "concurrency": (int, False), "think_time": (float, False)},
+    "document_scan": {
+        "num_docs": (int, False),
+        "doc_tokens": (int, False),
+        "output_len": (int, False),
+        "concurrency": (int, False),
+    },
+}
+
+
+def _typed(spec: dict[str, Any], types: dict[str, tuple[type, bool]]) -> dict[str, Any]:
+    """``spec`` with the keys of ``types`` checked and converted: ``7.0`` is the whole number 7, ``'2'`` is no
+    number (``workload.<key>: <reason>``); a document scan's ``passes`` are names.
+    """
+    out = dict(spec)
+    for key, (kind, optional) in types.items():
+        value = out.get(key)
+        if value is None:
+            if key in out and not optional:
+                raise InvalidValueError(f"workload.{key}", "must be given a value (it is null)")
+            continue
+        if kind is str:
+            out[key] = str(value)
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InvalidValueError(f"workload.{key}", f"{value!r} is not a number")
+        if kind is int and value != int(value):
+            raise InvalidValueError(f"workload.{key}", f"{value!r} is not a whole number")
+        out[key] = int(value) if kind is int else float(value)
+    if isinstance(out.get("passes"), list):
+        out["passes"] = [str(name) for name in out["passes"]]
+    return out
+
+
 def from_dict(spec: dict[str, Any] | None) -> Any:  # noqa: C901
     """A workload from a plain dict (YAML); ``type`` selects it.
 
@@ -427,6 +532,7 @@ def from_dict(spec: dict[str, Any] | None) -> Any:  # noqa: C901
     """
     spec = dict(spec or {"type": "idle"})
     kind = spec.pop("type", None)
+    spec = _typed(spec, _TYPES.get(kind, {}) if isinstance(kind, str) else {})
     try:
         if kind == "idle":
             return OpenLoop([])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kvpilot.engine import Engine, EngineConfig
@@ -152,6 +154,37 @@ def test_trace_extra_keys_are_an_adapter_id_or_name_and_a_salt_string():
 def test_length_specs_a_generator_cannot_use_get_the_generators_own_error():
     with pytest.raises(ValueError, match="^prompt_len: 'long' is neither a number nor a distribution"):
         from_dict({"type": "poisson", "rate": 1, "num_requests": 2, "prompt_len": "long"}).pop_arrivals(1e9)
+
+
+def test_workload_numbers_from_a_file_are_checked_and_whole_floats_are_whole_numbers():
+    # YAML gives 7.0 for "7.0": the same workload as 7, in both builds (the compiled generators take only ints)
+    spec = {"type": "poisson", "rate": 2, "num_requests": 6, "seed": 7, "prefix_groups": 2, "prefix_len": 8}
+    as_floats = {**spec, "num_requests": 6.0, "seed": 7.0, "prefix_groups": 2.0, "prefix_len": 8.0, "id_prefix": 5}
+    ints = [(r.request_id[-1], r.arrival_time, r.prompt_len, r.segments[0]) for r in from_dict(spec).pop_arrivals(1e9)]
+    floats = [
+        (r.request_id, r.arrival_time, r.prompt_len, r.segments[0]) for r in from_dict(as_floats).pop_arrivals(1e9)
+    ]
+    assert [f[1:] for f in floats] == [i[1:] for i in ints]
+    assert [f[0] for f in floats] == [f"5-{i}" for i in range(6)]  # id_prefix 5 is the name "5"
+    for key, value, reason in [
+        ("seed", 1.5, "1.5 is not a whole number"),
+        ("seed", None, "must be given a value (it is null)"),
+        ("rate", "2", "'2' is not a number"),
+        ("num_requests", True, "True is not a number"),
+        ("duration", float("inf"), "inf is not a number"),
+    ]:
+        with pytest.raises(ValueError, match=f"^workload.{key}: {re.escape(reason)}$"):
+            from_dict({"type": "poisson", "rate": 2, "num_requests": 3, key: value})
+    scan = from_dict({"type": "document_scan", "num_docs": 2.0, "doc_tokens": 64.0, "passes": [1, "rev"]})
+    assert [r.request_id for r in scan.requests] == ["1-doc-0", "1-doc-1", "rev-doc-1", "rev-doc-0"]
+    assert from_dict({"type": "closed_loop", "num_requests": 2, "concurrency": 1.0, "prefix_len": 0.0}).done() is False
+
+
+def test_a_cli_arrival_rate_that_is_no_number_is_the_workloads_error():
+    from kvpilot.engine.scenarios import build
+
+    with pytest.raises(ValueError, match="^workload.rate: '5' is not a number$"):
+        build("healthy", {"arrival_rate": "5"})
 
 
 def test_workload_from_dict():
