@@ -130,7 +130,7 @@ class Workload(Protocol):
         """True when no request will ever be handed out again."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StepOutput:
     """What one step did. Times in simulated seconds, counts in tokens unless said.
 
@@ -164,6 +164,54 @@ class StepOutput:
     itl_counts: list[tuple[float, int]] = field(default_factory=list)
     num_steps: int = 1
     durations: list[float] = field(default_factory=list)
+
+    def __init__(  # written out, as Admission's (the dataclass's signature; None: a new empty list)
+        self,
+        start: float,
+        duration: float,
+        num_tokens: int,
+        num_scheduled: int,
+        prompt_tokens: int,
+        generation_tokens: int,
+        preemptions: int,
+        prefix_queries: int,
+        prefix_hits: int,
+        external_queries: int,
+        external_hits: int,
+        running: int,
+        waiting: int,
+        kv_cache_usage: float,
+        finished: list[Request] | None = None,
+        prompt_cached: int = 0,
+        prompt_external: int = 0,
+        preemptions_reported: int = 0,
+        ttfts: list[float] | None = None,
+        itl_counts: list[tuple[float, int]] | None = None,
+        num_steps: int = 1,
+        durations: list[float] | None = None,
+    ) -> None:
+        self.start = start
+        self.duration = duration
+        self.num_tokens = num_tokens
+        self.num_scheduled = num_scheduled
+        self.prompt_tokens = prompt_tokens
+        self.generation_tokens = generation_tokens
+        self.preemptions = preemptions
+        self.prefix_queries = prefix_queries
+        self.prefix_hits = prefix_hits
+        self.external_queries = external_queries
+        self.external_hits = external_hits
+        self.running = running
+        self.waiting = waiting
+        self.kv_cache_usage = kv_cache_usage
+        self.finished = [] if finished is None else finished
+        self.prompt_cached = prompt_cached
+        self.prompt_external = prompt_external
+        self.preemptions_reported = preemptions_reported
+        self.ttfts = [] if ttfts is None else ttfts
+        self.itl_counts = [] if itl_counts is None else itl_counts
+        self.num_steps = num_steps
+        self.durations = [] if durations is None else durations
 
     @classmethod
     def build(
@@ -213,18 +261,18 @@ class StepOutput:
             running,
             waiting,
             kv_cache_usage,
-            [] if finished is None else finished,
+            finished,
             prompt_cached,
             prompt_external,
             preemptions_reported,
-            [] if ttfts is None else ttfts,
-            [] if itl_counts is None else itl_counts,
+            ttfts,
+            itl_counts,
             num_steps,
-            [] if durations is None else durations,
+            durations,
         )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Admission:
     """What :meth:`Engine.admit` scheduled from the waiting queue in one step (tokens unless said).
 
@@ -243,8 +291,28 @@ class Admission:
     external_hits: int = 0
     load_tokens: int = 0
 
+    def __init__(  # written out, not the dataclass's: that one is generated Python, interpreted even when compiled
+        self,
+        budget: int,
+        context: int = 0,
+        pairs: int = 0,
+        prefix_queries: int = 0,
+        prefix_hits: int = 0,
+        external_queries: int = 0,
+        external_hits: int = 0,
+        load_tokens: int = 0,
+    ) -> None:
+        self.budget = budget
+        self.context = context
+        self.pairs = pairs
+        self.prefix_queries = prefix_queries
+        self.prefix_hits = prefix_hits
+        self.external_queries = external_queries
+        self.external_hits = external_hits
+        self.load_tokens = load_tokens
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class Sampled:
     """What :meth:`Engine.sample` produced after a step's forward pass (``IterationStats`` of vLLM's
     OutputProcessor): ``generation_tokens`` (sampled tokens), ``prompt_tokens`` (whole prompts of requests whose
@@ -262,8 +330,28 @@ class Sampled:
     num_common: int = 0
     other_gaps: list[float] = field(default_factory=list)
 
+    def __init__(  # written out, as Admission's
+        self,
+        generation_tokens: int = 0,
+        prompt_tokens: int = 0,
+        prompt_cached: int = 0,
+        prompt_external: int = 0,
+        preemptions_reported: int = 0,
+        ttfts: list[float] | None = None,
+        num_common: int = 0,
+        other_gaps: list[float] | None = None,
+    ) -> None:
+        self.generation_tokens = generation_tokens
+        self.prompt_tokens = prompt_tokens
+        self.prompt_cached = prompt_cached
+        self.prompt_external = prompt_external
+        self.preemptions_reported = preemptions_reported
+        self.ttfts = [] if ttfts is None else ttfts
+        self.num_common = num_common
+        self.other_gaps = [] if other_gaps is None else other_gaps
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class _RunningPass:
     """The running requests' part of a step: tokens left, context, attention pairs, preemptions."""
 
@@ -271,6 +359,10 @@ class _RunningPass:
     context: int = 0
     pairs: int = 0
     preempted: int = 0
+
+    def __init__(self, budget: int) -> None:  # written out, as Admission's
+        self.budget = budget
+        self.context = self.pairs = self.preempted = 0
 
 
 def group_gaps(common: float, num_common: int, others: list[float]) -> list[tuple[float, int]]:
