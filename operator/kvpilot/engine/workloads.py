@@ -207,7 +207,7 @@ def _distribution(spec: object, field: str) -> tuple[dict[str, Any], str, tuple[
 
 class LengthSampler:
     """Token counts >= 1 drawn from one length spec (:func:`sample_length`'s), read once: a generator draws two a
-    request, and reading the spec's dict each time was a tenth of the engine's time on a Poisson trace.
+    request (reading the spec's dict at each draw was about a seventh of drawing a Poisson trace).
 
     Raises:
         InvalidValueError: naming ``field`` for an unknown distribution or missing parameter.
