@@ -47,6 +47,7 @@ class AllOrNothing(build_ext):
     """``build_ext`` whose optional extensions are kept only if every one of them was built."""
 
     def run(self) -> None:
+        """Build them; if one failed, delete the others: the package is then the Python source."""
         super().run()
         outputs = [Path(self.get_ext_fullpath(ext.name)) for ext in self.extensions]
         if all(path.exists() for path in outputs):
