@@ -8,7 +8,10 @@ Run: .venv/bin/python benchmarks/engine_bench.py
    fast-forward) and fast-forwarding (``Engine(fast_forward=True)``, the default): simulated/wall speed-up
    (target >= 1,000x), CPU seconds, steps, the ``on_step`` calls (one per run of decode-only steps handed on at
    once, one per step with an arrival, admission or finish), the steps that went through ``Engine.step``,
-   microseconds per step, and the cProfile of the fast-forwarded run's hottest functions.
+   microseconds per step, and the cProfile of the fast-forwarded run's hottest functions. Each mode runs
+   ``--repeat`` times (default 5), alternating with the other, each from a fresh engine: the figure is the median
+   of the simulated seconds per CPU second, with the range (the first run's line gives the counts; on a shared
+   machine single runs of the same code vary by a third).
 3. The same on a decode-heavy trace (``--decode-rate`` 1 req/s, outputs ~2,000 tokens): few arrivals and
    finishes, so stretches are long.
 4. The per-block floor: CPU nanoseconds per block of hashing a prompt's blocks (``Request.hash_runs``) and of
@@ -23,15 +26,17 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import pstats
+import statistics
 import time
 
 from kvpilot.engine import COMPILED, Engine, EngineConfig
 from kvpilot.engine.block_pool import BlockPool, BlockTable
 from kvpilot.engine.request import Request
 from kvpilot.engine.scenarios import run_scenario
-from kvpilot.engine.workloads import poisson
+from kvpilot.engine.workloads import ArrivalStream, OpenLoop, poisson
 
 
 def bench_seed_lru(repeat: int = 5) -> None:
@@ -47,7 +52,9 @@ def bench_seed_lru(repeat: int = 5) -> None:
     )
 
 
-def trace_engine(duration: float, rate: float, output_mean: int, fast_forward: bool) -> tuple[Engine, object]:
+def trace_engine(
+    duration: float, rate: float, output_mean: int, fast_forward: bool
+) -> tuple[Engine, OpenLoop | ArrivalStream]:
     cfg = EngineConfig(
         gpu="h100-sxm", model="qwen2.5-1.5b", max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=8192
     )
@@ -62,32 +69,52 @@ def trace_engine(duration: float, rate: float, output_mean: int, fast_forward: b
     return Engine(cfg, keep_finished=False, fast_forward=fast_forward), wl
 
 
-def bench_trace(name: str, duration: float, rate: float, output_mean: int, profile: bool) -> None:
-    print(f"{name}: Poisson {rate:g} req/s for {duration:.0f} s, outputs ~{output_mean} tokens")
-    speed = {}
+def _run_trace(duration: float, rate: float, output_mean: int, fast_forward: bool) -> tuple[Engine, int, float, float]:
+    """One timed run from a fresh engine: (the engine, its ``on_step`` calls with an output, wall s, CPU s). The
+    previous run's engine is collected before the clock starts (a dropped engine's pool is cyclic).
+    """
+    gc.collect()
+    engine, wl = trace_engine(duration, rate, output_mean, fast_forward)
+    calls = [0]
+
+    def count(_eng: Engine, out: object, calls: list[int] = calls) -> None:
+        if out is not None:
+            calls[0] += 1
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    engine.run(wl, on_step=count)
+    return engine, calls[0], time.perf_counter() - t0, time.process_time() - c0
+
+
+def bench_trace(name: str, duration: float, rate: float, output_mean: int, profile: bool, repeat: int) -> None:
+    print(f"{name}: Poisson {rate:g} req/s for {duration:.0f} s, outputs ~{output_mean} tokens; {repeat} run(s) a mode")
+    speeds: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(repeat):
+        for fast_forward in (False, True):  # alternating: both modes see the same machine
+            engine, calls, wall, cpu = _run_trace(duration, rate, output_mean, fast_forward)
+            speeds[fast_forward].append(engine.now / cpu)
+            if i:
+                continue
+            stretches = engine.num_steps - calls  # steps taken inside stretches beyond their first
+            print(
+                f"  {'fast-forward' if fast_forward else 'step by step (floor)':<20} simulated {engine.now:.1f} s in "
+                f"{wall:.2f} s wall / {cpu:.2f} s CPU = {engine.now / wall:,.0f}x wall, {engine.now / cpu:,.0f}x CPU; "
+                f"{engine.num_steps:,} steps in {calls:,} calls ({stretches / max(engine.num_steps, 1):.0%} "
+                f"skipped, mean {engine.num_steps / max(calls, 1):.2f} steps a call), {engine.num_stepped:,} through "
+                "Engine.step, "
+                f"{1e6 * cpu / max(engine.num_steps, 1):.2f} us CPU a step; {engine.num_finished:,} requests, "
+                f"generation tokens {engine.generation_tokens:,}"
+            )
     for fast_forward in (False, True):
-        engine, wl = trace_engine(duration, rate, output_mean, fast_forward)
-        calls = [0]
-
-        def count(_eng: Engine, out: object, calls: list[int] = calls) -> None:
-            if out is not None:
-                calls[0] += 1
-
-        t0, c0 = time.perf_counter(), time.process_time()
-        engine.run(wl, on_step=count)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        speed[fast_forward] = engine.now / cpu
-        stretches = engine.num_steps - calls[0]  # steps taken inside stretches beyond their first
+        v = speeds[fast_forward]
         print(
-            f"  {'fast-forward' if fast_forward else 'step by step (floor)':<20} simulated {engine.now:.1f} s in "
-            f"{wall:.2f} s wall / {cpu:.2f} s CPU = {engine.now / wall:,.0f}x wall, {engine.now / cpu:,.0f}x CPU; "
-            f"{engine.num_steps:,} steps in {calls[0]:,} calls ({stretches / max(engine.num_steps, 1):.0%} skipped, "
-            f"mean {engine.num_steps / max(calls[0], 1):.2f} steps a call), {engine.num_stepped:,} through "
-            "Engine.step, "
-            f"{1e6 * cpu / max(engine.num_steps, 1):.2f} us CPU a step; {engine.num_finished:,} requests, generation "
-            f"tokens {engine.generation_tokens:,}"
+            f"  {'fast-forward' if fast_forward else 'step by step (floor)':<20} x real time per CPU s over "
+            f"{len(v)} run(s): median {statistics.median(v):,.0f}, {min(v):,.0f}-{max(v):,.0f}"
         )
-    print(f"  fast-forward / step by step: {speed[True] / speed[False]:.2f}x (CPU)")
+    print(
+        f"  fast-forward / step by step: {statistics.median(speeds[True]) / statistics.median(speeds[False]):.2f}x "
+        "(medians, CPU)"
+    )
     if profile:
         engine, wl = trace_engine(duration, rate, output_mean, True)
         prof = cProfile.Profile()
@@ -134,11 +161,14 @@ def main() -> None:
     ap.add_argument("--decode-rate", type=float, default=1.0, help="arrivals of the decode-heavy trace, req/s")
     ap.add_argument("--decode-output", type=int, default=2000, help="mean output of the decode-heavy trace")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument(
+        "--repeat", type=int, default=5, help="timed runs of each mode, alternating (the median is the figure)"
+    )
     args = ap.parse_args()
     print(f"engine: {'compiled (mypyc)' if COMPILED else 'Python source (KVPILOT_COMPILE=0 or no C compiler)'}")
     bench_seed_lru()
-    bench_trace("trace", args.duration, args.rate, 200, not args.no_profile)
-    bench_trace("decode-heavy", args.duration, args.decode_rate, args.decode_output, not args.no_profile)
+    bench_trace("trace", args.duration, args.rate, 200, not args.no_profile, args.repeat)
+    bench_trace("decode-heavy", args.duration, args.decode_rate, args.decode_output, not args.no_profile, args.repeat)
     bench_block_ops()
 
 
