@@ -350,12 +350,12 @@ class BlockPool:
             raise ValueError(f"cannot get {n} free blocks from the pool ({self.num_free} free)")
         ids = self._front_ids(n)
         if ids is not None:
-            pop = ids.pop
-            for tail in tails:
-                tail.append(pop())
+            for tail in tails:  # ids.pop() itself, not a bound method: compiled, that is a direct call
+                tail.append(ids.pop())
             return
-        for tail, b in zip(tails, self._pop(n), strict=True):
-            tail.append(b)
+        taken = self._pop(n)  # exactly n
+        for i, tail in enumerate(tails):  # not zip(..., strict=True): a Python call, compiled or not
+            tail.append(taken[i])
 
     def grow_runs(self, runs: Sequence[tuple[list[int], int]]) -> None:
         """``n`` blocks from the front of the queue for each ``(tail, n)`` of ``runs`` (:meth:`open_tail`), in order:

@@ -300,13 +300,14 @@ class _Stretch:
         pre = self.pre
         pool = engine.pool
         num = self.num
+        g_end, t_stop = bounds  # passed by position, not as *bounds: compiled, that is a direct call
         if pre is None:
-            tails, gaps, durations = self._decode_steps(*bounds)
+            tails, gaps, durations = self._decode_steps(g_end, t_stop)
             if tails:
                 pool.grow_tails(tails)
             tokens = num
         else:
-            runs, gaps, durations = self._chunk_steps(pre, *bounds)
+            runs, gaps, durations = self._chunk_steps(pre, g_end, t_stop)
             if runs:
                 pool.grow_runs(runs)
             tokens = self.budget
@@ -326,7 +327,7 @@ class _Stretch:
         observed, their durations); ``g``, ``now``, ``context`` and the engine's busy time moved on.
         """
         engine = self.engine
-        step_time = engine.cost.step_time
+        cost = engine.cost  # cost.step_time(...), not a bound method: compiled, that is a direct call
         num, phases, bs, observed = self.num, self.phases, self.bs, self.observed
         g = self.g
         now = self.now
@@ -345,7 +346,7 @@ class _Stretch:
                     break
                 allocating += tails.values()
             context += num
-            dt = step_time(num, context, context)
+            dt = cost.step_time(num, context, context)
             start = now
             now = start + dt
             busy += dt
@@ -367,7 +368,7 @@ class _Stretch:
         happens before).
         """
         engine = self.engine
-        step_time = engine.cost.step_time
+        cost = engine.cost  # cost.step_time(...), not a bound method: compiled, that is a direct call
         num, phases, bs, observed = self.num, self.phases, self.bs, self.observed
         m = self.budget - num
         tri = (m * m + m) >> 1  # attention pairs of m new tokens among themselves
@@ -398,7 +399,7 @@ class _Stretch:
                     allocating.append((tail, need))
                     cap += need * bs
             context += num
-            dt = step_time(tokens, context + end, context + m * c + tri)
+            dt = cost.step_time(tokens, context + end, context + m * c + tri)
             c = end
             start = now
             now = start + dt
