@@ -56,11 +56,12 @@ operations.
 from __future__ import annotations
 
 from collections.abc import Collection, Hashable, Iterable, Sequence
+from typing import Final
 
 BlockHash = int
 
 #: Bits of a block hash below its family (:func:`block_hash_value`).
-FAMILY_SHIFT = 64
+FAMILY_SHIFT: Final = 64
 
 
 def hash_block(parent: Hashable | None, content: Hashable, extra_keys: Hashable = None) -> int:
@@ -115,7 +116,7 @@ class _Ext:
 
 
 #: The free-queue link of every extent not in a queue (``_Ext.prev``/``next``).
-_NOWHERE = _Ext([], None, [], detached_link=True)
+_NOWHERE: Final = _Ext([], None, [], detached_link=True)
 
 
 class BlockTable:
@@ -152,7 +153,7 @@ class Hit:
         self.num_free = 0
 
 
-NO_HIT = Hit()  # shared by every lookup that finds nothing: never mutated
+NO_HIT: Final = Hit()  # shared by every lookup that finds nothing: never mutated
 
 
 class BlockPool:

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from kvpilot.engine.block_pool import NO_HIT, BlockPool, Hit
 from kvpilot.engine.config import EngineConfig
@@ -54,8 +54,8 @@ from kvpilot.engine.request import Request
 from kvpilot.gpus import gpu_profile
 from kvpilot.text.errors import InvalidValueError
 
-_NEVER = 1 << 62  # a token count no request reaches
-_INF = float("inf")
+_NEVER: Final = 1 << 62  # a token count no request reaches
+_INF: Final = float("inf")
 
 
 class MetricsSink(Protocol):

@@ -66,16 +66,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from heapq import heappop, heappush
+from typing import Final
 
 from kvpilot.engine.core import Admission, Engine, Sampled, StepOutput, Workload, group_gaps
 from kvpilot.engine.request import Request
 
 __all__ = ["decode_run"]
 
-_INF = float("inf")
-_NEVER = 1 << 62  # a stretch step no request decodes from
-_NO_ADMISSION = Admission(0)  # read only: a step that admitted nobody
-_NOT_SAMPLED = Sampled()  # read only: a step whose admissions sampled nothing
+_INF: Final = float("inf")
+_NEVER: Final = 1 << 62  # a stretch step no request decodes from
+_NO_ADMISSION: Final = Admission(0)  # read only: a step that admitted nobody
+_NOT_SAMPLED: Final = Sampled()  # read only: a step whose admissions sampled nothing
 
 
 def decode_run(

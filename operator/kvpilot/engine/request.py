@@ -15,10 +15,11 @@ request finds its own blocks again, as in vLLM.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from kvpilot.engine.block_pool import BlockTable, block_hash_value, hash_block
 
-_GEN_LEN = 1 << 62  # the generated tokens' segment: longer than any request
+_GEN_LEN: Final = 1 << 62  # the generated tokens' segment: longer than any request
 
 
 class Request:

@@ -17,13 +17,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 
 from kvpilot.engine.request import Request
 from kvpilot.text.documents import DocumentError, load_json
 from kvpilot.text.errors import InvalidValueError
 
-_INF = float("inf")
+_INF: Final = float("inf")
 
 #: A token count: fixed (a number) or a distribution, a dict (:func:`sample_length`, which checks it and names the
 #: field: the generators pass what a workload file gave unchecked, so its error is this one and not a type error).
