@@ -419,6 +419,14 @@ class Engine:
         config.validate()
         self.config = config
         self.limits = config.batch_limits()  # the resolved config's limits, as ints
+        # read at every arrival, admission and finish, so kept here: compiled, an attribute of the engine is a
+        # field, one of the config (an uncompiled class) a lookup by name; a config is never changed once built
+        # (EngineConfig.replace makes a copy)
+        self.max_num_seqs = self.limits.max_num_seqs
+        self.max_model_len = config.max_model_len
+        self.caching = config.enable_prefix_caching
+        self.chunked_prefill = config.enable_chunked_prefill
+        self.reserve_full_isl = config.scheduler_reserve_full_isl
         self.metrics = metrics
         self.keep_finished = keep_finished
         self.fast_forward = fast_forward
@@ -505,7 +513,7 @@ class Engine:
             InvalidValueError: the prompt is not shorter than ``max_model_len`` (vLLM rejects it with
                 HTTP 400 before the engine sees it).
         """
-        mml = self.config.max_model_len
+        mml = self.max_model_len
         if request.prompt_len >= mml:
             raise InvalidValueError(
                 "prompt_len",
@@ -514,7 +522,7 @@ class Engine:
         if request.prompt_len + request.output_len > mml:
             request.max_output = mml - request.prompt_len
             request.finish_reason = "length"
-        request.next_full = self.block_size if self.config.enable_prefix_caching else _NEVER
+        request.next_full = self.block_size if self.caching else _NEVER
         self.waiting.append(request)
 
     def advance_to(self, t: float) -> None:
@@ -691,7 +699,7 @@ class Engine:
             :class:`Admission`: the budget left and the admitted requests' cost-model and metric inputs.
         """
         adm = Admission(budget)
-        max_seqs = self.limits.max_num_seqs
+        max_seqs = self.max_num_seqs
         running = self.running
         waiting = self.waiting
         while waiting and adm.budget > 0 and len(running) < max_seqs and self._admit_head(adm, start):
@@ -707,8 +715,7 @@ class Engine:
         that sit in the free queue count against the free blocks. Without chunked prefill a prompt longer than the
         budget left waits. Prefix-cache statistics count first admissions only (``record_prefix_cache_stats``).
         """
-        cfg = self.config
-        caching = cfg.enable_prefix_caching
+        caching = self.caching
         bs = self.block_size
         pool = self.pool
         req = self.waiting[0]
@@ -721,15 +728,13 @@ class Engine:
         computed = gpu_hit + ext
         n = total - computed
         if n > adm.budget:
-            if not cfg.enable_chunked_prefill:
+            if not self.chunked_prefill:
                 return False
             n = adm.budget
         end = computed + n
         need = -(-end // bs) - hit_blocks
         free = pool.num_free - hit.num_free
-        if need > free or (
-            cfg.scheduler_reserve_full_isl and -(-min(total, cfg.max_model_len) // bs) - hit_blocks > free
-        ):
+        if need > free or (self.reserve_full_isl and -(-min(total, self.max_model_len) // bs) - hit_blocks > free):
             return False
         self.waiting.popleft()
         table = req.table
@@ -768,7 +773,7 @@ class Engine:
 
     def _count_first_admission(self, adm: Admission, req: Request, gpu_hit: int, ext: int) -> None:
         """Prefix-cache statistics of a request admitted for the first time (``record_prefix_cache_stats``)."""
-        if self.config.enable_prefix_caching:
+        if self.caching:
             adm.prefix_queries += req.total
             adm.prefix_hits += gpu_hit
             req.prefix_hit_tokens = gpu_hit
@@ -913,7 +918,7 @@ class Engine:
         req.capacity = 0
         req.num_computed = 0
         req.num_cached_blocks = 0
-        req.next_full = self.block_size if self.config.enable_prefix_caching else _NEVER
+        req.next_full = self.block_size if self.caching else _NEVER
         req.num_preemptions += 1
         self.waiting.appendleft(req)
 
@@ -942,7 +947,7 @@ class Engine:
                 prompt_tokens=req.prompt_len,
                 prompt_cached=req.prefix_hit_tokens + req.external_hit_tokens,
                 generation_tokens=req.num_output,
-                max_tokens=req.max_output if capped else self.config.max_model_len - req.prompt_len,
+                max_tokens=req.max_output if capped else self.max_model_len - req.prompt_len,
                 finished_reason=req.finished_reason or "length",
             )
 
