@@ -24,6 +24,31 @@ from kvpilot.text.documents import DocumentError, load_json
 from kvpilot.text.errors import InvalidValueError
 
 _INF: Final = float("inf")
+_TWO_PI: Final = 2.0 * math.pi
+
+
+def expovariate(rng: random.Random, rate: float) -> float:
+    """The draw ``rng.expovariate(rate)`` gives (the inverse transform of one ``rng.random()``), computed here: the
+    compiled engine draws two a request, and the library's own is interpreted Python.
+    """
+    return -math.log(1.0 - rng.random()) / rate
+
+
+def gauss(rng: random.Random, mu: float, sigma: float) -> float:
+    """The draw ``rng.gauss(mu, sigma)`` gives, computed here (as :func:`expovariate`): Box-Muller from two
+    ``rng.random()``, the pair's second normal kept for the next draw in ``rng.gauss_next``, where
+    ``random.Random.gauss`` keeps it, so either may follow the other (tests/unit/engine/test_workloads_draws.py
+    holds the two to the same sequences).
+    """
+    z: float | None = rng.gauss_next  # type: ignore[attr-defined]
+    rng.gauss_next = None  # type: ignore[attr-defined]
+    if z is None:
+        x2pi = rng.random() * _TWO_PI
+        g2rad = math.sqrt(-2.0 * math.log(1.0 - rng.random()))
+        z = math.cos(x2pi) * g2rad
+        rng.gauss_next = math.sin(x2pi) * g2rad  # type: ignore[attr-defined]
+    return mu + z * sigma
+
 
 #: A token count: fixed (a number) or a distribution, a dict (:func:`sample_length`, which checks it and names the
 #: field: the generators pass what a workload file gave unchecked, so its error is this one and not a type error).
@@ -246,11 +271,11 @@ class LengthSampler:
         if kind == "uniform":
             return max(1, rng.randint(int(self.a), int(self.b)))
         if kind == "normal":
-            v = rng.gauss(self.a, self.b)
+            v = gauss(rng, self.a, self.b)
         elif kind == "lognormal":
-            v = self.a * math.exp(rng.gauss(0.0, self.b))
+            v = self.a * math.exp(gauss(rng, 0.0, self.b))
         elif kind == "exponential":
-            v = rng.expovariate(self.a)
+            v = expovariate(rng, self.a)
         else:  # fixed
             v = self.a
         v = max(v, self.lo)  # max/min as before: a NaN draw stays NaN
@@ -312,7 +337,7 @@ def _poisson_requests(
     t = start
     i = 0
     while True:
-        t += rng.expovariate(rate)
+        t += expovariate(rng, rate)
         if duration is not None and t >= start + duration:
             return
         if num_requests is not None and i >= num_requests:
