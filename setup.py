@@ -1,7 +1,7 @@
 """kvpilot's build: the engine model's hot modules compiled with mypyc, where the build can.
 
 Everything else about the package is in pyproject.toml. mypyc (mypy's compiler) turns the type-annotated modules
-listed in ``COMPILED`` into C extensions: the same code, about 3x faster (docs/performance.md, "Engine"). The build
+listed in ``COMPILED`` into C extensions: the same code, 3-4x faster (docs/performance.md, "Engine"). The build
 installs them as Python source instead when ``KVPILOT_COMPILE=0`` is set or when they do not compile (no C
 compiler: pip says why only with ``-v``). It is all or nothing: the compiled modules share one library, and a
 build that made only some of them keeps none. A type error mypy finds in them stops the build.
@@ -72,6 +72,9 @@ def ext_modules() -> list[Extension]:
     exts = mypycify([*options, *COMPILED], opt_level="3", group_name="kvpilot")
     for ext in exts:
         ext.optional = True  # a compiler error: the Python modules (AllOrNothing)
+        # a * b + c stays two roundings, as the interpreter computes it: a compiler may otherwise fuse it into one
+        # multiply-add (aarch64, or x86 with FMA) and the compiled engine's floats would differ in the last bit
+        ext.extra_compile_args.append("-ffp-contract=off")
     return exts
 
 

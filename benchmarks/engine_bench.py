@@ -154,6 +154,13 @@ def bench_block_ops(num_requests: int = 20000, blocks: int = 75, alive: int = 40
     print(f"per-block floor ({num_requests:,} requests x {blocks} blocks): ns CPU per block: {figures}")
 
 
+def _at_least_one(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=600.0)
@@ -162,7 +169,10 @@ def main() -> None:
     ap.add_argument("--decode-output", type=int, default=2000, help="mean output of the decode-heavy trace")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument(
-        "--repeat", type=int, default=5, help="timed runs of each mode, alternating (the median is the figure)"
+        "--repeat",
+        type=_at_least_one,
+        default=5,
+        help="timed runs of each mode, alternating (the median is the figure)",
     )
     args = ap.parse_args()
     print(f"engine: {'compiled (mypyc)' if COMPILED else 'Python source (KVPILOT_COMPILE=0 or no C compiler)'}")

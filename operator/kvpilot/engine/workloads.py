@@ -28,8 +28,9 @@ _TWO_PI: Final = 2.0 * math.pi
 
 
 def expovariate(rng: random.Random, rate: float) -> float:
-    """The draw ``rng.expovariate(rate)`` gives (the inverse transform of one ``rng.random()``), computed here: the
-    compiled engine draws two a request, and the library's own is interpreted Python.
+    """The draw ``rng.expovariate(rate)`` gives (the inverse transform of one ``rng.random()``), computed here: a
+    Poisson trace draws one a request (its arrival gap) besides :func:`gauss`'s two, and the library's own are
+    interpreted Python.
     """
     return -math.log(1.0 - rng.random()) / rate
 

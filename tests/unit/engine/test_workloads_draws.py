@@ -8,11 +8,13 @@ recording of the suite was drawn with the library's: equal draws keep them all.
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Callable
 
 import pytest
 
-from kvpilot.engine.workloads import expovariate, gauss, poisson
+from kvpilot.engine.workloads import LengthSampler, expovariate, gauss, poisson
 
 #: a mix with an odd number of normals between the other draws (the kept second normal crosses them)
 PATTERN = ("gauss", "gauss", "expo", "gauss", "random", "gauss", "gauss", "gauss", "expo", "expo", "gauss")
@@ -65,3 +67,26 @@ def test_a_poisson_trace_is_the_one_the_library_s_draws_make() -> None:
     got = [(r.arrival_time, r.prompt_len, r.output_len) for r in wl.requests]
     assert got == expected
     assert len(got) > 900  # 50 req/s for 20 s
+
+
+@pytest.mark.parametrize(
+    ("spec", "library"),
+    [
+        ({"dist": "normal", "mean": 1000, "std": 200, "min": 100}, lambda rng: rng.gauss(1000.0, 200.0)),
+        (
+            {"dist": "lognormal", "mean": 300, "sigma": 0.8, "max": 4000},
+            lambda rng: 300 * math.exp(rng.gauss(0.0, 0.8)),
+        ),
+        ({"dist": "exponential", "mean": 250, "min": 5}, lambda rng: rng.expovariate(1 / 250)),
+    ],
+    ids=["normal", "lognormal", "exponential"],
+)
+def test_each_length_distribution_draws_what_the_library_gives(
+    spec: dict[str, object], library: Callable[[random.Random], float]
+) -> None:
+    """sample_length's documented rule on the library's draw: clipped to min/max, rounded, at least 1."""
+    sampler = LengthSampler(spec, "prompt_len")
+    own, lib = random.Random(5), random.Random(5)
+    lo, hi = float(spec.get("min", -math.inf)), float(spec.get("max", math.inf))  # type: ignore[arg-type]
+    for i in range(3000):
+        assert sampler.draw(own) == max(1, round(min(max(library(lib), lo), hi))), i
