@@ -17,6 +17,7 @@ import contextlib
 import os
 import resource
 import signal
+import sys
 import time
 import unicodedata
 from collections.abc import Iterator
@@ -69,6 +70,10 @@ def _budget(cpu_seconds: float, memory_bytes: int) -> Iterator[None]:
     def over(_signum: int, _frame: object) -> None:
         raise _OverBudgetError(f"more than {cpu_seconds} s of CPU for one input")
 
+    # the budget is the command's: a tracer set around it (hypothesis's explain phase traces every line of every
+    # example under Python < 3.12) is off inside, or a 0.3 s input costs 20x that (a 500-deep YAML list: > 5 s)
+    tracer = sys.gettrace()
+    sys.settrace(None)
     previous = signal.signal(signal.SIGPROF, over)
     signal.setitimer(signal.ITIMER_PROF, cpu_seconds)
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -82,6 +87,7 @@ def _budget(cpu_seconds: float, memory_bytes: int) -> Iterator[None]:
         signal.setitimer(signal.ITIMER_PROF, 0)
         signal.signal(signal.SIGPROF, previous)
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        sys.settrace(tracer)
 
 
 def _address_space() -> int | None:

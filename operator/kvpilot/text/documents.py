@@ -347,11 +347,18 @@ def _loader_class() -> Callable[[str], Any]:  # noqa: C901
             return node
 
         def construct_object(self, node: Any, deep: bool = False) -> Any:
-            # a scalar YAML's types refuse (``!!int abc``, ``2024-13-01``) raises ValueError in PyYAML: a YAML error
+            # a scalar YAML's types refuse (``!!int abc``, ``2024-13-01``) raises ValueError in PyYAML: a YAML error;
+            # so does ``!!timestamp`` on text that is no date at all, where PyYAML's own constructor fails on its
+            # regular expression's missing match (AttributeError)
             try:
                 return super().construct_object(node, deep)
             except (ValueError, OverflowError, TypeError) as exc:
                 tag = str(node.tag).rsplit(":", 1)[-1]
                 raise ConstructorError(None, None, f"not a valid {tag}: {exc}", node.start_mark) from None
+            except AttributeError:
+                if not isinstance(node, ScalarNode):
+                    raise
+                tag = str(node.tag).rsplit(":", 1)[-1]
+                raise ConstructorError(None, None, f"not a valid {tag}", node.start_mark) from None
 
     return BoundedLoader

@@ -193,6 +193,8 @@ def test_every_document_of_a_stream_gets_its_own_count():
         ("a: [", "not valid YAML at line 1, column 5: expected the node content"),
         ("a: !!int abc", "not valid YAML at line 1, column 4: not a valid int"),  # was a ValueError
         ("a: 2024-13-01", "not valid YAML at line 1, column 4: not a valid timestamp"),  # ditto
+        ("a: !!timestamp \ufeff2024-13-01", "not valid YAML at line 1, column 4: not a valid timestamp"),  # no date
+        ("a: !!timestamp soon", "not valid YAML at line 1, column 4: not a valid timestamp"),  # PyYAML: AttributeError
         ("a: *nowhere", "found undefined alias"),
         ("a: 1\n\x00", "not valid YAML: unacceptable character #x0000"),
         ("? [a]\n: 1", "found unhashable key"),
