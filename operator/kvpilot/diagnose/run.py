@@ -10,6 +10,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,6 +23,7 @@ from kvpilot.diagnose.sources import SourceError
 from kvpilot.diagnose.sources.http import display_url
 from kvpilot.diagnose.sources.kube import PodLimits
 from kvpilot.text.numbers import fig
+from kvpilot.text.safe import one_line
 
 
 @dataclass
@@ -51,6 +53,8 @@ class Options:
         prometheus_authorization: the ``Authorization`` header sent to Prometheus (``Bearer …``,
             ``Basic …``; from ``--prometheus-bearer-token-file`` / ``--prometheus-basic-auth-file``),
             never printed. Userinfo in a source URL is sent as basic auth and printed without it.
+        save_recording: with ``metrics_url``, write the window's scrapes to this file as a recording
+            (``--recording`` reads it back with the same answer); empty for none.
         fit_signals: also compute :data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS` from a recording or
             scrapes (``kvpilot.advice`` fits a workload from them; ``--prometheus`` asks for them
             afterwards, for the targets it predicts).
@@ -81,6 +85,7 @@ class Options:
     reader: Reader = "service"
     prometheus_authorization: str | None = field(default=None, repr=False)
     fit_signals: bool = False
+    save_recording: str = ""
 
     def run_deadline_seconds(self) -> float | None:
         """Seconds the whole run may spend reading its source (None: a recording, no network).
@@ -103,6 +108,23 @@ class Options:
 #: sample intervals of it (``extrapolatedRate``, promql/functions.go, v2.42: ``extrapolationThreshold``); farther,
 #: the series is taken to start there, so the data is shorter than the window
 EXTRAPOLATION_THRESHOLD = 1.1
+
+
+def save_scrapes(bodies: list[tuple[float, str]], path: str) -> str:
+    """Write the scrapes to ``path`` as a recording; the report's note saying where (or why not).
+
+    Raises:
+        SourceError: the file cannot be written, or a scrape cannot be held in a recording.
+    """
+    from kvpilot.metrics.exposition import ExpositionError
+    from kvpilot.metrics.recording import scrapes_recording_text
+
+    try:
+        text = scrapes_recording_text(bodies)
+        Path(path).write_text(text, encoding="utf-8")
+    except (OSError, ExpositionError) as exc:
+        raise SourceError(f"--save-recording {path}: {one_line(str(exc))}") from None
+    return f"The {len(bodies)} scrapes saved to {path} (kvpilot diagnose --recording {path} reads them again)."
 
 
 def coverage_note(stamps: list[float], end: float, window_seconds: float) -> str | None:
@@ -250,6 +272,7 @@ def run(opts: Options) -> Report:  # noqa: C901
         if info.engine:
             notes.append(f"Limits read from VLLMServer {info.namespace}/{info.name} (spec.engine).")
     queries: list[str]
+    version: str | None = None  # the server's own vLLM version, where it shows it
     if opts.prometheus:
         from kvpilot.diagnose.sources.prometheus import PrometheusSource, Selectors
 
@@ -274,8 +297,9 @@ def run(opts: Options) -> Report:  # noqa: C901
         newest: float | None = None  # the source's newest timestamp, when it knows it
         samples: list[Any]  # kvpilot.metrics.exposition.Sample or sources.recording.WindowSample
         if opts.metrics_url:
-            from kvpilot.diagnose.sources.scrape import scrape_series
+            from kvpilot.diagnose.sources.scrape import scrape_series, server_version
 
+            bodies: list[tuple[float, str]] | None = [] if opts.save_recording else None
             samples, scrapes = scrape_series(
                 opts.metrics_url,
                 opts.window_seconds,
@@ -284,7 +308,13 @@ def run(opts: Options) -> Report:  # noqa: C901
                 quick_gap_seconds=opts.quick_gap,
                 timeout=opts.timeout,
                 run_deadline=run_deadline,
+                bodies=bodies,
             )
+            if bodies is not None:
+                notes.append(save_scrapes(bodies, opts.save_recording))
+            version = server_version(opts.metrics_url, min(opts.timeout, 5.0))
+            if version:
+                notes.append(f"vLLM {version} (the server's /version).")
             source = f"metrics-url {display_url(opts.metrics_url)}"
             if opts.quick:
                 notes.append(
@@ -335,7 +365,10 @@ def run(opts: Options) -> Report:  # noqa: C901
             pod_log=from_pod.log if from_pod else None,
             operator_metric=sig.operator_limits,
         )
-        diag = diagnose_target(sig, limits, _target_json(key, opts.server, instance), queries, opts.model_config)
+        target = _target_json(key, opts.server, instance)
+        if version:
+            target["vllm_version"] = version
+        diag = diagnose_target(sig, limits, target, queries, opts.model_config)
         diag.basis = DiagnosisBasis(key, sig, limits)
         inferred = {name: diag.signals.get(f"inferred_{name}") for name in ("max_num_seqs", "max_num_batched_tokens")}
         diag.evidence.append(limits.describe(inferred))

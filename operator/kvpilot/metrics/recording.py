@@ -47,12 +47,21 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import ALLOWUTF8
 from prometheus_client.openmetrics.exposition import generate_latest as _om_generate
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as _om_families
+from prometheus_client.parser import text_string_to_metric_families as _text_families
 from prometheus_client.samples import Sample as _PCSample
 
 from kvpilot.metrics.exposition import ExpositionError, Sample, is_openmetrics
 from kvpilot.text.safe import one_line
 
-__all__ = ["write_recording", "read_recording", "recording_text", "RecordingReader", "SeriesRef", "MAX_LINE_CHARS"]
+__all__ = [
+    "write_recording",
+    "read_recording",
+    "recording_text",
+    "scrapes_recording_text",
+    "RecordingReader",
+    "SeriesRef",
+    "MAX_LINE_CHARS",
+]
 
 Snapshot = tuple[float, Iterable[Metric]]
 
@@ -115,6 +124,26 @@ def recording_text(snapshots: Iterable[Snapshot], include_created: bool = False)
     families = _buffer(snapshots, include_created)
     text: bytes = _om_generate(_Families(families), escaping=ALLOWUTF8)
     return text.decode("utf-8")
+
+
+def scrapes_recording_text(scrapes: Iterable[tuple[float, str]]) -> str:
+    """The recording of a live server's scrapes: each ``/metrics`` body stamped with its scrape's time.
+
+    Args:
+        scrapes: ``(Unix seconds, body)`` in time order; a body is Prometheus text 0.0.4 or OpenMetrics, as
+            the server answered it. Families keep their type, help and unit.
+
+    Raises:
+        ExpositionError: a body the ``prometheus_client`` parser of its format cannot read whole.
+    """
+
+    def families(body: str) -> list[Metric]:
+        try:
+            return list(_om_families(body) if is_openmetrics(body) else _text_families(body))
+        except ValueError as exc:  # prometheus_client raises ValueError (sometimes without a message)
+            raise ExpositionError(0, f"a scrape the recording cannot hold ({exc or 'syntax'})") from None
+
+    return recording_text((ts, families(body)) for ts, body in scrapes)
 
 
 def write_recording(

@@ -171,3 +171,46 @@ def test_live_metrics_url_scraped_over_a_window(simulated_server):
     assert qdoc["targets"][0]["verdict"] == "max_num_seqs_cap"
     assert any("--quick: two scrapes" in n for n in qdoc["notes"])
     assert qdoc["window_seconds"] < 10
+
+
+def test_live_window_saved_and_diagnosed_again(tmp_path, simulated_server):
+    """--save-recording keeps the scrapes of a live window: --recording reads them back to the same answer."""
+    url = f"http://127.0.0.1:{simulated_server}/metrics"
+    saved = tmp_path / "window.om"
+    live = CliRunner().invoke(
+        cli,
+        ["diagnose", "--no-what-if", "--metrics-url", url, "--no-kube", "--window", "4s", "--scrape-interval", "1s",
+         "--save-recording", str(saved), "-o", "json", *scenario_cli_args("max-num-seqs-cap")],
+    )  # fmt: skip
+    doc = json.loads(live.output)
+    assert any(n.startswith(f"The 5 scrapes saved to {saved}") for n in doc["notes"]), doc["notes"]
+    again = CliRunner().invoke(
+        cli,
+        ["diagnose", "--no-what-if", "--recording", str(saved), "--no-kube", "--window", "4s", "-o", "json",
+         *scenario_cli_args("max-num-seqs-cap")],
+    )  # fmt: skip
+    redoc = json.loads(again.output)
+    (a,), (b,) = doc["targets"], redoc["targets"]
+    assert (b["verdict"], b["severity"]) == (a["verdict"], a["severity"]) == ("max_num_seqs_cap", a["severity"])
+    for name in ("running_avg", "running_max", "waiting_avg", "kv_usage_max"):
+        assert b["signals"][name] == pytest.approx(a["signals"][name], rel=1e-6, abs=1e-9), name
+
+
+def test_save_recording_needs_metrics_url(tmp_path):
+    result = CliRunner().invoke(
+        cli, ["diagnose", "--recording", str(tmp_path / "x.om"), "--save-recording", str(tmp_path / "y.om")]
+    )
+    assert result.exit_code == 64, result.output
+    assert "--save-recording works with --metrics-url only" in result.output
+
+
+def test_save_recording_to_an_unwritable_place_is_one_line(simulated_server, tmp_path):
+    url = f"http://127.0.0.1:{simulated_server}/metrics"
+    target = tmp_path / "no-such-dir" / "w.om"
+    result = CliRunner().invoke(
+        cli,
+        ["diagnose", "--no-what-if", "--metrics-url", url, "--no-kube", "--quick", "--save-recording", str(target)],
+    )
+    assert result.exit_code == 3, result.output
+    assert f"--save-recording {target}:" in result.output
+    assert "Traceback" not in result.output

@@ -79,3 +79,29 @@ def test_not_prometheus_text_is_a_source_error():
         pytest.raises(SourceError, match="not Prometheus text"),
     ):
         scrape_series(server.url, window_seconds=10, interval_seconds=10, sleep=lambda _s: None)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (200, '{"version": "0.32.0"}', "0.32.0"),  # vLLM's answer (entrypoints/serve/instrumentator/basic.py)
+        (200, '{"version": "0.33.0+cpu"}', "0.33.0+cpu"),
+        (404, '{"detail": "Not Found"}', None),  # not a vLLM server: no version, no error
+        (200, '{"version": "\\u001b[1mhf_secret"}', None),  # not a version: never printed
+        (200, "x" * 10_000, None),  # more than a version answer can be
+        (200, "[1, 2]", None),
+    ],
+)
+def test_server_version_from_the_same_origin(status, body, expected):
+    from kvpilot.diagnose.sources.scrape import server_version
+
+    with LoopbackServer(lambda _m, path, _q, _b: (status, body) if path == "/version" else (500, "")) as server:
+        assert server_version(server.url + "/metrics") == expected
+        assert [r[1] for r in server.requests] == ["/version"]
+
+
+def test_server_version_of_a_closed_port_is_none():
+    from kvpilot.diagnose.sources.scrape import server_version
+    from tests.support.prom import free_port
+
+    assert server_version(f"http://127.0.0.1:{free_port()}/metrics", timeout=2.0) is None

@@ -8,8 +8,11 @@ points; the report says so).
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
@@ -68,6 +71,7 @@ def scrape_series(
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
     run_deadline: float | None = None,
+    bodies: list[tuple[float, str]] | None = None,
 ) -> tuple[list[Sample], int]:
     """Scrape ``url`` every ``interval_seconds`` for ``window_seconds`` (or twice when ``quick``).
 
@@ -83,6 +87,7 @@ def scrape_series(
         sleep: how to wait (seconds), injectable for tests.
         run_deadline: ``time.monotonic()`` instant after which no scrape starts or continues
             (the run's overall deadline); None for none.
+        bodies: when given, each scrape's ``(time, body)`` is appended to it (``--save-recording``).
 
     Returns:
         ``(samples, scrapes)``: all samples, each stamped with its scrape's time (Unix seconds).
@@ -115,7 +120,36 @@ def scrape_series(
             samples.extend(parse_exposition(body, default_timestamp=started))
         except ExpositionError as exc:
             raise SourceError(f"--metrics-url {display_url(url)}: not Prometheus text or OpenMetrics: {exc}") from None
+        if bodies is not None:
+            bodies.append((started, body))
         done += 1
         if i < count - 1:
             sleep(max(0.0, gap - (clock() - started)))
     return samples, done
+
+
+#: Largest ``/version`` answer read: vLLM's is ``{"version": "0.32.0"}``, a few dozen bytes.
+MAX_VERSION_BYTES = 4096
+_VERSION = re.compile(r"\d+\.\d+(\.\d+)?([.+-][0-9A-Za-z.+-]{1,40})?")
+
+
+def server_version(metrics_url: str, timeout: float = 5.0) -> str | None:
+    """The vLLM version the server at ``metrics_url`` reports (``GET /version`` on the same origin), or None.
+
+    vLLM's OpenAI server answers ``{"version": "0.32.0"}`` there (``vllm/entrypoints/serve/instrumentator/
+    basic.py``, v0.32.0). Best effort and bounded: any failure, a non-200 answer, more than
+    :data:`MAX_VERSION_BYTES`, or text that is not a version is None, never an error.
+    """
+    bare, authorization = split_credentials(metrics_url)
+    parts = urlsplit(bare)
+    url = urlunsplit((parts.scheme, parts.netloc, "/version", "", ""))
+    headers = {"Accept": "application/json"} | ({"Authorization": authorization} if authorization else {})
+    try:
+        fetched = fetch(url, headers=headers, deadline=timeout, max_bytes=MAX_VERSION_BYTES)
+        doc = json.loads(fetched.body) if fetched.status == 200 else None
+    except (requests.RequestException, ValueError):
+        return None
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if isinstance(version, str) and _VERSION.fullmatch(version):
+        return version
+    return None
