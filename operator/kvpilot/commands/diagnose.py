@@ -204,6 +204,13 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
     help="Report format (json: docs/diagnose-output.schema.json).",
 )
 @click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Text and markdown: also how each figure was derived (formulas, ceilings), the replay's figures and "
+    "notes, the key signals (-o json always has them).",
+)
+@click.option(
     "--watch",
     type=click.FloatRange(min=0, min_open=True),
     metavar="N",
@@ -244,6 +251,7 @@ def command(  # noqa: C901
     what_if_budget: float,
     no_what_if: bool,
     output: str,
+    verbose: bool,
     watch: float | None,
     watch_count: int | None,
 ) -> None:
@@ -379,7 +387,7 @@ def command(  # noqa: C901
         try:
             try:
                 report = diagnose_and_predict(opts, advice)
-                for chunk in render_chunks(report, output, width=shutil.get_terminal_size().columns):
+                for chunk in render_chunks(report, output, width=shutil.get_terminal_size().columns, verbose=verbose):
                     click.echo(chunk, nl=False)
                 click.echo()
                 code = report.exit_code()
