@@ -57,8 +57,8 @@ def answer(result: dict[str, Any]) -> tuple[str | None, str | None]:
         str(r.get("expected_effect", "")),
         r.get("predicted") if isinstance(r.get("predicted"), dict) else None,
     )
-    replay = d.get("replay") if isinstance(d.get("replay"), dict) else {}
-    now = replay.get("predicted") if replay.get("matches") else None
+    replay = d.get("replay")
+    now = replay.get("predicted") if isinstance(replay, dict) and replay.get("matches") else None
     return one_line(change_text(rec), 500), one_line(predicted_effect(rec, now), 500)
 
 
