@@ -57,6 +57,32 @@ class _WindowParam(DurationParam):
         return super().convert(value, param, ctx)
 
 
+class _Progress:
+    """One line on ``stream`` rewritten in place while diagnose waits (scrapes left, replays); only on a terminal,
+    so a pipe or a log file gets none of it. ``clear`` erases the line before the report is printed.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        isatty = getattr(stream, "isatty", None)
+        self.enabled = bool(isatty and isatty())
+        self.shown = False
+
+    def say(self, text: str) -> None:
+        """Show ``text`` in place of the last line (cut to the terminal's width)."""
+        width = shutil.get_terminal_size().columns
+        self.stream.write("\r\x1b[K" + one_line(text, max(width - 1, 10)))
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        """Erase the line, if one was shown."""
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
 def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, basic_file: str | None) -> str | None:
     """The ``Authorization`` header for ``--prometheus`` from its credential files (None: none given).
 
@@ -381,12 +407,17 @@ def command(  # noqa: C901
         timeout=timeout,
         prometheus_authorization=authorization,
     )
+    progress = _Progress(sys.stderr)
+    opts.progress = progress.say if progress.enabled else None
     runs = 0
     code = EXIT_NO_DIAGNOSIS
     while True:
         try:
             try:
-                report = diagnose_and_predict(opts, advice)
+                try:
+                    report = diagnose_and_predict(opts, advice)
+                finally:
+                    progress.clear()
                 for chunk in render_chunks(report, output, width=shutil.get_terminal_size().columns, verbose=verbose):
                     click.echo(chunk, nl=False)
                 click.echo()

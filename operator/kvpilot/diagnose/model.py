@@ -169,12 +169,15 @@ class Report:
 
     ``notes`` are sentences about the run as a whole (``--quick`` used, limits' sources, source
     errors); the text and markdown renderings show them, JSON carries them under ``notes``.
+    ``short_data``: the one of them saying the data covers less than the window (its covered span), which the
+    text and markdown reports show above everything else; not serialised apart from ``notes``.
     """
 
     source: str
     window_seconds: float
     targets: list[Diagnosis] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    short_data: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``diagnose -o json`` document (docs/diagnose-output.schema.json)."""

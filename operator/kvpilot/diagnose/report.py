@@ -294,6 +294,17 @@ def _text_predictions(console: Console, d: Diagnosis, verbose: bool) -> None:
         console.print(Padding(Prose(f"what-if {_change_label(w['change'])}: {outcome}"), (0, 0, 0, 2)))
 
 
+def _text_answers(console: Console, report: Report) -> None:
+    """The top of a text report: the note that the data is short of the window, each target's headline, the notes."""
+    if report.short_data:
+        console.print(Prose(Text(f"note: {report.short_data}", style="bold")))
+    for d in report.targets:
+        console.print(Prose(Text(headline(d), style=_SEVERITY_STYLE.get(d.severity, ""))))
+    for note in report.notes:
+        if note != report.short_data:
+            console.print(Padding(Prose(f"note: {note}"), (0, 0, 0, 2)))
+
+
 def to_text(report: Report, width: int = 100, color: bool = False, verbose: bool = False) -> str:
     """Terminal rendering at ``width`` columns: the answer first - one :func:`headline` per target (verdict, the
     change, its predicted effect) - then the notes, then one block per target (verdict, each recommendation as
@@ -313,10 +324,7 @@ def to_text(report: Report, width: int = 100, color: bool = False, verbose: bool
             whole=(f"window: {window}",),
         )
     )
-    for d in report.targets:
-        console.print(Prose(Text(headline(d), style=_SEVERITY_STYLE.get(d.severity, ""))))
-    for note in report.notes:
-        console.print(Padding(Prose(f"note: {note}"), (0, 0, 0, 2)))
+    _text_answers(console, report)
     for d in report.targets:
         style = _SEVERITY_STYLE.get(d.severity, "")
         console.print()
@@ -409,11 +417,14 @@ def to_markdown(report: Report, verbose: bool = False) -> str:
     recommendations table and evidence bullets; ``verbose`` adds the internals as :func:`to_text` does.
     """
     lines = ["# kvpilot diagnose", "", f"Source: {report.source}; window {fig(report.window_seconds, 3, 's')}.", ""]
+    if report.short_data:
+        lines += [f"> **{report.short_data}**", ""]
     lines += [f"- {markdown_text(headline(d))}" for d in report.targets]
     if report.targets:
         lines.append("")
-    lines += [f"> {n}" for n in report.notes]
-    if report.notes:
+    notes = [n for n in report.notes if n != report.short_data]
+    lines += [f"> {n}" for n in notes]
+    if notes:
         lines.append("")
     for d in report.targets:
         lines += [f"## {markdown_text(target_name(d))}", ""]  # a label cannot end the heading or open a link
@@ -482,7 +493,11 @@ def safe_report(report: Report) -> Report:
         for d in report.targets
     ]
     return dataclasses.replace(
-        report, source=one_line(report.source), notes=[one_line(n) for n in report.notes], targets=targets
+        report,
+        source=one_line(report.source),
+        notes=[one_line(n) for n in report.notes],
+        targets=targets,
+        short_data=None if report.short_data is None else one_line(report.short_data),
     )
 
 

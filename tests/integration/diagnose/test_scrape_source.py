@@ -79,3 +79,17 @@ def test_not_prometheus_text_is_a_source_error():
         pytest.raises(SourceError, match="not Prometheus text"),
     ):
         scrape_series(server.url, window_seconds=10, interval_seconds=10, sleep=lambda _s: None)
+
+
+def test_each_scrape_reports_the_scrapes_and_seconds_left():
+    told = []
+    with LoopbackServer(lambda _m, _p, _q, _b: (200, exposition(1, False))) as server:
+        scrape_series(
+            server.url + "/metrics",
+            window_seconds=30,
+            interval_seconds=10,
+            sleep=lambda _s: None,
+            progress=lambda *args: told.append(args),
+        )
+    # 4 scrapes 10 s apart: after the first, 3 left = 30 s; after the last, none
+    assert told == [(1, 4, 30.0), (2, 4, 20.0), (3, 4, 10.0), (4, 4, 0.0)]

@@ -68,6 +68,7 @@ def scrape_series(
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
     run_deadline: float | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
 ) -> tuple[list[Sample], int]:
     """Scrape ``url`` every ``interval_seconds`` for ``window_seconds`` (or twice when ``quick``).
 
@@ -83,6 +84,7 @@ def scrape_series(
         sleep: how to wait (seconds), injectable for tests.
         run_deadline: ``time.monotonic()`` instant after which no scrape starts or continues
             (the run's overall deadline); None for none.
+        progress: called after each scrape with (scrapes done, scrapes in all, seconds until the last).
 
     Returns:
         ``(samples, scrapes)``: all samples, each stamped with its scrape's time (Unix seconds).
@@ -116,6 +118,8 @@ def scrape_series(
         except ExpositionError as exc:
             raise SourceError(f"--metrics-url {display_url(url)}: not Prometheus text or OpenMetrics: {exc}") from None
         done += 1
+        if progress is not None:
+            progress(done, count, (count - done) * gap)
         if i < count - 1:
             sleep(max(0.0, gap - (clock() - started)))
     return samples, done
