@@ -6,6 +6,7 @@ Exit status (docs/user-guide.md): 0 no bottleneck, 1 warning, 2 critical, 3 coul
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -424,6 +425,8 @@ def command(  # noqa: C901
                 code = report.exit_code()
             except SourceError as exc:
                 click.echo(f"kvpilot: error: {one_line(exc)}", err=True)
+                if output == "json":  # a reader of stdout gets a document, not nothing: {"error": ..., "exit_code": 3}
+                    click.echo(json.dumps({"error": one_line(exc), "exit_code": EXIT_NO_DIAGNOSIS}))
                 code = EXIT_NO_DIAGNOSIS
             runs += 1
             if not watch or (watch_count and runs >= watch_count):
