@@ -8,7 +8,7 @@ PIP    := $(BIN)/pip install -q --disable-pip-version-check
 STAMP      := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test test-unit install lint docs crd chart image clean vllm-ref vllm-cpu alert-walkthrough
+.PHONY: demo test test-unit install lint docs crd chart image release clean vllm-ref vllm-cpu alert-walkthrough
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,11 @@ chart:
 # The container image, built with podman/buildah and a cached debootstrap base (no registry needed).
 image:
 	scripts/build-image.sh
+
+# The image and the chart (its image defaults pointing at them) pushed to an OCI registry: docs/install.md.
+release:
+	@test -n "$(REGISTRY)" || { echo "usage: make release REGISTRY=host[:port][/path]" >&2; exit 2; }
+	scripts/release.sh $(REGISTRY)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build

@@ -65,8 +65,8 @@ def test_experiment_shows_exactly_the_managed_flags_and_the_deadline():
     }
 
 
-def test_production_fp8_as_json():
-    result = kvpilot(str(EXAMPLES / "production-fp8.yaml"), "-o", "json")
+def test_fp8_long_context_as_json():
+    result = kvpilot(str(EXAMPLES / "fp8-long-context.yaml"), "-o", "json")
     assert result.returncode == 0, result.stderr
     command = pod_of(result, "json")["spec"]["containers"][0]["command"]
     assert command[3:] == [

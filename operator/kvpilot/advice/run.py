@@ -77,7 +77,9 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
     if advice.what_ifs:
         report.notes.extend(_not_replayable(report.targets))
     done = 0
-    for diag in targets:
+    for i, diag in enumerate(targets, 1):
+        if opts.progress is not None:
+            opts.progress(f"replaying the window in the engine model: target {i} of {len(targets)}")
         if time.monotonic() >= deadline:
             withhold(diag, advice.what_ifs, "not replayed: the what-if budget ran out (--what-if-budget)")
             continue

@@ -6,8 +6,8 @@
 - :class:`KubeEventSink`: a core/v1 Event on the VLLMServer (``involvedObject`` kind VLLMServer), as
   ``kubectl describe vllmserver`` shows them. RBAC: ``get`` on ``vllmservers`` (its uid) and ``create``
   on ``events`` in the server's namespace.
-- :class:`ForwardSink`: ``POST`` of the result to a URL the hook's operator configured (never a URL
-  from a payload).
+- :class:`ForwardSink`: ``POST`` of the result (with the change and its predicted effect beside it) to a
+  URL the hook's operator configured (never a URL from a payload).
 
 Each sink is handed what the HTTP answer carries: the result with every string made safe
 (:func:`kvpilot.alerts.hook.safe_json`: secrets redacted, one line, no control characters) and the
@@ -28,6 +28,8 @@ import aiohttp
 
 from kvpilot.alerts.payload import Alert, Target
 from kvpilot.api import GROUP, KIND, PLURAL, VERSION
+from kvpilot.diagnose.model import Recommendation
+from kvpilot.diagnose.report import change_text, predicted_effect
 from kvpilot.diagnose.sources.http import split_credentials
 from kvpilot.text.safe import one_line
 
@@ -38,8 +40,32 @@ def primary(result: dict[str, Any]) -> dict[str, Any] | None:
     return targets[0] if targets else None
 
 
+def answer(result: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The change the diagnosis recommends first and its predicted effect, as the report's headline says them
+    (:func:`kvpilot.diagnose.report.headline`): ``("--max-num-seqs 4 -> 16", "predicted requests/s 2.78 -> 5.01,
+    ...")``; ``(None, None)`` without a recommendation.
+    """
+    d = primary(result) or {}
+    recs = d.get("recommendations") or []
+    if not recs or not isinstance(recs[0], dict):
+        return None, None
+    r = recs[0]
+    rec = Recommendation(
+        str(r.get("flag", "")),
+        r.get("current"),
+        r.get("suggested"),
+        str(r.get("expected_effect", "")),
+        r.get("predicted") if isinstance(r.get("predicted"), dict) else None,
+    )
+    replay = d.get("replay")
+    now = replay.get("predicted") if isinstance(replay, dict) and replay.get("matches") else None
+    return one_line(change_text(rec), 500), one_line(predicted_effect(rec, now), 500)
+
+
 def summary(alert: Alert, result: dict[str, Any]) -> str:
-    """One line: ``ALERT on ns/pod: verdict (severity, confidence): first evidence``."""
+    """One line: ``ALERT on ns/pod: verdict (severity, confidence): change CHANGE: EFFECT; first evidence``
+    (the change and its effect when the diagnosis recommends one).
+    """
     where = "/".join(
         x for x in ((result.get("target") or {}).get("namespace"), (result.get("target") or {}).get("pod")) if x
     )
@@ -52,12 +78,15 @@ def summary(alert: Alert, result: dict[str, Any]) -> str:
     if d is None:
         return f"{head}: no diagnosis"
     evidence = (d.get("evidence") or [""])[0]
-    return one_line(f"{head}: {d['verdict']} ({d['severity']}, confidence {d['confidence']}): {evidence}", 1000)
+    change, effect = answer(result)
+    what = f"change {change}: {effect}; " if change else ""
+    return one_line(f"{head}: {d['verdict']} ({d['severity']}, confidence {d['confidence']}): {what}{evidence}", 1000)
 
 
 class LogSink:
     """JSON lines: ``{"time", "event", "alertname", "fingerprint", "status", "target", "verdict", "severity",
-    "confidence", "cached", "error"}``.
+    "confidence", "change", "predicted_effect", "cached", "error"}`` (``change``/``predicted_effect``:
+    :func:`answer`, null without a recommendation).
     """
 
     name = "log"
@@ -68,6 +97,7 @@ class LogSink:
     async def emit(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
         """Write one line."""
         d = primary(result) or {}
+        change, effect = answer(result)
         line = {
             "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
             "event": "diagnosis" if alert.firing else "resolved",
@@ -78,6 +108,8 @@ class LogSink:
             "verdict": d.get("verdict"),
             "severity": d.get("severity"),
             "confidence": d.get("confidence"),
+            "change": change,
+            "predicted_effect": effect,
             "cached": result.get("cached", False),
             "error": result.get("error"),
         }
@@ -127,7 +159,13 @@ class ForwardSink:
 
     async def emit(self, alert: Alert, _target: Target, result: dict[str, Any]) -> None:
         """POST the result."""
-        body = {"alert": {"labels": dict(alert.labels), "status": alert.status}, "result": result}
+        change, effect = answer(result)
+        body = {
+            "alert": {"labels": dict(alert.labels), "status": alert.status},
+            "change": change,
+            "predicted_effect": effect,
+            "result": result,
+        }
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout)) as session,
             session.post(self.url, json=body, headers=self.headers) as resp,

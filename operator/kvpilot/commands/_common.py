@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import math
 import re
 import sys
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO, cast
 
 import click
+from typing_extensions import override
 
 from kvpilot.text.errors import InputError, InvalidValueError
 
@@ -233,3 +235,38 @@ def read_secret_file(path: str, field: str = "") -> str:
     if not value:
         raise InvalidValueError(field, f"{path} is empty")
     return value
+
+
+class TrimmedLines(io.TextIOBase):
+    """A text stream that writes each line to ``stream`` without its trailing spaces: rich pads a table's cells to
+    the console's width, which a pipe or a file would keep (``grep 'x$'`` misses, diffs show noise).
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.pending = ""
+
+    @override
+    def write(self, text: str) -> int:
+        """Write every whole line of ``self.pending + text`` trimmed; keep the rest for the next write."""
+        *lines, self.pending = (self.pending + text).split("\n")
+        if lines:
+            self.stream.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    @override
+    def flush(self) -> None:
+        """Write the unfinished line (as it stands) and flush ``stream``."""
+        if self.pending:
+            self.stream.write(self.pending)
+            self.pending = ""
+        self.stream.flush()
+
+    @override
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+
+def trimmed_stdout() -> TextIO:
+    """Standard output through :class:`TrimmedLines`, typed as the text stream rich's ``Console(file=)`` takes."""
+    return cast(TextIO, TrimmedLines(sys.stdout))

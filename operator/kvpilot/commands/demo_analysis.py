@@ -237,6 +237,7 @@ def _scenario_samples(name: str) -> tuple[list[Sample], dict[str, Any]]:
 def section_diagnose(ctx: Any) -> None:
     """Each engine scenario, diagnosed as ``kvpilot diagnose`` would (read-only, with the server's limits)."""
     from kvpilot.diagnose.limits import resolve_limits
+    from kvpilot.diagnose.model import evidence_text
     from kvpilot.diagnose.report import change_text
     from kvpilot.diagnose.rules import diagnose_target
     from kvpilot.diagnose.signals import compute_signals
@@ -257,7 +258,7 @@ def section_diagnose(ctx: Any) -> None:
         results[name] = diag.verdict
         rec = diag.recommendations[0] if diag.recommendations else None
         change = change_text(rec) if rec else "-"
-        evidence = diag.evidence[0] if diag.evidence else ""
+        evidence = evidence_text(diag.evidence[0], ctx.verbose) if diag.evidence else ""
         rows.append(
             [
                 name,

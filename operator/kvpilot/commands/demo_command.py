@@ -11,7 +11,7 @@ import time
 
 import click
 
-from kvpilot.commands._common import fail
+from kvpilot.commands._common import fail, trimmed_stdout
 
 
 @click.command(name="demo")
@@ -36,7 +36,8 @@ def command(verbose: bool) -> None:
         import kmock  # noqa: F401
     except ImportError:
         fail("kvpilot demo needs kmock: pip install 'kvpilot[demo]'")
-    console = Console()  # a terminal's width; piped: $COLUMNS, else 80 (rich's rule)
+    # a terminal's width; piped: $COLUMNS, else 80 (rich's rule); lines without the spaces rich pads them with
+    console = Console(file=trimmed_stdout())
     started = time.monotonic()
     try:
         run(console, verbose=verbose)

@@ -6,6 +6,7 @@ Exit status (docs/user-guide.md): 0 no bottleneck, 1 warning, 2 critical, 3 coul
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -55,6 +56,32 @@ class _WindowParam(DurationParam):
         if ctx is not None and isinstance(value, str):
             ctx.meta[_WINDOW_TEXT] = value
         return super().convert(value, param, ctx)
+
+
+class _Progress:
+    """One line on ``stream`` rewritten in place while diagnose waits (scrapes left, replays); only on a terminal,
+    so a pipe or a log file gets none of it. ``clear`` erases the line before the report is printed.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        isatty = getattr(stream, "isatty", None)
+        self.enabled = bool(isatty and isatty())
+        self.shown = False
+
+    def say(self, text: str) -> None:
+        """Show ``text`` in place of the last line (cut to the terminal's width)."""
+        width = shutil.get_terminal_size().columns
+        self.stream.write("\r\x1b[K" + one_line(text, max(width - 1, 10)))
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        """Erase the line, if one was shown."""
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
 
 
 def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, basic_file: str | None) -> str | None:
@@ -211,6 +238,13 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
     help="Report format (json: docs/diagnose-output.schema.json).",
 )
 @click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Text and markdown: also how each figure was derived (formulas, ceilings), the replay's figures and "
+    "notes, the key signals (-o json always has them).",
+)
+@click.option(
     "--watch",
     type=click.FloatRange(min=0, min_open=True),
     metavar="N",
@@ -252,6 +286,7 @@ def command(  # noqa: C901
     what_if_budget: float,
     no_what_if: bool,
     output: str,
+    verbose: bool,
     watch: float | None,
     watch_count: int | None,
 ) -> None:
@@ -386,18 +421,25 @@ def command(  # noqa: C901
         timeout=timeout,
         prometheus_authorization=authorization,
     )
+    progress = _Progress(sys.stderr)
+    opts.progress = progress.say if progress.enabled else None
     runs = 0
     code = EXIT_NO_DIAGNOSIS
     while True:
         try:
             try:
-                report = diagnose_and_predict(opts, advice)
-                for chunk in render_chunks(report, output, width=shutil.get_terminal_size().columns):
+                try:
+                    report = diagnose_and_predict(opts, advice)
+                finally:
+                    progress.clear()
+                for chunk in render_chunks(report, output, width=shutil.get_terminal_size().columns, verbose=verbose):
                     click.echo(chunk, nl=False)
                 click.echo()
                 code = report.exit_code()
             except SourceError as exc:
                 click.echo(f"kvpilot: error: {one_line(exc)}", err=True)
+                if output == "json":  # a reader of stdout gets a document, not nothing: {"error": ..., "exit_code": 3}
+                    click.echo(json.dumps({"error": one_line(exc), "exit_code": EXIT_NO_DIAGNOSIS}))
                 code = EXIT_NO_DIAGNOSIS
             runs += 1
             if not watch or (watch_count and runs >= watch_count):

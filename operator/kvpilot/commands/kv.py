@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from kvpilot.api.constants import KV_CACHE_DTYPES
-from kvpilot.commands._common import MEMORY_SIZE, fail, fail_input, read_input
+from kvpilot.commands._common import MEMORY_SIZE, fail, fail_input, read_input, trimmed_stdout
 from kvpilot.kv import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -257,10 +257,12 @@ def render_text(  # noqa: C901
             )
     if seqs is not None and seqs["pool_share"] is not None:
         n, share, at_once = seqs["max_num_seqs"], seqs["pool_share"], seqs["full_length_requests_at_once"]
+        # the ratio itself (323 % when 64 requests need 3.23 pools); JSON's pool_share is the part of the pool used
+        ratio = n / cap.max_concurrency if cap.max_concurrency else share
         rows.append(
             (
                 f"max_num_seqs {count(n)} at {count(cap.max_model_len)} tokens",
-                f"{count(n)} / {number(cap.max_concurrency, 2)} = {percent(share)} of the pool"
+                f"{count(n)} / {number(cap.max_concurrency, 2)} = {percent(ratio)} of the pool"
                 + (
                     "; the rest can hold only cached prefixes"
                     if share < 1
@@ -275,7 +277,7 @@ def render_text(  # noqa: C901
     # Text wraps on spaces at the terminal's width ($COLUMNS when piped). Every string is printed as written:
     # no console markup ("[bold]" in a path stays) and no ":name:" emoji codes (their table costs a start-up's
     # load: docs/performance.md, "CLI start-up").
-    console = Console(highlight=False, markup=False, emoji=False)
+    console = Console(file=trimmed_stdout(), highlight=False, markup=False, emoji=False)
     console.print(table)
     if cap.kv_memory_bytes is None:
         console.print("Give --kv-memory, or --gpu-memory with --weights-memory, for tokens, blocks and concurrency.")

@@ -12,7 +12,7 @@ from kvpilot.commands._common import fail, fail_input, read_input
 _EPILOG = """\b
 Examples:
   kvpilot render manifests/examples/experiment.yaml
-  kvpilot render manifests/examples/production-fp8.yaml -o json
+  kvpilot render manifests/examples/fp8-long-context.yaml -o json
   kvpilot render server.yaml --namespace llm \\
       | kubectl apply --dry-run=server -f -
   cat server.yaml | kvpilot render -

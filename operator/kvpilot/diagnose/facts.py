@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvpilot.diagnose.limits import Limits
+from kvpilot.diagnose.model import detail
 from kvpilot.diagnose.promql import share_above, share_in_bucket
 from kvpilot.diagnose.severity import growing as queue_growing
 from kvpilot.diagnose.signals import SignalName, Signals
@@ -133,12 +134,15 @@ def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
     freed_share = freed * kv_avg / run_avg if run_avg and run_avg > 0 else 0.0
     ceiling = min(1.0, max(0.5, 1.0 - 2.0 * share - freed_share))
     how = (
-        f"admission ceiling {number(ceiling, 3)} = 1 - 2 x {number(share, 4)} (one request's share of KV)"
-        + (
-            f" - {number(freed_share, 4)} (the {number(freed, 2)} requests a step finishes, freed before the gauge "
-            "is set)"
-            if freed_share > 0
-            else ""
+        f"admission ceiling {number(ceiling, 3)}"
+        + detail(
+            f" = 1 - 2 x {number(share, 4)} (one request's share of KV)"
+            + (
+                f" - {number(freed_share, 4)} (the {number(freed, 2)} requests a step finishes, freed before the "
+                "gauge is set)"
+                if freed_share > 0
+                else ""
+            )
         )
         if shares
         else "admission ceiling 1.0 (no running requests to size a request's share)"

@@ -26,6 +26,31 @@ VERDICTS: tuple[str, ...] = (
 )
 SEVERITIES: tuple[str, ...] = ("ok", "warning", "critical", "unknown")
 
+#: Marks around a part of an evidence sentence that says how a figure was derived (a formula, a ceiling's
+#: terms): JSON and ``--verbose`` show it, the text and Markdown reports leave it out. Control characters, so
+#: any path that prints evidence through :func:`kvpilot.text.safe.one_line` drops the marks, never the text.
+DETAIL_OPEN, DETAIL_CLOSE = "\x1e", "\x1f"
+
+
+def detail(text: str) -> str:
+    """``text`` marked as a derivation (:data:`DETAIL_OPEN`): in JSON and ``--verbose`` only."""
+    return f"{DETAIL_OPEN}{text}{DETAIL_CLOSE}"
+
+
+def evidence_text(text: str, details: bool = True) -> str:
+    """An evidence sentence without the marks of :func:`detail`; ``details=False`` drops the marked parts too."""
+    if DETAIL_OPEN not in text:
+        return text
+    if details:
+        return text.replace(DETAIL_OPEN, "").replace(DETAIL_CLOSE, "")
+    out, rest = [], text
+    while DETAIL_OPEN in rest:
+        head, _, tail = rest.partition(DETAIL_OPEN)
+        out.append(head)
+        rest = tail.partition(DETAIL_CLOSE)[2]
+    return "".join(out) + rest
+
+
 #: exit status of ``kvpilot diagnose`` (docs/diagnosis.md)
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_NO_DIAGNOSIS, EXIT_USAGE = 0, 1, 2, 3, 64
 
@@ -97,7 +122,7 @@ class Finding:
             "verdict": self.verdict,
             "severity": self.severity,
             "confidence": round(self.confidence, 3),
-            "evidence": list(self.evidence),
+            "evidence": [evidence_text(e) for e in self.evidence],
             "recommendations": [r.to_json() for r in self.recommendations],
         }
 
@@ -144,12 +169,15 @@ class Report:
 
     ``notes`` are sentences about the run as a whole (``--quick`` used, limits' sources, source
     errors); the text and markdown renderings show them, JSON carries them under ``notes``.
+    ``short_data``: the one of them saying the data covers less than the window (its covered span), which the
+    text and markdown reports show above everything else; not serialised apart from ``notes``.
     """
 
     source: str
     window_seconds: float
     targets: list[Diagnosis] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    short_data: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``diagnose -o json`` document (docs/diagnose-output.schema.json)."""

@@ -19,7 +19,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from kvpilot.diagnose.model import Diagnosis, Finding, Recommendation, Report
+from kvpilot.diagnose.model import Diagnosis, Finding, Recommendation, Report, evidence_text
 from kvpilot.text.layout import Prose
 from kvpilot.text.numbers import fig, number, significant
 from kvpilot.text.safe import markdown_text, one_line
@@ -164,6 +164,52 @@ def change_text(rec: Recommendation) -> str:
     return f"{rec.flag} {_flag_value(rec.current)} -> {_flag_value(rec.suggested)}"
 
 
+#: the figures a headline compares, current -> with the change: (``P`` key, label, unit)
+_HEADLINE_FIGURES = (
+    ("requests_finished_per_s", "requests/s", ""),
+    ("queue_time_mean_s", "queue time", "s"),
+    ("ttft_mean_s", "TTFT", "s"),
+    ("preemptions_per_s", "preemptions/s", ""),
+)
+
+
+def predicted_effect(rec: Recommendation, now: dict[str, Any] | None = None) -> str:
+    """A recommendation's effect in a few words: the engine model's prediction against ``now`` (the replay of the
+    window, a ``P``) when there is one - ``requests/s 2.78 -> 5.01, queue time 65.8 s -> 2.19 ms`` - else the first
+    clause of its expected effect (the rule's own estimate).
+    """
+    then = rec.predicted
+    if then is not None and now is not None:
+        parts = []
+        for key, label, unit in _HEADLINE_FIGURES:
+            a, b = now.get(key), then.get(key)
+            if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+                continue
+            if key == "preemptions_per_s" and not (a or b):
+                continue
+            parts.append(f"{label} {significant(a, 3, unit)} -> {significant(b, 3, unit)}".replace("  ", " "))
+        if parts:
+            return "predicted " + ", ".join(parts)
+    effect = " ".join(rec.expected_effect.split())
+    for stop in ("; ", ". "):
+        effect = effect.split(stop, 1)[0]
+    return effect.rstrip(".")
+
+
+def headline(d: Diagnosis) -> str:
+    """A target's answer in one line: ``NAME: VERDICT (SEVERITY): change FLAG A -> B: EFFECT`` (the first
+    recommendation, the number of others after it), or the verdict alone when nothing is to change.
+    """
+    head = f"{target_name(d)}: {d.verdict} ({d.severity})"
+    if not d.recommendations:
+        return head + (": no change needed" if d.severity == "ok" else ": no flag change to recommend")
+    first = d.recommendations[0]
+    now = (d.replay or {}).get("predicted") if (d.replay or {}).get("matches") else None
+    more = len(d.recommendations) - 1
+    others = f" (+{more} more below)" if more else ""
+    return f"{head}: change {change_text(first)}: {predicted_effect(first, now)}{others}"
+
+
 def _p_cells(p: dict[str, Any], replicas: int = 1) -> list[tuple[str, str]]:
     """A ``P`` object (docs/diagnose-output.schema.json ``$defs/prediction``) as ``(label, value)`` pairs.
 
@@ -233,9 +279,38 @@ def _bullets(lines: list[str], indent: int) -> Table:
     return grid
 
 
-def to_text(report: Report, width: int = 100, color: bool = False) -> str:
-    """Terminal rendering at ``width`` columns: one block per target (verdict, evidence bullets, each
-    recommendation as ``change: FLAG CURRENT -> SUGGESTED`` with its effect, findings, key signals).
+def _text_predictions(console: Console, d: Diagnosis, verbose: bool) -> None:
+    """A target's replay (its figures and notes with ``verbose``, or when it misses the window: why) and what-ifs."""
+    head, figures, notes = _replay_lines(d)
+    console.print(Padding(Prose(Text(head, style="bold")), (0, 0, 0, 2)))
+    if verbose or not (d.replay or {}).get("matches"):
+        for line in figures if verbose else ():
+            console.print(Padding(Prose(line), (0, 0, 0, 4)))
+        console.print(_bullets(notes, 4))
+    for w in d.what_if:
+        predicted, n = w.get("predicted"), _replicas(w["change"])
+        outcome = _p_text(predicted, n) if predicted else str(w.get("reason", "not simulated"))
+        outcome += "".join(f" ({note})" for note in w.get("notes", ()))
+        console.print(Padding(Prose(f"what-if {_change_label(w['change'])}: {outcome}"), (0, 0, 0, 2)))
+
+
+def _text_answers(console: Console, report: Report) -> None:
+    """The top of a text report: the note that the data is short of the window, each target's headline, the notes."""
+    if report.short_data:
+        console.print(Prose(Text(f"note: {report.short_data}", style="bold")))
+    for d in report.targets:
+        console.print(Prose(Text(headline(d), style=_SEVERITY_STYLE.get(d.severity, ""))))
+    for note in report.notes:
+        if note != report.short_data:
+            console.print(Padding(Prose(f"note: {note}"), (0, 0, 0, 2)))
+
+
+def to_text(report: Report, width: int = 100, color: bool = False, verbose: bool = False) -> str:
+    """Terminal rendering at ``width`` columns: the answer first - one :func:`headline` per target (verdict, the
+    change, its predicted effect) - then the notes, then one block per target (verdict, each recommendation as
+    ``change: FLAG CURRENT -> SUGGESTED`` with its effect, evidence bullets, the replay's verdict, what-ifs,
+    findings). ``verbose`` adds the internals: how figures were derived (formulas, ceilings), the replay's figures
+    and notes, the key signals.
 
     Every line wraps on spaces: a flag, verdict or metric name is never split across lines, nor a figure
     from its unit (:class:`kvpilot.text.layout.Prose`).
@@ -249,8 +324,7 @@ def to_text(report: Report, width: int = 100, color: bool = False) -> str:
             whole=(f"window: {window}",),
         )
     )
-    for note in report.notes:
-        console.print(Padding(Prose(f"note: {note}"), (0, 0, 0, 2)))
+    _text_answers(console, report)
     for d in report.targets:
         style = _SEVERITY_STYLE.get(d.severity, "")
         console.print()
@@ -262,7 +336,6 @@ def to_text(report: Report, width: int = 100, color: bool = False) -> str:
                 f" (severity {d.severity}, confidence {number(d.confidence, 2)})",
             )
         )
-        console.print(_bullets(list(d.evidence), 2))
         for r in d.recommendations:
             console.print(
                 Padding(
@@ -271,22 +344,14 @@ def to_text(report: Report, width: int = 100, color: bool = False) -> str:
                 )
             )
             console.print(Padding(Prose(r.expected_effect), (0, 0, 0, 4)))
+        console.print(_bullets(_evidence(d.evidence, verbose), 2))
         if d.replay is not None:
-            head, figures, notes = _replay_lines(d)
-            console.print(Padding(Prose(Text(head, style="bold")), (0, 0, 0, 2)))
-            for line in figures:
-                console.print(Padding(Prose(line), (0, 0, 0, 4)))
-            console.print(_bullets(notes, 4))
-            for w in d.what_if:
-                predicted, n = w.get("predicted"), _replicas(w["change"])
-                outcome = _p_text(predicted, n) if predicted else str(w.get("reason", "not simulated"))
-                outcome += "".join(f" ({note})" for note in w.get("notes", ()))
-                console.print(Padding(Prose(f"what-if {_change_label(w['change'])}: {outcome}"), (0, 0, 0, 2)))
+            _text_predictions(console, d, verbose)
         for f in d.findings:
             console.print(Padding(Prose(f"also: {f.verdict} ({f.severity})"), (0, 0, 0, 2)))
-            console.print(_bullets(list(f.evidence), 4))
+            console.print(_bullets(_evidence(f.evidence, verbose), 4))
         shown = [(k, d.signals.get(k)) for k in _KEY_SIGNALS if d.signals.get(k) is not None]
-        if shown:
+        if shown and verbose:
             signals = ", ".join(f"{k}={_fmt_signal(v)}" for k, v in shown)
             console.print(Padding(Prose(f"signals: {signals}"), (0, 0, 0, 2)))
     if not report.targets:
@@ -294,15 +359,21 @@ def to_text(report: Report, width: int = 100, color: bool = False) -> str:
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
-def _md_finding(f: Finding, level: str) -> list[str]:
+def _evidence(evidence: list[str], verbose: bool) -> list[str]:
+    """Evidence sentences as a report shows them: without their derivations unless ``verbose`` (none left empty)."""
+    return [e for e in (evidence_text(x, verbose) for x in evidence) if e.strip()]
+
+
+def _md_finding(f: Finding, level: str, verbose: bool = False) -> list[str]:
     lines = [f"{level} `{f.verdict}` - severity {f.severity}, confidence {number(f.confidence, 2)}", ""]
-    lines += [f"- {e}" for e in f.evidence]
     if f.recommendations:
-        lines += ["", "| flag | current | suggested | expected effect |", "|---|---|---|---|"]
+        lines += ["| flag | current | suggested | expected effect |", "|---|---|---|---|"]
         lines += [
             f"| `{r.flag}` | {_flag_value(r.current)} | {_flag_value(r.suggested)} | {r.expected_effect} |"
             for r in f.recommendations
         ]
+        lines.append("")
+    lines += [f"- {e}" for e in _evidence(f.evidence, verbose)]
     return lines + [""]
 
 
@@ -315,14 +386,18 @@ def _md_p(p: dict[str, Any] | None, replicas: int = 1) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _md_predictions(d: Diagnosis) -> list[str]:
-    """The replay against the window and the what-ifs, as tables (nothing when not predicted)."""
+def _md_predictions(d: Diagnosis, verbose: bool = False) -> list[str]:
+    """The replay against the window (its figures with ``verbose``) and the what-ifs, as tables (nothing when not
+    predicted).
+    """
     if d.replay is None:
         return []
     head, _, notes = _replay_lines(d)
     lines = [f"#### {head[0].upper()}{head[1:]}", ""]
     replay = d.replay
-    if replay.get("predicted") is not None:
+    if replay.get("matches") and not verbose:
+        notes = []
+    if replay.get("predicted") is not None and verbose:
         lines += ["| | " + _MD_P_HEAD[2:], "|---" * 9 + "|"]
         lines += [f"| replay {_md_p(replay['predicted'])}", f"| window {_md_p(replay.get('observed'))}", ""]
     lines += [f"- {n}" for n in notes]
@@ -337,20 +412,28 @@ def _md_predictions(d: Diagnosis) -> list[str]:
     return lines + [""]
 
 
-def to_markdown(report: Report) -> str:
-    """``-o markdown``: a heading per target, evidence bullets, a recommendations table."""
+def to_markdown(report: Report, verbose: bool = False) -> str:
+    """``-o markdown``: the answer first (one :func:`headline` per target), then a heading per target with its
+    recommendations table and evidence bullets; ``verbose`` adds the internals as :func:`to_text` does.
+    """
     lines = ["# kvpilot diagnose", "", f"Source: {report.source}; window {fig(report.window_seconds, 3, 's')}.", ""]
-    lines += [f"> {n}" for n in report.notes]
-    if report.notes:
+    if report.short_data:
+        lines += [f"> **{report.short_data}**", ""]
+    lines += [f"- {markdown_text(headline(d))}" for d in report.targets]
+    if report.targets:
+        lines.append("")
+    notes = [n for n in report.notes if n != report.short_data]
+    lines += [f"> {n}" for n in notes]
+    if notes:
         lines.append("")
     for d in report.targets:
         lines += [f"## {markdown_text(target_name(d))}", ""]  # a label cannot end the heading or open a link
-        lines += _md_finding(d, "###")
-        lines += _md_predictions(d)
+        lines += _md_finding(d, "###", verbose)
+        lines += _md_predictions(d, verbose)
         for f in d.findings:
-            lines += _md_finding(f, "#### also:")
+            lines += _md_finding(f, "#### also:", verbose)
         shown = [(k, d.signals.get(k)) for k in _KEY_SIGNALS if d.signals.get(k) is not None]
-        if shown:
+        if shown and verbose:
             lines += ["| signal | value |", "|---|---|"] + [f"| {k} | {_fmt_signal(v)} |" for k, v in shown] + [""]
     return "\n".join(lines)
 
@@ -378,6 +461,19 @@ def _safe_tree(value: Any) -> Any:
     return value
 
 
+def _evidence_shown(report: Report, verbose: bool) -> Report:
+    """``report`` with each evidence sentence as the text and Markdown reports show it (:func:`_evidence`)."""
+
+    def shown(f: Finding) -> dict[str, Any]:
+        return {"evidence": _evidence(f.evidence, verbose)}
+
+    targets = [
+        dataclasses.replace(d, findings=[dataclasses.replace(f, **shown(f)) for f in d.findings], **shown(d))
+        for d in report.targets
+    ]
+    return dataclasses.replace(report, targets=targets)
+
+
 def safe_report(report: Report) -> Report:
     """A copy of ``report`` whose external strings (target labels, evidence quoting them, notes,
     the source, queries) are one line each, without terminal control characters and with secrets
@@ -397,32 +493,39 @@ def safe_report(report: Report) -> Report:
         for d in report.targets
     ]
     return dataclasses.replace(
-        report, source=one_line(report.source), notes=[one_line(n) for n in report.notes], targets=targets
+        report,
+        source=one_line(report.source),
+        notes=[one_line(n) for n in report.notes],
+        targets=targets,
+        short_data=None if report.short_data is None else one_line(report.short_data),
     )
 
 
-def render(report: Report, fmt: str, width: int = 100) -> str:
-    """Dispatch on ``fmt`` (``text`` | ``json`` | ``markdown``); ``width``: terminal columns for text.
+def render(report: Report, fmt: str, width: int = 100, verbose: bool = False) -> str:
+    """Dispatch on ``fmt`` (``text`` | ``json`` | ``markdown``); ``width``: terminal columns for text;
+    ``verbose``: text and Markdown show the internals too (JSON always has them).
 
     Every format renders :func:`safe_report` of ``report``.
 
     Raises:
         ValueError: unknown format.
     """
-    return "".join(render_chunks(report, fmt, width))
+    return "".join(render_chunks(report, fmt, width, verbose))
 
 
-def render_chunks(report: Report, fmt: str, width: int = 100) -> Iterator[str]:
+def render_chunks(report: Report, fmt: str, width: int = 100, verbose: bool = False) -> Iterator[str]:
     """:func:`render` in pieces (``-o json``: one per target), for writing as they come.
 
     Raises:
         ValueError: unknown format.
     """
+    if fmt in ("markdown", "text"):  # the derivations' marks go before safe_report (which would drop them alone)
+        report = _evidence_shown(report, verbose)
     report = safe_report(report)
     if fmt == "json":
         return json_chunks(report)
     if fmt == "markdown":
-        return iter([to_markdown(report)])
+        return iter([to_markdown(report, verbose)])
     if fmt == "text":
-        return iter([to_text(report, width)])
+        return iter([to_text(report, width, verbose=verbose)])
     raise ValueError(f"-o: unknown output format {fmt!r} (text, json, markdown)")

@@ -52,7 +52,7 @@ from typing import Any, NamedTuple
 
 from kvpilot.diagnose.facts import ADMISSION_ORDER, LARGE_BUDGET, PREFILL_SPLIT_STEPS, Facts, derive_facts
 from kvpilot.diagnose.limits import Limits
-from kvpilot.diagnose.model import Diagnosis, Finding
+from kvpilot.diagnose.model import Diagnosis, Finding, detail
 from kvpilot.diagnose.recommend import Inputs, recommend
 from kvpilot.diagnose.severity import FIXED, kv_severity, queue_severity
 from kvpilot.diagnose.signals import SignalName, Signals, legacy_or_escaped
@@ -300,11 +300,11 @@ def rule_kv_cache_exhaustion(f: Facts) -> Finding | None:
 def _pinned_evidence(f: Facts) -> str:
     """How "pinned" was judged: the gauge's expected dip below the cap and the slack allowed."""
     if f.dip is None:
-        return (
+        return detail(
             f"Pinned means within {fig(f.slack, 1)} of the cap (requests finished per step unknown: no "
             "vllm:request_success_total or vllm:iteration_tokens_total)."
         )
-    return (
+    return detail(
         f"At a pinned cap vLLM's running gauge reads the cap less the requests that finished in the step before "
         f"each sample ({number(f.dip, 2)} per step here: vllm:request_success_total over "
         f"vllm:iteration_tokens_total_count), so running within {fig(f.slack, 1)} of it (the larger of its mean and "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ class Options:
             never printed. Userinfo in a source URL is sent as basic auth and printed without it.
         save_recording: with ``metrics_url``, write the window's scrapes to this file as a recording
             (``--recording`` reads it back with the same answer); empty for none.
+        progress: told, in a line, how a run that waits is going (the scrapes left); None: silent.
         fit_signals: also compute :data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS` from a recording or
             scrapes (``kvpilot.advice`` fits a workload from them; ``--prometheus`` asks for them
             afterwards, for the targets it predicts).
@@ -86,6 +88,7 @@ class Options:
     prometheus_authorization: str | None = field(default=None, repr=False)
     fit_signals: bool = False
     save_recording: str = ""
+    progress: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
 
     def run_deadline_seconds(self) -> float | None:
         """Seconds the whole run may spend reading its source (None: a recording, no network).
@@ -131,8 +134,9 @@ def coverage_note(stamps: list[float], end: float, window_seconds: float) -> str
     """A note when the samples inside ``[end - window, end]`` start later than the window does, else None.
 
     Later: the first sample is farther from the window's start than :data:`EXTRAPOLATION_THRESHOLD` average
-    intervals between the distinct sample times, where Prometheus' ``rate()`` stops extrapolating. Rates and
-    increases are still over the whole window (as ``rate()`` divides by it), so the note says they read low.
+    intervals between the distinct sample times, where Prometheus' ``rate()`` stops extrapolating. The signals
+    are then computed over the span the data covers (:func:`covered_seconds`): a rate over the whole window
+    would divide an increase by seconds that had no sample.
     """
     start = end - window_seconds
     seen = sorted({t for t in stamps if start <= t <= end})
@@ -144,10 +148,31 @@ def coverage_note(stamps: list[float], end: float, window_seconds: float) -> str
     covered = end - seen[0]
     return (
         f"the data covers {fig(covered, 3)} s of the {fig(window_seconds, 3)} s window (its first sample "
-        f"{fig(seen[0] - start, 3)} s after the window's start): rates are per second of the whole window, as "
-        f"Prometheus' rate() takes them, so they read about {fig(window_seconds / covered, 2)}x low; "
-        f"--window {duration(math.ceil(covered))} fits the data."
+        f"{fig(seen[0] - start, 3)} s after the window's start): every rate and average is read over those "
+        f"{fig(covered, 3)} s, never over time without data; --window {duration(math.ceil(covered))} fits the data."
     )
+
+
+def covered_seconds(stamps: list[float], end: float, window_seconds: float) -> float:
+    """The part of ``[end - window, end]`` the samples cover: from the first sample in it to ``end`` when
+    :func:`coverage_note` finds the data short, else the whole window.
+    """
+    if coverage_note(stamps, end, window_seconds) is None:
+        return window_seconds
+    return end - min(t for t in stamps if end - window_seconds <= t <= end)
+
+
+def _scrape_progress(opts: Options) -> Callable[[int, int, float], None] | None:
+    """``opts.progress`` told how the scraping goes: ``scraping URL: 12 of 61 scrapes, 245 s left``."""
+    say = opts.progress
+    if say is None:
+        return None
+    url = display_url(opts.metrics_url)
+
+    def scraped(done: int, total: int, left: float) -> None:
+        say(f"scraping {url}: {done} of {total} scrapes, {fig(math.ceil(left))} s left")
+
+    return scraped
 
 
 def _target_json(key: TargetKey, server: str, instance: str = "") -> dict[str, str]:
@@ -252,6 +277,7 @@ def run(opts: Options) -> Report:  # noqa: C901
             unreadable recording): exit status 3 with one line.
     """
     notes: list[str] = list(opts.notes)
+    short_data: str | None = None  # the note that the data covers less than the window
     engine_spec: dict[str, Any] = {}
     pod = opts.pod
     budget = opts.run_deadline_seconds()
@@ -309,6 +335,7 @@ def run(opts: Options) -> Report:  # noqa: C901
                 timeout=opts.timeout,
                 run_deadline=run_deadline,
                 bodies=bodies,
+                progress=_scrape_progress(opts),
             )
             if bodies is not None:
                 notes.append(save_scrapes(bodies, opts.save_recording))
@@ -339,17 +366,19 @@ def run(opts: Options) -> Report:  # noqa: C901
         window = opts.window_seconds
         if opts.metrics_url and stamps:
             window = max(1e-3, max(stamps) - min(stamps)) if opts.quick else window
-        signals = compute_signals(samples, window, end, fit=opts.fit_signals)
         window_seconds = window
         short = None if opts.quick else coverage_note(stamps, end, window)
         if short:
             notes.append(short)
+            short_data = short
+            window = covered_seconds(stamps, end, window)
+        signals = compute_signals(samples, window, end, fit=opts.fit_signals)
         queries = [f"{sd.fn}({sd.family}{sd.suffix}[{duration(window)}]) by target" for sd in SIGNAL_DEFS]
     signals = _select(signals, opts, pod)
     escaped = escaped_names_note(signals.values())
     if escaped:
         notes.append(escaped)
-    report = Report(source=source, window_seconds=round(window_seconds, 3), notes=notes)
+    report = Report(source=source, window_seconds=round(window_seconds, 3), notes=notes, short_data=short_data)
     instance = urlsplit(display_url(opts.metrics_url)).netloc if opts.metrics_url else ""
     pods = _PodReader(opts, pod, notes, run_deadline)
     for key in sorted(signals):

@@ -39,6 +39,17 @@ def test_hook_rbac_is_what_its_sinks_and_lookups_need():
 
 def test_the_operator_scrape_keeps_the_vllm_pod_labels():
     [monitor] = [
-        d for d in load_docs((MONITORING / "operator-metrics.yaml").read_text()) if d["kind"] == "ServiceMonitor"
+        d for d in load_docs((MONITORING / "operator-servicemonitor.yaml").read_text()) if d["kind"] == "ServiceMonitor"
     ]
     assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+
+
+def test_the_metrics_service_applies_without_the_prometheus_operator():
+    # operator-metrics.yaml holds core objects only (kubectl apply on a cluster without monitoring.coreos.com
+    # succeeds); the ServiceMonitor, which needs that CRD, is a file of its own selecting that Service's labels
+    service = load_docs((MONITORING / "operator-metrics.yaml").read_text())
+    assert [d["kind"] for d in service] == ["Service"]
+    assert all(d["apiVersion"] == "v1" for d in service)
+    monitor = load_docs((MONITORING / "operator-servicemonitor.yaml").read_text())
+    assert [(d["apiVersion"], d["kind"]) for d in monitor] == [("monitoring.coreos.com/v1", "ServiceMonitor")]
+    assert monitor[0]["spec"]["selector"]["matchLabels"].items() <= service[0]["metadata"]["labels"].items()

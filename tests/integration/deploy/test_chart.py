@@ -138,7 +138,7 @@ def test_default_values_render_the_plain_manifests():
 
 def test_monitoring_values_render_manifests_monitoring():
     docs = render(CHART / "ci" / "monitoring-values.yaml")
-    want = manifest("monitoring/operator-metrics.yaml", "ServiceMonitor")
+    want = manifest("monitoring/operator-servicemonitor.yaml", "ServiceMonitor")
     got = find(docs, "ServiceMonitor")
     assert got["spec"] == want["spec"]
     assert without_helm_labels(got["metadata"]) == want["metadata"]

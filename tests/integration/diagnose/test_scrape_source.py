@@ -105,3 +105,40 @@ def test_server_version_of_a_closed_port_is_none():
     from tests.support.prom import free_port
 
     assert server_version(f"http://127.0.0.1:{free_port()}/metrics", timeout=2.0) is None
+
+
+def test_each_scrape_reports_the_scrapes_and_seconds_left():
+    told = []
+    with LoopbackServer(lambda _m, _p, _q, _b: (200, exposition(1, False))) as server:
+        scrape_series(
+            server.url + "/metrics",
+            window_seconds=30,
+            interval_seconds=10,
+            sleep=lambda _s: None,
+            progress=lambda *args: told.append(args),
+        )
+    # 4 scrapes 10 s apart: after the first, 3 left = 30 s; after the last, none
+    assert told == [(1, 4, 30.0), (2, 4, 20.0), (3, 4, 10.0), (4, 4, 0.0)]
+
+
+def test_a_diagnosis_over_metrics_url_tells_its_progress_then_replays():
+    from kvpilot.advice.run import AdviceOptions, diagnose_and_predict
+    from kvpilot.diagnose.run import Options
+
+    told: list[str] = []
+    counter = itertools.count()
+    with LoopbackServer(lambda _m, _p, _q, _b: (200, exposition(next(counter), False))) as server:
+        url = server.url + "/metrics"
+        report = diagnose_and_predict(
+            Options(metrics_url=url, window_seconds=2, scrape_interval=1, use_kube=False, progress=told.append),
+            AdviceOptions(budget_seconds=30),
+        )
+    assert report.targets
+    # 2 s at 1 s: 3 scrapes; after each, the scrapes and seconds left
+    assert told[:3] == [
+        f"scraping {url}: 1 of 3 scrapes, 2 s left",
+        f"scraping {url}: 2 of 3 scrapes, 1 s left",
+        f"scraping {url}: 3 of 3 scrapes, 0 s left",
+    ]
+    # the queue (waiting grows) is replayed: one line per target replayed
+    assert told[3:] == ["replaying the window in the engine model: target 1 of 1"]

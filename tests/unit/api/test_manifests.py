@@ -68,7 +68,7 @@ def test_expected_files_exist():
     } <= names
     assert {p.name for p in (MANIFESTS / "examples").glob("*.yaml")} == {
         "experiment.yaml",
-        "production-fp8.yaml",
+        "fp8-long-context.yaml",
         "tensor-parallel.yaml",
     }
 

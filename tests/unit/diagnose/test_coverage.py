@@ -23,9 +23,8 @@ def test_sixty_seconds_of_data_in_a_five_minute_window_is_said():
     # 300 s of an increase over 60 s reads 300 / 60 = 5x low
     note = coverage_note(_every_10s(60.0), END, 300.0)
     assert note == (
-        "the data covers 60 s of the 300 s window (its first sample 240 s after the window's start): rates are "
-        "per second of the whole window, as Prometheus' rate() takes them, so they read about 5x low; "
-        "--window 60s fits the data."
+        "the data covers 60 s of the 300 s window (its first sample 240 s after the window's start): every rate "
+        "and average is read over those 60 s, never over time without data; --window 60s fits the data."
     )
 
 
@@ -51,9 +50,26 @@ def test_diagnose_on_a_short_recording_notes_it_in_text_and_json(tmp_path):
     args = ["diagnose", "--no-kube", "--no-what-if", "--recording", str(path)]
     text = " ".join(CliRunner().invoke(cli, [*args, "-o", "text"]).output.split())  # wrapped at the terminal's width
     assert "window: 300 s" in text
-    assert "note: the data covers 60 s of the 300 s window" in text
+    # the note comes first, before the answer
+    assert text.split(" window: 300 s ", 1)[1].startswith("note: the data covers 60 s of the 300 s window")
     doc = json.loads(CliRunner().invoke(cli, [*args, "-o", "json"]).output)
     assert any(n.startswith("the data covers 60 s of the 300 s window") for n in doc["notes"])
     # the window the data fills: no note
     doc = json.loads(CliRunner().invoke(cli, [*args, "--window", "60s", "-o", "json"]).output)
     assert not any("the data covers" in n for n in doc["notes"])
+
+
+def test_a_rate_is_read_over_the_seconds_with_data_not_the_whole_window(tmp_path):
+    # 2 requests a second for the last 60 s of a 300 s window: 120 requests in 60 s is 2/s (over 300 s, 0.4/s)
+    lines = ["# TYPE vllm:request_success counter", "# TYPE vllm:num_requests_running gauge"]
+    for i, t in enumerate(_every_10s(60.0)):
+        lines.append(f'vllm:request_success_total{{model_name="m",finished_reason="stop"}} {20 * i} {t}')
+        lines.append(f'vllm:num_requests_running{{model_name="m"}} 1 {t}')
+    lines += ["# EOF"]
+    path = tmp_path / "short.om"
+    path.write_text("\n".join(lines) + "\n")
+    args = ["diagnose", "--no-kube", "--no-what-if", "--recording", str(path), "-o", "json"]
+    doc = json.loads(CliRunner().invoke(cli, args).output)
+    (target,) = doc["targets"]
+    assert doc["window_seconds"] == 300
+    assert abs(target["signals"]["requests_finished_per_s"] - 2.0) < 1e-9

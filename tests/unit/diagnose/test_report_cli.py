@@ -205,6 +205,21 @@ def test_unreachable_metrics_url_exits_3():
     assert line.endswith(": connection refused"), line
 
 
+def test_json_output_on_an_unreachable_source_is_an_error_object():
+    from tests.support.prom import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/metrics"
+    result = CliRunner().invoke(
+        cli, ["diagnose", "--no-kube", "--metrics-url", url, "--quick", "--timeout", "2s", "-o", "json"]
+    )
+    assert result.exit_code == 3
+    doc = json.loads(result.stdout)  # stdout alone: a program piping -o json reads one document
+    assert doc["exit_code"] == 3
+    assert doc["error"].startswith("--metrics-url")
+    assert doc["error"].endswith(": connection refused")
+    assert "kvpilot: error:" in result.stderr
+
+
 def test_watch_reruns(monkeypatch):
     monkeypatch.setattr("time.sleep", lambda _s: None)
     result = invoke("--recording", str(RECORDINGS / "scenario_idle.om"), "--watch", "1", "--watch-count", "3")

@@ -470,6 +470,9 @@ def test_max_num_seqs_pool_share():
     assert doc["max_num_seqs_pool_share"] == {"max_num_seqs": 64, "pool_share": 1.0, "full_length_requests_at_once": 36}
     text = CliRunner().invoke(cli, [*args, "--max-num-seqs", "4"], env={"COLUMNS": "200"}).output
     assert "4 / 36.57 = 10.9 % of the pool; the rest can hold only cached prefixes" in text
+    # above one pool the text gives the ratio itself: 64 / 36.57 = 1.75 = 175.0 %, not 100 %
+    text = CliRunner().invoke(cli, [*args, "--max-num-seqs", "64"], env={"COLUMNS": "200"}).output
+    assert "64 / 36.57 = 175.0 % of the pool; only 36 full-length requests fit at once" in text
 
 
 def test_derived_kv_memory_states_its_vllm_memory_accounting():

@@ -72,6 +72,7 @@ def scrape_series(
     sleep: Callable[[float], None] = time.sleep,
     run_deadline: float | None = None,
     bodies: list[tuple[float, str]] | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
 ) -> tuple[list[Sample], int]:
     """Scrape ``url`` every ``interval_seconds`` for ``window_seconds`` (or twice when ``quick``).
 
@@ -88,6 +89,7 @@ def scrape_series(
         run_deadline: ``time.monotonic()`` instant after which no scrape starts or continues
             (the run's overall deadline); None for none.
         bodies: when given, each scrape's ``(time, body)`` is appended to it (``--save-recording``).
+        progress: called after each scrape with (scrapes done, scrapes in all, seconds until the last).
 
     Returns:
         ``(samples, scrapes)``: all samples, each stamped with its scrape's time (Unix seconds).
@@ -123,6 +125,8 @@ def scrape_series(
         if bodies is not None:
             bodies.append((started, body))
         done += 1
+        if progress is not None:
+            progress(done, count, (count - done) * gap)
         if i < count - 1:
             sleep(max(0.0, gap - (clock() - started)))
     return samples, done
