@@ -58,6 +58,17 @@ ADMISSION_ORDER: tuple[str, ...] = ("token_budget", "max_num_seqs", "lora", "kv_
 #: only buckets are known: a majority of steps. The bucket is found from max_num_batched_tokens.
 BUDGET_FULL_SHARE = 0.5
 
+#: The low end of every batch limit's grey zone (docs/diagnosis.md, "Graded limits"): a limit at most half in use
+#: on average (half the budget of the mean step, half the sequence slots of the mean batch) had room in most of
+#: the window, so it is not what held a standing queue. From its full/pinned threshold up a limit binds (full
+#: confidence); between this and that threshold the reading is graded (:func:`closeness`), the limit named from
+#: the midpoint up with confidence falling towards it, ``unexplained_queue`` below it with the limit as the other
+#: reading. No verdict flips between two causes a few percent apart.
+GRADED_LOW = 0.5
+
+#: a closeness at or above this names the limit (the midpoint of its grey zone); below it the queue is unexplained
+GRADED_MID = 0.5
+
 #: mean tokens per step / max_num_batched_tokens from which steps count as full: with a queue, the
 #: scheduler hands what running requests leave of the budget to waiting prompts (chunked), so a
 #: binding budget fills every step; 10 % covers steps a completing request leaves short.
@@ -179,6 +190,36 @@ def pinned_slack(signals: Signals) -> float:
     allowed.
     """
     return PINNED_SLACK + (running_dip(signals) or 0.0) + _dip_noise(signals)
+
+
+def closeness(use: float, threshold: float) -> float:
+    """Where a limit's use (a share of the limit: the mean step over the budget, the batch over max_num_seqs)
+    stands in its grey zone: 0 at or below :data:`GRADED_LOW`, 1 at or above ``threshold`` (full, pinned),
+    linear between (module constants for why).
+    """
+    if use >= threshold:
+        return 1.0
+    if threshold <= GRADED_LOW or use <= GRADED_LOW:
+        return 0.0
+    return (use - GRADED_LOW) / (threshold - GRADED_LOW)
+
+
+def batch_per_step(signals: Signals) -> float | None:
+    """Requests that ran in the average step, read off the counters: generated tokens per step with output.
+
+    Every request a step runs to the end of its prompt samples one token in it (vLLM's
+    ``IterationStats.num_generation_tokens``, counted into ``vllm:generation_tokens_total``; the step into
+    ``vllm:iteration_tokens_total_count``), so the increase of the first over the second is the mean number of
+    requests each step decoded: direct evidence of the batch, free of when the running gauge was sampled (a real
+    server's gauge, set between steps and read at 1 Hz, averaged 1.24-1.32 at a cap of 2 whose both slots
+    sampled a token every step). A request still in a partial prefill chunk samples nothing, so this is at most
+    the batch. None without either counter.
+    """
+    gen, steps = signals.get("generation_tokens_per_s"), signals.get("iteration_steps_increase")
+    window = signals.window_seconds
+    if gen is None or not steps or steps <= 0 or not window:
+        return None
+    return gen * window / steps
 
 
 def running_level(signals: Signals) -> float | None:
@@ -326,7 +367,12 @@ class Facts:
         budget / budget_how: the same for max_num_batched_tokens (tokens).
         budget_evidence: for an inferred budget, the evidence that it binds (:class:`Inferred`).
         dip / slack: :func:`running_dip` and :func:`pinned_slack`.
-        pinned / free_slots: running (:func:`running_level`) at / below n_seqs (within ``slack``).
+        batch / batch_how: the requests each step ran: the running gauge's level plus its dip (``gauge``), or
+            :func:`batch_per_step` from the counters (``counters``) where that is larger.
+        seqs_close / budget_close: :func:`closeness` of the batch to max_num_seqs (threshold: within
+            :data:`PINNED_SLACK` and the dip's noise of it) and of the mean step to the budget (threshold
+            :data:`BUDGET_FULL_FILL`); None when not measured.
+        pinned / free_slots: the batch at n_seqs (``seqs_close`` 1: within ``slack`` of it) / below it.
         tokens_per_step: mean tokens per engine step; fill: tokens_per_step / budget.
         share / share_edge: share of steps in the budget's bucket and that bucket's lower edge.
         full: :func:`steps_full`, or ``full_by_elimination``: no step measurement (or a budget known only as
@@ -401,6 +447,10 @@ class Facts:
     full_by_elimination: bool = False
     step_fit: StepFit = field(default_factory=lambda: fit_step_time(()))
     model_config: dict[str, Any] | None = None
+    batch: float | None = None
+    batch_how: str = ""
+    seqs_close: float | None = None
+    budget_close: float | None = None
 
     def s(self, name: SignalName) -> float | None:
         """One signal's value (None when unknown; a misspelt name is a mypy error)."""
@@ -589,7 +639,21 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     level = running_level(signals)
     # a max_num_seqs known only as at least running_max (a contradicted default) is where running stopped, which
     # the KV cache at its ceiling explains as well (vLLM's last check refused the head): pinned only with KV room
-    pinned = n_seqs is not None and level is not None and level >= n_seqs - slack and (not inf.seqs_bound or kv_room)
+    # the batch each step ran: the gauge's level plus its dip, or the counters' requests per step (batch_per_step)
+    # where larger; tokens per step above the cap are no request count (speculative decoding samples several per
+    # request) and are not used
+    noise = _dip_noise(signals)
+    direct = batch_per_step(signals)
+    if direct is not None and (n_seqs is None or direct > n_seqs + PINNED_SLACK + noise):
+        direct = None
+    gauge_batch = level + (dip or 0.0) if level is not None else None
+    known = [b for b in (gauge_batch, direct) if b is not None]
+    batch = max(known) if known else None
+    batch_how = "counters" if direct is not None and (gauge_batch is None or direct >= gauge_batch) else "gauge"
+    seqs_close = (
+        closeness(batch / n_seqs, (n_seqs - PINNED_SLACK - noise) / n_seqs) if n_seqs and batch is not None else None
+    )
+    pinned = seqs_close == 1.0 and (not inf.seqs_bound or kv_room)
     free_slots = n_seqs is not None and run_avg is not None and not pinned
     cap_wait = s("waiting_capacity_avg")
     # vLLM's reason="capacity" counts every ordinary waiting request (SchedulerStats.num_waiting_reqs:
@@ -629,6 +693,7 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         and budget is not None
     )
     step_fit = fit_step_time(signals.step_points)
+    fill = tps / budget if measured and tps is not None and budget else None
     return Facts(
         signals=signals,
         limits=limits,
@@ -656,7 +721,11 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         pinned=pinned,
         free_slots=free_slots,
         tokens_per_step=tps,
-        fill=tps / budget if measured and tps is not None and budget else None,
+        fill=fill,
+        budget_close=closeness(fill, BUDGET_FULL_FILL) if fill is not None else None,
+        batch=batch,
+        batch_how=batch_how,
+        seqs_close=seqs_close,
         share=share,
         share_edge=share_edge,
         full=full or by_elimination,

@@ -50,7 +50,17 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from kvpilot.diagnose.facts import ADMISSION_ORDER, LARGE_BUDGET, PREFILL_SPLIT_STEPS, Facts, derive_facts
+from kvpilot.diagnose.facts import (
+    ADMISSION_ORDER,
+    BUDGET_FULL_FILL,
+    GRADED_LOW,
+    GRADED_MID,
+    LARGE_BUDGET,
+    PREFILL_SPLIT_STEPS,
+    Facts,
+    budget_binds,
+    derive_facts,
+)
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding
 from kvpilot.diagnose.recommend import Inputs, recommend
@@ -298,7 +308,17 @@ def rule_kv_cache_exhaustion(f: Facts) -> Finding | None:
 
 
 def _pinned_evidence(f: Facts) -> str:
-    """How "pinned" was judged: the gauge's expected dip below the cap and the slack allowed."""
+    """How "pinned" was judged: the counters' requests per step where they decide, else the gauge's expected dip
+    below the cap and the slack allowed.
+    """
+    if f.batch_how == "counters" and f.batch is not None:
+        return (
+            f"Evidence used: the counters. Steps sampled {number(f.batch, 2)} tokens each on average "
+            "(vllm:generation_tokens_total over vllm:iteration_tokens_total_count): every request a step runs past "
+            f"its prompt samples one token, so {number(f.batch, 2)} requests ran per step. The running gauge "
+            f"(average {fig(f.run_avg, 2)}) is set between steps and read when scraped, so it reads below a pinned "
+            "cap by more than the requests finished per step on a busy server; the counters do not."
+        )
     if f.dip is None:
         return (
             f"Pinned means within {fig(f.slack, 1)} of the cap (requests finished per step unknown: no "
@@ -312,16 +332,26 @@ def _pinned_evidence(f: Facts) -> str:
     )
 
 
-def rule_max_num_seqs_cap(f: Facts) -> Finding | None:
-    """``max_num_seqs_cap``: running pinned at max_num_seqs (known or inferred) with a queue (the second
-    admission check, before any KV is allocated; KV is named as the runner-up when it binds too).
-    """
-    if not (f.pinned and f.queue):
-        return None
+def _graded_evidence(limit: str, grade: float, use: float, threshold: float, threshold_text: str) -> str:
+    """The graded reading in one sentence: how near the limit measured, and the other reading."""
+    mid = GRADED_LOW + GRADED_MID * (threshold - GRADED_LOW)
+    return (
+        f"Graded reading: {_LIMIT_NAMES[limit]} measured at {percent(use)}, short of the {percent(threshold)} "
+        f"({threshold_text}) at which it binds for certain but above the {percent(mid)} midpoint of its grey zone "
+        f"({percent(GRADED_LOW)}, half the limit in use, to {percent(threshold)}), so it is named with its "
+        f"confidence scaled by {number(grade, 2)}. The other reading, "
+        "unexplained_queue: something outside the admission limits held the queue while part of this limit stood "
+        "free; it would be the verdict below the midpoint."
+    )
+
+
+def _seqs_finding(f: Facts, grade: float) -> Finding:
+    """``max_num_seqs_cap`` with its evidence; ``grade`` < 1: nearly pinned (:func:`rule_near_limit`)."""
     inferred = "max_num_seqs" in f.inferred
     median = f.s("running_median")
+    state = "pinned" if grade >= 1 else "nearly pinned"
     ev = [
-        f"Running requests pinned at max_num_seqs: average {fig(f.run_avg)}"
+        f"Running requests {state} at max_num_seqs: average {fig(f.run_avg)}"
         + (f", median {fig(median)}" if median is not None and f.run_avg is not None and median > f.run_avg else "")
         + f", max {fig(f.run_max)} of {fig(f.n_seqs)} ({f.n_seqs_how}).",
         _pinned_evidence(f),
@@ -334,6 +364,17 @@ def rule_max_num_seqs_cap(f: Facts) -> Finding | None:
             else "KV usage unknown (no KV gauge in any spelling); no preemptions, so no sign of a KV shortage."
         ),
     ]
+    if grade < 1 and f.batch is not None and f.n_seqs:
+        ev.insert(
+            2,
+            _graded_evidence(
+                "max_num_seqs",
+                grade,
+                f.batch / f.n_seqs,
+                (f.n_seqs - f.slack + (f.dip or 0.0)) / f.n_seqs,
+                f"{fig(f.n_seqs - f.slack + (f.dip or 0.0), 1)} requests per step",
+            ),
+        )
     runner = _runner_up(f, "max_num_seqs")
     if runner:
         ev.append(runner)
@@ -348,10 +389,19 @@ def rule_max_num_seqs_cap(f: Facts) -> Finding | None:
     return Finding(
         "max_num_seqs_cap",
         queue_severity(f.growing),
-        round(base - (0 if f.kv_known else PENALTY), 2),
+        round((base - (0 if f.kv_known else PENALTY)) * grade, 2),
         ev,
         recommend("max_num_seqs_cap", _inputs(f), max_num_seqs=f.n_seqs),
     )
+
+
+def rule_max_num_seqs_cap(f: Facts) -> Finding | None:
+    """``max_num_seqs_cap``: running pinned at max_num_seqs (known or inferred) with a queue (the second
+    admission check, before any KV is allocated; KV is named as the runner-up when it binds too).
+    """
+    if not (f.pinned and f.queue):
+        return None
+    return _seqs_finding(f, 1.0)
 
 
 def rule_lora_slot_cap(f: Facts) -> Finding | None:
@@ -499,11 +549,24 @@ def _full_steps_budget(f: Facts) -> int | None:
     return f.budget if f.full and f.queue and f.preempt < 1 else None
 
 
+def _budget_graded(f: Facts, grade: float) -> str | None:
+    if grade >= 1 or f.fill is None:
+        return None
+    return _graded_evidence(
+        "token_budget", grade, f.fill, BUDGET_FULL_FILL, f"{number(BUDGET_FULL_FILL * (f.budget or 0))} tokens per step"
+    )
+
+
 def rule_token_budget_cap(f: Facts) -> Finding | None:
     """``token_budget_cap``: steps full at a budget below :data:`LARGE_BUDGET` (or a flat step time) with a queue."""
     budget = _full_steps_budget(f)
     if budget is None or not f.budget_cap:
         return None
+    return _token_budget_finding(f, budget, 1.0)
+
+
+def _token_budget_finding(f: Facts, budget: int, grade: float) -> Finding:
+    """``token_budget_cap`` with its evidence; ``grade`` < 1: steps nearly full (:func:`rule_near_limit`)."""
     ev = [
         f"max_num_batched_tokens = {count(f.budget)} ({f.budget_how}) fills the steps: {_steps_evidence(f)}.",
         f"{f.evidence_queue}; {_APPROACH}: here the budget was used up in every step.",
@@ -520,6 +583,9 @@ def rule_token_budget_cap(f: Facts) -> Finding | None:
     runner = _runner_up(f, "token_budget")
     if runner:
         ev.insert(2, runner)
+    graded = _budget_graded(f, grade)
+    if graded:
+        ev.insert(1, graded)
     prefill = _prefill_evidence(f)
     if prefill:
         ev.append(prefill)
@@ -532,7 +598,7 @@ def rule_token_budget_cap(f: Facts) -> Finding | None:
     return Finding(
         "token_budget_cap",
         queue_severity(f.growing),
-        _queue_rule_confidence(f, CONF_BUDGET),
+        round(_queue_rule_confidence(f, CONF_BUDGET) * grade, 2),
         ev,
         recommend("token_budget_cap", _inputs(f), max_num_batched_tokens=f.budget),
     )
@@ -545,6 +611,11 @@ def rule_compute_bound(f: Facts) -> Finding | None:
     budget = _full_steps_budget(f)
     if budget is None or f.budget_cap:
         return None
+    return _compute_bound_finding(f, budget, 1.0)
+
+
+def _compute_bound_finding(f: Facts, budget: int, grade: float) -> Finding:
+    """``compute_bound`` with its evidence; ``grade`` < 1: steps nearly full (:func:`rule_near_limit`)."""
     why = (
         f"at {count(f.budget)} tokens, at or above vLLM's large-GPU default of {count(LARGE_BUDGET)}, a step "
         f"already carries {times(budget / f.knee)} the {number(f.knee)} tokens at which compute binds "
@@ -569,13 +640,51 @@ def rule_compute_bound(f: Facts) -> Finding | None:
     served = _served_evidence(f)
     if served:
         ev.append(served + ": the engine computes as fast as it can; more budget or slots will not help.")
+    graded = _budget_graded(f, grade)
+    if graded:
+        ev.insert(1, graded)
     return Finding(
         "compute_bound",
         queue_severity(f.growing),
-        _queue_rule_confidence(f, CONF_BUDGET),
+        round(_queue_rule_confidence(f, CONF_BUDGET) * grade, 2),
         ev,
         recommend("compute_bound", _inputs(f)),
     )
+
+
+def _near_limits(f: Facts) -> list[tuple[float, str]]:
+    """The batch limits measured in their grey zone (closeness strictly between 0 and 1) against a value that was
+    read or inferred, nearest first; ties in vLLM's admission order.
+    """
+    # a limit assumed at vLLM's default was not read: its use is measured against a guess, not graded
+    near = [
+        (close, limit)
+        for limit, close, how in (
+            ("token_budget", f.budget_close, f.budget_how),
+            ("max_num_seqs", f.seqs_close, f.n_seqs_how),
+        )
+        if close is not None and 0 < close < 1 and how != "default"
+    ]
+    return sorted(near, key=lambda c: (-c[0], ADMISSION_ORDER.index(c[1])))
+
+
+def rule_near_limit(f: Facts) -> Finding | None:
+    """A queue no limit measures as binding, with a batch limit past the midpoint of its grey zone
+    (:data:`kvpilot.diagnose.facts.GRADED_LOW`): that limit, its confidence scaled by its closeness, naming the
+    other reading (``unexplained_queue``). After the limits that bind outright (LoRA slots, the KV ceiling).
+    """
+    if not f.queue or f.preempt >= 1:
+        return None
+    near = _near_limits(f)
+    if not near or near[0][0] < GRADED_MID:
+        return None
+    grade, limit = near[0]
+    if limit == "max_num_seqs":
+        return _seqs_finding(f, grade)
+    budget = f.budget or 0
+    if budget_binds(True, budget, f.step_fit):
+        return _token_budget_finding(f, budget, grade)
+    return _compute_bound_finding(f, budget, grade)
 
 
 def _unexplained_causes(f: Facts) -> list[str]:
@@ -660,10 +769,20 @@ def rule_unexplained_queue(f: Facts) -> Finding | None:
         )
     if f.growing is False and f.wait_avg is not None and f.wait_avg < 1:
         ev.append("The queue was short on average; a shorter --window around its peak may show a limit binding.")
+    near = _near_limits(f)
+    grade = near[0][0] if near else 0.0
+    if near:
+        limit = near[0][1]
+        verdict = "max_num_seqs_cap" if limit == "max_num_seqs" else "token_budget_cap or compute_bound"
+        ev.append(
+            f"The other reading, {verdict}: {_LIMIT_NAMES[limit]} measured in its grey zone (between half of it in "
+            f"use and the threshold at which it binds for certain), below the midpoint, so this verdict's confidence "
+            f"is scaled by {number(1 - grade, 2)}; nearer the threshold the limit would be named."
+        )
     return Finding(
         "unexplained_queue",
         queue_severity(f.growing),
-        round(CONF_UNEXPLAINED - PENALTY * len(assumed) - (0 if f.kv_known else PENALTY), 2),
+        round((CONF_UNEXPLAINED - PENALTY * len(assumed) - (0 if f.kv_known else PENALTY)) * (1 - grade), 2),
         ev,
         recommend("unexplained_queue", _inputs(f)),
     )
@@ -754,6 +873,7 @@ RULES: tuple[Callable[[Facts], Finding | None], ...] = (
     rule_max_num_seqs_cap,
     rule_lora_slot_cap,
     rule_kv_cache_exhaustion,
+    rule_near_limit,
     rule_unexplained_queue,
     rule_prefix_cache_ineffective,
     rule_partial_data,
@@ -771,6 +891,7 @@ _QUEUE_RULES = {
     rule_lora_slot_cap,
     rule_token_budget_cap,
     rule_compute_bound,
+    rule_near_limit,
     rule_unexplained_queue,
 }
 
