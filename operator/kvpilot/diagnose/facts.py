@@ -246,8 +246,11 @@ def fits_a_cap_at(signals: Signals, cap: float) -> bool:
     level = running_level(signals)
     if level is None:
         return False
-    batch = level + (running_dip(signals) or 0.0)
-    return cap - PINNED_SLACK - _dip_noise(signals) <= batch <= cap + PINNED_SLACK + _dip_noise(signals)
+    noise = _dip_noise(signals)
+    # the gauge's batch, or the counters' requests per step (batch_per_step: a real server's gauge, read between
+    # steps, dips further than the finishes explain)
+    batches = [level + (running_dip(signals) or 0.0), batch_per_step(signals)]
+    return any(b is not None and cap - PINNED_SLACK - noise <= b <= cap + PINNED_SLACK + noise for b in batches)
 
 
 def budget_share(signals: Signals, limits: Limits) -> tuple[float | None, float | None]:

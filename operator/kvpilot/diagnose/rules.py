@@ -86,6 +86,12 @@ LRU_THRASH_HIT_RATE = LOW_HIT_RATE / 2
 #: cache ineffective when fewer than half the requests that re-use a shared prefix find it
 REUSED_BY_MOST = 0.5
 
+#: Hits of at most this many blocks per request are incidental: a chat template or BOS that every prompt begins
+#: with is found by every request and is a block or two long, and random-token traffic (nothing repeated) hits
+#: exactly that (0-5 % of 256-token prompts on a real vLLM 0.32 server). Such hits are no evidence that anything
+#: longer was there to share, so on the counters alone they make no prefix finding.
+INCIDENTAL_BLOCKS = 2
+
 #: the external (connector) cache supplying at least this share of the tokens asked of it is the prompts' source
 #: (prefill/decode disaggregation: every prompt's KV arrives from a prefill server), not an offload cache of
 #: evicted blocks, which first-time prompts miss
@@ -1112,20 +1118,25 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
     - the cache turned over (the tokens written to it in the window, queried - hits, exceed the KV capacity)
       and the reuse that happens shows a prefix was lost: vLLM's per-request histograms show a prefix of at
       least T tokens (``prefix_reused_tokens``, :func:`~kvpilot.diagnose.signals.prefix_reuse`) reused by fewer
-      than :data:`REUSED_BY_MOST` of the requests, or some hits came while requests reused less than one block
-      each on average;
+      than :data:`REUSED_BY_MOST` of the requests;
     - without those histograms (vLLM before 0.29), a turned-over cache with some hits below
-      :data:`LRU_THRASH_HIT_RATE`, as before, saying the counters cannot tell it from a hot prefix;
+      :data:`LRU_THRASH_HIT_RATE` of more than :data:`INCIDENTAL_BLOCKS` blocks a request, saying the counters
+      cannot tell it from a hot prefix;
     - given the length of the prefix the traffic shares (``shared_prefix_tokens``, which no vLLM metric gives),
       that instead of the last two: fewer than :data:`REUSED_BY_MOST` of the requests finding it
       (:func:`shared_prefix_found`), or a prefix shorter than one block (never cached). At least half finding it
       is a healthy cache whatever the token hit rate: nothing, or with ``low_severity`` an ``ok`` finding saying so.
 
-    Without that length, a turned-over cache with a low hit rate whose requests reuse at least a block each and
-    no longer prefix seen is what a hot shared prefix amid unique content gives, and also what larger prefixes
-    often evicted give: with ``low_severity`` an ``ok``-severity finding says the metrics cannot tell them apart
-    and what would; as the primary verdict, nothing (healthy). Zero hits is no reason to expect any: silent
-    (unless a shared prefix is stated).
+    Evidence that something was there to share is required of every finding: the connector's hits, a stated
+    prefix, the per-request histograms, or hits of more than :data:`INCIDENTAL_BLOCKS` blocks per request. Hits of
+    a block or two a request are what a template every prompt begins with gives, and random-token traffic (nothing
+    repeated) hits exactly that: no finding on them.
+
+    Without that length, a turned-over cache with a low hit rate whose requests reuse more than
+    :data:`INCIDENTAL_BLOCKS` blocks each and no longer prefix seen is what a hot shared prefix amid unique content
+    gives, and also what larger prefixes often evicted give: with ``low_severity`` an ``ok``-severity finding says
+    the metrics cannot tell them apart and what would; as the primary verdict, nothing (healthy). Zero hits is no
+    reason to expect any: silent (unless a shared prefix is stated).
     """
     s = signals.get
     queries, hits = s("prefix_queries_increase"), s("prefix_hits_increase")
@@ -1199,6 +1210,8 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
         if turnover is not None
         else ""
     )
+    # hits beyond the incidental (a template's block or two) show the traffic shares something longer
+    shared_evidence = per_hit is not None and per_hit > INCIDENTAL_BLOCKS * block
     lost = ""
     if found is not None and found.share is None:
         ev.append(
@@ -1232,12 +1245,7 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
                 f"and requests reused {number(per_hit)} tokens on average: the others found no such prefix, evicted "
                 "if they share it"
             )
-        elif per_hit is not None and per_hit < block:
-            lost = (
-                f"hits came, yet requests reused {number(per_hit, 1)} tokens each on average, less than one "
-                f"{fig(block)}-token block: what the traffic shares is found evicted most of the time"
-            )
-        elif not per_request_known and 0 < rate < LRU_THRASH_HIT_RATE:
+        elif not per_request_known and 0 < rate < LRU_THRASH_HIT_RATE and shared_evidence:
             lost = (
                 "some hits came (vLLM before 0.29 exports no per-request token histograms, so this cannot be "
                 "told from a hot shared prefix amid unique content)"
@@ -1260,7 +1268,14 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
             ev,
             recommend("prefix_cache_ineffective", Inputs(signals=signals, limits=limits)),
         )
-    if low_severity and found is None and turnover is not None and turnover > 1 and 0 < rate < LRU_THRASH_HIT_RATE:
+    if (
+        low_severity
+        and found is None
+        and shared_evidence
+        and turnover is not None
+        and turnover > 1
+        and 0 < rate < LRU_THRASH_HIT_RATE
+    ):
         ev.append(
             f"{turned}. Reported at low severity: requests reused {number(per_hit)} tokens each on average and no "
             "request is seen reusing a longer prefix, which is what a hot shared prefix amid unique content gives "
