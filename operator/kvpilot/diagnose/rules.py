@@ -63,10 +63,11 @@ from kvpilot.diagnose.facts import (
 )
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding
-from kvpilot.diagnose.recommend import Inputs, recommend
+from kvpilot.diagnose.recommend import Inputs, kv_bytes_per_token, recommend
 from kvpilot.diagnose.severity import FIXED, kv_severity, queue_severity
 from kvpilot.diagnose.signals import SignalName, Signals, legacy_or_escaped
 from kvpilot.diagnose.steptime import STEP_TIME_FLAT, STEP_TIME_GROWS
+from kvpilot.diagnose.turnover import cache_turnover, turnover_evidence
 from kvpilot.text.numbers import count, fig, number, percent, significant, times
 from kvpilot.vllm.defaults import DEFAULT_BLOCK_SIZE
 
@@ -958,6 +959,9 @@ def diagnose_target(
             prefix = _prefix_finding(signals, limits, low_severity=True)
             if prefix is not None:
                 findings.append(prefix)
+        turnover = cache_turnover(signals, limits, kv_bytes_per_token(_inputs(facts)), INCIDENTAL_BLOCKS)
+        if turnover is not None:
+            primary.evidence.extend(turnover_evidence(turnover))
     return _finish(diag, primary, findings, signals)
 
 
@@ -1210,8 +1214,9 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
         if turnover is not None
         else ""
     )
-    # hits beyond the incidental (a template's block or two) show the traffic shares something longer
-    shared_evidence = per_hit is not None and per_hit > INCIDENTAL_BLOCKS * block
+    # hits beyond the incidental (a template's block or two) show the traffic shares something longer; with no
+    # request counter (hits per request unknown) the hits are not shown incidental and count as before
+    shared_evidence = per_hit is None or per_hit > INCIDENTAL_BLOCKS * block
     lost = ""
     if found is not None and found.share is None:
         ev.append(
