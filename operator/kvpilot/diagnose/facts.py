@@ -47,8 +47,9 @@ from kvpilot.diagnose.severity import growing as queue_growing
 from kvpilot.diagnose.signals import SignalName, Signals
 from kvpilot.diagnose.steptime import StepFit, fit_step_time
 from kvpilot.gpus import GPU_PROFILES, gpu_profile
+from kvpilot.metrics.catalog import version_tuple
 from kvpilot.text.numbers import count, fig, number, percent
-from kvpilot.vllm.defaults import LARGE_GPU_MAX_NUM_BATCHED_TOKENS
+from kvpilot.vllm.defaults import LARGE_GPU_MAX_NUM_BATCHED_TOKENS, has_max_num_active_seqs
 
 #: the admission checks of ``Scheduler.schedule`` in the order vLLM 0.29 makes them for a waiting request
 #: (module docstring): the first that measures as binding is what refused the queue
@@ -366,7 +367,9 @@ class Facts:
             requests waited at least :data:`QUEUE_STEP_TIMES` step times on average (or whose queue time
             is not exported): what every queue verdict needs.
         n_seqs / n_seqs_how: the max_num_seqs the rules use and its source (``inferred: ...`` when
-            read from a flat running gauge).
+            read from a flat running gauge), or the admission cap below it (:func:`active_cap`).
+        cap_name / configured_seqs: ``max_num_active_seqs`` when n_seqs is that cap, with the configured
+            max_num_seqs. vllm_version / has_active_cap: :func:`stated_release`.
         budget / budget_how: the same for max_num_batched_tokens (tokens).
         budget_evidence: for an inferred budget, the evidence that it binds (:class:`Inferred`).
         dip / slack: :func:`running_dip` and :func:`pinned_slack`.
@@ -452,6 +455,10 @@ class Facts:
     model_config: dict[str, Any] | None = None
     batch: float | None = None
     batch_how: str = ""
+    cap_name: str = "max_num_seqs"
+    configured_seqs: int | None = None
+    vllm_version: str = ""
+    has_active_cap: bool | None = None
     seqs_close: float | None = None
     budget_close: float | None = None
 
@@ -504,7 +511,87 @@ def steps_a_budget_needs(signals: Signals, budget: float) -> float | None:
     return prompt / (budget - d)
 
 
-def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -> Inferred:  # noqa: C901
+def _plateau_steps(signals: Signals, run_max: float) -> tuple[bool, bool, str]:
+    """Whether the steps under a running plateau at ``run_max`` show the budget refused none of the queue:
+    ``(decode_only, whole, steps)``, ``steps`` saying so in a clause (see :func:`infer_limits`).
+    """
+    tps = signals.get("tokens_per_step_avg")
+    # decode only: about one token per running request per step (no step data: not excluded)
+    decode_only = tps is None or tps <= DECODE_TOKENS_PER_RUNNING * run_max
+    spans, prompt = _prefill_spans(signals), signals.get("prompt_tokens_per_request")
+    # prompts not split the way a budget of the mean step would split them: under 2 step times (the budget held
+    # each whole prompt), or fewer than such a budget needs (one long prefill step reads as a couple of step
+    # times, SPAN_AGREEMENT): that budget refused none of them
+    needed = steps_a_budget_needs(signals, tps) if tps is not None else None
+    whole = spans is not None and (
+        spans < PREFILL_SPLIT_STEPS or (needed is not None and spans < SPAN_AGREEMENT * needed)
+    )
+    if tps is None:
+        steps = "steps not measured (a small token budget would look the same)"
+    elif decode_only:
+        steps = f"steps carried {fig(tps, 1)} tokens (decode only, no prefill refused by the budget)"
+    else:
+        steps = (
+            f"prompts of {number(prompt)} tokens were prefilled in {fig(spans, 1)} step times though steps "
+            f"averaged {fig(tps, 1)} tokens"
+            + (
+                f" (a budget of that size would take {number(needed, 1)} steps; the budget refused none)"
+                if needed is not None and spans is not None and spans >= PREFILL_SPLIT_STEPS
+                else " (the budget holds a whole prompt and refused none)"
+            )
+        )
+    return decode_only, whole, steps
+
+
+def stated_release(limits: Limits) -> tuple[str, bool | None]:
+    """The server's vLLM release as stated (``"vLLM 0.32.0 (cli)"``, "" when not) and whether it has
+    ``max_num_active_seqs`` (None when not stated).
+    """
+    text = limits.value("vllm_version")
+    release = version_tuple(str(text)) if text else ()
+    if len(release) < 2:
+        return "", None
+    return f"vLLM {text} ({limits.vllm_version.source})", has_max_num_active_seqs(release)
+
+
+def active_cap(signals: Signals, limits: Limits, inf: Inferred, queue: bool, kv_room: bool) -> tuple[int, str] | None:
+    """The admission cap below the configured ``max_num_seqs`` (vLLM 0.31+ ``max_num_active_seqs``), or None.
+
+    ``(cap, how)``: read when ``max_num_active_seqs`` is given below ``max_num_seqs``; else inferred when
+    ``max_num_seqs`` was read (not assumed, not inferred), the server's vLLM is 0.31 or later or not stated, and
+    with a queue and KV room running plateaus at an integer below it (``running_max``, a batch pinned there:
+    :func:`fits_a_cap_at`) while the steps show the budget refused none (:func:`_plateau_steps`).
+    """
+    if stated_release(limits)[1] is False:
+        return None
+    active, n_seqs = limits.value("max_num_active_seqs"), inf.n_seqs
+    if active is not None:
+        if n_seqs is not None and active >= n_seqs:
+            return None
+        return active, f"max_num_active_seqs {count(active)} ({limits.max_num_active_seqs.source})"
+    run_max = signals.get("running_max")
+    if (
+        n_seqs is None
+        or limits.max_num_seqs.source == "default"
+        or "max_num_seqs" in inf.names
+        or not (queue and kv_room)
+        or run_max is None
+        or run_max < 1
+        or run_max >= n_seqs - PINNED_SLACK
+        or not fits_a_cap_at(signals, run_max)
+    ):
+        return None
+    decode_only, whole, steps = _plateau_steps(signals, run_max)
+    if not (decode_only or whole):
+        return None
+    how = (
+        f"max_num_active_seqs {count(run_max)} inferred: running plateaued at {count(run_max)} under the configured "
+        f"max_num_seqs {count(n_seqs)} ({limits.max_num_seqs.source}) while requests waited with KV room and {steps}"
+    )
+    return int(run_max), how
+
+
+def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -> Inferred:
     """max_num_seqs and max_num_batched_tokens for the rules, rejected and inferred when vLLM's default is
     assumed and the gauges say otherwise.
 
@@ -555,31 +642,9 @@ def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -
     seqs_bound = "max_num_seqs" in names
     if not (queue and kv_room and run_avg is not None and run_max and run_max >= 1):
         return Inferred(n_seqs, n_how, budget, b_how, tuple(names), budget_bound=bound, seqs_bound=seqs_bound)
-    # decode only: about one token per running request per step (no step data: not excluded)
-    decode_only = tps is None or tps <= DECODE_TOKENS_PER_RUNNING * run_max
+    decode_only, whole, steps = _plateau_steps(signals, run_max)
     spans, prompt = _prefill_spans(signals), signals.get("prompt_tokens_per_request")
-    # prompts not split the way a budget of the mean step would split them: under 2 step times (the budget held
-    # each whole prompt), or fewer than such a budget needs (one long prefill step reads as a couple of step
-    # times, SPAN_AGREEMENT): that budget refused none of them
-    needed = steps_a_budget_needs(signals, tps) if tps is not None else None
-    whole = spans is not None and (
-        spans < PREFILL_SPLIT_STEPS or (needed is not None and spans < SPAN_AGREEMENT * needed)
-    )
     if seqs_default and flat and (n_seqs is None or run_max < n_seqs) and (decode_only or whole):
-        if tps is None:
-            steps = "steps not measured (a small token budget would look the same)"
-        elif decode_only:
-            steps = f"steps carried {fig(tps, 1)} tokens (decode only, no prefill refused by the budget)"
-        else:
-            steps = (
-                f"prompts of {number(prompt)} tokens were prefilled in {fig(spans, 1)} step times though steps "
-                f"averaged {fig(tps, 1)} tokens"
-                + (
-                    f" (a budget of that size would take {number(needed, 1)} steps; the budget refused none)"
-                    if needed is not None and spans is not None and spans >= PREFILL_SPLIT_STEPS
-                    else " (the budget holds a whole prompt and refused none)"
-                )
-            )
         n_how = (
             f"inferred: running sat at {count(run_max)} while requests waited with KV room and {steps}; vLLM's "
             f"default would be {count(n_seqs)}"
@@ -638,6 +703,12 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     kv_room = not at_ceiling and preempt < 1
     inf = infer_limits(signals, limits, queue, kv_room)
     n_seqs, budget = inf.n_seqs, inf.budget
+    n_seqs_how, cap_name, configured_seqs = inf.n_seqs_how, "max_num_seqs", None
+    version, has_active = stated_release(limits)
+    active = active_cap(signals, limits, inf, queue, kv_room)
+    if active is not None:
+        configured_seqs, cap_name = n_seqs, "max_num_active_seqs"
+        n_seqs, n_seqs_how = active[0], active[1]
     dip, slack = running_dip(signals), pinned_slack(signals)
     level = running_level(signals)
     # a max_num_seqs known only as at least running_max (a contradicted default) is where running stopped, which
@@ -716,7 +787,11 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         queue_steps=queue_steps,
         queue=queue,
         n_seqs=n_seqs,
-        n_seqs_how=inf.n_seqs_how,
+        n_seqs_how=n_seqs_how,
+        cap_name=cap_name,
+        configured_seqs=configured_seqs,
+        vllm_version=version,
+        has_active_cap=has_active,
         budget=budget,
         budget_how=inf.budget_how,
         dip=dip,

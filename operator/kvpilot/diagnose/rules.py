@@ -63,7 +63,7 @@ from kvpilot.diagnose.facts import (
 )
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding
-from kvpilot.diagnose.recommend import Inputs, kv_bytes_per_token, recommend
+from kvpilot.diagnose.recommend import Inputs, active_seqs_cap, kv_bytes_per_token, recommend
 from kvpilot.diagnose.severity import FIXED, kv_severity, queue_severity
 from kvpilot.diagnose.signals import SignalName, Signals, legacy_or_escaped
 from kvpilot.diagnose.steptime import STEP_TIME_FLAT, STEP_TIME_GROWS
@@ -354,11 +354,12 @@ def _graded_evidence(limit: str, grade: float, use: float, threshold: float, thr
 
 def _seqs_finding(f: Facts, grade: float) -> Finding:
     """``max_num_seqs_cap`` with its evidence; ``grade`` < 1: nearly pinned (:func:`rule_near_limit`)."""
-    inferred = "max_num_seqs" in f.inferred
+    active = f.cap_name == "max_num_active_seqs"
+    inferred = "max_num_seqs" in f.inferred or (active and "inferred" in f.n_seqs_how)
     median = f.s("running_median")
     state = "pinned" if grade >= 1 else "nearly pinned"
     ev = [
-        f"Running requests {state} at max_num_seqs: average {fig(f.run_avg)}"
+        f"Running requests {state} at {f.cap_name}: average {fig(f.run_avg)}"
         + (f", median {fig(median)}" if median is not None and f.run_avg is not None and median > f.run_avg else "")
         + f", max {fig(f.run_max)} of {fig(f.n_seqs)} ({f.n_seqs_how}).",
         _pinned_evidence(f),
@@ -382,6 +383,14 @@ def _seqs_finding(f: Facts, grade: float) -> Finding:
                 f"{fig(f.n_seqs - f.slack + (f.dip or 0.0), 1)} requests per step",
             ),
         )
+    if active:
+        ev.insert(1, _active_evidence(f))
+    elif inferred and f.has_active_cap is not False:
+        ev.append(
+            "On vLLM 0.31 or later a max_num_active_seqs of this size (an admission cap below max_num_seqs that no "
+            "metric shows) gives the same plateau: check the server's --max-num-active-seqs before raising "
+            "--max-num-seqs, which would then change nothing (--vllm-version tells kvpilot the release)."
+        )
     runner = _runner_up(f, "max_num_seqs")
     if runner:
         ev.append(runner)
@@ -392,13 +401,34 @@ def _seqs_finding(f: Facts, grade: float) -> Finding:
         else CONF_SEQS_READ
         if f.limits.max_num_seqs.source != "default"
         else (CONF_SEQS_DEFAULT)
+    ) - (PENALTY if active and inferred and not f.vllm_version else 0.0)
+    recs = (
+        active_seqs_cap(_inputs(f), f.n_seqs, f.configured_seqs)
+        if active and f.n_seqs is not None and f.configured_seqs is not None
+        else recommend("max_num_seqs_cap", _inputs(f), max_num_seqs=f.n_seqs)
     )
     return Finding(
         "max_num_seqs_cap",
         queue_severity(f.growing),
         round((base - (0 if f.kv_known else PENALTY)) * grade, 2),
         ev,
-        recommend("max_num_seqs_cap", _inputs(f), max_num_seqs=f.n_seqs),
+        recs,
+    )
+
+
+def _active_evidence(f: Facts) -> str:
+    """Why the cap is max_num_active_seqs, not the configured max_num_seqs."""
+    release = (
+        f"the server runs {f.vllm_version}, which has it"
+        if f.vllm_version
+        else "the server's vLLM release is not stated (--vllm-version): on a release before 0.31, which has no "
+        "such cap, something else holds the queue"
+    )
+    return (
+        f"The cap is max_num_active_seqs, not max_num_seqs {count(f.configured_seqs)}: since vLLM 0.31 the scheduler "
+        "admits at most max_num_active_seqs requests into RUNNING (Scheduler.max_num_active_reqs, "
+        f"vllm/v1/core/sched/scheduler.py) and no metric shows it; {release}. Raising --max-num-seqs changes nothing "
+        "here."
     )
 
 
