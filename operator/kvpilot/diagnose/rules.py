@@ -26,12 +26,17 @@ Order (first match is the primary verdict):
    batch slots: the third check;
 8. ``kv_cache_exhaustion`` - a queue with KV at its admission ceiling, or requests waiting for
    capacity while sequence slots are free: the last check;
-9. ``unexplained_queue`` - a queue no admission limit measures as binding: something outside them holds
+9. a nearly pinned ``max_num_seqs`` or nearly full budget (:func:`rule_near_limit`): past the midpoint of its
+   grey zone (:data:`kvpilot.diagnose.facts.GRADED_LOW`), that limit with its confidence scaled by its
+   closeness, naming ``unexplained_queue`` as the other reading: no cliff between two causes;
+10. ``unexplained_queue`` - a queue no admission limit measures as binding: something outside them holds
    it (deferred requests, a grammar compile, a remote KV transfer, chunked prefill off, a scheduling
    policy), listed with the metrics that tell them apart;
-10. ``prefix_cache_ineffective`` - a low hit rate with a reason to expect hits;
-11. ``no_data`` - one of the two gauges missing;
-12. ``idle`` (the gauges at 0 and no work counter rising) / ``healthy``.
+11. ``prefix_cache_ineffective`` - a low hit rate with a reason to expect hits;
+12. ``no_data`` - one of the two gauges missing;
+13. ``idle`` (the gauges at 0 and no work counter rising) / ``healthy``.
+
+Beside any of them (after ``target_down``): the cache-turnover evidence (:mod:`kvpilot.diagnose.turnover`).
 
 Secondary findings: ``prefix_cache_ineffective`` beside another verdict, and ``metrics_schema_mismatch``
 when only legacy names exist (escaped ones are one report note, :func:`escaped_names_note`).
