@@ -558,11 +558,12 @@ def active_cap(signals: Signals, limits: Limits, inf: Inferred, queue: bool, kv_
     """The admission cap below the configured ``max_num_seqs`` (vLLM 0.31+ ``max_num_active_seqs``), or None.
 
     ``(cap, how)``: read when ``max_num_active_seqs`` is given below ``max_num_seqs``; else inferred when
-    ``max_num_seqs`` was read (not assumed, not inferred), the server's vLLM is 0.31 or later or not stated, and
+    ``max_num_seqs`` was read (not assumed, not inferred), the server's vLLM is stated as 0.31 or later, and
     with a queue and KV room running plateaus at an integer below it (``running_max``, a batch pinned there:
     :func:`fits_a_cap_at`) while the steps show the budget refused none (:func:`_plateau_steps`).
     """
-    if stated_release(limits)[1] is False:
+    has_it = stated_release(limits)[1]
+    if has_it is False:
         return None
     active, n_seqs = limits.value("max_num_active_seqs"), inf.n_seqs
     if active is not None:
@@ -570,8 +571,11 @@ def active_cap(signals: Signals, limits: Limits, inf: Inferred, queue: bool, kv_
             return None
         return active, f"max_num_active_seqs {count(active)} ({limits.max_num_active_seqs.source})"
     run_max = signals.get("running_max")
+    # inferred only on a release stated to have the cap: a plateau under a read max_num_seqs is otherwise as much
+    # what the causes outside the limits give (deferred requests, chunked prefill off, a policy)
     if (
-        n_seqs is None
+        not has_it
+        or n_seqs is None
         or limits.max_num_seqs.source == "default"
         or "max_num_seqs" in inf.names
         or not (queue and kv_room)

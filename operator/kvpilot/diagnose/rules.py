@@ -61,10 +61,12 @@ from kvpilot.diagnose.facts import (
     GRADED_LOW,
     GRADED_MID,
     LARGE_BUDGET,
+    PINNED_SLACK,
     PREFILL_SPLIT_STEPS,
     Facts,
     budget_binds,
     derive_facts,
+    fits_a_cap_at,
 )
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding
@@ -406,7 +408,7 @@ def _seqs_finding(f: Facts, grade: float) -> Finding:
         else CONF_SEQS_READ
         if f.limits.max_num_seqs.source != "default"
         else (CONF_SEQS_DEFAULT)
-    ) - (PENALTY if active and inferred and not f.vllm_version else 0.0)
+    )
     recs = (
         active_seqs_cap(_inputs(f), f.n_seqs, f.configured_seqs)
         if active and f.n_seqs is not None and f.configured_seqs is not None
@@ -811,6 +813,20 @@ def rule_unexplained_queue(f: Facts) -> Finding | None:
         )
     if f.growing is False and f.wait_avg is not None and f.wait_avg < 1:
         ev.append("The queue was short on average; a shorter --window around its peak may show a limit binding.")
+    plateau = f.run_max
+    if (
+        f.has_active_cap is None
+        and f.limits.max_num_seqs.source != "default"
+        and plateau is not None
+        and f.n_seqs is not None
+        and 1 <= plateau < f.n_seqs - PINNED_SLACK
+        and fits_a_cap_at(f.signals, plateau)
+    ):
+        ev.append(
+            f"Running plateaued at {count(plateau)} under max_num_seqs {count(f.n_seqs)}: on vLLM 0.31 or later a "
+            f"max_num_active_seqs of {count(plateau)} (an admission cap below max_num_seqs that no metric shows) "
+            "gives exactly this; pass --vllm-version (and --max-num-active-seqs if set) to have it named."
+        )
     near = _near_limits(f)
     grade = near[0][0] if near else 0.0
     if near:
