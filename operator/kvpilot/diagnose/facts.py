@@ -646,20 +646,11 @@ def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -
     seqs_bound = "max_num_seqs" in names
     if not (queue and kv_room and run_avg is not None and run_max and run_max >= 1):
         return Inferred(n_seqs, n_how, budget, b_how, tuple(names), budget_bound=bound, seqs_bound=seqs_bound)
-    # the counters' requests per step above anything the gauge read (a real server's gauge, read between steps):
-    # the plateau is theirs, up to the default (a figure above it may be speculative decoding's tokens)
-    direct, sat = batch_per_step(signals), "running sat at"
-    if direct is not None and run_max + PINNED_SLACK < direct <= (n_seqs or 0):
-        run_max, sat = float(round(direct)), "the counters ran"
-        flat = fits_a_cap_at(signals, run_max)
     decode_only, whole, steps = _plateau_steps(signals, run_max)
     spans, prompt = _prefill_spans(signals), signals.get("prompt_tokens_per_request")
     if seqs_default and flat and (n_seqs is None or run_max < n_seqs) and (decode_only or whole):
         n_how = (
-            f"inferred: {sat} {count(run_max)} requests per step while requests waited with KV room and {steps}; "
-            f"vLLM's default would be {count(n_seqs)}"
-            if sat != "running sat at"
-            else f"inferred: running sat at {count(run_max)} while requests waited with KV room and {steps}; vLLM's "
+            f"inferred: running sat at {count(run_max)} while requests waited with KV room and {steps}; vLLM's "
             f"default would be {count(n_seqs)}"
         )
         n_seqs = int(run_max)

@@ -161,12 +161,3 @@ def test_half_the_slots_used_per_step_is_no_cap(tmp_path):
     # 32 of 64 requests per step and a gauge of 32: half the cap free on average -> not the cap
     d = diagnose(tmp_path, timeline([32.0], batch=32.0), {"max_num_seqs": 64, "max_num_batched_tokens": 8192})
     assert d.verdict == "unexplained_queue"
-
-
-def test_without_flags_the_cap_is_inferred_from_the_counters(tmp_path):
-    # nothing read (vLLM's default 256 assumed): the gauge's maxima are 2 and 56, the counters 2.00 and 64.00
-    # requests per step, prompts prefilled in one step (the budget refused none): inferred at 0.6
-    for gauge, batch in ((GAUGE_2, 2.0), (GAUGE_64, 64.0)):
-        d = diagnose(tmp_path, timeline(gauge, batch=batch), {})
-        assert (d.verdict, d.confidence) == ("max_num_seqs_cap", 0.6)
-        assert d.signals["inferred_max_num_seqs"] == batch
