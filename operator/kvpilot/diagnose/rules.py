@@ -425,16 +425,11 @@ def _seqs_finding(f: Facts, grade: float) -> Finding:
 
 def _active_evidence(f: Facts) -> str:
     """Why the cap is max_num_active_seqs, not the configured max_num_seqs."""
-    release = (
-        f"the server runs {f.vllm_version}, which has it"
-        if f.vllm_version
-        else "the server's vLLM release is not stated (--vllm-version): on a release before 0.31, which has no "
-        "such cap, something else holds the queue"
-    )
+    release = f"; the server runs {f.vllm_version}, which has it" if f.vllm_version else ""
     return (
         f"The cap is max_num_active_seqs, not max_num_seqs {count(f.configured_seqs)}: since vLLM 0.31 the scheduler "
         "admits at most max_num_active_seqs requests into RUNNING (Scheduler.max_num_active_reqs, "
-        f"vllm/v1/core/sched/scheduler.py) and no metric shows it; {release}. Raising --max-num-seqs changes nothing "
+        f"vllm/v1/core/sched/scheduler.py) and no metric shows it{release}. Raising --max-num-seqs changes nothing "
         "here."
     )
 
