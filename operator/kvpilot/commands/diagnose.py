@@ -19,10 +19,18 @@ from typing_extensions import override
 
 from kvpilot.advice.keys import WHAT_IF_KEYS
 from kvpilot.commands._common import DURATION, SIZE, DurationParam
+from kvpilot.metrics.catalog import version_tuple
 from kvpilot.text.safe import one_line
 
 EXIT_USAGE = 64
 EXIT_NO_DIAGNOSIS = 3
+
+
+def _release(value: str | None) -> str | None:
+    """``--vllm-version``: a release such as 0.32.0 (at least major.minor), else a usage error."""
+    if value is not None and len(version_tuple(value)) < 2:
+        raise click.BadParameter(f"{value!r} is not a vLLM release such as 0.32.0")
+    return value
 
 
 class _DiagnoseCommand(click.Command):
@@ -151,6 +159,17 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
 @click.option(
     "--max-num-seqs", type=click.IntRange(min=1), help="Configured --max-num-seqs (when no spec is readable)."
 )
+@click.option(
+    "--max-num-active-seqs",
+    type=click.IntRange(min=1),
+    help="Configured --max-num-active-seqs (vLLM 0.31+: an admission cap below --max-num-seqs no metric shows).",
+)
+@click.option(
+    "--vllm-version",
+    metavar="X.Y.Z",
+    callback=lambda _ctx, _param, value: _release(value),
+    help="The server's vLLM release (0.31+ has --max-num-active-seqs: a plateau below --max-num-seqs is named as it).",
+)
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1), help="Configured --max-num-batched-tokens.")
 @click.option("--max-model-len", type=click.IntRange(min=1), help="Configured --max-model-len.")
 @click.option("--kv-cache-tokens", type=click.IntRange(min=1), help="KV capacity in tokens ('GPU KV cache size').")
@@ -264,6 +283,8 @@ def command(  # noqa: C901
     window: float,
     end: str | None,
     max_num_seqs: int | None,
+    max_num_active_seqs: int | None,
+    vllm_version: str | None,
     max_num_batched_tokens: int | None,
     max_model_len: int | None,
     kv_cache_tokens: int | None,
@@ -408,6 +429,8 @@ def command(  # noqa: C901
             "block_size": block_size,
             "tensor_parallel_size": tensor_parallel_size,
             "shared_prefix_tokens": shared_prefix_tokens,
+            "max_num_active_seqs": max_num_active_seqs,
+            "vllm_version": vllm_version,
         },
         gpu_memory_bytes=gpu_memory,
         gpu_name=gpu_name,

@@ -48,8 +48,9 @@ from kvpilot.diagnose.severity import growing as queue_growing
 from kvpilot.diagnose.signals import SignalName, Signals
 from kvpilot.diagnose.steptime import StepFit, fit_step_time
 from kvpilot.gpus import GPU_PROFILES, gpu_profile
+from kvpilot.metrics.catalog import version_tuple
 from kvpilot.text.numbers import count, fig, number, percent
-from kvpilot.vllm.defaults import LARGE_GPU_MAX_NUM_BATCHED_TOKENS
+from kvpilot.vllm.defaults import LARGE_GPU_MAX_NUM_BATCHED_TOKENS, has_max_num_active_seqs
 
 #: the admission checks of ``Scheduler.schedule`` in the order vLLM 0.29 makes them for a waiting request
 #: (module docstring): the first that measures as binding is what refused the queue
@@ -58,6 +59,17 @@ ADMISSION_ORDER: tuple[str, ...] = ("token_budget", "max_num_seqs", "lora", "kv_
 #: share of engine steps in the token budget's bucket (or above) from which the budget binds, when
 #: only buckets are known: a majority of steps. The bucket is found from max_num_batched_tokens.
 BUDGET_FULL_SHARE = 0.5
+
+#: The low end of every batch limit's grey zone (docs/diagnosis.md, "Graded limits"): a limit at most half in use
+#: on average (half the budget of the mean step, half the sequence slots of the mean batch) had room in most of
+#: the window, so it is not what held a standing queue. From its full/pinned threshold up a limit binds (full
+#: confidence); between this and that threshold the reading is graded (:func:`closeness`), the limit named from
+#: the midpoint up with confidence falling towards it, ``unexplained_queue`` below it with the limit as the other
+#: reading. No verdict flips between two causes a few percent apart.
+GRADED_LOW = 0.5
+
+#: a closeness at or above this names the limit (the midpoint of its grey zone); below it the queue is unexplained
+GRADED_MID = 0.5
 
 #: mean tokens per step / max_num_batched_tokens from which steps count as full: with a queue, the
 #: scheduler hands what running requests leave of the budget to waiting prompts (chunked), so a
@@ -185,6 +197,36 @@ def pinned_slack(signals: Signals) -> float:
     return PINNED_SLACK + (running_dip(signals) or 0.0) + _dip_noise(signals)
 
 
+def closeness(use: float, threshold: float) -> float:
+    """Where a limit's use (a share of the limit: the mean step over the budget, the batch over max_num_seqs)
+    stands in its grey zone: 0 at or below :data:`GRADED_LOW`, 1 at or above ``threshold`` (full, pinned),
+    linear between (module constants for why).
+    """
+    if use >= threshold:
+        return 1.0
+    if threshold <= GRADED_LOW or use <= GRADED_LOW:
+        return 0.0
+    return (use - GRADED_LOW) / (threshold - GRADED_LOW)
+
+
+def batch_per_step(signals: Signals) -> float | None:
+    """Requests that ran in the average step, read off the counters: generated tokens per step with output.
+
+    Every request a step runs to the end of its prompt samples one token in it (vLLM's
+    ``IterationStats.num_generation_tokens``, counted into ``vllm:generation_tokens_total``; the step into
+    ``vllm:iteration_tokens_total_count``), so the increase of the first over the second is the mean number of
+    requests each step decoded: direct evidence of the batch, free of when the running gauge was sampled (a real
+    server's gauge, set between steps and read at 1 Hz, averaged 1.24-1.32 at a cap of 2 whose both slots
+    sampled a token every step). A request still in a partial prefill chunk samples nothing, so this is at most
+    the batch. None without either counter.
+    """
+    gen, steps = signals.get("generation_tokens_per_s"), signals.get("iteration_steps_increase")
+    window = signals.window_seconds
+    if gen is None or not steps or steps <= 0 or not window:
+        return None
+    return gen * window / steps
+
+
 def running_level(signals: Signals) -> float | None:
     """The running gauge's level over the window: the larger of its mean and its median (requests).
 
@@ -209,8 +251,11 @@ def fits_a_cap_at(signals: Signals, cap: float) -> bool:
     level = running_level(signals)
     if level is None:
         return False
-    batch = level + (running_dip(signals) or 0.0)
-    return cap - PINNED_SLACK - _dip_noise(signals) <= batch <= cap + PINNED_SLACK + _dip_noise(signals)
+    noise = _dip_noise(signals)
+    # the gauge's batch, or the counters' requests per step (batch_per_step: a real server's gauge, read between
+    # steps, dips further than the finishes explain)
+    batches = [level + (running_dip(signals) or 0.0), batch_per_step(signals)]
+    return any(b is not None and cap - PINNED_SLACK - noise <= b <= cap + PINNED_SLACK + noise for b in batches)
 
 
 def budget_share(signals: Signals, limits: Limits) -> tuple[float | None, float | None]:
@@ -326,11 +371,18 @@ class Facts:
             requests waited at least :data:`QUEUE_STEP_TIMES` step times on average (or whose queue time
             is not exported): what every queue verdict needs.
         n_seqs / n_seqs_how: the max_num_seqs the rules use and its source (``inferred: ...`` when
-            read from a flat running gauge).
+            read from a flat running gauge), or the admission cap below it (:func:`active_cap`).
+        cap_name / configured_seqs: ``max_num_active_seqs`` when n_seqs is that cap, with the configured
+            max_num_seqs. vllm_version / has_active_cap: :func:`stated_release`.
         budget / budget_how: the same for max_num_batched_tokens (tokens).
         budget_evidence: for an inferred budget, the evidence that it binds (:class:`Inferred`).
         dip / slack: :func:`running_dip` and :func:`pinned_slack`.
-        pinned / free_slots: running (:func:`running_level`) at / below n_seqs (within ``slack``).
+        batch / batch_how: the requests each step ran: the running gauge's level plus its dip (``gauge``), or
+            :func:`batch_per_step` from the counters (``counters``) where that is larger.
+        seqs_close / budget_close: :func:`closeness` of the batch to max_num_seqs (threshold: within
+            :data:`PINNED_SLACK` and the dip's noise of it) and of the mean step to the budget (threshold
+            :data:`BUDGET_FULL_FILL`); None when not measured.
+        pinned / free_slots: the batch at n_seqs (``seqs_close`` 1: within ``slack`` of it) / below it.
         tokens_per_step: mean tokens per engine step; fill: tokens_per_step / budget.
         share / share_edge: share of steps in the budget's bucket and that bucket's lower edge.
         full: :func:`steps_full`, or ``full_by_elimination``: no step measurement (or a budget known only as
@@ -405,6 +457,14 @@ class Facts:
     full_by_elimination: bool = False
     step_fit: StepFit = field(default_factory=lambda: fit_step_time(()))
     model_config: dict[str, Any] | None = None
+    batch: float | None = None
+    batch_how: str = ""
+    cap_name: str = "max_num_seqs"
+    configured_seqs: int | None = None
+    vllm_version: str = ""
+    has_active_cap: bool | None = None
+    seqs_close: float | None = None
+    budget_close: float | None = None
 
     def s(self, name: SignalName) -> float | None:
         """One signal's value (None when unknown; a misspelt name is a mypy error)."""
@@ -455,7 +515,91 @@ def steps_a_budget_needs(signals: Signals, budget: float) -> float | None:
     return prompt / (budget - d)
 
 
-def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -> Inferred:  # noqa: C901
+def _plateau_steps(signals: Signals, run_max: float) -> tuple[bool, bool, str]:
+    """Whether the steps under a running plateau at ``run_max`` show the budget refused none of the queue:
+    ``(decode_only, whole, steps)``, ``steps`` saying so in a clause (see :func:`infer_limits`).
+    """
+    tps = signals.get("tokens_per_step_avg")
+    # decode only: about one token per running request per step (no step data: not excluded)
+    decode_only = tps is None or tps <= DECODE_TOKENS_PER_RUNNING * run_max
+    spans, prompt = _prefill_spans(signals), signals.get("prompt_tokens_per_request")
+    # prompts not split the way a budget of the mean step would split them: under 2 step times (the budget held
+    # each whole prompt), or fewer than such a budget needs (one long prefill step reads as a couple of step
+    # times, SPAN_AGREEMENT): that budget refused none of them
+    needed = steps_a_budget_needs(signals, tps) if tps is not None else None
+    whole = spans is not None and (
+        spans < PREFILL_SPLIT_STEPS or (needed is not None and spans < SPAN_AGREEMENT * needed)
+    )
+    if tps is None:
+        steps = "steps not measured (a small token budget would look the same)"
+    elif decode_only:
+        steps = f"steps carried {fig(tps, 1)} tokens (decode only, no prefill refused by the budget)"
+    else:
+        steps = (
+            f"prompts of {number(prompt)} tokens were prefilled in {fig(spans, 1)} step times though steps "
+            f"averaged {fig(tps, 1)} tokens"
+            + (
+                f" (a budget of that size would take {number(needed, 1)} steps; the budget refused none)"
+                if needed is not None and spans is not None and spans >= PREFILL_SPLIT_STEPS
+                else " (the budget holds a whole prompt and refused none)"
+            )
+        )
+    return decode_only, whole, steps
+
+
+def stated_release(limits: Limits) -> tuple[str, bool | None]:
+    """The server's vLLM release as stated (``"vLLM 0.32.0 (cli)"``, "" when not) and whether it has
+    ``max_num_active_seqs`` (None when not stated).
+    """
+    text = limits.value("vllm_version")
+    release = version_tuple(str(text)) if text else ()
+    if len(release) < 2:
+        return "", None
+    return f"vLLM {text} ({limits.vllm_version.source})", has_max_num_active_seqs(release)
+
+
+def active_cap(signals: Signals, limits: Limits, inf: Inferred, queue: bool, kv_room: bool) -> tuple[int, str] | None:
+    """The admission cap below the configured ``max_num_seqs`` (vLLM 0.31+ ``max_num_active_seqs``), or None.
+
+    ``(cap, how)``: read when ``max_num_active_seqs`` is given below ``max_num_seqs``; else inferred when
+    ``max_num_seqs`` was read (not assumed, not inferred), the server's vLLM is stated as 0.31 or later, and
+    with a queue and KV room running plateaus at an integer below it (``running_max``, a batch pinned there:
+    :func:`fits_a_cap_at`) while the steps show the budget refused none (:func:`_plateau_steps`).
+    """
+    has_it = stated_release(limits)[1]
+    if has_it is False:
+        return None
+    active, n_seqs = limits.value("max_num_active_seqs"), inf.n_seqs
+    if active is not None:
+        if n_seqs is not None and active >= n_seqs:
+            return None
+        return active, f"max_num_active_seqs {count(active)} ({limits.max_num_active_seqs.source})"
+    run_max = signals.get("running_max")
+    # inferred only on a release stated to have the cap: a plateau under a read max_num_seqs is otherwise as much
+    # what the causes outside the limits give (deferred requests, chunked prefill off, a policy)
+    if (
+        not has_it
+        or n_seqs is None
+        or limits.max_num_seqs.source == "default"
+        or "max_num_seqs" in inf.names
+        or not (queue and kv_room)
+        or run_max is None
+        or run_max < 1
+        or run_max >= n_seqs - PINNED_SLACK
+        or not fits_a_cap_at(signals, run_max)
+    ):
+        return None
+    decode_only, whole, steps = _plateau_steps(signals, run_max)
+    if not (decode_only or whole):
+        return None
+    how = (
+        f"max_num_active_seqs {count(run_max)} inferred: running plateaued at {count(run_max)} under the configured "
+        f"max_num_seqs {count(n_seqs)} ({limits.max_num_seqs.source}) while requests waited with KV room and {steps}"
+    )
+    return int(run_max), how
+
+
+def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -> Inferred:
     """max_num_seqs and max_num_batched_tokens for the rules, rejected and inferred when vLLM's default is
     assumed and the gauges say otherwise.
 
@@ -506,31 +650,9 @@ def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -
     seqs_bound = "max_num_seqs" in names
     if not (queue and kv_room and run_avg is not None and run_max and run_max >= 1):
         return Inferred(n_seqs, n_how, budget, b_how, tuple(names), budget_bound=bound, seqs_bound=seqs_bound)
-    # decode only: about one token per running request per step (no step data: not excluded)
-    decode_only = tps is None or tps <= DECODE_TOKENS_PER_RUNNING * run_max
+    decode_only, whole, steps = _plateau_steps(signals, run_max)
     spans, prompt = _prefill_spans(signals), signals.get("prompt_tokens_per_request")
-    # prompts not split the way a budget of the mean step would split them: under 2 step times (the budget held
-    # each whole prompt), or fewer than such a budget needs (one long prefill step reads as a couple of step
-    # times, SPAN_AGREEMENT): that budget refused none of them
-    needed = steps_a_budget_needs(signals, tps) if tps is not None else None
-    whole = spans is not None and (
-        spans < PREFILL_SPLIT_STEPS or (needed is not None and spans < SPAN_AGREEMENT * needed)
-    )
     if seqs_default and flat and (n_seqs is None or run_max < n_seqs) and (decode_only or whole):
-        if tps is None:
-            steps = "steps not measured (a small token budget would look the same)"
-        elif decode_only:
-            steps = f"steps carried {fig(tps, 1)} tokens (decode only, no prefill refused by the budget)"
-        else:
-            steps = (
-                f"prompts of {number(prompt)} tokens were prefilled in {fig(spans, 1)} step times though steps "
-                f"averaged {fig(tps, 1)} tokens"
-                + (
-                    f" (a budget of that size would take {number(needed, 1)} steps; the budget refused none)"
-                    if needed is not None and spans is not None and spans >= PREFILL_SPLIT_STEPS
-                    else " (the budget holds a whole prompt and refused none)"
-                )
-            )
         n_how = (
             f"inferred: running sat at {count(run_max)} while requests waited with KV room and {steps}; vLLM's "
             f"default would be {count(n_seqs)}"
@@ -589,11 +711,31 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     kv_room = not at_ceiling and preempt < 1
     inf = infer_limits(signals, limits, queue, kv_room)
     n_seqs, budget = inf.n_seqs, inf.budget
+    n_seqs_how, cap_name, configured_seqs = inf.n_seqs_how, "max_num_seqs", None
+    version, has_active = stated_release(limits)
+    active = active_cap(signals, limits, inf, queue, kv_room)
+    if active is not None:
+        configured_seqs, cap_name = n_seqs, "max_num_active_seqs"
+        n_seqs, n_seqs_how = active[0], active[1]
     dip, slack = running_dip(signals), pinned_slack(signals)
     level = running_level(signals)
     # a max_num_seqs known only as at least running_max (a contradicted default) is where running stopped, which
     # the KV cache at its ceiling explains as well (vLLM's last check refused the head): pinned only with KV room
-    pinned = n_seqs is not None and level is not None and level >= n_seqs - slack and (not inf.seqs_bound or kv_room)
+    # the batch each step ran: the gauge's level plus its dip, or the counters' requests per step (batch_per_step)
+    # where larger; tokens per step above the cap are no request count (speculative decoding samples several per
+    # request) and are not used
+    noise = _dip_noise(signals)
+    direct = batch_per_step(signals)
+    if direct is not None and (n_seqs is None or direct > n_seqs + PINNED_SLACK + noise):
+        direct = None
+    gauge_batch = level + (dip or 0.0) if level is not None else None
+    known = [b for b in (gauge_batch, direct) if b is not None]
+    batch = max(known) if known else None
+    batch_how = "counters" if direct is not None and (gauge_batch is None or direct >= gauge_batch) else "gauge"
+    seqs_close = (
+        closeness(batch / n_seqs, (n_seqs - PINNED_SLACK - noise) / n_seqs) if n_seqs and batch is not None else None
+    )
+    pinned = seqs_close == 1.0 and (not inf.seqs_bound or kv_room)
     free_slots = n_seqs is not None and run_avg is not None and not pinned
     cap_wait = s("waiting_capacity_avg")
     # vLLM's reason="capacity" counts every ordinary waiting request (SchedulerStats.num_waiting_reqs:
@@ -633,6 +775,7 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         and budget is not None
     )
     step_fit = fit_step_time(signals.step_points)
+    fill = tps / budget if measured and tps is not None and budget else None
     return Facts(
         signals=signals,
         limits=limits,
@@ -652,7 +795,11 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         queue_steps=queue_steps,
         queue=queue,
         n_seqs=n_seqs,
-        n_seqs_how=inf.n_seqs_how,
+        n_seqs_how=n_seqs_how,
+        cap_name=cap_name,
+        configured_seqs=configured_seqs,
+        vllm_version=version,
+        has_active_cap=has_active,
         budget=budget,
         budget_how=inf.budget_how,
         dip=dip,
@@ -660,7 +807,11 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         pinned=pinned,
         free_slots=free_slots,
         tokens_per_step=tps,
-        fill=tps / budget if measured and tps is not None and budget else None,
+        fill=fill,
+        budget_close=closeness(fill, BUDGET_FULL_FILL) if fill is not None else None,
+        batch=batch,
+        batch_how=batch_how,
+        seqs_close=seqs_close,
         share=share,
         share_edge=share_edge,
         full=full or by_elimination,

@@ -44,6 +44,8 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "enable_prefix_caching": ("enablePrefixCaching", "enable_prefix_caching"),
     "tensor_parallel_size": ("tensorParallelSize", ""),
     "shared_prefix_tokens": ("", ""),  # the traffic's, not the server's: the command line only
+    "max_num_active_seqs": ("", ""),  # vLLM 0.31+: an admission cap no metric shows
+    "vllm_version": ("", ""),  # the server's vLLM release, when stated
 }
 #: the limits converted to int, float and bool (others are strings); the Literals type :meth:`Limits.value`
 _IntName = Literal[
@@ -55,6 +57,7 @@ _IntName = Literal[
     "kv_cache_tokens",
     "tensor_parallel_size",
     "shared_prefix_tokens",
+    "max_num_active_seqs",
 ]
 _FloatName = Literal["gpu_memory_utilization"]
 _BoolName = Literal["enable_prefix_caching"]
@@ -84,7 +87,9 @@ class Limits:
 
     ``shared_prefix_tokens`` is no server flag but a fact of its traffic the user states
     (``--shared-prefix-tokens``): the length of the prompt prefix requests share (a system prompt), which no
-    vLLM metric gives; the prefix rule judges reuse against it.
+    vLLM metric gives; the prefix rule judges reuse against it. ``max_num_active_seqs`` (vLLM 0.31+) is an
+    admission cap at or below ``max_num_seqs`` that no metric shows; ``vllm_version`` the server's release, which
+    says whether it has one.
     """
 
     max_num_seqs: Limit = Limit(None)
@@ -98,6 +103,8 @@ class Limits:
     enable_prefix_caching: Limit = Limit(None)
     tensor_parallel_size: Limit = Limit(None)
     shared_prefix_tokens: Limit = Limit(None)
+    max_num_active_seqs: Limit = Limit(None)
+    vllm_version: Limit = Limit(None)
     gpu_memory_bytes: int | None = None
     gpu_name: str | None = None
     notes: tuple[str, ...] = field(default=())

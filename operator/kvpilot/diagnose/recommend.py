@@ -313,6 +313,26 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
     return out
 
 
+def active_seqs_cap(inputs: Inputs, active: int, configured: int) -> list[Recommendation]:
+    """``--max-num-active-seqs A -> A'`` for an admission cap below the configured ``max_num_seqs`` (vLLM 0.31+):
+    the concurrency :func:`_seqs_cap` sizes for ``A`` slots, at most ``configured`` (the active cap may not exceed
+    max_num_seqs); none when KV holds no more.
+    """
+    sized = _seqs_cap(inputs, max_num_seqs=active)
+    if not sized or not isinstance(sized[0].suggested, int):
+        return []
+    suggested = min(configured, sized[0].suggested)
+    return [
+        Recommendation(
+            "--max-num-active-seqs",
+            active,
+            suggested,
+            f"admits up to {count(suggested)} requests into RUNNING (at most --max-num-seqs {count(configured)}, "
+            f"which already sizes the runner: raising it changes nothing); {sized[0].expected_effect}",
+        )
+    ]
+
+
 def _request_share(inputs: Inputs) -> tuple[float | None, str]:
     """One request's share of the KV pool and whose it is: the larger of the observed ``kv_usage_avg /
     running_avg`` and its full size ``(prompt + generated tokens per request) / kv_cache_tokens``; (None, "")

@@ -26,12 +26,17 @@ Order (first match is the primary verdict):
    batch slots: the third check;
 8. ``kv_cache_exhaustion`` - a queue with KV at its admission ceiling, or requests waiting for
    capacity while sequence slots are free: the last check;
-9. ``unexplained_queue`` - a queue no admission limit measures as binding: something outside them holds
+9. a nearly pinned ``max_num_seqs`` or nearly full budget (:func:`rule_near_limit`): past the midpoint of its
+   grey zone (:data:`kvpilot.diagnose.facts.GRADED_LOW`), that limit with its confidence scaled by its
+   closeness, naming ``unexplained_queue`` as the other reading: no cliff between two causes;
+10. ``unexplained_queue`` - a queue no admission limit measures as binding: something outside them holds
    it (deferred requests, a grammar compile, a remote KV transfer, chunked prefill off, a scheduling
    policy), listed with the metrics that tell them apart;
-10. ``prefix_cache_ineffective`` - a low hit rate with a reason to expect hits;
-11. ``no_data`` - one of the two gauges missing;
-12. ``idle`` (the gauges at 0 and no work counter rising) / ``healthy``.
+11. ``prefix_cache_ineffective`` - a low hit rate with a reason to expect hits;
+12. ``no_data`` - one of the two gauges missing;
+13. ``idle`` (the gauges at 0 and no work counter rising) / ``healthy``.
+
+Beside any of them (after ``target_down``): the cache-turnover evidence (:mod:`kvpilot.diagnose.turnover`).
 
 Secondary findings: ``prefix_cache_ineffective`` beside another verdict, and ``metrics_schema_mismatch``
 when only legacy names exist (escaped ones are one report note, :func:`escaped_names_note`).
@@ -50,13 +55,26 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from kvpilot.diagnose.facts import ADMISSION_ORDER, LARGE_BUDGET, PREFILL_SPLIT_STEPS, Facts, derive_facts
+from kvpilot.diagnose.facts import (
+    ADMISSION_ORDER,
+    BUDGET_FULL_FILL,
+    GRADED_LOW,
+    GRADED_MID,
+    LARGE_BUDGET,
+    PINNED_SLACK,
+    PREFILL_SPLIT_STEPS,
+    Facts,
+    budget_binds,
+    derive_facts,
+    fits_a_cap_at,
+)
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding, detail
-from kvpilot.diagnose.recommend import Inputs, recommend
+from kvpilot.diagnose.recommend import Inputs, active_seqs_cap, kv_bytes_per_token, recommend
 from kvpilot.diagnose.severity import FIXED, kv_severity, queue_severity
 from kvpilot.diagnose.signals import SignalName, Signals, legacy_or_escaped
 from kvpilot.diagnose.steptime import STEP_TIME_FLAT, STEP_TIME_GROWS
+from kvpilot.diagnose.turnover import cache_turnover, turnover_evidence
 from kvpilot.text.numbers import count, fig, number, percent, significant, times
 from kvpilot.vllm.defaults import DEFAULT_BLOCK_SIZE
 
@@ -75,6 +93,12 @@ LRU_THRASH_HIT_RATE = LOW_HIT_RATE / 2
 #: missing the cache and the cache turned over, is one most requests did not find: vLLM's ground truth calls a
 #: cache ineffective when fewer than half the requests that re-use a shared prefix find it
 REUSED_BY_MOST = 0.5
+
+#: Hits of at most this many blocks per request are incidental: a chat template or BOS that every prompt begins
+#: with is found by every request and is a block or two long, and random-token traffic (nothing repeated) hits
+#: exactly that (0-5 % of 256-token prompts on a real vLLM 0.32 server). Such hits are no evidence that anything
+#: longer was there to share, so on the counters alone they make no prefix finding.
+INCIDENTAL_BLOCKS = 2
 
 #: the external (connector) cache supplying at least this share of the tokens asked of it is the prompts' source
 #: (prefill/decode disaggregation: every prompt's KV arrives from a prefill server), not an offload cache of
@@ -298,7 +322,17 @@ def rule_kv_cache_exhaustion(f: Facts) -> Finding | None:
 
 
 def _pinned_evidence(f: Facts) -> str:
-    """How "pinned" was judged: the gauge's expected dip below the cap and the slack allowed."""
+    """How "pinned" was judged: the counters' requests per step where they decide, else the gauge's expected dip
+    below the cap and the slack allowed.
+    """
+    if f.batch_how == "counters" and f.batch is not None:
+        return (
+            f"Evidence used: the counters. Steps sampled {number(f.batch, 2)} tokens each on average "
+            "(vllm:generation_tokens_total over vllm:iteration_tokens_total_count): every request a step runs past "
+            f"its prompt samples one token, so {number(f.batch, 2)} requests ran per step. The running gauge "
+            f"(average {fig(f.run_avg, 2)}) is set between steps and read when scraped, so it reads below a pinned "
+            "cap by more than the requests finished per step on a busy server; the counters do not."
+        )
     if f.dip is None:
         return detail(
             f"Pinned means within {fig(f.slack, 1)} of the cap (requests finished per step unknown: no "
@@ -312,16 +346,27 @@ def _pinned_evidence(f: Facts) -> str:
     )
 
 
-def rule_max_num_seqs_cap(f: Facts) -> Finding | None:
-    """``max_num_seqs_cap``: running pinned at max_num_seqs (known or inferred) with a queue (the second
-    admission check, before any KV is allocated; KV is named as the runner-up when it binds too).
-    """
-    if not (f.pinned and f.queue):
-        return None
-    inferred = "max_num_seqs" in f.inferred
+def _graded_evidence(limit: str, grade: float, use: float, threshold: float, threshold_text: str) -> str:
+    """The graded reading in one sentence: how near the limit measured, and the other reading."""
+    mid = GRADED_LOW + GRADED_MID * (threshold - GRADED_LOW)
+    return (
+        f"Graded reading: {_LIMIT_NAMES[limit]} measured at {percent(use)}, short of the {percent(threshold)} "
+        f"({threshold_text}) at which it binds for certain but above the {percent(mid)} midpoint of its grey zone "
+        f"({percent(GRADED_LOW)}, half the limit in use, to {percent(threshold)}), so it is named with its "
+        f"confidence scaled by {number(grade, 2)}. The other reading, "
+        "unexplained_queue: something outside the admission limits held the queue while part of this limit stood "
+        "free; it would be the verdict below the midpoint."
+    )
+
+
+def _seqs_finding(f: Facts, grade: float) -> Finding:
+    """``max_num_seqs_cap`` with its evidence; ``grade`` < 1: nearly pinned (:func:`rule_near_limit`)."""
+    active = f.cap_name == "max_num_active_seqs"
+    inferred = "max_num_seqs" in f.inferred or (active and "inferred" in f.n_seqs_how)
     median = f.s("running_median")
+    state = "pinned" if grade >= 1 else "nearly pinned"
     ev = [
-        f"Running requests pinned at max_num_seqs: average {fig(f.run_avg)}"
+        f"Running requests {state} at {f.cap_name}: average {fig(f.run_avg)}"
         + (f", median {fig(median)}" if median is not None and f.run_avg is not None and median > f.run_avg else "")
         + f", max {fig(f.run_max)} of {fig(f.n_seqs)} ({f.n_seqs_how}).",
         _pinned_evidence(f),
@@ -334,6 +379,25 @@ def rule_max_num_seqs_cap(f: Facts) -> Finding | None:
             else "KV usage unknown (no KV gauge in any spelling); no preemptions, so no sign of a KV shortage."
         ),
     ]
+    if grade < 1 and f.batch is not None and f.n_seqs:
+        ev.insert(
+            2,
+            _graded_evidence(
+                "max_num_seqs",
+                grade,
+                f.batch / f.n_seqs,
+                (f.n_seqs - f.slack + (f.dip or 0.0)) / f.n_seqs,
+                f"{fig(f.n_seqs - f.slack + (f.dip or 0.0), 1)} requests per step",
+            ),
+        )
+    if active:
+        ev.insert(1, _active_evidence(f))
+    elif inferred and f.has_active_cap is not False:
+        ev.append(
+            "On vLLM 0.31 or later a max_num_active_seqs of this size (an admission cap below max_num_seqs that no "
+            "metric shows) gives the same plateau: check the server's --max-num-active-seqs before raising "
+            "--max-num-seqs, which would then change nothing (--vllm-version tells kvpilot the release)."
+        )
     runner = _runner_up(f, "max_num_seqs")
     if runner:
         ev.append(runner)
@@ -345,13 +409,38 @@ def rule_max_num_seqs_cap(f: Facts) -> Finding | None:
         if f.limits.max_num_seqs.source != "default"
         else (CONF_SEQS_DEFAULT)
     )
+    recs = (
+        active_seqs_cap(_inputs(f), f.n_seqs, f.configured_seqs)
+        if active and f.n_seqs is not None and f.configured_seqs is not None
+        else recommend("max_num_seqs_cap", _inputs(f), max_num_seqs=f.n_seqs)
+    )
     return Finding(
         "max_num_seqs_cap",
         queue_severity(f.growing),
-        round(base - (0 if f.kv_known else PENALTY), 2),
+        round((base - (0 if f.kv_known else PENALTY)) * grade, 2),
         ev,
-        recommend("max_num_seqs_cap", _inputs(f), max_num_seqs=f.n_seqs),
+        recs,
     )
+
+
+def _active_evidence(f: Facts) -> str:
+    """Why the cap is max_num_active_seqs, not the configured max_num_seqs."""
+    release = f"; the server runs {f.vllm_version}, which has it" if f.vllm_version else ""
+    return (
+        f"The cap is max_num_active_seqs, not max_num_seqs {count(f.configured_seqs)}: since vLLM 0.31 the scheduler "
+        "admits at most max_num_active_seqs requests into RUNNING (Scheduler.max_num_active_reqs, "
+        f"vllm/v1/core/sched/scheduler.py) and no metric shows it{release}. Raising --max-num-seqs changes nothing "
+        "here."
+    )
+
+
+def rule_max_num_seqs_cap(f: Facts) -> Finding | None:
+    """``max_num_seqs_cap``: running pinned at max_num_seqs (known or inferred) with a queue (the second
+    admission check, before any KV is allocated; KV is named as the runner-up when it binds too).
+    """
+    if not (f.pinned and f.queue):
+        return None
+    return _seqs_finding(f, 1.0)
 
 
 def rule_lora_slot_cap(f: Facts) -> Finding | None:
@@ -499,11 +588,24 @@ def _full_steps_budget(f: Facts) -> int | None:
     return f.budget if f.full and f.queue and f.preempt < 1 else None
 
 
+def _budget_graded(f: Facts, grade: float) -> str | None:
+    if grade >= 1 or f.fill is None:
+        return None
+    return _graded_evidence(
+        "token_budget", grade, f.fill, BUDGET_FULL_FILL, f"{number(BUDGET_FULL_FILL * (f.budget or 0))} tokens per step"
+    )
+
+
 def rule_token_budget_cap(f: Facts) -> Finding | None:
     """``token_budget_cap``: steps full at a budget below :data:`LARGE_BUDGET` (or a flat step time) with a queue."""
     budget = _full_steps_budget(f)
     if budget is None or not f.budget_cap:
         return None
+    return _token_budget_finding(f, budget, 1.0)
+
+
+def _token_budget_finding(f: Facts, budget: int, grade: float) -> Finding:
+    """``token_budget_cap`` with its evidence; ``grade`` < 1: steps nearly full (:func:`rule_near_limit`)."""
     ev = [
         f"max_num_batched_tokens = {count(f.budget)} ({f.budget_how}) fills the steps: {_steps_evidence(f)}.",
         f"{f.evidence_queue}; {_APPROACH}: here the budget was used up in every step.",
@@ -520,6 +622,9 @@ def rule_token_budget_cap(f: Facts) -> Finding | None:
     runner = _runner_up(f, "token_budget")
     if runner:
         ev.insert(2, runner)
+    graded = _budget_graded(f, grade)
+    if graded:
+        ev.insert(1, graded)
     prefill = _prefill_evidence(f)
     if prefill:
         ev.append(prefill)
@@ -532,7 +637,7 @@ def rule_token_budget_cap(f: Facts) -> Finding | None:
     return Finding(
         "token_budget_cap",
         queue_severity(f.growing),
-        _queue_rule_confidence(f, CONF_BUDGET),
+        round(_queue_rule_confidence(f, CONF_BUDGET) * grade, 2),
         ev,
         recommend("token_budget_cap", _inputs(f), max_num_batched_tokens=f.budget),
     )
@@ -545,6 +650,11 @@ def rule_compute_bound(f: Facts) -> Finding | None:
     budget = _full_steps_budget(f)
     if budget is None or f.budget_cap:
         return None
+    return _compute_bound_finding(f, budget, 1.0)
+
+
+def _compute_bound_finding(f: Facts, budget: int, grade: float) -> Finding:
+    """``compute_bound`` with its evidence; ``grade`` < 1: steps nearly full (:func:`rule_near_limit`)."""
     why = (
         f"at {count(f.budget)} tokens, at or above vLLM's large-GPU default of {count(LARGE_BUDGET)}, a step "
         f"already carries {times(budget / f.knee)} the {number(f.knee)} tokens at which compute binds "
@@ -569,13 +679,51 @@ def rule_compute_bound(f: Facts) -> Finding | None:
     served = _served_evidence(f)
     if served:
         ev.append(served + ": the engine computes as fast as it can; more budget or slots will not help.")
+    graded = _budget_graded(f, grade)
+    if graded:
+        ev.insert(1, graded)
     return Finding(
         "compute_bound",
         queue_severity(f.growing),
-        _queue_rule_confidence(f, CONF_BUDGET),
+        round(_queue_rule_confidence(f, CONF_BUDGET) * grade, 2),
         ev,
         recommend("compute_bound", _inputs(f)),
     )
+
+
+def _near_limits(f: Facts) -> list[tuple[float, str]]:
+    """The batch limits measured in their grey zone (closeness strictly between 0 and 1) against a value that was
+    read or inferred, nearest first; ties in vLLM's admission order.
+    """
+    # a limit assumed at vLLM's default was not read: its use is measured against a guess, not graded
+    near = [
+        (close, limit)
+        for limit, close, how in (
+            ("token_budget", f.budget_close, f.budget_how),
+            ("max_num_seqs", f.seqs_close, f.n_seqs_how),
+        )
+        if close is not None and 0 < close < 1 and how != "default"
+    ]
+    return sorted(near, key=lambda c: (-c[0], ADMISSION_ORDER.index(c[1])))
+
+
+def rule_near_limit(f: Facts) -> Finding | None:
+    """A queue no limit measures as binding, with a batch limit past the midpoint of its grey zone
+    (:data:`kvpilot.diagnose.facts.GRADED_LOW`): that limit, its confidence scaled by its closeness, naming the
+    other reading (``unexplained_queue``). After the limits that bind outright (LoRA slots, the KV ceiling).
+    """
+    if not f.queue or f.preempt >= 1:
+        return None
+    near = _near_limits(f)
+    if not near or near[0][0] < GRADED_MID:
+        return None
+    grade, limit = near[0]
+    if limit == "max_num_seqs":
+        return _seqs_finding(f, grade)
+    budget = f.budget or 0
+    if budget_binds(True, budget, f.step_fit):
+        return _token_budget_finding(f, budget, grade)
+    return _compute_bound_finding(f, budget, grade)
 
 
 def _unexplained_causes(f: Facts) -> list[str]:
@@ -660,10 +808,34 @@ def rule_unexplained_queue(f: Facts) -> Finding | None:
         )
     if f.growing is False and f.wait_avg is not None and f.wait_avg < 1:
         ev.append("The queue was short on average; a shorter --window around its peak may show a limit binding.")
+    plateau = f.run_max
+    if (
+        f.has_active_cap is None
+        and f.limits.max_num_seqs.source != "default"
+        and plateau is not None
+        and f.n_seqs is not None
+        and 1 <= plateau < f.n_seqs - PINNED_SLACK
+        and fits_a_cap_at(f.signals, plateau)
+    ):
+        ev.append(
+            f"Running plateaued at {count(plateau)} under max_num_seqs {count(f.n_seqs)}: on vLLM 0.31 or later a "
+            f"max_num_active_seqs of {count(plateau)} (an admission cap below max_num_seqs that no metric shows) "
+            "gives exactly this; pass --vllm-version (and --max-num-active-seqs if set) to have it named."
+        )
+    near = _near_limits(f)
+    grade = near[0][0] if near else 0.0
+    if near:
+        limit = near[0][1]
+        verdict = "max_num_seqs_cap" if limit == "max_num_seqs" else "token_budget_cap or compute_bound"
+        ev.append(
+            f"The other reading, {verdict}: {_LIMIT_NAMES[limit]} measured in its grey zone (between half of it in "
+            f"use and the threshold at which it binds for certain), below the midpoint, so this verdict's confidence "
+            f"is scaled by {number(1 - grade, 2)}; nearer the threshold the limit would be named."
+        )
     return Finding(
         "unexplained_queue",
         queue_severity(f.growing),
-        round(CONF_UNEXPLAINED - PENALTY * len(assumed) - (0 if f.kv_known else PENALTY), 2),
+        round((CONF_UNEXPLAINED - PENALTY * len(assumed) - (0 if f.kv_known else PENALTY)) * (1 - grade), 2),
         ev,
         recommend("unexplained_queue", _inputs(f)),
     )
@@ -754,6 +926,7 @@ RULES: tuple[Callable[[Facts], Finding | None], ...] = (
     rule_max_num_seqs_cap,
     rule_lora_slot_cap,
     rule_kv_cache_exhaustion,
+    rule_near_limit,
     rule_unexplained_queue,
     rule_prefix_cache_ineffective,
     rule_partial_data,
@@ -771,6 +944,7 @@ _QUEUE_RULES = {
     rule_lora_slot_cap,
     rule_token_budget_cap,
     rule_compute_bound,
+    rule_near_limit,
     rule_unexplained_queue,
 }
 
@@ -831,6 +1005,9 @@ def diagnose_target(
             prefix = _prefix_finding(signals, limits, low_severity=True)
             if prefix is not None:
                 findings.append(prefix)
+        turnover = cache_turnover(signals, limits, kv_bytes_per_token(_inputs(facts)), INCIDENTAL_BLOCKS)
+        if turnover is not None:
+            primary.evidence.extend(turnover_evidence(turnover))
     return _finish(diag, primary, findings, signals)
 
 
@@ -991,20 +1168,25 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
     - the cache turned over (the tokens written to it in the window, queried - hits, exceed the KV capacity)
       and the reuse that happens shows a prefix was lost: vLLM's per-request histograms show a prefix of at
       least T tokens (``prefix_reused_tokens``, :func:`~kvpilot.diagnose.signals.prefix_reuse`) reused by fewer
-      than :data:`REUSED_BY_MOST` of the requests, or some hits came while requests reused less than one block
-      each on average;
+      than :data:`REUSED_BY_MOST` of the requests;
     - without those histograms (vLLM before 0.29), a turned-over cache with some hits below
-      :data:`LRU_THRASH_HIT_RATE`, as before, saying the counters cannot tell it from a hot prefix;
+      :data:`LRU_THRASH_HIT_RATE` of more than :data:`INCIDENTAL_BLOCKS` blocks a request, saying the counters
+      cannot tell it from a hot prefix;
     - given the length of the prefix the traffic shares (``shared_prefix_tokens``, which no vLLM metric gives),
       that instead of the last two: fewer than :data:`REUSED_BY_MOST` of the requests finding it
       (:func:`shared_prefix_found`), or a prefix shorter than one block (never cached). At least half finding it
       is a healthy cache whatever the token hit rate: nothing, or with ``low_severity`` an ``ok`` finding saying so.
 
-    Without that length, a turned-over cache with a low hit rate whose requests reuse at least a block each and
-    no longer prefix seen is what a hot shared prefix amid unique content gives, and also what larger prefixes
-    often evicted give: with ``low_severity`` an ``ok``-severity finding says the metrics cannot tell them apart
-    and what would; as the primary verdict, nothing (healthy). Zero hits is no reason to expect any: silent
-    (unless a shared prefix is stated).
+    Evidence that something was there to share is required of every finding: the connector's hits, a stated
+    prefix, the per-request histograms, or hits of more than :data:`INCIDENTAL_BLOCKS` blocks per request. Hits of
+    a block or two a request are what a template every prompt begins with gives, and random-token traffic (nothing
+    repeated) hits exactly that: no finding on them.
+
+    Without that length, a turned-over cache with a low hit rate whose requests reuse more than
+    :data:`INCIDENTAL_BLOCKS` blocks each and no longer prefix seen is what a hot shared prefix amid unique content
+    gives, and also what larger prefixes often evicted give: with ``low_severity`` an ``ok``-severity finding says
+    the metrics cannot tell them apart and what would; as the primary verdict, nothing (healthy). Zero hits is no
+    reason to expect any: silent (unless a shared prefix is stated).
     """
     s = signals.get
     queries, hits = s("prefix_queries_increase"), s("prefix_hits_increase")
@@ -1078,6 +1260,9 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
         if turnover is not None
         else ""
     )
+    # hits beyond the incidental (a template's block or two) show the traffic shares something longer; with no
+    # request counter (hits per request unknown) the hits are not shown incidental and count as before
+    shared_evidence = per_hit is None or per_hit > INCIDENTAL_BLOCKS * block
     lost = ""
     if found is not None and found.share is None:
         ev.append(
@@ -1111,12 +1296,7 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
                 f"and requests reused {number(per_hit)} tokens on average: the others found no such prefix, evicted "
                 "if they share it"
             )
-        elif per_hit is not None and per_hit < block:
-            lost = (
-                f"hits came, yet requests reused {number(per_hit, 1)} tokens each on average, less than one "
-                f"{fig(block)}-token block: what the traffic shares is found evicted most of the time"
-            )
-        elif not per_request_known and 0 < rate < LRU_THRASH_HIT_RATE:
+        elif not per_request_known and 0 < rate < LRU_THRASH_HIT_RATE and shared_evidence:
             lost = (
                 "some hits came (vLLM before 0.29 exports no per-request token histograms, so this cannot be "
                 "told from a hot shared prefix amid unique content)"
@@ -1139,7 +1319,14 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
             ev,
             recommend("prefix_cache_ineffective", Inputs(signals=signals, limits=limits)),
         )
-    if low_severity and found is None and turnover is not None and turnover > 1 and 0 < rate < LRU_THRASH_HIT_RATE:
+    if (
+        low_severity
+        and found is None
+        and shared_evidence
+        and turnover is not None
+        and turnover > 1
+        and 0 < rate < LRU_THRASH_HIT_RATE
+    ):
         ev.append(
             f"{turned}. Reported at low severity: requests reused {number(per_hit)} tokens each on average and no "
             "request is seen reusing a longer prefix, which is what a hot shared prefix amid unique content gives "

@@ -25,6 +25,7 @@ from kvpilot.kv.capacity import (
     requested_memory_bytes,
     usable_blocks,
 )
+from kvpilot.kv.offload import OFFLOAD_CHUNK_TOKENS, OFFLOAD_LOAD_BANDWIDTH, OFFLOAD_STORE_BANDWIDTH
 from kvpilot.kv.size import footprint
 from kvpilot.kv.spec import KVConfigError
 from kvpilot.text.errors import InvalidValueError
@@ -85,9 +86,9 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     scheduler_reserve_full_isl: bool = True
     kv_offload_cpu_bytes: int = 0
-    offload_chunk_tokens: int = 256
-    offload_load_bandwidth: float = 16e9
-    offload_store_bandwidth: float = 6.25e9
+    offload_chunk_tokens: int = OFFLOAD_CHUNK_TOKENS
+    offload_load_bandwidth: float = OFFLOAD_LOAD_BANDWIDTH
+    offload_store_bandwidth: float = OFFLOAD_STORE_BANDWIDTH
     gpu: str = "h100-sxm"
     model: str = "qwen2.5-1.5b"
     bytes_per_token: int | None = None

@@ -55,6 +55,18 @@ HUGE_GPU_MEMORY_BYTES = 160 * GIB
 HUGE_GPU_MAX_NUM_SEQS = 1024
 HUGE_GPU_MAX_NUM_BATCHED_TOKENS = 16384
 
+# --- the admission cap below max_num_seqs: vllm/config/scheduler.py ``SchedulerConfig`` (vLLM 0.31+) ------------------
+#: The first release with ``max_num_active_seqs`` ("Maximum number of requests the scheduler admits into RUNNING";
+#: ``Scheduler.max_num_active_reqs``, vllm/v1/core/sched/scheduler.py, default ``max_num_seqs``, at most it): an
+#: admission cap that no metric shows (read from the vLLM 0.32.0 wheel).
+MAX_NUM_ACTIVE_SEQS_SINCE = (0, 31)
+
+
+def has_max_num_active_seqs(version: tuple[int, ...]) -> bool:
+    """True when vLLM ``version`` (``(0, 32, 0)``) has ``--max-num-active-seqs``."""
+    return version[:2] >= MAX_NUM_ACTIVE_SEQS_SINCE
+
+
 # --- max_model_len: vllm/config/model.py ``_get_and_verify_max_len``, ------------------------------------------------
 # vllm/transformers_utils/model_arch_config_convertor.py ``derive_max_model_len_and_key``
 

@@ -129,11 +129,14 @@ def test_scripted_prometheus_gives_the_verdict():
 def test_prometheus_down_exits_3_with_one_line():
     result = run(f"http://127.0.0.1:{free_port()}")
     assert result.exit_code == 3
-    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1
     assert lines[0].startswith("kvpilot: error: --prometheus")
     assert "Traceback" not in result.output
     assert lines[0].endswith("connection refused")
+    # -o json: stdout still holds one JSON document, the error and the exit status
+    doc = json.loads(result.stdout)
+    assert doc == {"error": lines[0].removeprefix("kvpilot: error: "), "exit_code": 3}
 
 
 def test_prometheus_slow_times_out_to_exit_3():

@@ -4,7 +4,8 @@ vLLM V1 admits a waiting request only when fewer than max_num_seqs run, the step
 room and the whole prompt's KV blocks fit (vllm/v1/core/sched/scheduler.py, Scheduler.schedule,
 vLLM 0.29). Thresholds: steps full at mean >= 90 % of max_num_batched_tokens; full steps below
 8,192 tokens (vLLM's large-GPU default, EngineArgs.get_batch_defaults) are a token-budget cap, at or
-above compute-bound; pinned = running_avg >= max_num_seqs - 0.5 when no request finishes (docs/diagnosis.md).
+above compute-bound; pinned = running_avg >= max_num_seqs - 0.5 when no request finishes; between half of a
+limit in use and its threshold the limit is graded, not dropped (docs/diagnosis.md).
 """
 
 from __future__ import annotations
@@ -47,16 +48,21 @@ def test_fill_threshold_90_percent():
     lim = {"max_num_seqs": 256, "max_num_batched_tokens": 4096}
     # 3,687 / 4,096 = 90.01 %: full -> token_budget_cap
     assert diag(lim, running_avg=10, running_max=12, **QUEUE, **steps(3687)).verdict == "token_budget_cap"
-    # 3,686 / 4,096 = 89.99 %: not full; slots free (10 of 256), KV room: no admission limit measures as
-    # binding, so something outside them holds the queue: unexplained_queue (critical: the queue grows by 30),
-    # with every ratio, never the nearest limit named at the edge of plausibility; both limits were read, so 0.7
-    # and no "pass the flags"
+    # 3,686 / 4,096 = 89.99 %: just short of full, in the budget's grey zone (50 % to 90 %) at its top: still the
+    # budget, its confidence scaled by (0.89990 - 0.5) / 0.4 = 0.9998 (0.8 x 0.9998 = 0.80), never a different
+    # cause a hair away
     d = diag(lim, running_avg=10, running_max=12, **QUEUE, **steps(3686))
+    assert (d.verdict, d.severity, d.confidence) == ("token_budget_cap", "critical", 0.8)
+    assert "Graded reading" in " ".join(d.evidence)
+    # 2,048 / 4,096 = 50 %: half the budget free on average, slots free (10 of 256), KV room: no admission limit
+    # near binding, so something outside them holds the queue: unexplained_queue with every ratio; both limits
+    # were read, so 0.7 and no "pass the flags"
+    d = diag(lim, running_avg=10, running_max=12, **QUEUE, **steps(2048))
     assert (d.verdict, d.severity, d.confidence) == ("unexplained_queue", "critical", 0.7)
     text = " ".join(d.evidence)
     assert "no admission limit measured as binding" in text
     assert "running 10 of max_num_seqs 256 (cli) = 3.9 %" in text
-    assert "steps averaged 3,686 tokens of the 4,096-token budget (cli) = 90.0 %" in text
+    assert "steps averaged 2,048 tokens of the 4,096-token budget (cli) = 50.0 %" in text
     assert "Chunked prefill switched off" in text
     assert "--scheduling-policy priority" in text
     assert "Not read" not in text
@@ -101,11 +107,17 @@ def test_pinned_threshold_half_a_request_below_max_num_seqs():
     lim = {"max_num_seqs": 4, "max_num_batched_tokens": 2048}
     # 3.5 >= 4 - 0.5: pinned -> max_num_seqs_cap; steps of 4 tokens (decode only)
     assert diag(lim, running_avg=3.5, running_max=4, **QUEUE, **steps(4)).verdict == "max_num_seqs_cap"
-    # 3.49 < 3.5 with no finished-request counter (the dip below a pinned cap unknown): a free slot; steps
-    # 4 / 2,048 = 0.2 % not full, KV room: no limit binds -> unexplained_queue, never the nearest limit
+    # 3.49 < 3.5 with no finished-request counter (the dip below a pinned cap unknown): not pinned, but in the
+    # cap's grey zone (50 % to 87.5 % of it in use) near its top: the cap with its confidence scaled by
+    # (0.8725 - 0.5) / (0.875 - 0.5) = 0.993, 0.9 x 0.993 = 0.89, never a different cause a hair away
     d = diag(lim, running_avg=3.49, running_max=4, **QUEUE, **steps(4))
-    assert d.verdict == "unexplained_queue"
-    assert "running 3.5 of max_num_seqs 4 (cli) = 87.2 %" in " ".join(d.evidence)
+    assert (d.verdict, d.confidence) == ("max_num_seqs_cap", 0.89)
+    assert "87.2 %" in " ".join(d.evidence)
+    # 2 of 4 (half the slots free on average; steps 0.1 % of the budget, KV room): no limit near binding ->
+    # unexplained_queue at its full 0.7, listing every ratio
+    d = diag(lim, running_avg=2, running_max=4, **QUEUE, **steps(2))
+    assert (d.verdict, d.confidence) == ("unexplained_queue", 0.7)
+    assert "running 2 of max_num_seqs 4 (cli) = 50.0 %" in " ".join(d.evidence)
 
 
 def test_unknown_max_num_seqs_inferred_from_running_flat_at_n():
