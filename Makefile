@@ -8,7 +8,7 @@ PIP    := $(BIN)/pip install -q --disable-pip-version-check
 STAMP      := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test test-unit install lint docs crd chart image clean vllm-ref alert-walkthrough
+.PHONY: demo test test-unit test-changed install lint docs crd chart image clean vllm-ref alert-walkthrough
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,14 +46,26 @@ alert-walkthrough: $(STAMP)
 	$(BIN)/python scripts/alert-walkthrough.py
 
 # pytest exit code 5 (no tests collected) is a failure, like any other non-zero code.
+# TEST_WORKERS pytest-xdist processes (the machine's 2 cores; 0 runs the tests in this process): tests that share
+# a fixture wider than a function (a Prometheus, a sandbox API, the vLLM reference run, the image) stay on one
+# worker, so each is built once (tests/conftest.py, xdist_group).
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/pytest tests
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup tests
 
 # The edit-test loop: the pure-logic tests (no servers) but the slow ones and those that run vLLM's own code,
 # last failures first, stopping at the first failure. `make test` runs them all.
 test-unit: $(STAMP)
 	$(BIN)/pytest -q -x --ff -m "not slow and not vllm_ref" tests/unit
+
+# The tests that cover what changed since CHANGED_SINCE (default HEAD: the edits not committed yet), unit and
+# integration, last failures first (tests/support/changed.py maps files to tests). `make test` runs them all.
+CHANGED_SINCE ?= HEAD
+test-changed: $(STAMP)
+	@paths="$$($(BIN)/python -m tests.support.changed $(CHANGED_SINCE))"; \
+	if [ -z "$$paths" ]; then echo "no test covers the changes since $(CHANGED_SINCE)"; \
+	else echo "pytest $$paths"; $(BIN)/pytest -q --ff -n $(TEST_WORKERS) --dist loadgroup $$paths; fi
 
 # docs/user-guide.md's options tables, from the click commands (a test fails when they drift).
 docs: $(STAMP)

@@ -64,6 +64,7 @@ def fixtures_dir() -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     """Property tests get a fresh hypothesis seed every run, CI included, unless ``--hypothesis-seed`` is
     given; the seed is printed in the header and again after a failure (``--hypothesis-seed=N`` replays it).
+    Under pytest-xdist (``-n``) every worker takes the seed of the run (:func:`pytest_configure_node`).
 
     Hypothesis' own ``ci`` profile (loaded when ``$CI`` is set) derandomizes, running the same examples
     every time; it is kept otherwise (no database, no deadline, ``print_blob``).
@@ -73,8 +74,52 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.register_profile("ci", settings.get_profile("ci"), derandomize=False)
     if in_ci() and not config.getoption("hypothesis_profile", None):
         settings.load_profile("ci")
-    if config.getoption("hypothesis_seed", None) is None:
+    worker_seed = getattr(config, "workerinput", {}).get("hypothesis_seed")
+    if worker_seed is not None:
+        core.global_force_seed = worker_seed
+    elif config.getoption("hypothesis_seed", None) is None:
         core.global_force_seed = random.SystemRandom().getrandbits(32)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """pytest-xdist: a worker runs with the seed the run printed (``--hypothesis-seed=N`` replays it)."""
+    from hypothesis import core
+
+    node.workerinput["hypothesis_seed"] = core.global_force_seed
+
+
+#: Fixture scopes built once per process: under pytest-xdist the tests sharing one are kept on one worker.
+_SHARED_SCOPES = {"session": 0, "package": 1, "module": 2}
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """The pytest-xdist group of a test (``--dist loadgroup``): the widest-scoped fixture of ``tests/`` it uses,
+    so a server, a recording or a vLLM run built once for the whole run, a package or a module is built on
+    one worker only: a session or package fixture's name, the test's file for a module fixture; None for a
+    test of function-scoped fixtures only (any worker may take it).
+    """
+    shared = []
+    for name, defs in item._fixtureinfo.name2fixturedefs.items():
+        fixturedef = defs[-1]  # the definition the test gets (the closest one)
+        if fixturedef.scope in _SHARED_SCOPES and fixturedef.baseid.startswith("tests"):  # ours, not a plugin's
+            shared.append((_SHARED_SCOPES[fixturedef.scope], name))
+    if not shared:
+        return None
+    rank, name = min(shared)
+    return name if rank < _SHARED_SCOPES["module"] else item.nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, keep the tests that share a fixture wider than a function on one worker
+    (:func:`xdist_group`; ``make test`` runs ``--dist loadgroup``).
+    """
+    if not config.pluginmanager.hasplugin("xdist") or not getattr(config.option, "numprocesses", None):
+        return
+    for item in items:
+        group = xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def stale_compiled_modules(package: Path) -> list[str]:
