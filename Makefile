@@ -46,13 +46,13 @@ alert-walkthrough: $(STAMP)
 	$(BIN)/python scripts/alert-walkthrough.py
 
 # pytest exit code 5 (no tests collected) is a failure, like any other non-zero code.
-# TEST_WORKERS pytest-xdist processes (the machine's 2 cores; 0 runs the tests in this process): tests that share
-# a fixture wider than a function (a Prometheus, a sandbox API, the vLLM reference run, the image) stay on one
-# worker, so each is built once (tests/conftest.py, xdist_group).
-TEST_WORKERS ?= 2
+# TEST_WORKERS=2 runs the tests in 2 pytest-xdist processes (the machine's cores), each taking whole test files, and
+# tests/reference and tests/integration/image whole, so a module's Prometheus or sandbox API, the vLLM reference
+# run and the image are each built once (tests/conftest.py, xdist_scope); 0, the default, runs them in this process.
+TEST_WORKERS ?= 0
 test: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup tests
+	$(BIN)/pytest -n $(TEST_WORKERS) tests
 
 # The edit-test loop: the pure-logic tests (no servers) but the slow ones and those that run vLLM's own code,
 # last failures first, stopping at the first failure. `make test` runs them all.
@@ -65,7 +65,7 @@ CHANGED_SINCE ?= HEAD
 test-changed: $(STAMP)
 	@paths="$$($(BIN)/python -m tests.support.changed $(CHANGED_SINCE))"; \
 	if [ -z "$$paths" ]; then echo "no test covers the changes since $(CHANGED_SINCE)"; \
-	else echo "pytest $$paths"; $(BIN)/pytest -q --ff -n $(TEST_WORKERS) --dist loadgroup $$paths; fi
+	else echo "pytest $$paths"; $(BIN)/pytest -q --ff -n $(TEST_WORKERS) $$paths; fi
 
 # docs/user-guide.md's options tables, from the click commands (a test fails when they drift).
 docs: $(STAMP)

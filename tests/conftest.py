@@ -89,37 +89,29 @@ def pytest_configure_node(node) -> None:
     node.workerinput["hypothesis_seed"] = core.global_force_seed
 
 
-#: Fixture scopes built once per process: under pytest-xdist the tests sharing one are kept on one worker.
-_SHARED_SCOPES = {"session": 0, "package": 1, "module": 2}
+#: Folders whose test files share a session fixture (built once per process): their tests run on one
+#: pytest-xdist worker, so it is built once. The vLLM reference run (``reference_runs``), the image.
+SHARED_FOLDERS = ("tests/reference/", "tests/integration/image/")
 
 
-def xdist_group(item: pytest.Item) -> str | None:
-    """The pytest-xdist group of a test (``--dist loadgroup``): the widest-scoped fixture of ``tests/`` it uses,
-    so a server, a recording or a vLLM run built once for the whole run, a package or a module is built on
-    one worker only: a session or package fixture's name, the test's file for a module fixture; None for a
-    test of function-scoped fixtures only (any worker may take it).
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work of a pytest-xdist worker: a test file (its module fixtures, a Prometheus or a sandbox
+    API, are started once), or a whole :data:`SHARED_FOLDERS` folder.
     """
-    shared = []
-    for name, defs in item._fixtureinfo.name2fixturedefs.items():
-        fixturedef = defs[-1]  # the definition the test gets (the closest one)
-        if fixturedef.scope in _SHARED_SCOPES and fixturedef.baseid.startswith("tests"):  # ours, not a plugin's
-            shared.append((_SHARED_SCOPES[fixturedef.scope], name))
-    if not shared:
-        return None
-    rank, name = min(shared)
-    return name if rank < _SHARED_SCOPES["module"] else item.nodeid.split("::", 1)[0]
+    path = nodeid.split("::", 1)[0]
+    return next((folder for folder in SHARED_FOLDERS if path.startswith(folder)), path)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, keep the tests that share a fixture wider than a function on one worker
-    (:func:`xdist_group`; ``make test`` runs ``--dist loadgroup``).
-    """
-    if not config.pluginmanager.hasplugin("xdist") or not getattr(config.option, "numprocesses", None):
-        return
-    for item in items:
-        group = xdist_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """pytest-xdist (``make test``: ``-n 2``) hands out whole :func:`xdist_scope` units, not single tests."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return SharedFixtureScheduling(config, log)
 
 
 def stale_compiled_modules(package: Path) -> list[str]:
