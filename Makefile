@@ -8,7 +8,7 @@ PIP    := $(BIN)/pip install -q --disable-pip-version-check
 STAMP      := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test test-unit install lint docs crd chart image release clean vllm-ref vllm-cpu alert-walkthrough
+.PHONY: demo test test-unit test-changed install lint docs crd chart image release clean vllm-ref vllm-cpu alert-walkthrough
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,14 +46,26 @@ alert-walkthrough: $(STAMP)
 	$(BIN)/python scripts/alert-walkthrough.py
 
 # pytest exit code 5 (no tests collected) is a failure, like any other non-zero code.
+# TEST_WORKERS=2 runs the tests in 2 pytest-xdist processes (the machine's cores), each taking whole test files, and
+# tests/reference and tests/integration/image whole, so a module's Prometheus or sandbox API, the vLLM reference
+# run and the image are each built once (tests/conftest.py, xdist_scope); 0, the default, runs them in this process.
+TEST_WORKERS ?= 0
 test: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/pytest tests
+	$(BIN)/pytest -n $(TEST_WORKERS) tests
 
 # The edit-test loop: the pure-logic tests (no servers) but the slow ones and those that run vLLM's own code,
 # last failures first, stopping at the first failure. `make test` runs them all.
 test-unit: $(STAMP)
 	$(BIN)/pytest -q -x --ff -m "not slow and not vllm_ref" tests/unit
+
+# The tests that cover what changed since CHANGED_SINCE (default HEAD: the edits not committed yet), unit and
+# integration, last failures first (tests/support/changed.py maps files to tests). `make test` runs them all.
+CHANGED_SINCE ?= HEAD
+test-changed: $(STAMP)
+	@paths="$$($(BIN)/python -m tests.support.changed $(CHANGED_SINCE))"; \
+	if [ -z "$$paths" ]; then echo "no test covers the changes since $(CHANGED_SINCE)"; \
+	else echo "pytest $$paths"; $(BIN)/pytest -q --ff -n $(TEST_WORKERS) $$paths; fi
 
 # docs/user-guide.md's options tables, from the click commands (a test fails when they drift).
 docs: $(STAMP)

@@ -64,6 +64,7 @@ def fixtures_dir() -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     """Property tests get a fresh hypothesis seed every run, CI included, unless ``--hypothesis-seed`` is
     given; the seed is printed in the header and again after a failure (``--hypothesis-seed=N`` replays it).
+    Under pytest-xdist (``-n``) every worker takes the seed of the run (:func:`pytest_configure_node`).
 
     Hypothesis' own ``ci`` profile (loaded when ``$CI`` is set) derandomizes, running the same examples
     every time; it is kept otherwise (no database, no deadline, ``print_blob``).
@@ -73,8 +74,44 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.register_profile("ci", settings.get_profile("ci"), derandomize=False)
     if in_ci() and not config.getoption("hypothesis_profile", None):
         settings.load_profile("ci")
-    if config.getoption("hypothesis_seed", None) is None:
+    worker_seed = getattr(config, "workerinput", {}).get("hypothesis_seed")
+    if worker_seed is not None:
+        core.global_force_seed = worker_seed
+    elif config.getoption("hypothesis_seed", None) is None:
         core.global_force_seed = random.SystemRandom().getrandbits(32)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """pytest-xdist: a worker runs with the seed the run printed (``--hypothesis-seed=N`` replays it)."""
+    from hypothesis import core
+
+    node.workerinput["hypothesis_seed"] = core.global_force_seed
+
+
+#: Folders whose test files share a session fixture (built once per process): their tests run on one
+#: pytest-xdist worker, so it is built once. The vLLM reference run (``reference_runs``), the image.
+SHARED_FOLDERS = ("tests/reference/", "tests/integration/image/")
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work of a pytest-xdist worker: a test file (its module fixtures, a Prometheus or a sandbox
+    API, are started once), or a whole :data:`SHARED_FOLDERS` folder.
+    """
+    path = nodeid.split("::", 1)[0]
+    return next((folder for folder in SHARED_FOLDERS if path.startswith(folder)), path)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """pytest-xdist (``make test``: ``-n 2``) hands out whole :func:`xdist_scope` units, not single tests."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return SharedFixtureScheduling(config, log)
 
 
 def stale_compiled_modules(package: Path) -> list[str]:

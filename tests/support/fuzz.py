@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from kvpilot.cli import cli
 from tests.conftest import in_ci
 
-#: Examples per fuzz test: at least 500 in CI (issue 24).
+#: Examples per fuzz test: at least 500 in CI.
 EXAMPLES = int(os.environ.get("KVPILOT_FUZZ_EXAMPLES") or (500 if in_ci() else 100))
 #: CPU seconds one input may cost a command (in process; the slowest seen is far below).
 CPU_SECONDS_PER_EXAMPLE = 5.0

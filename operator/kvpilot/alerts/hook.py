@@ -83,7 +83,7 @@ log = logging.getLogger("kvpilot.alert_hook")
 #: default body limit: Alertmanager sends every alert of a group in one body (``max_alerts`` 0 =
 #: all); 1 MiB holds several hundred alerts with their annotations
 MAX_BODY_BYTES = 1 << 20
-#: default new diagnoses a minute: each sends ``query_count()`` Prometheus queries (a fixed number, whatever the
+#: default new diagnoses a minute: each sends ``len(plan(...))`` Prometheus queries (a fixed number, whatever the
 #: targets: kvpilot.diagnose.sources.prometheus), so one a second at most
 MAX_DIAGNOSES_PER_MINUTE = 60
 #: default connections open at once (a slow client holds one until its header or body deadline)

@@ -16,12 +16,13 @@
   root cause; when it is scheduled and ``KVCapacity`` lacked the GPU memory, run the pre-flight
   again with its node's ``nvidia.com/gpu.memory`` label;
 - a kopf index of those pods by server (reconciles read it instead of listing);
-- every event of a VLLMServer → the operator's metrics and :meth:`StatusLedger.seen`;
+- every event of a VLLMServer → the operator's metrics;
 - a login handler connecting to the cluster the caller chose (a kubeconfig, the in-cluster
   service account, or the sandbox).
 
 Where the work is: :mod:`kvpilot.controller.kube` (requests), :mod:`kvpilot.controller.status`
-(the one status write path, its Events, the ledger of what the stored status was computed from),
+(the one status write path, retried until it lands, its Events, the ledger of what the stored status
+was computed from),
 :mod:`kvpilot.controller.preflight` (the KV pre-flight's inputs), :mod:`kvpilot.controller.logic`
 (every decision), :mod:`kvpilot.controller.failures` (what a failure becomes).
 
@@ -103,14 +104,9 @@ class Controller:
         logger: logging.Logger,
         retry: int = 0,
         pods_by_server: PodIndex | None = None,
-        patch: kopf.Patch | None = None,
         **_: Any,
     ) -> None:
         """create/resume/update: validate, ensure Service and Pod, write status (idempotent).
-
-        A new server's status (its body has none) goes into kopf's ``patch``: kopf sends it in
-        one ``/status`` request with its own record of the handled spec (``status.kopf``),
-        instead of a status write and kopf's patch.
 
         Never stuck: any exception is classified (:func:`kvpilot.controller.failures.classify`)
         into a phase, a ``Ready=False`` condition with its reason and a Warning Event, then a
@@ -127,7 +123,7 @@ class Controller:
                 server = copy.deepcopy(dict(body)) if new else self.kube.read_server(namespace, name)
                 if server is None:
                     return
-                self._reconcile(server, namespace, name, logger, step, pods_by_server, patch if new else None)
+                self._reconcile(server, namespace, name, logger, step, pods_by_server)
             except kopf.PermanentError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure ends in a phase, an Event and retry-or-stop
@@ -160,13 +156,11 @@ class Controller:
         logger: logging.Logger,
         step: list[str],
         pods_index: PodIndex | None = None,
-        via: kopf.Patch | None = None,
     ) -> None:
         """The reconcile proper; ``step[0]`` names what it is doing (for a failure's message).
 
-        Requests for a new server: the Service and Pod creates; its status (with the KV pre-flight's
-        condition) goes into ``via``, kopf's patch, when given, else one status write; the pods come
-        from kopf's index.
+        Requests for a new server: the Service and Pod creates and one status write (with the KV
+        pre-flight's condition); the pods come from kopf's index.
         """
         now = now_rfc3339()
         step[0] = "validating and rendering the spec"
@@ -246,7 +240,6 @@ class Controller:
             pod=pod,
             created=note.created,
             kv=(kv.condition, kv.warning) if kv is not None else None,
-            via=via,
         )
 
     def _ensure_service(self, service: dict[str, Any], server: dict[str, Any]) -> bool:
@@ -277,11 +270,9 @@ class Controller:
             return
         pod = event["object"]
         name = pod["metadata"]["labels"][LABEL_SERVER]
-        key = (namespace, name)
         with self._lock(namespace, name):
             if self.pod_event_changes_nothing(event, namespace):
                 return  # the reconcile that held the lock computed the status from this pod state
-            self.ledger.wait(key)  # a new server's first status in kopf's patch: read the server after it landed
             server = self.kube.read_server(namespace, name)
             if server is None:
                 return
@@ -334,13 +325,6 @@ class Controller:
         """``(kvCacheTokens, maxConcurrency)`` from vLLM's KV-capacity line in the pod's log, if there."""
         report = parse_kv_cache_report(self._log(pod, logger, LOG_LIMIT_BYTES) or "")
         return None if report is None else (report.kv_cache_tokens, report.max_concurrency)
-
-    def on_server_event(self, event: Mapping[str, Any], namespace: str | None, name: str | None, **_: Any) -> None:
-        """A watch event of a VLLMServer (in kopf's loop): a new server's status handed to kopf's
-        patch is stored once an event shows it (or the server is gone).
-        """
-        body = event.get("object") or {}
-        self.ledger.seen((namespace or "", name or ""), body, deleted=event.get("type") == "DELETED")
 
 
 def pods_by_server(
@@ -401,13 +385,11 @@ def build_registry(
     pod_threads = concurrent.futures.ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="kvpilot-pod-event")
 
     async def on_pod_event(event: Mapping[str, Any], namespace: str, **kwargs: Any) -> None:
-        """A pod event that changes nothing is answered in kopf's loop; the others wait there for the
-        server's first status while it is in kopf's patch, then run :meth:`Controller.on_pod_event` in a
-        thread (it makes requests), with kopf's context (its Event queue).
+        """A pod event that changes nothing is answered in kopf's loop; the others run
+        :meth:`Controller.on_pod_event` in a thread (it makes requests), with kopf's context (its Event queue).
         """
         if controller.pod_event_changes_nothing(event, namespace):
             return
-        await controller.ledger.wait_async((namespace, str(logic.pod_event_server(dict(event)))))
         run = functools.partial(contextvars.copy_context().run, controller.on_pod_event, event, namespace, **kwargs)
         await asyncio.get_running_loop().run_in_executor(pod_threads, run)
 
@@ -421,7 +403,6 @@ def build_registry(
 
     async def on_server_event(**kwargs: Any) -> None:  # in kopf's loop: no thread-pool hop per server event
         metrics.on_server_event(**kwargs)
-        controller.on_server_event(**kwargs)
 
     kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, id="metrics")(on_server_event)
     return registry

@@ -702,8 +702,7 @@ def pod_event_plan(server: dict[str, Any], pod: dict[str, Any], event_type: str)
 # ----------------------------------------------------------------------------- the reconcile's own decisions
 def is_new_server(body: dict[str, Any]) -> bool:
     """A server no reconcile has written a status for yet: its body as kopf delivered it is current
-    (only this operator writes status), so it is not read again, and its first status goes into kopf's
-    patch (one ``/status`` request with kopf's own record).
+    (only this operator writes status), so it is not read again.
     """
     return not body.get("status")
 

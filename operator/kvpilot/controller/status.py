@@ -4,46 +4,45 @@
 makes it safe to publish (:func:`~kvpilot.controller.logic.safe_status`), checks it against the
 status model (:func:`kvpilot.api.models.status_document`: the CRD's status schema comes from the
 same model), diffs it with the stored status (:func:`~kvpilot.controller.logic.status_patch`) and
-sends the difference: in a JSON merge patch of ``/status`` of its own, or, for a new server, in
-kopf's ``patch`` (kopf sends it with its own record of the handled spec in one request after the
-handler returns). The Events of the change (:func:`~kvpilot.controller.logic.status_events`) are
-posted once it is stored: at once after its own request; for kopf's patch, when the server's next
-watch event shows it.
+sends the difference in one JSON merge patch of ``/status`` through the operator's client
+(:class:`~kvpilot.controller.kube.Kube`); the Events of the change
+(:func:`~kvpilot.controller.logic.status_events`) are posted once it is stored. kopf writes only its
+own record (``status.kopf``), in its own patch.
+
+A refused write is sent again with a backoff (:class:`StatusBackoff`) until it lands: a 409, a 429, a
+5xx, a connection that failed, and a 404 while the server still exists (read again after each 404:
+a server deleted or replaced by one of the same name ends the write, with no Events). So a new
+server's first status lands whatever its pod does next, a pod that stays Pending included; any other
+refusal (400, 403, 422: the request itself is wrong) is raised at once.
 
 :class:`StatusLedger` remembers which pod state each server's status was computed from, so a pod
-event carrying exactly that state needs no work (the ADDED of the pod a reconcile just created),
-and which first statuses are still in kopf's patch: a pod event with work waits for it (at most
-:data:`STATUS_IN_FLIGHT_TIMEOUT`) before it reads the server. kopf does not retry its patch on a
-409 and takes a 404 for a deleted object: a pod event that then reads a server without the status
-writes it itself, and the Events kopf's patch would have carried give way to that write's own
-(docs/reliability.md).
+event carrying exactly that state needs no work (the ADDED of the pod a reconcile just created).
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
+import urllib3.exceptions
+from kubernetes.client.exceptions import ApiException
 
 from kvpilot.api.constants import STATUS_KOPF
 from kvpilot.api.models import status_document
 from kvpilot.controller import logic
 from kvpilot.controller.kube import Kube
 
-#: Longest a pod event waits for a new server's first status, handed to kopf's patch, to come back in a
-#: watch event (kopf's own wait for its patch, ``settings.persistence.consistency_timeout``, is 5 s);
-#: after it the pod event reads the server and writes the status itself when it is still missing.
-STATUS_IN_FLIGHT_TIMEOUT = 5.0
 #: Status fields a write leaves alone when the new status lacks them: kopf's own record, and the KV
 #: pre-flight's numbers, which only the pre-flight sets (an explicit None removes them).
 KEPT_FIELDS = (STATUS_KOPF, "preflight")
+#: HTTP codes of a refused status write that is sent again (a 404 only while the server still exists):
+#: a conflict, throttling, the API server's own failures (apimachinery ``metav1.StatusReason``).
+RETRIED_CODES = frozenset({404, 409, 429, 500, 502, 503, 504})
 
 #: ``(namespace, name)`` of a VLLMServer.
 Key = tuple[str, str]
@@ -63,23 +62,37 @@ def post(obj: Mapping[str, Any], event: logic.Event) -> None:
     kopf.event(obj, type=event.type, reason=event.reason, message=event.message)  # type: ignore[arg-type]
 
 
-@dataclass
-class _InFlight:
-    """A first status in kopf's patch: the server it was computed for, its Events, and who waits."""
+@dataclass(frozen=True)
+class StatusBackoff:
+    """Seconds between the attempts of a refused status write: ``min(cap, base * 2**attempt)``, at least a
+    429's ``Retry-After``; no limit on the attempts (the write lands, or its server is gone).
+    """
 
-    server: dict[str, Any]
-    events: list[logic.Event]
-    landed: concurrent.futures.Future[bool] = field(default_factory=concurrent.futures.Future)
+    base_seconds: float = 0.5
+    cap_seconds: float = 10.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds before attempt ``attempt + 1`` (``attempt`` 0-based)."""
+        delay = min(self.cap_seconds, self.base_seconds * 2.0 ** min(attempt, 62))
+        return max(delay, min(retry_after, self.cap_seconds)) if retry_after is not None else delay
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    """The ``Retry-After`` seconds of a refusal, when it carries a number."""
+    value = (exc.headers or {}).get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 class StatusLedger:
-    """What each server's status was computed from (see the module's docstring); thread-safe: the
-    handler threads write it, kopf's loop reads it and resolves the statuses in kopf's patch.
+    """Which pod state each server's stored status was computed from (see the module's docstring);
+    thread-safe: handler threads write it, kopf's loop reads it.
     """
 
     def __init__(self) -> None:
         self._from: dict[Key, PodState] = {}
-        self._in_flight: dict[Key, _InFlight] = {}
         self._lock = threading.Lock()
 
     def stored(self, key: Key, pod: Mapping[str, Any] | None) -> None:
@@ -100,64 +113,22 @@ class StatusLedger:
         with self._lock:
             return self._from.get(key) == pod_state(pod)
 
-    def handed_to_kopf(
-        self, key: Key, pod: Mapping[str, Any] | None, server: dict[str, Any], events: list[logic.Event]
-    ) -> None:
-        """A first status, computed from ``pod``, went into kopf's patch; its ``events`` wait for it to be stored."""
-        self.stored(key, pod)
-        with self._lock:
-            self._in_flight[key] = _InFlight(server, events)
-
-    def in_flight(self, key: Key) -> concurrent.futures.Future[bool] | None:
-        """The future of the server's first status in kopf's patch (True once stored), or None."""
-        with self._lock:
-            flight = self._in_flight.get(key)
-            return flight.landed if flight is not None else None
-
-    def seen(self, key: Key, body: Mapping[str, Any], deleted: bool) -> None:
-        """A watch event of the server (kopf's loop): a status in kopf's patch is stored once an event
-        shows it (its ``specHash``): its Events are posted; a deleted server's are dropped.
-        """
-        with self._lock:
-            flight = self._in_flight.get(key)
-            shown = bool((body.get("status") or {}).get("specHash"))
-            if flight is None or not (shown or deleted):
-                return
-            del self._in_flight[key]
-        if shown:
-            for event in flight.events:
-                post(flight.server, event)
-        flight.landed.set_result(shown)
-
-    def superseded(self, key: Key) -> None:
-        """The server's first status in kopf's patch was lost (the server was read without it) and a write
-        of the operator's own replaced it: its Events give way to that write's.
-        """
-        with self._lock:
-            flight = self._in_flight.pop(key, None)
-        if flight is not None and not flight.landed.done():
-            flight.landed.set_result(False)
-
-    def wait(self, key: Key, timeout: float = STATUS_IN_FLIGHT_TIMEOUT) -> None:
-        """In a handler thread: wait (at most ``timeout`` s) for the server's status in kopf's patch to be stored."""
-        landed = self.in_flight(key)
-        if landed is not None:
-            with contextlib.suppress(concurrent.futures.TimeoutError):
-                landed.result(timeout)
-
-    async def wait_async(self, key: Key, timeout: float = STATUS_IN_FLIGHT_TIMEOUT) -> None:
-        """:meth:`wait` in kopf's loop (no thread held)."""
-        landed = self.in_flight(key)
-        if landed is not None:
-            await asyncio.wait({asyncio.wrap_future(landed)}, timeout=timeout)
-
 
 class StatusWriter:
     """Writes statuses (see the module's docstring) through ``kube`` and records them in ``ledger``."""
 
-    def __init__(self, kube: Kube, ledger: StatusLedger | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        ledger: StatusLedger | None = None,
+        *,
+        backoff: StatusBackoff = StatusBackoff(),
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.kube = kube
         self.ledger = ledger or StatusLedger()
+        self.backoff = backoff
+        self._sleep = sleep
 
     def write(
         self,
@@ -168,25 +139,25 @@ class StatusWriter:
         pod: Mapping[str, Any] | None = None,
         created: str | None = None,
         kv: tuple[dict[str, Any], str | None] | None = None,
-        via: kopf.Patch | None = None,
     ) -> dict[str, Any]:
         """Make ``server``'s status ``new`` (complete; keys absent are removed but :data:`KEPT_FIELDS`,
-        explicit None values are removed too); post its Events; return the server as stored.
+        explicit None values are removed too); post its Events; return the server as stored (``server``
+        itself when nothing changed, or when the server is gone).
 
         Args:
             server: the VLLMServer the status was computed from (its stored ``status`` is the old one).
             new: the status (camelCase keys of :class:`kvpilot.api.models.VLLMServerStatus`).
-            logger: where a phase transition is logged.
+            logger: where a phase transition and a refused write are logged.
             pod: the pod state ``new`` was computed from (recorded in the ledger once stored).
             created: what the reconcile just created, said in the transition's Event
                 (:func:`logic.status_events`).
             kv: ``(KVCapacity condition, warning)`` of a pre-flight just run: a Warning Event when it
                 warns and the condition was not False before (:func:`logic.kv_warning_event`).
-            via: kopf's ``patch`` of the running handler: the change goes into it instead of a request.
 
         Raises:
             kvpilot.api.models.StatusError: ``new`` does not fit the status model (a bug).
-            ApiException: the API refused the write.
+            ApiException: the API refused the write for a reason a retry cannot change (not in
+                :data:`RETRIED_CODES`).
         """
         old = server.get("status") or {}
         safe = logic.safe_status({k: v for k, v in new.items() if k != STATUS_KOPF})
@@ -203,20 +174,53 @@ class StatusWriter:
             events.append(kv_event)
         meta = server["metadata"]
         key = (meta["namespace"], meta["name"])
-        if logic.is_transition(old, document) and patch:
-            logger.info(f"{meta['name']}: {old.get('phase')} -> {document.get('phase')} ({document.get('reason')})")
-        if not patch:
-            updated = server
-        elif via is not None:
-            via.setdefault("status", {}).update(patch)
-            updated = {**server, "status": {k: v for k, v in {**old, **patch}.items() if v is not None}}
-            self.ledger.handed_to_kopf(key, pod, server, events)
-            return updated
-        else:
-            updated = self.kube.patch_server_status(meta["namespace"], meta["name"], patch)
-            if not old.get("specHash"):  # read without the first status kopf's patch carried: that one is lost
-                self.ledger.superseded(key)
+        updated = server
+        if patch:
+            stored = self._send(server, patch, logger)
+            if stored is None:  # the server is gone: nothing to record or announce
+                self.ledger.forget(key)
+                return server
+            updated = stored
+            if logic.is_transition(old, document):
+                logger.info(f"{meta['name']}: {old.get('phase')} -> {document.get('phase')} ({document.get('reason')})")
         self.ledger.stored(key, pod)
         for event in events:
             post(server, event)
         return updated
+
+    def _send(self, server: dict[str, Any], patch: dict[str, Any], logger: logging.Logger) -> dict[str, Any] | None:
+        """Merge-patch ``/status`` until it lands (:data:`RETRIED_CODES`, transport errors); the server as
+        patched, or None when it is gone (a 404, then a read that finds no server of its uid).
+        """
+        meta = server["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        attempt = 0
+        while True:
+            retry_after = None
+            try:
+                return self.kube.patch_server_status(namespace, name, patch)
+            except ApiException as exc:
+                if exc.status not in RETRIED_CODES:
+                    raise
+                if exc.status == 404 and not self._still_there(server):
+                    return None
+                refused = f"HTTP {exc.status} {exc.reason or ''}".strip()
+                retry_after = _retry_after(exc)
+            except urllib3.exceptions.HTTPError as exc:  # refused connection, timeout, cut answer
+                refused = type(exc).__name__
+            delay = self.backoff.delay(attempt, retry_after)
+            logger.warning(f"{name}: the status write was refused ({refused}); sending it again in {delay:g} s")
+            self._sleep(delay)
+            attempt += 1
+
+    def _still_there(self, server: dict[str, Any]) -> bool:
+        """Whether the server the status was computed for (its uid) still exists; True when that cannot
+        be read now (the write is tried again, and so is this read).
+        """
+        meta = server["metadata"]
+        try:
+            stored = self.kube.read_server(meta["namespace"], meta["name"])
+        except (ApiException, urllib3.exceptions.HTTPError):
+            return True
+        uid = meta.get("uid")
+        return stored is not None and (uid is None or (stored.get("metadata") or {}).get("uid") == uid)

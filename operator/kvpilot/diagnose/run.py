@@ -94,7 +94,7 @@ class Options:
         """Seconds the whole run may spend reading its source (None: a recording, no network).
 
         ``deadline`` when given; otherwise ``--prometheus``: 3 x ``timeout`` (the
-        ``query_count()`` queries (kvpilot.diagnose.sources.prometheus) run 8 at a time, each bounded by ``timeout``);
+        ``len(plan(...))`` queries (kvpilot.diagnose.sources.prometheus) run 8 at a time, each bounded by ``timeout``);
         ``--metrics-url``: the scraping itself (``window``, or the ``--quick`` gap) plus
         2 x ``timeout``.
         """

@@ -313,15 +313,6 @@ class VLLMMetrics:
                 if isinstance(metric, Gauge):  # always: the catalog types it a gauge
                     metric.labels(*self._labelvalues, state).set(value)
 
-    def set_cache_config(self, cache_config: Mapping[str, str]) -> None:
-        """Replace the ``vllm:cache_config_info`` label set (e.g. once the engine knows ``num_gpu_blocks``).
-
-        Same rules as the constructor's ``cache_config`` (values ``str()``-ed, ``kv_cache_*`` labels
-        dropped before 0.24, ``engine`` added from 0.8.3). ``block_size`` is not re-read.
-        """
-        self.registry.unregister(self._info_gauge)
-        self._cache_config_info(cache_config)
-
     def _cache_config_info(self, cache_config: Mapping[str, str]) -> None:
         spec = catalog.BY_NAME["vllm:cache_config_info"]
         labels = {str(k): str(val) for k, val in cache_config.items()}
@@ -340,10 +331,8 @@ class VLLMMetrics:
             labels["engine"] = self.engine
         names = sorted(labels)
         self.cache_config_labels = dict(labels)
-        self._info_gauge = Gauge(
-            "vllm:cache_config_info", self._help(spec.name, spec.name), names, registry=self.registry
-        )
-        self._info_gauge.labels(**labels).set(1)
+        info = Gauge("vllm:cache_config_info", self._help(spec.name, spec.name), names, registry=self.registry)
+        info.labels(**labels).set(1)
 
     def _children(self, canonical: str, *extra: str) -> list[Any]:
         # ``labels()`` costs a lock and a dict lookup per call; the engine calls this per step, so cache.
@@ -592,10 +581,6 @@ class VLLMMetrics:
             self._inc("vllm:request_success", 1, finished_reason)
 
     # ------------------------------------------------------------------ reading
-    def family_names(self) -> list[str]:
-        """Family names registered, as ``prometheus_client`` names them (counters without ``_total``)."""
-        return [m.name for m in self.registry.collect()]
-
     def collect(self) -> list[Metric]:
         """``registry.collect()``: the families now, for :func:`kvpilot.metrics.recording.write_recording`."""
         return list(self.registry.collect())

@@ -201,7 +201,6 @@ class _Stretch:
         req.ff_base = c - g0
         req.ff_from = g0
         finish = g0 + req.max_output - req.num_output - 1
-        req.ff_finish = finish
         alloc = g0 + req.capacity - c  # the step whose token does not fit its blocks (capacity - c < block_size)
         if alloc <= finish:
             req.ff_phase = alloc % self.bs

@@ -42,8 +42,6 @@ class CPUOffloadTier:
         self.load_time_per_token = bytes_per_token / load_bandwidth
         self.store_time_per_token = bytes_per_token / store_bandwidth
         self._lru: OrderedDict[Hashable, None] = OrderedDict()
-        self.stored_chunks = 0
-        self.evicted_chunks = 0
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -69,7 +67,5 @@ class CPUOffloadTier:
             return False
         if len(lru) >= self.capacity_chunks:
             lru.popitem(last=False)
-            self.evicted_chunks += 1
         lru[key] = None
-        self.stored_chunks += 1
         return True

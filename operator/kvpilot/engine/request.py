@@ -78,7 +78,6 @@ class Request:
         "ff_base",
         "ff_phase",
         "ff_from",
-        "ff_finish",
     )
 
     def __init__(
@@ -138,9 +137,8 @@ class Request:
         self.finished_reason: str | None = None
         # fast-forward's bookkeeping while the request decodes in a stretch (kvpilot.engine.fast_forward): its
         # computed tokens are ff_base + the stretch's step index, ff_phase the step index modulo block_size at
-        # which it takes a block (-1: none in this stretch), ff_from the first stretch step it decodes in, ff_finish
-        # the step it finishes in
-        self.ff_base = self.ff_from = self.ff_finish = 0
+        # which it takes a block (-1: none in this stretch), ff_from the first stretch step it decodes in
+        self.ff_base = self.ff_from = 0
         self.ff_phase = -1
 
     @property

@@ -5,10 +5,10 @@
 - :class:`ClosedLoop` — ``concurrency`` clients, each sending its next request when the previous
   one finishes (``think_time`` later): the §9 "one at a time" experiment is concurrency 1.
 - :func:`poisson` — Poisson arrivals (exponential gaps, ``random.Random(seed)``), prompt/output
-  length distributions (:func:`sample_length`), optional shared-prefix groups.
+  length distributions (:class:`LengthSampler`), optional shared-prefix groups.
 - :func:`document_scan` — docs/background.md §9: N documents, no shared prefixes, sent in order, again
   in order, then reversed.
-- :func:`load_trace` — replay of JSONL lines (fields documented there).
+- :func:`trace_requests` — a JSON Lines trace read for :func:`from_dict` (fields documented there).
 - :func:`from_dict` — any of these from a plain dict (the CLI loads YAML into it).
 """
 
@@ -51,7 +51,7 @@ def gauss(rng: random.Random, mu: float, sigma: float) -> float:
     return mu + z * sigma
 
 
-#: A token count: fixed (a number) or a distribution, a dict (:func:`sample_length`, which checks it and names the
+#: A token count: fixed (a number) or a distribution, a dict (:class:`LengthSampler`, which checks it and names the
 #: field: the generators pass what a workload file gave unchecked, so its error is this one and not a type error).
 LengthSpec = Any
 
@@ -190,22 +190,7 @@ def as_workload(source: Any) -> Any:
     return OpenLoop(source)
 
 
-def sample_length(spec: object, rng: random.Random, field: str = "length") -> int:
-    """Draw a token count >= 1 (:class:`LengthSampler`: ``LengthSampler(spec, field).draw(rng)``).
-
-    ``spec``: an int (fixed), or a dict ``{"dist": "fixed", "value": n}``, ``{"dist": "uniform",
-    "min": a, "max": b}`` (inclusive), ``{"dist": "normal", "mean": m, "std": s}``,
-    ``{"dist": "lognormal", "mean": m, "sigma": s}`` (``m`` the median, tokens),
-    ``{"dist": "exponential", "mean": m}``; optional ``"min"``/``"max"`` clip the normal,
-    lognormal and exponential draws.
-
-    Raises:
-        InvalidValueError: naming ``field`` for an unknown distribution or missing parameter.
-    """
-    return LengthSampler(spec, field).draw(rng)
-
-
-#: Each distribution's parameters (:func:`sample_length`), in the order :class:`LengthSampler` reads them.
+#: Each distribution's parameters, in the order :class:`LengthSampler` reads them.
 _PARAMS = {
     "fixed": ("value",),
     "uniform": ("min", "max"),
@@ -232,8 +217,14 @@ def _distribution(spec: object, field: str) -> tuple[dict[str, Any], str, tuple[
 
 
 class LengthSampler:
-    """Token counts >= 1 drawn from one length spec (:func:`sample_length`'s), read once: a generator draws two a
-    request (reading the spec's dict at each draw was about a seventh of drawing a Poisson trace).
+    """Token counts >= 1 drawn from one length spec, read once: a generator draws two a request (reading the
+    spec's dict at each draw was about a seventh of drawing a Poisson trace).
+
+    ``spec``: an int (fixed), or a dict ``{"dist": "fixed", "value": n}``, ``{"dist": "uniform",
+    "min": a, "max": b}`` (inclusive), ``{"dist": "normal", "mean": m, "std": s}``,
+    ``{"dist": "lognormal", "mean": m, "sigma": s}`` (``m`` the median, tokens),
+    ``{"dist": "exponential", "mean": m}``; optional ``"min"``/``"max"`` clip the normal,
+    lognormal and exponential draws.
 
     Raises:
         InvalidValueError: naming ``field`` for an unknown distribution or missing parameter.
@@ -394,26 +385,15 @@ _TRACE_FIELDS = (
 )
 
 
-def load_trace(lines: Iterable[str]) -> OpenLoop:
-    """Requests from JSON Lines, one object per line (blank lines and ``#`` comments skipped).
+def trace_requests(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The JSON Lines trace as :func:`from_dict`'s ``{"type": "trace", "requests": [...]}`` items, one object
+    per line (blank lines and ``#`` comments skipped), each validated.
 
     Fields: ``arrival_time`` (s, or ``timestamp``; required), ``prompt_tokens`` or
     ``prompt_len`` (required, >= 1), ``output_len`` or ``output_tokens`` (default 1),
     ``prefix_group`` (str: requests of a group share their first ``prefix_len`` tokens),
     ``prefix_len`` (tokens, default 0), ``request_id`` (default ``trace-<line>``),
     ``cache_salt``, ``lora_id``, ``tag``. Unknown fields are ignored.
-
-    Raises:
-        InvalidValueError: ``"trace line N: <field>: <reason>"``.
-    """
-    return OpenLoop(
-        _trace_request(obj, f"trace line {lineno}", f"trace-{lineno}") for lineno, obj in _trace_objects(lines)
-    )
-
-
-def trace_requests(lines: Iterable[str]) -> list[dict[str, Any]]:
-    """The JSON Lines trace as :func:`from_dict`'s ``{"type": "trace", "requests": [...]}`` items,
-    validated as :func:`load_trace` validates them; ``request_id`` defaults to ``trace-<line>``.
 
     Raises:
         InvalidValueError: ``"trace line N: <field>: <reason>"``.
@@ -550,7 +530,7 @@ def from_dict(spec: dict[str, Any] | None) -> Any:  # noqa: C901
     - ``closed_loop``: ``concurrency``, ``num_requests``, ``prompt_len``, ``output_len``, ``seed``,
       ``think_time``, ``prefix_groups``, ``prefix_len``;
     - ``document_scan``: keys of :func:`document_scan`;
-    - ``trace``: ``requests``, a list of objects with :func:`load_trace`'s fields;
+    - ``trace``: ``requests``, a list of objects with :func:`trace_requests`'s fields;
     - ``idle``: no requests.
 
     Raises:

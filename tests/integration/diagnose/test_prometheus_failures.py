@@ -17,7 +17,7 @@ from kvpilot.diagnose.sources.prometheus import (
     cache_config_query,
     lora_query,
     operator_limit_query,
-    query_count,
+    plan,
     signal_query,
     subwindow_query,
 )
@@ -112,7 +112,7 @@ def test_scripted_prometheus_gives_the_verdict():
     assert doc["targets"][0]["target"]["pod"] == "qwen-0"
     # the report lists the PromQL it used (docs/diagnose-output.schema.json: "queries")
     queries = doc["targets"][0]["queries"]
-    assert len(queries) == query_count()
+    assert len(queries) == len(plan(300.0))
     assert all("vllm" in q for q in queries)
     assert any(
         q.startswith(
@@ -123,7 +123,7 @@ def test_scripted_prometheus_gives_the_verdict():
     )
     # one query per signal plus cache_config_info and the operator's kvpilot_vllmserver_limit, all at the
     # explicit time
-    assert len(prom.requests) == query_count()
+    assert len(prom.requests) == len(plan(300.0))
 
 
 def test_prometheus_down_exits_3_with_one_line():
@@ -158,7 +158,7 @@ def test_prometheus_errors_exit_3():
     assert "503" in result.output
     assert "Traceback" not in result.output
     # no retry storm: one request per query
-    assert len(prom.requests) == query_count()
+    assert len(prom.requests) == len(plan(300.0))
 
 
 def test_prometheus_200_with_an_error_body_is_unreadable_not_a_traceback():

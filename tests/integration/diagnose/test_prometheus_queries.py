@@ -15,7 +15,6 @@ from kvpilot.diagnose.sources.prometheus import (
     Selectors,
     bucket_query,
     plan,
-    query_count,
     subwindow_query,
 )
 from tests.integration.diagnose.fakes import LoopbackServer, prom_matrix, prom_vector
@@ -117,7 +116,7 @@ def test_the_number_of_queries_does_not_depend_on_the_targets():
     # _count joined the 32), one per histogram and spelling (2 + 4 + 2, and 2 + 2 for the per-request prompt and
     # computed tokens), one per sub-window signal (4), cache_config_info, lora_requests_info, the operator's
     # limits: 55, with or without selectors
-    assert query_count() == 36 + 12 + 4 + 3 == 55
+    assert len(plan(WINDOW)) == 36 + 12 + 4 + 3 == 55
     assert len(plan(WINDOW, Selectors(namespace="llm", pod_regex="qwen(-.*)?"))) == 55
     server, seen = recording_server(lambda _path, _q: None)
     with server as prom:

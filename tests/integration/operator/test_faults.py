@@ -153,27 +153,31 @@ def test_transient_failures_back_off_and_converge(cluster, api, namespace, opera
 
 
 @pytest.mark.parametrize("code", [500, 429])
-def test_a_failed_first_status_write_is_retried_by_kopf(cluster, api, namespace, operator, code):
-    """A new server's first status goes out in kopf's own patch (with kopf's record of the handled
-    spec): kopf retries a refused patch itself (``settings.networking.error_backoffs``: 1 s, 1 s, 2 s …)
-    and the status converges without a second pod or Service.
+def test_a_failed_first_status_write_is_sent_again(cluster, api, namespace, operator, code):
+    """A new server's first status write refused twice: the operator sends it again with its backoff
+    (:class:`kvpilot.controller.status.StatusBackoff`: 0.5 s, 1 s) and the status converges without a
+    second pod or Service; kopf's record of the handled spec lands in its own patch.
     """
     fault = cluster.inject("update", "vllmservers", subresource="status", code=code, times=2, namespace=namespace)
     with operator(retry_policy=FAST):
         _create(api, namespace)
-        status = wait_for(lambda: (s := _status(cluster, namespace)).get("podName") and s, timeout=15, what="status")
+        status = wait_for(
+            lambda: (s := _status(cluster, namespace)).get("podName") and (s.get("kopf") or {}) and s,
+            timeout=15,
+            what="the status and kopf's record",
+        )
     assert fault.hits == 2
     assert status["phase"] == "Pending"
     assert status["podName"] == POD_NAME
-    assert status["kopf"]["last-handled-digest"]  # kopf's record landed with it: the create is not run again
+    assert status["kopf"]["last-handled-digest"]  # kopf's record landed too: the create is not run again
     assert _requests(cluster, "POST", f"/namespaces/{namespace}/pods") == 1
     assert [s["metadata"]["name"] for s in cluster.list("v1/services", namespace)] == ["qwen"]
 
 
 def test_a_pod_change_before_the_first_status_landed_is_not_lost(cluster, api, namespace, operator, kubelet):
-    """The pod is scheduled while kopf still retries the new server's first status (refused once:
-    kopf waits 1 s): the pod's event waits for that status to land, then reports the scheduling,
-    instead of finding no status, ignoring the pod and leaving "waiting for the scheduler" behind.
+    """The pod is scheduled while the operator still retries the new server's first status (refused
+    once: 0.5 s): the pod's event waits for that status to land, then reports the scheduling, instead of
+    finding no status, ignoring the pod and leaving "waiting for the scheduler" behind.
     """
     fault = cluster.inject("update", "vllmservers", subresource="status", code=500, times=1, namespace=namespace)
     with operator(retry_policy=FAST):
@@ -256,11 +260,12 @@ def test_own_pod_missed_by_a_stale_list_is_adopted(cluster, api, namespace, monk
 
 
 @pytest.mark.parametrize("code", [409, 404])
-def test_a_first_status_write_kopf_could_not_make_is_written_again(cluster, api, namespace, operator, kubelet, code):
-    """A new server's first status rides kopf's patch; kopf neither retries a 409 on it nor notices a
-    404 (it takes the object for deleted). Before, status stayed null for good, even once the pod was
-    Ready; now the pod's next event writes the status the operator computes (here its scheduling),
-    and each transition gets one Event.
+def test_a_refused_first_status_write_then_a_starting_pod_announces_each_transition_once(
+    cluster, api, namespace, operator, kubelet, code
+):
+    """A 409 or 404 on a new server's first status write while its pod is found unschedulable, then
+    scheduled and ready: the status follows the pod, for the spec's own hash, and each transition gets
+    one Event.
     """
     fault = cluster.inject("update", "vllmservers", subresource="status", code=code, times=1, namespace=namespace)
     with operator(retry_policy=FAST):
@@ -280,3 +285,51 @@ def test_a_first_status_write_kopf_could_not_make_is_written_again(cluster, api,
     said = [(e["reason"], e["message"]) for e in cluster.list("v1/events", namespace)]
     assert len(said) == len(set(said))  # no transition announced twice (the lost patch's Event is not posted)
     assert [r for r, _ in said].count("Ready") == 1
+
+
+#: What the scheduler says of the pod, twice: it stays Pending (no GPU free), and the second answer differs.
+NO_GPU = (
+    "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+    "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+)
+
+
+@pytest.mark.parametrize("code", [409, 404])
+@pytest.mark.parametrize("refused", ["first", "second", "later"])
+def test_a_refused_status_write_lands_while_the_pod_stays_pending(
+    cluster, api, namespace, operator, kubelet, code, refused
+):
+    """One 409 or 404 on a status write of a new server whose pod stays Pending: the operator sends the
+    write again until it lands, with no later event to help. On the first write (the server's first
+    status: before, kopf's patch carried it, kopf did not retry it, the pod's ADDED had nothing new to
+    say and the status stayed null for good), on the second (the scheduler's answer) and on a later one
+    (the scheduler's next answer).
+    """
+
+    def refuse_the_next_write():
+        return cluster.inject("update", "vllmservers", subresource="status", code=code, times=1, namespace=namespace)
+
+    with operator(retry_policy=FAST):
+        fault = refuse_the_next_write() if refused == "first" else None
+        _create(api, namespace)
+        first = _wait_phase(cluster, namespace, "Pending", "Scheduling")
+        # kopf's record too (its own patch): the next /status request is the operator's
+        wait_for(lambda: (_status(cluster, namespace).get("kopf") or {}).get("last-handled-digest"), what="the record")
+        if refused == "second":
+            fault = refuse_the_next_write()
+        kubelet.unschedulable(namespace, POD_NAME, message=NO_GPU[0])
+        second = _wait_phase(cluster, namespace, "Pending", "Unschedulable")
+        if refused == "later":
+            fault = refuse_the_next_write()
+        kubelet.unschedulable(namespace, POD_NAME, message=NO_GPU[1])
+        later = wait_for(
+            lambda: (s := _status(cluster, namespace)).get("message") == NO_GPU[1] and s, what="the next answer"
+        )
+    assert fault is not None
+    assert fault.hits == 1
+    assert first["podName"] == POD_NAME
+    assert first["specHash"].startswith(POD_NAME[-5:])
+    assert second["message"] == NO_GPU[0]
+    assert (later["phase"], later["reason"], later["podName"]) == ("Pending", "Unschedulable", POD_NAME)
+    assert [p["metadata"]["name"] for p in cluster.list("v1/pods", namespace)] == [POD_NAME]
+    assert [s["metadata"]["name"] for s in cluster.list("v1/services", namespace)] == ["qwen"]

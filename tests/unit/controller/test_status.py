@@ -1,19 +1,21 @@
-"""The status writer's one path and its ledger, without a cluster: kopf's patch, the Events it defers,
-what a pod event may skip, and the status model every write goes through.
+"""The status writer's one path and its ledger, without a cluster: one request per change, a refused write
+sent again until it lands, the Events after it, what a pod event may skip, and the status model every write
+goes through.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import kopf
 import kubernetes.client
 import pytest
+import urllib3.exceptions
+from kubernetes.client.exceptions import ApiException
 
 from kvpilot.api.models import StatusError, status_document
 from kvpilot.controller.kube import Kube
-from kvpilot.controller.status import StatusLedger, StatusWriter
+from kvpilot.controller.status import StatusBackoff, StatusWriter
 
 LOG = logging.getLogger("test")
 KEY = ("ns", "qwen")
@@ -41,63 +43,96 @@ def writer():
     return StatusWriter(Kube(kubernetes.client.Configuration(host="http://127.0.0.1:9")))
 
 
-def test_a_first_status_goes_into_kopfs_patch_and_its_event_waits_for_it_to_land(writer, events):
-    patch = kopf.Patch()
-    updated = writer.write(dict(SERVER), dict(PENDING), LOG, pod=POD, created="created pod qwen-abcde", via=patch)
-    assert patch["status"] == PENDING
+class FakeKube:
+    """The status writer's two requests, answered from a script: each PATCH pops the next answer (an
+    ApiException or urllib3 error to raise, else the server is stored); a GET answers ``stored``.
+    """
+
+    def __init__(self, *refusals: Exception) -> None:
+        self.refusals = list(refusals)
+        self.patches: list[dict] = []
+        self.reads = 0
+        self.stored: dict | None = dict(SERVER)
+
+    def patch_server_status(self, _namespace: str, _name: str, patch: dict) -> dict:
+        self.patches.append(patch)
+        if self.refusals:
+            raise self.refusals.pop(0)
+        return {**SERVER, "status": patch}
+
+    def read_server(self, _namespace: str, _name: str) -> dict | None:
+        self.reads += 1
+        return self.stored
+
+
+def refused(code: int, retry_after: str | None = None) -> ApiException:
+    exc = ApiException(status=code, reason="Refused")
+    exc.headers = {"Retry-After": retry_after} if retry_after else {}
+    return exc
+
+
+def scripted_writer(kube: FakeKube, slept: list[float]) -> StatusWriter:
+    return StatusWriter(kube, backoff=StatusBackoff(base_seconds=0.5, cap_seconds=2.0), sleep=slept.append)  # type: ignore[arg-type]
+
+
+def test_a_first_status_is_one_request_and_its_event_follows_it(events):
+    kube, slept = FakeKube(), []
+    updated = scripted_writer(kube, slept).write(dict(SERVER), dict(PENDING), LOG, pod=POD, created="created pod x")
+    assert kube.patches == [PENDING]
     assert updated["status"] == PENDING
-    assert events == []  # not stored yet
-    assert writer.ledger.is_from(KEY, POD)  # the pod's ADDED of this very state needs no work
-    landed = writer.ledger.in_flight(KEY)
-    writer.ledger.seen(KEY, {"status": {"phase": "Pending"}}, deleted=False)  # an event without it: not it
-    assert not landed.done()
-    writer.ledger.seen(KEY, {"status": PENDING}, deleted=False)
-    assert landed.result(0) is True
-    assert writer.ledger.in_flight(KEY) is None
-    assert events == [("Normal", "Pending", "created pod qwen-abcde; Scheduling: waiting for the scheduler")]
-    assert not writer.ledger.is_from(KEY, {"metadata": {"uid": "pod-1", "resourceVersion": "8"}})  # a later state
+    assert slept == []
+    assert events == [("Normal", "Pending", "created pod x; Scheduling: waiting for the scheduler")]
 
 
-def test_a_wait_that_times_out_keeps_the_events_for_a_late_landing(writer, events):
-    writer.write(dict(SERVER), dict(PENDING), LOG, pod=POD, via=kopf.Patch())
-    writer.ledger.wait(KEY, timeout=0.05)  # kopf's patch is late (a busy operator), or lost
-    assert writer.ledger.in_flight(KEY) is not None
-    assert events == []
-    writer.ledger.seen(KEY, {"status": PENDING}, deleted=False)  # late, but stored: its Event goes out
+@pytest.mark.parametrize("code", [409, 404, 429, 500, 503])
+def test_a_refused_write_is_sent_again_with_backoff_until_it_lands(events, code):
+    # refused four times: waits 0.5, 1, 2, then 2 s (the cap), then lands; one Event, after it landed
+    kube, slept = FakeKube(*(refused(code) for _ in range(4))), []
+    writer = scripted_writer(kube, slept)
+    updated = writer.write(dict(SERVER), dict(PENDING), LOG, pod=POD)
+    assert kube.patches == [PENDING] * 5
+    assert slept == [0.5, 1.0, 2.0, 2.0]
+    assert updated["status"] == PENDING
+    assert kube.reads == (4 if code == 404 else 0)  # a 404: the server is read to see whether it is still there
     assert [reason for _, reason, _ in events] == ["Pending"]
+    assert writer.ledger.is_from(KEY, POD)
 
 
-def test_a_lost_first_status_gives_way_to_the_write_that_replaces_it(writer, events):
-    writer.write(dict(SERVER), dict(PENDING), LOG, pod=POD, via=kopf.Patch())
-    landed = writer.ledger.in_flight(KEY)
-    writer.ledger.superseded(KEY)  # a pod event read the server without it and wrote it itself
-    assert landed.result(0) is False
-    assert writer.ledger.in_flight(KEY) is None
-    writer.ledger.seen(KEY, {"status": PENDING}, deleted=False)  # the replacing write's own event
-    assert events == []  # that write posted its own Event: none twice
+@pytest.mark.usefixtures("events")
+def test_a_connection_that_failed_is_retried_and_retry_after_is_honoured():
+    kube, slept = FakeKube(urllib3.exceptions.ProtocolError("cut"), refused(429, retry_after="1.5")), []
+    scripted_writer(kube, slept).write(dict(SERVER), dict(PENDING), LOG)
+    assert slept == [0.5, 1.5]  # the second wait: 1 s by the backoff, 1.5 s by Retry-After
+    assert len(kube.patches) == 3
 
 
-def test_the_loop_waits_without_a_thread():
-    ledger = StatusLedger()
-    ledger.handed_to_kopf(KEY, POD, dict(SERVER), [])
-    asyncio.run(ledger.wait_async(KEY, timeout=0.05))
-    assert ledger.in_flight(KEY) is not None  # timed out: still in flight
-
-    async def lands_meanwhile() -> None:
-        asyncio.get_running_loop().call_later(0.01, ledger.seen, KEY, {"status": PENDING}, False)
-        await ledger.wait_async(KEY, timeout=10)
-
-    asyncio.run(lands_meanwhile())
-    assert ledger.in_flight(KEY) is None
-    assert ledger.is_from(KEY, POD)
-
-
-def test_a_deleted_server_ends_the_wait_without_posting(writer, events):
-    writer.write(dict(SERVER), dict(PENDING), LOG, pod=POD, via=kopf.Patch())
-    landed = writer.ledger.in_flight(KEY)
-    writer.ledger.seen(KEY, {}, deleted=True)
-    assert landed.result(0) is False
+def test_a_404_for_a_server_that_is_gone_ends_the_write_without_events(events):
+    kube, slept = FakeKube(refused(404)), []
+    kube.stored = None
+    writer = scripted_writer(kube, slept)
+    server = dict(SERVER)
+    assert writer.write(server, dict(PENDING), LOG, pod=POD) is server
+    assert (len(kube.patches), kube.reads, slept) == (1, 1, [])
     assert events == []
+    assert not writer.ledger.is_from(KEY, POD)
+    kube.refusals, kube.stored = [refused(404)], {**SERVER, "metadata": {**SERVER["metadata"], "uid": "srv-2"}}
+    assert writer.write(server, dict(PENDING), LOG) is server  # a new server of the same name is not this one
+    assert events == []
+
+
+@pytest.mark.parametrize("code", [400, 403, 422])
+def test_a_write_the_api_rejects_as_wrong_is_not_sent_again(events, code):
+    kube, slept = FakeKube(refused(code)), []
+    with pytest.raises(ApiException):
+        scripted_writer(kube, slept).write(dict(SERVER), dict(PENDING), LOG)
+    assert (len(kube.patches), slept, events) == (1, [], [])
+
+
+def test_the_backoff_doubles_up_to_its_cap():
+    backoff = StatusBackoff()
+    assert [backoff.delay(n) for n in range(7)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert backoff.delay(0, retry_after=30.0) == 10.0
+    assert backoff.delay(10**6) == 10.0
 
 
 def test_an_unchanged_status_sends_nothing_and_vouches_for_the_pod_state(writer, events):
@@ -112,9 +147,9 @@ def test_an_unchanged_status_sends_nothing_and_vouches_for_the_pod_state(writer,
 
 def test_every_status_write_goes_through_the_status_model(writer):
     with pytest.raises(StatusError, match=r"status\.podname: not a field"):
-        writer.write(dict(SERVER), {**PENDING, "podname": "x"}, LOG, via=kopf.Patch())
+        writer.write(dict(SERVER), {**PENDING, "podname": "x"}, LOG)
     with pytest.raises(StatusError, match=r"status\.observedGeneration"):
-        writer.write(dict(SERVER), {**PENDING, "observedGeneration": "1"}, LOG, via=kopf.Patch())
+        writer.write(dict(SERVER), {**PENDING, "observedGeneration": "1"}, LOG)
 
 
 def test_the_status_document_is_the_models_camel_case_json():
@@ -131,14 +166,15 @@ def test_the_status_document_is_the_models_camel_case_json():
         status_document({"conditions": [{"type": "Ready", "status": "Yes"}]})
 
 
-def test_kopfs_record_is_never_written_and_preflight_is_kept_unless_set(writer):
+@pytest.mark.usefixtures("events")
+def test_kopfs_record_is_never_written_and_preflight_is_kept_unless_set():
+    kube, slept = FakeKube(), []
+    writer = scripted_writer(kube, slept)
     stored = {**SERVER, "status": {**PENDING, "kopf": {"progress": {}}, "preflight": {"fits": True}}}
-    patch = kopf.Patch()
-    writer.write(stored, {**PENDING, "reason": "Unschedulable", "kopf": {"x": 1}}, LOG, via=patch)
-    assert patch["status"] == {"reason": "Unschedulable"}  # kopf's record and the pre-flight's numbers kept
-    patch = kopf.Patch()
-    writer.write(stored, {**PENDING, "preflight": None}, LOG, via=patch)
-    assert patch["status"] == {"preflight": None}  # an explicit None removes them
+    writer.write(stored, {**PENDING, "reason": "Unschedulable", "kopf": {"x": 1}}, LOG)
+    writer.write(stored, {**PENDING, "preflight": None}, LOG)
+    # kopf's record and the pre-flight's numbers kept; an explicit None removes them
+    assert kube.patches == [{"reason": "Unschedulable"}, {"preflight": None}]
 
 
 def test_a_pod_event_of_the_state_the_status_came_from_needs_no_work():

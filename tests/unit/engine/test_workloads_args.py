@@ -11,11 +11,12 @@ from kvpilot.engine.request import Request
 from kvpilot.engine.workloads import (
     ArrivalStream,
     ClosedLoop,
+    LengthSampler,
+    OpenLoop,
     document_scan,
     from_dict,
-    load_trace,
     poisson,
-    sample_length,
+    trace_requests,
 )
 from kvpilot.vllm.args import from_vllm_args, human_readable_int, parse_vllm_args
 
@@ -67,6 +68,15 @@ def test_shared_prefix_groups_share_segments():
     reqs = poisson(10.0, num_requests=50, seed=1, prefix_groups=2, prefix_len=64, prompt_len=100).requests
     keys = {r.segments[0] for r in reqs}
     assert keys == {("prefix-0", 64), ("prefix-1", 64)}
+
+
+def sample_length(spec: object, rng, field: str = "length") -> int:
+    return LengthSampler(spec, field).draw(rng)
+
+
+def load_trace(lines: list[str]) -> OpenLoop:
+    """A JSON Lines trace the way ``kvpilot simulate --trace`` reads it."""
+    return from_dict({"type": "trace", "requests": trace_requests(lines)})
 
 
 def test_length_distributions():

@@ -23,7 +23,7 @@ sub-windows (:func:`subwindow_query`, one per ``SUBWINDOW_DEFS``) as one range q
 (``/api/v1/query_range``, one step per sub-window) instead of one instant query with an
 ``offset`` arm per sub-window. More queries read ``vllm:cache_config_info``, ``vllm:lora_requests_info``
 and the kvpilot operator's limits metric ``kvpilot_vllmserver_limit`` (:func:`operator_limit_query`, joined on
-namespace and pod), so the number of queries is fixed (:func:`plan`, :func:`query_count`),
+namespace and pod), so the number of queries is fixed (:func:`plan`),
 whatever the number of targets.
 
 Only ``/api/v1/query`` and ``/api/v1/query_range`` are called (GET, with an explicit ``time``, or
@@ -358,13 +358,6 @@ def _add_fit_rows(out: dict[TargetKey, FitRows], query: PlannedQuery, rows: list
                 fresh.setdefault(key, []).append((bound, value))
         for key, rows_ in fresh.items():  # a spelling earlier in the preference order wins
             out.setdefault(key, FitRows()).buckets[sd.name] = sorted(rows_)
-
-
-def query_count() -> int:
-    """Queries one :meth:`PrometheusSource.fetch` sends: one per signal, one per histogram and spelling,
-    one per sub-window signal, and three more; the same for any number of targets.
-    """
-    return len(plan(300.0))
 
 
 def _well_formed(row: object, key: str = "value") -> bool:
