@@ -3,7 +3,9 @@
 :func:`diagnose_and_predict` runs :func:`kvpilot.diagnose.run.run` (asking a recording or a scrape for the
 fit's signals at once), then, for the targets whose verdict is a queue (or every diagnosed target when
 ``--what-if`` asks for changes), most severe first, :func:`kvpilot.advice.advise.predict_target` until the
-what-if budget (wall-clock seconds for all of them) runs out. With ``--prometheus`` the fit's signals are a
+what-if budget runs out: wall-clock seconds of prediction for all of them, counted from the end of the
+diagnosis' reads (collecting a window of scrapes as long as the budget or longer never spends it), and not counting
+the fit's own queries either. With ``--prometheus`` the fit's signals are a
 second round of queries for each target predicted (``PrometheusSource.fetch_fit``, 14 queries narrowed to its
 namespace and pod), so a fleet-wide diagnosis sends its 55 queries and no more for the targets without a
 queue.
@@ -41,12 +43,15 @@ class AdviceOptions:
         budget_seconds: wall-clock seconds for all predictions of the run; 0 turns them off.
         defaults: also simulate the candidates for each target's binding limit.
         seed: the arrivals' seed (the replay and every what-if draw the same ones).
+        hard_deadline: a ``time.monotonic()`` instant no prediction or read of the fit outlives, whatever is left
+            of the budget (the alert hook's answer is due then); None: the budget alone bounds them.
     """
 
     what_ifs: tuple[Change, ...] = ()
     budget_seconds: float = DEFAULT_BUDGET_SECONDS
     defaults: bool = True
     seed: int = 0
+    hard_deadline: float | None = None
 
 
 def wanted(diag: Diagnosis, advice: AdviceOptions) -> bool:
@@ -70,9 +75,11 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
         report = diagnose_run.run(opts)
         report.notes.append("--quick: no predictions (a replay needs a window of scrapes, not two).")
         return report
-    started = time.monotonic()
     report = diagnose_run.run(dataclasses.replace(opts, fit_signals=True))
+    started = time.monotonic()  # the budget is the predictions': the window's scrapes are the diagnosis' reads
     deadline = started + advice.budget_seconds
+    if advice.hard_deadline is not None:
+        deadline = min(deadline, advice.hard_deadline)
     targets = sorted((d for d in report.targets if wanted(d, advice)), key=lambda d: _SEVERITY_ORDER.get(d.severity, 9))
     if advice.what_ifs:
         report.notes.extend(_not_replayable(report.targets))
@@ -81,14 +88,22 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
         if time.monotonic() >= deadline:
             withhold(diag, advice.what_ifs, "not replayed: the what-if budget ran out (--what-if-budget)")
             continue
-        if opts.prometheus and not _fetch_fit(opts, diag, deadline, report.notes):
-            continue
+        if opts.prometheus:
+            fetching = time.monotonic()
+            fetched = _fetch_fit(opts, diag, advice.hard_deadline, report.notes)
+            spent_reading = time.monotonic() - fetching  # reads, not predictions: the budget gets them back
+            deadline += spent_reading
+            if advice.hard_deadline is not None:
+                deadline = min(deadline, advice.hard_deadline)
+            started += spent_reading
+            if not fetched:
+                continue
         predict_target(diag, what_ifs=advice.what_ifs, defaults=advice.defaults, deadline=deadline, seed=advice.seed)
         done += (diag.replay or {}).get("predicted") is not None  # replayed (a target it could not fit says why)
     if targets:
         spent = time.monotonic() - started
         note = f"Replayed and predicted {count(done)} of {count(len(targets))} targets with a queue or a --what-if"
-        note += f" in {fig(spent, 1)} s"
+        note += f" in {fig(spent, 1)} s of prediction"
         if done < len(targets):
             note += f": the what-if budget of {significant(advice.budget_seconds, 2, 's')} ran out (--what-if-budget)"
         report.notes.append(note + ".")
@@ -108,7 +123,7 @@ def _not_replayable(targets: list[Diagnosis]) -> list[str]:
     ]
 
 
-def _fetch_fit(opts: Options, diag: Diagnosis, deadline: float, notes: list[str]) -> bool:
+def _fetch_fit(opts: Options, diag: Diagnosis, deadline: float | None, notes: list[str]) -> bool:
     """The fit's signals of one target from Prometheus (its namespace and pod), into its ``Signals``."""
     from kvpilot.diagnose.sources.prometheus import PrometheusSource, Selectors
 
@@ -139,4 +154,5 @@ def predict_for_alert(opts: Options) -> Report:
     the hook's own deadline (``opts.deadline``, seconds from now: no work outlives its answer).
     """
     budget = HOOK_BUDGET_SECONDS if opts.deadline is None else min(HOOK_BUDGET_SECONDS, opts.deadline)
-    return diagnose_and_predict(opts, AdviceOptions(budget_seconds=budget))
+    due = None if opts.deadline is None else time.monotonic() + opts.deadline
+    return diagnose_and_predict(opts, AdviceOptions(budget_seconds=budget, hard_deadline=due))
