@@ -76,38 +76,58 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
         report.notes.append("--quick: no predictions (a replay needs a window of scrapes, not two).")
         return report
     report = diagnose_run.run(dataclasses.replace(opts, fit_signals=True))
-    started = time.monotonic()  # the budget is the predictions': the window's scrapes are the diagnosis' reads
-    deadline = started + advice.budget_seconds
-    if advice.hard_deadline is not None:
-        deadline = min(deadline, advice.hard_deadline)
     targets = sorted((d for d in report.targets if wanted(d, advice)), key=lambda d: _SEVERITY_ORDER.get(d.severity, 9))
     if advice.what_ifs:
         report.notes.extend(_not_replayable(report.targets))
-    done = 0
-    for diag in targets:
-        if time.monotonic() >= deadline:
-            withhold(diag, advice.what_ifs, "not replayed: the what-if budget ran out (--what-if-budget)")
-            continue
-        if opts.prometheus:
-            fetching = time.monotonic()
-            fetched = _fetch_fit(opts, diag, advice.hard_deadline, report.notes)
-            spent_reading = time.monotonic() - fetching  # reads, not predictions: the budget gets them back
-            deadline += spent_reading
-            if advice.hard_deadline is not None:
-                deadline = min(deadline, advice.hard_deadline)
-            started += spent_reading
-            if not fetched:
-                continue
-        predict_target(diag, what_ifs=advice.what_ifs, defaults=advice.defaults, deadline=deadline, seed=advice.seed)
-        done += (diag.replay or {}).get("predicted") is not None  # replayed (a target it could not fit says why)
     if targets:
-        spent = time.monotonic() - started
+        done, spent = _predict_all(opts, advice, targets, report.notes)
         note = f"Replayed and predicted {count(done)} of {count(len(targets))} targets with a queue or a --what-if"
         note += f" in {fig(spent, 1)} s of prediction"
         if done < len(targets):
             note += f": the what-if budget of {significant(advice.budget_seconds, 2, 's')} ran out (--what-if-budget)"
         report.notes.append(note + ".")
     return report
+
+
+class _Budget:
+    """The what-if budget's clock: seconds of prediction, from now; time spent reading is given back."""
+
+    def __init__(self, seconds: float, hard_deadline: float | None) -> None:
+        self.started = time.monotonic()  # the window's scrapes are the diagnosis' reads, before this
+        self.hard_deadline = hard_deadline
+        self.deadline = self._capped(self.started + seconds)
+
+    def _capped(self, deadline: float) -> float:
+        return deadline if self.hard_deadline is None else min(deadline, self.hard_deadline)
+
+    def give_back(self, seconds: float) -> None:
+        """``seconds`` were spent reading, not predicting."""
+        self.started += seconds
+        self.deadline = self._capped(self.deadline + seconds)
+
+    def spent(self) -> float:
+        return time.monotonic() - self.started
+
+
+def _predict_all(opts: Options, advice: AdviceOptions, targets: list[Diagnosis], notes: list[str]) -> tuple[int, float]:
+    """:func:`predict_target` for ``targets`` in order within the budget: (targets replayed, seconds of prediction)."""
+    budget = _Budget(advice.budget_seconds, advice.hard_deadline)
+    done = 0
+    for diag in targets:
+        if time.monotonic() >= budget.deadline:
+            withhold(diag, advice.what_ifs, "not replayed: the what-if budget ran out (--what-if-budget)")
+            continue
+        if opts.prometheus:
+            reading = time.monotonic()
+            fetched = _fetch_fit(opts, diag, advice.hard_deadline, notes)
+            budget.give_back(time.monotonic() - reading)
+            if not fetched:
+                continue
+        predict_target(
+            diag, what_ifs=advice.what_ifs, defaults=advice.defaults, deadline=budget.deadline, seed=advice.seed
+        )
+        done += (diag.replay or {}).get("predicted") is not None  # replayed (a target it could not fit says why)
+    return done, budget.spent()
 
 
 def _not_replayable(targets: list[Diagnosis]) -> list[str]:

@@ -8,7 +8,7 @@ import pytest
 
 import kvpilot.advice.run as advice_run
 import kvpilot.diagnose.run as diagnose_run
-from kvpilot.advice.run import AdviceOptions, diagnose_and_predict
+from kvpilot.advice.run import diagnose_and_predict
 from kvpilot.diagnose.model import Diagnosis, DiagnosisBasis, Report
 
 
@@ -34,7 +34,7 @@ def clock(monkeypatch):
 
 
 def _diagnosis_taking(clock: Clock, seconds: float, targets: int):
-    def run(opts):
+    def run(_opts):
         clock.now += seconds  # a window of scrapes read live: the reads take the window's length
         return Report("metrics-url http://127.0.0.1:8000/metrics", seconds, [_queue_target() for _ in range(targets)])
 
@@ -45,7 +45,7 @@ def test_a_window_longer_than_the_budget_leaves_the_whole_budget_to_the_predicti
     monkeypatch.setattr(diagnose_run, "run", _diagnosis_taking(clock, 60.0, 1))
     left: list[float] = []
 
-    def predict(diag, *, what_ifs, defaults, deadline, seed):
+    def predict(diag, *, deadline, **_):
         left.append(deadline - clock.now)
         diag.replay = {"predicted": {}}
 
@@ -62,7 +62,7 @@ def test_predictions_past_the_budget_are_withheld(monkeypatch, clock):
     monkeypatch.setattr(diagnose_run, "run", _diagnosis_taking(clock, 60.0, 2))
     calls: list[float] = []
 
-    def predict(diag, *, what_ifs, defaults, deadline, seed):
+    def predict(diag, *, deadline, **_):
         calls.append(deadline)
         clock.now += 31.0  # the first target's replay and what-ifs spend more than the 30 s budget
         diag.replay = {"predicted": {}}
@@ -73,19 +73,20 @@ def test_predictions_past_the_budget_are_withheld(monkeypatch, clock):
     second = report.targets[1]
     assert second.replay is not None
     assert second.replay["misses"] == ["not replayed: the what-if budget ran out (--what-if-budget)"]
-    assert "ran out" in report.notes[-1] and report.notes[-1].startswith("Replayed and predicted 1 of 2 targets")
+    assert report.notes[-1].startswith("Replayed and predicted 1 of 2 targets")
+    assert "the what-if budget of 30 s ran out" in report.notes[-1]
 
 
 def test_the_fits_own_queries_do_not_spend_the_budget(monkeypatch, clock):
     monkeypatch.setattr(diagnose_run, "run", _diagnosis_taking(clock, 5.0, 2))
 
-    def fetch(opts, diag, deadline, notes):
+    def fetch(*_):
         clock.now += 20.0  # a slow Prometheus: the fit's second round takes 20 s per target
         return True
 
     left: list[float] = []
 
-    def predict(diag, *, what_ifs, defaults, deadline, seed):
+    def predict(diag, *, deadline, **_):
         left.append(deadline - clock.now)
         clock.now += 4.0
         diag.replay = {"predicted": {}}
@@ -102,7 +103,7 @@ def test_the_alert_hooks_deadline_bounds_predictions_and_reads(monkeypatch, cloc
     monkeypatch.setattr(diagnose_run, "run", _diagnosis_taking(clock, 25.0, 1))
     seen: list[float] = []
 
-    def predict(diag, *, what_ifs, defaults, deadline, seed):
+    def predict(diag, *, deadline, **_):
         seen.append(deadline - clock.now)
         diag.replay = {"predicted": {}}
 
