@@ -17,7 +17,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from kvpilot.advice.advise import NO_REPLAY, QUEUE_VERDICTS, predict_target, withhold
+from kvpilot.advice.advise import NO_REPLAY, QUEUE_VERDICTS, predict_target, unreplayed, withhold
 from kvpilot.advice.whatif import Change
 from kvpilot.diagnose import run as diagnose_run
 from kvpilot.diagnose.model import Diagnosis, Report
@@ -69,11 +69,14 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
             second round only leaves its target unpredicted, with a note.
     """
     advice = advice or AdviceOptions()
-    if advice.budget_seconds <= 0:
-        return diagnose_run.run(opts)
-    if opts.quick:  # two scrapes seconds apart: no window to fit a workload to
+    if advice.budget_seconds <= 0 or opts.quick:
         report = diagnose_run.run(opts)
-        report.notes.append("--quick: no predictions (a replay needs a window of scrapes, not two).")
+        why = "predictions turned off (--no-what-if)"
+        if opts.quick and advice.budget_seconds > 0:  # two scrapes seconds apart: no window to fit a workload to
+            report.notes.append("--quick: no predictions (a replay needs a window of scrapes, not two).")
+            why = "--quick reads no window to replay"
+        for diag in report.targets:
+            unreplayed(diag, why)
         return report
     report = diagnose_run.run(dataclasses.replace(opts, fit_signals=True))
     targets = sorted((d for d in report.targets if wanted(d, advice)), key=lambda d: _SEVERITY_ORDER.get(d.severity, 9))

@@ -311,7 +311,7 @@ def _kv_replicas(short: _Shortfall) -> Recommendation:
         "replicas (scale out)",
         1,
         n,
-        f"no flag change on this server holds the KV the traffic needs: {short.text()}; "
+        f"none of the flag changes below holds the KV the traffic needs: {short.text()}; "
         f"ceil({count(short.tokens)} / {count(short.capacity)}) = {count(n)} servers, each taking 1/{n} of the "
         "arrivals.",
     )
