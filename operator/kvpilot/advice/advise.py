@@ -119,8 +119,10 @@ def predict_target(
     defaults: bool = True,
     deadline: float | None = None,
     seed: int = 0,
+    model_config: dict[str, Any] | None = None,
 ) -> None:
-    """Replay ``diag``'s window, simulate what-ifs and rewrite its recommendations (module docstring).
+    """Replay ``diag``'s window, simulate what-ifs and rewrite its recommendations (module docstring);
+    ``model_config``: the served model's config.json (its own engine profile).
 
     Sets ``diag.replay`` and ``diag.what_if`` and updates ``diag.recommendations`` in place; a target that
     cannot be replayed gets ``replay`` with ``matches: false`` and the reason.
@@ -131,7 +133,7 @@ def predict_target(
     signals, limits = basis.signals, basis.limits
     inferred = _inferred(diag)
     try:
-        step = step_time_prior(limits, str(diag.target.get("model_name") or ""))
+        step = step_time_prior(limits, str(diag.target.get("model_name") or ""), model_config)
         config = engine_config(limits, step, inferred)
         fit = fit_workload(signals, limits, config.max_model_len)
     except (FitError, ValueError) as exc:

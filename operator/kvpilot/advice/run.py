@@ -127,7 +127,12 @@ def _predict_all(opts: Options, advice: AdviceOptions, targets: list[Diagnosis],
             if not fetched:
                 continue
         predict_target(
-            diag, what_ifs=advice.what_ifs, defaults=advice.defaults, deadline=budget.deadline, seed=advice.seed
+            diag,
+            what_ifs=advice.what_ifs,
+            defaults=advice.defaults,
+            deadline=budget.deadline,
+            seed=advice.seed,
+            model_config=opts.model_config,
         )
         done += (diag.replay or {}).get("predicted") is not None  # replayed (a target it could not fit says why)
     return done, budget.spent()

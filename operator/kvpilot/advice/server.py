@@ -29,8 +29,9 @@ from typing import Any
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.engine.config import EngineConfig
-from kvpilot.engine.hardware import MODEL_PROFILES
+from kvpilot.engine.hardware import MODEL_PROFILES, ModelProfile, profile_from_config
 from kvpilot.gpus import gpu_profile
+from kvpilot.kv import KVConfigError
 from kvpilot.text.numbers import fig, times
 
 #: the replay's mean inter-token gap within this share of the window's counts as calibrated
@@ -61,7 +62,8 @@ class StepTime:
     """The step-time model a replay runs with.
 
     Attributes:
-        gpu / model: engine profiles (``kvpilot.gpus``, ``kvpilot.engine.hardware``).
+        gpu / model: engine profiles (``kvpilot.gpus``, ``kvpilot.engine.hardware``); ``model`` names the served
+            model when ``profile`` is its own (built from its config.json).
         scale: ``k``, every step ``k`` times the datasheet roofline's.
         observed_s: the window's mean inter-token gap (s), None when it has none.
         replayed_s: the calibrated replay's (s).
@@ -71,6 +73,7 @@ class StepTime:
 
     gpu: str
     model: str
+    profile: ModelProfile | None = None
     scale: float = 1.0
     observed_s: float | None = None
     replayed_s: float | None = None
@@ -80,9 +83,10 @@ class StepTime:
     def overrides(self) -> dict[str, Any]:
         """EngineConfig fields: the profiles, and the roofline scaled by ``scale``."""
         k = self.scale
+        own = {"profile": self.profile} if self.profile is not None else {"model": self.model}
         return {
             "gpu": self.gpu,
-            "model": self.model,
+            **own,
             "bandwidth_efficiency": _DEFAULTS.bandwidth_efficiency / k,
             "compute_efficiency": _DEFAULTS.compute_efficiency / k,
             "step_overhead": _DEFAULTS.step_overhead * k,
@@ -90,7 +94,8 @@ class StepTime:
 
     def describe(self) -> str:
         """One sentence: which model, calibrated how, the uncertainty left."""
-        base = f"the roofline of {self.gpu} and {self.model} (kvpilot.engine.hardware)"
+        model = f"{self.model} (its config.json)" if self.profile is not None else self.model
+        base = f"the roofline of {self.gpu} and {model} (kvpilot.engine.hardware)"
         if self.observed_s is None:
             return (
                 f"Step time: {base}, not calibrated: the window has no inter-token gap (no request decoded), so "
@@ -110,6 +115,7 @@ class StepTime:
             "source": "roofline calibrated to the window" if self.observed_s is not None else "roofline",
             "gpu": self.gpu,
             "model": self.model,
+            "model_source": "config.json" if self.profile is not None else "engine profile",
             "scale": round(self.scale, 4),
             "observed_itl_s": self.observed_s,
             "replayed_itl_s": self.replayed_s,
@@ -117,8 +123,13 @@ class StepTime:
         }
 
 
-def step_time_prior(limits: Limits, model_name: str) -> StepTime:
-    """The uncalibrated step-time model for this target's GPU and model (fallbacks said in ``notes``)."""
+def step_time_prior(limits: Limits, model_name: str, model_config: dict[str, Any] | None = None) -> StepTime:
+    """The uncalibrated step-time model for this target's GPU and model (fallbacks said in ``notes``).
+
+    The model is the served model's own when its config.json is given (``--model-config``: any architecture
+    ``kvpilot kv`` reads, :func:`kvpilot.engine.hardware.profile_from_config`), else the engine profile its name
+    names, else Qwen2.5-7B's, said.
+    """
     notes = []
     gpu = FALLBACK_GPU
     if limits.gpu_name:
@@ -128,11 +139,17 @@ def step_time_prior(limits: Limits, model_name: str) -> StepTime:
             notes.append(f"GPU {limits.gpu_name!r} has no profile: the H100 SXM roofline assumed, then calibrated.")
     else:
         notes.append("GPU not given (--gpu-name): the H100 SXM roofline assumed, then calibrated.")
+    label = model_name.rsplit("/", 1)[-1] or "the served model"
+    if model_config:
+        try:
+            return StepTime(gpu, label, profile_from_config(model_config, label), notes=tuple(notes))
+        except KVConfigError as exc:
+            notes.append(f"--model-config not used for the step time ({exc}).")
     model = model_profile_name(model_name)
     if model is None:
         notes.append(
             f"Model {model_name or '(no model_name label)'!r} has no engine profile: Qwen2.5-7B's weights and shape "
-            "assumed, then calibrated."
+            "assumed, then calibrated (give --model-config for its own)."
         )
         model = FALLBACK_MODEL
     return StepTime(gpu, model, notes=tuple(notes))
@@ -165,7 +182,8 @@ def engine_config(limits: Limits, step: StepTime, overrides: dict[str, Any] | No
     if tp:
         fields["tensor_parallel_size"] = int(tp)
     fields.update(overrides or {})
-    config = EngineConfig.from_dict(fields)
+    profile = fields.pop("profile", None)  # an object, not a value from_dict reads
+    config = dataclasses.replace(EngineConfig.from_dict(fields), profile=profile)
     mml = limits.value("max_model_len") or DEFAULT_MAX_MODEL_LEN
     usable = (config.resolved_num_gpu_blocks() - 1) * config.block_size
     config = dataclasses.replace(config, max_model_len=max(2, min(int(mml), usable)))

@@ -344,3 +344,14 @@ def test_without_a_replay_the_kv_advice_is_sized_from_the_shortfall_and_says_so(
         )
     dtype = next(r for r in target["recommendations"] if r["flag"] == "--kv-cache-dtype")
     assert "short of the 146,357 needed" in dtype["expected_effect"]
+
+
+def test_the_replay_runs_the_served_models_own_profile_from_its_config():
+    # the recording's model_name names no engine profile: without its config.json Qwen2.5-7B's shape is assumed
+    # and said; with it (a 70B), its own layers and weights, and nothing assumed
+    config = ROOT / "tests" / "fixtures" / "hf-configs" / "meta-llama__Llama-3.1-70B-Instruct.json"
+    own = _json(*CAP, "--model-config", str(config))
+    step = own["replay"]["step_time"]
+    assert step["model_source"] == "config.json"
+    assert not any("Qwen2.5-7B's weights and shape assumed" in n for n in own["replay"]["notes"])
+    assert any("(its config.json)" in n for n in own["replay"]["notes"])
