@@ -133,7 +133,7 @@ def predict_target(
     signals, limits = basis.signals, basis.limits
     inferred = _inferred(diag)
     try:
-        step = step_time_prior(limits, str(diag.target.get("model_name") or ""), model_config)
+        step = step_time_prior(limits, str(diag.target.get("model_name") or ""), model_config, signals)
         config = engine_config(limits, step, inferred)
         fit = fit_workload(signals, limits, config.max_model_len)
     except (FitError, ValueError) as exc:
