@@ -165,8 +165,11 @@ class EngineConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of every field (JSON-able)."""
-        return dataclasses.asdict(self)
+        """Plain dict of every field (JSON-able); ``profile`` only when the model's own profile is set."""
+        out = dataclasses.asdict(self)
+        if self.profile is None:
+            del out["profile"]
+        return out
 
     # ------------------------------------------------------------------ derived values
     def resolved_model_profile(self) -> ModelProfile:
