@@ -18,7 +18,7 @@ import os
 import time
 from pathlib import Path
 
-from kvpilot.advice.advise import Simulated, _calibrated_replay, _changes, _simulate
+from kvpilot.advice.advise import Simulated, _calibrated_replay, _default_changes, _simulate
 from kvpilot.advice.fit import fit_workload
 from kvpilot.advice.observe import observed_binding
 from kvpilot.advice.server import engine_config, step_time_prior
@@ -52,7 +52,7 @@ def bench(name: str, cli: dict[str, int], gpu: str) -> None:
     replay, step, config = _calibrated_replay(signals, limits, step, {}, config, fit, None, 0)
     w2, c2 = _clock()
     binding = observed_binding(signals, config.max_num_seqs, config.max_num_batched_tokens, None, diag.verdict)
-    changes = [*_changes(diag, (), True, binding, config), Change.of(replicas=2)][:3]
+    changes = [*_default_changes(diag, True, binding, config, True), Change.of(replicas=2)][:3]
     runs: list[Simulated] = [_simulate(c, config, limits, fit, None, 0) for c in changes]
     w3, c3 = _clock()
     simulated = fit.window_seconds * (step.runs + len(runs))

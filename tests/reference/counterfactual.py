@@ -244,6 +244,72 @@ SCENARIOS: tuple[Scenario, ...] = (
         {"max_num_seqs": 256, "max_num_batched_tokens": 256},
         gpu_name="L4",
     ),
+    Scenario(
+        "shared-prefix-long-unique",
+        "a short hot prefix (200 tokens) before long unique documents (3,000-5,000 tokens), moderate load",
+        {
+            "gpu": "l4",
+            "model": "qwen2.5-1.5b",
+            "max_num_seqs": 256,
+            "max_num_batched_tokens": 2048,
+            "kv_cache_tokens": 200_000,
+        },
+        _poisson(3.0, 120.0, 9, {"dist": "uniform", "min": 3000, "max": 5000}, 64, prefix_groups=1, prefix_len=200),
+        120.0,
+        ({"max_num_batched_tokens": 4096}, {"enable_prefix_caching": False}, {"replicas": 2}),
+        {"max_num_seqs": 256, "max_num_batched_tokens": 2048},
+        gpu_name="L4",
+    ),
+    Scenario(
+        "long-prompt-budget",
+        "long prompts (6,000-8,000 tokens) near capacity: the budget raised 2,048 -> 4,096 and 8,192",
+        {
+            "gpu": "l4",
+            "model": "qwen2.5-1.5b",
+            "max_num_seqs": 256,
+            "max_num_batched_tokens": 2048,
+            "kv_cache_tokens": 400_000,
+        },
+        _poisson(3.6, 90.0, 10, {"dist": "uniform", "min": 6000, "max": 8000}, 64),
+        90.0,
+        ({"max_num_batched_tokens": 4096}, {"max_num_batched_tokens": 8192}, {"replicas": 2}),
+        {"max_num_seqs": 256, "max_num_batched_tokens": 2048},
+        gpu_name="L4",
+    ),
+    Scenario(
+        "kv-preemption",
+        "KV-bound with preemption and recompute: 20,480 KV tokens, long outputs",
+        {
+            "gpu": "l4",
+            "model": "qwen2.5-7b",
+            "max_num_seqs": 64,
+            "max_num_batched_tokens": 2048,
+            "kv_cache_tokens": 20_480,
+        },
+        _poisson(
+            1.5, 150.0, 11, {"dist": "uniform", "min": 500, "max": 1000}, {"dist": "uniform", "min": 300, "max": 600}
+        ),
+        150.0,
+        ({"kv_cache_dtype": "fp8"}, {"kv_cache_tokens": 40_960}, {"replicas": 2}),
+        {"max_num_seqs": 64, "max_num_batched_tokens": 2048},
+        gpu_name="L4",
+    ),
+    Scenario(
+        "two-slots",
+        "max_num_seqs 2, short requests (256 -> 64 tokens) arriving faster than two slots serve",
+        {
+            "gpu": "l4",
+            "model": "qwen2.5-1.5b",
+            "max_num_seqs": 2,
+            "max_num_batched_tokens": 2048,
+            "kv_cache_tokens": 200_000,
+        },
+        _poisson(2.4, 120.0, 12, {"dist": "uniform", "min": 192, "max": 320}, 64),
+        120.0,
+        ({"max_num_seqs": 3}, {"max_num_seqs": 4}, {"replicas": 2}),
+        {"max_num_seqs": 2, "max_num_batched_tokens": 2048},
+        gpu_name="L4",
+    ),
 )
 
 

@@ -21,10 +21,20 @@ pytestmark = pytest.mark.vllm_ref
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "diagnosis.md"
 
+SHARED_PREFIX_WITHHELD = (
+    "no prediction (withheld: the replay does not reproduce the window (peak KV usage: replay 0.222, window 0.346 "
+    "(allowed 0.1)))"
+)
+SHARED_PREFIX_CHANGES = ("max_num_batched_tokens=4096", "enable_prefix_caching=False", "replicas=2")
+
 #: (scenario, change) -> the tolerances it misses (docs/diagnosis.md gives each reason)
 KNOWN_MISSES: dict[tuple[str, str], list[str]] = {
     # prompt and output lengths are fitted separately and paired at random: documents get chat outputs (docs)
     ("long-prompt-mix", "max_num_batched_tokens=512"): ["queue time"],
+    # one shared prefix and one length per bucket smooth the long documents' KV peak away: the replay is withheld
+    **{("shared-prefix-long-unique", change): [SHARED_PREFIX_WITHHELD] for change in SHARED_PREFIX_CHANGES},
+    # recompute after preemption: 0.87 against 0.79 req/s, 10.1 %
+    ("kv-preemption", "kv_cache_tokens=40960"): ["throughput"],
 }
 
 
@@ -33,8 +43,8 @@ def evaluated():
     return evaluate(require_vllm_python())
 
 
-def test_at_least_eight_kinds_each_with_several_changes():
-    assert len(SCENARIOS) >= 8
+def test_at_least_twelve_kinds_each_with_several_changes():
+    assert len(SCENARIOS) >= 12
     assert len({s.kind for s in SCENARIOS}) == len(SCENARIOS)
     assert all(len(s.changes) >= 3 for s in SCENARIOS)
 

@@ -50,6 +50,7 @@ from kvpilot.advice.whatif import (
 )
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Recommendation
+from kvpilot.diagnose.recommend import platform
 from kvpilot.diagnose.signals import Signals
 from kvpilot.engine.config import EngineConfig
 from kvpilot.text.numbers import count, number, percent, significant
@@ -118,8 +119,10 @@ def predict_target(
     defaults: bool = True,
     deadline: float | None = None,
     seed: int = 0,
+    model_config: dict[str, Any] | None = None,
 ) -> None:
-    """Replay ``diag``'s window, simulate what-ifs and rewrite its recommendations (module docstring).
+    """Replay ``diag``'s window, simulate what-ifs and rewrite its recommendations (module docstring);
+    ``model_config``: the served model's config.json (its own engine profile).
 
     Sets ``diag.replay`` and ``diag.what_if`` and updates ``diag.recommendations`` in place; a target that
     cannot be replayed gets ``replay`` with ``matches: false`` and the reason.
@@ -130,7 +133,7 @@ def predict_target(
     signals, limits = basis.signals, basis.limits
     inferred = _inferred(diag)
     try:
-        step = step_time_prior(limits, str(diag.target.get("model_name") or ""))
+        step = step_time_prior(limits, str(diag.target.get("model_name") or ""), model_config, signals)
         config = engine_config(limits, step, inferred)
         fit = fit_workload(signals, limits, config.max_model_len)
     except (FitError, ValueError) as exc:
@@ -162,23 +165,34 @@ def predict_target(
     if misses:
         reason = "withheld: the replay does not reproduce the window (" + "; ".join(m.sentence() for m in misses) + ")"
         diag.what_if = [Simulated(c, reason=reason).to_json() for c in what_ifs]
-        for rec in diag.recommendations:
-            rec.expected_effect += " (Not simulated: the replay did not reproduce the window.)"
+        unreplayed(diag, "the replay did not reproduce the window")
         return
-    changes = _changes(diag, what_ifs, defaults, replay.prediction.binding_limit, config)
-    runs: list[Simulated] = []
-    for change in changes:
-        runs.append(_simulate(change, config, limits, fit, deadline, seed))
-    extra = _follow_up(runs, replay, config, limits, fit, deadline, seed, defaults)
+    graphs = platform(limits)[0] == "gpu"
+    own = _default_changes(diag, defaults, replay.prediction.binding_limit, config, graphs)
+    runs = [
+        _simulate(c, config, limits, fit, deadline, seed) for c in [*what_ifs, *(c for c in own if c not in what_ifs)]
+    ]
+    # the advice is the default changes' alone: a --what-if adds its prediction, never another recommendation
+    mine = [r for r in runs if r.change in own]
+    extra = _follow_up(mine, replay, config, limits, fit, deadline, seed, defaults, graphs)
     runs.extend(extra)
     diag.what_if = [r.to_json() for r in runs]
-    _advise(diag, replay, runs, fit, config)
+    _advise(diag, replay, runs, fit, config, frozenset([*own, *(r.change for r in extra)]))
 
 
 def withhold(diag: Diagnosis, what_ifs: Sequence[Change], reason: str) -> None:
     """No predictions for ``diag``: its replay says ``reason``, and so does each what-if asked for."""
     diag.replay = {"predicted": None, "observed": None, "matches": False, "misses": [reason], "notes": []}
     diag.what_if = [Simulated(c, reason=reason).to_json() for c in what_ifs]
+    unreplayed(diag, reason.removeprefix("not replayed: "))
+
+
+def unreplayed(diag: Diagnosis, why: str) -> None:
+    """Say on each of ``diag``'s recommendations that it is sized from the window's measurements (the rules'
+    arithmetic: the shortfall, Little's law), not from a replay, and ``why`` none ran.
+    """
+    for rec in diag.recommendations:
+        rec.expected_effect += f" (Sized from the window's measurements; not replayed: {why}.)"
 
 
 def _calibrated_replay(
@@ -218,24 +232,20 @@ def _rule_changes(diag: Diagnosis) -> list[Change]:
     return out
 
 
-def _changes(
-    diag: Diagnosis,
-    what_ifs: Sequence[Change],
-    defaults: bool,
-    binding: str | None,
-    config: EngineConfig,
+def _default_changes(
+    diag: Diagnosis, defaults: bool, binding: str | None, config: EngineConfig, graphs: bool
 ) -> list[Change]:
-    """The user's what-ifs, then (by default) the candidates for the binding limit and the rules' suggestions."""
-    out: list[Change] = list(what_ifs)
-    if defaults and diag.verdict not in NO_REPLAY and binding not in (None, "none"):
-        suggested = {c.items[0][0]: c.items[0][1] for c in _rule_changes(diag)}
-        own = candidates(binding, config, suggested)
-        picked: list[Change] = []
-        for change in [*own, *_rule_changes(diag)]:
-            if change not in picked and change not in out:
-                picked.append(change)
-        out.extend(picked[:DEFAULT_CANDIDATES])
-    return out
+    """The changes simulated by default (whatever ``--what-if`` asks): the candidates for the binding limit and the
+    rules' suggestions, at most :data:`DEFAULT_CANDIDATES`.
+    """
+    if not defaults or diag.verdict in NO_REPLAY or binding in (None, "none"):
+        return []
+    suggested = {c.items[0][0]: c.items[0][1] for c in _rule_changes(diag)}
+    picked: list[Change] = []
+    for change in [*candidates(binding, config, suggested, graphs=graphs), *_rule_changes(diag)]:
+        if change not in picked:
+            picked.append(change)
+    return picked[:DEFAULT_CANDIDATES]
 
 
 def _simulate(
@@ -284,9 +294,10 @@ def _follow_up(
     deadline: float | None,
     seed: int,
     defaults: bool,
+    graphs: bool,
 ) -> list[Simulated]:
     """When no flag change keeps up: the binding flag's best value with the next limit's first fix; then the
-    fewest replicas that keep up.
+    fewest replicas that keep up (``runs``: the default changes' runs; ``graphs``: the server has CUDA graphs).
     """
     if not defaults or replay.prediction.binding_limit in (None, "none"):
         return []
@@ -298,7 +309,7 @@ def _follow_up(
     if flags:
         best, result, applied = max(flags, key=lambda f: f[1].prediction.requests_finished_per_s or 0.0)
         nxt = next_limit(result.prediction, replay.prediction.binding_limit)
-        fixes = candidates(nxt, applied, {}) if nxt else []
+        fixes = candidates(nxt, applied, {}, graphs=graphs) if nxt else []
         if fixes:
             own = best.change.as_dict()
             combined = Change(best.change.items + tuple(i for i in fixes[0].items if i[0] not in own))
@@ -462,17 +473,27 @@ def _simulated_rules(
     return recs
 
 
-def _advise(diag: Diagnosis, replay: SimResult, runs: list[Simulated], fit: WorkloadFit, config: EngineConfig) -> None:
-    """Rewrite ``diag.recommendations`` from the predictions (module docstring, step 4)."""
+def _advise(
+    diag: Diagnosis,
+    replay: SimResult,
+    runs: list[Simulated],
+    fit: WorkloadFit,
+    config: EngineConfig,
+    own: frozenset[Change],
+) -> None:
+    """Rewrite ``diag.recommendations`` from the predictions (module docstring, step 4); the lead is picked among
+    the changes kvpilot simulates by default (``own``), so the ``--what-if``s asked never change it.
+    """
     before = replay.prediction
     by_change = {r.change: r for r in runs}
     recs = _simulated_rules(diag.recommendations, before, by_change)
-    fixes = [r for r in runs if r.result is not None and keeps_up(r.result.prediction, before)]
+    every_fix = [r for r in runs if r.result is not None and keeps_up(r.result.prediction, before)]
+    fixes = [r for r in every_fix if r.change in own]
     fixes.sort(key=lambda r: change_size(r.change, config))  # stable: equal sizes keep the order simulated
     flag_fix = next((r for r in fixes if r.change.replicas == 1), None)
     # replicas alone: a change of flags and replicas together is a what-if, never named as replicas only
     scale_fix = next((r for r in fixes if r.change.replicas > 1 and not r.change.mixed), None)
-    simulated_flags = [r for r in runs if r.result is not None and r.change.replicas == 1]
+    simulated_flags = [r for r in runs if r.result is not None and r.change.replicas == 1 and r.change in own]
     lead: Recommendation | None = None
     if flag_fix is not None and flag_fix.result is not None:
         lead = next((rec for rec in recs if rec.predicted is not None and _rec_change(rec) == flag_fix.change), None)
@@ -501,7 +522,7 @@ def _advise(diag: Diagnosis, replay: SimResult, runs: list[Simulated], fit: Work
                 + effect_text(before, scale_fix.result.prediction, n)
             )
             lead.predicted = scale_fix.result.prediction.to_json()
-            both = [r for r in fixes if r.change.mixed]
+            both = [r for r in every_fix if r.change.mixed]
             if both:
                 lead.expected_effect += f" As asked, {both[0].change.text()} keeps up too (its what-if below)."
         else:

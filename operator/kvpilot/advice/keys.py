@@ -9,6 +9,7 @@ WHAT_IF_KEYS: tuple[str, ...] = (
     "max_num_batched_tokens",
     "kv_cache_tokens",
     "gpu_memory_utilization",
+    "kv_cache_memory_bytes",
     "kv_cache_dtype",
     "enable_prefix_caching",
     "replicas",

@@ -2,7 +2,11 @@
 
 Rates and gauges are the signals of ``kvpilot.diagnose.signals`` (PromQL ``rate``, ``avg_over_time``,
 ``max_over_time``, ``deriv`` over the window); the means of queue time and TTFT are their histograms'
-``increase(_sum) / increase(_count)``. The binding limit is read the way vLLM's scheduler refuses the head of
+``increase(_sum) / increase(_count)``. The binding limit is the diagnosis': a verdict that names a limit
+(kv_cache_exhaustion, max_num_seqs_cap, token_budget_cap, lora_slot_cap) decided it by the rules' own reading of
+the window, and the replay is held to that, never to a second reading that could disagree with the report (a
+window pinned at ``max_num_seqs`` with KV near full and a few preemptions is ``max_num_seqs`` in both). For the
+other verdicts (a queue no rule explains, or none) it is read the way vLLM's scheduler refuses the head of
 its queue, in its own order (``Scheduler.schedule``, ``vllm/v1/core/sched/scheduler.py``, vLLM 0.29.0): no
 admission in a step that preempted (any preemption in the window: ``kv_cache``); the loop runs while the
 token budget lasts (steps full: ``token_budget``); then ``max_num_seqs`` requests running (running pinned at
@@ -39,6 +43,12 @@ VERDICT_LIMITS: dict[str, str] = {
 }
 
 
+#: the queue verdicts that name the limit their rule found binding: the window's binding limit is the verdict's
+NAMED_BY_VERDICT: dict[str, str] = {
+    v: VERDICT_LIMITS[v] for v in ("kv_cache_exhaustion", "max_num_seqs_cap", "token_budget_cap", "lora_slot_cap")
+}
+
+
 def observed_binding(
     signals: Signals,
     max_num_seqs: float | None,
@@ -56,6 +66,9 @@ def observed_binding(
     deferred = v.get("waiting_deferred_avg")
     if deferred is not None and deferred >= waiting / 2:  # set aside (LoRA slots, KV transfer): not admitted at all
         return "lora"
+    named = NAMED_BY_VERDICT.get(verdict)
+    if named is not None:  # the diagnosis of this window decided what binds: the replay is held to it
+        return named
     if (v.get("preemptions_increase") or 0) > 0:
         return "kv_cache"
     per_step = v.get("tokens_per_step_avg")

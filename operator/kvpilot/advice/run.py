@@ -3,7 +3,9 @@
 :func:`diagnose_and_predict` runs :func:`kvpilot.diagnose.run.run` (asking a recording or a scrape for the
 fit's signals at once), then, for the targets whose verdict is a queue (or every diagnosed target when
 ``--what-if`` asks for changes), most severe first, :func:`kvpilot.advice.advise.predict_target` until the
-what-if budget (wall-clock seconds for all of them) runs out. With ``--prometheus`` the fit's signals are a
+what-if budget runs out: wall-clock seconds of prediction for all of them, counted from the end of the
+diagnosis' reads (collecting a window of scrapes as long as the budget or longer never spends it), and not counting
+the fit's own queries either. With ``--prometheus`` the fit's signals are a
 second round of queries for each target predicted (``PrometheusSource.fetch_fit``, 14 queries narrowed to its
 namespace and pod), so a fleet-wide diagnosis sends its 55 queries and no more for the targets without a
 queue.
@@ -15,7 +17,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from kvpilot.advice.advise import NO_REPLAY, QUEUE_VERDICTS, predict_target, withhold
+from kvpilot.advice.advise import NO_REPLAY, QUEUE_VERDICTS, predict_target, unreplayed, withhold
 from kvpilot.advice.whatif import Change
 from kvpilot.diagnose import run as diagnose_run
 from kvpilot.diagnose.model import Diagnosis, Report
@@ -41,12 +43,15 @@ class AdviceOptions:
         budget_seconds: wall-clock seconds for all predictions of the run; 0 turns them off.
         defaults: also simulate the candidates for each target's binding limit.
         seed: the arrivals' seed (the replay and every what-if draw the same ones).
+        hard_deadline: a ``time.monotonic()`` instant no prediction or read of the fit outlives, whatever is left
+            of the budget (the alert hook's answer is due then); None: the budget alone bounds them.
     """
 
     what_ifs: tuple[Change, ...] = ()
     budget_seconds: float = DEFAULT_BUDGET_SECONDS
     defaults: bool = True
     seed: int = 0
+    hard_deadline: float | None = None
 
 
 def wanted(diag: Diagnosis, advice: AdviceOptions) -> bool:
@@ -64,37 +69,75 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
             second round only leaves its target unpredicted, with a note.
     """
     advice = advice or AdviceOptions()
-    if advice.budget_seconds <= 0:
-        return diagnose_run.run(opts)
-    if opts.quick:  # two scrapes seconds apart: no window to fit a workload to
+    if advice.budget_seconds <= 0 or opts.quick:
         report = diagnose_run.run(opts)
-        report.notes.append("--quick: no predictions (a replay needs a window of scrapes, not two).")
+        why = "predictions turned off (--no-what-if)"
+        if opts.quick and advice.budget_seconds > 0:  # two scrapes seconds apart: no window to fit a workload to
+            report.notes.append("--quick: no predictions (a replay needs a window of scrapes, not two).")
+            why = "--quick reads no window to replay"
+        for diag in report.targets:
+            unreplayed(diag, why)
         return report
-    started = time.monotonic()
     report = diagnose_run.run(dataclasses.replace(opts, fit_signals=True))
-    deadline = started + advice.budget_seconds
     targets = sorted((d for d in report.targets if wanted(d, advice)), key=lambda d: _SEVERITY_ORDER.get(d.severity, 9))
     if advice.what_ifs:
         report.notes.extend(_not_replayable(report.targets))
-    done = 0
-    for i, diag in enumerate(targets, 1):
-        if opts.progress is not None:
-            opts.progress(f"replaying the window in the engine model: target {i} of {len(targets)}")
-        if time.monotonic() >= deadline:
-            withhold(diag, advice.what_ifs, "not replayed: the what-if budget ran out (--what-if-budget)")
-            continue
-        if opts.prometheus and not _fetch_fit(opts, diag, deadline, report.notes):
-            continue
-        predict_target(diag, what_ifs=advice.what_ifs, defaults=advice.defaults, deadline=deadline, seed=advice.seed)
-        done += (diag.replay or {}).get("predicted") is not None  # replayed (a target it could not fit says why)
     if targets:
-        spent = time.monotonic() - started
+        done, spent = _predict_all(opts, advice, targets, report.notes)
         note = f"Replayed and predicted {count(done)} of {count(len(targets))} targets with a queue or a --what-if"
-        note += f" in {fig(spent, 1)} s"
+        note += f" in {fig(spent, 1)} s of prediction"
         if done < len(targets):
             note += f": the what-if budget of {significant(advice.budget_seconds, 2, 's')} ran out (--what-if-budget)"
         report.notes.append(note + ".")
     return report
+
+
+class _Budget:
+    """The what-if budget's clock: seconds of prediction, from now; time spent reading is given back."""
+
+    def __init__(self, seconds: float, hard_deadline: float | None) -> None:
+        self.started = time.monotonic()  # the window's scrapes are the diagnosis' reads, before this
+        self.hard_deadline = hard_deadline
+        self.deadline = self._capped(self.started + seconds)
+
+    def _capped(self, deadline: float) -> float:
+        return deadline if self.hard_deadline is None else min(deadline, self.hard_deadline)
+
+    def give_back(self, seconds: float) -> None:
+        """``seconds`` were spent reading, not predicting."""
+        self.started += seconds
+        self.deadline = self._capped(self.deadline + seconds)
+
+    def spent(self) -> float:
+        return time.monotonic() - self.started
+
+
+def _predict_all(opts: Options, advice: AdviceOptions, targets: list[Diagnosis], notes: list[str]) -> tuple[int, float]:
+    """:func:`predict_target` for ``targets`` in order within the budget: (targets replayed, seconds of prediction)."""
+    budget = _Budget(advice.budget_seconds, advice.hard_deadline)
+    done = 0
+    for i, diag in enumerate(targets, 1):
+        if opts.progress is not None:
+            opts.progress(f"replaying the window in the engine model: target {i} of {len(targets)}")
+        if time.monotonic() >= budget.deadline:
+            withhold(diag, advice.what_ifs, "not replayed: the what-if budget ran out (--what-if-budget)")
+            continue
+        if opts.prometheus:
+            reading = time.monotonic()
+            fetched = _fetch_fit(opts, diag, advice.hard_deadline, notes)
+            budget.give_back(time.monotonic() - reading)
+            if not fetched:
+                continue
+        predict_target(
+            diag,
+            what_ifs=advice.what_ifs,
+            defaults=advice.defaults,
+            deadline=budget.deadline,
+            seed=advice.seed,
+            model_config=opts.model_config,
+        )
+        done += (diag.replay or {}).get("predicted") is not None  # replayed (a target it could not fit says why)
+    return done, budget.spent()
 
 
 def _not_replayable(targets: list[Diagnosis]) -> list[str]:
@@ -110,7 +153,7 @@ def _not_replayable(targets: list[Diagnosis]) -> list[str]:
     ]
 
 
-def _fetch_fit(opts: Options, diag: Diagnosis, deadline: float, notes: list[str]) -> bool:
+def _fetch_fit(opts: Options, diag: Diagnosis, deadline: float | None, notes: list[str]) -> bool:
     """The fit's signals of one target from Prometheus (its namespace and pod), into its ``Signals``."""
     from kvpilot.diagnose.sources.prometheus import PrometheusSource, Selectors
 
@@ -141,4 +184,5 @@ def predict_for_alert(opts: Options) -> Report:
     the hook's own deadline (``opts.deadline``, seconds from now: no work outlives its answer).
     """
     budget = HOOK_BUDGET_SECONDS if opts.deadline is None else min(HOOK_BUDGET_SECONDS, opts.deadline)
-    return diagnose_and_predict(opts, AdviceOptions(budget_seconds=budget))
+    due = None if opts.deadline is None else time.monotonic() + opts.deadline
+    return diagnose_and_predict(opts, AdviceOptions(budget_seconds=budget, hard_deadline=due))

@@ -28,9 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvpilot.diagnose.limits import Limits
+from kvpilot.diagnose.recommend import platform
+from kvpilot.diagnose.signals import Signals
+from kvpilot.diagnose.steptime import fit_step_time
 from kvpilot.engine.config import EngineConfig
-from kvpilot.engine.hardware import MODEL_PROFILES
+from kvpilot.engine.hardware import MODEL_PROFILES, ModelProfile, profile_from_config
 from kvpilot.gpus import gpu_profile
+from kvpilot.kv import KVConfigError
 from kvpilot.text.numbers import fig, times
 
 #: the replay's mean inter-token gap within this share of the window's counts as calibrated
@@ -57,11 +61,40 @@ def model_profile_name(model_name: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class MeasuredClock:
+    """The server's own clock, fitted from the window (:func:`measured_clock`).
+
+    Attributes:
+        per_step_s: seconds every step costs (the fit's intercept: scheduling, sampling, reading the weights).
+        per_token_s: seconds each token computed in a step adds (its slope).
+        points: the sub-windows fitted.
+    """
+
+    per_step_s: float
+    per_token_s: float
+    points: int
+
+
+def measured_clock(signals: Signals) -> MeasuredClock | None:
+    """Seconds per step ``= a + b x tokens per step`` fitted over the window's sub-windows (tokens per step from
+    ``vllm:iteration_tokens_total``, seconds per step from ``vllm:inter_token_latency_seconds``:
+    :func:`kvpilot.diagnose.steptime.fit_step_time`), None when the window does not measure both terms (too few
+    sub-windows, steps of one size) or the fit is not a clock (a negative term).
+    """
+    fit = fit_step_time(signals.step_points)
+    a, b = fit.intercept_s, fit.slope_s_per_token
+    if a is None or b is None or a < 0 or b <= 0:
+        return None
+    return MeasuredClock(a, b, len(fit.points))
+
+
+@dataclass(frozen=True)
 class StepTime:
     """The step-time model a replay runs with.
 
     Attributes:
-        gpu / model: engine profiles (``kvpilot.gpus``, ``kvpilot.engine.hardware``).
+        gpu / model: engine profiles (``kvpilot.gpus``, ``kvpilot.engine.hardware``); ``model`` names the served
+            model when ``profile`` is its own (built from its config.json).
         scale: ``k``, every step ``k`` times the datasheet roofline's.
         observed_s: the window's mean inter-token gap (s), None when it has none.
         replayed_s: the calibrated replay's (s).
@@ -71,26 +104,65 @@ class StepTime:
 
     gpu: str
     model: str
+    profile: ModelProfile | None = None
     scale: float = 1.0
     observed_s: float | None = None
     replayed_s: float | None = None
     runs: int = 0
     notes: tuple[str, ...] = field(default=())
+    measured: MeasuredClock | None = None
 
     def overrides(self) -> dict[str, Any]:
-        """EngineConfig fields: the profiles, and the roofline scaled by ``scale``."""
+        """EngineConfig fields: the profiles, and the roofline scaled by ``scale``; with a measured clock, its
+        per-step cost as the step's overhead and its per-token cost as the compute term (``2 x params / (peak x
+        efficiency)`` = the seconds per token), the weights' read folded into the per-step cost (``weight_bytes``
+        0), the roofline's KV read and attention terms left as the prior for what the fit does not measure.
+        """
         k = self.scale
+        own: dict[str, Any] = {"profile": self.profile} if self.profile is not None else {"model": self.model}
+        if self.measured is not None:
+            profile = self.profile or MODEL_PROFILES[self.model]
+            efficiency = 2.0 * profile.params / (gpu_profile(self.gpu).peak_flops * self.measured.per_token_s)
+            return {
+                "gpu": self.gpu,
+                **own,
+                "weight_bytes": 0,
+                "bandwidth_efficiency": _DEFAULTS.bandwidth_efficiency / k,
+                "compute_efficiency": efficiency / k,
+                "step_overhead": self.measured.per_step_s * k,
+            }
         return {
             "gpu": self.gpu,
-            "model": self.model,
+            **own,
             "bandwidth_efficiency": _DEFAULTS.bandwidth_efficiency / k,
             "compute_efficiency": _DEFAULTS.compute_efficiency / k,
             "step_overhead": _DEFAULTS.step_overhead * k,
         }
 
+    def terms(self) -> dict[str, str]:
+        """Where each term of the step time comes from: ``measured`` (the window's fit), ``calibrated`` (the
+        roofline scaled to the window's mean inter-token gap) or ``prior`` (the roofline alone).
+        """
+        if self.measured is not None:
+            return {"per_step": "measured", "per_token": "measured", "per_context": "prior"}
+        calibrated = "calibrated" if self.observed_s is not None else "prior"
+        return {"per_step": calibrated, "per_token": calibrated, "per_context": calibrated}
+
     def describe(self) -> str:
         """One sentence: which model, calibrated how, the uncertainty left."""
-        base = f"the roofline of {self.gpu} and {self.model} (kvpilot.engine.hardware)"
+        model = f"{self.model} (its config.json)" if self.profile is not None else self.model
+        base = f"the roofline of {self.gpu} and {model} (kvpilot.engine.hardware)"
+        if self.measured is not None:
+            m = self.measured
+            return (
+                f"Step time: the server's own clock, measured over {m.points} sub-windows of the window: "
+                f"{fig(m.per_step_s * 1000, 3)} ms a step + {fig(m.per_token_s * 1e6, 3)} us a token computed "
+                f"(vllm:iteration_tokens_total against vllm:inter_token_latency_seconds), scaled "
+                f"{times(self.scale, 3)} to the window's mean inter-token gap {fig((self.observed_s or 0) * 1000, 2)} "
+                f"ms ({self.runs} replay{'s' if self.runs != 1 else ''}); the cost of each running request's "
+                f"context (its KV read, its attention) is not measured apart: {model}'s roofline on {self.gpu} is "
+                "its prior."
+            )
         if self.observed_s is None:
             return (
                 f"Step time: {base}, not calibrated: the window has no inter-token gap (no request decoded), so "
@@ -107,9 +179,17 @@ class StepTime:
     def to_json(self) -> dict[str, Any]:
         """The ``replay.step_time`` object of ``-o json``."""
         return {
-            "source": "roofline calibrated to the window" if self.observed_s is not None else "roofline",
+            "source": (
+                "measured from the window"
+                if self.measured is not None
+                else "roofline calibrated to the window"
+                if self.observed_s is not None
+                else "roofline"
+            ),
+            "terms": self.terms(),
             "gpu": self.gpu,
             "model": self.model,
+            "model_source": "config.json" if self.profile is not None else "engine profile",
             "scale": round(self.scale, 4),
             "observed_itl_s": self.observed_s,
             "replayed_itl_s": self.replayed_s,
@@ -117,8 +197,25 @@ class StepTime:
         }
 
 
-def step_time_prior(limits: Limits, model_name: str) -> StepTime:
-    """The uncalibrated step-time model for this target's GPU and model (fallbacks said in ``notes``)."""
+_UNMEASURED = (
+    "the H100 SXM roofline's shape assumed, then calibrated (the window does not measure a per-step and a "
+    "per-token cost apart: too few sub-windows, or steps of one size)."
+)
+
+
+def step_time_prior(
+    limits: Limits, model_name: str, model_config: dict[str, Any] | None = None, signals: Signals | None = None
+) -> StepTime:
+    """The uncalibrated step-time model for this target's GPU and model (fallbacks said in ``notes``).
+
+    The server's own clock (:func:`measured_clock` over ``signals``) where no GPU roofline describes it: a CPU
+    server (``kvpilot.diagnose.recommend.platform``), or a GPU not named or without a kvpilot profile; a profiled GPU
+    keeps its roofline, calibrated to the window.
+
+    The model is the served model's own when its config.json is given (``--model-config``: any architecture
+    ``kvpilot kv`` reads, :func:`kvpilot.engine.hardware.profile_from_config`), else the engine profile its name
+    names, else Qwen2.5-7B's, said.
+    """
     notes = []
     gpu = FALLBACK_GPU
     if limits.gpu_name:
@@ -128,14 +225,26 @@ def step_time_prior(limits: Limits, model_name: str) -> StepTime:
             notes.append(f"GPU {limits.gpu_name!r} has no profile: the H100 SXM roofline assumed, then calibrated.")
     else:
         notes.append("GPU not given (--gpu-name): the H100 SXM roofline assumed, then calibrated.")
+    on_cpu = platform(limits)[0] == "cpu"
+    clock = measured_clock(signals) if signals is not None and (on_cpu or notes) else None
+    if on_cpu:
+        how = "its clock is measured from the window." if clock else _UNMEASURED
+        notes = [f"A CPU server: no GPU roofline describes it; {how}"]
+    label = model_name.rsplit("/", 1)[-1] or "the served model"
+    if model_config:
+        try:
+            own = profile_from_config(model_config, label)
+            return StepTime(gpu, label, own, notes=tuple(notes), measured=clock)
+        except KVConfigError as exc:
+            notes.append(f"--model-config not used for the step time ({exc}).")
     model = model_profile_name(model_name)
     if model is None:
         notes.append(
             f"Model {model_name or '(no model_name label)'!r} has no engine profile: Qwen2.5-7B's weights and shape "
-            "assumed, then calibrated."
+            "assumed, then calibrated (give --model-config for its own)."
         )
         model = FALLBACK_MODEL
-    return StepTime(gpu, model, notes=tuple(notes))
+    return StepTime(gpu, model, notes=tuple(notes), measured=clock)
 
 
 def engine_config(limits: Limits, step: StepTime, overrides: dict[str, Any] | None = None) -> EngineConfig:
@@ -165,7 +274,11 @@ def engine_config(limits: Limits, step: StepTime, overrides: dict[str, Any] | No
     if tp:
         fields["tensor_parallel_size"] = int(tp)
     fields.update(overrides or {})
-    config = EngineConfig.from_dict(fields)
+    profile = fields.pop("profile", None)  # an object, not a value from_dict reads
+    weights = fields.pop("weight_bytes", None)
+    config = dataclasses.replace(EngineConfig.from_dict(fields), profile=profile)
+    if weights is not None:  # a measured clock: the weights' read is in its per-step cost, the KV pool as before
+        config = dataclasses.replace(config, num_gpu_blocks=config.resolved_num_gpu_blocks(), weight_bytes=weights)
     mml = limits.value("max_model_len") or DEFAULT_MAX_MODEL_LEN
     usable = (config.resolved_num_gpu_blocks() - 1) * config.block_size
     config = dataclasses.replace(config, max_model_len=max(2, min(int(mml), usable)))

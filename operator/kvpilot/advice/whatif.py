@@ -8,6 +8,8 @@ Keys (``kvpilot diagnose --what-if``; several in one, comma-separated, change to
 - ``gpu_memory_utilization``: the KV pool grows by the memory the change frees, ``(u' - u) x GPU memory``
   bytes (weights and activations stay), ``/ bytes per token`` tokens (``docs/diagnosis.md``,
   "Recommendations"); needs the current ``u`` (read, not vLLM's default) and the GPU's memory;
+- ``kv_cache_memory_bytes``: a pool set in bytes (``--kv-cache-memory-bytes``, as a CPU server's is): its tokens
+  scale with the bytes (``tokens x new / now``); needs the current bytes (``vllm:cache_config_info``);
 - ``kv_cache_dtype``: tokens x (element bytes now / then) (``kvpilot.kv.kv_element_bytes``: bf16 -> fp8 2x),
   and the KV reads of each step shrink with them;
 - ``enable_prefix_caching``: ``true`` / ``false``;
@@ -37,6 +39,7 @@ FLAGS: dict[str, str] = {
     "max_num_batched_tokens": "--max-num-batched-tokens",
     "kv_cache_tokens": "KV cache tokens",
     "gpu_memory_utilization": "--gpu-memory-utilization",
+    "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
     "kv_cache_dtype": "--kv-cache-dtype",
     "enable_prefix_caching": "--enable-prefix-caching",
     "replicas": "replicas (scale out)",
@@ -113,7 +116,7 @@ def parse_change(text: str) -> Change:
 
 
 def _parse_value(key: str, raw: str) -> Any:
-    if key in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "replicas"):
+    if key in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "kv_cache_memory_bytes", "replicas"):
         try:
             value = int(raw)
         except ValueError:
@@ -181,6 +184,8 @@ def apply_change(change: Change, config: EngineConfig, limits: Limits) -> Applie
                 )
         elif key == "kv_cache_tokens":
             tokens = int(value)
+        elif key == "kv_cache_memory_bytes":
+            tokens = _memory_bytes_tokens(int(value), tokens, limits)
         elif key == "gpu_memory_utilization":
             tokens = _utilization_tokens(float(value), tokens, config, limits)
             fields["gpu_memory_utilization"] = float(value)
@@ -241,6 +246,16 @@ def _bytes_per_token(config: EngineConfig, dtype: str) -> int | None:
     return int(config.bytes_per_token * then / now)
 
 
+def _memory_bytes_tokens(value: int, tokens: int, limits: Limits) -> int:
+    now = limits.value("kv_cache_memory_bytes")
+    if not now:
+        raise ChangeError(
+            "--what-if kv_cache_memory_bytes: the server's KV pool is not set in bytes "
+            "(no kv_cache_memory_bytes in its cache_config_info): vLLM sizes it from --gpu-memory-utilization"
+        )
+    return int(tokens * value / now)
+
+
 def _utilization_tokens(util: float, tokens: int, config: EngineConfig, limits: Limits) -> int:
     now = limits.value("gpu_memory_utilization")
     if now is None or limits.gpu_memory_utilization.source in ("default", "unknown"):
@@ -253,12 +268,14 @@ def _utilization_tokens(util: float, tokens: int, config: EngineConfig, limits: 
     return int(tokens + (util - float(now)) * memory / bpt)
 
 
-def candidates(binding: str | None, config: EngineConfig, suggested: dict[str, Any]) -> list[Change]:
+def candidates(
+    binding: str | None, config: EngineConfig, suggested: dict[str, Any], *, graphs: bool = True
+) -> list[Change]:
     """The changes simulated by default for a window whose binding limit is ``binding``, smallest first.
 
     - ``max_num_seqs``: the rules' suggestion (``suggested``) or the CUDA-graph batch size at 2x, then the one
       at 4x or twice the first, whichever is larger (the next limit, usually KV, binds at some point: the
-      predictions say where);
+      predictions say where); without CUDA graphs (``graphs`` false: a CPU server) 2x and 4x themselves;
     - ``token_budget``: the budget 2x and 4x;
     - ``kv_cache``: fp8 KV (2x the tokens, unless already fp8, else 2x the tokens outright), and the
       rules' smaller ``max_num_seqs`` when they suggest one (fewer preemptions);
@@ -269,11 +286,15 @@ def candidates(binding: str | None, config: EngineConfig, suggested: dict[str, A
     seqs, budget = batch.max_num_seqs, batch.max_num_batched_tokens
     out: list[Change] = []
     if binding == "max_num_seqs":
+
+        def size(n: int) -> int:
+            return capture_sizes_around(n)[1] if graphs else n
+
         first = int(suggested.get("max_num_seqs") or 0)
         if first <= seqs:
-            first = capture_sizes_around(2 * seqs)[1]
+            first = size(2 * seqs)
         out.append(Change.of(max_num_seqs=first))
-        out.append(Change.of(max_num_seqs=capture_sizes_around(max(4 * seqs, 2 * first))[1]))
+        out.append(Change.of(max_num_seqs=size(max(4 * seqs, 2 * first))))
     elif binding == "token_budget":
         out.append(Change.of(max_num_batched_tokens=2 * budget))
         out.append(Change.of(max_num_batched_tokens=4 * budget))

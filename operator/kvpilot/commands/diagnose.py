@@ -242,8 +242,8 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
     default="30s",
     type=DURATION,
     show_default=True,
-    help="Wall-clock time for all predictions of a run (each replay and what-if simulates the whole window); "
-    "targets beyond it are diagnosed without predictions.",
+    help="Wall-clock time for all predictions of a run (each replay and what-if simulates the whole window), "
+    "counted from the end of the window's reads; targets beyond it are diagnosed without predictions.",
 )
 @click.option(
     "--no-what-if", is_flag=True, help="Diagnose only: no replay of the window, no predicted effect of any change."

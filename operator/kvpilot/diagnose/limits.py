@@ -41,6 +41,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "block_size": ("", "block_size"),
     "num_gpu_blocks": ("", "num_gpu_blocks"),
     "kv_cache_tokens": ("", "kv_cache_size_tokens"),
+    "kv_cache_memory_bytes": ("", "kv_cache_memory_bytes"),
     "enable_prefix_caching": ("enablePrefixCaching", "enable_prefix_caching"),
     "tensor_parallel_size": ("tensorParallelSize", ""),
     "shared_prefix_tokens": ("", ""),  # the traffic's, not the server's: the command line only
@@ -55,6 +56,7 @@ _IntName = Literal[
     "block_size",
     "num_gpu_blocks",
     "kv_cache_tokens",
+    "kv_cache_memory_bytes",
     "tensor_parallel_size",
     "shared_prefix_tokens",
     "max_num_active_seqs",
@@ -85,6 +87,10 @@ class Limit:
 class Limits:
     """The limits of one target. Attribute names are vLLM's flags with underscores.
 
+    ``kv_cache_memory_bytes`` is the KV pool's size when the server sets it in bytes (``--kv-cache-memory-bytes``,
+    or on CPU ``VLLM_CPU_KVCACHE_SPACE``; ``vllm:cache_config_info`` labels ``None`` otherwise): vLLM then sizes the
+    pool from it and not from ``--gpu-memory-utilization``.
+
     ``shared_prefix_tokens`` is no server flag but a fact of its traffic the user states
     (``--shared-prefix-tokens``): the length of the prompt prefix requests share (a system prompt), which no
     vLLM metric gives; the prefix rule judges reuse against it. ``max_num_active_seqs`` (vLLM 0.31+) is an
@@ -100,6 +106,7 @@ class Limits:
     block_size: Limit = Limit(None)
     num_gpu_blocks: Limit = Limit(None)
     kv_cache_tokens: Limit = Limit(None)
+    kv_cache_memory_bytes: Limit = Limit(None)
     enable_prefix_caching: Limit = Limit(None)
     tensor_parallel_size: Limit = Limit(None)
     shared_prefix_tokens: Limit = Limit(None)

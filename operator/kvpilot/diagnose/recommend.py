@@ -28,13 +28,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Recommendation
 from kvpilot.diagnose.signals import Signals
 from kvpilot.kv import KVConfigError, bytes_per_token, kv_element_bytes
 from kvpilot.text.numbers import count, fig, gib, number, percent, significant, times
+from kvpilot.vllm.defaults import CPU_DEFAULT_BLOCK_SIZE
 
 #: highest --gpu-memory-utilization kvpilot suggests (docs/background.md §7: 0.95 failed at startup on WSL2)
 MAX_SUGGESTED_UTILIZATION = 0.95
@@ -86,62 +87,269 @@ def recommend(verdict: str, inputs: Inputs, **overrides: int | None) -> list[Rec
     return fn(inputs, **overrides) if overrides else fn(inputs)
 
 
-def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:  # noqa: C901
+Platform = Literal["cpu", "gpu"]
+
+
+def platform(limits: Limits) -> tuple[Platform, str]:
+    """The device the server runs on and the evidence for it, in words.
+
+    CPU when the GPU named is ``cpu`` (``--gpu-name cpu``), or, with no GPU named, when ``vllm:cache_config_info``
+    shows a KV pool set in bytes (``kv_cache_memory_bytes``: vLLM's CPU backend is sized so) with the block size
+    vLLM's CPU platform picks (:data:`~kvpilot.vllm.defaults.CPU_DEFAULT_BLOCK_SIZE`); a GPU otherwise.
+    """
+    name = (limits.gpu_name or "").strip().lower()
+    if name == "cpu":
+        return "cpu", "--gpu-name cpu"
+    if name:
+        return "gpu", f"GPU {limits.gpu_name}"
+    if limits.value("kv_cache_memory_bytes") and limits.value("block_size") == CPU_DEFAULT_BLOCK_SIZE:
+        return "cpu", (
+            f"KV set in bytes with block size {CPU_DEFAULT_BLOCK_SIZE}, as vLLM's CPU backend runs "
+            f"({limits.kv_cache_memory_bytes.source})"
+        )
+    return "gpu", "no CPU evidence"
+
+
+@dataclass(frozen=True)
+class Need:
+    """The concurrency the window's traffic needs (:func:`concurrency_needed`).
+
+    Attributes:
+        requests: requests that must run at once to serve the arrivals (and drain a growing backlog).
+        keep_up: the requests that just keep up with the arrivals (Little's law), None when not computed so.
+        how: the arithmetic, in words.
+    """
+
+    requests: float
+    keep_up: float | None
+    how: str
+
+
+def concurrency_needed(s: Signals, now: float, held: str) -> Need | None:
+    """How many requests must run at once, from ``now`` running at once (``held``: what holds them, ``slots``).
+
+    - Queue growing (open loop), completion rate known: by Little's law each of the ``now`` requests completes
+      ``served / now`` req/s, so ``now x arrival / served`` keep up, with arrival = served + queue growth (req/s);
+      x (1 + :data:`DRAIN_MARGIN`) to drain the backlog. Admitting the whole queue would size for a backlog that
+      only says how long the window was.
+    - Queue growing, completion rate unknown, or the queue's trend unknown (one scrape in the window): ``2 now``.
+    - Standing queue (closed loop: clients wait for answers; its trend known): ``running + waiting``, everyone
+      admitted.
+
+    None without the running and waiting gauges.
+    """
+    run_avg, wait_avg = s.get("running_avg"), s.get("waiting_avg")
+    if not now or run_avg is None or wait_avg is None:
+        return None
+    trend, served = s.get("waiting_trend_per_s"), s.get("requests_finished_per_s")
+    growing = trend is not None and trend * s.window_seconds >= 1
+    if growing and served and trend is not None:  # growing: trend is known
+        arrival = served + trend
+        keep_up = now * arrival / served
+        need = keep_up * (1 + DRAIN_MARGIN)
+        how = (
+            f"with {fig(now, 1)} {held} now the queue grows: arrivals {number(served, 2)} served + "
+            f"{number(trend, 2)} queued = "
+            f"{number(arrival, 2, 'req/s')}; {fig(now, 1)} {held} x {number(arrival, 2)} / {number(served, 2)} = "
+            f"{number(keep_up, 1)} {held} keep up (Little's law), +{percent(DRAIN_MARGIN, 0)} to drain the backlog = "
+            f"{number(need, 1)}"
+        )
+        return Need(need, keep_up, how)
+    if growing or trend is None:  # a trend unknown (one scrape in the window) is no evidence of a standing queue
+        why = "the queue grows and the completion rate is unknown" if growing else "whether the queue grows is unknown"
+        return Need(2 * now, None, f"with {fig(now, 1)} {held} now {why}: 2 x {fig(now, 1)} = {fig(2 * now, 1)}")
+    need = run_avg + wait_avg
+    how = (
+        f"with {fig(now, 1)} {held} now a queue stands: {number(run_avg, 1)} running + "
+        f"{number(wait_avg, 1)} waiting = "
+        f"{number(need, 1)} admitted at once"
+    )
+    return Need(need, None, how)
+
+
+#: sizes of KV memory suggested are whole MiB
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class _Shortfall:
+    """The KV the window's traffic needs: ``need`` requests at ``per_request`` tokens each, ``tokens`` in all."""
+
+    need: Need
+    per_request: float
+    tokens: float
+    capacity: int
+
+    def covered_by(self, tokens: float) -> bool:
+        return tokens >= self.tokens
+
+    def text(self) -> str:
+        return (
+            f"{self.need.how} requests; x {count(self.per_request)} tokens each = {count(self.tokens)} KV tokens "
+            f"needed, {times(self.tokens / self.capacity, 2)} the {count(self.capacity)} there are"
+        )
+
+
+def _kv_shortfall(inputs: Inputs) -> _Shortfall | None:
+    """The KV tokens the window's queue needs (its requests at once x KV per request), None when not measured or
+    when no more than the pool holds.
+    """
+    s, kv_tokens = inputs.signals, inputs.limits.value("kv_cache_tokens")
+    per_request, running, peak = tokens_per_request(s), s.get("running_avg"), s.get("running_max")
+    if not kv_tokens or not per_request:
+        return None
+    need = concurrency_needed(s, running, "requests in KV") if running else None
+    if need is None and peak:  # no queue gauges over the window: what the running requests held at their peak
+        need = Need(peak, None, f"the observed peak of {count(peak)} running")
+    if need is None or need.requests * per_request <= kv_tokens:
+        return None
+    return _Shortfall(need, per_request, need.requests * per_request, kv_tokens)
+
+
+def _kv_bytes(inputs: Inputs, short: _Shortfall | None, bpt: int | None) -> Recommendation | None:
+    """``--kv-cache-memory-bytes X -> Y`` for a pool set in bytes: vLLM sizes KV from it, whatever the device's
+    memory utilization (``Worker.determine_available_memory``, ``CPUWorker.determine_available_memory``).
+    Y = the tokens needed x bytes per token (``X / kv_cache_tokens``, or the model config's), whole MiB; 2X when
+    the shortfall is not measured.
+    """
+    lim = inputs.limits
+    now, kv_tokens = lim.value("kv_cache_memory_bytes"), lim.value("kv_cache_tokens")
+    if not now:
+        return None
+    per_token = now / kv_tokens if kv_tokens else bpt
+    device = "the node's RAM" if platform(lim)[0] == "cpu" else "the GPU"
+    if short is not None and per_token:
+        target = math.ceil(short.tokens * per_token / _MIB) * _MIB
+        effect = (
+            f"{short.text()}: {count(short.tokens)} x {number(per_token)} B per token = "
+            f"{_mib(target)} (now {_mib(now)}, {count(kv_tokens)} tokens)"
+        )
+    else:
+        target = 2 * now
+        effect = f"2 x {_mib(now)}: twice the KV tokens" + (
+            f" ({count(kv_tokens)} -> {count(2 * kv_tokens)})" if kv_tokens else ""
+        )
+    effect += f"; vLLM refuses to start when {device} cannot spare it."
+    return Recommendation("--kv-cache-memory-bytes", now, target, effect)
+
+
+def _mib(n_bytes: float) -> str:
+    return f"{number(n_bytes / _MIB)} MiB"
+
+
+def _kv_utilization(inputs: Inputs, short: _Shortfall | None, bpt: int | None) -> tuple[Recommendation, bool] | None:
+    """``--gpu-memory-utilization u -> u'`` (a GPU whose pool is not set in bytes, u known) and whether it covers
+    the shortfall: u' = u + the tokens short x bytes per token / GPU memory, at most
+    :data:`MAX_SUGGESTED_UTILIZATION`.
+    """
+    lim = inputs.limits
+    util, gpu, kv_tokens = lim.value("gpu_memory_utilization"), lim.gpu_memory_bytes, lim.value("kv_cache_tokens")
+    # only from a known utilization: a guessed default may not be what the server runs with
+    util_known = lim.gpu_memory_utilization.source not in ("default", "unknown")
+    if util is None or util >= MAX_SUGGESTED_UTILIZATION or not util_known:
+        return None
+    covers = False
+    if bpt and gpu and kv_tokens and short is not None:
+        needed = (short.tokens - kv_tokens) * bpt / gpu
+        target = min(MAX_SUGGESTED_UTILIZATION, math.ceil((util + needed) * 100) / 100)
+        covers = util + needed <= MAX_SUGGESTED_UTILIZATION
+    else:
+        target = min(MAX_SUGGESTED_UTILIZATION, round(util + 0.1, 2))
+    if bpt and gpu:
+        extra = (target - util) * gpu / bpt
+        effect = (
+            f"+{count(extra)} KV tokens: ({number(target, 2)} - {number(util, 2)}) x {gib(gpu, 0)} / "
+            f"{count(bpt, 'B')} per token"
+            + (f" ({count(kv_tokens)} -> {count(kv_tokens + extra)})" if kv_tokens else "")
+        )
+        if short is not None:
+            effect += f"; {short.text()}" + ("" if covers else f": {count(short.capacity + extra)} do not cover it")
+        effect += "; startup may fail if the GPU cannot spare it."
+    else:
+        missing = " and ".join(
+            f for f, known in (("--gpu-memory", gpu), ("--model-config", bpt)) if not known
+        )  # only what is missing: a flag given is never asked for again
+        effect = (
+            f"+{number(target - util, 2)} x GPU memory for KV (give {missing} to count tokens); "
+            "startup may fail if the GPU cannot spare it."
+        )
+    return Recommendation("--gpu-memory-utilization", util, target, effect), covers
+
+
+def _kv_dtype(inputs: Inputs, short: _Shortfall | None) -> tuple[Recommendation, bool] | None:
+    """``--kv-cache-dtype auto -> fp8`` and whether its tokens (x element bytes now / 1) cover the shortfall."""
+    lim = inputs.limits
+    kv_tokens = lim.value("kv_cache_tokens")
+    dtype = str(lim.value("kv_cache_dtype") or "auto")
+    if dtype.startswith("fp8"):
+        return None
+    try:
+        model_dtype = "bfloat16"
+        if inputs.model_config:
+            from kvpilot.kv.spec import model_dtype as _model_dtype
+
+            model_dtype = _model_dtype(inputs.model_config)
+        factor = kv_element_bytes(dtype, model_dtype) / kv_element_bytes("fp8", model_dtype)
+    except (KVConfigError, KeyError):
+        return None
+    if factor <= 1:
+        return None
+    effect = f"{times(factor, 2)} KV tokens per byte"
+    covers = False
+    if kv_tokens:
+        effect += f": {count(kv_tokens)} -> {count(kv_tokens * factor)} tokens"
+        if short is not None:
+            covers = short.covered_by(kv_tokens * factor)
+            effect += f" ({'cover' if covers else 'short of'} the {count(short.tokens)} needed)"
+    return Recommendation("--kv-cache-dtype", dtype, "fp8", effect + " (small accuracy cost; check quality)."), covers
+
+
+def _kv_replicas(short: _Shortfall) -> Recommendation:
+    """As many replicas as the shortfall needs KV pools: ``ceil(tokens needed / tokens per server)``."""
+    n = max(2, math.ceil(short.tokens / short.capacity - 1e-9))
+    return Recommendation(
+        "replicas (scale out)",
+        1,
+        n,
+        f"none of the flag changes below holds the KV the traffic needs: {short.text()}; "
+        f"ceil({count(short.tokens)} / {count(short.capacity)}) = {count(n)} servers, each taking 1/{n} of the "
+        "arrivals.",
+    )
+
+
+def _kv_exhaustion(inputs: Inputs) -> list[Recommendation]:
+    """The KV changes, sized from the shortfall when the window measures it (:func:`_kv_shortfall`): those that
+    cover it first, then, when none does, as many replicas as it needs; then the ones that do not cover it, and
+    the smaller ``max_num_seqs`` that stops preemptions. A pool set in bytes gets bytes, never a utilization
+    vLLM would not read; a CPU no tensor parallelism (its sockets are not known from the metrics).
+    """
     s, lim = inputs.signals, inputs.limits
-    out: list[Recommendation] = []
     kv_tokens = lim.value("kv_cache_tokens")
     per_request = tokens_per_request(s)
     running_max = s.get("running_max")
     demand = running_max * per_request if running_max and per_request else None
     bpt = kv_bytes_per_token(inputs)
-    util, gpu = lim.value("gpu_memory_utilization"), lim.gpu_memory_bytes
-    # only from a known utilization: a guessed default may not be what the server runs with (and a
-    # server sized with --kv-cache-memory ignores it)
-    util_known = lim.gpu_memory_utilization.source not in ("default", "unknown")
-    if util is not None and util < MAX_SUGGESTED_UTILIZATION and util_known:
-        if bpt and gpu and kv_tokens and demand and demand > kv_tokens:
-            needed = (demand - kv_tokens) * bpt / gpu
-            target = min(MAX_SUGGESTED_UTILIZATION, math.ceil((util + needed) * 100) / 100)
-        else:
-            target = min(MAX_SUGGESTED_UTILIZATION, round(util + 0.1, 2))
-        if bpt and gpu:
-            extra = (target - util) * gpu / bpt
-            effect = (
-                f"+{count(extra)} KV tokens: ({number(target, 2)} - {number(util, 2)}) x {gib(gpu, 0)} / "
-                f"{count(bpt, 'B')} per token"
-                + (f" ({count(kv_tokens)} -> {count(kv_tokens + extra)})" if kv_tokens else "")
-                + "; startup may fail if the GPU cannot spare it."
-            )
-        else:
-            missing = " and ".join(
-                f for f, known in (("--gpu-memory", gpu), ("--model-config", bpt)) if not known
-            )  # only what is missing: a flag given is never asked for again
-            effect = (
-                f"+{number(target - util, 2)} x GPU memory for KV (give {missing} to count tokens); "
-                "startup may fail if the GPU cannot spare it."
-            )
-        out.append(Recommendation("--gpu-memory-utilization", util, target, effect))
-    dtype = str(lim.value("kv_cache_dtype") or "auto")
-    if not dtype.startswith("fp8"):
-        try:
-            model_dtype = "bfloat16"
-            if inputs.model_config:
-                from kvpilot.kv.spec import model_dtype as _model_dtype
-
-                model_dtype = _model_dtype(inputs.model_config)
-            factor = kv_element_bytes(dtype, model_dtype) / kv_element_bytes("fp8", model_dtype)
-        except (KVConfigError, KeyError):
-            factor = None
-        if factor and factor > 1:
-            effect = f"{times(factor, 2)} KV tokens per byte"
-            if kv_tokens:
-                effect += f": {count(kv_tokens)} -> {count(kv_tokens * factor)} tokens"
-            out.append(
-                Recommendation("--kv-cache-dtype", dtype, "fp8", effect + " (small accuracy cost; check quality).")
-            )
-    tp_rec = _tensor_parallel(inputs, kv_tokens)
-    if tp_rec:
-        out.append(tp_rec)
+    short = _kv_shortfall(inputs)
+    sized: list[tuple[Recommendation, bool]] = []
+    in_bytes = _kv_bytes(inputs, short, bpt)
+    if in_bytes is not None:
+        sized.append((in_bytes, short is not None))
+    else:
+        util = _kv_utilization(inputs, short, bpt)
+        if util is not None:
+            sized.append(util)
+    dtype = _kv_dtype(inputs, short)
+    if dtype is not None:
+        sized.append(dtype)
+    covering = [rec for rec, covers in sized if covers]
+    out = covering[:]
+    if short is not None and not covering:
+        out.append(_kv_replicas(short))
+    out += [rec for rec, covers in sized if not covers]
+    if platform(lim)[0] == "gpu":
+        tp_rec = _tensor_parallel(inputs, kv_tokens)
+        if tp_rec:
+            out.append(tp_rec)
     n_seqs = lim.value("max_num_seqs")
     if kv_tokens and per_request:
         safe = int(kv_tokens // per_request)
@@ -246,36 +454,13 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
     """
     s, lim = inputs.signals, inputs.limits
     n_seqs = max_num_seqs or lim.value("max_num_seqs")
-    run_avg, wait_avg = s.get("running_avg"), s.get("waiting_avg")
-    if not n_seqs or run_avg is None or wait_avg is None:
+    needed = concurrency_needed(s, n_seqs, "slots") if n_seqs else None
+    if not n_seqs or needed is None:
         return []
-    trend, served = s.get("waiting_trend_per_s"), s.get("requests_finished_per_s")
-    growing = trend is not None and trend * s.window_seconds >= 1
-    keep_up: float | None = None  # the slots that keep up with the arrivals, when Little's law gives them
-    if growing and served and trend is not None:  # growing: trend is known
-        arrival = served + trend
-        keep_up = n_seqs * arrival / served
-        need = keep_up * (1 + DRAIN_MARGIN)
-        how = (
-            f"with {count(n_seqs)} slots now the queue grows: arrivals {number(served, 2)} served + "
-            f"{number(trend, 2)} queued = "
-            f"{number(arrival, 2, 'req/s')}; {count(n_seqs)} slots x {number(arrival, 2)} / {number(served, 2)} = "
-            f"{number(keep_up, 1)} slots keep up (Little's law), +{percent(DRAIN_MARGIN, 0)} to drain the backlog = "
-            f"{number(need, 1)}"
-        )
-    elif growing or trend is None:  # a trend unknown (one scrape in the window) is no evidence of a standing queue
-        need = 2 * n_seqs
-        why = "the queue grows and the completion rate is unknown" if growing else "whether the queue grows is unknown"
-        how = f"with {count(n_seqs)} slots now {why}: 2 x {count(n_seqs)} = {count(need)}"
-    else:
-        need = run_avg + wait_avg
-        how = (
-            f"with {count(n_seqs)} slots now a queue stands: {number(run_avg, 1)} running + "
-            f"{number(wait_avg, 1)} waiting = "
-            f"{number(need, 1)} admitted at once"
-        )
+    need, how, keep_up = needed.requests, needed.how, needed.keep_up
     demand = max(n_seqs + 1, math.ceil(need - 1e-9))
-    suggested = capture_sizes_around(demand)[1]
+    graphs = platform(lim)[0] == "gpu"  # a CPU server captures no CUDA graphs: no batch size to round to
+    suggested = capture_sizes_around(demand)[1] if graphs else demand
     how += f"; rounded up to vLLM's CUDA-graph batch size {count(suggested)}" if suggested != demand else ""
     share, whose = _request_share(inputs)
     if share:
@@ -285,7 +470,7 @@ def _seqs_cap(inputs: Inputs, max_num_seqs: int | None = None) -> list[Recommend
         if bound <= n_seqs:
             return []  # KV holds no more requests than now: raising the cap would trade the queue for preemptions
         if suggested > bound:
-            suggested = max(n_seqs + 1, capture_sizes_around(bound)[0])
+            suggested = max(n_seqs + 1, capture_sizes_around(bound)[0] if graphs else bound)
             how += (
                 f"; bounded by KV: {percent(KV_FILL, 0)} of the pool / {each} per request ({whose}) = "
                 f"{count(bound)} "

@@ -15,7 +15,13 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
-from kvpilot.engine.hardware import BANDWIDTH_EFFICIENCY, COMPUTE_EFFICIENCY, STEP_OVERHEAD_S, model_profile
+from kvpilot.engine.hardware import (
+    BANDWIDTH_EFFICIENCY,
+    COMPUTE_EFFICIENCY,
+    STEP_OVERHEAD_S,
+    ModelProfile,
+    model_profile,
+)
 from kvpilot.gpus import gpu_profile
 from kvpilot.kv.capacity import (
     DEFAULT_OVERHEAD_BYTES,
@@ -101,6 +107,7 @@ class EngineConfig:
     compute_efficiency: float = COMPUTE_EFFICIENCY
     step_overhead: float = STEP_OVERHEAD_S
     served_model_name: str | None = None
+    profile: ModelProfile | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -159,10 +166,19 @@ class EngineConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of every field (JSON-able)."""
-        return dataclasses.asdict(self)
+        """Plain dict of every field (JSON-able); ``profile`` only when the model's own profile is set."""
+        out = dataclasses.asdict(self)
+        if self.profile is None:
+            del out["profile"]
+        return out
 
     # ------------------------------------------------------------------ derived values
+    def resolved_model_profile(self) -> ModelProfile:
+        """The served model's own profile when given (``profile``: from its config.json,
+        :func:`kvpilot.engine.hardware.profile_from_config`), else the named one (``model``).
+        """
+        return self.profile if self.profile is not None else model_profile(self.model)
+
     def resolved_bytes_per_token(self) -> int:
         """KV bytes per token per GPU (see the class docstring).
 
@@ -174,7 +190,7 @@ class EngineConfig:
         if self.bytes_per_token is not None:
             return int(self.bytes_per_token)
         try:
-            fp = footprint(model_profile(self.model).kv_spec(), self.kv_cache_dtype, int(self.tensor_parallel_size))
+            fp = footprint(self.resolved_model_profile().kv_spec(), self.kv_cache_dtype, int(self.tensor_parallel_size))
         except KVConfigError as exc:
             raise _engine_error(exc) from None
         return fp.bytes_per_token
@@ -183,7 +199,7 @@ class EngineConfig:
         """Weight bytes of the whole model (the profile's checkpoint bytes unless ``weight_bytes`` is set)."""
         if self.weight_bytes is not None:
             return int(self.weight_bytes)
-        return model_profile(self.model).weight_bytes
+        return self.resolved_model_profile().weight_bytes
 
     def resolved_num_gpu_blocks(self) -> int:
         """Total physical blocks including the null block (see the class docstring).
@@ -271,7 +287,7 @@ class EngineConfig:
                 f"{self.offload_chunk_tokens} must be a multiple of block_size ({self.block_size})",
             )
         gpu_profile(self.gpu)
-        model_profile(self.model)
+        self.resolved_model_profile()
         blocks = self.resolved_num_gpu_blocks()
         need = blocks_per_request(self.max_model_len, self.block_size)
         usable = usable_blocks(blocks)

@@ -48,7 +48,7 @@ from typing import Final, Protocol
 
 from kvpilot.engine.block_pool import NO_HIT, BlockPool, Hit
 from kvpilot.engine.config import EngineConfig
-from kvpilot.engine.hardware import CostModel, model_profile
+from kvpilot.engine.hardware import CostModel
 from kvpilot.engine.offload import CPUOffloadTier
 from kvpilot.engine.request import Request
 from kvpilot.gpus import gpu_profile
@@ -440,7 +440,7 @@ class Engine:
         self.pool = BlockPool(self.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
         self.cost = CostModel(
             gpu_profile(config.gpu),
-            model_profile(config.model),
+            config.resolved_model_profile(),
             bytes_per_token=self.bytes_per_token,
             tensor_parallel_size=config.tensor_parallel_size,
             bandwidth_efficiency=config.bandwidth_efficiency,

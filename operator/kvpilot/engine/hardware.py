@@ -27,11 +27,12 @@ positions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kvpilot.gpus import GPUProfile
 from kvpilot.kv.capacity import REFERENCE_WEIGHTS_BYTES
 from kvpilot.kv.size import footprint
-from kvpilot.kv.spec import FULL, KVSpec
+from kvpilot.kv.spec import DTYPE_BYTES, FULL, KVSpec, kv_spec_from_config, text_config
 from kvpilot.text.errors import InvalidValueError
 
 #: Fraction of the datasheet bandwidth a decode step reaches (docs/background.md §1: 632 of 896 GB/s).
@@ -55,6 +56,8 @@ class ModelProfile:
             subtracts before it sizes the KV pool.
         max_model_len: the context vLLM derives from the config (``kvpilot.kv.spec.context_length``), tokens.
         source: where the figures come from.
+        spec: the KV layout read from the config (sliding windows, MLA, hybrid layers), None for every layer full
+            attention in bf16 (the named profiles).
     """
 
     name: str
@@ -66,9 +69,12 @@ class ModelProfile:
     weight_bytes: int
     max_model_len: int
     source: str
+    spec: KVSpec | None = None
 
     def kv_spec(self) -> KVSpec:
-        """The model as :mod:`kvpilot.kv` sees it: every layer full attention, bf16 (``--dtype auto``)."""
+        """The model as :mod:`kvpilot.kv` sees it: the config's layout, else every layer full attention, bf16."""
+        if self.spec is not None:
+            return self.spec
         return KVSpec(
             model_type=None,
             num_layers=self.num_layers,
@@ -129,6 +135,74 @@ MODEL_PROFILES: dict[str, ModelProfile] = {
         "model.safetensors.index.json total_size 16,060,522,496",
     ),
 }
+
+
+def _int(cfg: dict[str, Any], key: str, default: int = 0) -> int:
+    value = cfg.get(key)
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else default
+
+
+def config_params(config: dict[str, Any]) -> tuple[float, float]:
+    """``(parameters, parameters each token computes with)`` of a decoder from its config.json.
+
+    Embeddings ``vocab x hidden`` (twice unless ``tie_word_embeddings``); per layer the attention projections
+    (``hidden x heads x head_dim`` for Q and O, ``hidden x kv_heads x head_dim`` for K and V; MLA's latent
+    projections counted as K/V of its latent width) and a gated MLP (``3 x hidden x intermediate``). A mixture of
+    experts (``num_experts`` / ``num_local_experts`` / ``n_routed_experts`` with ``num_experts_per_tok``) holds
+    every expert (``moe_intermediate_size`` each, else ``intermediate_size``) and computes with
+    ``num_experts_per_tok`` of them plus its shared experts. Norms and biases are left out (under 0.1 %). A
+    ``text_config`` without ``hidden_size`` or ``intermediate_size`` (left to transformers' defaults) is taken as
+    ``heads x head_dim`` wide with a 4x MLP, an approximation the calibration to the window absorbs.
+    """
+    spec = kv_spec_from_config(config)
+    cfg, _ = text_config(config)
+    heads, kv_heads, head_dim = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
+    hidden = _int(cfg, "hidden_size", heads * head_dim)  # a text_config may leave it to transformers' default
+    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    inter = _int(cfg, "intermediate_size", 4 * hidden)
+    experts = _int(cfg, "num_experts") or _int(cfg, "num_local_experts") or _int(cfg, "n_routed_experts")
+    if experts:
+        per_expert = 3 * hidden * _int(cfg, "moe_intermediate_size", inter)
+        shared = _int(cfg, "n_shared_experts") * per_expert + 3 * hidden * _int(cfg, "shared_expert_intermediate_size")
+        active = _int(cfg, "num_experts_per_tok", 1)
+        mlp_all, mlp_active = experts * per_expert + shared, active * per_expert + shared
+    else:
+        mlp_all = mlp_active = 3 * hidden * inter
+    vocab = _int(cfg, "vocab_size") or _int(config, "vocab_size")
+    tied = bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
+    embed = vocab * hidden * (1 if tied else 2)
+    layers = spec.num_layers
+    return float(embed + layers * (attention + mlp_all)), float(embed + layers * (attention + mlp_active))
+
+
+def profile_from_config(config: dict[str, Any], name: str, weight_bytes: int | None = None) -> ModelProfile:
+    """The served model's own profile from its config.json (any architecture :mod:`kvpilot.kv` reads).
+
+    Parameters from :func:`config_params` (the active ones price a token's FLOPs); weights ``weight_bytes`` when
+    known (a checkpoint's ``total_size``), else every parameter at the config's dtype; the KV layout and context
+    from :func:`kvpilot.kv.spec.kv_spec_from_config`.
+
+    Raises:
+        KVConfigError: the config cannot be read (naming the field).
+    """
+    spec = kv_spec_from_config(config)
+    total, active = config_params(config)
+    weights = weight_bytes if weight_bytes else int(total * DTYPE_BYTES.get(spec.model_dtype, 2))
+    context = spec.context.default if spec.context is not None else (spec.max_position_embeddings or 0)
+    return ModelProfile(
+        name,
+        active,
+        spec.num_layers,
+        spec.num_attention_heads,
+        spec.head_dim,
+        spec.num_kv_heads,
+        weights,
+        int(context) or 2048,
+        f"{name}'s config.json: {spec.num_layers} layers, {spec.num_attention_heads} heads, {spec.num_kv_heads} KV "
+        f"heads of {spec.head_dim}, {total / 1e9:.3g}B parameters ({active / 1e9:.3g}B active) counted from its "
+        "shapes",
+        spec,
+    )
 
 
 def model_profile(name: str) -> ModelProfile:

@@ -26,6 +26,10 @@ DEFAULT_BLOCK_SIZE = 16
 #: types the field ``int > 0`` and leaves the check to the attention backends, which support only some sizes;
 #: kvpilot keeps the listed set.
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+#: The block size vLLM's CPU platform sets when ``--block-size`` is not given (vLLM 0.32.0,
+#: ``vllm/platforms/cpu.py`` ``CpuPlatform.check_and_update_config``: ``cache_config.block_size = 128``; CUDA keeps
+#: :data:`DEFAULT_BLOCK_SIZE` unless an attention backend prefers another).
+CPU_DEFAULT_BLOCK_SIZE = 128
 #: ``CacheConfig.gpu_memory_utilization`` default (``Field(default=0.92, gt=0, le=1)``).
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 #: Blocks of the pool vLLM never hands out: ``BlockPool.__init__`` takes block 0 as ``null_block``, and

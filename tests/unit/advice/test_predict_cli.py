@@ -114,7 +114,10 @@ def test_a_replay_that_misses_the_window_withholds_every_prediction():
     ]
     assert target["what_if"][0]["reason"].startswith("withheld: the replay does not reproduce the window")
     assert all(r.get("predicted") is None for r in target["recommendations"])
-    assert all("Not simulated" in r["expected_effect"] for r in target["recommendations"])
+    for rec in target["recommendations"]:
+        assert rec["expected_effect"].endswith(
+            "(Sized from the window's measurements; not replayed: the replay did not reproduce the window.)"
+        )
 
 
 @pytest.mark.parametrize(
@@ -316,3 +319,43 @@ def test_on_the_whole_recording_the_cure_s_queue_time_speaks_for_itself():
     target = _json(*CAP)
     assert target["recommendations"][0]["suggested"] == 16
     assert "The window opens on" not in target["recommendations"][0]["expected_effect"]
+
+
+@pytest.mark.parametrize("asked", ["max_num_seqs=8", "max_num_seqs=6"])
+def test_a_what_if_adds_its_prediction_and_never_changes_the_recommendation(asked):
+    # 4 -> 8 (or 6) is a smaller change than the advice's own 4 -> 16: asked for, it is predicted, but the
+    # recommendation made without it stays the lead, with the same prediction
+    alone = _json(*CAP)
+    target = _json(*CAP, "--what-if", asked)
+    key, value = asked.split("=")
+    (mine,) = [w for w in target["what_if"] if w["change"] == {key: int(value)}]
+    assert mine["predicted"] is not None
+    assert target["recommendations"][0] == alone["recommendations"][0]
+    assert [r["flag"] for r in target["recommendations"]] == [r["flag"] for r in alone["recommendations"]]
+
+
+def test_without_a_replay_the_kv_advice_is_sized_from_the_shortfall_and_says_so():
+    # kv-exhaustion: 17 requests in KV, 1.30 req/s served while the queue grows by 2.79: 17 x 4.09 / 1.30 = 53.4
+    # keep up, +25 % = 66.7 requests x 2,194 tokens = 146,357 KV tokens, 4.47x the 32,768 there are: fp8's
+    # 65,536 fall short, so 5 servers (ceil(146,357 / 32,768)) come first; never 0.92 -> 0.95 alone as the fix
+    target = _json(*KV, "--no-what-if")
+    lead = target["recommendations"][0]
+    assert (lead["flag"], lead["suggested"]) == ("replicas (scale out)", 5)
+    assert "146,357 KV tokens needed" in lead["expected_effect"]
+    for rec in target["recommendations"]:
+        assert rec["expected_effect"].endswith(
+            "(Sized from the window's measurements; not replayed: predictions turned off (--no-what-if).)"
+        )
+    dtype = next(r for r in target["recommendations"] if r["flag"] == "--kv-cache-dtype")
+    assert "short of the 146,357 needed" in dtype["expected_effect"]
+
+
+def test_the_replay_runs_the_served_models_own_profile_from_its_config():
+    # the recording's model_name names no engine profile: without its config.json Qwen2.5-7B's shape is assumed
+    # and said; with it (a 70B), its own layers and weights, and nothing assumed
+    config = ROOT / "tests" / "fixtures" / "hf-configs" / "meta-llama__Llama-3.1-70B-Instruct.json"
+    own = _json(*CAP, "--model-config", str(config))
+    step = own["replay"]["step_time"]
+    assert step["model_source"] == "config.json"
+    assert not any("Qwen2.5-7B's weights and shape assumed" in n for n in own["replay"]["notes"])
+    assert any("(its config.json)" in n for n in own["replay"]["notes"])

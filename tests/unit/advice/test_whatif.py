@@ -118,3 +118,23 @@ def test_a_kv_cache_of_one_token_says_token():
         apply_change(Change.of(kv_cache_tokens=1), BASE, resolve_limits())
     with pytest.raises(ChangeError, match=r"leaves 16 KV tokens, less than 2 blocks"):
         apply_change(Change.of(kv_cache_tokens=16), BASE, resolve_limits())
+
+
+def test_kv_memory_bytes_scale_a_pool_set_in_bytes():
+    # a pool of 100,000 tokens in 6 GiB: 9 GiB holds 150,000
+    limits = resolve_limits(cache_config={"kv_cache_memory_bytes": str(6 * 2**30), "kv_cache_size_tokens": "100000"})
+    applied = apply_change(parse_change(f"kv_cache_memory_bytes={9 * 2**30}"), BASE, limits)
+    assert applied.config.kv_cache_tokens == 150_000
+    # a pool sized by the utilization has no bytes to scale
+    with pytest.raises(ChangeError, match="kv_cache_memory_bytes: the server's KV pool is not set in bytes"):
+        apply_change(Change.of(kv_cache_memory_bytes=2**30), BASE, resolve_limits())
+
+
+def test_without_cuda_graphs_max_num_seqs_candidates_are_not_rounded():
+    three = EngineConfig(gpu="h100-sxm", model="qwen2.5-7b", kv_cache_tokens=100_000, max_num_seqs=3).resolved()
+    # 2 x 3 = 6 and 4 x 3 = 12; with CUDA graphs the batch sizes at or above them, 8 and 16
+    assert candidates("max_num_seqs", three, {}, graphs=False) == [
+        Change.of(max_num_seqs=6),
+        Change.of(max_num_seqs=12),
+    ]
+    assert candidates("max_num_seqs", three, {}) == [Change.of(max_num_seqs=8), Change.of(max_num_seqs=16)]
