@@ -146,20 +146,28 @@ def test_shared_system_prompt_hits(server_runs) -> None:
     assert result.metrics["vllm:prefix_cache_hits_total"] > 0.5 * result.metrics["vllm:prefix_cache_queries_total"]
 
 
-def test_document_scan_on_a_real_server(server_runs, prometheus) -> None:
+def test_document_scan_on_a_real_server(server_runs, prometheus, tiny_model: Path) -> None:
     """The founding experiment on a real vLLM: documents re-read in the same order at more than the KV capacity
-    find nothing in the prefix cache (LRU evicts each block just before its reuse); reversed, they hit.
+    find nothing in the prefix cache (LRU evicts each block just before its reuse); reversed, they hit. kvpilot
+    states the cache's horizon and the offload that would hold the working set for the first, not the second.
     """
     scan = {p.name: p for p in server_runs(SCAN_SERVER).scan}
     assert scan["first"].hits == 0, scan
     assert scan["same-order"].queries >= 3 * 8 * 640, scan
     assert scan["same-order"].hits == 0, scan
     assert scan["reversed"].hits >= 2 * 5 * 128, scan  # at least the two documents read last, whole blocks
-    p = scan["same-order"]
-    out = subprocess.run(
-        [*KVPILOT, "diagnose", "--no-kube", "-o", "json", "--prometheus", prometheus.url, "--end", f"{p.t1:.3f}",
-         "--window", f"{p.t1 - p.t0:.3f}s", "--no-what-if"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    (target,) = json.loads(out.stdout)["targets"]
-    assert target["verdict"] in ("healthy", "prefix_cache_ineffective"), target["evidence"]
+
+    def evidence(p: Pass) -> list[str]:
+        out = subprocess.run(
+            [*KVPILOT, "diagnose", "--no-kube", "-o", "json", "--prometheus", prometheus.url, "--end", f"{p.t1:.3f}",
+             "--window", f"{p.t1 - p.t0:.3f}s", "--no-what-if", "--model-config", str(tiny_model / "config.json")],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        (target,) = json.loads(out.stdout)["targets"]
+        assert target["verdict"] in ("healthy", "prefix_cache_ineffective"), target["evidence"]
+        return list(target["evidence"])
+
+    same = " ".join(evidence(scan["same-order"]))
+    assert "beyond the cache's horizon" in same, same
+    assert "A CPU offload tier (LMCache) of" in same, same
+    assert "beyond the cache's horizon" not in " ".join(evidence(scan["reversed"]))
