@@ -59,10 +59,11 @@ test-unit: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python scripts/generate-docs.py
 
-# vLLM 0.29.0's own scheduler and stat logger (CPU), for the `vllm_ref` test tier; cached in
-# ${KVPILOT_VLLM_VENV:-$HOME/.cache/kvpilot/vllm-0.29.0}.
+# vLLM 0.29.0's and 0.33.0's own scheduler and stat logger (CPU), for the `vllm_ref` test tier; cached in
+# $HOME/.cache/kvpilot/vllm-VERSION (${KVPILOT_VLLM_VENV} moves 0.29.0's).
 vllm-ref:
-	tests/reference/install-vllm.sh
+	tests/reference/install-vllm.sh 0.29.0
+	tests/reference/install-vllm.sh 0.33.0
 
 # Static checks, the same as the pre-commit hooks: lint, format, layer contracts, types.
 LINT_PATHS := operator tests benchmarks setup.py
