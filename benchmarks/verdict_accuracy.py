@@ -33,6 +33,7 @@ confusion matrices and every miss):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import sys
@@ -46,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.compare_vllm_doctor import ensure_doctor, run_doctor  # noqa: E402
 from tests.conftest import vllm_venv  # noqa: E402
-from tests.reference.random_scenarios import EVALUATIONS, draw, judge, report, seeds  # noqa: E402
+from tests.reference.random_scenarios import EVALUATIONS, Outcome, draw, judge, report, seeds  # noqa: E402
 from tests.reference.verdict_accuracy import Case, cases, diagnose_case  # noqa: E402
 from tests.reference.verdict_scenarios import OUT, SCENARIOS, load_truths  # noqa: E402
 from tests.support.prom import PrometheusServer, backfill  # noqa: E402
@@ -159,11 +160,21 @@ def table(data: list[dict]) -> str:
     return "\n".join([*lines, "", totals])
 
 
-def random_section(n: int, master: int, version: str) -> str:
-    """The random benchmark's markdown: ``n`` scenarios drawn from ``master``, judged by vLLM ``version``."""
+def random_section(n: int, master: int, version: str, save: Path | None) -> str:
+    """The random benchmark's markdown: ``n`` scenarios drawn from ``master``, judged by vLLM ``version``.
+
+    ``save``: each batch's outcomes are appended there as JSON lines as they are known (``--report`` renders them).
+    """
     python = str(vllm_venv(version) / "bin" / "python")
     timings: dict[str, float] = {}
-    outcomes = judge(python, [draw(s) for s in seeds(master, n)], expect_version=version, timings=timings)
+
+    def keep(outcomes: list[Outcome]) -> None:
+        if save is not None:
+            with save.open("a", encoding="utf-8") as f:
+                f.writelines(json.dumps(o.as_dict()) + "\n" for o in outcomes)
+
+    scenarios = [draw(s) for s in seeds(master, n)]
+    outcomes = judge(python, scenarios, expect_version=version, timings=timings, batch=10, on_batch=keep)
     title = (
         f"vLLM {version}, {n} scenarios drawn from seed {master} (`benchmarks/verdict_accuracy.py --random {n} "
         f"--seed {master} --vllm-version {version}`), each at {len(EVALUATIONS)} window ends; vLLM's runs "
@@ -189,10 +200,18 @@ def main() -> None:
     parser.add_argument("--random", type=int, metavar="N", help="N scenarios drawn at random instead")
     parser.add_argument("--seed", type=int, default=None, help="the random scenarios' master seed (default: fresh)")
     parser.add_argument("--vllm-version", default="0.29.0", help="the reference venv judging random scenarios")
+    parser.add_argument("--save", type=Path, help="append the random outcomes to this JSON-lines file as known")
+    parser.add_argument("--report", type=Path, metavar="FILE", help="render outcomes saved with --save, run nothing")
     args = parser.parse_args()
-    if args.random:
-        master = args.seed if args.seed is not None else secrets.randbelow(2**31)
-        out = random_section(args.random, master, args.vllm_version)
+    if args.random or args.report:
+        if args.report:
+            lines = args.report.read_text(encoding="utf-8").splitlines()
+            outcomes = [Outcome.from_dict(json.loads(line)) for line in lines if line]
+            n = len({o.scenario for o in outcomes})
+            out = report(outcomes, f"vLLM {args.vllm_version}, {n} scenarios ({args.report.name}):")
+        else:
+            master = args.seed if args.seed is not None else secrets.randbelow(2**31)
+            out = random_section(args.random, master, args.vllm_version, args.save)
         print(out)
         if args.write:
             marker = f"random-accuracy-{args.vllm_version}"

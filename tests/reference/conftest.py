@@ -27,13 +27,11 @@ WORKLOADS = all_workloads()
 
 
 @functools.cache
-def run_reference(version: str) -> dict[str, dict]:
-    """``{workload: {"vllm": driver result, "kvpilot": step records, "snapshots", "final"}}`` on vLLM ``version``.
+def kvpilot_side() -> tuple[dict[str, dict], list[dict], float]:
+    """The engine's step records on every workload (the same for every vLLM release): ``(runs, driver specs, seconds)``.
 
-    Both sides snapshot the same instants: every ``(last arrival + 1 s) / 8`` simulated seconds. Computed once per
-    version and session.
+    Both sides snapshot the same instants: every ``(last arrival + 1 s) / 8`` simulated seconds.
     """
-    python = require_vllm_python(version)
     runs: dict[str, dict] = {}
     specs = []
     kvpilot_seconds = 0.0
@@ -51,6 +49,18 @@ def run_reference(version: str) -> dict[str, dict]:
             )
         )
         runs[name] = {"kvpilot": recorded.steps, "snapshots": recorded.snapshots, "final": recorded.final_snapshot}
+    return runs, specs, kvpilot_seconds
+
+
+@functools.cache
+def run_reference(version: str) -> dict[str, dict]:
+    """``{workload: {"vllm": driver result, "kvpilot": step records, "snapshots", "final"}}`` on vLLM ``version``.
+
+    kvpilot's side is computed once (:func:`kvpilot_side`), vLLM's once per version and session.
+    """
+    python = require_vllm_python(version)
+    side, specs, kvpilot_seconds = kvpilot_side()
+    runs = {name: dict(run) for name, run in side.items()}
     t0 = time.perf_counter()
     answer = run_vllm(python, specs)
     vllm_seconds = time.perf_counter() - t0

@@ -28,8 +28,8 @@ import random
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +223,13 @@ class Outcome:
     expected: tuple[str, ...]
     verdict: str
 
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "shares": dict(self.shares), "expected": list(self.expected)}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> Outcome:
+        return cls(**{**doc, "expected": tuple(doc["expected"])})
+
     @property
     def right(self) -> bool:
         return self.verdict in self.expected
@@ -243,23 +250,30 @@ def judge(
     scenarios: Sequence[VerdictScenario],
     expect_version: str | None = None,
     timings: dict[str, float] | None = None,
+    batch: int | None = None,
+    on_batch: Callable[[list[Outcome]], None] | None = None,
 ) -> list[Outcome]:
     """Every scenario through vLLM (one driver run per :data:`BATCH`), then ``kvpilot diagnose`` at each window, in
     each mode.
 
     ``timings``, when given, receives the wall seconds of the driver run (``"vllm"``) and of the diagnoses
-    (``"diagnose"``).
+    (``"diagnose"``); ``batch`` scenarios go to one driver run (default :data:`BATCH`), and ``on_batch`` is given
+    each batch's outcomes as they are known.
     """
     out: list[Outcome] = []
     spent = {"vllm": 0.0, "diagnose": 0.0}
-    for i in range(0, len(scenarios), BATCH):
-        batch = scenarios[i : i + BATCH]
+    size = batch or BATCH
+    for i in range(0, len(scenarios), size):
+        chunk = scenarios[i : i + size]
         t0 = time.perf_counter()
-        answer = run_vllm(python, [driver_doc(sc) for sc in batch], timeout=3600)
+        answer = run_vllm(python, [driver_doc(sc) for sc in chunk], timeout=3600)
         t1 = time.perf_counter()
         if expect_version is not None and answer["vllm_version"] != expect_version:
             raise RuntimeError(f"the reference venv runs vLLM {answer['vllm_version']}, not {expect_version}")
-        out += _diagnosed(batch, answer["results"])
+        outcomes = _diagnosed(chunk, answer["results"])
+        if on_batch is not None:
+            on_batch(outcomes)
+        out += outcomes
         spent["vllm"] += t1 - t0
         spent["diagnose"] += time.perf_counter() - t1
     if timings is not None:
