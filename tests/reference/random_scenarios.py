@@ -140,7 +140,8 @@ def draw(seed: int) -> VerdictScenario:
     prompt_spec = _length(rng, prompt, prompt_cap)
     output_spec = _length(rng, output, output_cap)
     load = _log_uniform(rng, 0.15, 3.0)
-    rate = min(_MAX_RATE, max(0.05, load * _capacity(flags, prompt + shared.get("prefix_len", 0) // 2, output)))
+    capacity = _capacity(flags, prompt + shared.get("prefix_len", 0) // 2, output)
+    rate = min(_MAX_RATE, max(0.05, load * capacity))
     process = rng.choice(("steady", "bursty", "ramp"))
     base = {"prompt_len": prompt_spec, "output_len": output_spec, **shared}
     streams: list[dict[str, Any]] = []
@@ -177,7 +178,7 @@ def draw(seed: int) -> VerdictScenario:
         features["lora"] = {"max_loras": rng.choice((1, 2, 4)), "max_lora_rank": 16}
         adapters = rng.randint(2, 12)
     description = (
-        f"{process} arrivals at ~{rate:.3g} req/s (load {load:.2f} x a rough capacity), prompts "
+        f"{process} arrivals at ~{rate:.3g} req/s ({rate / capacity:.2f} x a rough capacity), prompts "
         f"{prompt_spec['dist']} ~{prompt}, outputs {output_spec['dist']} ~{output}"
         + (f", {shared['prefix_groups']} shared {shared['prefix_len']}-token prefixes" if shared else "")
         + (f", priorities {priorities}" if priorities else "")

@@ -1,8 +1,8 @@
 """``kvpilot diagnose`` on scenarios drawn at random, held to vLLM's own scheduler: a fresh sample every run.
 
-Each run draws a master seed (printed in the header line ``random accuracy seed: N``; env
-``KVPILOT_ACCURACY_SEED=N`` replays it), draws :data:`SAMPLE` scenarios from it (``random_scenarios.draw``), runs
-them through vLLM's scheduler in one driver run and diagnoses every scenario at each of its window ends with the
+Each run draws a master seed (printed as ``random accuracy seed: N``; env ``KVPILOT_ACCURACY_SEED=N`` replays
+it), draws :data:`SAMPLE` scenarios from it (``random_scenarios.draw``; env ``KVPILOT_ACCURACY_SAMPLE`` draws more),
+runs them through vLLM's scheduler in one driver run and diagnoses every scenario at each of its window ends with the
 server's flags and without. The goals: at least 97 % of the verdicts right with flags, 90 % without, and no verdict
 naming a limit vLLM's scheduler never refused the head of its queue on in that window.
 """
@@ -20,7 +20,7 @@ from tests.reference.random_scenarios import Outcome, accuracy, draw, judge, rep
 
 pytestmark = pytest.mark.vllm_ref
 
-SAMPLE = 30
+SAMPLE = max(30, int(os.environ.get("KVPILOT_ACCURACY_SAMPLE") or 30))
 GOALS = {"flags": 0.97, "bare": 0.90}
 
 
