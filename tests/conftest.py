@@ -37,19 +37,32 @@ def require_tool(name: str) -> str:
 
 
 VLLM_VENV_DEFAULT = Path.home() / ".cache" / "kvpilot" / "vllm-0.29.0"
+#: the vLLM releases the reference tier runs (``make vllm-ref`` installs each beside the others)
+VLLM_VERSIONS = ("0.29.0", "0.33.0")
 
 
-def require_vllm_python() -> str:
-    """Return the python of the vLLM 0.29.0 reference venv; skip without it, or fail under CI.
+def vllm_venv(version: str = "0.29.0") -> Path:
+    """The reference venv of vLLM ``version``: ``~/.cache/kvpilot/vllm-VERSION``.
 
-    Located through env ``KVPILOT_VLLM_PYTHON`` (default: ``bin/python`` of
-    ``${KVPILOT_VLLM_VENV:-~/.cache/kvpilot/vllm-0.29.0}``); ``make vllm-ref`` creates it.
+    Env ``KVPILOT_VLLM_VENV`` moves 0.29.0's, ``KVPILOT_VLLM_VENV_0_33_0`` (dots as underscores) another's.
     """
-    venv = Path(os.environ.get("KVPILOT_VLLM_VENV") or VLLM_VENV_DEFAULT)
-    path = os.environ.get("KVPILOT_VLLM_PYTHON") or str(venv / "bin" / "python")
+    if version == "0.29.0":
+        return Path(os.environ.get("KVPILOT_VLLM_VENV") or VLLM_VENV_DEFAULT)
+    key = "KVPILOT_VLLM_VENV_" + version.replace(".", "_")
+    return Path(os.environ.get(key) or VLLM_VENV_DEFAULT.parent / f"vllm-{version}")
+
+
+def require_vllm_python(version: str = "0.29.0") -> str:
+    """Return the python of the vLLM ``version`` reference venv; skip without it, or fail under CI.
+
+    Located through env ``KVPILOT_VLLM_PYTHON`` for 0.29.0 (default: ``bin/python`` of :func:`vllm_venv`);
+    ``make vllm-ref`` creates every version's.
+    """
+    env = os.environ.get("KVPILOT_VLLM_PYTHON") if version == "0.29.0" else None
+    path = env or str(vllm_venv(version) / "bin" / "python")
     if os.access(path, os.X_OK):
         return path
-    message = f"the vLLM reference python {path} is missing (make vllm-ref creates it)"
+    message = f"the vLLM {version} reference python {path} is missing (make vllm-ref creates it)"
     if in_ci():
         pytest.fail(message + "; CI=true, so a missing tool is a failure")
     pytest.skip(message)

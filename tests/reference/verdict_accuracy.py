@@ -21,7 +21,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from kvpilot.cli import cli
-from tests.reference.verdict_scenarios import OUT, SCENARIOS, expected_verdicts, load_truths
+from tests.reference.verdict_scenarios import OUT, SCENARIOS, VerdictScenario, expected_verdicts, load_truths
 
 #: server flag (truth document) -> ``kvpilot diagnose`` option, used when diagnose has that option
 FLAG_OPTIONS = {
@@ -55,14 +55,26 @@ def cli_args(flags: Mapping[str, Any], options: frozenset[str] | None = None) ->
     return out
 
 
-def shared_prefix_tokens(scenario: str) -> int | None:
+def shared_prefix_tokens(scenario: str | VerdictScenario) -> int | None:
     """The length of the prompt prefix ``scenario``'s traffic shares (its streams' ``prefix_len``), or None.
 
     None when a stream shares no prefix (no ``prefix_groups``) or the streams' lengths differ: no one length.
     """
-    lengths = {int(s.get("prefix_len", 0)) if s.get("prefix_groups") else 0 for s in SCENARIOS[scenario].streams}
+    sc = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
+    lengths = {int(s.get("prefix_len", 0)) if s.get("prefix_groups") else 0 for s in sc.streams}
     length = lengths.pop() if len(lengths) == 1 else 0
     return length or None
+
+
+def mode_args(flags: Mapping[str, Any], scenario: str | VerdictScenario, mode: str) -> list[str]:
+    """Diagnose's options in ``mode``: ``"flags"`` the server's flags and its shared prefix length, ``"bare"`` none."""
+    if mode != "flags":
+        return []
+    args = cli_args(flags)
+    shared = shared_prefix_tokens(scenario)
+    if shared and "--shared-prefix-tokens" in diagnose_options():
+        args += ["--shared-prefix-tokens", str(shared)]
+    return args
 
 
 def run_diagnose(recording: Path, end_unix: float, window: float, args: list[str]) -> dict[str, Any]:
@@ -127,10 +139,7 @@ def diagnose_case(case: Case, folder: Path = OUT) -> dict[str, Any]:
     """``{"verdict", "expected", "right", "evidence", "signals", "findings", "truth"}`` for one case (computed once)."""
     doc = _truths(folder)[case.scenario]
     ev = evaluation(doc, case)
-    args = cli_args(doc["flags"]) if case.mode == "flags" else []
-    shared = shared_prefix_tokens(case.scenario)
-    if case.mode == "flags" and shared and "--shared-prefix-tokens" in diagnose_options():
-        args += ["--shared-prefix-tokens", str(shared)]
+    args = mode_args(doc["flags"], case.scenario, case.mode)
     target = run_diagnose(folder / doc["recording"], ev["end_unix"], case.window, args)
     expected = expected_verdicts(ev)
     return {

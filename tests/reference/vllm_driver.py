@@ -266,15 +266,48 @@ class RefusalProbe:
             return preempt(request, *args, **kwargs)
 
         sched._preempt_request = probed_preempt
-        select = sched._select_waiting_queue_for_scheduling
+        if hasattr(sched, "_select_waiting_queue_for_scheduling"):
+            # 0.29: schedule() picks the queue to peek (skipped requests first under FCFS)
+            select = sched._select_waiting_queue_for_scheduling
 
-        def probed_select():
-            queue = select()
-            if self.active and queue is not None:
-                self.visited.append(queue.peek_request())
-            return queue
+            def probed_select():
+                queue = select()
+                if self.active and queue is not None:
+                    self.visited.append(queue.peek_request())
+                return queue
 
-        sched._select_waiting_queue_for_scheduling = probed_select
+            sched._select_waiting_queue_for_scheduling = probed_select
+        else:
+            # 0.31+: schedule() peeks ``kv_holding_waiting`` first, then ``waiting``, and sets a request aside with
+            # its local ``skip_request``, which adds it to ``deferred_waiting``
+            for queue in (sched.kv_holding_waiting, sched.waiting):
+                self.probe_peeks(queue)
+            sched.deferred_waiting = self.ProbedSet(self, sched.deferred_waiting)
+
+    def probe_peeks(self, queue) -> None:
+        """Record every request ``schedule()`` peeks at the head of ``queue`` (0.31+)."""
+        peek = queue.peek_request
+
+        def probed_peek():
+            request = peek()
+            if self.active:
+                self.visited.append(request)
+            return request
+
+        queue.peek_request = probed_peek
+
+    class ProbedSet(set):
+        """0.31+'s ``deferred_waiting``: records why ``schedule()``'s ``skip_request`` set a request aside."""
+
+        def __init__(self, probe, items) -> None:
+            super().__init__(items)
+            self.probe = probe
+
+        def add(self, request) -> None:
+            frame = sys._getframe(1)
+            if self.probe.active and frame.f_code.co_name == "skip_request" and frame.f_back is not None:
+                self.probe.skipped[request.request_id] = self.probe.skip_reason(request, frame.f_back)
+            super().add(request)
 
     def step_queue(self, queue) -> None:
         """``queue`` was created by ``schedule()``: its ``step_skipped_waiting``; record what it is given."""
@@ -331,7 +364,7 @@ class RefusalProbe:
             if rid in self.kv_refused:
                 return "kv_cache", "allocate_slots"
             return self.stopped_at_head()
-        if not (len(sched.waiting) + len(sched.skipped_waiting)):
+        if not sched.get_request_counts()[1]:
             return "none", ""
         return self.loop_ended()
 
@@ -353,13 +386,18 @@ class RefusalProbe:
         loc = self.loop_exit_locals
         if loc is None:
             return "other", "paused"
-        at_cap = len(sched.running) + sched.num_waiting_for_streaming_input >= sched.max_num_running_reqs
+        # 0.31+ admits while running is below max_num_active_seqs (max_num_seqs when unset)
+        cap = getattr(sched, "max_num_active_reqs", sched.max_num_running_reqs)
+        active = "_active" if cap < sched.max_num_running_reqs else ""
+        at_cap = len(sched.running) + sched.num_waiting_for_streaming_input >= cap
         if loc["token_budget"] <= 0 or loc["input_budget"] <= loc["draft_slots"]:
             # the budget check comes first in schedule(); with running at the cap as well, the cap binds: a larger
             # budget admits no one past it, and the cap holds until a request finishes
-            return ("max_num_seqs", "running_at_cap_budget_used") if at_cap else ("token_budget", "budget_used")
+            if at_cap:
+                return "max_num_seqs", f"running_at{active}_cap_budget_used"
+            return "token_budget", "budget_used"
         if at_cap:
-            return "max_num_seqs", "running_at_cap"
+            return "max_num_seqs", f"running_at{active}_cap"
         return "other", "loop_ended"
 
 
@@ -376,6 +414,7 @@ def build(cfg: dict, workdir: Path):
         enable_chunked_prefill=bool(cfg["enable_chunked_prefill"]),
         is_encoder_decoder=False,
         policy=cfg.get("policy", "fcfs"),
+        **{k: int(cfg[k]) for k in ("max_num_active_seqs", "prefill_schedule_interval") if cfg.get(k) is not None},
     )
     model_config = V["ModelConfig"](
         model=str(model_dir),
@@ -718,7 +757,7 @@ class Runner:
             probe.begin()
             so = self.sched.schedule()
             refusal, refusal_detail = probe.end(so)
-            queue = len(self.sched.waiting) + len(self.sched.skipped_waiting)
+            queue = self.sched.get_request_counts()[1]
             dt, t_mem, t_cmp = self.step_time(so) if so.total_num_scheduled_tokens else (0.0, 0.0, 0.0)
             transfers = self.connector is not None and bool(self.connector.transfers)
             if not so.total_num_scheduled_tokens and transfers:
