@@ -6,7 +6,7 @@ For each recording vLLM 0.29.0's own scheduler and stat logger made (tests/fixtu
 with a queue verdict: the diagnosis alone, then the replay (with its step-time calibration) and three candidate
 what-ifs (the defaults for the binding limit, then replicas=2; no replicas search), each timed in wall and CPU
 seconds, with the
-engine's simulated seconds per wall second. Target (issue 21): three candidates for one target within 2 s on
+engine's simulated seconds per wall second. Target: three candidates for one target within 2 s on
 this 2-core machine, which needs the engine at or above 1,000x real time. Say the load (``uptime``) beside any
 figure: the machine is shared.
 """

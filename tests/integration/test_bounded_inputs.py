@@ -1,4 +1,4 @@
-"""The alias bomb of issue 24 item 9 through the real CLI, in a child process with a time budget.
+"""The YAML alias bomb (a billion laughs) through the real CLI, in a child process with a time budget.
 
 857 bytes of YAML inside ``env[].valueFrom``: nine levels of nine aliases, 9^9 leaves once expanded. PyYAML
 loads it at once (it shares aliased nodes); before the bound, validation walked it for 105 s and 1.96 GB

@@ -6,7 +6,7 @@ server's flags or with none. The verdict must be one that names the window's gro
 scheduler refused the head of its queue with over most of the window: ``verdict_scenarios.expected_verdicts``).
 Reads committed files only (no vLLM needed).
 
-Cases today's rules get wrong are marked ``xfail(strict=True)`` with the cause of issue 20 they share; a rule
+Cases today's rules get wrong are marked ``xfail(strict=True)`` with the cause (verdict_scenarios.py) they share; a rule
 change that makes one pass turns it into a failure until its mark is removed.
 """
 
@@ -25,13 +25,13 @@ def _ids(scenario: str, mode: str, *windows: str) -> list[str]:
 
 _ALL = ("120/300", "210/300", "300/300")
 _CAUSE_3_EVICTED = (
-    "issue 20 cause 3: 20 tenants' 256-token system prompts, 27 % of the requests finding theirs (70 tokens a "
+    "cause 3: 20 tenants' 256-token system prompts, 27 % of the requests finding theirs (70 tokens a "
     "request), read the same as one 70-token prompt every request finds: vLLM 0.29's counters and per-request "
     "histograms (a 256-token shift inside 8,000-12,000-token buckets) cannot tell them apart, so no warning; the "
     "finding at severity ok says so and that --shared-prefix-tokens tells them apart (the flags mode passes it)"
 )
 
-#: case id -> why today's rules miss it (issue 20's causes)
+#: case id -> why today's rules miss it (the verdict scenarios' causes)
 XFAIL: dict[str, str] = {
     **dict.fromkeys(
         _ids("system-prompts-evicted", "bare", *_ALL),
@@ -64,7 +64,7 @@ def test_diagnose_names_the_limit_vllm_refused_the_queue_with(case):
 
 @pytest.mark.parametrize("case", _params(XFAIL_EVIDENCE))
 def test_the_max_num_seqs_diagnose_reasons_with_is_never_below_the_running_it_measured(case):
-    # issue 20 cause 6: "pinned ... max 1,013 of 256 (default)" contradicts itself; a running maximum above the
+    # cause 6: "pinned ... max 1,013 of 256 (default)" contradicts itself; a running maximum above the
     # limit means the limit is not what the server runs with (vLLM never runs more than max_num_seqs)
     r = diagnose_case(case)
     limit = evidence_limit(r["evidence"], "max_num_seqs")
@@ -80,7 +80,7 @@ assert len({c.scenario for c in _CAUSE_3_PAIR}) == 2, "both of cause 3's recordi
 
 @pytest.mark.parametrize("case", [c for c in _CAUSE_3_PAIR if c.mode == "bare"], ids=lambda c: c.id)
 def test_where_the_metrics_cannot_tell_a_hot_prefix_from_evicted_ones_the_report_says_so(case):
-    # issue 20 cause 3: "say when the metrics cannot tell the two apart". vLLM's scheduler found the one hot
+    # cause 3: "say when the metrics cannot tell the two apart". vLLM's scheduler found the one hot
     # system prompt for nearly every request and the 20 tenants' prompts for about a quarter (the truth files'
     # shared_prefix_hit_share), yet both servers reuse a few hundred tokens a request amid unique documents: without
     # the shared prefix's length the prefix finding must neither warn on the hot one nor call either healthy reuse
@@ -98,7 +98,7 @@ def test_where_the_metrics_cannot_tell_a_hot_prefix_from_evicted_ones_the_report
 
 @pytest.mark.parametrize("case", [c for c in _CAUSE_3_PAIR if c.mode == "flags"], ids=lambda c: c.id)
 def test_given_the_shared_prefix_length_diagnose_tells_a_hot_prefix_from_evicted_ones(case):
-    # issue 20 cause 3's missing input: with --shared-prefix-tokens 256 (the scenarios' prefix_len), the tokens
+    # cause 3's missing input: with --shared-prefix-tokens 256 (the scenarios' prefix_len), the tokens
     # reused per request over 256 is the share of requests finding the prompt: nearly all for the hot one (a
     # healthy verdict, its low token hit rate explained at severity ok), under half for the 20 tenants' (the warning)
     r = diagnose_case(case)
@@ -129,7 +129,7 @@ def test_every_committed_scenario_is_diagnosed_and_every_xfail_names_a_case():
     ids = {c.id for c in CASES}
     assert set(XFAIL) <= ids
     assert set(XFAIL_EVIDENCE) <= ids
-    assert all(reason.startswith("issue 20 cause ") for reason in [*XFAIL.values(), *XFAIL_EVIDENCE.values()])
+    assert all(reason.startswith("cause ") for reason in [*XFAIL.values(), *XFAIL_EVIDENCE.values()])
 
 
 def _refused_share(ev: dict, reason: str) -> float:

@@ -112,7 +112,7 @@ def _add(*scenarios: VerdictScenario) -> None:
         SCENARIOS[sc.name] = sc
 
 
-# ---- issue 20 cause 1: max_num_seqs reached with KV near full and no preemption (vLLM checks the cap first) ----
+# ---- cause 1: max_num_seqs reached with KV near full and no preemption (vLLM checks the cap first) ----
 _CAP_KV = {
     "gpu": "l4",
     "model": "qwen2.5-7b",
@@ -145,7 +145,7 @@ _add(
     ),
 )
 
-# ---- issue 20 cause 2: a queue is more than one waiting sample ----
+# ---- cause 2: a queue is more than one waiting sample ----
 _NEAR = {"gpu": "l4", "model": "qwen2.5-7b", "max_model_len": 8192}
 _NEAR_TRAFFIC = (
     _s(
@@ -197,7 +197,7 @@ _add(
     ),
 )
 
-# ---- issue 20 cause 3: prefix-cache findings per prefix, not per token ----
+# ---- cause 3: prefix-cache findings per prefix, not per token ----
 _DOCS = {"gpu": "l4", "model": "qwen2.5-1.5b", "max_model_len": 16384, "gpu_memory_utilization": 0.25}
 _add(
     VerdictScenario(
@@ -240,7 +240,7 @@ _add(
     ),
 )
 
-# ---- issue 20 cause 4: LoRA adapters that cannot join the batch (vLLM's deferred waiting reason) ----
+# ---- cause 4: LoRA adapters that cannot join the batch (vLLM's deferred waiting reason) ----
 _LORA = {"gpu": "l4", "model": "qwen2.5-7b", "max_model_len": 8192}
 _LORA_TRAFFIC = (
     _s(
@@ -275,7 +275,7 @@ _add(
     ),
 )
 
-# ---- issue 20 cause 5: no limit binds: a decode server waiting on KV transfers from its prefill servers ----
+# ---- cause 5: no limit binds: a decode server waiting on KV transfers from its prefill servers ----
 _PD = {"gpu": "l4", "model": "qwen2.5-7b", "max_model_len": 8192}
 _PD_TRAFFIC = (
     _s(
@@ -311,7 +311,7 @@ _add(
     ),
 )
 
-# ---- issue 20 cause 6: vLLM's default max_num_seqs of a large GPU (1,024), pinned ----
+# ---- cause 6: vLLM's default max_num_seqs of a large GPU (1,024), pinned ----
 _BIG = {"gpu": "h100-sxm", "model": "qwen2.5-7b", "max_model_len": 8192}
 _BIG_TRAFFIC = (
     _s(

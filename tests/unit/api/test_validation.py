@@ -305,7 +305,7 @@ def test_spec_hash_changes_with_the_spec_only():
     assert int(spec_hash(a), 16) >= 0
 
 
-# ------------------------------------------------------------------ bounds of a body kopf decoded (issue 24 item 9)
+# ------------------------------------------------------------------ bounds of a body kopf decoded
 
 
 def test_a_huge_integer_names_its_field_and_the_bound():

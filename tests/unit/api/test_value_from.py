@@ -88,7 +88,7 @@ def test_accepted_sources_reach_the_pod_unchanged_and_validate_strictly(value_fr
     kubernetes_validate.validate(pod, "1.37", strict=True)
 
 
-# The issue's five (issue 24 item 10): each rendered with exit 0, and the API server refused the pod.
+# Five valueFrom cases: each rendered with exit 0, and the API server refused the pod.
 ISSUE = [
     ({}, VF, "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`"),
     (_field("bogus"), f"{VF}.fieldRef.fieldPath", "error converting fieldPath: field label not supported: bogus"),

@@ -1,4 +1,4 @@
-"""Every YAML or JSON file a command reads is held to the same bounds (issue 24 item 9): one line naming
+"""Every YAML or JSON file a command reads is held to the same bounds: one line naming
 the field and the bound, exit 2 (64 for ``diagnose``, its usage code), never a traceback or exit 70.
 
 The inputs are the issue's: affinity nested 500 deep, a 5,000-digit ``ttlSeconds``, and their JSON twins

@@ -1,4 +1,4 @@
-"""A window longer than its data: the report says so (issue 23 item 14), on both sides of Prometheus' 1.1-interval
+"""A window longer than its data: the report says so, on both sides of Prometheus' 1.1-interval
 threshold (``extrapolatedRate``, promql/functions.go v2.42: beyond it a series is taken to start at its first sample).
 """
 

@@ -1,4 +1,4 @@
-"""How the report words what it measured (issue 23 item 14): a small share is never printed as 0.0 %, a figure
+"""How the report words what it measured: a small share is never printed as 0.0 %, a figure
 above its limit comes after the reason it can be, each worked by hand.
 """
 

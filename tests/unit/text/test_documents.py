@@ -1,4 +1,4 @@
-"""The bounded YAML/JSON loader: each bound on both sides, the path it names, and the inputs of issue 24 item 9.
+"""The bounded YAML/JSON loader: each bound on both sides, the path it names, and hostile inputs.
 
 The node counts are worked out by hand in each test: every composed node counts one (a mapping, a
 sequence, a scalar, a mapping's key), an alias the nodes of what it repeats.
