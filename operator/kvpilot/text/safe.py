@@ -15,7 +15,9 @@ ECMA-48 escape sequences are removed whole (``ESC [ 31 m`` leaves nothing behind
 Redaction sees what a terminal shows: a text holding a control character or an invisible one is
 stripped first (:func:`strip_controls`, newlines kept) and the stripped text redacted, so
 ``ESC [ 1 m hf_…`` (a coloured log line), ``HF_TO<BEL>KEN=…`` or a zero-width space inside a token is
-recognised as the token it displays.
+recognised as the token it displays. An escape written out as text (``repr()`` of a label, a log that
+quotes one: ``\\x1b[1m``, ``\\033[1m``, ``\\u001b[1m``) is removed as well before redacting,
+so ``'\\x1b[1mhf_…'`` is no longer a word that merely ends in ``hf_…``.
 
 Secrets (:func:`redact`): a value is replaced by ``[REDACTED]`` when it matches a published token
 format (Hugging Face ``hf_``, OpenAI ``sk-``, GitHub ``ghp_``/``github_pat_``, Slack ``xox?-``,
@@ -72,6 +74,11 @@ _MAYBE_SECRET_RE = re.compile(
 )
 
 
+#: An ECMA-48 escape written out as text: a backslash escape of ESC (``\\x1b``, ``\\033``, ``\\u001b``)
+#: and, when present, the CSI parameters and final byte that follow it.
+_TEXT_ESCAPE_RE = re.compile(r"\\(?:x1[bB]|0?33|u001[bB])(?:\[[0-9;?]*[ -/]*[@-~])?")
+
+
 def is_secret_name(name: str) -> bool:
     """True for an environment variable name that holds a secret by convention (case-insensitive).
 
@@ -99,6 +106,8 @@ def redact(text: str) -> str:
         text = shown
     elif not _MAYBE_SECRET_RE.search(text):
         return text
+    while "\\" in text and (unescaped := _TEXT_ESCAPE_RE.sub("", text)) != text:  # until none is left
+        text = unescaped
     text = _USERINFO_RE.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _API_KEY_RE.sub(lambda m: m.group(1) + REDACTED, text)
     text = _ASSIGN_RE.sub(lambda m: m.group(1) + REDACTED, text)

@@ -171,6 +171,9 @@ def test_redact_without_a_trigger_literal_is_the_identity_and_with_one_matches_t
         f"--api-key\x1b[0m {OPENAI}",
         f"Authorization: Bear\x7fer {OPENAI}",
         "http://user:pa\u202ess@host/x",  # a bidi override inside a URL's userinfo
+        f"Model '\\x1b[1m{HF}' has no profile",  # an escape written out as text (the repr of a label)
+        f"\\033[31m{HF}",
+        f"\\u001b[0m{HF}",
     ],
 )
 def test_a_secret_beside_or_inside_a_control_character_is_redacted(text):
