@@ -48,10 +48,12 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -278,6 +280,31 @@ class _Refused(asyncio.Protocol):
         if isinstance(transport, asyncio.WriteTransport):
             transport.write(self._ANSWER)
         transport.close()
+
+
+class _QuietRequestHandler(RequestHandler):
+    """aiohttp's connection handler answering a request it cannot parse without quoting it.
+
+    aiohttp answers a malformed request line or header (a NUL or a control character in a value, a name with
+    a space) with a 400 whose body is its parser's message, and that message quotes the offending line: an
+    ``Authorization`` credential on it, or beside it, went back to the client and to any proxy logging
+    answers. Here such an answer is ``{"error": "malformed request: HTTP 400 Bad Request"}``: the status and
+    its phrase, no request bytes. The log line is :class:`_HttpLog`'s.
+    """
+
+    def handle_error(
+        self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        """The parent's answer (log, connection closed) with a body naming only the status."""
+        super().handle_error(request, status, exc, message)  # logs through _HttpLog and checks nothing was sent
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = "Error"
+        what = "malformed request: " if status < 500 else ""
+        response = _error(status, f"{what}HTTP {status} {phrase}")
+        response.force_close()
+        return response
 
 
 class _HttpLog(logging.LoggerAdapter[logging.Logger]):
@@ -653,11 +680,14 @@ class HookServer:
         if handlers is None:  # setup() sets it
             raise RuntimeError("the alert hook's HTTP runner has no server after setup()")
 
+        loop = asyncio.get_running_loop()
+
         def connection() -> asyncio.BaseProtocol:
             if len(handlers.connections) >= cfg.max_connections:
                 self.hook.metrics.connections_refused.inc()
                 return _Refused()
-            return handlers()
+            # what handlers() makes, with error answers that quote no request bytes (the runner's own kwargs)
+            return _QuietRequestHandler(handlers, loop=loop, **handlers._kwargs)
 
         server = await asyncio.get_running_loop().create_server(connection, host, port, reuse_address=True)
         self._servers.append(server)
