@@ -44,3 +44,14 @@ def test_a_recording_whose_queue_reads_two_million_is_not_replayed_within_bounds
     (target,) = doc["targets"]
     assert any("implausible window" in m for m in target["replay"]["misses"]), target["replay"]
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 1024 * 1024  # KiB: under 1 GiB more
+
+
+def test_a_block_size_of_zero_in_cache_config_info_is_no_replay_not_a_division_by_zero(tmp_path):
+    # cache_config_info block_size="0" on a queue window was a ZeroDivisionError (exit 70)
+    text = (RECORDINGS / "scenario_kv-exhaustion.om").read_text().replace('block_size="16"', 'block_size="0"')
+    path = tmp_path / "bs0.om"
+    path.write_text(text)
+    result = CliRunner().invoke(cli, ["diagnose", "--no-kube", "--recording", str(path), "-o", "json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    (target,) = json.loads(result.stdout)["targets"]
+    assert any("block_size" in m for m in target["replay"]["misses"]), target["replay"]
