@@ -213,6 +213,8 @@ def _calibrated_replay(
         runs += 1
         if observed is None or result.itl_mean_s is None or runs >= MAX_CALIBRATIONS:
             break
+        if not (0 < observed < float("inf") and result.itl_mean_s > 0):  # an ITL _sum of 0: nothing to scale by
+            break
         ratio = observed / result.itl_mean_s
         if abs(ratio - 1) <= CALIBRATED:
             break

@@ -31,6 +31,9 @@ DEFAULT_BUDGET_SECONDS = 30.0
 #: the alert hook's budget: an answer within its 30 s default timeout, with the diagnosis' own reads
 HOOK_BUDGET_SECONDS = 10.0
 
+#: the reason a target withheld for the budget gives (advise.withhold's text)
+_BUDGET_RAN_OUT = "the what-if budget ran out"
+
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "ok": 2, "unknown": 3}
 
 
@@ -86,8 +89,11 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
         done, spent = _predict_all(opts, advice, targets, report.notes)
         note = f"Replayed and predicted {count(done)} of {count(len(targets))} targets with a queue or a --what-if"
         note += f" in {fig(spent, 1)} s of prediction"
-        if done < len(targets):
+        out_of_budget = sum(_BUDGET_RAN_OUT in " ".join((d.replay or {}).get("misses") or ()) for d in targets)
+        if out_of_budget:  # a target withheld for another reason (its fit failed) says its own reason
             note += f": the what-if budget of {significant(advice.budget_seconds, 2, 's')} ran out (--what-if-budget)"
+        elif done < len(targets):
+            note += "; the others could not be replayed (each target says why)"
         report.notes.append(note + ".")
     return report
 

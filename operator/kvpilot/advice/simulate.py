@@ -37,6 +37,7 @@ from itertools import accumulate
 from operator import add, sub
 
 from kvpilot.advice.fit import WorkloadFit
+from kvpilot.advice.limits import replay_size_problem
 from kvpilot.advice.prediction import BINDING_LIMITS, QUEUE_LIMITS, Prediction, queue_grows
 from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.core import Engine, StepOutput
@@ -319,7 +320,8 @@ def simulate(
 
     Raises:
         BudgetExceededError: ``time.monotonic()`` passed ``deadline``.
-        ValueError: ``config`` is not one vLLM would start with (``EngineConfig.validate``).
+        ValueError: ``config`` is not one vLLM would start with (``EngineConfig.validate``), or the window asks for
+            more requests than a replay builds (:func:`kvpilot.advice.limits.replay_size_problem`).
     """
     blocks = config.resolved_num_gpu_blocks()
     if blocks > MAX_SIMULATED_BLOCKS:
@@ -329,6 +331,11 @@ def simulate(
     wall0, cpu0 = time.monotonic(), time.process_time()
     scaled = _per_replica(fit, replicas)
     t0 = warmup_seconds(scaled)
+    too_large = replay_size_problem(
+        scaled.waiting_start, min(scaled.served_rate, scaled.arrival_rate) * t0, fit.arrivals / max(1, replicas)
+    )
+    if too_large is not None:  # before any request is built (advice/limits.py)
+        raise ValueError(too_large)
     rng = random.Random(seed)
     arrivals = _Arrivals(
         scaled,

@@ -28,6 +28,7 @@ from typing import Any
 from kvpilot.advice.keys import WHAT_IF_KEYS
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.recommend import MAX_SUGGESTED_UTILIZATION, capture_sizes_around
+from kvpilot.engine.bounds import FIELD_BOUNDS
 from kvpilot.engine.config import EngineConfig
 from kvpilot.gpus import gpu_profile
 from kvpilot.kv import KVConfigError, kv_element_bytes
@@ -115,16 +116,25 @@ def parse_change(text: str) -> Change:
     return Change(tuple(items))
 
 
+def _parse_count(key: str, raw: str) -> int:
+    """A count key's value: a whole number from 1 to the engine field's bound (replicas: :data:`MAX_REPLICAS`)."""
+    shown = raw if len(raw) <= 40 else raw[:37] + "..."
+    try:
+        value = int(raw) if len(raw) <= 40 else None  # no count has 40 digits: never parse 4,300
+    except ValueError:
+        value = None
+    if value is None:
+        raise ChangeError(f"--what-if {key}={shown}: not a whole number of at most 40 digits")
+    bounds = {"replicas": MAX_REPLICAS, "kv_cache_memory_bytes": int(FIELD_BOUNDS["weight_bytes"].high)}
+    high = bounds.get(key) or int(FIELD_BOUNDS[key].high)  # the engine's own bound (bytes: its memory bound)
+    if not 1 <= value <= high:
+        raise ChangeError(f"--what-if {key}={shown}: must be from 1 to {high:,}")
+    return value
+
+
 def _parse_value(key: str, raw: str) -> Any:
     if key in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "kv_cache_memory_bytes", "replicas"):
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ChangeError(f"--what-if {key}={raw}: not a whole number") from None
-        if value < 1 or (key == "replicas" and value > MAX_REPLICAS):
-            bound = f"1 to {MAX_REPLICAS}" if key == "replicas" else ">= 1"
-            raise ChangeError(f"--what-if {key}={raw}: must be {bound}")
-        return value
+        return _parse_count(key, raw)
     if key == "gpu_memory_utilization":
         try:
             util = float(raw)

@@ -25,7 +25,8 @@ connections open at once (more are answered 503 and closed); a request's headers
 the header deadline (also the idle time of a kept-alive connection: aiohttp's ``keepalive_timeout``
 runs from the connection's start and after each answer), its body within the body deadline and the
 size limit; the alerts per body; new diagnoses per minute (a token bucket); diagnoses at once (a
-semaphore held until the diagnosis' thread has really ended); each diagnosis' time (its Prometheus and
+semaphore held until the diagnosis' own thread has really ended, however it ends; a target whose diagnosis still
+runs past its answer gets no second one); each diagnosis' time (its Prometheus and
 Kubernetes reads end at the deadline, so no work outlives its answer); the sinks' time. Alerts naming
 the same target (namespace, pod, server, model) share one diagnosis, in flight and in the cache for
 ``cache_seconds``; an answer for one target is never served for another. Label values reach PromQL
@@ -38,20 +39,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import dataclasses
 import hmac
 import json
 import logging
 import math
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -280,6 +284,31 @@ class _Refused(asyncio.Protocol):
         transport.close()
 
 
+class _QuietRequestHandler(RequestHandler):
+    """aiohttp's connection handler answering a request it cannot parse without quoting it.
+
+    aiohttp answers a malformed request line or header (a NUL or a control character in a value, a name with
+    a space) with a 400 whose body is its parser's message, and that message quotes the offending line: an
+    ``Authorization`` credential on it, or beside it, went back to the client and to any proxy logging
+    answers. Here such an answer is ``{"error": "malformed request: HTTP 400 Bad Request"}``: the status and
+    its phrase, no request bytes. The log line is :class:`_HttpLog`'s.
+    """
+
+    def handle_error(
+        self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        """The parent's answer (log, connection closed) with a body naming only the status."""
+        super().handle_error(request, status, exc, message)  # logs through _HttpLog and checks nothing was sent
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = "Error"
+        what = "malformed request: " if status < 500 else ""
+        response = _error(status, f"{what}HTTP {status} {phrase}")
+        response.force_close()
+        return response
+
+
 class _HttpLog(logging.LoggerAdapter[logging.Logger]):
     """The logger aiohttp's connection handlers write to: its refusals of malformed requests in one line.
 
@@ -322,6 +351,28 @@ class _NotDiagnosedError(Exception):
         self.reason = reason
 
 
+def _run_diagnosis(
+    diagnose: Callable[[Options], Report],
+    opts: Options,
+    loop: asyncio.AbstractEventLoop,
+    settle: Callable[[Report | None, BaseException | None], None],
+) -> None:
+    """A diagnosis thread's body: ``diagnose(opts)``, then ``settle(report, error)`` on ``loop`` whatever happened
+    (a ``BaseException`` that would end the thread becomes a ``RuntimeError`` naming it).
+    """
+    report: Report | None = None
+    error: BaseException | None = None
+    try:
+        report = diagnose(opts)
+    except Exception as exc:  # noqa: BLE001 - the caller names it
+        error = exc
+    except BaseException as exc:  # noqa: BLE001 - a thread's death is the diagnosis' error, never a lost slot
+        error = RuntimeError(f"the diagnosis thread ended by {type(exc).__name__}")
+    finally:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits, nothing to free
+            loop.call_soon_threadsafe(settle, report, error)
+
+
 class AlertHook:
     """The receiver's state: config, cache, bounds, metrics; :meth:`app` is the aiohttp app."""
 
@@ -330,7 +381,8 @@ class AlertHook:
         self.metrics = HookMetrics()
         self._diagnose = diagnose
         self._slots = asyncio.Semaphore(config.max_concurrency)
-        self._executor = ThreadPoolExecutor(max_workers=config.max_concurrency, thread_name_prefix="kvpilot-diagnose")
+        #: targets whose diagnosis thread still runs (its answer may have been given up): no second one starts
+        self._running: dict[DiagnosisKey, threading.Thread] = {}
         self._rate = RateLimit(config.max_diagnoses_per_minute, time.monotonic())
         self._cache: dict[DiagnosisKey, tuple[float, dict[str, Any]]] = {}
         self._in_flight: dict[DiagnosisKey, asyncio.Task[dict[str, Any]]] = {}
@@ -418,6 +470,7 @@ class AlertHook:
         tasks: dict[DiagnosisKey, asyncio.Task[dict[str, Any]]] = {}  # diagnoses in flight the alerts wait for
         cached: dict[DiagnosisKey, dict[str, Any]] = {}
         new: dict[DiagnosisKey, Target] = {}  # diagnoses to start, in the alerts' order
+        busy: set[DiagnosisKey] = set()  # targets whose earlier diagnosis still runs past its answer
         for alert in notification.alerts:
             self.metrics.alerts.labels(alert.status).inc()
             result, target, key = self._plan(alert)
@@ -428,6 +481,8 @@ class AlertHook:
                 tasks[key] = self._in_flight[key]
             elif (doc := self._cached(key)) is not None:
                 cached[key] = doc
+            elif key in self._running:
+                busy.add(key)
             else:
                 new[key] = target
         granted = self._rate.take(len(new), time.monotonic())
@@ -445,7 +500,9 @@ class AlertHook:
             task = asyncio.create_task(self._diagnosis(key, new[key]))
             task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved even if nobody waits
             tasks[key] = self._in_flight[key] = task
-        results = await asyncio.gather(*(self._finish(a, r, t, k, tasks, cached, refused) for a, r, t, k in planned))
+        results = await asyncio.gather(
+            *(self._finish(a, r, t, k, tasks, cached, refused, busy) for a, r, t, k in planned)
+        )
         answer = {"sender": notification.sender, "receiver": _safe_text(notification.receiver, _ECHO_CHARS)}
         return web.json_response(
             {**answer, "results": list(results)}, dumps=lambda obj: json.dumps(obj, allow_nan=False)
@@ -510,9 +567,16 @@ class AlertHook:
         tasks: dict[DiagnosisKey, asyncio.Task[dict[str, Any]]],
         cached: dict[DiagnosisKey, dict[str, Any]],
         refused: set[DiagnosisKey],
+        busy: set[DiagnosisKey],
     ) -> dict[str, Any]:
         """The alert's result: its target's diagnosis (cached, shared or new) or why there is none; emitted."""
-        if key in refused:
+        if key in busy:
+            self.metrics.errors.labels("busy").inc()
+            result["error"] = (
+                "not diagnosed: this target's previous diagnosis is still running past its answer's deadline; "
+                "no second one starts until it ends"
+            )
+        elif key in refused:
             self.metrics.errors.labels("rate_limit").inc()
             result["error"] = (
                 f"not diagnosed: more than {self.config.max_diagnoses_per_minute} diagnoses in the last "
@@ -574,19 +638,12 @@ class AlertHook:
                 timeout=min(10.0, reads),
                 deadline=reads,
             )
-            self.metrics.in_flight.inc()
-            started = time.perf_counter()
-
-            def ended(_: object) -> None:
-                self._slots.release()
-                self.metrics.in_flight.dec()
-                self.metrics.latency.observe(time.perf_counter() - started)
-
-            work = loop.run_in_executor(self._executor, self._diagnose, opts)
-            work.add_done_callback(ended)
+            work, thread, release = self._start(key, opts)
             try:
                 report = await asyncio.wait_for(asyncio.shield(work), remaining)
             except TimeoutError:
+                if not thread.is_alive():  # the thread died without settling: its slot is free all the same
+                    release()
                 raise _NotDiagnosedError(
                     "timeout", f"diagnosis: no answer within {fig(cfg.timeout_seconds, 3)} s"
                 ) from None
@@ -605,6 +662,52 @@ class AlertHook:
         finally:
             self._in_flight.pop(key, None)
 
+    def _start(
+        self, key: DiagnosisKey, opts: Options
+    ) -> tuple[asyncio.Future[Report], threading.Thread, Callable[[], None]]:
+        """Run one diagnosis on a thread of its own holding a slot (taken by the caller).
+
+        Returns its future, the thread and ``release``, which frees the slot once, whoever calls it first: the
+        thread's end (any exception, ``BaseException`` included, settles the future and releases), or the
+        caller that finds the thread dead without having settled. While the thread runs, ``key`` is in
+        ``_running`` and no second diagnosis of that target starts.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Report] = loop.create_future()
+        started = time.perf_counter()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            self._running.pop(key, None)
+            self._slots.release()
+            self.metrics.in_flight.dec()
+            self.metrics.latency.observe(time.perf_counter() - started)
+
+        def settle(report: Report | None, error: BaseException | None) -> None:
+            if not future.done():
+                if error is not None:
+                    future.set_exception(error)
+                elif report is not None:
+                    future.set_result(report)
+            if not future.cancelled():
+                future.exception()  # retrieved here: an answer given up never leaves it "never retrieved"
+            release()
+
+        thread = threading.Thread(
+            target=_run_diagnosis,
+            args=(self._diagnose, opts, loop, settle),
+            name=f"kvpilot-diagnose-{key.pod or key.server or '-'}",
+            daemon=True,
+        )
+        self._running[key] = thread
+        self.metrics.in_flight.inc()
+        thread.start()
+        return future, thread, release
+
     def _evict(self) -> None:
         now = time.monotonic()
         for key in [k for k, (expires, _) in self._cache.items() if expires <= now]:
@@ -621,8 +724,7 @@ class AlertHook:
         await asyncio.gather(*(one(s) for s in self.config.sinks))
 
     def close(self) -> None:
-        """Release the diagnosis threads (running ones end at their deadline)."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Nothing to release: each diagnosis runs on a daemon thread of its own that ends at its deadline."""
 
 
 class HookServer:
@@ -653,11 +755,14 @@ class HookServer:
         if handlers is None:  # setup() sets it
             raise RuntimeError("the alert hook's HTTP runner has no server after setup()")
 
+        loop = asyncio.get_running_loop()
+
         def connection() -> asyncio.BaseProtocol:
             if len(handlers.connections) >= cfg.max_connections:
                 self.hook.metrics.connections_refused.inc()
                 return _Refused()
-            return handlers()
+            # what handlers() makes, with error answers that quote no request bytes (the runner's own kwargs)
+            return _QuietRequestHandler(handlers, loop=loop, **handlers._kwargs)
 
         server = await asyncio.get_running_loop().create_server(connection, host, port, reuse_address=True)
         self._servers.append(server)

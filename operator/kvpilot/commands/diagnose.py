@@ -183,7 +183,7 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="Configured --tensor-parallel-size.")
 @click.option(
     "--shared-prefix-tokens",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=2**31 - 1),  # a token count: kvpilot.engine.bounds.MAX_COUNT (not imported here)
     metavar="N",
     help="Length of the prompt prefix requests share (a system prompt): the prefix cache is judged by how many "
     "requests find it (tokens reused per request / N), not by its token hit rate.",

@@ -88,8 +88,17 @@ def subwindow_points(
     for tok, n, s, c in zip(tokens_sum, steps, itl_sum, itl_count, strict=True):
         if tok is None or n is None or s is None or c is None or n <= 0 or c <= 0 or tok < 0 or s < 0:
             continue
-        points.append((tok / n, s / c))
+        per_step, seconds = tok / n, s / c
+        if not (per_step <= _MAX_TOKENS_PER_STEP and seconds < float("inf")):  # no step: scaled or broken counters
+            continue
+        points.append((per_step, seconds))
     return tuple(points)
+
+
+#: the most tokens one step schedules: max_num_batched_tokens, a signed 32-bit int (vLLM's scheduler); a
+#: sub-window reading more per step (1e300 from a counter scaled or gone wrong) is no step, and its square
+#: would overflow the fit's float
+_MAX_TOKENS_PER_STEP = 2**31 - 1
 
 
 def fit_step_time(points: tuple[tuple[float, float], ...]) -> StepFit:

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
+from kvpilot.engine.bounds import FIELD_BOUNDS, MAX_GPU_BLOCKS
 from kvpilot.engine.hardware import (
     BANDWIDTH_EFFICIENCY,
     COMPUTE_EFFICIENCY,
@@ -128,6 +129,7 @@ class EngineConfig:
             if name not in known:
                 raise InvalidValueError(key, f"unknown engine field (known: {', '.join(sorted(known))})")
             clean[name] = _coerce(name, value, known[name].type)
+            _check_bound(name, clean[name])
         return dataclasses.replace(self, **clean)
 
     def resolved(self) -> EngineConfig:
@@ -218,7 +220,7 @@ class EngineConfig:
                     f"{value} gives {blocks} block(s) of {self.block_size} tokens; "
                     "at least 2 are needed (the null block and one usable block)",
                 )
-            return blocks
+            return _check_pool(given, blocks, self.block_size)
         gpu = gpu_profile(self.gpu)
         tp = max(1, int(self.tensor_parallel_size))
         try:
@@ -239,11 +241,16 @@ class EngineConfig:
                 "gpu_memory_utilization",
                 f"no available memory for the cache blocks ({gib(left)} left after weights and activations)",
             )
-        return blocks
+        return _check_pool("bytes_per_token" if self.bytes_per_token is not None else "gpu", blocks, self.block_size)
 
     def kv_cache_tokens_resolved(self) -> int:
         """``num_gpu_blocks * block_size``: vLLM's "GPU KV cache size" in tokens."""
         return self.resolved_num_gpu_blocks() * self.block_size
+
+    def _check_bounds(self) -> None:
+        """Every numeric field within its range (:data:`kvpilot.engine.bounds.FIELD_BOUNDS`)."""
+        for f in fields(self):
+            _check_bound(f.name, getattr(self, f.name))
 
     def validate(self) -> None:
         """VLLM's own checks (vllm/config SchedulerConfig and the startup KV check).
@@ -257,6 +264,7 @@ class EngineConfig:
         if self.max_num_seqs is None or self.max_num_batched_tokens is None:
             self.resolved().validate()
             return
+        self._check_bounds()
         for name in (
             "block_size",
             "max_num_seqs",
@@ -301,6 +309,26 @@ class EngineConfig:
             )
 
 
+def _check_bound(name: str, value: Any) -> None:
+    """Refuse a numeric field outside its range (:data:`kvpilot.engine.bounds.FIELD_BOUNDS`), naming it."""
+    bound = FIELD_BOUNDS.get(name)
+    if bound is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        problem = bound.problem(value)
+        if problem is not None:
+            raise InvalidValueError(name, problem)
+
+
+def _check_pool(field: str, blocks: int, block_size: int) -> int:
+    """``blocks`` when the engine can hold them (:data:`kvpilot.engine.bounds.MAX_GPU_BLOCKS`), else refused."""
+    if blocks > MAX_GPU_BLOCKS:
+        raise InvalidValueError(
+            field,
+            f"gives a KV pool of {blocks:,} blocks, above the {MAX_GPU_BLOCKS:,} one simulated server holds "
+            f"({MAX_GPU_BLOCKS * block_size:,} tokens of {block_size})",
+        )
+    return blocks
+
+
 def _coerce(name: str, value: Any, typ: Any) -> Any:  # noqa: C901
     text = str(typ)
     try:
@@ -318,10 +346,12 @@ def _coerce(name: str, value: Any, typ: Any) -> Any:  # noqa: C901
                 raise TypeError(value)
             return bool(value)
         if text.startswith("int"):
-            if isinstance(value, float) and not value.is_integer():
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise TypeError(value)
             return int(value)
         if text.startswith("float"):
+            if isinstance(value, bool):
+                raise TypeError(value)
             return float(value)
         return str(value)
     except (TypeError, ValueError):

@@ -234,8 +234,17 @@ def scenario_from_dict(spec: dict[str, Any], base: Scenario | None = None) -> Sc
         str(spec.get("description", base.description)),
         merged_flags,
         workload,
-        None if duration is None else float(duration),
+        None if duration is None else _duration(duration),
     )
+
+
+def _duration(value: object) -> float:
+    """A scenario's ``duration``: simulated seconds, finite and above 0 (a run of no time reports nothing)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidValueError("duration", f"{value!r} is not a number of seconds")
+    if not 0 < value < float("inf"):  # False for NaN
+        raise InvalidValueError("duration", f"must be a finite number of seconds above 0, got {value!r}")
+    return float(value)
 
 
 def get_scenario(name: str) -> Scenario:

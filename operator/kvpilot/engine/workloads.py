@@ -19,6 +19,7 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
+from kvpilot.engine.bounds import MAX_COUNT, MAX_LOGNORMAL_SIGMA, MAX_TRACE_TIME
 from kvpilot.engine.request import Request
 from kvpilot.text.documents import DocumentError, load_json
 from kvpilot.text.errors import InvalidValueError
@@ -216,6 +217,16 @@ def _distribution(spec: object, field: str) -> tuple[dict[str, Any], str, tuple[
     return spec, kind, names
 
 
+def _param(value: object, field: str, name: str, low: float, high: float) -> float:
+    """A length spec's number ``value`` when finite and in ``[low, high]``, else refused naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidValueError(field, f"{name} {value!r} is not a number")
+    number = float(value)
+    if not low <= number <= high:  # False for NaN
+        raise InvalidValueError(field, f"{name} must be from {low:g} to {high:g}, got {value!r}")
+    return number
+
+
 class LengthSampler:
     """Token counts >= 1 drawn from one length spec, read once: a generator draws two a request (reading the
     spec's dict at each draw was about a seventh of drawing a Poisson trace).
@@ -234,26 +245,35 @@ class LengthSampler:
 
     def __init__(self, spec: object, field: str = "length") -> None:
         self.a = self.b = 0.0
-        self.lo, self.hi = -_INF, _INF
+        self.lo, self.hi = -_INF, float(MAX_COUNT)  # no draw above the largest count a request holds
         self.fixed = 0
         if isinstance(spec, (int, float)) and not isinstance(spec, bool):
             self.kind = "number"
-            self.fixed = max(1, int(spec))
+            self.fixed = max(1, int(_param(spec, field, "value", 0.0, MAX_COUNT)))
             return
         spec, kind, names = _distribution(spec, field)
         self.kind = kind
         if kind == "uniform":
-            self.a, self.b = float(int(spec["min"])), float(int(spec["max"]))  # whole tokens, drawn as ints
+            low, high = (
+                _param(spec["min"], field, "min", 0.0, MAX_COUNT),
+                _param(spec["max"], field, "max", 0.0, MAX_COUNT),
+            )
+            if low > high:
+                raise InvalidValueError(field, f"uniform min {spec['min']!r} is above max {spec['max']!r}")
+            self.a, self.b = float(int(low)), float(int(high))  # whole tokens, drawn as ints
             return
-        self.a = float(spec[names[0]])
+        self.a = _param(spec[names[0]], field, names[0], 0.0, MAX_COUNT)
         if kind == "exponential":
+            if self.a <= 0:
+                raise InvalidValueError(field, f"exponential mean must be above 0, got {spec['mean']!r}")
             self.a = 1.0 / self.a
         elif len(names) > 1:
-            self.b = float(spec[names[1]])
+            high = MAX_LOGNORMAL_SIGMA if kind == "lognormal" else MAX_COUNT
+            self.b = _param(spec[names[1]], field, names[1], 0.0, high)
         if "min" in spec:
-            self.lo = float(spec["min"])
+            self.lo = _param(spec["min"], field, "min", 0.0, MAX_COUNT)
         if "max" in spec:
-            self.hi = float(spec["max"])
+            self.hi = _param(spec["max"], field, "max", 0.0, MAX_COUNT)
 
     def draw(self, rng: random.Random) -> int:
         """One token count (the same draws of ``rng`` for the same spec, whichever way it is called)."""
@@ -423,24 +443,39 @@ def _trace_objects(lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-def _trace_request(obj: dict[str, Any], where: str, default_id: str) -> Request:
-    def num(*names: str, default: Any = None, cast: Any = int) -> Any:
-        for n in names:
-            if n in obj:
-                try:
-                    return cast(obj[n])
-                except (TypeError, ValueError):
-                    raise InvalidValueError(f"{where}: {n}", f"{obj[n]!r} is not a number") from None
-        if default is None:
-            raise InvalidValueError(f"{where}: {names[0]}", "required")
-        return default
+def _trace_number(
+    obj: dict[str, Any],
+    names: tuple[str, ...],
+    where: str,
+    default: Any = None,
+    whole: bool = True,
+    high: float = MAX_COUNT,
+) -> Any:
+    """The first of ``names`` in a trace line: a JSON number (not a bool, not a string) from 0 to ``high``, a whole
+    one when ``whole``; ``default`` when none is given (None: required).
+    """
+    for n in names:
+        if n in obj:
+            value = obj[n]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InvalidValueError(f"{where}: {n}", f"{value!r} is not a number")
+            if not 0 <= value <= high:  # False for NaN
+                raise InvalidValueError(f"{where}: {n}", f"must be from 0 to {high:g}, got {value!r}")
+            if whole and value != int(value):
+                raise InvalidValueError(f"{where}: {n}", f"{value!r} is not a whole number")
+            return int(value) if whole else float(value)
+    if default is None:
+        raise InvalidValueError(f"{where}: {names[0]}", "required")
+    return default
 
-    t = num("arrival_time", "timestamp", cast=float)
-    p = num("prompt_tokens", "prompt_len")
-    o = num("output_len", "output_tokens", default=1)
+
+def _trace_request(obj: dict[str, Any], where: str, default_id: str) -> Request:
+    t = _trace_number(obj, ("arrival_time", "timestamp"), where, whole=False, high=MAX_TRACE_TIME)
+    p = _trace_number(obj, ("prompt_tokens", "prompt_len"), where)
+    o = _trace_number(obj, ("output_len", "output_tokens"), where, default=1)
     rid = str(obj.get("request_id", default_id))
     group = obj.get("prefix_group")
-    plen = num("prefix_len", default=0)
+    plen = _trace_number(obj, ("prefix_len",), where, default=0)
     if p < 1:
         raise InvalidValueError(f"{where}: prompt_tokens", "must be >= 1")
     if o < 1:

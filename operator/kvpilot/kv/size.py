@@ -61,6 +61,9 @@ from kvpilot.vllm.defaults import (
 
 #: Per-element bytes of vLLM's ``--kv-cache-dtype`` choices other than ``auto`` and ``fp8*``.
 KV_CACHE_DTYPES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+#: vLLM's one-byte ``--kv-cache-dtype`` choices (``CacheDType``, vllm/config/cache.py, v0.29.0); any other
+#: ``fp8…`` spelling is a value vLLM refuses, not an fp8 cache.
+FP8_KV_CACHE_DTYPES = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "fp8_per_token_head"})
 
 
 def kv_element_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
@@ -72,14 +75,14 @@ def kv_element_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
     name = str(kv_cache_dtype or "auto").lower()
     if name == "auto":
         return DTYPE_BYTES[model_dtype]
-    if name.startswith("fp8"):
+    if name in FP8_KV_CACHE_DTYPES:
         return 1
     if name in KV_CACHE_DTYPES:
         return KV_CACHE_DTYPES[name]
     raise KVConfigError(
         "--kv-cache-dtype",
         f"unknown KV cache dtype {kv_cache_dtype!r} "
-        "(known: auto, bfloat16, float16, float32, fp8, fp8_e4m3, fp8_e5m2, fp8_ds_mla)",
+        f"(known: auto, bfloat16, float16, float32, {', '.join(sorted(FP8_KV_CACHE_DTYPES))})",
     )
 
 

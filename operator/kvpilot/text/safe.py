@@ -7,8 +7,17 @@ terminal, a Markdown report, a ``status`` field, a Kubernetes Event or a log lin
 Control characters: Unicode general category ``Cc`` (C0 ``U+0000``-``U+001F``, ``DEL`` ``U+007F``
 and C1 ``U+0080``-``U+009F``, which include ``ESC`` and the 8-bit ``CSI``), the line and paragraph
 separators ``U+2028``/``U+2029`` and the bidirectional embedding/override/isolate controls
-``U+202A``-``U+202E``, ``U+2066``-``U+2069`` (the "Trojan Source" characters, CVE-2021-42574).
+``U+202A``-``U+202E``, ``U+2066``-``U+2069`` (the "Trojan Source" characters, CVE-2021-42574), and the
+invisible format characters (soft hyphen ``U+00AD``, zero-width space/joiners and direction marks
+``U+200B``-``U+200F``, word joiner and invisible operators ``U+2060``-``U+2064``, ``U+FEFF``).
 ECMA-48 escape sequences are removed whole (``ESC [ 31 m`` leaves nothing behind, not ``[31m``).
+
+Redaction sees what a terminal shows: a text holding a control character or an invisible one is
+stripped first (:func:`strip_controls`, newlines kept) and the stripped text redacted, so
+``ESC [ 1 m hf_…`` (a coloured log line), ``HF_TO<BEL>KEN=…`` or a zero-width space inside a token is
+recognised as the token it displays. An escape written out as text (``repr()`` of a label, a log that
+quotes one: ``\\x1b[1m``, ``\\033[1m``, ``\\u001b[1m``) is removed as well before redacting,
+so ``'\\x1b[1mhf_…'`` is no longer a word that merely ends in ``hf_…``.
 
 Secrets (:func:`redact`): a value is replaced by ``[REDACTED]`` when it matches a published token
 format (Hugging Face ``hf_``, OpenAI ``sk-``, GitHub ``ghp_``/``github_pat_``, Slack ``xox?-``,
@@ -65,6 +74,11 @@ _MAYBE_SECRET_RE = re.compile(
 )
 
 
+#: An ECMA-48 escape written out as text: a backslash escape of ESC (``\\x1b``, ``\\033``, ``\\u001b``)
+#: and, when present, the CSI parameters and final byte that follow it.
+_TEXT_ESCAPE_RE = re.compile(r"\\(?:x1[bB]|0?33|u001[bB])(?:\[[0-9;?]*[ -/]*[@-~])?")
+
+
 def is_secret_name(name: str) -> bool:
     """True for an environment variable name that holds a secret by convention (case-insensitive).
 
@@ -75,8 +89,9 @@ def is_secret_name(name: str) -> bool:
 
 
 def contains_secret(text: str) -> bool:
-    """True when ``text`` contains something :func:`redact` would replace."""
-    return redact(text) != text
+    """True when ``text`` contains something :func:`redact` would replace (controls aside)."""
+    shown = text if text.isprintable() else strip_controls(text, keep_newlines=True)
+    return redact(shown) != shown
 
 
 def redact(text: str) -> str:
@@ -84,8 +99,15 @@ def redact(text: str) -> str:
 
     Example: ``"--api-key sk-abc… HF_TOKEN=hf_x…"`` -> ``"--api-key [REDACTED] HF_TOKEN=[REDACTED]"``.
     """
-    if not _MAYBE_SECRET_RE.search(text):
+    if not text.isprintable():  # a control or invisible character may hide a secret: see what is shown
+        shown = strip_controls(text, keep_newlines=True)
+        if not _MAYBE_SECRET_RE.search(shown):
+            return text
+        text = shown
+    elif not _MAYBE_SECRET_RE.search(text):
         return text
+    while "\\" in text and (unescaped := _TEXT_ESCAPE_RE.sub("", text)) != text:  # until none is left
+        text = unescaped
     text = _USERINFO_RE.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _API_KEY_RE.sub(lambda m: m.group(1) + REDACTED, text)
     text = _ASSIGN_RE.sub(lambda m: m.group(1) + REDACTED, text)
@@ -117,8 +139,10 @@ _SPACE_CHARS = "\t\n\r\x0b\x0c\x85\u2028\u2029"
 _TO_SPACE = str.maketrans(dict.fromkeys(_SPACE_CHARS, " "))
 _TO_SPACE_KEEP_NL = str.maketrans(dict.fromkeys(_SPACE_CHARS.replace("\n", ""), " "))
 #: What is removed once line breaks are spaces: the rest of category ``Cc`` (``U+0000``-``U+001F``
-#: but the newline, ``U+007F``-``U+009F``) and the bidirectional controls.
-_CONTROL_RE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: but the newline, ``U+007F``-``U+009F``), the bidirectional controls and the invisible format characters.
+_CONTROL_RE = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
 
 
 def strip_controls(text: str, *, keep_newlines: bool = False) -> str:

@@ -77,14 +77,24 @@ def test_a_malformed_request_is_a_4xx_with_one_log_line(hook, name):
     assert "Traceback" not in hook.stderr()
 
 
-def test_a_header_aiohttp_refuses_is_logged_by_its_reason_not_its_bytes(hook):
-    # aiohttp's parser refuses a NUL in a header value with a 400 whose message quotes the header line
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"Authorization: Bearer " + TOKEN.encode() + b"\x00x\r\n",  # a NUL in the credential's line
+        AUTH + b"X-Note: " + TOKEN.encode() + b"\x01\r\n",  # a control character beside it in another header
+        AUTH + b"Bad Header " + TOKEN.encode() + b": x\r\n",  # a header name aiohttp cannot read
+    ],
+)
+def test_a_header_aiohttp_refuses_is_answered_and_logged_by_its_reason_not_its_bytes(hook, header):
+    # aiohttp's parser refuses these with a 400 whose message quotes the header line (its own answer echoed it)
     before = len(hook.stderr().splitlines())
-    answer = hook.exchange(request(b"{}", b"Authorization: Bearer " + TOKEN.encode() + b"\x00x\r\n"))
+    answer = hook.exchange(request(b"{}", header))
     assert status_of(answer) == 400
+    assert TOKEN.encode() not in answer, answer
+    assert b"Bearer" not in answer.split(b"\r\n\r\n", 1)[-1], answer
     new = hook.stderr().splitlines()[before:]
     assert len(new) == 1, new
-    assert "malformed request from 127.0.0.1: HTTP 400: Invalid header value char" in new[0], new
+    assert "malformed request from 127.0.0.1: HTTP 400: " in new[0], new
     assert TOKEN not in hook.stderr()
     assert "Traceback" not in hook.stderr()
 

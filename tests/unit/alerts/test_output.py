@@ -49,3 +49,19 @@ def test_the_sinks_alert_has_safe_labels_annotations_and_fingerprint():
     assert got.fingerprint == "[REDACTED]"
     assert got.name == "VLLM"
     assert got.firing
+
+
+def test_a_secret_beside_an_escape_is_redacted_in_the_answer_and_for_the_sinks():
+    coloured = f"\x1b[1m{HF}\x1b[0m"  # a coloured log line quoted in a label
+    doc = safe_json({"target": {"model_name": coloured}, "note": "HF_TO\x07KEN=literal-value", coloured: 1})
+    assert doc == {"target": {"model_name": "[REDACTED]"}, "note": "HF_TOKEN=[REDACTED]", "[REDACTED]": 1}
+    alert = Alert(
+        status="firing",
+        labels={"alertname": "VLLM", "model_name": coloured},
+        annotations={"summary": f"Bearer\x1b[0m {HF}x"},
+        fingerprint=coloured,
+    )
+    got = safe_alert(alert)
+    assert got.labels["model_name"] == "[REDACTED]"
+    assert got.annotations["summary"] == "Bearer [REDACTED]"
+    assert got.fingerprint == "[REDACTED]"

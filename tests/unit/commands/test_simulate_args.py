@@ -262,3 +262,14 @@ def test_vllm_args_help_names_the_gpu_the_engine_assumes():
     gpu = SCENARIOS["healthy"].flags["gpu"]
     assert f"SCENARIO's GPU (healthy, the default: {gpu}, {gpu_profile(gpu).memory_bytes // 2**30} GiB)" in text
     assert "Without --max-model-len the model's own context is used" in text
+
+
+@pytest.mark.parametrize(("value", "code"), [("1" + "0" * 30, 64), ("2147483648", 64), ("2147483647", None)])
+def test_shared_prefix_tokens_is_a_token_count(value, code):
+    # 10^30 was taken and printed through a float; the largest count is a signed 32-bit int
+    result = CliRunner().invoke(cli, ["diagnose", "--shared-prefix-tokens", value, "--recording", "/nonexistent.om"])
+    if code is None:
+        assert "--shared-prefix-tokens" not in result.output
+    else:
+        assert result.exit_code == code, result.output
+        assert "--shared-prefix-tokens" in result.output

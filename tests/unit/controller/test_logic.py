@@ -264,3 +264,22 @@ def test_a_real_restarted_pod_without_a_ready_condition_is_still_loading():
     assert (report.phase, report.ready) == ("Loading", False)
     with_condition = dict(OOM_KILLED_RESTARTED, conditions=[{"type": "Ready", "status": "True"}])
     assert logic.pod_report(_pod(status=with_condition)).phase == "Ready"
+
+
+def test_a_termination_message_with_a_secret_beside_an_escape_reaches_status_and_events_redacted():
+    token = "hf_" + "a1B2c3D4e5F6g7H8i9J0kLmN"
+    pod = {
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"state": {"terminated": {"exitCode": 1, "reason": "Error", "message": f"login \x1b[1m{token}\x1b[0m"}}}
+            ],
+        }
+    }
+    report = logic.pod_report(pod)
+    status = logic.safe_status({"phase": report.phase, "reason": report.reason, "message": report.message})
+    assert "a1B2c3D4" not in status["message"]
+    assert status["message"].endswith("login [REDACTED]")
+    (event,) = logic.status_events(None, {"phase": "Failed", "reason": "Error", "message": report.message})
+    assert "a1B2c3D4" not in event.message
+    assert "[REDACTED]" in event.message

@@ -249,3 +249,16 @@ def test_ctrl_c_ends_watch_with_the_last_runs_status(monkeypatch):
     # without --watch, Ctrl-C before any result: could not diagnose (3)
     monkeypatch.setattr(run_module, "run", lambda _opts: (_ for _ in ()).throw(KeyboardInterrupt()))
     assert invoke("--recording", str(RECORDINGS / "scenario_kv-exhaustion.om")).exit_code == 3
+
+
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_a_model_name_holding_a_token_behind_an_escape_is_printed_redacted(tmp_path, output):
+    """The label's ESC [1m hf_... reaches the report as the label and, repr'd, in the replay's notes."""
+    token = "hf_" + "a1B2c3D4e5F6g7H8i9J0kLmN"
+    text = (RECORDINGS / "scenario_kv-exhaustion.om").read_text()
+    hostile = tmp_path / "hostile.om"
+    hostile.write_text(text.replace('model_name="qwen2.5-1.5b"', f'model_name="\x1b[1m{token}"'))
+    result = CliRunner().invoke(cli, ["diagnose", "--no-kube", "--recording", str(hostile), "-o", output])
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "a1B2c3D4" not in result.output
+    assert "[REDACTED]" in result.output

@@ -168,3 +168,9 @@ def test_prefill_time_spanning_many_step_times_is_named_a_budget_symptom():
     assert "prefilled in about one step, the budget does not split it" in text
     # no prefill histogram: no sentence, no guess
     assert "Prefill took" not in " ".join(budget_cap_with_prefill(0.0, 0.0).evidence)
+
+
+def test_a_sub_window_reading_more_tokens_per_step_than_a_step_holds_is_no_point():
+    # tokens 1e300 over 10 steps (a counter scaled or gone wrong): squared in the fit it overflowed (OverflowError)
+    points = subwindow_points([1e300, 2**31 - 1, 100.0], [10.0, 1.0, 1.0], [1.0, 1.0, float("inf")], [1.0, 1.0, 1.0])
+    assert points == ((2**31 - 1, 1.0),)  # the largest step kept; 1e300/step and infinite seconds dropped

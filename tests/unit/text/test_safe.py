@@ -118,7 +118,12 @@ def _reference_strip(text: str, keep_newlines: bool) -> str:
             out.append(ch)
         elif ch in "\t\n\r\x0b\x0c\x85\u2028\u2029":  # line breaks and tabs: a space
             out.append(" ")
-        elif not (unicodedata.category(ch) == "Cc" or "\u202a" <= ch <= "\u202e" or "\u2066" <= ch <= "\u2069"):
+        elif not (
+            unicodedata.category(ch) == "Cc"
+            or "\u202a" <= ch <= "\u202e"
+            or "\u2066" <= ch <= "\u2069"
+            or ch in "\u00ad\u200b\u200c\u200d\u200e\u200f\u2060\u2061\u2062\u2063\u2064\ufeff"  # invisible
+        ):
             out.append(ch)
     return "".join(out)
 
@@ -127,7 +132,7 @@ def _reference_strip(text: str, keep_newlines: bool) -> str:
 @given(
     text=st.text(
         alphabet=st.sampled_from(
-            [chr(i) for i in range(0xA0)] + list("\u200b\u200d\u2028\u2029\u202a\u202e\u2066\u2069\ufeffé中")
+            [chr(i) for i in range(0xA0)] + list("\u200b\u200d\u2028\u2029\u202a\u202e\u2066\u2069\ufeff\u00adé中")
         ),
         max_size=24,
     ),
@@ -147,8 +152,40 @@ def test_redact_without_a_trigger_literal_is_the_identity_and_with_one_matches_t
     from kvpilot.text import safe as module
 
     text = "".join(parts)
-    full = text
+    full = strip_controls(text, keep_newlines=True)  # redaction sees the text as a terminal shows it
     for pattern in (module._API_KEY_RE, module._ASSIGN_RE, module._BEARER_RE):
         full = pattern.sub(lambda m: m.group(1) + REDACTED, full)
     full = module._TOKEN_RE.sub(REDACTED, full)
     assert redact(text) == full
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"\x1b[1m{HF}\x1b[0m",  # a coloured log line: the escape touches the token
+        "HF_TO\x07KEN=literal-value",  # a BEL inside the variable's name
+        "HF_TOKEN=\x1b[31mliteral-value",  # an escape between the name and its value
+        f"hf_\x00{HF[3:]}",  # a NUL inside the token
+        f"hf_\u200b{HF[3:]}",  # a zero-width space inside the token (invisible on a terminal)
+        f"{HF[:10]}\u00ad{HF[10:]}",  # a soft hyphen
+        f"--api-key\x1b[0m {OPENAI}",
+        f"Authorization: Bear\x7fer {OPENAI}",
+        "http://user:pa\u202ess@host/x",  # a bidi override inside a URL's userinfo
+        f"Model '\\x1b[1m{HF}' has no profile",  # an escape written out as text (the repr of a label)
+        f"\\033[31m{HF}",
+        f"\\u001b[0m{HF}",
+    ],
+)
+def test_a_secret_beside_or_inside_a_control_character_is_redacted(text):
+    """What a terminal shows of the text (controls and invisible characters gone) holds no secret."""
+    for out in (redact(text), safe(text), one_line(text)):
+        shown = strip_controls(out)
+        assert REDACTED in shown, (text, out)
+        for secret in ("a1B2c3D4e5F6", "literal-value", "x" * 20, "pass"):
+            assert secret not in shown, out
+    assert contains_secret(text)
+
+
+def test_a_control_character_alone_is_no_secret():
+    assert not contains_secret("pod\x1b[1m ready\x07")
+    assert redact("pod\x1b[1m ready") == "pod\x1b[1m ready"  # nothing to redact: the text comes back as it was

@@ -20,6 +20,7 @@ from kvpilot.commands.simulate.options import (
     MAX_ARRIVAL_RATE,
     MAX_REQUESTS,
     MAX_SIMULATED_SECONDS,
+    MAX_SNAPSHOTS,
     MAX_SPEED,
     TRACE_TAIL_SECONDS,
     WORKLOAD_FLAGS,
@@ -33,7 +34,7 @@ from kvpilot.commands.simulate.options import (
 )
 from kvpilot.commands.simulate.session import Simulation, engine_call, record
 from kvpilot.text.errors import InvalidValueError
-from kvpilot.text.numbers import fig, plain
+from kvpilot.text.numbers import fig, number, plain
 
 # The text report (rich) and --serve (http.server, prometheus_client) are imported where they run:
 # ``simulate --help`` and report mode need neither of the other's (start-up: docs/performance.md).
@@ -295,7 +296,7 @@ def run(  # noqa: C901
 
     if serve_at and record_to:
         fail("--serve and --record: choose one")
-    if speed <= 0 or speed > MAX_SPEED:
+    if not 0 < speed <= MAX_SPEED:  # False for NaN
         fail(f"--speed: must be in (0, {plain(MAX_SPEED)}], got {plain(speed)}")
     if duration is not None and duration > MAX_SIMULATED_SECONDS:
         fail(
@@ -311,6 +312,11 @@ def run(  # noqa: C901
         fail(f"--record: cannot write {record_to}: its folder does not exist")
     if record_to and interval > total:
         fail(f"--interval: {fig(interval, 3)} s is longer than --duration {fig(total, 3)} s")
+    if record_to and total / interval > MAX_SNAPSHOTS:
+        fail(
+            f"--interval: {fig(interval, 3)} s over {fig(total, 3)} s is {number(total / interval)} snapshots, "
+            f"above the maximum {number(MAX_SNAPSHOTS)} of one recording (a longer --interval)"
+        )
     overrides: dict[str, Any] = {}
     if scenario_file:
         overrides.update(load_scenario_file(scenario_file))

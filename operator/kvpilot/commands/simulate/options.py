@@ -34,6 +34,9 @@ MAX_ARRIVAL_RATE = 1000.0
 MAX_REQUESTS = 1_000_000
 MAX_SIMULATED_SECONDS = 86_400.0
 MAX_SPEED = 1000.0
+#: Snapshots of one recording: a day at the default 5 s interval (each snapshot is every series once, about 150
+#: sample lines: a 1 ms interval over 10 minutes would write 90 million).
+MAX_SNAPSHOTS = 17_280
 
 #: Simulated seconds a replayed trace keeps running after its last arrival (when --duration is not given).
 TRACE_TAIL_SECONDS = 60.0
@@ -159,6 +162,30 @@ def vllm_overrides(argv: list[str], strict: bool = True) -> tuple[dict[str, Any]
     return dict(overrides or {}), host, port
 
 
+def _check_scenario_duration(overrides: Mapping[str, Any]) -> None:
+    """A scenario file's ``duration``: seconds above 0, at most :data:`MAX_SIMULATED_SECONDS` (exit 2 naming it)."""
+    if "duration" not in overrides:
+        return
+    given = overrides["duration"]
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or not 0 < given <= MAX_SIMULATED_SECONDS:
+        fail(
+            f"--scenario-file duration: must be a number of seconds above 0 and at most "
+            f"{fig(MAX_SIMULATED_SECONDS, 3)} (24h), got {given!r}"
+        )
+
+
+def _check_document_scan(workload: Mapping[str, Any]) -> None:
+    """A document scan's requests (documents x passes) at most :data:`MAX_REQUESTS` (exit 2 naming num_docs)."""
+    if workload.get("type") != "document_scan":
+        return
+    docs, passes = workload.get("num_docs", 10), workload.get("passes", ("first", "second", "reversed"))
+    if isinstance(docs, (int, float)) and isinstance(passes, (list, tuple)) and docs * len(passes) > MAX_REQUESTS:
+        fail(
+            f"--scenario-file workload.num_docs: {number(docs)} documents x {len(passes)} passes is above "
+            f"the maximum {number(MAX_REQUESTS)} requests of one run"
+        )
+
+
 def check_bounds(
     overrides: Mapping[str, Any],
     scenario: Any,
@@ -181,6 +208,9 @@ def check_bounds(
         seconds = float(seconds)
     except (TypeError, ValueError):
         return  # not numbers: the engine names the field
+    if not duration:
+        _check_scenario_duration(overrides)
+    _check_document_scan(wl)
     if not duration and seconds > MAX_SIMULATED_SECONDS:
         fail(
             f"--scenario-file duration: {fig(seconds, 3)} s is above the maximum "
