@@ -100,11 +100,18 @@ def length_distribution(
     365 and 7,750). Counts are rates extrapolated by PromQL, so differences are clamped at 0. Without buckets,
     a point mass at ``total / n`` or ``fallback_mean``.
 
+    A count, sum or mean that is not a finite number (a hostile or broken exporter) is unknown: no histogram,
+    no mean from it.
+
     Returns:
         None when neither a histogram nor a mean is known.
     """
     mean = total / n if total is not None and n else fallback_mean
+    if mean is not None and not math.isfinite(mean):
+        mean = fallback_mean if fallback_mean is not None and math.isfinite(fallback_mean) else None
     rows = sorted(buckets or [])
+    if any(not math.isfinite(cum) for _, cum in rows):
+        rows = []
     masses: list[tuple[float, float, float]] = []  # (lo, hi, count)
     prev_le, prev_cum = 0.0, 0.0
     for le, cum in rows:
@@ -210,6 +217,17 @@ class WorkloadFit:
 _MAX_PREFIX_SHARE = 0.95
 
 
+def _require_finite(signals: Signals) -> None:
+    """A gauge or counter at +Inf or NaN in the window is nothing real to replay (it would round an infinity).
+
+    Raises:
+        FitError: naming the series.
+    """
+    for name, series in signals.fit_series.items():
+        if any(x is not None and not math.isfinite(x) for x in series):
+            raise FitError(f"the window's {name} series holds a value that is not a finite number: no workload to fit")
+
+
 def fit_workload(signals: Signals, limits: Limits, max_model_len: int) -> WorkloadFit:
     """The window's workload (module docstring).
 
@@ -225,6 +243,7 @@ def fit_workload(signals: Signals, limits: Limits, max_model_len: int) -> Worklo
     v, fv = signals.values, signals.fit
     window = signals.window_seconds
     notes: list[str] = []
+    _require_finite(signals)
     finished = v.get("requests_finished_increase")
     if finished is None:
         raise FitError(
@@ -237,6 +256,8 @@ def fit_workload(signals: Signals, limits: Limits, max_model_len: int) -> Worklo
         notes.append("No gauge sample at or before the window's start: the server is taken as empty then.")
     run_start, wait_start = run_start or 0.0, wait_start or 0.0
     arrivals = max(0.0, finished + (run_end - run_start) + (wait_end - wait_start))
+    if not math.isfinite(arrivals):
+        raise FitError("the window's request counts are not finite numbers: no workload to fit")
     if arrivals <= 0 and finished <= 0:
         raise FitError("no request arrived or finished in the window: nothing to replay")
     served = v.get("requests_finished_per_s") or finished / window

@@ -55,3 +55,40 @@ def test_a_block_size_of_zero_in_cache_config_info_is_no_replay_not_a_division_b
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     (target,) = json.loads(result.stdout)["targets"]
     assert any("block_size" in m for m in target["replay"]["misses"]), target["replay"]
+
+
+@pytest.mark.parametrize("value", ["+Inf", "NaN"])
+def test_a_running_gauge_that_is_not_finite_is_no_workload_to_fit(tmp_path, value):
+    """vllm:num_requests_running at +Inf (or NaN) from the second scrape on: the arrival profile would round an
+    infinity (an OverflowError escaped before); the fit refuses it and says which series.
+    """
+    text, seen = (RECORDINGS / "scenario_kv-exhaustion.om").read_text(), 0
+
+    def change(m: re.Match[str]) -> str:
+        nonlocal seen
+        seen += 1
+        return m.group(0) if seen < 2 else f"{m.group(1)} {value} "
+
+    path = tmp_path / "r.om"
+    path.write_text(re.sub(r"^(vllm:num_requests_running(?:\{[^}]*\})?) (\S+) ", change, text, flags=re.MULTILINE))
+    result = CliRunner().invoke(cli, ["diagnose", "--recording", str(path), "--no-kube", "-o", "json"])
+    assert result.exit_code in (0, 1, 2), result.output
+    (target,) = json.loads(result.stdout)["targets"]
+    assert target["replay"]["predicted"] is None
+    assert any("running series holds a value that is not a finite number" in m for m in target["replay"]["misses"])
+
+
+def test_prompt_buckets_at_infinity_are_no_histogram_and_no_nan_in_json(tmp_path):
+    """Every vllm:request_prompt_tokens bucket at +Inf: the length fit's weights were NaN, which JSON cannot hold;
+    counts that are not finite are an unknown histogram, so the report stays valid JSON.
+    """
+    text = (RECORDINGS / "scenario_kv-exhaustion.om").read_text()
+    hostile = re.sub(r"^(vllm:request_prompt_tokens_bucket\{[^}]*\}) (\S+) ", r"\1 +Inf ", text, flags=re.MULTILINE)
+    path = tmp_path / "r.om"
+    path.write_text(hostile)
+    result = CliRunner().invoke(cli, ["diagnose", "--recording", str(path), "--no-kube", "-o", "json"])
+    assert result.exit_code in (0, 1, 2), result.output
+    doc = json.loads(result.stdout)  # json.loads accepts NaN: check the text itself
+    assert "NaN" not in result.stdout
+    assert "Infinity" not in result.stdout
+    assert doc["targets"][0]["verdict"] == "kv_cache_exhaustion"
