@@ -282,27 +282,36 @@ class Pass:
     hits: float
 
 
-def document_scan(server: RunningServer, docs: Sequence[Sequence[int]], passes: Sequence[tuple[str, Sequence[int]]],
-                  timeout: float = 600.0) -> list[Pass]:  # fmt: skip
-    """The founding experiment: one client reading ``docs`` one at a time, pass by pass (``passes``: name and the
-    order of document indices), each request a prompt of token ids and one output token. Bounded by ``timeout``.
+def document_scan(
+    server: RunningServer,
+    docs: Sequence[Sequence[int]],
+    passes: Sequence[tuple[str, Sequence[int], float]],
+    timeout: float = 600.0,
+) -> list[Pass]:
+    """The founding experiment: one client reading ``docs`` one at a time, pass by pass. Each pass is a name, an
+    order of document indices, and the seconds it lasts at least (the order repeated whole until then, so that the
+    pass is a window a scraper can read); each request a prompt of token ids and one output token. Bounded by
+    ``timeout``.
     """
     import urllib.request
 
     deadline = time.monotonic() + timeout
     out = []
-    for name, order in passes:
+    queries, hits = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
+    for name, order, seconds in passes:
         before = scrape_counters(server)
         t0 = time.time()
-        for i in order:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the document scan took over {timeout:.0f} s")
-            body = json.dumps({"model": server.spec_model, "prompt": list(docs[i]), "max_tokens": 1}).encode()
-            req = urllib.request.Request(server.url + "/v1/completions", body, {"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=120) as r:
-                r.read(1 << 20)
+        while True:
+            for i in order:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the document scan took over {timeout:.0f} s")
+                body = json.dumps({"model": server.spec_model, "prompt": list(docs[i]), "max_tokens": 1}).encode()
+                req = urllib.request.Request(server.url + "/v1/completions", body, {"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    r.read(1 << 20)
+            if time.time() - t0 >= seconds:
+                break
         t1 = time.time()
         after = scrape_counters(server)
-        queries, hits = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
         out.append(Pass(name, t0, t1, after[queries] - before[queries], after[hits] - before[hits]))
     return out

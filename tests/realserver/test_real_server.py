@@ -40,10 +40,12 @@ class ServerRun:
 #: all) against 23 usable blocks (3,072 tokens, one block reserved), prefix caching on, one client.
 SCAN_SERVER = "kv-small"
 SCAN_DOCS = [random.Random(s).choices(range(3, 2000), k=640) for s in range(8)]
+#: each pass a window of at least 30 s: the same order again and again (a cyclic scan), then back and forth (each
+#: turn re-reads the documents read last first: the reversed pass of the experiment, repeated)
 SCAN_PASSES = [
-    ("first", list(range(8))),
-    ("same-order", list(range(8)) * 3),
-    ("reversed", list(reversed(range(8)))),
+    ("first", list(range(8)), 0.0),
+    ("same-order", list(range(8)), 30.0),
+    ("reversed", [*reversed(range(8)), *range(8)], 30.0),
 ]
 
 
@@ -153,9 +155,10 @@ def test_document_scan_on_a_real_server(server_runs, prometheus, tiny_model: Pat
     """
     scan = {p.name: p for p in server_runs(SCAN_SERVER).scan}
     assert scan["first"].hits == 0, scan
-    assert scan["same-order"].queries >= 3 * 8 * 640, scan
+    assert scan["same-order"].queries >= 2 * 8 * 640, scan  # at least two cycles
     assert scan["same-order"].hits == 0, scan
-    assert scan["reversed"].hits >= 2 * 5 * 128, scan  # at least the two documents read last, whole blocks
+    # each turn finds at least the two documents read last (whole blocks), and each turn reads 8 documents
+    assert scan["reversed"].hits >= 2 * 5 * 128 * scan["reversed"].queries // (8 * 640), scan
 
     def evidence(p: Pass) -> list[str]:
         out = subprocess.run(

@@ -9,7 +9,6 @@ import sys
 from typing import Any, NoReturn, TextIO, cast
 
 import click
-from typing_extensions import override
 
 from kvpilot.text.errors import InputError, InvalidValueError
 
@@ -240,13 +239,15 @@ def read_secret_file(path: str, field: str = "") -> str:
 class TrimmedLines(io.TextIOBase):
     """A text stream that writes each line to ``stream`` without its trailing spaces: rich pads a table's cells to
     the console's width, which a pipe or a file would keep (``grep 'x$'`` misses, diffs show noise).
+
+    Its methods override ``io.TextIOBase``'s (not marked ``@typing_extensions.override``: every command imports this
+    module, and typing_extensions would cost every start its import; docs/performance.md, "CLI start-up").
     """
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.pending = ""
 
-    @override
     def write(self, text: str) -> int:
         """Write every whole line of ``self.pending + text`` trimmed; keep the rest for the next write."""
         *lines, self.pending = (self.pending + text).split("\n")
@@ -254,7 +255,6 @@ class TrimmedLines(io.TextIOBase):
             self.stream.write("".join(line.rstrip(" ") + "\n" for line in lines))
         return len(text)
 
-    @override
     def flush(self) -> None:
         """Write the unfinished line (as it stands) and flush ``stream``."""
         if self.pending:
@@ -262,7 +262,6 @@ class TrimmedLines(io.TextIOBase):
             self.pending = ""
         self.stream.flush()
 
-    @override
     def isatty(self) -> bool:
         return self.stream.isatty()
 
