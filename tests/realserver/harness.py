@@ -72,7 +72,6 @@ class LoadResult:
     t1: float
     truth: dict[str, Any]
     diagnoses: list[Diagnosis] = field(default_factory=list)
-    steps: list[dict[str, Any]] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
 
     def by(self, source: str, with_flags: bool) -> Diagnosis:
@@ -222,8 +221,7 @@ def run_load(
     diagnoses = [d_flags, d_bare] + [_finish(p, s, f, 120) for s, f, p in procs]
     wait_idle(server)
     steps = server.steps()
-    near = [s for s in steps if t0 - 5 <= s["t"] < t1 + 5]
-    result = LoadResult(load, t0, t1, truth_of(steps, t0, t1), diagnoses, near)
+    result = LoadResult(load, t0, t1, truth_of(steps, t0, t1), diagnoses)
     result.metrics = {k: after[k] - before[k] for k in after}
     (workdir / f"{load.name}.result.json").write_text(json.dumps(summary(result), indent=1))
     return result

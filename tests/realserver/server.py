@@ -21,9 +21,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +127,6 @@ class RunningServer:
     home: Path
     proc: subprocess.Popen[bytes]
     log: Path
-    started: float = field(default_factory=time.monotonic)
 
     @property
     def url(self) -> str:
@@ -212,21 +211,3 @@ def serve(spec: ServerSpec, model: Path, vllm: str, port: int, workdir: Path) ->
         yield server
     finally:
         stop(proc)
-
-
-def bench(
-    server: RunningServer, model: Path, vllm: str, args: Sequence[str], workdir: Path, timeout: float
-) -> dict[str, Any]:
-    """Load ``server`` with ``vllm bench serve`` (bounded by ``timeout`` s); its saved result document."""
-    result = workdir / f"bench-{time.monotonic_ns()}.json"
-    argv = [
-        vllm, "bench", "serve", "--backend", "vllm", "--model", str(model), "--host", "127.0.0.1",
-        "--port", str(server.port), "--seed", "1", "--disable-tqdm", "--save-result",
-        "--result-dir", str(workdir), "--result-filename", result.name, *args,
-    ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=workdir)
-    if out.returncode != 0:
-        raise RuntimeError(f"vllm bench serve failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
-    return dict(json.loads(result.read_text()))

@@ -13,23 +13,12 @@ from __future__ import annotations
 from kvpilot.diagnose.limits import resolve_limits
 from kvpilot.diagnose.recommend import Inputs, platform, recommend
 from kvpilot.diagnose.signals import Signals, finish_signals
+from tests.realserver.make_model import SHAPE
 
 GIB = 2**30
 MIB = 2**20
 #: the served model's config.json: Qwen2 with 4 layers, 2 KV heads of 64
-TINY = {
-    "architectures": ["Qwen2ForCausalLM"],
-    "model_type": "qwen2",
-    "vocab_size": 2048,
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-    "max_position_embeddings": 4096,
-    "torch_dtype": "bfloat16",
-}
+TINY = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", **SHAPE, "torch_dtype": "bfloat16"}
 #: vllm:cache_config_info of the CPU server (labels as CacheConfig.metrics_info prints them)
 CPU_INFO = {
     "block_size": "128",

@@ -12,6 +12,7 @@ import pytest
 from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.hardware import MODEL_PROFILES, config_params, profile_from_config
 from kvpilot.kv import bytes_per_token
+from tests.realserver.make_model import SHAPE
 
 CONFIGS = Path(__file__).resolve().parents[2] / "fixtures" / "hf-configs"
 
@@ -39,19 +40,7 @@ def test_a_mixture_of_experts_computes_with_its_active_experts():
 def test_the_tiny_cpu_model():
     # 4 layers, hidden 256, 4 heads and 2 KV heads of 64, MLP 512, vocab 2,048 tied: 2,048 x 256 = 524,288 +
     # 4 x (256 x 64 x 12 + 3 x 256 x 512) = 2,359,296: 2,883,584 parameters, 5,767,168 bytes in bf16
-    tiny = {
-        "model_type": "qwen2",
-        "vocab_size": 2048,
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_hidden_layers": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 64,
-        "max_position_embeddings": 4096,
-        "tie_word_embeddings": True,
-        "torch_dtype": "bfloat16",
-    }
+    tiny = {"model_type": "qwen2", **SHAPE, "torch_dtype": "bfloat16"}  # the real-server tier's model
     profile = profile_from_config(tiny, "tiny")
     assert (profile.params, profile.weight_bytes, profile.max_model_len) == (2_883_584, 5_767_168, 4096)
     # 2 x 4 layers x 2 KV heads x 64 x 2 bytes = 2,048 bytes per token, as vLLM's CPU server logs (64 MiB / 32,768)
