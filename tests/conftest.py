@@ -103,8 +103,21 @@ def pytest_configure_node(node) -> None:
 
 
 #: Folders whose test files share a session fixture (built once per process): their tests run on one
-#: pytest-xdist worker, so it is built once. The vLLM reference run (``reference_runs``), the image.
-SHARED_FOLDERS = ("tests/reference/", "tests/integration/image/")
+#: pytest-xdist worker, so it is built once. The real vLLM servers' model and Prometheus, the vLLM reference run
+#: (``reference_runs``), the image. Longest first: they are collected, and so handed out, before the rest
+#: (:func:`pytest_collection_modifyitems`), so the other worker takes the short files meanwhile.
+SHARED_FOLDERS = ("tests/realserver/", "tests/reference/", "tests/integration/image/")
+
+
+def collection_rank(nodeid: str) -> int:
+    """Where a test goes in the run: the :data:`SHARED_FOLDERS` in their order, then everything else."""
+    scope = xdist_scope(nodeid)
+    return SHARED_FOLDERS.index(scope) if scope in SHARED_FOLDERS else len(SHARED_FOLDERS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The shared folders first (a stable sort: each keeps its files' and tests' order)."""
+    items.sort(key=lambda item: collection_rank(item.nodeid))
 
 
 def xdist_scope(nodeid: str) -> str:
