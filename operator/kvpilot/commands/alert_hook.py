@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import TYPE_CHECKING
 
 import click
 
 from kvpilot.alerts.payload import MAX_ALERTS
 from kvpilot.commands._common import DURATION, SIZE, fail, fail_input, listen_address, read_secret_file
 from kvpilot.text.errors import InputError, InvalidValueError
+
+if TYPE_CHECKING:
+    from kvpilot.alerts.hook import HookConfig, Sink
 
 _EPILOG = f"""\b
 Examples:
@@ -160,7 +164,7 @@ def _listen(text: str, option: str = "--listen") -> tuple[str, int]:
     "--limits-from-cluster", is_flag=True, help="Read limits from the VLLMServer spec (GET; needs a kubeconfig)."
 )
 @click.option("--kubeconfig", metavar="FILE", help="Cluster for --sink kube-event and --limits-from-cluster.")
-def command(  # noqa: C901
+def command(
     prometheus: str,
     prometheus_bearer_token_file: str | None,
     prometheus_basic_auth_file: str | None,
@@ -189,7 +193,7 @@ def command(  # noqa: C901
     kubeconfig: str | None,
 ) -> None:
     """Webhook receiver: answers firing alerts with a diagnosis."""
-    from kvpilot.diagnose.sources.http import basic_authorization, bearer_authorization, split_credentials
+    from kvpilot.diagnose.sources.http import split_credentials
 
     shown, userinfo = split_credentials(prometheus)
     if not prometheus.startswith(("http://", "https://")):
@@ -200,30 +204,70 @@ def command(  # noqa: C901
     basic = _user_password(basic_auth_file, "--basic-auth-file") if basic_auth_file else None
     if not (token or basic or insecure_no_auth):
         fail("--bearer-token-file: give a token (or --basic-auth-file), or --insecure-no-auth")
-    if prometheus_bearer_token_file and prometheus_basic_auth_file:
-        fail("--prometheus-bearer-token-file: give it or --prometheus-basic-auth-file, not both")
-    authorization = userinfo
-    if prometheus_bearer_token_file:
-        prometheus_token = _read_secret(prometheus_bearer_token_file, "", "--prometheus-bearer-token-file") or ""
-        authorization = bearer_authorization(prometheus_token)
-    elif prometheus_basic_auth_file:
-        authorization = basic_authorization(*_user_password(prometheus_basic_auth_file, "--prometheus-basic-auth-file"))
+    authorization = _prometheus_authorization(userinfo, prometheus_bearer_token_file, prometheus_basic_auth_file)
     for pattern in allowed_namespaces:
         if not pattern.strip(" ,") or not pattern.isprintable():
             fail(f"--allowed-namespace: {pattern!r} is not a namespace pattern (llm-serving, llm-*, '*,!kube-*')")
 
-    import asyncio
     import logging
     import sys
 
-    from kvpilot.alerts.hook import AlertHook, HookConfig, Sink, serve
-    from kvpilot.alerts.sinks import ForwardSink, GrafanaAnnotationSink, KubeEventSink, LogSink
+    from kvpilot.alerts.hook import HookConfig
 
     # one line per refused request and per failing sink on stderr; the log sink's JSON lines go to stdout
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
+    config = HookConfig(
+        prometheus=shown.rstrip("/"),
+        prometheus_authorization=authorization,
+        bearer_token=token,
+        basic_auth=basic,
+        insecure_no_auth=insecure_no_auth,
+        window_seconds=window,
+        cache_seconds=cache_seconds,
+        max_concurrency=max_concurrency,
+        timeout_seconds=timeout,
+        max_body_bytes=max_body,
+        max_alerts=max_alerts,
+        max_diagnoses_per_minute=max_diagnoses_per_minute,
+        max_connections=max_connections,
+        header_timeout_seconds=header_timeout,
+        body_timeout_seconds=body_timeout,
+        allowed_namespaces=allowed_namespaces,
+        metrics_auth=metrics_auth,
+        use_kube=limits_from_cluster,
+        kubeconfig=kubeconfig,
+        sinks=_sinks(sinks, grafana_url, grafana_token_file, forward_url, kubeconfig),
+    )
+    _serve_forever(config, (host, port), metrics_address, listen, metrics_listen)
+
+
+def _prometheus_authorization(userinfo: str | None, bearer_file: str | None, basic_file: str | None) -> str | None:
+    """The ``Authorization`` the hook sends Prometheus: a bearer token's, a user and password's, or the URL's."""
+    from kvpilot.diagnose.sources.http import basic_authorization, bearer_authorization
+
+    if bearer_file and basic_file:
+        fail("--prometheus-bearer-token-file: give it or --prometheus-basic-auth-file, not both")
+    if bearer_file:
+        return bearer_authorization(_read_secret(bearer_file, "", "--prometheus-bearer-token-file") or "")
+    if basic_file:
+        return basic_authorization(*_user_password(basic_file, "--prometheus-basic-auth-file"))
+    return userinfo
+
+
+def _sinks(
+    names: tuple[str, ...],
+    grafana_url: str | None,
+    grafana_token_file: str | None,
+    forward_url: str | None,
+    kubeconfig: str | None,
+) -> list[Sink]:
+    """The sinks ``--sink`` names (the log by default), each checked for what it needs."""
+    from kvpilot.alerts.sinks import ForwardSink, GrafanaAnnotationSink, KubeEventSink, LogSink
+    from kvpilot.diagnose.sources.http import split_credentials
+
     chosen: list[Sink] = []
-    for name in sinks or ("log",):
+    for name in names or ("log",):
         if name == "log":
             chosen.append(LogSink())
         elif name == "grafana":
@@ -246,28 +290,22 @@ def command(  # noqa: C901
                 chosen.append(KubeEventSink(kubernetes.client.ApiClient(load_configuration(kubeconfig))))
             except ClusterConfigError as exc:  # names the file or $KUBECONFIG; the option only when it was given
                 fail(f"--kubeconfig {exc}" if kubeconfig else f"--sink kube-event: {exc}")
-    config = HookConfig(
-        prometheus=shown.rstrip("/"),
-        prometheus_authorization=authorization,
-        bearer_token=token,
-        basic_auth=basic,
-        insecure_no_auth=insecure_no_auth,
-        window_seconds=window,
-        cache_seconds=cache_seconds,
-        max_concurrency=max_concurrency,
-        timeout_seconds=timeout,
-        max_body_bytes=max_body,
-        max_alerts=max_alerts,
-        max_diagnoses_per_minute=max_diagnoses_per_minute,
-        max_connections=max_connections,
-        header_timeout_seconds=header_timeout,
-        body_timeout_seconds=body_timeout,
-        allowed_namespaces=allowed_namespaces,
-        metrics_auth=metrics_auth,
-        use_kube=limits_from_cluster,
-        kubeconfig=kubeconfig,
-        sinks=chosen,
-    )
+    return chosen
+
+
+def _serve_forever(
+    config: HookConfig,
+    address: tuple[str, int],
+    metrics_address: tuple[str, int] | None,
+    listen: str,
+    metrics_listen: str | None,
+) -> None:
+    """Serve until interrupted; an address that cannot be listened on is a one-line error naming its option."""
+    import asyncio
+
+    from kvpilot.alerts.hook import AlertHook, serve
+
+    host, port = address
 
     async def main() -> None:
         try:
