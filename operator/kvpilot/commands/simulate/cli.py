@@ -8,7 +8,7 @@ import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -35,6 +35,9 @@ from kvpilot.commands.simulate.options import (
 from kvpilot.commands.simulate.session import Simulation, engine_call, record
 from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import fig, number, plain
+
+if TYPE_CHECKING:
+    from kvpilot.engine.scenarios import Scenario
 
 # The text report (rich) and --serve (http.server, prometheus_client) are imported where they run:
 # ``simulate --help`` and report mode need neither of the other's (start-up: docs/performance.md).
@@ -266,7 +269,7 @@ def model_context(profile: str) -> int | None:
         return None
 
 
-def run(  # noqa: C901
+def run(
     scenario: str | None,
     *,
     output: str = "text",
@@ -294,79 +297,18 @@ def run(  # noqa: C901
     """
     from kvpilot.metrics.catalog import DEFAULT_VLLM_VERSION, version_tuple
 
-    if serve_at and record_to:
-        fail("--serve and --record: choose one")
-    if not 0 < speed <= MAX_SPEED:  # False for NaN
-        fail(f"--speed: must be in (0, {plain(MAX_SPEED)}], got {plain(speed)}")
-    if duration is not None and duration > MAX_SIMULATED_SECONDS:
-        fail(
-            f"--duration: {fig(duration, 3)} s is above the maximum {fig(MAX_SIMULATED_SECONDS, 3)} s (24h) of one run"
-        )
-    try:  # validate the mode's own options before any engine work
-        listen = parse_listen(serve_at, default_host) if serve_at else None
-        end_ts = parse_end(end, float(int(time.time())))  # whole seconds: readable timestamps
-    except InvalidValueError as exc:
-        fail_input(exc)
-    total = duration or DEFAULT_RECORD_DURATION
-    if record_to and not Path(record_to).expanduser().resolve().parent.is_dir():
-        fail(f"--record: cannot write {record_to}: its folder does not exist")
-    if record_to and interval > total:
-        fail(f"--interval: {fig(interval, 3)} s is longer than --duration {fig(total, 3)} s")
-    if record_to and total / interval > MAX_SNAPSHOTS:
-        fail(
-            f"--interval: {fig(interval, 3)} s over {fig(total, 3)} s is {number(total / interval)} snapshots, "
-            f"above the maximum {number(MAX_SNAPSHOTS)} of one recording (a longer --interval)"
-        )
-    overrides: dict[str, Any] = {}
-    if scenario_file:
-        overrides.update(load_scenario_file(scenario_file))
-        if "block_size" in overrides:
-            try:
-                block_size_option(overrides["block_size"])
-            except click.BadParameter as exc:
-                fail(f"--scenario-file: block_size: {exc.message}")
-    host = port = None
-    vllm_over: dict[str, Any] = {}
-    if vllm_argv:
-        vllm_over, host, port = vllm_overrides(vllm_argv, strict=strict_vllm_args)
-        overrides.update(vllm_over)
+    listen, end_ts, total = _check_modes(serve_at, record_to, speed, duration, interval, end, default_host)
+    overrides, vllm_endpoint = _file_and_vllm_overrides(scenario_file, vllm_argv, strict_vllm_args)
+    host, port = vllm_endpoint
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     workload = {key: flags.pop(flag) for flag, key in WORKLOAD_FLAGS.items() if flag in flags}
-    trace = None
-    if trace_file:
-        clash = [f"--{flag.replace('_', '-')}" for flag, key in WORKLOAD_FLAGS.items() if key in workload]
-        if clash:
-            fail(f"--trace: the trace gives the workload; drop {', '.join(clash)}")
-        trace = load_trace_file(trace_file)
+    trace = _trace(trace_file, workload)
     overrides.update(flags)
-    scenario = scenario or overrides.pop("scenario", None) or ("healthy" if vllm_argv or trace else None)
-    overrides.pop("scenario", None)
-    from kvpilot.engine.scenarios import SCENARIOS
-
-    known = SCENARIOS
-
-    if not scenario:
-        fail("SCENARIO: missing (one of: " + ", ".join(known) + ")")
-    if scenario not in known:
-        fail(f"SCENARIO: unknown scenario {scenario!r} (one of: {', '.join(known)})")
-    if vllm_argv and "max_model_len" not in overrides:
-        # vLLM serves the model's own context when --max-model-len is not given, not the scenario's
-        default = model_context(str(overrides.get("model") or known[scenario].flags.get("model") or ""))
-        if default is not None:
-            overrides["max_model_len"] = default
-    if workload:
-        base = dict(known[scenario].workload)
-        if "rate" in workload and base.get("type") != "poisson":
-            # e.g. --arrival-rate on idle or seed-lru: switch to Poisson arrivals for the scenario's time
-            workload = {"type": "poisson", "duration": known[scenario].duration or DEFAULT_RECORD_DURATION, **workload}
-        overrides["workload"] = {**overrides.get("workload", {}), **workload}
-    if trace is not None:
-        overrides["workload"] = {"type": "trace", "requests": trace}
-        if duration is None:  # every request arrives, plus a tail to finish
-            last = max(float(r.get("arrival_time", r.get("timestamp", 0))) for r in trace)
-            duration = max(float(known[scenario].duration or DEFAULT_RECORD_DURATION), last + TRACE_TAIL_SECONDS)
-            total = duration
-    check_bounds(overrides, known[scenario], duration or (total if record_to else None), trace, from_cli=workload)
+    scenario, base = _scenario(scenario, overrides, bool(vllm_argv or trace))
+    duration = _apply_workload(overrides, base, workload, trace, duration, bool(vllm_argv))
+    if trace is not None and duration is not None:
+        total = duration
+    check_bounds(overrides, base, duration or (total if record_to else None), trace, from_cli=workload)
     version = vllm_version or str(overrides.pop("vllm_version", "") or DEFAULT_VLLM_VERSION)
     if len(version_tuple(version)) < 2:
         fail(f"--vllm-version: {version!r} is not a vLLM release such as 0.10.1")
@@ -378,7 +320,7 @@ def run(  # noqa: C901
         if duration is not None:
             # run for --duration simulated seconds; a Poisson workload keeps arriving that long
             overrides["duration"] = duration
-            if trace is None and (known[scenario].workload.get("type") == "poisson" or "rate" in workload):
+            if trace is None and (base.workload.get("type") == "poisson" or "rate" in workload):
                 overrides["workload"] = {**overrides.get("workload", {}), "duration": duration}
         result = engine_call(
             f"scenario {scenario}",
@@ -419,3 +361,114 @@ def run(  # noqa: C901
     from kvpilot.commands.simulate.server import serve
 
     serve(sim, host or listen_host, port if port is not None else listen_port, speed, duration, version)
+
+
+def _check_modes(
+    serve_at: str | None,
+    record_to: str | None,
+    speed: float,
+    duration: float | None,
+    interval: float,
+    end: str | None,
+    default_host: str,
+) -> tuple[tuple[str, int] | None, float, float]:
+    """The mode's own options checked before any engine work: the ``--serve`` address, ``--end``'s timestamp and
+    the simulated seconds a recording covers; exits 2 with one line naming the option.
+    """
+    if serve_at and record_to:
+        fail("--serve and --record: choose one")
+    if not 0 < speed <= MAX_SPEED:  # False for NaN
+        fail(f"--speed: must be in (0, {plain(MAX_SPEED)}], got {plain(speed)}")
+    if duration is not None and duration > MAX_SIMULATED_SECONDS:
+        fail(
+            f"--duration: {fig(duration, 3)} s is above the maximum {fig(MAX_SIMULATED_SECONDS, 3)} s (24h) of one run"
+        )
+    try:
+        listen = parse_listen(serve_at, default_host) if serve_at else None
+        end_ts = parse_end(end, float(int(time.time())))  # whole seconds: readable timestamps
+    except InvalidValueError as exc:
+        fail_input(exc)
+    total = duration or DEFAULT_RECORD_DURATION
+    if record_to and not Path(record_to).expanduser().resolve().parent.is_dir():
+        fail(f"--record: cannot write {record_to}: its folder does not exist")
+    if record_to and interval > total:
+        fail(f"--interval: {fig(interval, 3)} s is longer than --duration {fig(total, 3)} s")
+    if record_to and total / interval > MAX_SNAPSHOTS:
+        fail(
+            f"--interval: {fig(interval, 3)} s over {fig(total, 3)} s is {number(total / interval)} snapshots, "
+            f"above the maximum {number(MAX_SNAPSHOTS)} of one recording (a longer --interval)"
+        )
+    return listen, end_ts, total
+
+
+def _file_and_vllm_overrides(
+    scenario_file: str | None, vllm_argv: list[str] | None, strict: bool
+) -> tuple[dict[str, Any], tuple[str | None, int | None]]:
+    """The overrides of ``--scenario-file`` then of vLLM's own flags, and the host and port those flags give."""
+    overrides: dict[str, Any] = {}
+    if scenario_file:
+        overrides.update(load_scenario_file(scenario_file))
+        if "block_size" in overrides:
+            try:
+                block_size_option(overrides["block_size"])
+            except click.BadParameter as exc:
+                fail(f"--scenario-file: block_size: {exc.message}")
+    if not vllm_argv:
+        return overrides, (None, None)
+    vllm_over, host, port = vllm_overrides(vllm_argv, strict=strict)
+    overrides.update(vllm_over)
+    return overrides, (host, port)
+
+
+def _trace(trace_file: str | None, workload: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """``--trace``'s requests, refused beside the workload options it replaces."""
+    if not trace_file:
+        return None
+    clash = [f"--{flag.replace('_', '-')}" for flag, key in WORKLOAD_FLAGS.items() if key in workload]
+    if clash:
+        fail(f"--trace: the trace gives the workload; drop {', '.join(clash)}")
+    return load_trace_file(trace_file)
+
+
+def _scenario(given: str | None, overrides: dict[str, Any], default_healthy: bool) -> tuple[str, Scenario]:
+    """The scenario to run: the argument, else the scenario file's, else ``healthy`` for vLLM flags or a trace;
+    exits 2 when none or an unknown one is named.
+    """
+    from kvpilot.engine.scenarios import SCENARIOS
+
+    name = given or overrides.pop("scenario", None) or ("healthy" if default_healthy else None)
+    overrides.pop("scenario", None)
+    if not name:
+        fail("SCENARIO: missing (one of: " + ", ".join(SCENARIOS) + ")")
+    if name not in SCENARIOS:
+        fail(f"SCENARIO: unknown scenario {name!r} (one of: {', '.join(SCENARIOS)})")
+    return name, SCENARIOS[name]
+
+
+def _apply_workload(
+    overrides: dict[str, Any],
+    base: Scenario,
+    workload: dict[str, Any],
+    trace: list[dict[str, Any]] | None,
+    duration: float | None,
+    from_vllm_args: bool,
+) -> float | None:
+    """Fold the model's context, the workload options and the trace into ``overrides``; the run's duration (a
+    trace runs until its last request arrives, plus a tail to finish).
+    """
+    if from_vllm_args and "max_model_len" not in overrides:
+        # vLLM serves the model's own context when --max-model-len is not given, not the scenario's
+        default = model_context(str(overrides.get("model") or base.flags.get("model") or ""))
+        if default is not None:
+            overrides["max_model_len"] = default
+    if workload:
+        if "rate" in workload and base.workload.get("type") != "poisson":
+            # e.g. --arrival-rate on idle or seed-lru: switch to Poisson arrivals for the scenario's time
+            workload = {"type": "poisson", "duration": base.duration or DEFAULT_RECORD_DURATION, **workload}
+        overrides["workload"] = {**overrides.get("workload", {}), **workload}
+    if trace is not None:
+        overrides["workload"] = {"type": "trace", "requests": trace}
+        if duration is None:  # every request arrives, plus a tail to finish
+            last = max(float(r.get("arrival_time", r.get("timestamp", 0))) for r in trace)
+            duration = max(float(base.duration or DEFAULT_RECORD_DURATION), last + TRACE_TAIL_SECONDS)
+    return duration
