@@ -10,8 +10,8 @@ Keys (``kvpilot diagnose --what-if``; several in one, comma-separated, change to
   ``docs/diagnosis.md``, "Recommendations"); needs the current ``u`` (read, not vLLM's default) and the GPU's memory;
 - ``kv_cache_memory_bytes``: a pool set in bytes (``--kv-cache-memory-bytes``, as a CPU server's is): its tokens
   scale with the bytes (``tokens x new / now``, whole blocks); needs the current bytes (``vllm:cache_config_info``);
-- ``kv_cache_dtype``: tokens x (element bytes now / then), whole blocks (``kvpilot.kv.kv_element_bytes``: bf16 -> fp8 2x),
-  and the KV reads of each step shrink with them;
+- ``kv_cache_dtype``: tokens x (element bytes now / then), whole blocks (``kvpilot.kv.kv_element_bytes``:
+  bf16 -> fp8 2x), and the KV reads of each step shrink with them;
 - ``enable_prefix_caching``: ``true`` / ``false``;
 - ``replicas``: data-parallel copies of the server, the arrivals split evenly.
 
