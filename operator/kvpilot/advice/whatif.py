@@ -275,14 +275,8 @@ def _utilization_tokens(util: float, tokens: int, config: EngineConfig, limits: 
             "(give --gpu-memory-utilization, or a spec or cache_config_info that has it)"
         )
     memory = limits.gpu_memory_bytes or gpu_profile(config.gpu).memory_bytes
-    return tokens_at_utilization(
-        tokens,
-        block_size=config.block_size,
-        bytes_per_token=config.resolved_bytes_per_token(),
-        gpu_memory_bytes=memory,
-        utilization=float(now),
-        new_utilization=util,
-    )
+    bpt = config.resolved_bytes_per_token()
+    return tokens_at_utilization(tokens, config.block_size, bpt, memory, float(now), util)
 
 
 def candidates(

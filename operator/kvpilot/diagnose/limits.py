@@ -35,33 +35,25 @@ from kvpilot.vllm.defaults import (  # vLLM's defaults and GPU tiers, one home
 if TYPE_CHECKING:  # a diagnosis without a cluster loads no pydantic; sources.kube parses the spec
     from kvpilot.api.models import EngineSpec
 
-#: field -> its ``vllm:cache_config_info`` label ("" none)
-_FIELDS: dict[str, str] = {
-    "max_num_seqs": "",
-    "max_num_batched_tokens": "",
-    "max_model_len": "",
-    "gpu_memory_utilization": "gpu_memory_utilization",
-    "kv_cache_dtype": "cache_dtype",
-    "block_size": "block_size",
-    "num_gpu_blocks": "num_gpu_blocks",
-    "kv_cache_tokens": "kv_cache_size_tokens",
-    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
-    "enable_prefix_caching": "enable_prefix_caching",
-    "tensor_parallel_size": "",
-    "shared_prefix_tokens": "",  # the traffic's, not the server's: the command line only
-    "max_num_active_seqs": "",  # vLLM 0.31+: an admission cap no metric shows
-    "vllm_version": "",  # the server's vLLM release, when stated
+#: field -> (whether a VLLMServer's ``spec.engine`` sets it: the :class:`~kvpilot.api.models.EngineSpec` field of
+#: the same name, its ``vllm:cache_config_info`` label or "")
+_FIELDS: dict[str, tuple[bool, str]] = {
+    "max_num_seqs": (True, ""),
+    "max_num_batched_tokens": (True, ""),
+    "max_model_len": (True, ""),
+    "gpu_memory_utilization": (True, "gpu_memory_utilization"),
+    "kv_cache_dtype": (True, "cache_dtype"),
+    "block_size": (False, "block_size"),
+    "num_gpu_blocks": (False, "num_gpu_blocks"),
+    "kv_cache_tokens": (False, "kv_cache_size_tokens"),
+    "kv_cache_memory_bytes": (False, "kv_cache_memory_bytes"),
+    "enable_prefix_caching": (True, "enable_prefix_caching"),
+    "tensor_parallel_size": (True, ""),
+    "shared_prefix_tokens": (False, ""),  # the traffic's, not the server's: the command line only
+    "max_num_active_seqs": (False, ""),  # vLLM 0.31+: an admission cap no metric shows
+    "vllm_version": (False, ""),  # the server's vLLM release, when stated
 }
-#: the limits a VLLMServer's ``spec.engine`` sets: fields of :class:`~kvpilot.api.models.EngineSpec` of the same name
-SPEC_FIELDS = (
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "max_model_len",
-    "gpu_memory_utilization",
-    "kv_cache_dtype",
-    "enable_prefix_caching",
-    "tensor_parallel_size",
-)
+SPEC_FIELDS = frozenset(name for name, (in_spec, _) in _FIELDS.items() if in_spec)
 #: the limits converted to int, float and bool (others are strings); the Literals type :meth:`Limits.value`
 _IntName = Literal[
     "max_num_seqs",
@@ -284,10 +276,10 @@ def resolve_limits(
     cli, cache_config = cli or {}, cache_config or {}
     pod_args, pod_log, operator_metric = pod_args or {}, pod_log or {}, operator_metric or {}
     values: dict[str, Limit] = {}
-    for name, info_label in _FIELDS.items():
+    for name, (in_spec, info_label) in _FIELDS.items():
         for source, raw in (
             ("cli", cli.get(name)),
-            ("spec", getattr(spec_engine, name) if spec_engine is not None and name in SPEC_FIELDS else None),
+            ("spec", getattr(spec_engine, name) if spec_engine is not None and in_spec else None),
             ("pod args", pod_args.get(name)),
             ("pod log", pod_log.get(name)),
             (OPERATOR_LIMIT_METRIC, operator_metric.get(name)),

@@ -258,15 +258,7 @@ def _kv_utilization(inputs: Inputs, short: _Shortfall | None, bpt: int | None) -
         target = min(MAX_SUGGESTED_UTILIZATION, round(util + 0.1, 2))
     if bpt and gpu:
         block = lim.value("block_size") or DEFAULT_BLOCK_SIZE
-        grown = tokens_at_utilization(
-            kv_tokens or 0,
-            block_size=block,
-            bytes_per_token=bpt,
-            gpu_memory_bytes=gpu,
-            utilization=util,
-            new_utilization=target,
-        )
-        extra = grown - (kv_tokens or 0)
+        extra = tokens_at_utilization(kv_tokens or 0, block, bpt, gpu, util, target) - (kv_tokens or 0)
         effect = (
             f"+{count(extra)} KV tokens: ({number(target, 2)} - {number(util, 2)}) x {gib(gpu, 0)} / "
             f"{count(bpt, 'B')} per token"

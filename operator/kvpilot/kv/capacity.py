@@ -102,34 +102,20 @@ def pool_blocks(kv_memory_bytes: int, block_size: int, bytes_per_token: int) -> 
 
 
 def pool_tokens(kv_memory_bytes: int, block_size: int, bytes_per_token: int) -> int:
-    """Tokens of a pool of ``kv_memory_bytes`` bytes: whole blocks (:func:`pool_blocks`) × ``block_size``, vLLM's
-    "GPU KV cache size" when ``max_model_len`` is a multiple of the block size (:func:`kv_cache_capacity`).
-    A negative ``kv_memory_bytes`` (memory short) gives the negative whole blocks it is short of.
+    """Tokens of a pool of ``kv_memory_bytes``: its whole blocks (:func:`pool_blocks`) × ``block_size`` (negative
+    when the memory is: the blocks it is short of).
     """
     return pool_blocks(kv_memory_bytes, block_size, bytes_per_token) * block_size
 
 
-def tokens_at_utilization(
-    kv_tokens: int,
-    *,
-    block_size: int,
-    bytes_per_token: int,
-    gpu_memory_bytes: int,
-    utilization: float,
-    new_utilization: float,
-) -> int:
-    """The pool of ``kv_tokens`` tokens after ``--gpu-memory-utilization utilization -> new_utilization``, in
-    whole blocks: its memory (``kv_tokens × bytes_per_token``) grows by what vLLM claims more of the GPU,
-    ``ceil(total × u') − ceil(total × u)`` (:func:`requested_memory_bytes`; weights and activations stay), and
-    is cut into blocks again (:func:`pool_tokens`). E.g. 21,520 tokens of 28,672 B on 8 GiB, 0.6 -> 0.7:
-    ``(617,021,440 + 858,993,459) // 458,752 = 3,217`` blocks, 51,472 tokens.
+def tokens_at_utilization(tokens: int, block: int, bytes_per_token: int, gpu: int, util: float, new: float) -> int:
+    """The pool of ``tokens`` tokens after ``--gpu-memory-utilization util -> new`` on a GPU of ``gpu`` bytes: its
+    memory grows by ``ceil(gpu × new) − ceil(gpu × util)`` (:func:`requested_memory_bytes`; weights and
+    activations stay), cut into whole blocks of ``block`` tokens. E.g. 21,520 tokens of 28,672 B, 8 GiB, 0.6 ->
+    0.7: ``(617,021,440 + 858,993,459) // 458,752 = 3,217`` blocks, 51,472 tokens.
     """
-    grown = (
-        kv_tokens * bytes_per_token
-        + requested_memory_bytes(gpu_memory_bytes, new_utilization)
-        - requested_memory_bytes(gpu_memory_bytes, utilization)
-    )
-    return pool_tokens(grown, block_size, bytes_per_token)
+    more = requested_memory_bytes(gpu, new) - requested_memory_bytes(gpu, util)
+    return pool_tokens(tokens * bytes_per_token + more, block, bytes_per_token)
 
 
 def usable_blocks(num_blocks: int) -> int:
