@@ -6,12 +6,12 @@ Keys (``kvpilot diagnose --what-if``; several in one, comma-separated, change to
   larger ``max_num_seqs`` raises a smaller budget to it, as vLLM's own default does, and says so);
 - ``kv_cache_tokens``: the KV capacity in tokens;
 - ``gpu_memory_utilization``: the KV pool grows by the memory the change frees, ``(u' - u) x GPU memory``
-  bytes (weights and activations stay), ``/ bytes per token`` tokens (``docs/diagnosis.md``,
-  "Recommendations"); needs the current ``u`` (read, not vLLM's default) and the GPU's memory;
+  bytes (weights and activations stay), cut into whole blocks (``kvpilot.kv.capacity.tokens_at_utilization``;
+  ``docs/diagnosis.md``, "Recommendations"); needs the current ``u`` (read, not vLLM's default) and the GPU's memory;
 - ``kv_cache_memory_bytes``: a pool set in bytes (``--kv-cache-memory-bytes``, as a CPU server's is): its tokens
-  scale with the bytes (``tokens x new / now``); needs the current bytes (``vllm:cache_config_info``);
-- ``kv_cache_dtype``: tokens x (element bytes now / then) (``kvpilot.kv.kv_element_bytes``: bf16 -> fp8 2x),
-  and the KV reads of each step shrink with them;
+  scale with the bytes (``tokens x new / now``, whole blocks); needs the current bytes (``vllm:cache_config_info``);
+- ``kv_cache_dtype``: tokens x (element bytes now / then), whole blocks (``kvpilot.kv.kv_element_bytes``:
+  bf16 -> fp8 2x), and the KV reads of each step shrink with them;
 - ``enable_prefix_caching``: ``true`` / ``false``;
 - ``replicas``: data-parallel copies of the server, the arrivals split evenly.
 
@@ -32,6 +32,7 @@ from kvpilot.engine.bounds import FIELD_BOUNDS
 from kvpilot.engine.config import EngineConfig
 from kvpilot.gpus import gpu_profile
 from kvpilot.kv import KVConfigError, kv_element_bytes
+from kvpilot.kv.capacity import pool_tokens, tokens_at_utilization
 from kvpilot.text.numbers import count, plain
 
 #: the command-line flag each key is (the report's "change:" lines); replicas and KV tokens are no vLLM flag
@@ -195,7 +196,7 @@ def apply_change(change: Change, config: EngineConfig, limits: Limits) -> Applie
         elif key == "kv_cache_tokens":
             tokens = int(value)
         elif key == "kv_cache_memory_bytes":
-            tokens = _memory_bytes_tokens(int(value), tokens, limits)
+            tokens = _memory_bytes_tokens(int(value), tokens, config, limits)
         elif key == "gpu_memory_utilization":
             tokens = _utilization_tokens(float(value), tokens, config, limits)
             fields["gpu_memory_utilization"] = float(value)
@@ -206,7 +207,7 @@ def apply_change(change: Change, config: EngineConfig, limits: Limits) -> Applie
                 )
         elif key == "kv_cache_dtype":
             now, then = kv_element_bytes(dtype, "bfloat16"), kv_element_bytes(str(value), "bfloat16")
-            tokens = int(tokens * now / then)
+            tokens = pool_tokens(tokens * now, config.block_size, then)  # bytes a token scale with the element's
             dtype = str(value)
         elif key == "enable_prefix_caching":
             fields["enable_prefix_caching"] = bool(value)
@@ -256,14 +257,14 @@ def _bytes_per_token(config: EngineConfig, dtype: str) -> int | None:
     return int(config.bytes_per_token * then / now)
 
 
-def _memory_bytes_tokens(value: int, tokens: int, limits: Limits) -> int:
+def _memory_bytes_tokens(value: int, tokens: int, config: EngineConfig, limits: Limits) -> int:
     now = limits.value("kv_cache_memory_bytes")
     if not now:
         raise ChangeError(
             "--what-if kv_cache_memory_bytes: the server's KV pool is not set in bytes "
             "(no kv_cache_memory_bytes in its cache_config_info): vLLM sizes it from --gpu-memory-utilization"
         )
-    return int(tokens * value / now)
+    return pool_tokens(tokens * value, config.block_size, int(now))  # a token's bytes: now / tokens
 
 
 def _utilization_tokens(util: float, tokens: int, config: EngineConfig, limits: Limits) -> int:
@@ -275,7 +276,7 @@ def _utilization_tokens(util: float, tokens: int, config: EngineConfig, limits: 
         )
     memory = limits.gpu_memory_bytes or gpu_profile(config.gpu).memory_bytes
     bpt = config.resolved_bytes_per_token()
-    return int(tokens + (util - float(now)) * memory / bpt)
+    return tokens_at_utilization(tokens, config.block_size, bpt, memory, float(now), util)
 
 
 def candidates(

@@ -585,25 +585,19 @@ class StatusError(ValueError):
     """A status the operator was about to write does not fit :class:`VLLMServerStatus` (a bug; names the field)."""
 
 
-def status_document(status: dict[str, Any]) -> dict[str, Any]:
-    """``status`` as written to ``/status``: every key a field of :class:`VLLMServerStatus` (its camelCase
-    name) and every value of that field's type, dumped back to camelCase JSON without absent (None) fields.
+def checked_status(status: VLLMServerStatus) -> VLLMServerStatus:
+    """``status`` validated again (fields assigned after construction are not), the fields it set kept set.
 
     The model is the status's one definition: the CRD's status schema is generated from it
     (:mod:`kvpilot.api.crd`), and every status write goes through this function, so what the operator
-    writes is what the CRD declares (a real API server would prune any other field).
+    writes is what the CRD declares.
 
     Raises:
-        StatusError: naming the first undeclared key or the field whose value does not fit.
+        StatusError: naming the field whose value does not fit.
     """
-    declared = {field.alias or name for name, field in VLLMServerStatus.model_fields.items()}
-    unknown = sorted(key for key in status if key not in declared)
-    if unknown:
-        raise StatusError(f"status.{unknown[0]}: not a field of the VLLMServer status")
     try:
-        model = VLLMServerStatus.model_validate({k: v for k, v in status.items() if v is not None})
+        return VLLMServerStatus.model_validate(status.model_dump(by_alias=True, exclude_unset=True))
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"])
         raise StatusError(f"status.{where}: {error['msg']}") from None
-    return model.model_dump(by_alias=True, exclude_none=True)

@@ -30,7 +30,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kvpilot.controller.logic import EVENT_MESSAGE_LIMIT, Event, set_condition
+from kvpilot.api.models import Phase, VLLMServerStatus
+from kvpilot.controller.logic import EVENT_MESSAGE_LIMIT, Event, Server, set_condition
 from kvpilot.text.numbers import fig
 from kvpilot.text.safe import one_line
 
@@ -83,7 +84,7 @@ class Failure:
     delay: float | None = None
 
     @property
-    def phase(self) -> str:
+    def phase(self) -> Phase:
         """``Failed`` for a permanent failure, ``Pending`` while retrying."""
         return "Failed" if self.permanent else "Pending"
 
@@ -163,23 +164,21 @@ def _transient(message: str, retry: int, policy: RetryPolicy, retry_after: float
     return Failure("APIError", one_line(message, limit=MESSAGE_LIMIT), permanent=False, delay=delay)
 
 
-def failure_status(server: dict[str, Any], failure: Failure, *, now: str) -> dict[str, Any]:
+def failure_status(server: Server, failure: Failure, *, now: str) -> VLLMServerStatus:
     """The status a failure leaves: ``phase`` (:attr:`Failure.phase`), ``reason``, ``message`` and a
     ``Ready=False`` condition with the same reason, for this ``observedGeneration``.
 
     A server already ``Loading`` or ``Ready`` keeps its status through a transient failure (its pod
     runs; the Warning Event reports the retry); other status fields are kept as they were.
     """
-    old = dict(server.get("status") or {})
-    if not failure.permanent and old.get("phase") in ("Loading", "Ready"):
+    old = server.status
+    if not failure.permanent and old.phase in ("Loading", "Ready"):
         return old
-    generation = (server.get("metadata") or {}).get("generation")
-    new = {k: v for k, v in old.items() if k != "endpoint"}
-    new.update(phase=failure.phase, reason=failure.reason, message=failure.message, observedGeneration=generation)
-    new["conditions"] = set_condition(
-        old.get("conditions"), "Ready", "False", failure.reason, failure.message, now=now, generation=generation
+    conditions = set_condition(
+        old.conditions, "Ready", "False", failure.reason, failure.message, now=now, generation=server.generation
     )
-    return new
+    update = {"phase": failure.phase, "reason": failure.reason, "message": failure.message, "endpoint": None}
+    return old.model_copy(update={**update, "observed_generation": server.generation, "conditions": conditions})
 
 
 def failure_event(failure: Failure) -> Event:

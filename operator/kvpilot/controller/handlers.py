@@ -114,43 +114,43 @@ class Controller:
         :class:`kopf.TemporaryError` with the policy's exponential, bounded backoff.
         """
         step = ["reading the VLLMServer"]
-        server: dict[str, Any] | None = None
+        server: logic.Server | None = None
         with self._lock(namespace, name):
             try:
                 # A body without status is a server no reconcile has written yet: kopf's copy is
                 # current (only this operator writes status), so it is not read again.
-                new = logic.is_new_server(body)
-                server = copy.deepcopy(dict(body)) if new else self.kube.read_server(namespace, name)
-                if server is None:
+                stored = (
+                    copy.deepcopy(dict(body)) if logic.is_new_server(body) else self.kube.read_server(namespace, name)
+                )
+                if stored is None:
                     return
+                server = logic.Server.of(stored)
                 self._reconcile(server, namespace, name, logger, step, pods_by_server)
             except kopf.PermanentError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure ends in a phase, an Event and retry-or-stop
-                self._fail(server or body, exc, step[0], retry, logger)
+                self._fail(server or logic.Server.of(dict(body or {})), exc, step[0], retry, logger)
 
-    def _fail(self, server: Any, exc: Exception, step: str, retry: int, logger: logging.Logger) -> NoReturn:
+    def _fail(self, server: logic.Server, exc: Exception, step: str, retry: int, logger: logging.Logger) -> NoReturn:
         """Report a failed reconcile (status, Warning Event, log) and raise kopf's retry-or-stop."""
         failure = failures.classify(
             exc, step=step, retry=retry, policy=self.retry_policy, conflict_owner=getattr(exc, "conflict_owner", None)
         )
-        server = dict(server or {})
-        meta = server.get("metadata") or {}
-        logger.warning(f"{meta.get('name')}: {failure.reason}: {failure.message}")
-        if meta.get("uid"):
+        logger.warning(f"{server.name}: {failure.reason}: {failure.message}")
+        if server.uid:
             try:  # best effort: the status write may be what is failing
                 self.status.write(server, failures.failure_status(server, failure, now=now_rfc3339()), logger)
             except Exception as write_exc:  # noqa: BLE001 - already failing; the Event and the log carry it
-                self.ledger.forget((meta.get("namespace") or "", meta.get("name") or ""))
+                self.ledger.forget((server.namespace, server.name))
                 logger.warning(f"could not write the failure status: {type(write_exc).__name__}")
-            post(server, failures.failure_event(failure))
+            post(server.body, failures.failure_event(failure))
         if failure.permanent:
             raise kopf.PermanentError(failure.message) from None
         raise kopf.TemporaryError(failure.message, delay=failure.delay) from None
 
     def _reconcile(
         self,
-        server: dict[str, Any],
+        server: logic.Server,
         namespace: str,
         name: str,
         logger: logging.Logger,
@@ -165,8 +165,8 @@ class Controller:
         now = now_rfc3339()
         step[0] = "validating and rendering the spec"
         try:
-            spec = parse_spec(server.get("spec"))
-            pod_obj, service = render_objects(name, namespace, spec, owner=server)  # pod named <name>-<hash[:5]>
+            spec = parse_spec(server.body.get("spec"))
+            pod_obj, service = render_objects(name, namespace, spec, owner=server.body)  # pod named <name>-<hash[:5]>
         except SpecError as exc:
             step[0] = "writing the Invalid status"
             self.status.write(server, logic.invalid_status(server, str(exc), now=now), logger)
@@ -201,15 +201,15 @@ class Controller:
             logger.info(f"deleting pod {stale} (spec changed or duplicate)")
             step[0] = f"deleting pod {stale}"
             self.kube.delete_pod(namespace, stale)
-            post(server, logic.replaced_event(stale))
+            post(server.body, logic.replaced_event(stale))
         pod, adopted = plan.keep, False
         if plan.create:
             step[0] = f"creating pod {pod_obj['metadata']['name']}"
-            pod, made = self.kube.create_or_adopt(pod_obj, "pods", server)
+            pod, made = self.kube.create_or_adopt(pod_obj, "pods", server.uid)
             adopted = not made
         note = logic.creation_note(
             plan,
-            server.get("status"),
+            server.status,
             pod_name=(pod or {}).get("metadata", {}).get("name"),
             spec_hash=digest,
             service_name=service["metadata"]["name"],
@@ -217,7 +217,7 @@ class Controller:
             adopted=adopted,
         )
         if note.event is not None:
-            post(server, note.event)
+            post(server.body, note.event)
         status = logic.reconciled_status(
             server,
             plan,
@@ -242,16 +242,16 @@ class Controller:
             kv=(kv.condition, kv.warning) if kv is not None else None,
         )
 
-    def _ensure_service(self, service: dict[str, Any], server: dict[str, Any]) -> bool:
+    def _ensure_service(self, service: dict[str, Any], server: logic.Server) -> bool:
         """Create the Service unless this server's already exists (one it does not own is a conflict);
         True when this call created it (read first or create first: :func:`logic.service_read_first`).
         """
         if logic.service_read_first(server):
             existing = self.kube.read(service, "services")
             if existing is not None:
-                self.kube.adopt(existing, service, "services", server)  # NameConflict when it is not ours
+                self.kube.adopt(existing, service, "services", server.uid)  # NameConflict when it is not ours
                 return False
-        return self.kube.create_or_adopt(service, "services", server)[1]
+        return self.kube.create_or_adopt(service, "services", server.uid)[1]
 
     # ------------------------------------------------------------------ Pod handler
     def pod_event_changes_nothing(self, event: Mapping[str, Any], namespace: str) -> bool:
@@ -273,9 +273,10 @@ class Controller:
         with self._lock(namespace, name):
             if self.pod_event_changes_nothing(event, namespace):
                 return  # the reconcile that held the lock computed the status from this pod state
-            server = self.kube.read_server(namespace, name)
-            if server is None:
+            stored = self.kube.read_server(namespace, name)
+            if stored is None:
                 return
+            server = logic.Server.of(stored)
             plan = logic.pod_event_plan(server, pod, event["type"])
             now = now_rfc3339()
             if plan.action == "ignore":
@@ -307,10 +308,8 @@ class Controller:
                 # The pod has a node now: its nvidia.com/gpu.memory label gives the GPU memory the
                 # pre-flight lacked on create (once per pod: the label does not change under a pod).
                 self._preflighted_pods.add(uid)
-                result = self.preflight.run(namespace, parse_spec(server.get("spec")), [pod])
-                status = logic.with_kv_condition(
-                    server, server.get("status") or {}, result.condition, result.numbers, now=now
-                )
+                result = self.preflight.run(namespace, parse_spec(server.body.get("spec")), [pod])
+                status = logic.with_kv_condition(server, server.status, result.condition, result.numbers, now=now)
                 self.status.write(server, status, logger, pod=pod, kv=(result.condition, result.warning))
 
     def _log(self, pod: dict[str, Any], logger: logging.Logger, limit: int, lines: int | None = None) -> str | None:

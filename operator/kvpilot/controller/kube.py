@@ -82,10 +82,10 @@ class Kube:
         return list(found.get("items") or [])
 
     def create_or_adopt(
-        self, wanted: dict[str, Any], plural: str, server: dict[str, Any]
+        self, wanted: dict[str, Any], plural: str, owner_uid: str | None
     ) -> tuple[dict[str, Any], bool]:
-        """Create ``wanted`` (a Pod or Service of ``server``); ``(the object, True)`` when this call made it,
-        ``(the existing object, False)`` when a 409 found this server's own (an earlier attempt made it).
+        """Create ``wanted`` (a Pod or Service of the server of uid ``owner_uid``); ``(the object, True)`` when this
+        call made it, ``(the existing object, False)`` when a 409 found this server's own (an earlier attempt made it).
 
         Raises:
             NameConflict: another owner (or nobody) holds the name (permanent).
@@ -98,13 +98,13 @@ class Kube:
         except ApiException as exc:
             if exc.status != 409:
                 raise
-        return self.adopt(self.read(wanted, plural), wanted, plural, server), False
+        return self.adopt(self.read(wanted, plural), wanted, plural, owner_uid), False
 
     @staticmethod
     def adopt(
-        existing: dict[str, Any] | None, wanted: dict[str, Any], plural: str, server: dict[str, Any]
+        existing: dict[str, Any] | None, wanted: dict[str, Any], plural: str, owner_uid: str | None
     ) -> dict[str, Any]:
-        """``existing`` (the stored object named like ``wanted``) when ``server`` owns it
+        """``existing`` (the stored object named like ``wanted``) when the server of uid ``owner_uid`` owns it
         (:func:`logic.after_create_conflict`).
 
         Raises:
@@ -112,7 +112,7 @@ class Kube:
             CreateRaced: there is no such object (``existing`` None).
         """
         kind, name = plural.rstrip("s"), wanted["metadata"]["name"]
-        outcome = logic.after_create_conflict(existing, (server.get("metadata") or {}).get("uid"))
+        outcome = logic.after_create_conflict(existing, owner_uid)
         if outcome.outcome == "held":
             raise NameConflict(outcome.holder or "no controller", kind, name)
         if existing is None or outcome.outcome != "adopt":

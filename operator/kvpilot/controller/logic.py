@@ -14,11 +14,15 @@ Sources:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import ValidationError
 
 from kvpilot.api import VLLM_PORT, SpecError, parse_spec, spec_hash
-from kvpilot.api.constants import ANNOTATION_SPEC_HASH, LABEL_SERVER
+from kvpilot.api.constants import ANNOTATION_SPEC_HASH, LABEL_SERVER, STATUS_KOPF
+from kvpilot.api.models import Condition, Phase, PreflightStatus, VLLMServerStatus
 from kvpilot.api.timestamps import rfc3339
 from kvpilot.text.safe import one_line, redact_argv
 from kvpilot.vllm.failure_log import root_cause
@@ -30,24 +34,56 @@ ENDED_PHASES = ("Failed", "Expired")
 TERMINATION_LINES = 3
 
 
+#: A condition's ``status`` (metav1.ConditionStatus).
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+@dataclass(frozen=True)
+class Server:
+    """A VLLMServer as the decisions read it: its identity, its ``status`` typed (:class:`VLLMServerStatus`),
+    and the object as served (``body``: the Kubernetes JSON, for its ``spec``, which
+    :func:`kvpilot.api.parse_spec` validates, and as the owner of its pods and the target of kopf's Events).
+    """
+
+    body: Mapping[str, Any]
+    status: VLLMServerStatus
+    name: str = ""
+    namespace: str = ""
+    uid: str | None = None
+    generation: int | None = None
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> Server:
+        """Parse ``body`` (kopf's or the API's VLLMServer). The stored status passed the CRD's schema, the
+        model's own; one that does not fit it anyway is read as empty (the next write replaces it whole).
+        """
+        try:
+            status = VLLMServerStatus.model_validate(body.get("status") or {}, strict=False)
+        except ValidationError:
+            status = VLLMServerStatus()
+        meta = body.get("metadata") or {}
+        name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+        return cls(body, status, name, namespace, meta.get("uid"), meta.get("generation"))
+
+
 @dataclass(frozen=True)
 class PodReport:
     """What a pod says about its server: a VLLMServer phase with a reason and a one-line message."""
 
-    phase: str
+    phase: Phase
     reason: str
     message: str
     ready: bool = False
 
 
-def _condition(pod: dict[str, Any], type_: str) -> dict[str, Any]:
+def _condition(pod: Mapping[str, Any], type_: str) -> dict[str, Any]:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == type_:
             return dict(cond)
     return {}
 
 
-def _container_states(pod: dict[str, Any]) -> list[dict[str, Any]]:
+def _container_states(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [cs.get("state") or {} for cs in (pod.get("status") or {}).get("containerStatuses") or []]
 
 
@@ -57,7 +93,7 @@ def last_lines(text: str | None, count: int = TERMINATION_LINES) -> str:
     return " | ".join(lines[-count:])
 
 
-def pod_report(pod: dict[str, Any], ttl_seconds: int | None = None, failure_log: str | None = None) -> PodReport:  # noqa: C901
+def pod_report(pod: Mapping[str, Any], ttl_seconds: int | None = None, failure_log: str | None = None) -> PodReport:  # noqa: C901
     """Map a Pod to the VLLMServer phase (docs/operator.md, "Phases": Pending | Loading | Ready | Failed | Expired).
 
     - ``Failed`` with reason ``DeadlineExceeded`` → Expired (the TTL ended it);
@@ -124,28 +160,31 @@ def pod_report(pod: dict[str, Any], ttl_seconds: int | None = None, failure_log:
 
 
 def set_condition(
-    conditions: list[dict[str, Any]] | None,
+    conditions: list[Condition] | None,
     type_: str,
-    status: str,
-    reason: str,
-    message: str,
+    status: ConditionStatus,
+    reason: str | None,
+    message: str | None,
     *,
     now: str,
     generation: int | None,
-) -> list[dict[str, Any]]:
-    """Return ``conditions`` with condition ``type_`` set (API conventions).
+) -> list[Condition]:
+    """Return ``conditions`` with condition ``type_`` set (API conventions), sorted by type.
 
     ``lastTransitionTime`` is ``now`` only when the condition is new or its ``status`` changed;
     a changed reason or message keeps the old time. Other conditions are kept as they are.
     """
-    out = [dict(c) for c in conditions or [] if c.get("type") != type_]
-    old = next((c for c in conditions or [] if c.get("type") == type_), None)
-    since = old["lastTransitionTime"] if old and old.get("status") == status and old.get("lastTransitionTime") else now
-    new = {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
-    if generation is not None:
-        new["observedGeneration"] = generation
-    out.append(new)
-    return sorted(out, key=lambda c: c["type"])
+    old = next((c for c in conditions or [] if c.type == type_), None)
+    since = old.last_transition_time if old and old.status == status and old.last_transition_time else now
+    new = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=since,
+        observed_generation=generation,
+    )
+    return sorted([*(c for c in conditions or [] if c.type != type_), new], key=lambda c: c.type)
 
 
 def endpoint(service: str, namespace: str) -> str:
@@ -154,8 +193,8 @@ def endpoint(service: str, namespace: str) -> str:
 
 
 def server_status(  # noqa: C901
-    server: dict[str, Any],
-    pod: dict[str, Any] | None,
+    server: Server,
+    pod: Mapping[str, Any] | None,
     *,
     now: str,
     service_name: str,
@@ -163,11 +202,11 @@ def server_status(  # noqa: C901
     command: list[str] | None = None,
     kv: tuple[int, float | None] | None = None,
     failure_log: str | None = None,
-) -> dict[str, Any]:
-    """The VLLMServer ``status`` for its current pod (every key declared in the CRD's status schema).
+) -> VLLMServerStatus:
+    """The VLLMServer ``status`` for its current pod.
 
     Args:
-        server: the VLLMServer object (its ``status`` supplies what persists: ``readyAt``,
+        server: the VLLMServer (its ``status`` supplies what persists: ``readyAt``,
             ``kvCacheTokens``/``maxConcurrency`` of the same pod, conditions).
         pod: the server's current pod, or None when it has none (no pod yet, or it was removed).
         now: the current time, RFC 3339.
@@ -179,65 +218,58 @@ def server_status(  # noqa: C901
             message, :func:`pod_report`); a failed pod's later events keep that message.
 
     Returns:
-        the complete status; keys that do not apply are absent (callers diff it with
-        :func:`status_patch`).
+        the complete status; fields that do not apply are None (callers diff it with :func:`status_patch`).
     """
-    old = server.get("status") or {}
-    meta = server.get("metadata") or {}
-    generation = meta.get("generation")
-    namespace = meta.get("namespace") or ""
-    status: dict[str, Any] = {"observedGeneration": generation, "serviceName": service_name, "specHash": spec_hash}
-    if command:
-        status["command"] = list(command)
-    conditions = old.get("conditions")
+    old, generation = server.status, server.generation
     conditions = set_condition(
-        conditions, "Valid", "True", "SpecValid", "spec accepted", now=now, generation=generation
+        old.conditions, "Valid", "True", "SpecValid", "spec accepted", now=now, generation=generation
+    )
+    status = VLLMServerStatus(
+        observed_generation=generation,
+        service_name=service_name,
+        spec_hash=spec_hash,
+        command=list(command) if command else None,
     )
     if pod is None:
-        phase = old.get("phase") if old.get("phase") in ENDED_PHASES and old.get("specHash") == spec_hash else None
-        if phase:  # an ended server whose pod a person removed: it stays ended
-            report = PodReport(phase, old.get("reason") or phase, old.get("message") or "")
+        if old.phase in ENDED_PHASES and old.spec_hash == spec_hash:  # an ended server whose pod a person removed
+            report = PodReport(old.phase, old.reason or old.phase, old.message or "")
         else:
             report = PodReport("Pending", "PodMissing", "no pod yet")
     else:
         pod_spec = pod.get("spec") or {}
         report = pod_report(pod, pod_spec.get("activeDeadlineSeconds"), failure_log)
         pod_meta = pod.get("metadata") or {}
+        same_pod = old.pod_uid == pod_meta.get("uid")
         if (
             report.phase == "Failed"
             and failure_log is None
-            and old.get("podUid") == pod_meta.get("uid")
-            and (old.get("phase"), old.get("reason")) == ("Failed", report.reason)
+            and same_pod
+            and (old.phase, old.reason) == ("Failed", report.reason)
         ):  # a terminated container does not change: keep the message its log was read for
-            report = PodReport(report.phase, report.reason, old.get("message") or report.message)
-        status.update(podName=pod_meta.get("name"), podUid=pod_meta.get("uid"))
+            report = PodReport(report.phase, report.reason, old.message or report.message)
+        status.pod_name, status.pod_uid = pod_meta.get("name"), pod_meta.get("uid")
         start = (pod.get("status") or {}).get("startTime")
         if start:
-            status["startedAt"] = rfc3339(start)
+            status.started_at = rfc3339(start)
             if pod_spec.get("activeDeadlineSeconds"):
-                status["expiresAt"] = rfc3339(start, int(pod_spec["activeDeadlineSeconds"]))
-        same_pod = old.get("podUid") == pod_meta.get("uid")
-        if same_pod and old.get("readyAt"):
-            status["readyAt"] = old["readyAt"]
+                status.expires_at = rfc3339(start, int(pod_spec["activeDeadlineSeconds"]))
+        if same_pod and old.ready_at:
+            status.ready_at = old.ready_at
         elif report.ready:
-            status["readyAt"] = rfc3339(_condition(pod, "Ready").get("lastTransitionTime") or now)
+            status.ready_at = rfc3339(_condition(pod, "Ready").get("lastTransitionTime") or now)
         finished = next(
             (s["terminated"].get("finishedAt") for s in _container_states(pod) if s.get("terminated")), None
         )
         if report.phase in ENDED_PHASES:
-            status["finishedAt"] = rfc3339(finished or (old.get("finishedAt") if same_pod else None) or now)
+            status.finished_at = rfc3339(finished or (old.finished_at if same_pod else None) or now)
         if kv is not None:
-            status["kvCacheTokens"], concurrency = kv
-            if concurrency is not None:
-                status["maxConcurrency"] = concurrency
+            status.kv_cache_tokens, status.max_concurrency = kv
         elif same_pod:
-            for key in ("kvCacheTokens", "maxConcurrency"):
-                if old.get(key) is not None:
-                    status[key] = old[key]
-    status.update(phase=report.phase, reason=report.reason, message=report.message)
+            status.kv_cache_tokens, status.max_concurrency = old.kv_cache_tokens, old.max_concurrency
+    status.phase, status.reason, status.message = report.phase, report.reason, report.message
     if report.ready:
-        status["endpoint"] = endpoint(service_name, namespace)
-    conditions = set_condition(
+        status.endpoint = endpoint(service_name, server.namespace)
+    status.conditions = set_condition(
         conditions,
         "Ready",
         "True" if report.ready else "False",
@@ -246,48 +278,49 @@ def server_status(  # noqa: C901
         now=now,
         generation=generation,
     )
-    status["conditions"] = conditions
-    return {k: v for k, v in status.items() if v is not None}
+    return status
 
 
-def invalid_status(
-    server: dict[str, Any], field_message: str, *, now: str, reason: str = "InvalidSpec"
-) -> dict[str, Any]:
+def invalid_status(server: Server, field_message: str, *, now: str, reason: str = "InvalidSpec") -> VLLMServerStatus:
     """Status of a refused spec: phase Invalid, ``Valid=False`` and ``Ready=False`` naming the field."""
-    old = server.get("status") or {}
-    generation = (server.get("metadata") or {}).get("generation")
+    generation = server.generation
     conditions = set_condition(
-        old.get("conditions"), "Valid", "False", reason, field_message, now=now, generation=generation
+        server.status.conditions, "Valid", "False", reason, field_message, now=now, generation=generation
     )
     conditions = set_condition(conditions, "Ready", "False", reason, field_message, now=now, generation=generation)
-    return {
-        "phase": "Invalid",
-        "reason": reason,
-        "message": field_message,
-        "observedGeneration": generation,
-        "conditions": conditions,
-    }
+    return VLLMServerStatus(
+        phase="Invalid", reason=reason, message=field_message, observed_generation=generation, conditions=conditions
+    )
 
 
-def status_patch(old: dict[str, Any] | None, new: dict[str, Any], keep: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A JSON merge patch turning status ``old`` into ``new`` (removed keys become ``None``),
-    empty when nothing changes; keys in ``keep`` (e.g. ``preflight``) are never removed.
+#: Status fields a write leaves alone unless the new status sets them (None set explicitly removes one): kopf's
+#: own record, and the KV pre-flight's numbers, which only the pre-flight sets.
+KEPT_FIELDS = (STATUS_KOPF, "preflight")
+
+
+def status_patch(old: VLLMServerStatus, new: VLLMServerStatus) -> dict[str, Any]:
+    """The JSON merge patch of ``/status`` turning ``old`` into ``new``, field by field (a field ``new`` lacks
+    becomes ``null``), empty when nothing changes. :data:`KEPT_FIELDS` ``new`` did not set are left alone, and
+    ``kopf`` always (kopf writes its record in its own patch).
     """
-    old = old or {}
-    patch = {k: v for k, v in new.items() if old.get(k) != v}
-    patch.update({k: None for k in old if k not in new and k not in keep})
+    served = new.model_dump(mode="json", by_alias=True, exclude_none=True)
+    patch: dict[str, Any] = {}
+    for name, info in VLLMServerStatus.model_fields.items():
+        if name == STATUS_KOPF or (name in KEPT_FIELDS and name not in new.model_fields_set):
+            continue
+        if getattr(old, name) != getattr(new, name):
+            patch[info.alias or name] = served.get(info.alias or name)
     return patch
 
 
-def is_transition(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+def is_transition(old: VLLMServerStatus, new: VLLMServerStatus) -> bool:
     """True when the phase or its reason changes (each such change gets a Kubernetes Event)."""
-    old = old or {}
-    return (old.get("phase"), old.get("reason")) != (new.get("phase"), new.get("reason"))
+    return (old.phase, old.reason) != (new.phase, new.reason)
 
 
-def event_type(status: dict[str, Any]) -> str:
+def event_type(status: VLLMServerStatus) -> str:
     """``Warning`` for phases a person must look at (Failed, Expired, Invalid, unschedulable), else ``Normal``."""
-    if status.get("phase") in ("Failed", "Expired", "Invalid") or status.get("reason") == "Unschedulable":
+    if status.phase in ("Failed", "Expired", "Invalid") or status.reason == "Unschedulable":
         return "Warning"
     return "Normal"
 
@@ -297,12 +330,12 @@ def event_type(status: dict[str, Any]) -> str:
 class PodPlan:
     """What to do with a server's pods: ``delete`` these names, ``create`` one or not, ``keep`` one."""
 
-    keep: dict[str, Any] | None = None
+    keep: Mapping[str, Any] | None = None
     create: bool = False
     delete: list[str] = field(default_factory=list)
 
 
-def plan_pods(server: dict[str, Any], pods: list[dict[str, Any]], spec_hash: str) -> PodPlan:
+def plan_pods(server: Server, pods: Sequence[Mapping[str, Any]], spec_hash: str) -> PodPlan:
     """Desired vs existing pods of one server (idempotent: running it twice changes nothing).
 
     Args:
@@ -316,8 +349,7 @@ def plan_pods(server: dict[str, Any], pods: list[dict[str, Any]], spec_hash: str
     pod is created only when none of the current spec exists and the server has not already
     ended (Failed/Expired) with this same spec — an ended server is never restarted on its own.
     """
-    uid = (server.get("metadata") or {}).get("uid")
-    status = server.get("status") or {}
+    uid, status = server.uid, server.status
     owned = [
         p
         for p in pods
@@ -328,7 +360,7 @@ def plan_pods(server: dict[str, Any], pods: list[dict[str, Any]], spec_hash: str
     stale = [p["metadata"]["name"] for p in owned if p not in current]
     current.sort(
         key=lambda p: (
-            p["metadata"]["name"] != status.get("podName"),
+            p["metadata"]["name"] != status.pod_name,
             p["metadata"].get("creationTimestamp", ""),
             p["metadata"]["name"],
         )
@@ -336,7 +368,7 @@ def plan_pods(server: dict[str, Any], pods: list[dict[str, Any]], spec_hash: str
     plan = PodPlan(delete=stale + [p["metadata"]["name"] for p in current[1:]])
     if current:
         plan.keep = current[0]
-    elif not (status.get("phase") in ENDED_PHASES and status.get("specHash") == spec_hash):
+    elif not (status.phase in ENDED_PHASES and status.spec_hash == spec_hash):
         plan.create = True
     return plan
 
@@ -348,42 +380,42 @@ ENDED_STATUS_FIELDS = (
     "phase",
     "reason",
     "message",
-    "podName",
-    "podUid",
-    "startedAt",
-    "expiresAt",
-    "finishedAt",
-    "kvCacheTokens",
-    "maxConcurrency",
+    "pod_name",
+    "pod_uid",
+    "started_at",
+    "expires_at",
+    "finished_at",
+    "kv_cache_tokens",
+    "max_concurrency",
 )
 
 
-def keep_ended_record(new: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
-    """``new`` status with :data:`ENDED_STATUS_FIELDS` taken from ``old``: a server that ended with
-    its current spec and has no pod (``plan_pods`` creates none) keeps the record of its last run.
+def keep_ended_record(new: VLLMServerStatus, old: VLLMServerStatus) -> VLLMServerStatus:
+    """``new`` status with :data:`ENDED_STATUS_FIELDS` taken from ``old`` (those it has): a server that ended
+    with its current spec and has no pod (``plan_pods`` creates none) keeps the record of its last run.
     """
-    kept = {k: v for k, v in (old or {}).items() if k in ENDED_STATUS_FIELDS}
-    return {**new, **kept}
+    kept = {name: getattr(old, name) for name in ENDED_STATUS_FIELDS if getattr(old, name) is not None}
+    return new.model_copy(update=kept)
 
 
-def is_current_pod(status: dict[str, Any], pod: dict[str, Any]) -> bool:
+def is_current_pod(status: VLLMServerStatus, pod: Mapping[str, Any]) -> bool:
     """Whether ``pod`` is the server's current pod, so its events change the server's status.
 
     The pod named in ``status.podName`` is; before the server handler has recorded a pod name, a pod
     made from the spec in ``status.specHash`` (its spec-hash annotation) is. Never before the server
     handler has run (no ``specHash``), and never an old pod being replaced.
     """
-    if not status.get("specHash"):
+    if not status.spec_hash:
         return False
     meta = pod.get("metadata") or {}
-    if status.get("podName"):
-        return bool(status["podName"] == meta.get("name"))
-    return bool((meta.get("annotations") or {}).get(ANNOTATION_SPEC_HASH) == status["specHash"])
+    if status.pod_name:
+        return bool(status.pod_name == meta.get("name"))
+    return bool((meta.get("annotations") or {}).get(ANNOTATION_SPEC_HASH) == status.spec_hash)
 
 
 def pod_deleted_status(
-    server: dict[str, Any], pod_name: str, *, now: str, spec_hash: str | None = None, command: list[str] | None = None
-) -> dict[str, Any]:
+    server: Server, pod_name: str, *, now: str, spec_hash: str | None = None, command: list[str] | None = None
+) -> VLLMServerStatus:
     """The server's status after its current pod ``pod_name`` was deleted.
 
     A running or pending server becomes ``Failed`` with reason ``PodDeleted`` (and ``Ready=False``):
@@ -391,27 +423,26 @@ def pod_deleted_status(
     the VLLMServer. A server that had already ended (Failed/Expired) stays as it was. ``spec_hash``
     and ``command`` default to the stored status's.
     """
-    status = server.get("status") or {}
-    meta = server.get("metadata") or {}
+    status = server.status
     new = server_status(
         server,
         None,
         now=now,
-        service_name=status.get("serviceName") or meta.get("name") or "",
-        spec_hash=spec_hash or status["specHash"],
-        command=command if command is not None else status.get("command"),
+        service_name=status.service_name or server.name,
+        spec_hash=spec_hash or status.spec_hash or "",
+        command=command if command is not None else status.command,
     )
-    if status.get("phase") in ENDED_PHASES:
+    if status.phase in ENDED_PHASES:
         return new
     message = f"pod {pod_name} was deleted; change the spec or delete the VLLMServer"
-    new.update(phase="Failed", reason="PodDeleted", message=message)
-    new["conditions"] = set_condition(
-        new["conditions"], "Ready", "False", "PodDeleted", message, now=now, generation=meta.get("generation")
+    new.phase, new.reason, new.message = "Failed", "PodDeleted", message
+    new.conditions = set_condition(
+        new.conditions, "Ready", "False", "PodDeleted", message, now=now, generation=server.generation
     )
     return new
 
 
-def waits_for_node_gpu_memory(server: dict[str, Any], pod: dict[str, Any]) -> bool:
+def waits_for_node_gpu_memory(server: Server, pod: Mapping[str, Any]) -> bool:
     """Whether the KV pre-flight should run again now that ``pod`` has a node.
 
     True when the server's ``KVCapacity`` condition is Unknown for lack of inputs (reason
@@ -420,35 +451,34 @@ def waits_for_node_gpu_memory(server: dict[str, Any], pod: dict[str, Any]) -> bo
     (``spec.nodeName``): the node's ``nvidia.com/gpu.memory`` label can now give the GPU memory.
     The caller runs it once per pod (the label does not change under a running pod).
     """
-    spec = server.get("spec") or {}
-    conditions = (server.get("status") or {}).get("conditions") or []
-    kv = next((c for c in conditions if c.get("type") == "KVCapacity"), None)
+    spec = server.body.get("spec") or {}
+    kv = next((c for c in server.status.conditions or [] if c.type == "KVCapacity"), None)
     return bool(
         kv
-        and kv.get("status") == "Unknown"
-        and kv.get("reason") == "InsufficientInputs"
+        and kv.status == "Unknown"
+        and kv.reason == "InsufficientInputs"
         and spec.get("preflight", "warn") != "off"
         and not (spec.get("resources") or {}).get("gpuMemory")
         and (pod.get("spec") or {}).get("nodeName")
     )
 
 
-def safe_status(status: dict[str, Any]) -> dict[str, Any]:
+def safe_status(status: VLLMServerStatus) -> VLLMServerStatus:
     """``status`` ready to publish: ``message`` and every condition message on one line without
     terminal control characters and with secrets redacted (:mod:`kvpilot.text.safe`), ``command``
-    with ``--api-key`` values and token-shaped arguments redacted. Idempotent; other keys unchanged.
+    with ``--api-key`` values and token-shaped arguments redacted. Idempotent; other fields unchanged.
     """
-    out = dict(status)
-    if isinstance(out.get("message"), str):
-        out["message"] = one_line(out["message"])
-    if isinstance(out.get("command"), list):
-        out["command"] = redact_argv(out["command"])
-    if isinstance(out.get("conditions"), list):
-        out["conditions"] = [
-            {**c, "message": one_line(c["message"])} if isinstance(c.get("message"), str) else c
-            for c in out["conditions"]
+    safe: dict[str, Any] = {}
+    if status.message is not None:
+        safe["message"] = one_line(status.message)
+    if status.command is not None:
+        safe["command"] = redact_argv(status.command)
+    if status.conditions is not None:
+        safe["conditions"] = [
+            c.model_copy(update={"message": one_line(c.message)}) if c.message is not None else c
+            for c in status.conditions
         ]
-    return out
+    return status.model_copy(update=safe)
 
 
 # ----------------------------------------------------------------------------- creates
@@ -467,7 +497,7 @@ class CreateConflict:
     holder: str | None = None
 
 
-def after_create_conflict(existing: dict[str, Any] | None, server_uid: str | None) -> CreateConflict:
+def after_create_conflict(existing: Mapping[str, Any] | None, server_uid: str | None) -> CreateConflict:
     """The meaning of a 409 on create, from the object of that name as read afterwards (None: 404).
 
     An object with an ownerReference to ``server_uid`` is this server's (adopted); one without is
@@ -497,27 +527,26 @@ class Event:
 EVENT_MESSAGE_LIMIT = 1024
 
 
-def status_events(old: dict[str, Any] | None, new: dict[str, Any], created: str | None = None) -> list[Event]:
+def status_events(old: VLLMServerStatus, new: VLLMServerStatus, created: str | None = None) -> list[Event]:
     """The Events a status change posts: one per phase transition (:func:`is_transition`; reason = the
     new phase, message = its reason and message, led by ``created`` when given), else a
     ``PodCreated`` Event carrying ``created`` (what the reconcile just made, with no transition).
     """
     if is_transition(old, new):
-        said = f"{new.get('reason')}: {new.get('message')}"
+        said = f"{new.reason}: {new.message}"
         message = one_line(f"{created}; {said}" if created else said, limit=EVENT_MESSAGE_LIMIT)
-        return [Event(event_type(new), new.get("phase") or "Unknown", message)]
+        return [Event(event_type(new), new.phase or "Unknown", message)]
     return [Event("Normal", "PodCreated", created)] if created else []
 
 
-def kv_warning_event(old: dict[str, Any] | None, condition: dict[str, Any], warning: str | None) -> Event | None:
+def kv_warning_event(old: VLLMServerStatus, condition: Condition, warning: str | None) -> Event | None:
     """A Warning Event when the pre-flight warns and the ``condition``'s type was not False already in ``old``
     status (one Event per verdict, not one per reconcile).
     """
-    conditions: list[dict[str, Any]] = (old or {}).get("conditions") or []
-    before: dict[str, Any] = next((c for c in conditions if c.get("type") == condition["type"]), {})
-    if not warning or before.get("status") == "False":
+    before = next((c for c in old.conditions or [] if c.type == condition.type), None)
+    if not warning or (before is not None and before.status == "False"):
         return None
-    return Event("Warning", condition["reason"], one_line(warning, limit=EVENT_MESSAGE_LIMIT))
+    return Event("Warning", condition.reason or condition.type, one_line(warning, limit=EVENT_MESSAGE_LIMIT))
 
 
 @dataclass(frozen=True)
@@ -532,7 +561,7 @@ class CreationNote:
 
 def creation_note(
     plan: PodPlan,
-    status: dict[str, Any] | None,
+    status: VLLMServerStatus,
     *,
     pod_name: str | None,
     spec_hash: str,
@@ -548,7 +577,7 @@ def creation_note(
     """
     if not plan.create or adopted or pod_name is None:
         return CreationNote()
-    if plan.delete or (status or {}).get("podName"):
+    if plan.delete or status.pod_name:
         return CreationNote(event=Event("Normal", "PodCreated", f"created pod {pod_name} for spec {spec_hash}"))
     service = f"and service {service_name}" if service_created else f"(service {service_name} existed)"
     return CreationNote(created=f"created pod {pod_name} for spec {spec_hash} {service}")
@@ -572,37 +601,38 @@ def preflight_order(mode: str) -> str:
 
 
 def preflight_refusal(
-    server: dict[str, Any], mode: str, condition: dict[str, Any], warning: str | None, *, now: str
-) -> dict[str, Any] | None:
+    server: Server, mode: str, condition: Condition, warning: str | None, *, now: str
+) -> VLLMServerStatus | None:
     """The ``Invalid`` status when ``preflight: enforce`` refuses the spec (the pre-flight warned that one
     request of ``maxModelLen`` cannot fit, so vLLM would refuse to start), else None (no pod is held back).
     """
     if preflight_order(mode) != "before" or not warning:
         return None
-    return invalid_status(server, f"spec.engine.maxModelLen: {warning}", now=now, reason=condition["reason"])
+    reason = condition.reason or condition.type
+    return invalid_status(server, f"spec.engine.maxModelLen: {warning}", now=now, reason=reason)
 
 
 def with_kv_condition(
-    server: dict[str, Any],
-    status: dict[str, Any],
-    condition: dict[str, Any],
-    numbers: dict[str, Any] | None,
+    server: Server,
+    status: VLLMServerStatus,
+    condition: Condition,
+    numbers: PreflightStatus | None,
     *,
     now: str,
-) -> dict[str, Any]:
+) -> VLLMServerStatus:
     """``status`` with the ``KVCapacity`` ``condition`` set (:func:`set_condition`, this generation) and
-    ``preflight`` = ``numbers`` (None, which removes it, when the pre-flight computed none).
+    ``preflight`` = ``numbers`` (None, set, which removes it, when the pre-flight computed none).
     """
     conditions = set_condition(
-        status.get("conditions"),
-        condition["type"],
-        condition["status"],
-        condition["reason"],
-        condition["message"],
+        status.conditions,
+        condition.type,
+        condition.status,
+        condition.reason,
+        condition.message,
         now=now,
-        generation=(server.get("metadata") or {}).get("generation"),
+        generation=server.generation,
     )
-    return {**status, "conditions": conditions, "preflight": numbers or None}
+    return status.model_copy(update={"conditions": conditions, "preflight": numbers})
 
 
 # ----------------------------------------------------------------------------- what a pod event does
@@ -635,7 +665,7 @@ class PodEventPlan:
     preflight_again: bool = False
 
 
-def current_spec(server: dict[str, Any]) -> tuple[str, list[str]] | None:
+def current_spec(server: Server) -> tuple[str, list[str]] | None:
     """``(spec hash, vllm serve argv)`` of the server's spec as it is now; None when the spec is invalid
     (the reconcile reports that). The hash and the command line are the renderer's
     (:func:`kvpilot.api.spec_hash`, :func:`kvpilot.render.vllm_command`).
@@ -643,13 +673,13 @@ def current_spec(server: dict[str, Any]) -> tuple[str, list[str]] | None:
     from kvpilot.render import vllm_command  # the renderer's templates load on first use
 
     try:
-        spec = parse_spec(server.get("spec"))
+        spec = parse_spec(server.body.get("spec"))
     except SpecError:
         return None
     return spec_hash(spec), vllm_command(spec)
 
 
-def pod_event_plan(server: dict[str, Any], pod: dict[str, Any], event_type: str) -> PodEventPlan:
+def pod_event_plan(server: Server, pod: Mapping[str, Any], event_type: str) -> PodEventPlan:
     """What an event of ``pod`` (``ADDED``/``MODIFIED``/``DELETED``) does to ``server``'s status.
 
     Args:
@@ -668,73 +698,72 @@ def pod_event_plan(server: dict[str, Any], pod: dict[str, Any], event_type: str)
           says this pod failed: a terminated container does not change); the KV line when the pod is
           Ready and this pod's ``kvCacheTokens`` is not stored yet: each log is read once per pod.
     """
-    status = server.get("status") or {}
-    meta = server.get("metadata") or {}
-    if status.get("phase") == "Invalid" and status.get("observedGeneration") == meta.get("generation"):
+    status = server.status
+    if status.phase == "Invalid" and status.observed_generation == server.generation:
         return PodEventPlan("ignore", why="the server's spec is invalid")
-    digest, command = status.get("specHash"), status.get("command")
+    digest, command = status.spec_hash, status.command
     if not digest:
         spec = current_spec(server)
         if spec is None:
             return PodEventPlan("ignore", why="no status and no valid spec yet")
         digest, command = spec
         refs = (pod.get("metadata") or {}).get("ownerReferences") or []
-        if not any(ref.get("uid") == meta.get("uid") for ref in refs):
+        if not any(ref.get("uid") == server.uid for ref in refs):
             return PodEventPlan("ignore", why="not the server's own pod")
-    if not is_current_pod({**status, "specHash": digest}, pod):
+    if not is_current_pod(status.model_copy(update={"spec_hash": digest}), pod):
         return PodEventPlan("ignore", why="an old pod being replaced, or not the server's pod")
-    service_name = status.get("serviceName") or meta.get("name") or ""
+    service_name = status.service_name or server.name
     if event_type == "DELETED":
         return PodEventPlan("deleted", spec_hash=digest, command=command, service_name=service_name)
     report = pod_report(pod)
-    same_pod = status.get("podUid") == (pod.get("metadata") or {}).get("uid")
+    same_pod = status.pod_uid == (pod.get("metadata") or {}).get("uid")
     return PodEventPlan(
         "update",
         spec_hash=digest,
         command=command,
         service_name=service_name,
-        read_failure_log=report.phase == "Failed" and not (same_pod and status.get("phase") == "Failed"),
-        read_kv_log=report.ready and not (same_pod and status.get("kvCacheTokens") is not None),
+        read_failure_log=report.phase == "Failed" and not (same_pod and status.phase == "Failed"),
+        read_kv_log=report.ready and not (same_pod and status.kv_cache_tokens is not None),
         preflight_again=waits_for_node_gpu_memory(server, pod),
     )
 
 
 # ----------------------------------------------------------------------------- the reconcile's own decisions
-def is_new_server(body: dict[str, Any]) -> bool:
+def is_new_server(body: Mapping[str, Any]) -> bool:
     """A server no reconcile has written a status for yet: its body as kopf delivered it is current
     (only this operator writes status), so it is not read again.
     """
     return not body.get("status")
 
 
-def service_read_first(server: dict[str, Any]) -> bool:
+def service_read_first(server: Server) -> bool:
     """Whether the reconcile reads the Service before creating it: when the status names one (it most
     likely exists: a read, no failed create). A new server's Service is created first (one request;
     409 -> adopt, :func:`after_create_conflict`).
     """
-    return bool((server.get("status") or {}).get("serviceName"))
+    return bool(server.status.service_name)
 
 
 def reconciled_status(
-    server: dict[str, Any],
+    server: Server,
     plan: PodPlan,
-    pod: dict[str, Any] | None,
+    pod: Mapping[str, Any] | None,
     *,
     now: str,
     service_name: str,
     spec_hash: str,
     command: list[str] | None,
-) -> dict[str, Any]:
+) -> VLLMServerStatus:
     """The status a reconcile writes (:func:`server_status` for ``pod``); a server that ended with this
     spec and has no pod (``plan`` creates none) keeps the record of its last run (:func:`keep_ended_record`).
     """
     status = server_status(server, pod, now=now, service_name=service_name, spec_hash=spec_hash, command=command)
     if pod is None and not plan.create:
-        status = keep_ended_record(status, server.get("status"))
+        status = keep_ended_record(status, server.status)
     return status
 
 
-def pod_event_server(event: dict[str, Any]) -> str | None:
+def pod_event_server(event: Mapping[str, Any]) -> str | None:
     """The server a pod watch event is about (its ``kvpilot.dev/server`` label), or None: not a server's
     pod, or not a watch event (kopf's initial listing calls the handler with ``type`` None).
     """

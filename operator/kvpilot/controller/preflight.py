@@ -12,13 +12,14 @@ with what verdict the reconcile runs it is decided in :mod:`kvpilot.controller.l
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from kvpilot.api import VLLMServerSpec
-from kvpilot.api.models import PreflightStatus
+from kvpilot.api.models import Condition, PreflightStatus
 from kvpilot.api.quantity import parse_quantity
 from kvpilot.controller.kube import Kube
 from kvpilot.kv.hub import HubModelCache
@@ -36,12 +37,12 @@ INDEX_KEY = "model.safetensors.index.json"
 class PreflightResult:
     """The pre-flight's outcome: the ``KVCapacity`` ``condition`` (type, status, reason, message), a
     ``warning`` when one request of ``maxModelLen`` cannot fit, and ``numbers`` for ``status.preflight``
-    (camelCase; empty when not computed).
+    (None when not computed).
     """
 
-    condition: dict[str, Any]
+    condition: Condition
     warning: str | None = None
-    numbers: dict[str, Any] = field(default_factory=dict)
+    numbers: PreflightStatus | None = None
 
 
 class Preflight:
@@ -78,7 +79,7 @@ class Preflight:
         found = self._hub_models.get(spec.model)
         return found.config, found.weights_bytes, found.source
 
-    def gpu_memory(self, spec: VLLMServerSpec, pods: list[dict[str, Any]]) -> tuple[int | None, str | None]:
+    def gpu_memory(self, spec: VLLMServerSpec, pods: Sequence[Mapping[str, Any]]) -> tuple[int | None, str | None]:
         """``(bytes of one GPU, where from)``: ``spec.resources.gpuMemory``, else the label
         :data:`GPU_MEMORY_LABEL` of the node the first scheduled pod runs on; ``(None, None)`` when
         neither is known (no pod scheduled yet, no label, an unreadable node or label).
@@ -97,7 +98,7 @@ class Preflight:
             pass
         return None, None
 
-    def run(self, namespace: str, spec: VLLMServerSpec, pods: list[dict[str, Any]]) -> PreflightResult:
+    def run(self, namespace: str, spec: VLLMServerSpec, pods: Sequence[Mapping[str, Any]]) -> PreflightResult:
         """The pre-flight of ``spec`` (:func:`kvpilot.kv.preflight.kv_preflight`); ``KVCapacity`` Unknown
         (``NoModelConfig``) when the model config is not available, and (``InsufficientInputs``, from
         kv_preflight) when the GPU memory is not known.
@@ -105,19 +106,17 @@ class Preflight:
         config, weights, source = self.model_files(namespace, spec)
         if config is None:
             return PreflightResult(
-                {
-                    "type": "KVCapacity",
-                    "status": "Unknown",
-                    "reason": "NoModelConfig",
-                    "message": f"KV capacity not computed: model config.json not available ({source})",
-                }
+                Condition(
+                    type="KVCapacity",
+                    status="Unknown",
+                    reason="NoModelConfig",
+                    message=f"KV capacity not computed: model config.json not available ({source})",
+                )
             )
         gpu_memory, gpu_source = self.gpu_memory(spec, pods)
         engine = spec.engine.model_dump(by_alias=True, exclude_none=True) if spec.engine else {}
         result = kv_preflight(config, engine, gpu_memory_bytes=gpu_memory, weights_bytes=weights)
-        numbers = {}
+        numbers = None
         if result.numbers:
-            numbers = PreflightStatus(**result.numbers, config_source=source, gpu_memory=gpu_source).model_dump(
-                by_alias=True, exclude_none=True
-            )
-        return PreflightResult(result.condition, result.warning, numbers)
+            numbers = PreflightStatus(**result.numbers, config_source=source, gpu_memory=gpu_source)
+        return PreflightResult(Condition.model_validate(result.condition), result.warning, numbers)

@@ -1,11 +1,11 @@
 """The status writer: the one path by which the operator's handlers change a VLLMServer's ``status``.
 
-:meth:`StatusWriter.write` takes the complete status a handler computed (:mod:`kvpilot.controller.logic`),
-makes it safe to publish (:func:`~kvpilot.controller.logic.safe_status`), checks it against the
-status model (:func:`kvpilot.api.models.status_document`: the CRD's status schema comes from the
-same model), diffs it with the stored status (:func:`~kvpilot.controller.logic.status_patch`) and
-sends the difference in one JSON merge patch of ``/status`` through the operator's client
-(:class:`~kvpilot.controller.kube.Kube`); the Events of the change
+:meth:`StatusWriter.write` takes the complete status a handler computed (:mod:`kvpilot.controller.logic`,
+a :class:`~kvpilot.api.models.VLLMServerStatus`: the CRD's status schema comes from the same model),
+makes it safe to publish (:func:`~kvpilot.controller.logic.safe_status`), validates it again (fields
+set after construction), diffs it with the stored status field by field
+(:func:`~kvpilot.controller.logic.status_patch`) and sends the difference in one JSON merge patch of
+``/status`` through the operator's client (:class:`~kvpilot.controller.kube.Kube`); the Events of the change
 (:func:`~kvpilot.controller.logic.status_events`) are posted once it is stored. kopf writes only its
 own record (``status.kopf``), in its own patch.
 
@@ -32,14 +32,10 @@ import kopf
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from kvpilot.api.constants import STATUS_KOPF
-from kvpilot.api.models import status_document
+from kvpilot.api.models import Condition, VLLMServerStatus, checked_status
 from kvpilot.controller import logic
 from kvpilot.controller.kube import Kube
 
-#: Status fields a write leaves alone when the new status lacks them: kopf's own record, and the KV
-#: pre-flight's numbers, which only the pre-flight sets (an explicit None removes them).
-KEPT_FIELDS = (STATUS_KOPF, "preflight")
 #: HTTP codes of a refused status write that is sent again (a 404 only while the server still exists):
 #: a conflict, throttling, the API server's own failures (apimachinery ``metav1.StatusReason``).
 RETRIED_CODES = frozenset({404, 409, 429, 500, 502, 503, 504})
@@ -132,21 +128,21 @@ class StatusWriter:
 
     def write(
         self,
-        server: dict[str, Any],
-        new: dict[str, Any],
+        server: logic.Server,
+        new: VLLMServerStatus,
         logger: logging.Logger,
         *,
         pod: Mapping[str, Any] | None = None,
         created: str | None = None,
-        kv: tuple[dict[str, Any], str | None] | None = None,
-    ) -> dict[str, Any]:
-        """Make ``server``'s status ``new`` (complete; keys absent are removed but :data:`KEPT_FIELDS`,
-        explicit None values are removed too); post its Events; return the server as stored (``server``
-        itself when nothing changed, or when the server is gone).
+        kv: tuple[Condition, str | None] | None = None,
+    ) -> logic.Server:
+        """Make ``server``'s status ``new`` (complete; fields it lacks are removed but
+        :data:`~kvpilot.controller.logic.KEPT_FIELDS` it did not set); post its Events; return the server
+        as stored (``server`` itself when nothing changed, or when the server is gone).
 
         Args:
             server: the VLLMServer the status was computed from (its stored ``status`` is the old one).
-            new: the status (camelCase keys of :class:`kvpilot.api.models.VLLMServerStatus`).
+            new: the status.
             logger: where a phase transition and a refused write are logged.
             pod: the pod state ``new`` was computed from (recorded in the ledger once stored).
             created: what the reconcile just created, said in the transition's Event
@@ -159,41 +155,35 @@ class StatusWriter:
             ApiException: the API refused the write for a reason a retry cannot change (not in
                 :data:`RETRIED_CODES`).
         """
-        old = server.get("status") or {}
-        safe = logic.safe_status({k: v for k, v in new.items() if k != STATUS_KOPF})
-        document = status_document(safe)
-        removed = {k: None for k, v in safe.items() if v is None}
-        keep = tuple(k for k in KEPT_FIELDS if k not in safe)
-        patch = logic.status_patch(old, {**document, **removed}, keep=keep)
-        patch = {k: v for k, v in patch.items() if v is not None or k in old}
+        old = server.status
+        document = checked_status(logic.safe_status(new))
+        patch = logic.status_patch(old, document)
         events = logic.status_events(old, document, created) if patch else []
         if not patch and created:
             events = [logic.Event("Normal", "PodCreated", created)]
         kv_event = logic.kv_warning_event(old, *kv) if kv is not None else None
         if kv_event is not None:
             events.append(kv_event)
-        meta = server["metadata"]
-        key = (meta["namespace"], meta["name"])
+        key = (server.namespace, server.name)
         updated = server
         if patch:
             stored = self._send(server, patch, logger)
             if stored is None:  # the server is gone: nothing to record or announce
                 self.ledger.forget(key)
                 return server
-            updated = stored
+            updated = logic.Server.of(stored)
             if logic.is_transition(old, document):
-                logger.info(f"{meta['name']}: {old.get('phase')} -> {document.get('phase')} ({document.get('reason')})")
+                logger.info(f"{server.name}: {old.phase} -> {document.phase} ({document.reason})")
         self.ledger.stored(key, pod)
         for event in events:
-            post(server, event)
+            post(server.body, event)
         return updated
 
-    def _send(self, server: dict[str, Any], patch: dict[str, Any], logger: logging.Logger) -> dict[str, Any] | None:
+    def _send(self, server: logic.Server, patch: dict[str, Any], logger: logging.Logger) -> dict[str, Any] | None:
         """Merge-patch ``/status`` until it lands (:data:`RETRIED_CODES`, transport errors); the server as
         patched, or None when it is gone (a 404, then a read that finds no server of its uid).
         """
-        meta = server["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
+        namespace, name = server.namespace, server.name
         attempt = 0
         while True:
             retry_after = None
@@ -213,14 +203,13 @@ class StatusWriter:
             self._sleep(delay)
             attempt += 1
 
-    def _still_there(self, server: dict[str, Any]) -> bool:
+    def _still_there(self, server: logic.Server) -> bool:
         """Whether the server the status was computed for (its uid) still exists; True when that cannot
         be read now (the write is tried again, and so is this read).
         """
-        meta = server["metadata"]
         try:
-            stored = self.kube.read_server(meta["namespace"], meta["name"])
+            stored = self.kube.read_server(server.namespace, server.name)
         except (ApiException, urllib3.exceptions.HTTPError):
             return True
-        uid = meta.get("uid")
+        uid = server.uid
         return stored is not None and (uid is None or (stored.get("metadata") or {}).get("uid") == uid)

@@ -9,7 +9,8 @@ defaults for the GPU tier (``EngineArgs.get_batch_defaults``, ``vllm/engine/arg_
 source, and the report says it. The tier's memory is the one given, else that of the kvpilot GPU profile the
 GPU's name names (``kvpilot.gpus``), the one place a named GPU's memory comes from.
 
-Pure: the caller passes the spec's ``engine`` dict, the options, the pod's limits and the info labels.
+Pure: the caller passes the spec's ``engine`` (:class:`kvpilot.api.models.EngineSpec`), the options, the pod's
+limits and the info labels.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args, overload
+from typing import TYPE_CHECKING, Any, Literal, get_args, overload
 
 from kvpilot.diagnose.signals import OPERATOR_LIMIT_METRIC
 from kvpilot.gpus import gpu_profile
@@ -31,23 +32,28 @@ from kvpilot.vllm.defaults import (  # vLLM's defaults and GPU tiers, one home
     vllm_batch_defaults,
 )
 
-#: field -> (spec engine key (camelCase), cache_config_info label)
-_FIELDS: dict[str, tuple[str, str]] = {
-    "max_num_seqs": ("maxNumSeqs", ""),
-    "max_num_batched_tokens": ("maxNumBatchedTokens", ""),
-    "max_model_len": ("maxModelLen", ""),
-    "gpu_memory_utilization": ("gpuMemoryUtilization", "gpu_memory_utilization"),
-    "kv_cache_dtype": ("kvCacheDtype", "cache_dtype"),
-    "block_size": ("", "block_size"),
-    "num_gpu_blocks": ("", "num_gpu_blocks"),
-    "kv_cache_tokens": ("", "kv_cache_size_tokens"),
-    "kv_cache_memory_bytes": ("", "kv_cache_memory_bytes"),
-    "enable_prefix_caching": ("enablePrefixCaching", "enable_prefix_caching"),
-    "tensor_parallel_size": ("tensorParallelSize", ""),
-    "shared_prefix_tokens": ("", ""),  # the traffic's, not the server's: the command line only
-    "max_num_active_seqs": ("", ""),  # vLLM 0.31+: an admission cap no metric shows
-    "vllm_version": ("", ""),  # the server's vLLM release, when stated
+if TYPE_CHECKING:  # a diagnosis without a cluster loads no pydantic; sources.kube parses the spec
+    from kvpilot.api.models import EngineSpec
+
+#: field -> (whether a VLLMServer's ``spec.engine`` sets it: the :class:`~kvpilot.api.models.EngineSpec` field of
+#: the same name, its ``vllm:cache_config_info`` label or "")
+_FIELDS: dict[str, tuple[bool, str]] = {
+    "max_num_seqs": (True, ""),
+    "max_num_batched_tokens": (True, ""),
+    "max_model_len": (True, ""),
+    "gpu_memory_utilization": (True, "gpu_memory_utilization"),
+    "kv_cache_dtype": (True, "cache_dtype"),
+    "block_size": (False, "block_size"),
+    "num_gpu_blocks": (False, "num_gpu_blocks"),
+    "kv_cache_tokens": (False, "kv_cache_size_tokens"),
+    "kv_cache_memory_bytes": (False, "kv_cache_memory_bytes"),
+    "enable_prefix_caching": (True, "enable_prefix_caching"),
+    "tensor_parallel_size": (True, ""),
+    "shared_prefix_tokens": (False, ""),  # the traffic's, not the server's: the command line only
+    "max_num_active_seqs": (False, ""),  # vLLM 0.31+: an admission cap no metric shows
+    "vllm_version": (False, ""),  # the server's vLLM release, when stated
 }
+SPEC_FIELDS = frozenset(name for name, (in_spec, _) in _FIELDS.items() if in_spec)
 #: the limits converted to int, float and bool (others are strings); the Literals type :meth:`Limits.value`
 _IntName = Literal[
     "max_num_seqs",
@@ -233,7 +239,7 @@ def _fill_defaults(
 
 
 def resolve_limits(
-    spec_engine: Mapping[str, Any] | None = None,
+    spec_engine: EngineSpec | None = None,
     cli: Mapping[str, Any] | None = None,
     cache_config: Mapping[str, str] | None = None,
     gpu_memory_bytes: int | None = None,
@@ -245,7 +251,7 @@ def resolve_limits(
     """Resolve every limit with its source.
 
     Args:
-        spec_engine: ``spec.engine`` of the VLLMServer (camelCase keys), or None.
+        spec_engine: ``spec.engine`` of the VLLMServer, or None.
         cli: diagnose options with vLLM flag names in snake case (``max_num_seqs``, ...; None values
             ignored).
         cache_config: ``vllm:cache_config_info`` labels (strings such as ``"True"``, ``"0.9"``).
@@ -267,13 +273,13 @@ def resolve_limits(
     Source: ``EngineArgs.get_batch_defaults`` (``vllm/engine/arg_utils.py``, defaults per GPU tier);
     ``vllm:cache_config_info`` labels from ``CacheConfig`` (``vllm/config/cache.py``).
     """
-    spec_engine, cli, cache_config = spec_engine or {}, cli or {}, cache_config or {}
+    cli, cache_config = cli or {}, cache_config or {}
     pod_args, pod_log, operator_metric = pod_args or {}, pod_log or {}, operator_metric or {}
     values: dict[str, Limit] = {}
-    for name, (spec_key, info_label) in _FIELDS.items():
+    for name, (in_spec, info_label) in _FIELDS.items():
         for source, raw in (
             ("cli", cli.get(name)),
-            ("spec", spec_engine.get(spec_key) if spec_key else None),
+            ("spec", getattr(spec_engine, name) if spec_engine is not None and in_spec else None),
             ("pod args", pod_args.get(name)),
             ("pod log", pod_log.get(name)),
             (OPERATOR_LIMIT_METRIC, operator_metric.get(name)),

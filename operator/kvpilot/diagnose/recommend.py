@@ -8,8 +8,8 @@ Arithmetic (docs/diagnosis.md "Recommendations"):
 
 - ``--gpu-memory-utilization u -> u'`` (only when u is known, not vLLM's default assumed): the KV
   pool grows by the memory the change frees,
-  ``(u' - u) x GPU memory`` bytes (weights and activations do not change), i.e.
-  ``(u' - u) x GPU memory / bytes_per_token`` tokens; bytes per token from the model's config.json
+  ``ceil(u' x GPU memory) - ceil(u x GPU memory)`` bytes (weights and activations do not change), cut
+  into whole blocks (``kvpilot.kv.capacity.tokens_at_utilization``); bytes per token from the model's config.json
   (``kvpilot.kv.bytes_per_token``) or ``kv_cache_memory / kv_cache_tokens``. ``u'`` is what the
   observed demand needs, capped at 0.95 (docs/background.md §7: higher values risk OOM at startup).
 - ``--kv-cache-dtype auto -> fp8``: tokens x (element bytes now / 1 byte) (``kvpilot.kv.kv_element_bytes``;
@@ -34,8 +34,9 @@ from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Recommendation
 from kvpilot.diagnose.signals import Signals
 from kvpilot.kv import KVConfigError, bytes_per_token, kv_element_bytes
+from kvpilot.kv.capacity import tokens_at_utilization
 from kvpilot.text.numbers import count, fig, gib, number, percent, significant, times
-from kvpilot.vllm.defaults import CPU_DEFAULT_BLOCK_SIZE
+from kvpilot.vllm.defaults import CPU_DEFAULT_BLOCK_SIZE, DEFAULT_BLOCK_SIZE
 
 #: highest --gpu-memory-utilization kvpilot suggests (docs/background.md §7: 0.95 failed at startup on WSL2)
 MAX_SUGGESTED_UTILIZATION = 0.95
@@ -256,7 +257,8 @@ def _kv_utilization(inputs: Inputs, short: _Shortfall | None, bpt: int | None) -
     else:
         target = min(MAX_SUGGESTED_UTILIZATION, round(util + 0.1, 2))
     if bpt and gpu:
-        extra = (target - util) * gpu / bpt
+        block = lim.value("block_size") or DEFAULT_BLOCK_SIZE
+        extra = tokens_at_utilization(kv_tokens or 0, block, bpt, gpu, util, target) - (kv_tokens or 0)
         effect = (
             f"+{count(extra)} KV tokens: ({number(target, 2)} - {number(util, 2)}) x {gib(gpu, 0)} / "
             f"{count(bpt, 'B')} per token"

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from kvpilot.diagnose.limits import Reader, confirm_inferred, resolve_limits
@@ -25,6 +25,9 @@ from kvpilot.diagnose.sources.http import display_url
 from kvpilot.diagnose.sources.kube import PodLimits
 from kvpilot.text.numbers import fig
 from kvpilot.text.safe import one_line
+
+if TYPE_CHECKING:  # parsed by sources.kube, on the cluster path only
+    from kvpilot.api.models import EngineSpec
 
 
 @dataclass
@@ -278,7 +281,7 @@ def run(opts: Options) -> Report:  # noqa: C901
     """
     notes: list[str] = list(opts.notes)
     short_data: str | None = None  # the note that the data covers less than the window
-    engine_spec: dict[str, Any] = {}
+    engine_spec: EngineSpec | None = None
     pod = opts.pod
     budget = opts.run_deadline_seconds()
     run_deadline = None if budget is None else time.monotonic() + budget

@@ -101,6 +101,23 @@ def pool_blocks(kv_memory_bytes: int, block_size: int, bytes_per_token: int) -> 
     return kv_memory_bytes // (block_size * bytes_per_token)
 
 
+def pool_tokens(kv_memory_bytes: int, block_size: int, bytes_per_token: int) -> int:
+    """Tokens of a pool of ``kv_memory_bytes``: its whole blocks (:func:`pool_blocks`) × ``block_size`` (negative
+    when the memory is: the blocks it is short of).
+    """
+    return pool_blocks(kv_memory_bytes, block_size, bytes_per_token) * block_size
+
+
+def tokens_at_utilization(tokens: int, block: int, bytes_per_token: int, gpu: int, util: float, new: float) -> int:
+    """The pool of ``tokens`` tokens after ``--gpu-memory-utilization util -> new`` on a GPU of ``gpu`` bytes: its
+    memory grows by ``ceil(gpu × new) − ceil(gpu × util)`` (:func:`requested_memory_bytes`; weights and
+    activations stay), cut into whole blocks of ``block`` tokens. E.g. 21,520 tokens of 28,672 B, 8 GiB, 0.6 ->
+    0.7: ``(617,021,440 + 858,993,459) // 458,752 = 3,217`` blocks, 51,472 tokens.
+    """
+    more = requested_memory_bytes(gpu, new) - requested_memory_bytes(gpu, util)
+    return pool_tokens(tokens * bytes_per_token + more, block, bytes_per_token)
+
+
 def usable_blocks(num_blocks: int) -> int:
     """Blocks requests can hold: all but the null block (:data:`~kvpilot.vllm.defaults.NULL_BLOCKS`), never < 0."""
     return max(0, num_blocks - NULL_BLOCKS)

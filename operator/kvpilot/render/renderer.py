@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -163,7 +164,7 @@ def managed_labels(name: str) -> dict[str, str]:
     }
 
 
-def owner_references(owner: dict[str, Any] | None) -> list[dict[str, Any]]:
+def owner_references(owner: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """``ownerReferences`` pointing at the VLLMServer, as the controller (deleting it deletes both).
 
     Args:
@@ -305,7 +306,9 @@ def pod_name(server_name: str, digest: str) -> str:
     return f"{server_name}-{digest[:5]}"
 
 
-def render_pod(name: str, namespace: str, spec: VLLMServerSpec, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+def render_pod(
+    name: str, namespace: str, spec: VLLMServerSpec, owner: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The vLLM Pod (a dict ready for the API) named :func:`pod_name`, see :func:`render_objects`.
 
     ``name`` is the VLLMServer's name (labels, ``app.kubernetes.io/instance``).
@@ -344,7 +347,7 @@ def render_pod(name: str, namespace: str, spec: VLLMServerSpec, owner: dict[str,
     )
 
 
-def render_service(name: str, namespace: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+def render_service(name: str, namespace: str, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The Service on port 8000 (named ``http``) selecting the server's pod."""
     return _render(
         "service.yaml.j2",
@@ -361,7 +364,7 @@ def render_objects(
     name: str,
     namespace: str,
     spec: VLLMServerSpec | dict[str, Any],
-    owner: dict[str, Any] | None = None,
+    owner: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The objects a VLLMServer becomes: ``[Pod, Service]``: the Service named ``name``, the Pod
     ``<name>-<first 5 hex of spec_hash(spec)>`` (:func:`pod_name`), exactly what the operator creates.

@@ -70,13 +70,36 @@ def test_a_larger_max_num_seqs_raises_a_smaller_budget_as_vllm_requires():
         apply_change(Change.of(max_num_batched_tokens=8), BASE, resolve_limits())
 
 
-def test_gpu_memory_utilization_adds_the_memory_it_frees():
-    # 0.90 -> 0.95 of an 80 GiB H100: 0.05 x 85,899,345,920 B = 4,294,967,296 B / 57,344 B a token = 74,898 tokens
+def test_gpu_memory_utilization_adds_the_memory_it_frees_in_whole_blocks():
+    # 0.90 -> 0.95 of an 80 GiB H100: ceil(0.95 x 85,899,345,920) - ceil(0.90 x 85,899,345,920) = 4,294,967,296 B
+    # more; (100,000 x 57,344 + 4,294,967,296) // (16 x 57,344) = 10,931 blocks of 16 = 174,896 tokens
     limits = resolve_limits(cli={"gpu_memory_utilization": 0.9})
     applied = apply_change(Change.of(gpu_memory_utilization=0.95), BASE, limits)
-    assert applied.config.kv_cache_tokens == 100_000 + 74_898
+    assert applied.config.kv_cache_tokens == 174_896
     with pytest.raises(ChangeError, match="current value is not known"):
         apply_change(Change.of(gpu_memory_utilization=0.95), BASE, resolve_limits())  # vLLM's default assumed
+
+
+def test_a_utilization_change_gives_the_pool_vllm_would_allocate():
+    # Qwen2.5-1.5B on the 8 GiB laptop GPU, 21,520 tokens of 28,672 B at 0.6 -> 0.7: ceil(0.7 x 8 GiB) -
+    # ceil(0.6 x 8 GiB) = 6,012,954,215 - 5,153,960,756 = 858,993,459 B more; (21,520 x 28,672 + 858,993,459)
+    # // (16 x 28,672) = 1,476,014,899 // 458,752 = 3,217 blocks = 51,472 tokens (the linear 51,479 is no whole
+    # number of blocks)
+    laptop = EngineConfig(gpu="laptop-8gb", model="qwen2.5-1.5b", kv_cache_tokens=21_520, max_model_len=8192)
+    limits = resolve_limits(cli={"gpu_memory_utilization": 0.6})
+    tokens = apply_change(Change.of(gpu_memory_utilization=0.7), laptop.resolved(), limits).config.kv_cache_tokens
+    assert tokens == 51_472
+    assert tokens % 16 == 0
+
+
+def test_a_dtype_change_keeps_whole_blocks():
+    # fp8 -> bf16 doubles a token's bytes: 100,016 tokens x 1 B a element // (16 x 2 B) = 3,125 blocks = 50,000
+    # tokens (half of 100,016 is 50,008, half a block more than the memory holds)
+    fp8 = EngineConfig(
+        gpu="h100-sxm", model="qwen2.5-7b", kv_cache_tokens=100_016, kv_cache_dtype="fp8", max_model_len=8192
+    ).resolved()
+    applied = apply_change(Change.of(kv_cache_dtype="bfloat16"), fp8, resolve_limits())
+    assert applied.config.kv_cache_tokens == 50_000
 
 
 def test_kv_tokens_too_few_for_one_request_cut_max_model_len_and_none_at_all_is_refused():

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from kvpilot.api.models import Condition, PreflightStatus, VLLMServerStatus
 from kvpilot.controller import failures, logic
 from kvpilot.sandbox import kubelet
 
@@ -31,11 +32,23 @@ def _pod(name="qwen-abcde", uid="pod-1", spec_hash="abcde12345", owner="srv-1", 
 
 
 def _server(status=None, generation=1, spec=None):
-    return {
-        "metadata": {"name": "qwen", "namespace": "ns", "uid": "srv-1", "generation": generation},
-        "spec": spec or {"model": "Qwen/Qwen2.5-1.5B-Instruct"},
-        "status": status or {},
-    }
+    return logic.Server.of(
+        {
+            "metadata": {"name": "qwen", "namespace": "ns", "uid": "srv-1", "generation": generation},
+            "spec": spec or {"model": "Qwen/Qwen2.5-1.5B-Instruct"},
+            "status": status or {},
+        }
+    )
+
+
+def _status(fields):
+    """A status from its camelCase JSON."""
+    return VLLMServerStatus.model_validate(fields)
+
+
+def _json(status):
+    """A status as its camelCase JSON (fields set to None left out)."""
+    return status.model_dump(by_alias=True, exclude_none=True)
 
 
 # ----------------------------------------------------------------------------- a 409 on create
@@ -52,8 +65,8 @@ def test_a_create_conflict_is_adopted_held_or_transient_by_who_owns_the_name():
 
 # ----------------------------------------------------------------------------- Events
 def test_a_phase_transition_posts_one_event_led_by_what_was_created():
-    old = {"phase": None}
-    new = {"phase": "Pending", "reason": "Scheduling", "message": "waiting for the scheduler"}
+    old = _status({})
+    new = _status({"phase": "Pending", "reason": "Scheduling", "message": "waiting for the scheduler"})
     assert logic.status_events(old, new, "created pod qwen-abcde for spec abcde and service qwen") == [
         logic.Event(
             "Normal",
@@ -61,23 +74,23 @@ def test_a_phase_transition_posts_one_event_led_by_what_was_created():
             "created pod qwen-abcde for spec abcde and service qwen; Scheduling: waiting for the scheduler",
         )
     ]
-    unschedulable = {**new, "reason": "Unschedulable", "message": "0/3 nodes are available"}
+    unschedulable = new.model_copy(update={"reason": "Unschedulable", "message": "0/3 nodes are available"})
     assert logic.status_events(new, unschedulable) == [
         logic.Event("Warning", "Pending", "Unschedulable: 0/3 nodes are available")
     ]
 
 
 def test_without_a_transition_only_a_creation_is_announced():
-    same = {"phase": "Ready", "reason": "Ready", "message": "serving"}
-    assert logic.status_events(same, dict(same)) == []
-    assert logic.status_events(same, dict(same), "created pod x") == [
+    same = _status({"phase": "Ready", "reason": "Ready", "message": "serving"})
+    assert logic.status_events(same, same.model_copy()) == []
+    assert logic.status_events(same, same.model_copy(), "created pod x") == [
         logic.Event("Normal", "PodCreated", "created pod x")
     ]
 
 
 def test_an_event_message_is_one_line_of_at_most_1024_characters():
-    new = {"phase": "Failed", "reason": "Error", "message": "a\nb" + "x" * 2000}
-    [event] = logic.status_events({}, new)
+    new = _status({"phase": "Failed", "reason": "Error", "message": "a\nb" + "x" * 2000})
+    [event] = logic.status_events(_status({}), new)
     assert "\n" not in event.message
     assert len(event.message) <= 1024
     assert event.type == "Warning"
@@ -92,7 +105,7 @@ def test_a_cut_failure_message_still_reaches_the_transition_event_whole():
     name = "q" * 63  # the longest VLLMServer name (api.rules.check_server_name), so the longest Service name
     note = logic.creation_note(
         logic.PodPlan(create=True),
-        {},
+        _status({}),
         pod_name=f"{name}-abcde",  # render.pod_name: <name>-<5 hex>
         spec_hash="0123456789abcdef",  # api.spec_hash: 16 hex
         service_name=name,
@@ -106,43 +119,46 @@ def test_a_cut_failure_message_still_reaches_the_transition_event_whole():
     assert failure.message.startswith("gave up after 10 retries: creating pod q")
     assert failure.message.endswith("x…")
     status = failures.failure_status(_server(), failure, now=NOW)
-    assert status["message"] == failure.message
-    [event] = logic.status_events({"phase": "Pending"}, status, note.created)
+    assert status.message == failure.message
+    [event] = logic.status_events(_status({"phase": "Pending"}), status, note.created)
     assert event.message == f"{note.created}; ReconcileFailed: {failure.message}"  # nothing cut twice
     assert len(event.message) <= 1024  # what the API server accepts
 
 
 def test_the_kv_warning_is_posted_once_per_verdict():
-    condition = {"type": "KVCapacity", "status": "False", "reason": "MaxModelLenExceedsKV", "message": "m"}
-    warned = {"conditions": [dict(condition)]}
-    assert logic.kv_warning_event({}, condition, "one request cannot fit") == logic.Event(
+    condition = Condition(type="KVCapacity", status="False", reason="MaxModelLenExceedsKV", message="m")
+    warned = VLLMServerStatus(conditions=[condition])
+    assert logic.kv_warning_event(_status({}), condition, "one request cannot fit") == logic.Event(
         "Warning", "MaxModelLenExceedsKV", "one request cannot fit"
     )
     assert logic.kv_warning_event(warned, condition, "one request cannot fit") is None  # said already
-    assert logic.kv_warning_event({}, condition, None) is None  # no warning, no Event
+    assert logic.kv_warning_event(_status({}), condition, None) is None  # no warning, no Event
 
 
 def test_a_new_servers_first_pod_rides_its_pending_event_a_replacement_has_its_own():
     create = logic.PodPlan(create=True)
     args = {"pod_name": "qwen-abcde", "spec_hash": "abcde", "service_name": "qwen"}
-    new = logic.creation_note(create, {}, service_created=True, adopted=False, **args)
+    new = logic.creation_note(create, _status({}), service_created=True, adopted=False, **args)
     assert new == logic.CreationNote(created="created pod qwen-abcde for spec abcde and service qwen")
-    existed = logic.creation_note(create, {}, service_created=False, adopted=False, **args)
+    existed = logic.creation_note(create, _status({}), service_created=False, adopted=False, **args)
     assert existed.created == "created pod qwen-abcde for spec abcde (service qwen existed)"
     replacement = logic.creation_note(
-        logic.PodPlan(create=True, delete=["qwen-00000"]), {}, service_created=False, adopted=False, **args
+        logic.PodPlan(create=True, delete=["qwen-00000"]), _status({}), service_created=False, adopted=False, **args
     )
     assert replacement == logic.CreationNote(
         event=logic.Event("Normal", "PodCreated", "created pod qwen-abcde for spec abcde")
     )
     after_an_ended_run = logic.creation_note(
-        create, {"podName": "qwen-00000"}, service_created=False, adopted=False, **args
+        create, _status({"podName": "qwen-00000"}), service_created=False, adopted=False, **args
     )
     assert after_an_ended_run.event is not None
     assert after_an_ended_run.created is None
     # nothing said when the pod was adopted (an earlier attempt made it) or none was created
-    assert logic.creation_note(create, {}, service_created=True, adopted=True, **args) == logic.CreationNote()
-    assert logic.creation_note(logic.PodPlan(), {}, service_created=True, adopted=False, **args) == logic.CreationNote()
+    assert logic.creation_note(create, _status({}), service_created=True, adopted=True, **args) == logic.CreationNote()
+    assert (
+        logic.creation_note(logic.PodPlan(), _status({}), service_created=True, adopted=False, **args)
+        == logic.CreationNote()
+    )
 
 
 def test_a_deleted_stale_pod_is_announced():
@@ -164,11 +180,12 @@ def test_enforce_runs_the_preflight_before_the_pod_warn_after_it_off_never():
 
 
 def test_only_enforce_with_a_warning_refuses_the_spec():
-    condition = {"type": "KVCapacity", "status": "False", "reason": "MaxModelLenExceedsKV", "message": "m"}
+    condition = Condition(type="KVCapacity", status="False", reason="MaxModelLenExceedsKV", message="m")
     refused = logic.preflight_refusal(
         _server(), "enforce", condition, "one 32,768-token request needs 0.875 GiB", now=NOW
     )
     assert refused is not None
+    refused = _json(refused)
     assert (refused["phase"], refused["reason"]) == ("Invalid", "MaxModelLenExceedsKV")
     assert refused["message"] == "spec.engine.maxModelLen: one 32,768-token request needs 0.875 GiB"
     valid = next(c for c in refused["conditions"] if c["type"] == "Valid")
@@ -178,12 +195,16 @@ def test_only_enforce_with_a_warning_refuses_the_spec():
 
 
 def test_the_kv_condition_and_numbers_go_into_the_status():
-    condition = {"type": "KVCapacity", "status": "True", "reason": "Fits", "message": "fits"}
-    status = logic.with_kv_condition(_server(generation=3), {"phase": "Pending"}, condition, {"kvTokens": 8}, now=NOW)
+    fields = {"type": "KVCapacity", "status": "True", "reason": "Fits", "message": "fits"}
+    condition = Condition.model_validate(fields)
+    numbers = PreflightStatus(kv_tokens=8)
+    pending = _status({"phase": "Pending"})
+    status = _json(logic.with_kv_condition(_server(generation=3), pending, condition, numbers, now=NOW))
     assert status["phase"] == "Pending"
     assert status["preflight"] == {"kvTokens": 8}
-    assert status["conditions"] == [{**condition, "lastTransitionTime": NOW, "observedGeneration": 3}]
-    assert logic.with_kv_condition(_server(), {}, condition, {}, now=NOW)["preflight"] is None  # none: removed
+    assert status["conditions"] == [{**fields, "lastTransitionTime": NOW, "observedGeneration": 3}]
+    none = logic.with_kv_condition(_server(), _status({}), condition, None, now=NOW)
+    assert logic.status_patch(_status({"preflight": {"kvTokens": 8}}), none)["preflight"] is None  # none: removed
 
 
 # ----------------------------------------------------------------------------- pod events
@@ -289,7 +310,7 @@ def test_an_ended_server_without_a_pod_keeps_its_record_through_a_reconcile():
     kept = logic.reconciled_status(
         _server(ended), logic.PodPlan(), None, now=NOW, service_name="qwen", spec_hash="abcde12345", command=None
     )
-    assert (kept["phase"], kept["reason"], kept["podName"]) == ("Expired", "DeadlineExceeded", "qwen-abcde")
+    assert (kept.phase, kept.reason, kept.pod_name) == ("Expired", "DeadlineExceeded", "qwen-abcde")
     fresh = logic.reconciled_status(
         _server({}),
         logic.PodPlan(create=True),
@@ -299,7 +320,7 @@ def test_an_ended_server_without_a_pod_keeps_its_record_through_a_reconcile():
         spec_hash="abcde12345",
         command=None,
     )
-    assert (fresh["phase"], fresh["reason"], fresh["podName"]) == ("Pending", "Scheduling", "qwen-abcde")
+    assert (fresh.phase, fresh.reason, fresh.pod_name) == ("Pending", "Scheduling", "qwen-abcde")
 
 
 def test_a_pod_event_names_its_server_by_the_label():

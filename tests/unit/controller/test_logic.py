@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kvpilot.api.models import VLLMServerStatus
 from kvpilot.controller import logic
 from kvpilot.sandbox import kubelet
 
@@ -23,11 +24,19 @@ def _pod(name="qwen-abcde", uid="pod-1", spec_hash="abcde12345", owner="srv-1", 
     }
 
 
-def _server(status=None, generation=1):
-    return {
-        "metadata": {"name": "qwen", "namespace": "ns", "uid": "srv-1", "generation": generation},
-        "status": status or {},
-    }
+def _server(status=None, generation=1, spec=None):
+    body = {"metadata": {"name": "qwen", "namespace": "ns", "uid": "srv-1", "generation": generation}}
+    return logic.Server.of({**body, "status": status or {}, **({"spec": spec} if spec is not None else {})})
+
+
+def _status(fields):
+    """A status from its camelCase JSON."""
+    return VLLMServerStatus.model_validate(fields)
+
+
+def _json(status):
+    """A status as its camelCase JSON (fields set to None left out)."""
+    return status.model_dump(by_alias=True, exclude_none=True)
 
 
 # ----------------------------------------------------------------------------- pod_report
@@ -67,11 +76,11 @@ def test_last_transition_time_changes_only_with_status():
     first = logic.set_condition(None, "Ready", "False", "Loading", "loading", now=NOW, generation=1)
     same = logic.set_condition(first, "Ready", "False", "Unschedulable", "no gpu", now=LATER, generation=2)
     flipped = logic.set_condition(same, "Ready", "True", "Ready", "serving", now=LATER, generation=2)
-    assert first[0]["lastTransitionTime"] == NOW
-    assert same[0]["lastTransitionTime"] == NOW
-    assert same[0]["reason"] == "Unschedulable"
-    assert same[0]["observedGeneration"] == 2
-    assert flipped[0]["lastTransitionTime"] == LATER
+    assert first[0].last_transition_time == NOW
+    assert same[0].last_transition_time == NOW
+    assert same[0].reason == "Unschedulable"
+    assert same[0].observed_generation == 2
+    assert flipped[0].last_transition_time == LATER
 
 
 # ----------------------------------------------------------------------------- status
@@ -87,6 +96,7 @@ def test_ready_status_has_endpoint_times_and_kv():
         command=["vllm", "serve", "m"],
         kv=(21520, 2.63),
     )
+    status = _json(status)
     assert status["phase"] == "Ready"
     assert status["endpoint"] == "http://qwen.ns.svc:8000"
     assert status["startedAt"] == "2026-11-30T11:00:00Z"
@@ -101,9 +111,9 @@ def test_kv_numbers_belong_to_their_pod():
     pod["status"] = kubelet.running(pod, NOW, ready=True)
     old = {"podUid": "pod-1", "kvCacheTokens": 21520, "maxConcurrency": 2.63}
     status = logic.server_status(_server(old), pod, now=NOW, service_name="qwen", spec_hash="h")
-    assert "kvCacheTokens" not in status
-    assert "maxConcurrency" not in status
-    assert logic.status_patch(old, status)["kvCacheTokens"] is None  # removed from the stored status
+    assert "kvCacheTokens" not in _json(status)
+    assert "maxConcurrency" not in _json(status)
+    assert logic.status_patch(_status(old), status)["kvCacheTokens"] is None  # removed from the stored status
 
 
 def test_rfc3339_accepts_the_clients_offset_form():
@@ -111,9 +121,17 @@ def test_rfc3339_accepts_the_clients_offset_form():
 
 
 def test_status_patch_is_empty_when_nothing_changes():
-    status = {"phase": "Ready", "kvCacheTokens": 1}
-    assert logic.status_patch(status, dict(status)) == {}
-    assert logic.status_patch({"phase": "Ready", "preflight": {"x": 1}}, {"phase": "Ready"}, keep=("preflight",)) == {}
+    status = _status({"phase": "Ready", "kvCacheTokens": 1})
+    assert logic.status_patch(status, status.model_copy()) == {}
+    with_numbers = _status({"phase": "Ready", "preflight": {"kvTokens": 1}})
+    assert logic.status_patch(with_numbers, _status({"phase": "Ready"})) == {}  # only the pre-flight sets them
+    assert logic.status_patch(with_numbers, _status({"phase": "Ready", "preflight": None})) == {"preflight": None}
+
+
+def test_status_patch_sends_the_fields_that_changed_and_nulls_the_ones_gone():
+    old = _status({"phase": "Loading", "reason": "Loading", "podName": "a", "kvCacheTokens": 1})
+    new = _status({"phase": "Ready", "reason": "Loading", "podName": "a", "readyAt": NOW})
+    assert logic.status_patch(old, new) == {"phase": "Ready", "readyAt": NOW, "kvCacheTokens": None}
 
 
 # ----------------------------------------------------------------------------- plan
@@ -170,7 +188,7 @@ def test_an_ended_server_without_a_pod_keeps_the_record_of_its_last_run():
         "endpoint": "http://qwen.ns.svc:8000",  # not part of the record: an ended server serves nothing
     }
     new = {"phase": "Pending", "reason": "PodMissing", "message": "no pod yet", "specHash": "abcde12345"}
-    kept = logic.keep_ended_record(new, old)
+    kept = _json(logic.keep_ended_record(_status(new), _status(old)))
     assert kept["phase"] == "Expired"
     assert kept["reason"] == "DeadlineExceeded"
     assert kept["podName"] == "qwen-abcde"
@@ -182,28 +200,29 @@ def test_an_ended_server_without_a_pod_keeps_the_record_of_its_last_run():
 
 def test_the_current_pod_is_the_one_in_status_else_the_one_of_the_spec():
     pod = _pod(name="qwen-abcde", spec_hash="abcde12345")
-    assert not logic.is_current_pod({}, pod)  # the server handler has not run yet
-    assert logic.is_current_pod({"specHash": "abcde12345", "podName": "qwen-abcde"}, pod)
-    assert not logic.is_current_pod({"specHash": "abcde12345", "podName": "qwen-fffff"}, pod)  # being replaced
-    assert logic.is_current_pod({"specHash": "abcde12345"}, pod)  # no pod recorded yet: the spec decides
-    assert not logic.is_current_pod({"specHash": "fffff00000"}, pod)  # an older spec's pod
+    assert not logic.is_current_pod(_status({}), pod)  # the server handler has not run yet
+    assert logic.is_current_pod(_status({"specHash": "abcde12345", "podName": "qwen-abcde"}), pod)
+    assert not logic.is_current_pod(_status({"specHash": "abcde12345", "podName": "qwen-fffff"}), pod)  # replaced
+    assert logic.is_current_pod(_status({"specHash": "abcde12345"}), pod)  # no pod recorded yet: the spec decides
+    assert not logic.is_current_pod(_status({"specHash": "fffff00000"}), pod)  # an older spec's pod
 
 
 def test_a_deleted_pod_fails_a_running_server_but_not_an_ended_one():
     running = _server({"phase": "Ready", "reason": "Ready", "specHash": "abcde12345", "serviceName": "qwen"})
-    new = logic.pod_deleted_status(running, "qwen-abcde", now=LATER)
+    new = _json(logic.pod_deleted_status(running, "qwen-abcde", now=LATER))
     assert (new["phase"], new["reason"]) == ("Failed", "PodDeleted")
     assert new["message"] == "pod qwen-abcde was deleted; change the spec or delete the VLLMServer"
     ready = next(c for c in new["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == ("False", "PodDeleted", LATER)
     expired = _server({"phase": "Expired", "reason": "DeadlineExceeded", "message": "m", "specHash": "abcde12345"})
-    assert logic.pod_deleted_status(expired, "qwen-abcde", now=LATER)["phase"] == "Expired"
+    assert logic.pod_deleted_status(expired, "qwen-abcde", now=LATER).phase == "Expired"
 
 
 def _kv_server(kv_status="Unknown", kv_reason="InsufficientInputs", spec=None):
-    server = _server({"conditions": [{"type": "KVCapacity", "status": kv_status, "reason": kv_reason}]})
-    server["spec"] = spec if spec is not None else {"model": "Qwen/Qwen2.5-1.5B-Instruct"}
-    return server
+    conditions = [{"type": "KVCapacity", "status": kv_status, "reason": kv_reason}]
+    return _server(
+        {"conditions": conditions}, spec=spec if spec is not None else {"model": "Qwen/Qwen2.5-1.5B-Instruct"}
+    )
 
 
 def test_the_preflight_waits_for_the_nodes_gpu_memory_label_only_when_it_lacked_it():
@@ -277,9 +296,11 @@ def test_a_termination_message_with_a_secret_beside_an_escape_reaches_status_and
         }
     }
     report = logic.pod_report(pod)
-    status = logic.safe_status({"phase": report.phase, "reason": report.reason, "message": report.message})
-    assert "a1B2c3D4" not in status["message"]
-    assert status["message"].endswith("login [REDACTED]")
-    (event,) = logic.status_events(None, {"phase": "Failed", "reason": "Error", "message": report.message})
+    status = logic.safe_status(VLLMServerStatus(phase=report.phase, reason=report.reason, message=report.message))
+    assert "a1B2c3D4" not in (status.message or "")
+    assert (status.message or "").endswith("login [REDACTED]")
+    (event,) = logic.status_events(
+        VLLMServerStatus(), VLLMServerStatus(phase="Failed", reason="Error", message=report.message)
+    )
     assert "a1B2c3D4" not in event.message
     assert "[REDACTED]" in event.message

@@ -13,8 +13,9 @@ import pytest
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from kvpilot.api.models import StatusError, status_document
+from kvpilot.api.models import Condition, StatusError, VLLMServerStatus
 from kvpilot.controller.kube import Kube
+from kvpilot.controller.logic import Server
 from kvpilot.controller.status import StatusBackoff, StatusWriter
 
 LOG = logging.getLogger("test")
@@ -26,6 +27,18 @@ SERVER = {
     "metadata": {"name": "qwen", "namespace": "ns", "uid": "srv-1"},
 }
 PENDING = {"phase": "Pending", "reason": "Scheduling", "message": "waiting for the scheduler", "specHash": "abcde12345"}
+
+
+def server(status=None):
+    return Server.of({**SERVER, "status": status} if status is not None else SERVER)
+
+
+def status(fields=PENDING):
+    return VLLMServerStatus.model_validate(fields)
+
+
+def served(status):
+    return status.model_dump(by_alias=True, exclude_none=True)
 
 
 @pytest.fixture
@@ -77,9 +90,9 @@ def scripted_writer(kube: FakeKube, slept: list[float]) -> StatusWriter:
 
 def test_a_first_status_is_one_request_and_its_event_follows_it(events):
     kube, slept = FakeKube(), []
-    updated = scripted_writer(kube, slept).write(dict(SERVER), dict(PENDING), LOG, pod=POD, created="created pod x")
+    updated = scripted_writer(kube, slept).write(server(), status(), LOG, pod=POD, created="created pod x")
     assert kube.patches == [PENDING]
-    assert updated["status"] == PENDING
+    assert served(updated.status) == PENDING
     assert slept == []
     assert events == [("Normal", "Pending", "created pod x; Scheduling: waiting for the scheduler")]
 
@@ -89,10 +102,10 @@ def test_a_refused_write_is_sent_again_with_backoff_until_it_lands(events, code)
     # refused four times: waits 0.5, 1, 2, then 2 s (the cap), then lands; one Event, after it landed
     kube, slept = FakeKube(*(refused(code) for _ in range(4))), []
     writer = scripted_writer(kube, slept)
-    updated = writer.write(dict(SERVER), dict(PENDING), LOG, pod=POD)
+    updated = writer.write(server(), status(), LOG, pod=POD)
     assert kube.patches == [PENDING] * 5
     assert slept == [0.5, 1.0, 2.0, 2.0]
-    assert updated["status"] == PENDING
+    assert served(updated.status) == PENDING
     assert kube.reads == (4 if code == 404 else 0)  # a 404: the server is read to see whether it is still there
     assert [reason for _, reason, _ in events] == ["Pending"]
     assert writer.ledger.is_from(KEY, POD)
@@ -101,7 +114,7 @@ def test_a_refused_write_is_sent_again_with_backoff_until_it_lands(events, code)
 @pytest.mark.usefixtures("events")
 def test_a_connection_that_failed_is_retried_and_retry_after_is_honoured():
     kube, slept = FakeKube(urllib3.exceptions.ProtocolError("cut"), refused(429, retry_after="1.5")), []
-    scripted_writer(kube, slept).write(dict(SERVER), dict(PENDING), LOG)
+    scripted_writer(kube, slept).write(server(), status(), LOG)
     assert slept == [0.5, 1.5]  # the second wait: 1 s by the backoff, 1.5 s by Retry-After
     assert len(kube.patches) == 3
 
@@ -110,13 +123,13 @@ def test_a_404_for_a_server_that_is_gone_ends_the_write_without_events(events):
     kube, slept = FakeKube(refused(404)), []
     kube.stored = None
     writer = scripted_writer(kube, slept)
-    server = dict(SERVER)
-    assert writer.write(server, dict(PENDING), LOG, pod=POD) is server
+    gone = server()
+    assert writer.write(gone, status(), LOG, pod=POD) is gone
     assert (len(kube.patches), kube.reads, slept) == (1, 1, [])
     assert events == []
     assert not writer.ledger.is_from(KEY, POD)
     kube.refusals, kube.stored = [refused(404)], {**SERVER, "metadata": {**SERVER["metadata"], "uid": "srv-2"}}
-    assert writer.write(server, dict(PENDING), LOG) is server  # a new server of the same name is not this one
+    assert writer.write(gone, status(), LOG) is gone  # a new server of the same name is not this one
     assert events == []
 
 
@@ -124,7 +137,7 @@ def test_a_404_for_a_server_that_is_gone_ends_the_write_without_events(events):
 def test_a_write_the_api_rejects_as_wrong_is_not_sent_again(events, code):
     kube, slept = FakeKube(refused(code)), []
     with pytest.raises(ApiException):
-        scripted_writer(kube, slept).write(dict(SERVER), dict(PENDING), LOG)
+        scripted_writer(kube, slept).write(server(), status(), LOG)
     assert (len(kube.patches), slept, events) == (1, [], [])
 
 
@@ -136,43 +149,35 @@ def test_the_backoff_doubles_up_to_its_cap():
 
 
 def test_an_unchanged_status_sends_nothing_and_vouches_for_the_pod_state(writer, events):
-    stored = {**SERVER, "status": dict(PENDING)}
-    assert writer.write(stored, dict(PENDING), LOG, pod=POD) is stored  # no request: nothing changed
+    stored = server(dict(PENDING))
+    assert writer.write(stored, status(), LOG, pod=POD) is stored  # no request: nothing changed
     assert writer.ledger.is_from(KEY, POD)
     assert events == []
-    writer.write(stored, dict(PENDING), LOG, pod=None, created="created pod x")
+    writer.write(stored, status(), LOG, pod=None, created="created pod x")
     assert events == [("Normal", "PodCreated", "created pod x")]
     assert not writer.ledger.is_from(KEY, POD)
 
 
 def test_every_status_write_goes_through_the_status_model(writer):
-    with pytest.raises(StatusError, match=r"status\.podname: not a field"):
-        writer.write(dict(SERVER), {**PENDING, "podname": "x"}, LOG)
-    with pytest.raises(StatusError, match=r"status\.observedGeneration"):
-        writer.write(dict(SERVER), {**PENDING, "observedGeneration": "1"}, LOG)
-
-
-def test_the_status_document_is_the_models_camel_case_json():
-    status = {**PENDING, "kvCacheTokens": 21520, "maxConcurrency": 2.63, "endpoint": None, "preflight": {"fits": True}}
-    assert status_document(status) == {
-        **PENDING,
-        "kvCacheTokens": 21520,
-        "maxConcurrency": 2.63,
-        "preflight": {"fits": True},
-    }
-    with pytest.raises(StatusError, match=r"status\.phase"):
-        status_document({"phase": "Running"})  # not a VLLMServer phase
-    with pytest.raises(StatusError, match=r"status\.conditions\.0\.status"):
-        status_document({"conditions": [{"type": "Ready", "status": "Yes"}]})
+    # fields assigned after construction are not validated there: the writer validates the status again
+    for field, value, where in (
+        ("observed_generation", "1", r"status\.observedGeneration"),
+        ("phase", "Running", r"status\.phase"),  # not a VLLMServer phase
+        ("conditions", [Condition.model_construct(type="Ready", status="Yes")], r"status\.conditions\.0\.status"),
+    ):
+        bad = status()
+        setattr(bad, field, value)
+        with pytest.raises(StatusError, match=where):
+            writer.write(server(), bad, LOG)
 
 
 @pytest.mark.usefixtures("events")
 def test_kopfs_record_is_never_written_and_preflight_is_kept_unless_set():
     kube, slept = FakeKube(), []
     writer = scripted_writer(kube, slept)
-    stored = {**SERVER, "status": {**PENDING, "kopf": {"progress": {}}, "preflight": {"fits": True}}}
-    writer.write(stored, {**PENDING, "reason": "Unschedulable", "kopf": {"x": 1}}, LOG)
-    writer.write(stored, {**PENDING, "preflight": None}, LOG)
+    stored = server({**PENDING, "kopf": {"progress": {}}, "preflight": {"fits": True}})
+    writer.write(stored, status({**PENDING, "reason": "Unschedulable", "kopf": {"dummy": "x"}}), LOG)
+    writer.write(stored, status({**PENDING, "preflight": None}), LOG)
     # kopf's record and the pre-flight's numbers kept; an explicit None removes them
     assert kube.patches == [{"reason": "Unschedulable"}, {"preflight": None}]
 

@@ -26,7 +26,8 @@ def test_gpu_memory_utilization_arithmetic():
     # the reference deployment (docs/background.md §7/§9): Qwen2.5-1.5B on an 8 GiB GPU at 0.60, 21,520 KV tokens.
     # 4 running x 8,000 tokens per request = 32,000 tokens of demand, 10,480 more than the pool:
     # 10,480 x 28,672 B = 300,482,560 B = 0.03498 of 8 GiB -> 0.60 + 0.035 = 0.635 -> rounded up to 0.64.
-    # extra = (0.64 - 0.60) x 8 GiB / 28,672 B = 343,597,383.68 / 28,672 = 11,983.7 tokens
+    # vLLM claims ceil(0.64 x 8 GiB) - ceil(0.60 x 8 GiB) = 5,497,558,139 - 5,153,960,756 = 343,597,383 B more;
+    # (21,520 x 28,672 + 343,597,383) // (16 x 28,672) = 960,618,823 // 458,752 = 2,093 blocks = 33,488 tokens
     config = json.loads((FIXTURES / "hf-configs" / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text())
     sig = signals(
         running_max=4.0, prompt_tokens_per_s=6000.0, generation_tokens_per_s=2000.0, requests_finished_per_s=1.0
@@ -37,9 +38,9 @@ def test_gpu_memory_utilization_arithmetic():
     recs = {r.flag: r for r in recommend("kv_cache_exhaustion", Inputs(sig, limits, config))}
     util = recs["--gpu-memory-utilization"]
     assert (util.current, util.suggested) == (0.6, 0.64)
-    assert "+11,984 KV tokens" in util.expected_effect
+    assert "+11,968 KV tokens" in util.expected_effect  # 33,488 - 21,520: whole blocks, not 11,983.7
     assert "28,672 B per token" in util.expected_effect
-    assert "21,520 -> 33,504" in util.expected_effect  # 21,520 + 11,984
+    assert "21,520 -> 33,488" in util.expected_effect
     # fp8 halves bytes per token: 21,520 -> 43,040
     assert "21,520 -> 43,040 tokens" in recs["--kv-cache-dtype"].expected_effect
     # 4 running already above floor(21,520 / 8,000) = 2: cap concurrency at 2

@@ -24,6 +24,8 @@ from kvpilot.vllm.startup_log import startup_limits
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
+    from kvpilot.api.models import EngineSpec
+
 #: bytes of a pod's log read from its start: vLLM prints its arguments and KV capacity in the first
 #: hundred lines (a few KiB to tens of KiB with long config dumps); the rest is request logging
 POD_LOG_BYTES = 1 << 20
@@ -39,14 +41,15 @@ class ServerInfo:
 
     Attributes:
         name / namespace: the VLLMServer.
-        engine: ``spec.engine`` (camelCase keys) or {}.
+        engine: ``spec.engine`` parsed (:func:`kvpilot.api.parse_spec`), None when the spec sets none or is
+            refused (a note names the field).
         pod: ``status.podName`` or "".
         notes: sentences for the report (what could not be read).
     """
 
     name: str = ""
     namespace: str = ""
-    engine: dict[str, Any] = field(default_factory=dict)
+    engine: EngineSpec | None = None
     pod: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -90,7 +93,7 @@ def lookup_server(
         timeout: seconds per request.
 
     Returns:
-        a :class:`ServerInfo`; on any failure its ``notes`` say why and ``engine`` is {} (the
+        a :class:`ServerInfo`; on any failure its ``notes`` say why and ``engine`` is None (the
         caller falls back to other limit sources). Never raises for cluster problems.
     """
     info = ServerInfo(name=server, namespace=namespace)
@@ -128,7 +131,13 @@ def lookup_server(
         info.notes.append(f"VLLMServer {namespace}/{server or pod} not read: {type(exc).__name__}")
         return info
     spec = (obj or {}).get("spec") or {}
-    info.engine = dict(spec.get("engine") or {})
+    if spec.get("engine"):
+        from kvpilot.api import SpecError, parse_spec
+
+        try:
+            info.engine = parse_spec(spec).engine
+        except SpecError as exc:
+            info.notes.append(f"VLLMServer {namespace}/{server} spec not read: {exc}")
     info.pod = info.pod or str(((obj or {}).get("status") or {}).get("podName") or "")
     return info
 
