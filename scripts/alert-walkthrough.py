@@ -11,7 +11,8 @@ Starts, all on 127.0.0.1 and each stopped by its PID at the end:
    the shipped ``manifests/monitoring/prometheus-rules.yaml`` unchanged.
 
 It prints each alert's state changes as they happen (pending, firing in Prometheus; delivered to and
-diagnosed by the hook) with the seconds since the simulator started, and a summary at the end. There is
+diagnosed by the hook, with the hook's answer: verdict, change, predicted effect) with the seconds since the
+simulator started, and a summary at the end. There is
 no operator, so no ``kvpilot_vllmserver_limit``: the rules use their fallbacks (``limit_source=heuristic``).
 
 ``--shortened`` evaluates clearly marked shortened copies of the rules instead (30 s windows, ``for: 5s``,
@@ -216,7 +217,11 @@ def main(argv: list[str] | None = None) -> int:
                 if line.startswith("{"):
                     d = json.loads(line)
                     if d.get("event") == "diagnosis":
-                        note(d["alertname"], "", "at the hook", f": {d['verdict']} ({d['severity']})")
+                        # the answer as the hook logs it: the verdict, the change and its predicted effect
+                        answer = f": {d['verdict']} ({d['severity']})"
+                        answer += f": change {d['change']}" if d.get("change") else ""
+                        answer += f"; {d['predicted_effect']}" if d.get("predicted_effect") else ""
+                        note(d["alertname"], "", "at the hook", answer)
             if all(any(k[0] == w and k[2] == "at the hook" for k in seen) for w in wanted):
                 break
             time.sleep(2)
