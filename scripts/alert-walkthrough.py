@@ -72,6 +72,13 @@ def duration(text: str) -> float:
     return int(text[:-1]) * units[text[-1]]
 
 
+def hook_answer(line: dict[str, Any]) -> str:
+    """The answer as the hook's log line carries it: ``: verdict (severity): change ...; predicted ...``."""
+    answer = f": {line['verdict']} ({line['severity']})"
+    answer += f": change {line['change']}" if line.get("change") else ""
+    return answer + (f"; {line['predicted_effect']}" if line.get("predicted_effect") else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the walkthrough; 0 when every awaited alert reached the hook, 1 at the timeout."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -217,11 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 if line.startswith("{"):
                     d = json.loads(line)
                     if d.get("event") == "diagnosis":
-                        # the answer as the hook logs it: the verdict, the change and its predicted effect
-                        answer = f": {d['verdict']} ({d['severity']})"
-                        answer += f": change {d['change']}" if d.get("change") else ""
-                        answer += f"; {d['predicted_effect']}" if d.get("predicted_effect") else ""
-                        note(d["alertname"], "", "at the hook", answer)
+                        note(d["alertname"], "", "at the hook", hook_answer(d))
             if all(any(k[0] == w and k[2] == "at the hook" for k in seen) for w in wanted):
                 break
             time.sleep(2)
