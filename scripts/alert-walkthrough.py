@@ -11,7 +11,8 @@ Starts, all on 127.0.0.1 and each stopped by its PID at the end:
    the shipped ``manifests/monitoring/prometheus-rules.yaml`` unchanged.
 
 It prints each alert's state changes as they happen (pending, firing in Prometheus; delivered to and
-diagnosed by the hook) with the seconds since the simulator started, and a summary at the end. There is
+diagnosed by the hook, with the hook's answer: verdict, change, predicted effect) with the seconds since the
+simulator started, and a summary at the end. There is
 no operator, so no ``kvpilot_vllmserver_limit``: the rules use their fallbacks (``limit_source=heuristic``).
 
 ``--shortened`` evaluates clearly marked shortened copies of the rules instead (30 s windows, ``for: 5s``,
@@ -69,6 +70,13 @@ def duration(text: str) -> float:
     if text[-1:] not in units or not text[:-1].isdigit():
         raise argparse.ArgumentTypeError(f"{text!r}: give a duration such as 90s, 20m or 1h")
     return int(text[:-1]) * units[text[-1]]
+
+
+def hook_answer(line: dict[str, Any]) -> str:
+    """The answer as the hook's log line carries it: ``: verdict (severity): change ...; predicted ...``."""
+    answer = f": {line['verdict']} ({line['severity']})"
+    answer += f": change {line['change']}" if line.get("change") else ""
+    return answer + (f"; {line['predicted_effect']}" if line.get("predicted_effect") else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 if line.startswith("{"):
                     d = json.loads(line)
                     if d.get("event") == "diagnosis":
-                        note(d["alertname"], "", "at the hook", f": {d['verdict']} ({d['severity']})")
+                        note(d["alertname"], "", "at the hook", hook_answer(d))
             if all(any(k[0] == w and k[2] == "at the hook" for k in seen) for w in wanted):
                 break
             time.sleep(2)

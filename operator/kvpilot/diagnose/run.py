@@ -145,13 +145,18 @@ def coverage_note(stamps: list[float], end: float, window_seconds: float) -> str
     seen = sorted({t for t in stamps if start <= t <= end})
     if len(seen) < 2:
         return None
-    interval = (seen[-1] - seen[0]) / (len(seen) - 1)
-    if seen[0] - start < EXTRAPOLATION_THRESHOLD * interval:
+    return _late_start_note(seen[0], (seen[-1] - seen[0]) / (len(seen) - 1), end, window_seconds)
+
+
+def _late_start_note(first: float, interval: float, end: float, window_seconds: float) -> str | None:
+    """:func:`coverage_note` for data whose first sample in the window is at ``first``, ``interval`` s apart."""
+    start = end - window_seconds
+    if first - start < EXTRAPOLATION_THRESHOLD * interval:
         return None
-    covered = end - seen[0]
+    covered = end - first
     return (
         f"the data covers {fig(covered, 3)} s of the {fig(window_seconds, 3)} s window (its first sample "
-        f"{fig(seen[0] - start, 3)} s after the window's start): every rate and average is read over those "
+        f"{fig(first - start, 3)} s after the window's start): every rate and average is read over those "
         f"{fig(covered, 3)} s, never over time without data; --window {duration(math.ceil(covered))} fits the data."
     )
 
@@ -163,6 +168,38 @@ def covered_seconds(stamps: list[float], end: float, window_seconds: float) -> f
     if coverage_note(stamps, end, window_seconds) is None:
         return window_seconds
     return end - min(t for t in stamps if end - window_seconds <= t <= end)
+
+
+def prometheus_coverage(
+    spans: dict[TargetKey, tuple[float, float, float]], end: float, window_seconds: float
+) -> tuple[str, float] | None:
+    """The note and the range to read when a target's data in Prometheus starts later than the window, else None.
+
+    ``spans``: per target, ``(first sample's time, samples in the window, last sample's time)``
+    (``PrometheusSource.coverage``). The target whose data starts latest, beyond :data:`EXTRAPOLATION_THRESHOLD`
+    of its own intervals, sets the span every target is read over, so no rate is read over seconds without
+    data. The range returned is that span: it starts at the first sample, which Prometheus 2 holds in it,
+    Prometheus 3 leaves out but extrapolates to (its second sample is within the threshold of the start), and
+    VictoriaMetrics takes as the base of ``rate()``; ``offset`` by it reads the first sample (the window's start
+    for the replay).
+    """
+    short: list[tuple[float, TargetKey, str]] = []
+    for key, (first, count, last) in spans.items():
+        if count < 2 or first < end - window_seconds:
+            continue
+        note = _late_start_note(first, (last - first) / (count - 1), end, window_seconds)
+        if note is not None:
+            short.append((first, key, note))
+    if not short:
+        return None
+    first, key, note = max(short)
+    if len(spans) > 1:
+        name = key.pod or key.instance or key.model_name or "one"
+        note += (
+            f" {len(short)} of the {len(spans)} targets start later than the window; all are read over the "
+            f"shortest span, {name}'s (--pod or --server reads one target over its own)."
+        )
+    return note, end - first
 
 
 def _scrape_progress(opts: Options) -> Callable[[int, int, float], None] | None:
@@ -303,7 +340,7 @@ def run(opts: Options) -> Report:  # noqa: C901
     queries: list[str]
     version: str | None = None  # the server's own vLLM version, where it shows it
     if opts.prometheus:
-        from kvpilot.diagnose.sources.prometheus import PrometheusSource, Selectors
+        from kvpilot.diagnose.sources.prometheus import PrometheusSource, Selectors, coverage_query
 
         end = opts.end if opts.end is not None else time.time()
         selectors = Selectors(
@@ -312,13 +349,23 @@ def run(opts: Options) -> Report:  # noqa: C901
             pod_regex=f"{re.escape(opts.server)}(-.*)?" if opts.server and not pod else "",
             model_name=opts.model_name,
         )
-        result = PrometheusSource(
+        prometheus = PrometheusSource(
             opts.prometheus,
             timeout=opts.timeout,
             run_deadline=run_deadline,
             authorization=opts.prometheus_authorization,
-        ).fetch(opts.window_seconds, end, selectors)
-        signals, queries = result.signals, result.queries
+        )
+        read_seconds = opts.window_seconds
+        try:
+            late = prometheus_coverage(prometheus.coverage(read_seconds, end, selectors), end, read_seconds)
+        except SourceError as exc:
+            late = None
+            notes.append(f"Where the data starts in the window is unknown, so it is taken to cover it: {exc}")
+        if late:
+            short_data, read_seconds = late
+            notes.append(short_data)
+        result = prometheus.fetch(read_seconds, end, selectors)
+        signals, queries = result.signals, [coverage_query(opts.window_seconds, selectors), *result.queries]
         notes.extend(result.notes)
         source = f"prometheus {display_url(opts.prometheus)}"
         window_seconds = opts.window_seconds

@@ -26,9 +26,11 @@ def test_the_shortened_walkthrough_reaches_the_hook():
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "rules: SHORTENED COPIES" in out.stdout
     for alert in ("VLLMMaxNumSeqsCap", "VLLMTTFTHigh"):
-        assert any(
-            alert in line and "at the hook: max_num_seqs_cap (critical)" in line for line in out.stdout.splitlines()
-        )
+        (line, *_) = [ln for ln in out.stdout.splitlines() if alert in ln and "at the hook" in ln]
+        # the hook's answer, as its log line carries it: the verdict, the change from the scenario's cap of 4
+        # (kvpilot/engine/scenarios.py, max-num-seqs-cap) and the predicted effect
+        assert "at the hook: max_num_seqs_cap (critical): change --max-num-seqs 4 -> " in line, line
+        assert "; predicted requests/s " in line, line
     # the fallback without the operator's metric, and the critical variant of each (the queue grows)
     assert "limit_source=heuristic" in out.stdout
     assert "critical firing in Prometheus" in out.stdout

@@ -15,6 +15,7 @@ from kvpilot.diagnose.signals import SIGNAL_DEFS, SUBWINDOW_DEFS, spellings
 from kvpilot.diagnose.sources.prometheus import (
     bucket_query,
     cache_config_query,
+    coverage_query,
     lora_query,
     operator_limit_query,
     plan,
@@ -54,7 +55,9 @@ BUCKET_QUERIES = [
 
 
 def scripted(fail=lambda _name: None, override: dict | None = None, duplicate: bool = False):
-    """A handler answering each signal query from VALUES; ``fail(signal)`` may return (status, body)."""
+    """A handler answering each signal query from VALUES; ``fail(signal)`` may return (status, body), and
+    ``fail("coverage")`` for the coverage query (no rows: nothing known of where the data starts).
+    """
     values = {**VALUES, **(override or {})}
 
     def handle(_method, path, query, _body):
@@ -65,6 +68,8 @@ def scripted(fail=lambda _name: None, override: dict | None = None, duplicate: b
             return 404, {"status": "error", "error": "not found"}
         if q in (cache_config_query(WINDOW), lora_query(WINDOW), operator_limit_query(WINDOW), *BUCKET_QUERIES):
             return 200, prom_vector([])
+        if q == coverage_query(WINDOW):
+            return fail("coverage") or (200, prom_vector([]))
         sd = BY_QUERY.get(q)
         if sd is None:
             return 400, {"status": "error", "errorType": "bad_data", "error": "unexpected query"}
@@ -112,7 +117,8 @@ def test_scripted_prometheus_gives_the_verdict():
     assert doc["targets"][0]["target"]["pod"] == "qwen-0"
     # the report lists the PromQL it used (docs/diagnose-output.schema.json: "queries")
     queries = doc["targets"][0]["queries"]
-    assert len(queries) == len(plan(300.0))
+    assert len(queries) == len(plan(300.0)) + 1  # and where the data starts in the window (coverage_query)
+    assert queries[0] == coverage_query(300.0)
     assert all("vllm" in q for q in queries)
     assert any(
         q.startswith(
@@ -121,9 +127,9 @@ def test_scripted_prometheus_gives_the_verdict():
         )
         for q in queries
     )
-    # one query per signal plus cache_config_info and the operator's kvpilot_vllmserver_limit, all at the
-    # explicit time
-    assert len(prom.requests) == len(plan(300.0))
+    # one query per signal plus cache_config_info, the operator's kvpilot_vllmserver_limit and the coverage, all
+    # at the explicit time
+    assert len(prom.requests) == len(plan(300.0)) + 1
 
 
 def test_prometheus_down_exits_3_with_one_line():
@@ -157,8 +163,20 @@ def test_prometheus_errors_exit_3():
     assert result.exit_code == 3
     assert "503" in result.output
     assert "Traceback" not in result.output
-    # no retry storm: one request per query
-    assert len(prom.requests) == len(plan(300.0))
+    # no retry storm: one request per query (the signals' and the coverage's)
+    assert len(prom.requests) == len(plan(300.0)) + 1
+
+
+def test_a_failed_coverage_query_is_said_and_the_window_read_whole():
+    fail = lambda name: (422, {"status": "error", "error": "subqueries refused"}) if name == "coverage" else None  # noqa: E731
+    with LoopbackServer(scripted(fail=fail)) as prom:
+        result = run(prom.url)
+    doc = json.loads(result.output)
+    assert doc["targets"][0]["verdict"] == "max_num_seqs_cap"
+    (note,) = [n for n in doc["notes"] if "data starts" in n]
+    assert note.startswith("Where the data starts in the window is unknown, so it is taken to cover it:")
+    assert note.endswith("HTTP 422: subqueries refused")
+    assert "[300s]" in doc["targets"][0]["queries"][1]  # the signals over the whole window
 
 
 def test_prometheus_200_with_an_error_body_is_unreadable_not_a_traceback():

@@ -9,7 +9,8 @@ import json
 from click.testing import CliRunner
 
 from kvpilot.cli import cli
-from kvpilot.diagnose.run import coverage_note
+from kvpilot.diagnose.run import coverage_note, prometheus_coverage
+from kvpilot.diagnose.signals import TargetKey
 
 END = 1_764_600_000.0
 
@@ -73,3 +74,21 @@ def test_a_rate_is_read_over_the_seconds_with_data_not_the_whole_window(tmp_path
     (target,) = doc["targets"]
     assert doc["window_seconds"] == 300
     assert abs(target["signals"]["requests_finished_per_s"] - 2.0) < 1e-9
+
+
+def test_prometheus_targets_are_read_over_the_shortest_span_with_data():
+    # per target: (first sample's time, samples in the window, last sample's time), as the coverage query answers
+    old, new = TargetKey(pod="qwen-0"), TargetKey(pod="qwen-1")
+    whole = (END - 300.0 - 5.0, 30.0, END)  # a sample before the window's start (the lookback): covered
+    late = (END - 210.0, 22.0, END)  # 22 samples 10 s apart from 90 s after the start
+    assert prometheus_coverage({old: whole}, END, 300.0) is None
+    note, read = prometheus_coverage({old: whole, new: late}, END, 300.0)
+    assert read == 210.0
+    assert note.startswith("the data covers 210 s of the 300 s window (its first sample 90 s after")
+    assert note.endswith(
+        "1 of the 2 targets start later than the window; all are read over the shortest span, "
+        "qwen-1's (--pod or --server reads one target over its own)."
+    )
+    # within 1.1 of its 10 s intervals of the start, Prometheus extrapolates: covered; one sample: no interval
+    assert prometheus_coverage({new: (END - 289.5, 30.0, END)}, END, 300.0) is None
+    assert prometheus_coverage({new: (END - 10.0, 1.0, END - 10.0)}, END, 300.0) is None

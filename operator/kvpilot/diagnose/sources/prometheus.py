@@ -323,6 +323,39 @@ def plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[Plan
     return out
 
 
+#: the subquery steps of :func:`coverage_query` in a window, at most (and none shorter than 1 s)
+COVERAGE_STEPS = 300
+
+
+def coverage_query(window_seconds: float, selectors: Selectors = Selectors()) -> str:
+    """Where each target's data lies in the window: its first sample of ``vllm:num_requests_running`` (any
+    spelling; every vLLM exposes it at every scrape), their number and the last one's time, one row each,
+    ``kvpilot_name`` saying which (``first``, ``count``, ``last``).
+
+    The first sample's time is ``min_over_time(timestamp(running)[w:step])``: ``timestamp()`` of a selector is the
+    sample's own time, and a subquery step between a series' first and second sample sees the first; a step at
+    the window's start sees a sample before it (5 m lookback), so data that covers the window reads earlier than
+    its start. Steps of ``w / COVERAGE_STEPS``, at least 1 s: a sample found one step late makes the span read
+    shorter, still inside the data. Prometheus and VictoriaMetrics answer it alike (tests/integration/diagnose).
+    """
+    by = ", ".join(TARGET_LABELS)
+    window = promql.duration(window_seconds)
+    step = promql.duration(max(1.0, math.ceil(window_seconds / COVERAGE_STEPS)))
+    arms = []
+    family = next(sd.family for sd in SIGNAL_DEFS if sd.name == "samples_in_window")  # the samples it counts
+    for spelling in spellings(family):
+        sel = _selector(spelling, selectors.matchers())
+        for name, expr in (
+            ("first", f"min by ({by}) (min_over_time(timestamp({sel})[{window}:{step}]))"),
+            ("count", f"max by ({by}) (count_over_time({sel}[{window}]))"),
+            ("last", f"max by ({by}) (timestamp({sel}))"),
+        ):
+            arms.append(f'label_replace({expr}, "{NAME_LABEL}", "{name}", "", "")')
+    # a plain ``or``: rows of one quantity under two spellings share their labels (the first spelling's is kept),
+    # rows of two quantities differ in kvpilot_name (both kept)
+    return " or ".join(arms)
+
+
 def fit_plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[PlannedQuery]:
     """The queries of :meth:`PrometheusSource.fetch_fit`: one per scalar of
     :data:`~kvpilot.diagnose.signals.FIT_SIGNAL_DEFS`, one per histogram and spelling, as :func:`plan` sends them.
@@ -603,6 +636,26 @@ class PrometheusSource:
         finally:
             if collecting:
                 gc.enable()
+
+    def coverage(
+        self, window_seconds: float, end: float, selectors: Selectors = Selectors()
+    ) -> dict[TargetKey, tuple[float, float, float]]:
+        """Per target, where its data lies in the window ending at ``end``: ``(first sample's time, samples in the
+        window, last sample's time)`` (:func:`coverage_query`, one query); a target missing one is absent.
+
+        Raises:
+            SourceError: the query failed.
+        """
+        query = PlannedQuery(coverage_query(window_seconds, selectors), "signal")
+        found: dict[TargetKey, dict[str, float]] = {}
+        for ident, name, value in self._query(query, end):
+            if math.isfinite(value):
+                found.setdefault(TargetKey(*ident), {}).setdefault(name, value)
+        return {
+            key: (got["first"], got["count"], got["last"])
+            for key, got in found.items()
+            if {"first", "count", "last"} <= got.keys()
+        }
 
     def fetch_fit(
         self, window_seconds: float, end: float, selectors: Selectors = Selectors()
