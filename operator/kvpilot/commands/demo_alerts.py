@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kvpilot.alerts import sinks
 from kvpilot.commands._child import start_tied
 from kvpilot.text.numbers import fig
 
@@ -211,4 +212,7 @@ def section_alerts(ctx: Any) -> None:
         f"{evidence}",
         indent=2,
     )
+    change, effect = sinks.answer(result)
+    if change:  # the hook's answer leads with them, as its log line and every sink do
+        ctx.say(f"change {change}" + (f": {effect}" if effect else ""), indent=2)
     ctx.more.append(("the alert rules and receiver", "kvpilot alert-hook --help"))

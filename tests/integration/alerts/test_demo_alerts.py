@@ -29,6 +29,8 @@ def test_the_alert_section_goes_from_rule_to_diagnosis():
     # the scenario's cap is 4 (kvpilot.engine.scenarios) and the diagnosis says so
     # the alert that fired and the hook's diagnosis of it say one severity
     assert f"max_num_seqs_cap ({fired}, confidence" in text
+    # and the change the hook's answer leads with: the cap of 4 raised
+    assert re.search(r"change --max-num-seqs 4 -> \d+", text)
     assert "of 4" in text
     # read from the operator's limits metric in the same Prometheus, not inferred from the gauges
     assert "of 4 (kvpilot_vllmserver_limit)" in text
