@@ -183,9 +183,13 @@ def _window(
     hit: float | None = None,
     served: bool = True,
     shares: dict[str, float] | None = None,
+    queued: float | None = None,
 ) -> dict:
+    binding: dict = {"limit": limit, "shares": shares or {}}
+    if queued is not None:
+        binding["queued_share"] = queued
     return {
-        "binding": {"limit": limit, "shares": shares or {}},
+        "binding": binding,
         "gpu_saturated": saturated,
         "served": served,
         "prefix": {"shared_prefix_hit_share": hit},
@@ -215,3 +219,25 @@ def test_expected_verdicts_map_each_ground_truth_onto_the_verdict_that_names_it(
     assert expected_verdicts(_window("max_num_seqs", shares={"max_num_seqs": 0.61, "lora": 0.39})) == (
         "max_num_seqs_cap",
     )
+
+
+def test_a_queued_share_near_the_line_is_named_by_both_readings_and_no_cliff():
+    # the truth's line: a request left waiting over half the window; within 0.25 of it both readings are right,
+    # each side's own first. Sweep the queued share: the set of right verdicts changes only at the grey zone's
+    # edges, and the verdict of each side stays right across the line.
+    kv = {"kv_cache": 0.9, "token_budget": 0.1}
+    assert expected_verdicts(_window("none", shares=kv, queued=0.24)) == ("healthy",)
+    assert expected_verdicts(_window("none", shares=kv, queued=0.25)) == ("healthy", "kv_cache_exhaustion")
+    assert expected_verdicts(_window("none", shares=kv, queued=0.49, hit=0.1)) == (
+        "prefix_cache_ineffective",
+        "kv_cache_exhaustion",
+    )
+    assert expected_verdicts(_window("kv_cache", shares=kv, queued=0.5)) == ("kv_cache_exhaustion", "healthy")
+    assert expected_verdicts(_window("kv_cache", shares=kv, queued=0.74)) == ("kv_cache_exhaustion", "healthy")
+    assert expected_verdicts(_window("kv_cache", shares=kv, queued=0.75)) == ("kv_cache_exhaustion",)
+    for q in [i / 100 for i in range(25, 75)]:
+        limit = "kv_cache" if q >= 0.5 else "none"
+        got = expected_verdicts(_window(limit, shares=kv, queued=q))
+        assert {"healthy", "kv_cache_exhaustion"} <= set(got), q
+    # nothing refused at all: no limit to name, however the line falls
+    assert expected_verdicts(_window("none", queued=0.3)) == ("healthy",)

@@ -47,7 +47,7 @@ from kvpilot.engine.workloads import poisson
 from kvpilot.gpus import gpu_profile
 from kvpilot.metrics.recording import recording_text
 from tests.reference.harness import driver_spec, run_vllm
-from tests.reference.refusals import binding_limit
+from tests.reference.refusals import REASONS, binding_limit
 from tests.reference.vllm_recordings import END, INTERVAL, snapshot_families
 
 OUT = Path(__file__).resolve().parent.parent / "fixtures" / "recordings" / "vllm" / "verdicts"
@@ -59,6 +59,13 @@ SATURATED = 0.7
 PREFIX_HIT = REUSED_BY_MOST
 #: a second reason that refused the queue's head for at least this share of the queued time binds as well
 ALSO_BINDS = 0.4
+#: Half the width of the grey zone around the truth's line between "a limit binds" and "none"
+#: (``refusals.binding_limit``: a request left waiting over half the window). Any reader of the metrics sees the
+#: queue through the waiting gauge sampled every :data:`INTERVAL` s, 6 to 9 samples in a 60-90 s window, so the
+#: share of the window with a queue is known to about sqrt(0.5 x 0.5 / 9) = 0.17 (one standard deviation of a
+#: share of 0.5 from 9 independent samples; a queue's samples are correlated, so more): a queued share within
+#: 1.5 of those, 0.25, of the line is between two readings, and the verdict of either side names it.
+QUEUE_GREY = 0.25
 
 
 @dataclass(frozen=True)
@@ -638,18 +645,32 @@ def expected_verdicts(window: Mapping[str, Any]) -> tuple[str, ...]:
     ``other`` -> ``unexplained_queue``; ``none`` -> ``prefix_cache_ineffective`` when the shared prefix was
     evicted (found by fewer than half of the requests re-using one), else ``healthy``, or ``idle`` when nothing
     ran. A second reason that refused the head for at least :data:`ALSO_BINDS` of the queued time binds as well:
-    its verdict is right too (after the binding one).
+    its verdict is right too (after the binding one). A queued share within :data:`QUEUE_GREY` of the line between
+    the two (half the window) is between two readings: the verdicts of the other side are right too (after those
+    of its own side): the limit that refused the head most when the queue was short of the line, the verdict of no
+    queue when it was past it.
     """
     binding = window["binding"]
     limit = binding["limit"]
+    shares = binding.get("shares") or ({limit: 1.0} if limit != "none" else {})
+    queued = binding.get("queued_share", 0.0 if limit == "none" else 1.0)
+    quiet = _quiet_verdict(window)
     if limit != "none":
-        shares = binding.get("shares") or {limit: 1.0}
         also = sorted((r for r, v in shares.items() if r != limit and v >= ALSO_BINDS), key=lambda r: -shares[r])
-        return tuple(_queue_verdict(r, window) for r in (limit, *also))
+        out = tuple(_queue_verdict(r, window) for r in (limit, *also))
+        return out + ((quiet,) if queued < 0.5 + QUEUE_GREY and quiet not in out else ())
+    top = max(REASONS[:-1], key=lambda r: (shares.get(r, 0.0), -REASONS.index(r)))
+    if queued >= 0.5 - QUEUE_GREY and shares.get(top, 0.0) > 0:
+        return quiet, _queue_verdict(top, window)
+    return (quiet,)
+
+
+def _quiet_verdict(window: Mapping[str, Any]) -> str:
+    """The verdict of a window without a queue: the prefix cache decides, else served or not."""
     share = window["prefix"]["shared_prefix_hit_share"]
     if share is not None and share < PREFIX_HIT:
-        return ("prefix_cache_ineffective",)
-    return ("healthy",) if window["served"] else ("idle",)
+        return "prefix_cache_ineffective"
+    return "healthy" if window["served"] else "idle"
 
 
 def _queue_verdict(reason: str, window: Mapping[str, Any]) -> str:

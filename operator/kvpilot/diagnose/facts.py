@@ -43,7 +43,7 @@ from typing import Any
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import detail
-from kvpilot.diagnose.promql import share_above, share_in_bucket
+from kvpilot.diagnose.promql import histogram_quantile, share_above, share_in_bucket
 from kvpilot.diagnose.severity import growing as queue_growing
 from kvpilot.diagnose.signals import SignalName, Signals
 from kvpilot.diagnose.steptime import StepFit, fit_step_time
@@ -115,6 +115,13 @@ DECODE_TOKENS_PER_RUNNING = 2.0
 DEFAULT_BUDGET_EXCEEDED = 1.1
 
 
+#: vLLM refuses the head of the queue on KV when its prompt's blocks exceed the free ones
+#: (``KVCacheManager.allocate_slots`` returns None), and the head is any request: the usage from which refusals come
+#: is 1 less a long prompt's share of the cache, measured as this quantile of the window's prompt lengths
+#: (``vllm:request_prompt_tokens``, interpolated within its bucket as PromQL's ``histogram_quantile`` does)
+HEAD_PROMPT_QUANTILE = 0.9
+
+
 def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
     """The KV usage at which new requests stop being admitted (ratio 0-1), and how it was derived.
 
@@ -140,15 +147,22 @@ def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
     if prompt and kv_tokens:
         shares.append(prompt / kv_tokens)
     share = max(shares) if shares else 0.0
+    # the head's prompt measured: the window's prompts' HEAD_PROMPT_QUANTILE (vllm:request_prompt_tokens)
+    head = histogram_quantile(HEAD_PROMPT_QUANTILE, signals.buckets.get("prompt_tokens", []))
+    measured = head is not None and math.isfinite(head.value) and bool(kv_tokens) and head.value > 0
+    if measured and head is not None and kv_tokens:
+        share, reserve, what = head.value / kv_tokens, 1.0, "the window's p90 prompt's share of KV"
+    else:
+        reserve, what = 2.0, "one request's share of KV"
     # the gauge is set after each step once its finished requests freed their blocks (as the running gauge,
     # :func:`running_dip`): at the ceiling it reads that much below it, about the finished requests' share
     freed = (running_dip(signals) or 0.0) + _dip_noise(signals) if run_avg and run_avg > 0 else 0.0
     freed_share = freed * kv_avg / run_avg if run_avg and run_avg > 0 else 0.0
-    ceiling = min(1.0, max(0.5, 1.0 - 2.0 * share - freed_share))
+    ceiling = min(1.0, max(0.5, 1.0 - reserve * share - freed_share))
     how = (
         f"admission ceiling {number(ceiling, 3)}"
         + detail(
-            f" = 1 - 2 x {number(share, 4)} (one request's share of KV)"
+            f" = 1 - {fig(reserve)} x {number(share, 4)} ({what})"
             + (
                 f" - {number(freed_share, 4)} (the {number(freed, 2)} requests a step finishes, freed before the "
                 "gauge is set)"
@@ -156,10 +170,30 @@ def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
                 else ""
             )
         )
-        if shares
+        if shares or measured
         else "admission ceiling 1.0 (no running requests to size a request's share)"
     )
     return ceiling, how
+
+
+def little_queue_steps(signals: Signals) -> float | None:
+    """The mean wait of every request in the queue, in step times, by Little's law: requests waiting on average over
+    requests admitted per second (``vllm:request_queue_time_seconds``' count: first schedulings in the window), over
+    the mean step time.
+
+    ``vllm:request_queue_time_seconds`` observes a request only when it is first scheduled, so requests a limit
+    keeps waiting (LoRA adapters deferred behind ``max_loras`` while others pass) are missing from its mean, which
+    then reads a fraction of a step while the queue stands; the waiting gauge counts them. None when unknown.
+    """
+    waiting, admitted, step = (
+        signals.get("waiting_avg"),
+        signals.get("queue_time_count_increase"),
+        signals.get("itl_mean_s"),
+    )
+    window = signals.window_seconds
+    if waiting is None or not admitted or admitted <= 0 or not step or step <= 0 or not window:
+        return None
+    return waiting / (admitted / window) / step
 
 
 def running_dip(signals: Signals) -> float | None:
@@ -705,7 +739,10 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     held = median >= 1 if median is not None else (wait_avg or 0) >= 1
     standing = queued and (growing or held)
     queue_steps = s("queue_step_times")
-    queue = standing and (queue_steps is None or queue_steps >= QUEUE_STEP_TIMES)
+    little = little_queue_steps(signals)
+    queue = standing and (
+        queue_steps is None or queue_steps >= QUEUE_STEP_TIMES or (little is not None and little >= QUEUE_STEP_TIMES)
+    )
     ceiling, ceiling_how = kv_ceiling(signals, limits)
     at_ceiling = kv_max is not None and ceiling is not None and kv_max >= ceiling
     kv_room = not at_ceiling and preempt < 1

@@ -71,7 +71,7 @@ from kvpilot.diagnose.facts import (
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding, detail
 from kvpilot.diagnose.recommend import Inputs, active_seqs_cap, kv_bytes_per_token, recommend
-from kvpilot.diagnose.severity import FIXED, kv_severity, queue_severity
+from kvpilot.diagnose.severity import FIXED, OK, kv_severity, queue_severity
 from kvpilot.diagnose.signals import SignalName, Signals, legacy_or_escaped
 from kvpilot.diagnose.steptime import STEP_TIME_FLAT, STEP_TIME_GROWS
 from kvpilot.diagnose.turnover import cache_turnover, turnover_evidence
@@ -308,10 +308,26 @@ def _kv_finding(f: Facts) -> Finding:
 
 
 def rule_kv_preemption(f: Facts) -> Finding | None:
-    """``kv_cache_exhaustion``: a preemption in the window (before any admission check: a step that
-    preempts admits nobody).
+    """``kv_cache_exhaustion``: a preemption in the window with a queue (before any admission check: a step that
+    preempts admits nobody). Preemptions while no queue costs time refused nobody for long: vLLM re-queues the
+    preempted request at the head and admits it again as blocks free (its ground truth then has no binding limit),
+    so they are a secondary finding (:func:`preemption_note`), not the verdict.
     """
-    return _kv_finding(f) if f.preempt >= 1 else None
+    return _kv_finding(f) if f.preempt >= 1 and f.queue else None
+
+
+def preemption_note(f: Facts) -> Finding | None:
+    """Preemptions without a queue that costs time: ``kv_cache_exhaustion`` as a secondary finding (the preempted
+    requests' prompts are recomputed, but no limit held a queue).
+    """
+    if f.preempt < 1 or f.queue:
+        return None
+    finding = _kv_finding(f)
+    finding.evidence.append(
+        "No queue cost time in the window (a request waited in fewer than half the samples, or for less than a "
+        "step on average): the KV cache ran short for running requests, not for admission."
+    )
+    return finding
 
 
 def rule_kv_cache_exhaustion(f: Facts) -> Finding | None:
@@ -1001,6 +1017,13 @@ def diagnose_target(
     if rule not in _TERMINAL:
         if rule in _QUEUE_RULES:
             primary.evidence.extend(_latency_evidence(signals))
+        if rule not in _QUEUE_RULES:
+            note = preemption_note(facts)
+            if note is not None:
+                # the severity policy: preemptions without a queue are a warning, whatever the verdict
+                findings.append(note)
+                if primary.severity == OK:
+                    primary.severity = note.severity
         if rule is not rule_prefix_cache_ineffective:
             prefix = _prefix_finding(signals, limits, low_severity=True)
             if prefix is not None:

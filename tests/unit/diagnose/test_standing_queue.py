@@ -14,14 +14,15 @@ from tests.unit.diagnose.test_rules import make
 
 
 def queue_time(step_times: float) -> dict:
-    """Counters giving a mean queue time of ``step_times`` mean steps: 1,000 inter-token gaps of 10 ms and 100
-    requests queued ``step_times`` x 10 ms each.
+    """Counters giving a mean queue time of ``step_times`` mean steps: 1,000 inter-token gaps of 10 ms and 100,000
+    requests queued ``step_times`` x 10 ms each (333 admitted a second: 2 waiting on average is a wait of 0.6 steps
+    by Little's law, as the histogram's mean says; far fewer admissions would make the gauge's queue a long one).
     """
     return dict(
         itl_sum_increase=10.0,
         itl_count_increase=1000.0,
-        queue_time_sum_increase=step_times * 0.01 * 100,
-        queue_time_count_increase=100.0,
+        queue_time_sum_increase=step_times * 0.01 * 100000,
+        queue_time_count_increase=100000.0,
     )
 
 

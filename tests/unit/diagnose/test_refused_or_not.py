@@ -1,0 +1,93 @@
+"""A limit is named only where vLLM's scheduler can have refused the head of its queue with it (hand-worked values).
+
+- KV: ``KVCacheManager.allocate_slots`` refuses the head when its prompt's blocks exceed the free ones, so the KV
+  usage from which it refuses is 1 less a long prompt's share of the cache: the window's p90 prompt
+  (``vllm:request_prompt_tokens``), not twice a running request's footprint.
+- Preemptions while no queue costs time refused nobody for long (vLLM re-queues the preempted request at the head
+  and admits it as blocks free): a secondary finding at warning, not the verdict.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvpilot.diagnose.facts import kv_ceiling
+from kvpilot.diagnose.limits import resolve_limits
+from kvpilot.diagnose.rules import diagnose_target
+from tests.unit.diagnose.test_rules import make
+
+#: 200 finished requests' prompts, all in vLLM's (1000, 2000] bucket: p90 interpolated 1000 + 0.9 x 1000 = 1900
+PROMPTS = [(500.0, 0.0), (1000.0, 0.0), (2000.0, 200.0), (5000.0, 200.0), (float("inf"), 200.0)]
+#: a standing, growing queue: 20 waiting on average, +0.1 req/s x 300 s = +30
+QUEUE = dict(waiting_avg=20, waiting_max=40, waiting_median=20, waiting_trend_per_s=0.1)
+#: 4 running hold 60 % of an 11,120-token cache (15 % each: prompt and output so far)
+FOUR = dict(running_avg=4, running_max=4, kv_usage_avg=0.6)
+
+
+def _signals(**values):
+    sig = make(**values)
+    sig.buckets["prompt_tokens"] = PROMPTS
+    return sig
+
+
+def test_the_kv_ceiling_is_one_less_the_p90_prompt_share():
+    lim = resolve_limits(cli={"kv_cache_tokens": 11120})
+    ceiling, how = kv_ceiling(_signals(kv_usage_max=0.7, **FOUR), lim)
+    assert ceiling == pytest.approx(1 - 1900 / 11120)
+    assert "p90 prompt" in how
+    # without the prompt histogram: twice a running request's share, 1 - 2 x 0.15
+    assert kv_ceiling(make(kv_usage_max=0.7, **FOUR), lim)[0] == pytest.approx(0.7)
+
+
+def test_a_kv_peak_below_where_the_head_is_refused_is_not_exhaustion():
+    lim = resolve_limits(cli={"kv_cache_tokens": 11120, "max_num_seqs": 16, "max_num_batched_tokens": 8192})
+    # KV peaked at 75 %: above twice a request's share below 1.0 (70 %), below 1 - 1,900 / 11,120 = 82.9 %
+    d = diagnose_target(_signals(kv_usage_max=0.75, **FOUR, **QUEUE), lim)
+    assert d.verdict != "kv_cache_exhaustion"
+    # at 85 % a 1,900-token head no longer fits: KV
+    d = diagnose_target(_signals(kv_usage_max=0.85, **FOUR, **QUEUE), lim)
+    assert d.verdict == "kv_cache_exhaustion"
+
+
+def test_preemptions_without_a_queue_are_a_warning_beside_the_verdict():
+    lim = resolve_limits(cli={"kv_cache_tokens": 11120, "max_num_seqs": 16, "max_num_batched_tokens": 8192})
+    quiet = dict(waiting_avg=0.1, waiting_max=1, waiting_median=0, waiting_trend_per_s=0.0)
+    d = diagnose_target(_signals(kv_usage_max=1.0, preemptions_increase=3, **FOUR, **quiet), lim)
+    assert (d.verdict, d.severity) == ("healthy", "warning")
+    note = [f for f in d.findings if f.verdict == "kv_cache_exhaustion"]
+    assert note
+    assert "3 preemptions" in note[0].evidence[0]
+    # the same preemptions with a queue: the verdict, critical (work thrown away while work waits)
+    d = diagnose_target(_signals(kv_usage_max=1.0, preemptions_increase=3, **FOUR, **QUEUE), lim)
+    assert (d.verdict, d.severity) == ("kv_cache_exhaustion", "critical")
+
+
+def test_a_queue_whose_admitted_requests_waited_little_still_costs_time_by_littles_law():
+    # LoRA deferral: 10 waiting on average while 60 requests were first scheduled in 300 s (0.2/s), each after
+    # 0.01 s = 0.2 of a 50 ms step; Little's law puts the queue's mean wait at 10 / 0.2 = 50 s = 1,000 steps
+    lim = resolve_limits(cli={"max_num_seqs": 16, "max_num_batched_tokens": 8192, "max_loras": 1})
+    lora = dict(
+        running_avg=2,
+        running_max=3,
+        kv_usage_avg=0.1,
+        kv_usage_max=0.2,
+        waiting_avg=10,
+        waiting_max=13,
+        waiting_median=10,
+        waiting_trend_per_s=0.0,
+        waiting_deferred_avg=9.0,
+        lora_max_loras=1.0,
+        lora_adapters_max=1.0,
+        queue_time_sum_increase=0.6,
+        queue_time_count_increase=60.0,
+        itl_sum_increase=50.0,
+        itl_count_increase=1000.0,
+    )
+    d = diagnose_target(make(**lora), lim)
+    assert d.signals["queue_step_times"] == pytest.approx(0.2)
+    assert d.verdict == "lora_slot_cap"
+    # the same queue admitted 12,000 times (40/s): 10 / 40 = 0.25 s = 5 steps by Little's law, 0.2 by the
+    # histogram: still a queue that costs time; at 400,000 admissions (1,333/s) 0.15 steps: none
+    assert diagnose_target(make(**(lora | {"queue_time_count_increase": 12000.0})), lim).verdict == "lora_slot_cap"
+    quick = lora | {"queue_time_count_increase": 400000.0, "queue_time_sum_increase": 4000.0}
+    assert diagnose_target(make(**quick), lim).verdict == "healthy"
