@@ -36,7 +36,7 @@ from typing import Any
 from kvpilot.advice.fit import FitError, WorkloadFit, fit_workload
 from kvpilot.advice.observe import observed_binding, observed_prediction, sampling_slack
 from kvpilot.advice.prediction import TOLERANCES as TOLERANCES
-from kvpilot.advice.prediction import Prediction, allowed_text, compare
+from kvpilot.advice.prediction import BindingLimit, Prediction, allowed_text, compare
 from kvpilot.advice.server import CALIBRATED, MAX_CALIBRATIONS, StepTime, engine_config, step_time_prior
 from kvpilot.advice.simulate import BudgetExceededError, SimResult, simulate
 from kvpilot.advice.whatif import (
@@ -49,14 +49,14 @@ from kvpilot.advice.whatif import (
     replicas_for,
 )
 from kvpilot.diagnose.limits import Limits
-from kvpilot.diagnose.model import Diagnosis, Recommendation
+from kvpilot.diagnose.model import Diagnosis, Recommendation, Verdict
 from kvpilot.diagnose.recommend import platform
 from kvpilot.diagnose.signals import Signals
 from kvpilot.engine.config import EngineConfig
 from kvpilot.text.numbers import count, number, percent, significant
 
 #: verdicts whose window holds a queue a change could shorten: predictions run for them by default
-QUEUE_VERDICTS = frozenset(
+QUEUE_VERDICTS: frozenset[Verdict] = frozenset(
     {
         "kv_cache_exhaustion",
         "max_num_seqs_cap",
@@ -67,7 +67,7 @@ QUEUE_VERDICTS = frozenset(
     }
 )
 #: verdicts with nothing to replay
-NO_REPLAY = frozenset({"no_data", "target_down", "idle"})
+NO_REPLAY: frozenset[Verdict] = frozenset({"no_data", "target_down", "idle"})
 #: default candidates simulated per target (the replicas search comes on top when no flag keeps up)
 DEFAULT_CANDIDATES = 3
 #: a flag change "helps" a queue that was not growing when it at least halves the replay's mean queue time
@@ -235,7 +235,7 @@ def _rule_changes(diag: Diagnosis) -> list[Change]:
 
 
 def _default_changes(
-    diag: Diagnosis, defaults: bool, binding: str | None, config: EngineConfig, graphs: bool
+    diag: Diagnosis, defaults: bool, binding: BindingLimit | None, config: EngineConfig, graphs: bool
 ) -> list[Change]:
     """The changes simulated by default (whatever ``--what-if`` asks): the candidates for the binding limit and the
     rules' suggestions, at most :data:`DEFAULT_CANDIDATES`.
@@ -334,10 +334,12 @@ def _follow_up(
     return extra
 
 
-def next_limit(prediction: Prediction, previous: str | None) -> str | None:
+def next_limit(prediction: Prediction, previous: BindingLimit | None) -> BindingLimit | None:
     """The limit that refused the queue longest in ``prediction`` other than ``previous`` (None: no other did)."""
     others = {k: v for k, v in prediction.binding_shares.items() if k not in (previous, "none") and v > 0}
-    return max(others, key=lambda k: others[k]) if others else None
+    if not others:
+        return None
+    return max(others, key=others.__getitem__)
 
 
 def effect_text(before: Prediction, after: Prediction, replicas: int = 1) -> str:

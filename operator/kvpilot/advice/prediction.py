@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
-#: the values ``binding_limit`` takes (the issue's vocabulary; vLLM's admission checks, docs/diagnosis.md)
-BINDING_LIMITS: tuple[str, ...] = ("kv_cache", "max_num_seqs", "token_budget", "lora", "none")
+#: the limits a queue waits on (vLLM's admission checks, docs/diagnosis.md)
+QueueLimit = Literal["max_num_seqs", "token_budget", "kv_cache", "lora"]
+#: the values ``binding_limit`` takes: a queue's limit, or ``none`` (no queue over half the window)
+BindingLimit = QueueLimit | Literal["none"]
+BINDING_LIMITS: tuple[BindingLimit, ...] = ("kv_cache", "max_num_seqs", "token_budget", "lora", "none")
 #: the limits a queue waits on, in the order a tie between their shares is broken (vLLM checks them in the
 #: order max_num_seqs, token budget, KV cache; LoRA slots are a skip)
-QUEUE_LIMITS: tuple[str, ...] = ("max_num_seqs", "token_budget", "kv_cache", "lora")
+QUEUE_LIMITS: tuple[QueueLimit, ...] = get_args(QueueLimit)
 
 #: a queue grows when the waiting gauge's trend over the window adds at least this many requests
 #: (diagnose's "growing", docs/diagnosis.md) ...
@@ -56,11 +59,11 @@ class Prediction:
     mean_running: float | None = None
     max_kv_usage: float | None = None
     preemptions_per_s: float | None = None
-    binding_limit: str | None = None
+    binding_limit: BindingLimit | None = None
     mean_waiting: float | None = None
     waiting_trend_per_s: float | None = None
     queue_growing: bool | None = None
-    binding_shares: dict[str, float] = field(default_factory=dict)
+    binding_shares: dict[BindingLimit, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The ``P`` object of the JSON schema: numbers rounded to 6 significant figures, unknowns null."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from kvpilot.advice.advise import NO_REPLAY, QUEUE_VERDICTS, predict_target, unreplayed, withhold
 from kvpilot.advice.whatif import Change
 from kvpilot.diagnose import run as diagnose_run
-from kvpilot.diagnose.model import Diagnosis, Report
+from kvpilot.diagnose.model import Diagnosis, Report, Severity
 from kvpilot.diagnose.run import Options
 from kvpilot.diagnose.signals import Signals, TargetKey
 from kvpilot.diagnose.sources import SourceError
@@ -34,7 +34,7 @@ HOOK_BUDGET_SECONDS = 10.0
 #: the reason a target withheld for the budget gives (advise.withhold's text)
 _BUDGET_RAN_OUT = "the what-if budget ran out"
 
-_SEVERITY_ORDER = {"critical": 0, "warning": 1, "ok": 2, "unknown": 3}
+_SEVERITY_ORDER: dict[Severity, int] = {"critical": 0, "warning": 1, "ok": 2, "unknown": 3}
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
             unreplayed(diag, why)
         return report
     report = diagnose_run.run(dataclasses.replace(opts, fit_signals=True))
-    targets = sorted((d for d in report.targets if wanted(d, advice)), key=lambda d: _SEVERITY_ORDER.get(d.severity, 9))
+    targets = sorted((d for d in report.targets if wanted(d, advice)), key=lambda d: _SEVERITY_ORDER[d.severity])
     if advice.what_ifs:
         report.notes.extend(_not_replayable(report.targets))
     if targets:

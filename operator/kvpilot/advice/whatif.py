@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvpilot.advice.keys import WHAT_IF_KEYS
+from kvpilot.advice.prediction import BindingLimit
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.recommend import MAX_SUGGESTED_UTILIZATION, capture_sizes_around
 from kvpilot.engine.bounds import FIELD_BOUNDS
@@ -279,7 +280,7 @@ def _utilization_tokens(util: float, tokens: int, config: EngineConfig, limits: 
 
 
 def candidates(
-    binding: str | None, config: EngineConfig, suggested: dict[str, Any], *, graphs: bool = True
+    binding: BindingLimit | None, config: EngineConfig, suggested: dict[str, Any], *, graphs: bool = True
 ) -> list[Change]:
     """The changes simulated by default for a window whose binding limit is ``binding``, smallest first.
 

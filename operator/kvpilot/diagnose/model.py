@@ -7,10 +7,10 @@ docs/diagnose-output.schema.json). Pure data, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 #: the verdict vocabulary (lowercase; docs/diagnosis.md, "Verdicts")
-VERDICTS: tuple[str, ...] = (
+Verdict = Literal[
     "kv_cache_exhaustion",
     "max_num_seqs_cap",
     "token_budget_cap",
@@ -23,8 +23,11 @@ VERDICTS: tuple[str, ...] = (
     "no_data",
     "target_down",
     "metrics_schema_mismatch",
-)
-SEVERITIES: tuple[str, ...] = ("ok", "warning", "critical", "unknown")
+]
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
+#: how bad a verdict is (docs/diagnosis.md, "Severity"); the exit status follows it
+Severity = Literal["ok", "warning", "critical", "unknown"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 
 #: Marks around a part of an evidence sentence that says how a figure was derived (a formula, a ceiling's
 #: terms): JSON and ``--verbose`` show it, the text and Markdown reports leave it out. Control characters, so
@@ -110,8 +113,8 @@ class Finding:
         recommendations: flag changes, never contradicting the evidence.
     """
 
-    verdict: str
-    severity: str
+    verdict: Verdict
+    severity: Severity
     confidence: float
     evidence: list[str] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
