@@ -128,7 +128,7 @@ def predict_target(
     cannot be replayed gets ``replay`` with ``matches: false`` and the reason.
     """
     basis = diag.basis
-    if basis is None or not isinstance(basis.signals, Signals) or not isinstance(basis.limits, Limits):
+    if basis is None:
         return
     signals, limits = basis.signals, basis.limits
     inferred = _inferred(diag)

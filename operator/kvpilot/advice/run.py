@@ -22,7 +22,6 @@ from kvpilot.advice.whatif import Change
 from kvpilot.diagnose import run as diagnose_run
 from kvpilot.diagnose.model import Diagnosis, Report, Severity
 from kvpilot.diagnose.run import Options
-from kvpilot.diagnose.signals import Signals, TargetKey
 from kvpilot.diagnose.sources import SourceError
 from kvpilot.text.numbers import count, fig, significant
 
@@ -164,7 +163,7 @@ def _fetch_fit(opts: Options, diag: Diagnosis, deadline: float | None, notes: li
     from kvpilot.diagnose.sources.prometheus import PrometheusSource, Selectors
 
     basis = diag.basis
-    if basis is None or not isinstance(basis.signals, Signals) or not isinstance(basis.key, TargetKey):
+    if basis is None:
         return False
     key, signals = basis.key, basis.signals
     selectors = Selectors(namespace=key.namespace, pod=key.pod, model_name=key.model_name)

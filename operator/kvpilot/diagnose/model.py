@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from kvpilot.diagnose.limits import Limits
+from kvpilot.diagnose.signals import Signals, TargetKey
+
 #: the verdict vocabulary (lowercase; docs/diagnosis.md, "Verdicts")
 Verdict = Literal[
     "kv_cache_exhaustion",
@@ -91,14 +94,14 @@ class DiagnosisBasis:
     """What a diagnosis was made from, kept for predictions (``kvpilot.advice``); never serialised.
 
     Attributes:
-        key: the target's label values (a ``kvpilot.diagnose.signals.TargetKey``).
-        signals: its ``kvpilot.diagnose.signals.Signals``.
-        limits: its ``kvpilot.diagnose.limits.Limits``.
+        key: the target's label values.
+        signals: what its source read over the window.
+        limits: its server's limits, with where each came from.
     """
 
-    key: Any
-    signals: Any
-    limits: Any
+    key: TargetKey
+    signals: Signals
+    limits: Limits
 
 
 @dataclass
