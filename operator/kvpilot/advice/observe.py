@@ -26,7 +26,7 @@ import math
 from kvpilot.advice.prediction import BindingLimit, Prediction, queue_grows
 from kvpilot.diagnose.facts import BUDGET_FULL_FILL, PINNED_SLACK
 from kvpilot.diagnose.model import Verdict
-from kvpilot.diagnose.signals import SignalName, Signals
+from kvpilot.diagnose.signals import FitName, SignalName, Signals
 
 #: a standing queue: at least this many requests waiting on average (else ``none`` binds)
 STANDING_QUEUE = 0.5
@@ -112,7 +112,7 @@ def observed_prediction(signals: Signals, binding: BindingLimit | None) -> Predi
     """The window's ``P`` from its signals (``signals.fit`` holds the TTFT histogram's sum and count)."""
     v, fv = signals.values, signals.fit
 
-    def mean(total: str, n: str) -> float | None:
+    def mean(total: FitName, n: FitName) -> float | None:
         s, c = fv.get(total), fv.get(n)
         return s / c if s is not None and c else None
 
