@@ -36,7 +36,7 @@ from typing import Any
 from kvpilot.advice.fit import FitError, WorkloadFit, fit_workload
 from kvpilot.advice.observe import observed_binding, observed_prediction, sampling_slack
 from kvpilot.advice.prediction import TOLERANCES as TOLERANCES
-from kvpilot.advice.prediction import BindingLimit, Prediction, allowed_text, compare
+from kvpilot.advice.prediction import allowed_text, compare
 from kvpilot.advice.server import CALIBRATED, MAX_CALIBRATIONS, StepTime, engine_config, step_time_prior
 from kvpilot.advice.simulate import BudgetExceededError, SimResult, simulate
 from kvpilot.advice.whatif import (
@@ -49,7 +49,7 @@ from kvpilot.advice.whatif import (
     replicas_for,
 )
 from kvpilot.diagnose.limits import Limits
-from kvpilot.diagnose.model import Diagnosis, Recommendation, Verdict
+from kvpilot.diagnose.model import BindingLimit, Diagnosis, Prediction, Recommendation, Replay, Verdict, WhatIf
 from kvpilot.diagnose.recommend import platform
 from kvpilot.diagnose.signals import Signals
 from kvpilot.engine.config import EngineConfig
@@ -90,17 +90,10 @@ class Simulated:
     reason: str = ""
     notes: tuple[str, ...] = field(default=())
 
-    def to_json(self) -> dict[str, Any]:
-        """One ``what_if[]`` element of ``-o json``."""
-        out: dict[str, Any] = {
-            "change": self.change.as_dict(),
-            "predicted": self.result.prediction.to_json() if self.result else None,
-        }
-        if self.reason:
-            out["reason"] = self.reason
-        if self.notes:
-            out["notes"] = list(self.notes)
-        return out
+    def shown(self) -> WhatIf:
+        """As the report shows it (``Diagnosis.what_if``)."""
+        predicted = self.result.prediction if self.result else None
+        return WhatIf(self.change.items, predicted, self.reason, self.notes)
 
 
 def _inferred(diag: Diagnosis) -> dict[str, int]:
@@ -151,20 +144,20 @@ def predict_target(
         withhold(diag, what_ifs, f"not replayed: {exc}")
         return
     misses = compare(replay.prediction, observed, sampling_slack(signals))
-    diag.replay = {
-        "predicted": replay.prediction.to_json(),
-        "observed": observed.to_json(),
-        "matches": not misses,
-        "misses": [m.sentence() for m in misses],
-        "tolerances": {k: allowed_text(*t) for k, t in TOLERANCES.items()} | {"binding_limit": "equal"},
-        "workload": fit.to_json(),
-        "step_time": step.to_json(),
-        "notes": [fit.describe(), step.describe(), *fit.notes, *step.notes],
-        "cost": {"simulated_s": round(replay.simulated_s, 3), "wall_s": round(replay.wall_s, 3)},
-    }
+    diag.replay = Replay(
+        replay.prediction,
+        observed,
+        matches=not misses,
+        misses=tuple(m.sentence() for m in misses),
+        notes=(fit.describe(), step.describe(), *fit.notes, *step.notes),
+        tolerances={k: allowed_text(*t) for k, t in TOLERANCES.items()} | {"binding_limit": "equal"},
+        workload=fit,
+        step_time=step,
+        cost=(replay.simulated_s, replay.wall_s),
+    )
     if misses:
         reason = "withheld: the replay does not reproduce the window (" + "; ".join(m.sentence() for m in misses) + ")"
-        diag.what_if = [Simulated(c, reason=reason).to_json() for c in what_ifs]
+        diag.what_if = [Simulated(c, reason=reason).shown() for c in what_ifs]
         unreplayed(diag, "the replay did not reproduce the window")
         return
     graphs = platform(limits)[0] == "gpu"
@@ -176,14 +169,14 @@ def predict_target(
     mine = [r for r in runs if r.change in own]
     extra = _follow_up(mine, replay, config, limits, fit, deadline, seed, defaults, graphs)
     runs.extend(extra)
-    diag.what_if = [r.to_json() for r in runs]
+    diag.what_if = [r.shown() for r in runs]
     _advise(diag, replay, runs, fit, config, frozenset([*own, *(r.change for r in extra)]))
 
 
 def withhold(diag: Diagnosis, what_ifs: Sequence[Change], reason: str) -> None:
     """No predictions for ``diag``: its replay says ``reason``, and so does each what-if asked for."""
-    diag.replay = {"predicted": None, "observed": None, "matches": False, "misses": [reason], "notes": []}
-    diag.what_if = [Simulated(c, reason=reason).to_json() for c in what_ifs]
+    diag.replay = Replay(None, None, matches=False, misses=(reason,))
+    diag.what_if = [Simulated(c, reason=reason).shown() for c in what_ifs]
     unreplayed(diag, reason.removeprefix("not replayed: "))
 
 
@@ -470,7 +463,7 @@ def _simulated_rules(
             if makes_worse(before, run.result.prediction):
                 continue
             rec.expected_effect = effect_text(before, run.result.prediction)
-            rec.predicted = run.result.prediction.to_json()
+            rec.predicted = run.result.prediction
         else:
             rec.expected_effect += " (Not simulated.)"
         recs.append(rec)
@@ -504,7 +497,7 @@ def _advise(
         if lead is None:
             lead = _rec_for(flag_fix.change, config)
             lead.expected_effect = effect_text(before, flag_fix.result.prediction)
-            lead.predicted = flag_fix.result.prediction.to_json()
+            lead.predicted = flag_fix.result.prediction
         lead.expected_effect = "The smallest change simulated that keeps up with the arrivals. " + lead.expected_effect
         lead.expected_effect += "".join(f" ({note})" for note in flag_fix.notes)
         lead.expected_effect += backlog_note(before, flag_fix.result.prediction, fit)
@@ -525,7 +518,7 @@ def _advise(
                 f"taking 1/{n} of the {number(fit.arrival_rate, 2)} req/s arriving. "
                 + effect_text(before, scale_fix.result.prediction, n)
             )
-            lead.predicted = scale_fix.result.prediction.to_json()
+            lead.predicted = scale_fix.result.prediction
             both = [r for r in every_fix if r.change.mixed]
             if both:
                 lead.expected_effect += f" As asked, {both[0].change.text()} keeps up too (its what-if below)."

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import math
 
-from kvpilot.advice.prediction import BindingLimit, Prediction, queue_grows
+from kvpilot.advice.prediction import queue_grows
 from kvpilot.diagnose.facts import BUDGET_FULL_FILL, PINNED_SLACK
-from kvpilot.diagnose.model import Verdict
+from kvpilot.diagnose.model import BindingLimit, Prediction, Verdict
 from kvpilot.diagnose.signals import FitName, SignalName, Signals
 
 #: a standing queue: at least this many requests waiting on average (else ``none`` binds)

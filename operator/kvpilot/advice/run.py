@@ -88,7 +88,7 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
         done, spent = _predict_all(opts, advice, targets, report.notes)
         note = f"Replayed and predicted {count(done)} of {count(len(targets))} targets with a queue or a --what-if"
         note += f" in {fig(spent, 1)} s of prediction"
-        out_of_budget = sum(_BUDGET_RAN_OUT in " ".join((d.replay or {}).get("misses") or ()) for d in targets)
+        out_of_budget = sum(d.replay is not None and _BUDGET_RAN_OUT in " ".join(d.replay.misses) for d in targets)
         if out_of_budget:  # a target withheld for another reason (its fit failed) says its own reason
             note += f": the what-if budget of {significant(advice.budget_seconds, 2, 's')} ran out (--what-if-budget)"
         elif done < len(targets):
@@ -141,7 +141,7 @@ def _predict_all(opts: Options, advice: AdviceOptions, targets: list[Diagnosis],
             seed=advice.seed,
             model_config=opts.model_config,
         )
-        done += (diag.replay or {}).get("predicted") is not None  # replayed (a target it could not fit says why)
+        done += diag.replay is not None and diag.replay.predicted is not None  # replayed (one not fitted says why)
     return done, budget.spent()
 
 

@@ -38,7 +38,8 @@ from operator import add, sub
 
 from kvpilot.advice.fit import WorkloadFit
 from kvpilot.advice.limits import replay_size_problem
-from kvpilot.advice.prediction import BINDING_LIMITS, QUEUE_LIMITS, BindingLimit, Prediction, queue_grows
+from kvpilot.advice.prediction import queue_grows
+from kvpilot.diagnose.model import BINDING_LIMITS, QUEUE_LIMITS, BindingLimit, Prediction
 from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.core import Engine, StepOutput
 from kvpilot.engine.request import Request

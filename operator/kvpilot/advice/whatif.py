@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvpilot.advice.keys import WHAT_IF_KEYS
-from kvpilot.advice.prediction import BindingLimit
 from kvpilot.diagnose.limits import Limits
+from kvpilot.diagnose.model import BindingLimit
 from kvpilot.diagnose.recommend import MAX_SUGGESTED_UTILIZATION, capture_sizes_around
 from kvpilot.engine.bounds import FIELD_BOUNDS
 from kvpilot.engine.config import EngineConfig
