@@ -49,7 +49,16 @@ from kvpilot.advice.whatif import (
     replicas_for,
 )
 from kvpilot.diagnose.limits import Limits
-from kvpilot.diagnose.model import BindingLimit, Diagnosis, Prediction, Recommendation, Replay, Verdict, WhatIf
+from kvpilot.diagnose.model import (
+    BindingLimit,
+    ChangeValue,
+    Diagnosis,
+    Prediction,
+    Recommendation,
+    Replay,
+    Verdict,
+    WhatIf,
+)
 from kvpilot.diagnose.recommend import platform
 from kvpilot.diagnose.signals import Signals
 from kvpilot.engine.config import EngineConfig
@@ -373,13 +382,13 @@ def effect_text(before: Prediction, after: Prediction, replicas: int = 1) -> str
     return "Predicted over the window: " + ", ".join(parts) + f"; {queue}; {binds}."
 
 
-def _value(value: Any) -> str:
+def _value(value: ChangeValue | None) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-def _current(config: EngineConfig) -> dict[str, Any]:
+def _current(config: EngineConfig) -> dict[str, ChangeValue | None]:
     """Each what-if key's value in ``config`` (the server as it runs)."""
     return {
         "max_num_seqs": config.max_num_seqs,
@@ -457,8 +466,8 @@ def _simulated_rules(
     """
     recs: list[Recommendation] = []
     for rec in rules:
-        key = _REC_KEYS.get(rec.flag)
-        run = by_change.get(Change(((key, rec.suggested),))) if key else None
+        change = _rec_change(rec)
+        run = by_change.get(change) if change else None
         if run is not None and run.result is not None:
             if makes_worse(before, run.result.prediction):
                 continue
@@ -539,5 +548,6 @@ def _advise(
 
 
 def _rec_change(rec: Recommendation) -> Change | None:
+    """The what-if a rule's recommendation is (None: a flag no what-if sets, or no value suggested)."""
     key = _REC_KEYS.get(rec.flag)
-    return Change(((key, rec.suggested),)) if key else None
+    return Change(((key, rec.suggested),)) if key and rec.suggested is not None else None

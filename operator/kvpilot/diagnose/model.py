@@ -301,7 +301,7 @@ class Diagnosis(Finding):
         basis: the signals and limits the diagnosis read (:class:`DiagnosisBasis`), not serialised.
     """
 
-    target: dict[str, Any] = field(default_factory=dict)
+    target: dict[str, str] = field(default_factory=dict)
     signals: dict[str, float | None] = field(default_factory=dict)
     queries: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)

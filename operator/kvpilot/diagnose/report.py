@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _encode_str
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.padding import Padding
@@ -434,16 +434,18 @@ def to_markdown(report: Report, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _safe_finding(f: Finding) -> dict[str, Any]:
-    return {
-        "evidence": [one_line(e) for e in f.evidence],
-        "recommendations": [
-            dataclasses.replace(r, expected_effect=one_line(r.expected_effect))
-            if isinstance(getattr(r, "expected_effect", None), str)
-            else r
-            for r in f.recommendations
+_F = TypeVar("_F", bound=Finding)
+
+
+def _safe_finding(f: _F) -> _F:
+    """``f`` with its evidence and its recommendations' effects through :func:`one_line`."""
+    return dataclasses.replace(
+        f,
+        evidence=[one_line(e) for e in f.evidence],
+        recommendations=[
+            dataclasses.replace(r, expected_effect=one_line(r.expected_effect)) for r in f.recommendations
         ],
-    }
+    )
 
 
 def _safe_tree(value: Any) -> Any:
@@ -494,13 +496,10 @@ def _safe_what_if(w: WhatIf) -> WhatIf:
 def _evidence_shown(report: Report, verbose: bool) -> Report:
     """``report`` with each evidence sentence as the text and Markdown reports show it (:func:`_evidence`)."""
 
-    def shown(f: Finding) -> dict[str, Any]:
-        return {"evidence": _evidence(f.evidence, verbose)}
+    def shown(f: _F) -> _F:
+        return dataclasses.replace(f, evidence=_evidence(f.evidence, verbose))
 
-    targets = [
-        dataclasses.replace(d, findings=[dataclasses.replace(f, **shown(f)) for f in d.findings], **shown(d))
-        for d in report.targets
-    ]
+    targets = [dataclasses.replace(shown(d), findings=[shown(f) for f in d.findings]) for d in report.targets]
     return dataclasses.replace(report, targets=targets)
 
 
@@ -512,13 +511,12 @@ def safe_report(report: Report) -> Report:
     """
     targets = [
         dataclasses.replace(
-            d,
-            target={k: one_line(v) if isinstance(v, str) else v for k, v in d.target.items()},
+            _safe_finding(d),
+            target={k: one_line(v) for k, v in d.target.items()},
             queries=[one_line(q) for q in d.queries],
-            findings=[dataclasses.replace(f, **_safe_finding(f)) for f in d.findings],
+            findings=[_safe_finding(f) for f in d.findings],
             replay=_safe_replay(d.replay),
             what_if=[_safe_what_if(w) for w in d.what_if],
-            **_safe_finding(d),
         )
         for d in report.targets
     ]
