@@ -36,7 +36,7 @@ from typing import Any
 from kvpilot.advice.fit import FitError, WorkloadFit, fit_workload
 from kvpilot.advice.observe import observed_binding, observed_prediction, sampling_slack
 from kvpilot.advice.prediction import TOLERANCES as TOLERANCES
-from kvpilot.advice.prediction import Prediction, allowed_text, compare
+from kvpilot.advice.prediction import allowed_text, compare
 from kvpilot.advice.server import CALIBRATED, MAX_CALIBRATIONS, StepTime, engine_config, step_time_prior
 from kvpilot.advice.simulate import BudgetExceededError, SimResult, simulate
 from kvpilot.advice.whatif import (
@@ -49,14 +49,23 @@ from kvpilot.advice.whatif import (
     replicas_for,
 )
 from kvpilot.diagnose.limits import Limits
-from kvpilot.diagnose.model import Diagnosis, Recommendation
+from kvpilot.diagnose.model import (
+    BindingLimit,
+    ChangeValue,
+    Diagnosis,
+    Prediction,
+    Recommendation,
+    Replay,
+    Verdict,
+    WhatIf,
+)
 from kvpilot.diagnose.recommend import platform
 from kvpilot.diagnose.signals import Signals
 from kvpilot.engine.config import EngineConfig
 from kvpilot.text.numbers import count, number, percent, significant
 
 #: verdicts whose window holds a queue a change could shorten: predictions run for them by default
-QUEUE_VERDICTS = frozenset(
+QUEUE_VERDICTS: frozenset[Verdict] = frozenset(
     {
         "kv_cache_exhaustion",
         "max_num_seqs_cap",
@@ -67,7 +76,7 @@ QUEUE_VERDICTS = frozenset(
     }
 )
 #: verdicts with nothing to replay
-NO_REPLAY = frozenset({"no_data", "target_down", "idle"})
+NO_REPLAY: frozenset[Verdict] = frozenset({"no_data", "target_down", "idle"})
 #: default candidates simulated per target (the replicas search comes on top when no flag keeps up)
 DEFAULT_CANDIDATES = 3
 #: a flag change "helps" a queue that was not growing when it at least halves the replay's mean queue time
@@ -90,17 +99,10 @@ class Simulated:
     reason: str = ""
     notes: tuple[str, ...] = field(default=())
 
-    def to_json(self) -> dict[str, Any]:
-        """One ``what_if[]`` element of ``-o json``."""
-        out: dict[str, Any] = {
-            "change": self.change.as_dict(),
-            "predicted": self.result.prediction.to_json() if self.result else None,
-        }
-        if self.reason:
-            out["reason"] = self.reason
-        if self.notes:
-            out["notes"] = list(self.notes)
-        return out
+    def shown(self) -> WhatIf:
+        """As the report shows it (``Diagnosis.what_if``)."""
+        predicted = self.result.prediction if self.result else None
+        return WhatIf(self.change.items, predicted, self.reason, self.notes)
 
 
 def _inferred(diag: Diagnosis) -> dict[str, int]:
@@ -128,7 +130,7 @@ def predict_target(
     cannot be replayed gets ``replay`` with ``matches: false`` and the reason.
     """
     basis = diag.basis
-    if basis is None or not isinstance(basis.signals, Signals) or not isinstance(basis.limits, Limits):
+    if basis is None:
         return
     signals, limits = basis.signals, basis.limits
     inferred = _inferred(diag)
@@ -151,20 +153,20 @@ def predict_target(
         withhold(diag, what_ifs, f"not replayed: {exc}")
         return
     misses = compare(replay.prediction, observed, sampling_slack(signals))
-    diag.replay = {
-        "predicted": replay.prediction.to_json(),
-        "observed": observed.to_json(),
-        "matches": not misses,
-        "misses": [m.sentence() for m in misses],
-        "tolerances": {k: allowed_text(*t) for k, t in TOLERANCES.items()} | {"binding_limit": "equal"},
-        "workload": fit.to_json(),
-        "step_time": step.to_json(),
-        "notes": [fit.describe(), step.describe(), *fit.notes, *step.notes],
-        "cost": {"simulated_s": round(replay.simulated_s, 3), "wall_s": round(replay.wall_s, 3)},
-    }
+    diag.replay = Replay(
+        replay.prediction,
+        observed,
+        matches=not misses,
+        misses=tuple(m.sentence() for m in misses),
+        notes=(fit.describe(), step.describe(), *fit.notes, *step.notes),
+        tolerances={k: allowed_text(*t) for k, t in TOLERANCES.items()} | {"binding_limit": "equal"},
+        workload=fit,
+        step_time=step,
+        cost=(replay.simulated_s, replay.wall_s),
+    )
     if misses:
         reason = "withheld: the replay does not reproduce the window (" + "; ".join(m.sentence() for m in misses) + ")"
-        diag.what_if = [Simulated(c, reason=reason).to_json() for c in what_ifs]
+        diag.what_if = [Simulated(c, reason=reason).shown() for c in what_ifs]
         unreplayed(diag, "the replay did not reproduce the window")
         return
     graphs = platform(limits)[0] == "gpu"
@@ -176,14 +178,14 @@ def predict_target(
     mine = [r for r in runs if r.change in own]
     extra = _follow_up(mine, replay, config, limits, fit, deadline, seed, defaults, graphs)
     runs.extend(extra)
-    diag.what_if = [r.to_json() for r in runs]
+    diag.what_if = [r.shown() for r in runs]
     _advise(diag, replay, runs, fit, config, frozenset([*own, *(r.change for r in extra)]))
 
 
 def withhold(diag: Diagnosis, what_ifs: Sequence[Change], reason: str) -> None:
     """No predictions for ``diag``: its replay says ``reason``, and so does each what-if asked for."""
-    diag.replay = {"predicted": None, "observed": None, "matches": False, "misses": [reason], "notes": []}
-    diag.what_if = [Simulated(c, reason=reason).to_json() for c in what_ifs]
+    diag.replay = Replay(None, None, matches=False, misses=(reason,))
+    diag.what_if = [Simulated(c, reason=reason).shown() for c in what_ifs]
     unreplayed(diag, reason.removeprefix("not replayed: "))
 
 
@@ -235,7 +237,7 @@ def _rule_changes(diag: Diagnosis) -> list[Change]:
 
 
 def _default_changes(
-    diag: Diagnosis, defaults: bool, binding: str | None, config: EngineConfig, graphs: bool
+    diag: Diagnosis, defaults: bool, binding: BindingLimit | None, config: EngineConfig, graphs: bool
 ) -> list[Change]:
     """The changes simulated by default (whatever ``--what-if`` asks): the candidates for the binding limit and the
     rules' suggestions, at most :data:`DEFAULT_CANDIDATES`.
@@ -334,10 +336,12 @@ def _follow_up(
     return extra
 
 
-def next_limit(prediction: Prediction, previous: str | None) -> str | None:
+def next_limit(prediction: Prediction, previous: BindingLimit | None) -> BindingLimit | None:
     """The limit that refused the queue longest in ``prediction`` other than ``previous`` (None: no other did)."""
     others = {k: v for k, v in prediction.binding_shares.items() if k not in (previous, "none") and v > 0}
-    return max(others, key=lambda k: others[k]) if others else None
+    if not others:
+        return None
+    return max(others, key=others.__getitem__)
 
 
 def effect_text(before: Prediction, after: Prediction, replicas: int = 1) -> str:
@@ -378,13 +382,13 @@ def effect_text(before: Prediction, after: Prediction, replicas: int = 1) -> str
     return "Predicted over the window: " + ", ".join(parts) + f"; {queue}; {binds}."
 
 
-def _value(value: Any) -> str:
+def _value(value: ChangeValue | None) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-def _current(config: EngineConfig) -> dict[str, Any]:
+def _current(config: EngineConfig) -> dict[str, ChangeValue | None]:
     """Each what-if key's value in ``config`` (the server as it runs)."""
     return {
         "max_num_seqs": config.max_num_seqs,
@@ -462,13 +466,13 @@ def _simulated_rules(
     """
     recs: list[Recommendation] = []
     for rec in rules:
-        key = _REC_KEYS.get(rec.flag)
-        run = by_change.get(Change(((key, rec.suggested),))) if key else None
+        change = _rec_change(rec)
+        run = by_change.get(change) if change else None
         if run is not None and run.result is not None:
             if makes_worse(before, run.result.prediction):
                 continue
             rec.expected_effect = effect_text(before, run.result.prediction)
-            rec.predicted = run.result.prediction.to_json()
+            rec.predicted = run.result.prediction
         else:
             rec.expected_effect += " (Not simulated.)"
         recs.append(rec)
@@ -502,7 +506,7 @@ def _advise(
         if lead is None:
             lead = _rec_for(flag_fix.change, config)
             lead.expected_effect = effect_text(before, flag_fix.result.prediction)
-            lead.predicted = flag_fix.result.prediction.to_json()
+            lead.predicted = flag_fix.result.prediction
         lead.expected_effect = "The smallest change simulated that keeps up with the arrivals. " + lead.expected_effect
         lead.expected_effect += "".join(f" ({note})" for note in flag_fix.notes)
         lead.expected_effect += backlog_note(before, flag_fix.result.prediction, fit)
@@ -523,7 +527,7 @@ def _advise(
                 f"taking 1/{n} of the {number(fit.arrival_rate, 2)} req/s arriving. "
                 + effect_text(before, scale_fix.result.prediction, n)
             )
-            lead.predicted = scale_fix.result.prediction.to_json()
+            lead.predicted = scale_fix.result.prediction
             both = [r for r in every_fix if r.change.mixed]
             if both:
                 lead.expected_effect += f" As asked, {both[0].change.text()} keeps up too (its what-if below)."
@@ -544,5 +548,6 @@ def _advise(
 
 
 def _rec_change(rec: Recommendation) -> Change | None:
+    """The what-if a rule's recommendation is (None: a flag no what-if sets, or no value suggested)."""
     key = _REC_KEYS.get(rec.flag)
-    return Change(((key, rec.suggested),)) if key else None
+    return Change(((key, rec.suggested),)) if key and rec.suggested is not None else None

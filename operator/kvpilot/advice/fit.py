@@ -34,7 +34,7 @@ from functools import cached_property
 from itertools import accumulate
 
 from kvpilot.diagnose.limits import Limits
-from kvpilot.diagnose.signals import Signals
+from kvpilot.diagnose.signals import FitName, Signals
 from kvpilot.text.numbers import count, fig, number, percent
 
 
@@ -315,7 +315,7 @@ def fit_workload(signals: Signals, limits: Limits, max_model_len: int) -> Worklo
 
 
 def arrival_profile(
-    series: dict[str, list[float | None]], window: float, sample_interval: float
+    series: dict[FitName, list[float | None]], window: float, sample_interval: float
 ) -> tuple[tuple[float, float, int], ...]:
     """Arrivals per stretch of the window: ``(from, to, count)`` (seconds from its start, requests).
 

@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import math
 
-from kvpilot.advice.prediction import Prediction, queue_grows
+from kvpilot.advice.prediction import queue_grows
 from kvpilot.diagnose.facts import BUDGET_FULL_FILL, PINNED_SLACK
-from kvpilot.diagnose.signals import SignalName, Signals
+from kvpilot.diagnose.model import BindingLimit, Prediction, Verdict
+from kvpilot.diagnose.signals import FitName, SignalName, Signals
 
 #: a standing queue: at least this many requests waiting on average (else ``none`` binds)
 STANDING_QUEUE = 0.5
 
 #: verdict -> the limit it names (the fallback when no gauge decides)
-VERDICT_LIMITS: dict[str, str] = {
+VERDICT_LIMITS: dict[Verdict, BindingLimit] = {
     "kv_cache_exhaustion": "kv_cache",
     "max_num_seqs_cap": "max_num_seqs",
     "token_budget_cap": "token_budget",
@@ -44,7 +45,7 @@ VERDICT_LIMITS: dict[str, str] = {
 
 
 #: the queue verdicts that name the limit their rule found binding: the window's binding limit is the verdict's
-NAMED_BY_VERDICT: dict[str, str] = {
+NAMED_BY_VERDICT: dict[Verdict, BindingLimit] = {
     v: VERDICT_LIMITS[v] for v in ("kv_cache_exhaustion", "max_num_seqs_cap", "token_budget_cap", "lora_slot_cap")
 }
 
@@ -54,8 +55,8 @@ def observed_binding(
     max_num_seqs: float | None,
     max_num_batched_tokens: float | None,
     kv_ceiling: float | None,
-    verdict: str,
-) -> str | None:
+    verdict: Verdict,
+) -> BindingLimit | None:
     """The limit that refused the window's queue (module docstring), None when the gauges do not say."""
     v = signals.values
     waiting = v.get("waiting_avg")
@@ -107,11 +108,11 @@ def sampling_slack(signals: Signals) -> dict[str, float]:
     return out
 
 
-def observed_prediction(signals: Signals, binding: str | None) -> Prediction:
+def observed_prediction(signals: Signals, binding: BindingLimit | None) -> Prediction:
     """The window's ``P`` from its signals (``signals.fit`` holds the TTFT histogram's sum and count)."""
     v, fv = signals.values, signals.fit
 
-    def mean(total: str, n: str) -> float | None:
+    def mean(total: FitName, n: FitName) -> float | None:
         s, c = fv.get(total), fv.get(n)
         return s / c if s is not None and c else None
 

@@ -1,7 +1,7 @@
 """``P``: what a window of a vLLM server did, observed from its metrics or predicted by the engine model.
 
-One shape for both sides (docs/diagnose-output.schema.json ``$defs/prediction``), so a replay is checked
-against the window and a what-if compared with it key by key:
+One shape for both sides (:class:`kvpilot.diagnose.model.Prediction`, docs/diagnose-output.schema.json
+``$defs/prediction``), so a replay is checked against the window and a what-if compared with it key by key:
 
 - ``requests_finished_per_s``, ``prompt_tokens_per_s``, ``generation_tokens_per_s``: the rates of
   ``vllm:request_success``, ``vllm:prompt_tokens`` (counted when a prompt's prefill completes) and
@@ -20,20 +20,14 @@ against the window and a what-if compared with it key by key:
 Metric semantics: ``PrometheusStatLogger.record`` (``vllm/v1/metrics/loggers.py``) and ``IterationStats`` /
 ``FinishedRequestStats`` (``vllm/v1/metrics/stats.py``), vLLM 0.29.0.
 
-Pure data and arithmetic, no I/O.
+The tolerances and the check, pure arithmetic, no I/O.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass
 
-#: the values ``binding_limit`` takes (the issue's vocabulary; vLLM's admission checks, docs/diagnosis.md)
-BINDING_LIMITS: tuple[str, ...] = ("kv_cache", "max_num_seqs", "token_budget", "lora", "none")
-#: the limits a queue waits on, in the order a tie between their shares is broken (vLLM checks them in the
-#: order max_num_seqs, token budget, KV cache; LoRA slots are a skip)
-QUEUE_LIMITS: tuple[str, ...] = ("max_num_seqs", "token_budget", "kv_cache", "lora")
+from kvpilot.diagnose.model import Prediction
 
 #: a queue grows when the waiting gauge's trend over the window adds at least this many requests
 #: (diagnose's "growing", docs/diagnosis.md) ...
@@ -42,46 +36,6 @@ GROWTH_MIN_REQUESTS = 1.0
 #: shows a trend of a few requests either way over any window, a queue that grows gains a share of the
 #: arrivals it cannot serve (the issue's budget case: 961 of 9,600 arrivals, 10 %)
 GROWTH_MIN_SHARE = 0.02
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """One ``P`` (module docstring for each field; None: unknown)."""
-
-    requests_finished_per_s: float | None = None
-    prompt_tokens_per_s: float | None = None
-    generation_tokens_per_s: float | None = None
-    queue_time_mean_s: float | None = None
-    ttft_mean_s: float | None = None
-    mean_running: float | None = None
-    max_kv_usage: float | None = None
-    preemptions_per_s: float | None = None
-    binding_limit: str | None = None
-    mean_waiting: float | None = None
-    waiting_trend_per_s: float | None = None
-    queue_growing: bool | None = None
-    binding_shares: dict[str, float] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``P`` object of the JSON schema: numbers rounded to 6 significant figures, unknowns null."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "binding_shares":
-                out[f.name] = {k: round(v, 4) for k, v in value.items()}
-            elif isinstance(value, float):
-                out[f.name] = _round(value)
-            else:
-                out[f.name] = value
-        return out
-
-
-def _round(value: float) -> float | None:
-    if not math.isfinite(value):
-        return None
-    if value == 0:
-        return 0.0
-    return float(f"{value:.6g}")
 
 
 def queue_grows(trend_per_s: float | None, window_seconds: float, arrivals: float | None) -> bool | None:

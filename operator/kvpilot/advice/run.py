@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from kvpilot.advice.advise import NO_REPLAY, QUEUE_VERDICTS, predict_target, unreplayed, withhold
 from kvpilot.advice.whatif import Change
 from kvpilot.diagnose import run as diagnose_run
-from kvpilot.diagnose.model import Diagnosis, Report
+from kvpilot.diagnose.model import Diagnosis, Report, Severity
 from kvpilot.diagnose.run import Options
-from kvpilot.diagnose.signals import Signals, TargetKey
 from kvpilot.diagnose.sources import SourceError
 from kvpilot.text.numbers import count, fig, significant
 
@@ -34,7 +33,7 @@ HOOK_BUDGET_SECONDS = 10.0
 #: the reason a target withheld for the budget gives (advise.withhold's text)
 _BUDGET_RAN_OUT = "the what-if budget ran out"
 
-_SEVERITY_ORDER = {"critical": 0, "warning": 1, "ok": 2, "unknown": 3}
+_SEVERITY_ORDER: dict[Severity, int] = {"critical": 0, "warning": 1, "ok": 2, "unknown": 3}
 
 
 @dataclass(frozen=True)
@@ -82,14 +81,14 @@ def diagnose_and_predict(opts: Options, advice: AdviceOptions | None = None) -> 
             unreplayed(diag, why)
         return report
     report = diagnose_run.run(dataclasses.replace(opts, fit_signals=True))
-    targets = sorted((d for d in report.targets if wanted(d, advice)), key=lambda d: _SEVERITY_ORDER.get(d.severity, 9))
+    targets = sorted((d for d in report.targets if wanted(d, advice)), key=lambda d: _SEVERITY_ORDER[d.severity])
     if advice.what_ifs:
         report.notes.extend(_not_replayable(report.targets))
     if targets:
         done, spent = _predict_all(opts, advice, targets, report.notes)
         note = f"Replayed and predicted {count(done)} of {count(len(targets))} targets with a queue or a --what-if"
         note += f" in {fig(spent, 1)} s of prediction"
-        out_of_budget = sum(_BUDGET_RAN_OUT in " ".join((d.replay or {}).get("misses") or ()) for d in targets)
+        out_of_budget = sum(d.replay is not None and _BUDGET_RAN_OUT in " ".join(d.replay.misses) for d in targets)
         if out_of_budget:  # a target withheld for another reason (its fit failed) says its own reason
             note += f": the what-if budget of {significant(advice.budget_seconds, 2, 's')} ran out (--what-if-budget)"
         elif done < len(targets):
@@ -142,7 +141,7 @@ def _predict_all(opts: Options, advice: AdviceOptions, targets: list[Diagnosis],
             seed=advice.seed,
             model_config=opts.model_config,
         )
-        done += (diag.replay or {}).get("predicted") is not None  # replayed (a target it could not fit says why)
+        done += diag.replay is not None and diag.replay.predicted is not None  # replayed (one not fitted says why)
     return done, budget.spent()
 
 
@@ -164,7 +163,7 @@ def _fetch_fit(opts: Options, diag: Diagnosis, deadline: float | None, notes: li
     from kvpilot.diagnose.sources.prometheus import PrometheusSource, Selectors
 
     basis = diag.basis
-    if basis is None or not isinstance(basis.signals, Signals) or not isinstance(basis.key, TargetKey):
+    if basis is None:
         return False
     key, signals = basis.key, basis.signals
     selectors = Selectors(namespace=key.namespace, pod=key.pod, model_name=key.model_name)

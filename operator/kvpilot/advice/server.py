@@ -24,6 +24,7 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -247,7 +248,7 @@ def step_time_prior(
     return StepTime(gpu, model, notes=tuple(notes), measured=clock)
 
 
-def engine_config(limits: Limits, step: StepTime, overrides: dict[str, Any] | None = None) -> EngineConfig:
+def engine_config(limits: Limits, step: StepTime, overrides: Mapping[str, int] | None = None) -> EngineConfig:
     """The engine flags of the diagnosed server (module docstring), with ``overrides`` (EngineConfig fields).
 
     Raises:

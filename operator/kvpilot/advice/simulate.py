@@ -38,7 +38,8 @@ from operator import add, sub
 
 from kvpilot.advice.fit import WorkloadFit
 from kvpilot.advice.limits import replay_size_problem
-from kvpilot.advice.prediction import BINDING_LIMITS, QUEUE_LIMITS, Prediction, queue_grows
+from kvpilot.advice.prediction import queue_grows
+from kvpilot.diagnose.model import BINDING_LIMITS, QUEUE_LIMITS, BindingLimit, Prediction
 from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.core import Engine, StepOutput
 from kvpilot.engine.request import Request
@@ -203,7 +204,7 @@ class _Window:
     itl_sum: float = 0.0
     itl_count: int = 0
     steps: int = 0
-    shares: dict[str, float] = field(default_factory=lambda: dict.fromkeys(BINDING_LIMITS, 0.0))
+    shares: dict[BindingLimit, float] = field(default_factory=lambda: dict.fromkeys(BINDING_LIMITS, 0.0))
     samples: list[tuple[float, int, int, float]] = field(default_factory=list)  # (t, running, waiting, kv)
     next_sample: float = 0.0
     limits: BatchLimits = field(init=False)  # the config's, resolved once (every step's refusal reads them)
@@ -253,7 +254,7 @@ class _Window:
             return
         self._share(refusal(out, self.limits), out)
 
-    def _share(self, key: str, out: StepOutput) -> None:
+    def _share(self, key: BindingLimit, out: StepOutput) -> None:
         """Add the part of ``out``'s duration inside the window to the binding limit ``key``; a fast-forwarded run
         step by step, the same sums as stepping one by one (its steps' starts as the engine added them up, each
         step's share added in turn).
@@ -276,7 +277,7 @@ class _Window:
         self.shares[key] = share
 
 
-def refusal(out: StepOutput, limits: BatchLimits) -> str:
+def refusal(out: StepOutput, limits: BatchLimits) -> BindingLimit:
     """Why the head of the waiting queue was not admitted in the step ``out`` (module docstring), or ``none``;
     ``limits``: the engine's (``EngineConfig.batch_limits``).
     """
@@ -431,9 +432,9 @@ def _trend(samples: list[tuple[float, int, int, float]]) -> float | None:
 def _prediction(window: _Window, fit: WorkloadFit, replicas: int, arrived: int) -> Prediction:
     w = fit.window_seconds
     samples = window.samples
-    queued = {k: v for k, v in window.shares.items() if k != "none"}
+    queued: dict[BindingLimit, float] = {k: v for k, v in window.shares.items() if k != "none"}
     total = sum(queued.values())
-    binding = "none"
+    binding: BindingLimit = "none"
     if total >= w / 2:  # requests waited at least half the window (idle time has no queue)
         binding = max(QUEUE_LIMITS, key=lambda k: (queued[k], -QUEUE_LIMITS.index(k)))
     trend = _trend(samples)

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kvpilot.advice.keys import WHAT_IF_KEYS
 from kvpilot.diagnose.limits import Limits
+from kvpilot.diagnose.model import BindingLimit, ChangeValue
 from kvpilot.diagnose.recommend import MAX_SUGGESTED_UTILIZATION, capture_sizes_around
 from kvpilot.engine.bounds import FIELD_BOUNDS
 from kvpilot.engine.config import EngineConfig
@@ -60,14 +62,14 @@ class ChangeError(ValueError):
 class Change:
     """One what-if: ``(key, value)`` pairs applied together, in the order given."""
 
-    items: tuple[tuple[str, Any], ...]
+    items: tuple[tuple[str, ChangeValue], ...]
 
     @classmethod
-    def of(cls, **values: Any) -> Change:
+    def of(cls, **values: ChangeValue) -> Change:
         """``Change.of(max_num_seqs=16)``."""
         return cls(tuple(values.items()))
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, ChangeValue]:
         """``{KEY: VALUE}`` (the ``change`` object of ``-o json``)."""
         return dict(self.items)
 
@@ -88,7 +90,7 @@ class Change:
         return self.replicas > 1 and len(self.items) > 1
 
 
-def _value_text(value: Any) -> str:
+def _value_text(value: ChangeValue) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -102,7 +104,7 @@ def parse_change(text: str) -> Change:
     Raises:
         ChangeError: an unknown key, a value of the wrong type or out of range, a key given twice.
     """
-    items: list[tuple[str, Any]] = []
+    items: list[tuple[str, ChangeValue]] = []
     for part in text.split(","):
         key, sep, raw = part.partition("=")
         key = key.strip().replace("-", "_")
@@ -133,7 +135,7 @@ def _parse_count(key: str, raw: str) -> int:
     return value
 
 
-def _parse_value(key: str, raw: str) -> Any:
+def _parse_value(key: str, raw: str) -> ChangeValue:
     if key in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "kv_cache_memory_bytes", "replicas"):
         return _parse_count(key, raw)
     if key == "gpu_memory_utilization":
@@ -280,7 +282,7 @@ def _utilization_tokens(util: float, tokens: int, config: EngineConfig, limits: 
 
 
 def candidates(
-    binding: str | None, config: EngineConfig, suggested: dict[str, Any], *, graphs: bool = True
+    binding: BindingLimit | None, config: EngineConfig, suggested: Mapping[str, ChangeValue], *, graphs: bool = True
 ) -> list[Change]:
     """The changes simulated by default for a window whose binding limit is ``binding``, smallest first.
 

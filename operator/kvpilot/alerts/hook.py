@@ -74,6 +74,7 @@ from kvpilot.alerts.payload import (
     parse_notification,
     target_of,
 )
+from kvpilot.alerts.result import AlertResult, Diagnosed
 from kvpilot.diagnose.model import Report
 from kvpilot.diagnose.report import safe_report
 from kvpilot.diagnose.run import Options
@@ -106,7 +107,7 @@ class Sink(Protocol):
 
     name: str
 
-    async def emit(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
+    async def emit(self, alert: Alert, target: Target, result: AlertResult) -> None:
         """Deliver one result (raise on failure: the hook logs it and carries on)."""
 
 
@@ -384,8 +385,8 @@ class AlertHook:
         #: targets whose diagnosis thread still runs (its answer may have been given up): no second one starts
         self._running: dict[DiagnosisKey, threading.Thread] = {}
         self._rate = RateLimit(config.max_diagnoses_per_minute, time.monotonic())
-        self._cache: dict[DiagnosisKey, tuple[float, dict[str, Any]]] = {}
-        self._in_flight: dict[DiagnosisKey, asyncio.Task[dict[str, Any]]] = {}
+        self._cache: dict[DiagnosisKey, tuple[float, Diagnosed]] = {}
+        self._in_flight: dict[DiagnosisKey, asyncio.Task[Diagnosed]] = {}
         self.http_log = _HttpLog(lambda code: self.metrics.requests.labels(str(code)).inc())
 
     def app(self, metrics: bool = True) -> web.Application:
@@ -466,9 +467,9 @@ class AlertHook:
     async def _answer(self, notification: Notification) -> web.Response:
         """Plan every alert, take the new diagnoses from the rate limit, run them, answer and emit."""
         cfg = self.config
-        planned: list[tuple[Alert, dict[str, Any], Target | None, DiagnosisKey | None]] = []
-        tasks: dict[DiagnosisKey, asyncio.Task[dict[str, Any]]] = {}  # diagnoses in flight the alerts wait for
-        cached: dict[DiagnosisKey, dict[str, Any]] = {}
+        planned: list[tuple[Alert, AlertResult, Target | None, DiagnosisKey | None]] = []
+        tasks: dict[DiagnosisKey, asyncio.Task[Diagnosed]] = {}  # diagnoses in flight the alerts wait for
+        cached: dict[DiagnosisKey, Diagnosed] = {}
         new: dict[DiagnosisKey, Target] = {}  # diagnoses to start, in the alerts' order
         busy: set[DiagnosisKey] = set()  # targets whose earlier diagnosis still runs past its answer
         for alert in notification.alerts:
@@ -505,35 +506,29 @@ class AlertHook:
         )
         answer = {"sender": notification.sender, "receiver": _safe_text(notification.receiver, _ECHO_CHARS)}
         return web.json_response(
-            {**answer, "results": list(results)}, dumps=lambda obj: json.dumps(obj, allow_nan=False)
+            {**answer, "results": [r.to_json() for r in results]}, dumps=lambda obj: json.dumps(obj, allow_nan=False)
         )
 
-    def _plan(self, alert: Alert) -> tuple[dict[str, Any], Target | None, DiagnosisKey | None]:
+    def _plan(self, alert: Alert) -> tuple[AlertResult, Target | None, DiagnosisKey | None]:
         """The alert's result skeleton, its target and the key of the diagnosis it needs (None: no work)."""
-        result: dict[str, Any] = {
-            "fingerprint": _safe_text(alert.fingerprint, _ECHO_CHARS),
-            "alertname": _safe_text(alert.name, _ECHO_CHARS),
-            "status": alert.status,
-            "target": None,
-            "cached": False,
-            "diagnosis": None,
-            "error": None,
-        }
+        result = AlertResult(
+            _safe_text(alert.fingerprint, _ECHO_CHARS), _safe_text(alert.name, _ECHO_CHARS), alert.status
+        )
         try:
             target = target_of(alert)
         except TargetError as exc:
             self.metrics.errors.labels("target").inc()
-            result["error"] = _safe_text(str(exc), None)
+            result.error = _safe_text(str(exc), None)
             return result, None, None
-        result["target"] = safe_json(target.to_json())
+        result.target = Target(**safe_json(target.to_json()))
         allowed = self.config.allowed_namespaces
         if allowed and not target.namespace:
             self.metrics.errors.labels("namespace").inc()
-            result["error"] = "label namespace: required: this hook diagnoses only the namespaces it is allowed"
+            result.error = "label namespace: required: this hook diagnoses only the namespaces it is allowed"
             return result, target, None
         if not namespace_allowed(target.namespace, allowed):
             self.metrics.errors.labels("namespace").inc()
-            result["error"] = (
+            result.error = (
                 f"namespace {target.namespace}: not among the namespaces this hook diagnoses (--allowed-namespace)"
             )
             return result, target, None
@@ -549,7 +544,7 @@ class AlertHook:
         )
         return result, target, key
 
-    def _cached(self, key: DiagnosisKey) -> dict[str, Any] | None:
+    def _cached(self, key: DiagnosisKey) -> Diagnosed | None:
         entry = self._cache.get(key)
         if entry is None:
             return None
@@ -561,41 +556,41 @@ class AlertHook:
     async def _finish(
         self,
         alert: Alert,
-        result: dict[str, Any],
+        result: AlertResult,
         target: Target | None,
         key: DiagnosisKey | None,
-        tasks: dict[DiagnosisKey, asyncio.Task[dict[str, Any]]],
-        cached: dict[DiagnosisKey, dict[str, Any]],
+        tasks: dict[DiagnosisKey, asyncio.Task[Diagnosed]],
+        cached: dict[DiagnosisKey, Diagnosed],
         refused: set[DiagnosisKey],
         busy: set[DiagnosisKey],
-    ) -> dict[str, Any]:
+    ) -> AlertResult:
         """The alert's result: its target's diagnosis (cached, shared or new) or why there is none; emitted."""
         if key in busy:
             self.metrics.errors.labels("busy").inc()
-            result["error"] = (
+            result.error = (
                 "not diagnosed: this target's previous diagnosis is still running past its answer's deadline; "
                 "no second one starts until it ends"
             )
         elif key in refused:
             self.metrics.errors.labels("rate_limit").inc()
-            result["error"] = (
+            result.error = (
                 f"not diagnosed: more than {self.config.max_diagnoses_per_minute} diagnoses in the last "
                 "minute (--max-diagnoses-per-minute)"
             )
         elif key in cached:
             self.metrics.cache_hits.inc()
-            result.update(cached=True, diagnosis=cached[key])
+            result.cached, result.diagnosis = True, cached[key]
         elif key in tasks:
             try:
-                result["diagnosis"] = await asyncio.shield(tasks[key])
+                result.diagnosis = await asyncio.shield(tasks[key])
             except _NotDiagnosedError as exc:
                 self.metrics.errors.labels(exc.reason).inc()
-                result["error"] = _safe_text(str(exc), None)
+                result.error = _safe_text(str(exc), None)
         if target is not None:
             await self._emit(safe_alert(alert), target, result)
         return result
 
-    async def _diagnosis(self, key: DiagnosisKey, target: Target) -> dict[str, Any]:
+    async def _diagnosis(self, key: DiagnosisKey, target: Target) -> Diagnosed:
         """One diagnosis of ``key`` within ``timeout_seconds`` (waiting for a slot included); its
         document is cached for ``cache_seconds``.
 
@@ -652,13 +647,14 @@ class AlertHook:
             except Exception as exc:  # noqa: BLE001 - a bug in one diagnosis is that alert's error, logged once
                 log.error(f"diagnosis of {key}: internal error: {type(exc).__name__}: {one_line(exc, 200)}")
                 raise _NotDiagnosedError("internal", f"diagnosis: internal error ({type(exc).__name__})") from None
-            doc: dict[str, Any] = safe_json(safe_report(report).to_json())
-            for t in doc["targets"]:
-                self.metrics.diagnoses.labels(t["verdict"]).inc()
+            safe = safe_report(report)
+            diagnosed = Diagnosed(safe, safe_json(safe.to_json()))
+            for d in safe.targets:
+                self.metrics.diagnoses.labels(d.verdict).inc()
             if cfg.cache_seconds > 0:
-                self._cache[key] = (time.monotonic() + cfg.cache_seconds, doc)
+                self._cache[key] = (time.monotonic() + cfg.cache_seconds, diagnosed)
                 self._evict()
-            return doc
+            return diagnosed
         finally:
             self._in_flight.pop(key, None)
 
@@ -713,7 +709,7 @@ class AlertHook:
         for key in [k for k, (expires, _) in self._cache.items() if expires <= now]:
             del self._cache[key]
 
-    async def _emit(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
+    async def _emit(self, alert: Alert, target: Target, result: AlertResult) -> None:
         async def one(sink: Sink) -> None:
             try:
                 await asyncio.wait_for(sink.emit(alert, target, result), self.config.sink_timeout_seconds)

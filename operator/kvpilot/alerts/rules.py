@@ -47,6 +47,7 @@ from kvpilot.diagnose.facts import (
     PREFILL_SPLIT_STEPS,
     SPAN_AGREEMENT,
 )
+from kvpilot.diagnose.model import Severity, Verdict
 from kvpilot.diagnose.rules import LOW_HIT_RATE, LRU_THRASH_HIT_RATE
 from kvpilot.kv.capacity import DEFAULT_BLOCK_SIZE
 from kvpilot.text.numbers import fig
@@ -392,9 +393,9 @@ class AlertRule:
     """
 
     name: str
-    verdict: str
+    verdict: Verdict | None
     bottleneck: str
-    severity: str
+    severity: Severity
     for_: str
     expr: str
     summary: str
@@ -596,7 +597,7 @@ def alert_rules(window: str = WINDOW, for_override: str | None = None) -> list[A
         ),
         AlertRule(
             name="VLLMTTFTHigh",
-            verdict="",
+            verdict=None,
             bottleneck="latency",
             severity=severity.WARNING,
             critical_when=grows,

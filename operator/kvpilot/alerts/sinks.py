@@ -27,60 +27,45 @@ from typing import Any, TextIO, cast
 import aiohttp
 
 from kvpilot.alerts.payload import Alert, Target
+from kvpilot.alerts.result import AlertResult
 from kvpilot.api import GROUP, KIND, PLURAL, VERSION
-from kvpilot.diagnose.model import Recommendation
+from kvpilot.diagnose.model import evidence_text
 from kvpilot.diagnose.report import change_text, predicted_effect
 from kvpilot.diagnose.sources.http import split_credentials
 from kvpilot.text.safe import one_line
 
 
-def primary(result: dict[str, Any]) -> dict[str, Any] | None:
-    """The first target's diagnosis of a result (None: resolved, or not diagnosed)."""
-    targets = (result.get("diagnosis") or {}).get("targets") or []
-    return targets[0] if targets else None
-
-
-def answer(result: dict[str, Any]) -> tuple[str | None, str | None]:
+def answer(result: AlertResult) -> tuple[str | None, str | None]:
     """The change the diagnosis recommends first and its predicted effect, as the report's headline says them
     (:func:`kvpilot.diagnose.report.headline`): ``("--max-num-seqs 4 -> 16", "predicted requests/s 2.78 -> 5.01,
     ...")``; ``(None, None)`` without a recommendation.
     """
-    d = primary(result) or {}
-    recs = d.get("recommendations") or []
-    if not recs or not isinstance(recs[0], dict):
+    d = result.primary
+    if d is None or not d.recommendations:
         return None, None
-    r = recs[0]
-    rec = Recommendation(
-        str(r.get("flag", "")),
-        r.get("current"),
-        r.get("suggested"),
-        str(r.get("expected_effect", "")),
-        r.get("predicted") if isinstance(r.get("predicted"), dict) else None,
-    )
-    replay = d.get("replay")
-    now = replay.get("predicted") if isinstance(replay, dict) and replay.get("matches") else None
+    rec = d.recommendations[0]
+    now = d.replay.predicted if d.replay is not None and d.replay.matches else None
     return one_line(change_text(rec), 500), one_line(predicted_effect(rec, now), 500)
 
 
-def summary(alert: Alert, result: dict[str, Any]) -> str:
+def summary(alert: Alert, result: AlertResult) -> str:
     """One line: ``ALERT on ns/pod: verdict (severity, confidence): change CHANGE: EFFECT; first evidence``
     (the change and its effect when the diagnosis recommends one).
     """
-    where = "/".join(
-        x for x in ((result.get("target") or {}).get("namespace"), (result.get("target") or {}).get("pod")) if x
-    )
+    where = "/".join(x for x in (result.target.namespace, result.target.pod) if x) if result.target else ""
     head = f"{alert.name or 'alert'} on {where or 'unknown target'}"
     if not alert.firing:
         return f"{head}: resolved"
-    if result.get("error"):
-        return f"{head}: not diagnosed: {result['error']}"
-    d = primary(result)
+    if result.error:
+        return f"{head}: not diagnosed: {result.error}"
+    d = result.primary
     if d is None:
         return f"{head}: no diagnosis"
-    evidence = (d.get("evidence") or [""])[0]
+    evidence = evidence_text(d.evidence[0]) if d.evidence else ""
     change, effect = answer(result)
     what = f"change {change}: {effect}; " if change else ""
-    return one_line(f"{head}: {d['verdict']} ({d['severity']}, confidence {d['confidence']}): {what}{evidence}", 1000)
+    confidence = round(d.confidence, 3)  # as -o json gives it
+    return one_line(f"{head}: {d.verdict} ({d.severity}, confidence {confidence}): {what}{evidence}", 1000)
 
 
 class LogSink:
@@ -94,9 +79,9 @@ class LogSink:
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream
 
-    async def emit(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
+    async def emit(self, alert: Alert, target: Target, result: AlertResult) -> None:
         """Write one line."""
-        d = primary(result) or {}
+        d = result.primary
         change, effect = answer(result)
         line = {
             "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
@@ -104,14 +89,14 @@ class LogSink:
             "alertname": alert.name,
             "fingerprint": alert.fingerprint,
             "status": alert.status,
-            "target": result.get("target") or target.to_json(),
-            "verdict": d.get("verdict"),
-            "severity": d.get("severity"),
-            "confidence": d.get("confidence"),
+            "target": (result.target or target).to_json(),
+            "verdict": d.verdict if d else None,
+            "severity": d.severity if d else None,
+            "confidence": round(d.confidence, 3) if d else None,
             "change": change,
             "predicted_effect": effect,
-            "cached": result.get("cached", False),
-            "error": result.get("error"),
+            "cached": result.cached,
+            "error": result.error,
         }
         stream = self.stream or sys.stdout
         stream.write(json.dumps(line, allow_nan=False) + "\n")
@@ -128,14 +113,14 @@ class GrafanaAnnotationSink:
         self.token = token
         self.timeout = timeout
 
-    async def emit(self, alert: Alert, _target: Target, result: dict[str, Any]) -> None:
+    async def emit(self, alert: Alert, _target: Target, result: AlertResult) -> None:
         """POST the annotation (firing alerts only)."""
         if not alert.firing:
             return
-        d = primary(result) or {}
+        d = result.primary
         body = {
             "time": int(time.time() * 1000),
-            "tags": [t for t in ("kvpilot", alert.name, d.get("verdict")) if t],
+            "tags": [t for t in ("kvpilot", alert.name, d.verdict if d else None) if t],
             "text": summary(alert, result),
         }
         headers = {"Authorization": f"Bearer {self.token}"}
@@ -157,14 +142,14 @@ class ForwardSink:
         self.timeout = timeout
         self.headers = ({"Authorization": userinfo} if userinfo else {}) | (headers or {})
 
-    async def emit(self, alert: Alert, _target: Target, result: dict[str, Any]) -> None:
+    async def emit(self, alert: Alert, _target: Target, result: AlertResult) -> None:
         """POST the result."""
         change, effect = answer(result)
         body = {
             "alert": {"labels": dict(alert.labels), "status": alert.status},
             "change": change,
             "predicted_effect": effect,
-            "result": result,
+            "result": result.to_json(),
         }
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout)) as session,
@@ -182,7 +167,7 @@ class KubeEventSink:
     def __init__(self, api_client: Any) -> None:
         self.api_client = api_client
 
-    def _post(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
+    def _post(self, alert: Alert, target: Target, result: AlertResult) -> None:
         import kubernetes.client
 
         custom = kubernetes.client.CustomObjectsApi(self.api_client)
@@ -191,7 +176,7 @@ class KubeEventSink:
             dict[str, Any],
             custom.get_namespaced_custom_object(GROUP, VERSION, target.namespace, PLURAL, target.server),
         )
-        d = primary(result) or {}
+        d = result.primary
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
@@ -206,7 +191,7 @@ class KubeEventSink:
             },
             "reason": "AlertDiagnosed",
             "message": summary(alert, result)[:1024],
-            "type": "Warning" if d.get("severity") in ("warning", "critical") else "Normal",
+            "type": "Warning" if d is not None and d.severity in ("warning", "critical") else "Normal",
             "source": {"component": "kvpilot-alert-hook"},
             "reportingComponent": "kvpilot-alert-hook",
             "firstTimestamp": now,
@@ -217,8 +202,8 @@ class KubeEventSink:
         # a dict body is serialised as is (ApiClient.sanitize_for_serialization); the annotation names CoreV1Event
         core.create_namespaced_event(target.namespace, event)  # type: ignore[arg-type]
 
-    async def emit(self, alert: Alert, target: Target, result: dict[str, Any]) -> None:
+    async def emit(self, alert: Alert, target: Target, result: AlertResult) -> None:
         """Create the Event (in a thread: the kubernetes client blocks)."""
-        if not alert.firing or not (target.namespace and target.server) or result.get("diagnosis") is None:
+        if not alert.firing or not (target.namespace and target.server) or result.diagnosis is None:
             return
         await asyncio.to_thread(self._post, alert, target, result)

@@ -6,11 +6,16 @@ docs/diagnose-output.schema.json). Pure data, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, Protocol, get_args
+
+from kvpilot.diagnose.limits import Limits
+from kvpilot.diagnose.signals import Signals, TargetKey
 
 #: the verdict vocabulary (lowercase; docs/diagnosis.md, "Verdicts")
-VERDICTS: tuple[str, ...] = (
+Verdict = Literal[
     "kv_cache_exhaustion",
     "max_num_seqs_cap",
     "token_budget_cap",
@@ -23,8 +28,11 @@ VERDICTS: tuple[str, ...] = (
     "no_data",
     "target_down",
     "metrics_schema_mismatch",
-)
-SEVERITIES: tuple[str, ...] = ("ok", "warning", "critical", "unknown")
+]
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
+#: how bad a verdict is (docs/diagnosis.md, "Severity"); the exit status follows it
+Severity = Literal["ok", "warning", "critical", "unknown"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 
 #: Marks around a part of an evidence sentence that says how a figure was derived (a formula, a ceiling's
 #: terms): JSON and ``--verbose`` show it, the text and Markdown reports leave it out. Control characters, so
@@ -51,6 +59,71 @@ def evidence_text(text: str, details: bool = True) -> str:
     return "".join(out) + rest
 
 
+#: the limits a queue waits on (vLLM's admission checks, docs/diagnosis.md)
+QueueLimit = Literal["max_num_seqs", "token_budget", "kv_cache", "lora"]
+#: the values ``binding_limit`` takes: a queue's limit, or ``none`` (no queue over half the window)
+BindingLimit = QueueLimit | Literal["none"]
+BINDING_LIMITS: tuple[BindingLimit, ...] = ("kv_cache", "max_num_seqs", "token_budget", "lora", "none")
+#: the limits a queue waits on, in the order a tie between their shares is broken (vLLM checks them in the
+#: order max_num_seqs, token budget, KV cache; LoRA slots are a skip)
+QUEUE_LIMITS: tuple[QueueLimit, ...] = get_args(QueueLimit)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One ``P``: what a window did, observed or predicted (``kvpilot.advice.prediction`` for each field; None:
+    unknown).
+    """
+
+    requests_finished_per_s: float | None = None
+    prompt_tokens_per_s: float | None = None
+    generation_tokens_per_s: float | None = None
+    queue_time_mean_s: float | None = None
+    ttft_mean_s: float | None = None
+    mean_running: float | None = None
+    max_kv_usage: float | None = None
+    preemptions_per_s: float | None = None
+    binding_limit: BindingLimit | None = None
+    mean_waiting: float | None = None
+    waiting_trend_per_s: float | None = None
+    queue_growing: bool | None = None
+    binding_shares: dict[BindingLimit, float] = field(default_factory=dict)
+
+    def rounded(self) -> Prediction:
+        """As the report shows it: numbers to 6 significant figures (shares to 4 places), non-finite ones unknown."""
+        return Prediction(
+            requests_finished_per_s=_round(self.requests_finished_per_s),
+            prompt_tokens_per_s=_round(self.prompt_tokens_per_s),
+            generation_tokens_per_s=_round(self.generation_tokens_per_s),
+            queue_time_mean_s=_round(self.queue_time_mean_s),
+            ttft_mean_s=_round(self.ttft_mean_s),
+            mean_running=_round(self.mean_running),
+            max_kv_usage=_round(self.max_kv_usage),
+            preemptions_per_s=_round(self.preemptions_per_s),
+            binding_limit=self.binding_limit,
+            mean_waiting=_round(self.mean_waiting),
+            waiting_trend_per_s=_round(self.waiting_trend_per_s),
+            queue_growing=self.queue_growing,
+            binding_shares={k: round(v, 4) for k, v in self.binding_shares.items()},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``P`` object of the JSON schema: :meth:`rounded`, unknowns null."""
+        shown = self.rounded()
+        return {f.name: getattr(shown, f.name) for f in fields(shown)}
+
+
+def _round(value: float | None) -> float | None:
+    """6 significant figures; a whole number stays one, an unknown or non-finite number is None."""
+    if not isinstance(value, float):
+        return value
+    if not math.isfinite(value):
+        return None
+    if value == 0:
+        return 0.0
+    return float(f"{value:.6g}")
+
+
 #: exit status of ``kvpilot diagnose`` (docs/diagnosis.md)
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_NO_DIAGNOSIS, EXIT_USAGE = 0, 1, 2, 3, 64
 
@@ -68,7 +141,7 @@ class Recommendation:
     current: str | float | int | None
     suggested: str | float | int | None
     expected_effect: str
-    predicted: dict[str, Any] | None = None
+    predicted: Prediction | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``recommendations[]`` object of the JSON schema."""
@@ -79,7 +152,93 @@ class Recommendation:
             "expected_effect": self.expected_effect,
         }
         if self.predicted is not None:
-            out["predicted"] = dict(self.predicted)
+            out["predicted"] = self.predicted.to_json()
+        return out
+
+
+class Described(Protocol):
+    """What a replay was made of (its fitted workload, its step time), shown as ``-o json`` shows it."""
+
+    def to_json(self) -> Mapping[str, object]:
+        """The JSON object (``replay.workload``, ``replay.step_time``)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The engine model's replay of a target's window against what the window showed (``kvpilot.advice``).
+
+    Attributes:
+        predicted / observed: the replay's ``P`` and the window's; None when no replay ran.
+        matches: the replay reproduces the window within the tolerances (else every prediction is withheld).
+        misses: a sentence per key outside its tolerance, or why no replay ran.
+        notes: how the workload and the step time were fitted, and their caveats.
+        tolerances: key -> the allowed gap, as the report states it (a replay that ran).
+        workload / step_time: what the replay ran (a replay that ran).
+        cost: ``(simulated seconds, wall-clock seconds)`` of the replay (a replay that ran).
+    """
+
+    predicted: Prediction | None
+    observed: Prediction | None
+    matches: bool
+    misses: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    tolerances: Mapping[str, str] | None = None
+    workload: Described | None = None
+    step_time: Described | None = None
+    cost: tuple[float, float] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``replay`` object of ``-o json``."""
+        out: dict[str, Any] = {
+            "predicted": None if self.predicted is None else self.predicted.to_json(),
+            "observed": None if self.observed is None else self.observed.to_json(),
+            "matches": self.matches,
+            "misses": list(self.misses),
+        }
+        if self.tolerances is not None:
+            out["tolerances"] = dict(self.tolerances)
+        if self.workload is not None:
+            out["workload"] = dict(self.workload.to_json())
+        if self.step_time is not None:
+            out["step_time"] = dict(self.step_time.to_json())
+        out["notes"] = list(self.notes)
+        if self.cost is not None:
+            out["cost"] = {"simulated_s": round(self.cost[0], 3), "wall_s": round(self.cost[1], 3)}
+        return out
+
+
+#: a what-if key's value: a count, a fraction, a dtype or a switch (``kvpilot.advice.whatif``)
+ChangeValue = int | float | str | bool
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """One change simulated on the replay's arrivals: ``change`` (``(key, value)`` pairs applied together), its
+    ``predicted`` ``P`` or the ``reason`` there is none, and ``notes`` on how it was applied.
+    """
+
+    change: tuple[tuple[str, ChangeValue], ...]
+    predicted: Prediction | None = None
+    reason: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def replicas(self) -> int:
+        """The replicas the change asks for (1 when it changes none)."""
+        value = dict(self.change).get("replicas", 1)
+        return value if isinstance(value, int) else 1
+
+    def to_json(self) -> dict[str, Any]:
+        """One ``what_if[]`` element of ``-o json``."""
+        out: dict[str, Any] = {
+            "change": dict(self.change),
+            "predicted": None if self.predicted is None else self.predicted.to_json(),
+        }
+        if self.reason:
+            out["reason"] = self.reason
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out
 
 
@@ -88,14 +247,14 @@ class DiagnosisBasis:
     """What a diagnosis was made from, kept for predictions (``kvpilot.advice``); never serialised.
 
     Attributes:
-        key: the target's label values (a ``kvpilot.diagnose.signals.TargetKey``).
-        signals: its ``kvpilot.diagnose.signals.Signals``.
-        limits: its ``kvpilot.diagnose.limits.Limits``.
+        key: the target's label values.
+        signals: what its source read over the window.
+        limits: its server's limits, with where each came from.
     """
 
-    key: Any
-    signals: Any
-    limits: Any
+    key: TargetKey
+    signals: Signals
+    limits: Limits
 
 
 @dataclass
@@ -110,8 +269,8 @@ class Finding:
         recommendations: flag changes, never contradicting the evidence.
     """
 
-    verdict: str
-    severity: str
+    verdict: Verdict
+    severity: Severity
     confidence: float
     evidence: list[str] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
@@ -136,18 +295,18 @@ class Diagnosis(Finding):
         signals: ``{name: number | None}``.
         queries: the PromQL (or computations) that produced the signals.
         findings: secondary findings, same shape as the primary one.
-        replay: ``{"predicted": P, "observed": P, ...}``: the engine model's replay of the window
-            against what the window showed (``kvpilot.advice``), None when not run.
-        what_if: ``[{"change": {KEY: VALUE}, "predicted": P}]``: the changes simulated.
+        replay: the engine model's replay of the window against what the window showed (``kvpilot.advice``),
+            None when not run.
+        what_if: the changes simulated.
         basis: the signals and limits the diagnosis read (:class:`DiagnosisBasis`), not serialised.
     """
 
-    target: dict[str, Any] = field(default_factory=dict)
+    target: dict[str, str] = field(default_factory=dict)
     signals: dict[str, float | None] = field(default_factory=dict)
     queries: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
-    replay: dict[str, Any] | None = None
-    what_if: list[dict[str, Any]] = field(default_factory=list)
+    replay: Replay | None = None
+    what_if: list[WhatIf] = field(default_factory=list)
     basis: DiagnosisBasis | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -158,8 +317,8 @@ class Diagnosis(Finding):
         out["queries"] = list(self.queries)
         out["findings"] = [f.to_json() for f in self.findings]
         if self.replay is not None:
-            out["replay"] = dict(self.replay)
-            out["what_if"] = [dict(w) for w in self.what_if]
+            out["replay"] = self.replay.to_json()
+            out["what_if"] = [w.to_json() for w in self.what_if]
         return out
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kvpilot.diagnose.limits import Limits
-from kvpilot.diagnose.model import Recommendation
+from kvpilot.diagnose.model import Recommendation, Verdict
 from kvpilot.diagnose.signals import Signals
 from kvpilot.kv import KVConfigError, bytes_per_token, kv_element_bytes
 from kvpilot.kv.capacity import tokens_at_utilization
@@ -76,7 +76,7 @@ def tokens_per_request(signals: Signals) -> float | None:
     return (p + g) / f
 
 
-def recommend(verdict: str, inputs: Inputs, **overrides: int | None) -> list[Recommendation]:
+def recommend(verdict: Verdict, inputs: Inputs, **overrides: int | None) -> list[Recommendation]:
     """Recommendations for ``verdict`` (empty when nothing is quantifiable or nothing would help).
 
     ``overrides`` replace limit values the rule inferred (e.g. ``max_num_seqs`` read off a flat
@@ -667,7 +667,7 @@ def _unexplained(_inputs: Inputs) -> list[Recommendation]:
 
 
 #: verdict -> its recommendation function (``inputs``, then the inferred-limit overrides it takes)
-_BY_VERDICT: dict[str, Callable[..., list[Recommendation]]] = {
+_BY_VERDICT: dict[Verdict, Callable[..., list[Recommendation]]] = {
     "kv_cache_exhaustion": _kv_exhaustion,
     "max_num_seqs_cap": _seqs_cap,
     "token_budget_cap": _budget_cap,

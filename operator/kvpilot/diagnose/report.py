@@ -10,16 +10,17 @@ import dataclasses
 import io
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _encode_str
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from kvpilot.diagnose.model import Diagnosis, Finding, Recommendation, Report, evidence_text
+from kvpilot.diagnose.model import Diagnosis, Finding, Prediction, Recommendation, Replay, Report, WhatIf, evidence_text
 from kvpilot.text.layout import Prose
 from kvpilot.text.numbers import fig, number, significant
 from kvpilot.text.safe import markdown_text, one_line
@@ -173,16 +174,17 @@ _HEADLINE_FIGURES = (
 )
 
 
-def predicted_effect(rec: Recommendation, now: dict[str, Any] | None = None) -> str:
+def predicted_effect(rec: Recommendation, now: Prediction | None = None) -> str:
     """A recommendation's effect in a few words: the engine model's prediction against ``now`` (the replay of the
     window, a ``P``) when there is one - ``requests/s 2.78 -> 5.01, queue time 65.8 s -> 2.19 ms`` - else the first
     clause of its expected effect (the rule's own estimate).
     """
     then = rec.predicted
     if then is not None and now is not None:
+        now, then = now.rounded(), then.rounded()
         parts = []
         for key, label, unit in _HEADLINE_FIGURES:
-            a, b = now.get(key), then.get(key)
+            a, b = getattr(now, key), getattr(then, key)
             if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
                 continue
             if key == "preemptions_per_s" and not (a or b):
@@ -204,68 +206,63 @@ def headline(d: Diagnosis) -> str:
     if not d.recommendations:
         return head + (": no change needed" if d.severity == "ok" else ": no flag change to recommend")
     first = d.recommendations[0]
-    now = (d.replay or {}).get("predicted") if (d.replay or {}).get("matches") else None
+    now = d.replay.predicted if d.replay is not None and d.replay.matches else None
     more = len(d.recommendations) - 1
     others = f" (+{more} more below)" if more else ""
     return f"{head}: change {change_text(first)}: {predicted_effect(first, now)}{others}"
 
 
-def _p_cells(p: dict[str, Any], replicas: int = 1) -> list[tuple[str, str]]:
-    """A ``P`` object (docs/diagnose-output.schema.json ``$defs/prediction``) as ``(label, value)`` pairs.
+def _p_cells(p: Prediction, replicas: int = 1) -> list[tuple[str, str]]:
+    """A ``P`` (docs/diagnose-output.schema.json ``$defs/prediction``, as rounded there) as ``(label, value)`` pairs.
 
     With ``replicas`` > 1 the rates and the waiting trend are all replicas' together and the gauges (running,
     waiting, KV peak) one replica's (docs/diagnosis.md, "Predictions"): those say "per replica".
     """
 
-    def secs(v: Any) -> str:
-        return significant(v, 3, "s") if isinstance(v, (int, float)) else "unknown"
+    def secs(v: float | None) -> str:
+        return significant(v, 3, "s") if v is not None else "unknown"
 
+    p = p.rounded()
     each = " per replica" if replicas > 1 else ""
-    waiting = number(p.get("mean_waiting"), 1) + each
-    if p.get("queue_growing"):
+    waiting = number(p.mean_waiting, 1) + each
+    if p.queue_growing:
         together = "all replicas " if replicas > 1 else ""
-        waiting += f" ({together}growing {number(p.get('waiting_trend_per_s'), 2)}/s)"
-    kv = p.get("max_kv_usage")
+        waiting += f" ({together}growing {number(p.waiting_trend_per_s, 2)}/s)"
+    kv = p.max_kv_usage
     return [
-        ("requests/s", number(p.get("requests_finished_per_s"), 2)),
-        ("queue time", secs(p.get("queue_time_mean_s"))),
-        ("TTFT", secs(p.get("ttft_mean_s"))),
-        ("running", number(p.get("mean_running"), 1) + each),
+        ("requests/s", number(p.requests_finished_per_s, 2)),
+        ("queue time", secs(p.queue_time_mean_s)),
+        ("TTFT", secs(p.ttft_mean_s)),
+        ("running", number(p.mean_running, 1) + each),
         ("waiting", waiting),
-        ("KV peak", number(kv * 100 if isinstance(kv, (int, float)) else None, 1, "%") + each),
-        ("preemptions/s", number(p.get("preemptions_per_s"), 2)),
-        ("binding", str(p.get("binding_limit") or "unknown")),
+        ("KV peak", number(kv * 100 if kv is not None else None, 1, "%") + each),
+        ("preemptions/s", number(p.preemptions_per_s, 2)),
+        ("binding", p.binding_limit or "unknown"),
     ]
 
 
-def _p_text(p: dict[str, Any] | None, replicas: int = 1) -> str:
+def _p_text(p: Prediction | None, replicas: int = 1) -> str:
     """``requests/s 15.23, queue time 34.2 s, ...``: one ``P`` in a line."""
     return "not simulated" if p is None else ", ".join(f"{k} {v}" for k, v in _p_cells(p, replicas))
 
 
-def _replicas(change: dict[str, Any]) -> int:
-    """The replicas of a what-if's ``change`` (1 when it changes none)."""
-    value = change.get("replicas", 1)
-    return value if isinstance(value, int) else 1
-
-
-def _change_label(change: dict[str, Any]) -> str:
+def _change_label(w: WhatIf) -> str:
     """``max_num_seqs=16, kv_cache_dtype=fp8`` (as ``--what-if`` takes it)."""
-    return ", ".join(f"{k}={_flag_value(v)}" for k, v in change.items())
+    return ", ".join(f"{k}={_flag_value(v)}" for k, v in w.change)
 
 
 def _replay_lines(d: Diagnosis) -> tuple[str, list[str], list[str]]:
     """(headline, figure lines, notes) of a target's replay for text and markdown."""
-    replay = d.replay or {}
-    if replay.get("predicted") is None:
-        return "replay: not run", [], [str(m) for m in replay.get("misses", [])]
-    if replay.get("matches"):
+    replay = d.replay
+    if replay is None or replay.predicted is None:
+        return "replay: not run", [], list(replay.misses if replay else ())
+    if replay.matches:
         head = "replay: the engine model reproduces the window (within the tolerances of docs/diagnosis.md)"
-        notes = [str(n) for n in replay.get("notes", [])]
+        notes = list(replay.notes)
     else:
         head = "replay: the engine model does NOT reproduce the window: predictions withheld"
-        notes = [str(m) for m in replay.get("misses", [])] + [str(n) for n in replay.get("notes", [])]
-    figures = [f"replay  {_p_text(replay['predicted'])}", f"window  {_p_text(replay.get('observed'))}"]
+        notes = [*replay.misses, *replay.notes]
+    figures = [f"replay  {_p_text(replay.predicted)}", f"window  {_p_text(replay.observed)}"]
     return head, figures, notes
 
 
@@ -283,15 +280,14 @@ def _text_predictions(console: Console, d: Diagnosis, verbose: bool) -> None:
     """A target's replay (its figures and notes with ``verbose``, or when it misses the window: why) and what-ifs."""
     head, figures, notes = _replay_lines(d)
     console.print(Padding(Prose(Text(head, style="bold")), (0, 0, 0, 2)))
-    if verbose or not (d.replay or {}).get("matches"):
+    if verbose or d.replay is None or not d.replay.matches:
         for line in figures if verbose else ():
             console.print(Padding(Prose(line), (0, 0, 0, 4)))
         console.print(_bullets(notes, 4))
     for w in d.what_if:
-        predicted, n = w.get("predicted"), _replicas(w["change"])
-        outcome = _p_text(predicted, n) if predicted else str(w.get("reason", "not simulated"))
-        outcome += "".join(f" ({note})" for note in w.get("notes", ()))
-        console.print(Padding(Prose(f"what-if {_change_label(w['change'])}: {outcome}"), (0, 0, 0, 2)))
+        outcome = _p_text(w.predicted, w.replicas) if w.predicted else w.reason or "not simulated"
+        outcome += "".join(f" ({note})" for note in w.notes)
+        console.print(Padding(Prose(f"what-if {_change_label(w)}: {outcome}"), (0, 0, 0, 2)))
 
 
 def _text_answers(console: Console, report: Report) -> None:
@@ -380,7 +376,7 @@ def _md_finding(f: Finding, level: str, verbose: bool = False) -> list[str]:
 _MD_P_HEAD = "| requests/s | queue time | TTFT | running | waiting | KV peak | preemptions/s | binding |"
 
 
-def _md_p(p: dict[str, Any] | None, replicas: int = 1) -> str:
+def _md_p(p: Prediction | None, replicas: int = 1) -> str:
     """One ``P`` as the cells of :data:`_MD_P_HEAD`."""
     cells = [v for _, v in _p_cells(p, replicas)] if p is not None else ["-"] * 8
     return "| " + " | ".join(cells) + " |"
@@ -395,20 +391,20 @@ def _md_predictions(d: Diagnosis, verbose: bool = False) -> list[str]:
     head, _, notes = _replay_lines(d)
     lines = [f"#### {head[0].upper()}{head[1:]}", ""]
     replay = d.replay
-    if replay.get("matches") and not verbose:
+    if replay.matches and not verbose:
         notes = []
-    if replay.get("predicted") is not None and verbose:
+    if replay.predicted is not None and verbose:
         lines += ["| | " + _MD_P_HEAD[2:], "|---" * 9 + "|"]
-        lines += [f"| replay {_md_p(replay['predicted'])}", f"| window {_md_p(replay.get('observed'))}", ""]
+        lines += [f"| replay {_md_p(replay.predicted)}", f"| window {_md_p(replay.observed)}", ""]
     lines += [f"- {n}" for n in notes]
     if d.what_if:
         lines += ["", "| what-if " + _MD_P_HEAD, "|---" * 9 + "|"]
         for w in d.what_if:
-            label = f"`{_change_label(w['change'])}`" + "".join(f" ({note})" for note in w.get("notes", ()))
-            if w.get("predicted") is None:
-                lines.append(f"| {label} | {w.get('reason', 'not simulated')} |" + " |" * 7)
+            label = f"`{_change_label(w)}`" + "".join(f" ({note})" for note in w.notes)
+            if w.predicted is None:
+                lines.append(f"| {label} | {w.reason or 'not simulated'} |" + " |" * 7)
             else:
-                lines.append(f"| {label} {_md_p(w['predicted'], _replicas(w['change']))}")
+                lines.append(f"| {label} {_md_p(w.predicted, w.replicas)}")
     return lines + [""]
 
 
@@ -438,16 +434,18 @@ def to_markdown(report: Report, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _safe_finding(f: Finding) -> dict[str, Any]:
-    return {
-        "evidence": [one_line(e) for e in f.evidence],
-        "recommendations": [
-            dataclasses.replace(r, expected_effect=one_line(r.expected_effect))
-            if isinstance(getattr(r, "expected_effect", None), str)
-            else r
-            for r in f.recommendations
+_F = TypeVar("_F", bound=Finding)
+
+
+def _safe_finding(f: _F) -> _F:
+    """``f`` with its evidence and its recommendations' effects through :func:`one_line`."""
+    return dataclasses.replace(
+        f,
+        evidence=[one_line(e) for e in f.evidence],
+        recommendations=[
+            dataclasses.replace(r, expected_effect=one_line(r.expected_effect)) for r in f.recommendations
         ],
-    }
+    )
 
 
 def _safe_tree(value: Any) -> Any:
@@ -461,16 +459,47 @@ def _safe_tree(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class _Shown:
+    """A replay's workload or step time as ``-o json`` prints it, its strings made safe (:func:`_safe_replay`)."""
+
+    json: Mapping[str, object]
+
+    def to_json(self) -> Mapping[str, object]:
+        return self.json
+
+
+def _safe_replay(replay: Replay | None) -> Replay | None:
+    """``replay`` with every string through :func:`one_line` (its fitted workload's and step time's too)."""
+    if replay is None:
+        return None
+    return dataclasses.replace(
+        replay,
+        misses=tuple(one_line(m) for m in replay.misses),
+        notes=tuple(one_line(n) for n in replay.notes),
+        tolerances=None if replay.tolerances is None else {k: one_line(v) for k, v in replay.tolerances.items()},
+        workload=None if replay.workload is None else _Shown(_safe_tree(replay.workload.to_json())),
+        step_time=None if replay.step_time is None else _Shown(_safe_tree(replay.step_time.to_json())),
+    )
+
+
+def _safe_what_if(w: WhatIf) -> WhatIf:
+    """``w`` with every string through :func:`one_line`."""
+    return dataclasses.replace(
+        w,
+        change=tuple((k, one_line(v) if isinstance(v, str) else v) for k, v in w.change),
+        reason=one_line(w.reason) if w.reason else "",
+        notes=tuple(one_line(n) for n in w.notes),
+    )
+
+
 def _evidence_shown(report: Report, verbose: bool) -> Report:
     """``report`` with each evidence sentence as the text and Markdown reports show it (:func:`_evidence`)."""
 
-    def shown(f: Finding) -> dict[str, Any]:
-        return {"evidence": _evidence(f.evidence, verbose)}
+    def shown(f: _F) -> _F:
+        return dataclasses.replace(f, evidence=_evidence(f.evidence, verbose))
 
-    targets = [
-        dataclasses.replace(d, findings=[dataclasses.replace(f, **shown(f)) for f in d.findings], **shown(d))
-        for d in report.targets
-    ]
+    targets = [dataclasses.replace(shown(d), findings=[shown(f) for f in d.findings]) for d in report.targets]
     return dataclasses.replace(report, targets=targets)
 
 
@@ -482,13 +511,12 @@ def safe_report(report: Report) -> Report:
     """
     targets = [
         dataclasses.replace(
-            d,
-            target={k: one_line(v) if isinstance(v, str) else v for k, v in d.target.items()},
+            _safe_finding(d),
+            target={k: one_line(v) for k, v in d.target.items()},
             queries=[one_line(q) for q in d.queries],
-            findings=[dataclasses.replace(f, **_safe_finding(f)) for f in d.findings],
-            replay=_safe_tree(d.replay),
-            what_if=_safe_tree(d.what_if),
-            **_safe_finding(d),
+            findings=[_safe_finding(f) for f in d.findings],
+            replay=_safe_replay(d.replay),
+            what_if=[_safe_what_if(w) for w in d.what_if],
         )
         for d in report.targets
     ]

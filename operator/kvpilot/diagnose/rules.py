@@ -972,7 +972,7 @@ def _inputs(f: Facts) -> Inputs:
 def diagnose_target(
     signals: Signals,
     limits: Limits,
-    target: dict[str, Any] | None = None,
+    target: dict[str, str] | None = None,
     queries: list[str] | None = None,
     model_config: dict[str, Any] | None = None,
 ) -> Diagnosis:

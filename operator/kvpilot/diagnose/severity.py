@@ -23,17 +23,19 @@ from __future__ import annotations
 
 from typing import Final
 
-OK: Final = "ok"
-WARNING: Final = "warning"
-CRITICAL: Final = "critical"
-UNKNOWN: Final = "unknown"
+from kvpilot.diagnose.model import Severity, Verdict
+
+OK: Final[Severity] = "ok"
+WARNING: Final[Severity] = "warning"
+CRITICAL: Final[Severity] = "critical"
+UNKNOWN: Final[Severity] = "unknown"
 
 #: the queue grows when ``deriv(vllm:num_requests_waiting[w]) x w`` (requests over the window) reaches this:
 #: one more request waiting at the window's end than at its start, on the least-squares line through the samples
 GROWTH_REQUESTS: Final = 1.0
 
 #: verdicts that name the limit behind a queue: warning while the queue stands, critical while it grows
-QUEUE_VERDICTS: Final = (
+QUEUE_VERDICTS: Final[tuple[Verdict, ...]] = (
     "max_num_seqs_cap",
     "token_budget_cap",
     "lora_slot_cap",
@@ -42,7 +44,7 @@ QUEUE_VERDICTS: Final = (
 )
 
 #: verdicts whose severity never depends on the queue
-FIXED: Final[dict[str, str]] = {
+FIXED: Final[dict[Verdict, Severity]] = {
     "target_down": CRITICAL,
     "prefix_cache_ineffective": WARNING,
     "metrics_schema_mismatch": WARNING,
@@ -57,12 +59,12 @@ def growing(growth_requests: float | None) -> bool:
     return growth_requests is not None and growth_requests >= GROWTH_REQUESTS
 
 
-def queue_severity(queue_growing: bool) -> str:
+def queue_severity(queue_growing: bool) -> Severity:
     """A limit behind a queue (:data:`QUEUE_VERDICTS`): critical while the queue grows, else warning."""
     return CRITICAL if queue_growing else WARNING
 
 
-def kv_severity(preempted: bool, queued: bool, queue_growing: bool) -> str:
+def kv_severity(preempted: bool, queued: bool, queue_growing: bool) -> Severity:
     """``kv_cache_exhaustion``: critical when requests are preempted while others queue (or the queue
     grows), else warning (preemptions alone, or a queue at the KV ceiling that stands still).
     """

@@ -145,6 +145,7 @@ FitName = Literal[
     "running",
     "waiting",
 ]
+_FIT_NAMES: frozenset[str] = frozenset(get_args(FitName))
 #: the histograms kept as bucket increases (:data:`HISTOGRAMS`), the keys of :attr:`Signals.buckets`
 HistogramName = Literal["ttft", "itl", "iteration_tokens", "prompt_tokens", "computed_tokens"]
 _HISTOGRAM_NAMES: frozenset[str] = frozenset(get_args(HistogramName))
@@ -153,6 +154,11 @@ _HISTOGRAM_NAMES: frozenset[str] = frozenset(get_args(HistogramName))
 def is_signal_name(name: str) -> TypeGuard[SignalName]:
     """True when ``name`` is a :data:`SignalName` (a key of :attr:`Signals.values`)."""
     return name in SIGNAL_NAMES
+
+
+def is_fit_name(name: str) -> TypeGuard[FitName]:
+    """True when ``name`` is a :data:`FitName` (a key of :attr:`Signals.fit`, ``fit_buckets``, ``fit_series``)."""
+    return name in _FIT_NAMES
 
 
 def is_histogram_name(name: str) -> TypeGuard[HistogramName]:
@@ -338,9 +344,9 @@ class Signals:
     rejected: dict[str, str] = field(default_factory=dict)
     window_seconds: float = 0.0
     end: float = 0.0
-    fit: dict[str, float | None] = field(default_factory=dict)
-    fit_buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    fit_series: dict[str, list[float | None]] = field(default_factory=dict)
+    fit: dict[FitName, float | None] = field(default_factory=dict)
+    fit_buckets: dict[FitName, list[tuple[float, float]]] = field(default_factory=dict)
+    fit_series: dict[FitName, list[float | None]] = field(default_factory=dict)
 
     def get(self, name: SignalName) -> float | None:
         """The value of signal ``name``, ``None`` when unknown (a :data:`SignalName`: mypy rejects a misspelt one)."""
@@ -667,22 +673,25 @@ def compute_signals(  # noqa: C901
             for sd in SUBWINDOW_DEFS
         ]
         values.update(lora.get(target))
-        fit_values: dict[str, float | None] = {}
-        fit_buckets: dict[str, list[tuple[float, float]]] = {}
+        fit_values: dict[FitName, float | None] = {}
+        fit_buckets: dict[FitName, list[tuple[float, float]]] = {}
         for sd in FIT_SIGNAL_DEFS if fit else ():
             result = _evaluate_def(sd, families, end, window_seconds)[0]
+            if not is_fit_name(sd.name):
+                continue
             if isinstance(result, list):
                 if result:
                     fit_buckets[sd.name] = result
             else:
                 fit_values[sd.name] = finite(result)
         step = window_seconds / FIT_STEPS
-        fit_series: dict[str, list[float | None]] = {
+        fit_series: dict[FitName, list[float | None]] = {
             sd.name: [
                 _scalar(_evaluate_def(sd, families, end - window_seconds + j * step, step)[0])
                 for j in range(FIT_STEPS + 1)
             ]
             for sd in (FIT_SERIES if fit else ())
+            if is_fit_name(sd.name)
         }
         signals = Signals(
             fit=fit_values,

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from kvpilot.advice.advise import WORSE_SERVED, change_size, makes_worse
-from kvpilot.advice.prediction import Prediction
 from kvpilot.advice.whatif import Change
+from kvpilot.diagnose.model import Prediction
 from kvpilot.engine.config import EngineConfig
 
 CONFIG = EngineConfig(max_num_seqs=4, max_num_batched_tokens=8192, kv_cache_tokens=100_000).resolved()
@@ -72,7 +72,7 @@ def test_predicted_gauges_print_with_their_fixed_decimal():
     from kvpilot.advice.advise import effect_text
     from kvpilot.diagnose.report import _p_text
 
-    text = _p_text({"mean_running": 17.0, "mean_waiting": 210.0, "requests_finished_per_s": 1.0})
+    text = _p_text(Prediction(mean_running=17.0, mean_waiting=210.0, requests_finished_per_s=1.0))
     assert "running 17.0," in text
     assert "waiting 210.0," in text
     sentence = effect_text(_p(1.24, 91.1), Prediction(requests_finished_per_s=2.0, queue_time_mean_s=1.0))

@@ -70,19 +70,31 @@ def test_json_with_predictions_validates_against_the_schema(budget_json):
         jsonschema.validate(bad, SCHEMA)
 
 
+def _prediction(p):
+    from kvpilot.diagnose.model import Prediction
+
+    return None if p is None else Prediction(**p)
+
+
 def test_text_and_markdown_show_the_replay_and_each_what_if(budget_json):
-    from kvpilot.diagnose.model import Diagnosis, Report
+    from kvpilot.diagnose.model import Diagnosis, Replay, Report, WhatIf
     from kvpilot.diagnose.report import render
 
     (t,) = budget_json["targets"]
+    r = t["replay"]
     diag = Diagnosis(
         t["verdict"],
         t["severity"],
         t["confidence"],
         target=t["target"],
         signals=t["signals"],
-        replay=t["replay"],
-        what_if=t["what_if"],
+        replay=Replay(_prediction(r["predicted"]), _prediction(r["observed"]), r["matches"], notes=tuple(r["notes"])),
+        what_if=[
+            WhatIf(
+                tuple(w["change"].items()), _prediction(w["predicted"]), w.get("reason", ""), tuple(w.get("notes", ()))
+            )
+            for w in t["what_if"]
+        ],
     )
     report = Report(budget_json["source"], budget_json["window_seconds"], [diag])
     text = render(report, "text")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvpilot.advice.observe import observed_binding, observed_prediction
-from kvpilot.advice.prediction import Prediction, compare, queue_grows
+from kvpilot.advice.prediction import compare, queue_grows
+from kvpilot.diagnose.model import Prediction
 from kvpilot.diagnose.signals import Signals
 
 WINDOW = Prediction(

@@ -9,7 +9,7 @@ import pytest
 import kvpilot.advice.run as advice_run
 import kvpilot.diagnose.run as diagnose_run
 from kvpilot.advice.run import diagnose_and_predict
-from kvpilot.diagnose.model import Diagnosis, DiagnosisBasis, Report
+from kvpilot.diagnose.model import Diagnosis, DiagnosisBasis, Prediction, Replay, Report
 
 
 class Clock:
@@ -47,7 +47,7 @@ def test_a_window_longer_than_the_budget_leaves_the_whole_budget_to_the_predicti
 
     def predict(diag, *, deadline, **_):
         left.append(deadline - clock.now)
-        diag.replay = {"predicted": {}}
+        diag.replay = Replay(Prediction(), Prediction(), matches=True)
 
     monkeypatch.setattr(advice_run, "predict_target", predict)
     report = diagnose_and_predict(diagnose_run.Options(metrics_url="http://127.0.0.1:8000/metrics"))
@@ -65,14 +65,14 @@ def test_predictions_past_the_budget_are_withheld(monkeypatch, clock):
     def predict(diag, *, deadline, **_):
         calls.append(deadline)
         clock.now += 31.0  # the first target's replay and what-ifs spend more than the 30 s budget
-        diag.replay = {"predicted": {}}
+        diag.replay = Replay(Prediction(), Prediction(), matches=True)
 
     monkeypatch.setattr(advice_run, "predict_target", predict)
     report = diagnose_and_predict(diagnose_run.Options(metrics_url="http://127.0.0.1:8000/metrics"))
     assert len(calls) == 1
     second = report.targets[1]
     assert second.replay is not None
-    assert second.replay["misses"] == ["not replayed: the what-if budget ran out (--what-if-budget)"]
+    assert second.replay.misses == ("not replayed: the what-if budget ran out (--what-if-budget)",)
     assert report.notes[-1].startswith("Replayed and predicted 1 of 2 targets")
     assert "the what-if budget of 30 s ran out" in report.notes[-1]
 
@@ -89,7 +89,7 @@ def test_the_fits_own_queries_do_not_spend_the_budget(monkeypatch, clock):
     def predict(diag, *, deadline, **_):
         left.append(deadline - clock.now)
         clock.now += 4.0
-        diag.replay = {"predicted": {}}
+        diag.replay = Replay(Prediction(), Prediction(), matches=True)
 
     monkeypatch.setattr(advice_run, "_fetch_fit", fetch)
     monkeypatch.setattr(advice_run, "predict_target", predict)
@@ -105,7 +105,7 @@ def test_the_alert_hooks_deadline_bounds_predictions_and_reads(monkeypatch, cloc
 
     def predict(diag, *, deadline, **_):
         seen.append(deadline - clock.now)
-        diag.replay = {"predicted": {}}
+        diag.replay = Replay(Prediction(), Prediction(), matches=True)
 
     monkeypatch.setattr(advice_run, "predict_target", predict)
     advice_run.predict_for_alert(diagnose_run.Options(metrics_url="http://127.0.0.1:8000/metrics", deadline=28.0))

@@ -7,30 +7,28 @@ import io
 import json
 
 from kvpilot.alerts.payload import Alert, Target
+from kvpilot.alerts.result import AlertResult, Diagnosed
 from kvpilot.alerts.sinks import LogSink, answer, summary
+from kvpilot.diagnose.model import Diagnosis, Prediction, Recommendation, Replay, Report
 
-NOW = {"requests_finished_per_s": 2.78, "queue_time_mean_s": 65.8, "ttft_mean_s": 66.1}
-THEN = {"requests_finished_per_s": 5.01, "queue_time_mean_s": 0.5, "ttft_mean_s": 0.75}
+NOW = Prediction(requests_finished_per_s=2.78, queue_time_mean_s=65.8, ttft_mean_s=66.1)
+THEN = Prediction(requests_finished_per_s=5.01, queue_time_mean_s=0.5, ttft_mean_s=0.75)
 ALERT = Alert("firing", {"alertname": "VLLMMaxNumSeqsCap", "namespace": "llm", "pod": "qwen-0"}, {}, "f1")
 
 
-def _result(replay_matches: bool = True, recommendations: bool = True) -> dict:
-    rec = {
-        "flag": "--max-num-seqs",
-        "current": 4,
-        "suggested": 16,
-        "expected_effect": "Keeps up. More.",
-        "predicted": THEN,
-    }
-    target = {
-        "verdict": "max_num_seqs_cap",
-        "severity": "critical",
-        "confidence": 0.6,
-        "evidence": ["Running requests pinned at max_num_seqs."],
-        "recommendations": [rec] if recommendations else [],
-        "replay": {"predicted": NOW, "observed": NOW, "matches": replay_matches},
-    }
-    return {"target": {"namespace": "llm", "pod": "qwen-0"}, "diagnosis": {"targets": [target]}}
+def _result(replay_matches: bool = True, recommendations: bool = True) -> AlertResult:
+    rec = Recommendation("--max-num-seqs", 4, 16, "Keeps up. More.", THEN)
+    target = Diagnosis(
+        "max_num_seqs_cap",
+        "critical",
+        0.6,
+        ["Running requests pinned at max_num_seqs."],
+        [rec] if recommendations else [],
+        replay=Replay(NOW, NOW, matches=replay_matches),
+    )
+    report = Report("prometheus", 300, [target])
+    diagnosed = Diagnosed(report, report.to_json())
+    return AlertResult("f1", "VLLMMaxNumSeqsCap", "firing", Target(namespace="llm", pod="qwen-0"), diagnosis=diagnosed)
 
 
 def test_the_log_line_carries_the_change_and_its_predicted_effect():

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 
-from kvpilot.diagnose.model import Diagnosis, Recommendation, Report, detail
+from kvpilot.diagnose.model import Diagnosis, Prediction, Recommendation, Replay, Report, detail
 from kvpilot.diagnose.report import headline, render
 
 #: a replay that reproduces the window, and the prediction with the change (``P`` objects)
-NOW = {"requests_finished_per_s": 2.78, "queue_time_mean_s": 65.8, "ttft_mean_s": 66.1, "preemptions_per_s": 0.0}
-THEN = {"requests_finished_per_s": 5.01, "queue_time_mean_s": 0.5, "ttft_mean_s": 0.75, "preemptions_per_s": 0.0}
+NOW = Prediction(requests_finished_per_s=2.78, queue_time_mean_s=65.8, ttft_mean_s=66.1, preemptions_per_s=0.0)
+THEN = Prediction(requests_finished_per_s=5.01, queue_time_mean_s=0.5, ttft_mean_s=0.75, preemptions_per_s=0.0)
 FORMULA = " = 1 - 2 x 0.0003 (one request's share of KV)"
 
 
@@ -25,9 +25,9 @@ def _report() -> Report:
             f"KV cache has room: usage peaked at 0.1 % (admission ceiling 0.999{detail(FORMULA)}), no preemptions.",
             detail("At a pinned cap vLLM's running gauge reads the cap less the requests that finished."),
         ],
-        [Recommendation("--max-num-seqs", 4, 16, "The smallest change simulated that keeps up.", dict(THEN))],
+        [Recommendation("--max-num-seqs", 4, 16, "The smallest change simulated that keeps up.", THEN)],
         target={"namespace": "llm", "pod": "qwen-0"},
-        replay={"predicted": dict(NOW), "observed": dict(NOW), "matches": True, "notes": ["Step time: roofline."]},
+        replay=Replay(NOW, NOW, matches=True, notes=("Step time: roofline.",)),
     )
     calm = Diagnosis("healthy", "ok", 0.8, ["Running 3.4 of 256; nobody waiting."], target={"pod": "qwen-1"})
     return Report(source="recording x.om", window_seconds=300, targets=[capped, calm], notes=["a run note"])
@@ -76,7 +76,7 @@ def test_the_markdown_report_opens_with_the_answers():
 
 def test_without_a_replay_that_matches_the_effect_is_the_rules_own_estimate():
     d = _report().targets[0]
-    d.replay = {"predicted": dict(NOW), "observed": dict(NOW), "matches": False}
+    d.replay = Replay(NOW, NOW, matches=False)
     d.recommendations[0].expected_effect = "at most 14 requests fit in 32,768 KV tokens; the rest wait. More."
     assert headline(d) == (
         "llm/qwen-0: max_num_seqs_cap (critical): change --max-num-seqs 4 -> 16: at most 14 requests fit in 32,768 "

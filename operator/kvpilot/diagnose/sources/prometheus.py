@@ -64,12 +64,14 @@ from kvpilot.diagnose.signals import (
     SUBWINDOW_DEFS,
     TARGET_LABELS,
     CacheConfigIndex,
+    FitName,
     LoraIndex,
     OperatorLimitIndex,
     SignalDef,
     Signals,
     TargetKey,
     finish_signals,
+    is_fit_name,
     is_histogram_name,
     is_signal_name,
     spellings,
@@ -230,9 +232,9 @@ class FitRows:
     ``fit_buckets`` / ``fit_series`` hold them.
     """
 
-    values: dict[str, float | None] = field(default_factory=dict)
-    buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    series: dict[str, list[float | None]] = field(default_factory=dict)
+    values: dict[FitName, float | None] = field(default_factory=dict)
+    buckets: dict[FitName, list[tuple[float, float]]] = field(default_factory=dict)
+    series: dict[FitName, list[float | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -372,25 +374,26 @@ def fit_plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[
 def _add_fit_rows(out: dict[TargetKey, FitRows], query: PlannedQuery, rows: list[Any]) -> None:
     """One :func:`fit_plan` query's rows (:meth:`PrometheusSource._query`) into ``out``, per target."""
     sd = query.sd
-    if sd is None:  # fit_plan() gives every query a signal
-        raise RuntimeError(f"fit query {query.promql!r} reads no signal")
+    if sd is None or not is_fit_name(sd.name):  # fit_plan() gives every query a signal of the fit
+        raise RuntimeError(f"fit query {query.promql!r} reads no signal of the fit")
+    name = sd.name
     if query.kind == "signal":
         for ident, _name, value in rows:
-            out.setdefault(TargetKey(*ident), FitRows()).values[sd.name] = value if math.isfinite(value) else None
+            out.setdefault(TargetKey(*ident), FitRows()).values[name] = value if math.isfinite(value) else None
     elif query.kind == "sub":
         for ident, j, value in rows:
             series = out.setdefault(TargetKey(*ident), FitRows()).series
-            points = series.setdefault(sd.name, [None] * query.points)
+            points = series.setdefault(name, [None] * query.points)
             if 0 <= j < query.points and math.isfinite(value):
                 points[j] = value
     else:
         fresh: dict[TargetKey, list[tuple[float, float]]] = {}
         for ident, bound, value in rows:
             key = TargetKey(*ident)
-            if bound is not None and sd.name not in out.get(key, FitRows()).buckets:
+            if bound is not None and name not in out.get(key, FitRows()).buckets:
                 fresh.setdefault(key, []).append((bound, value))
         for key, rows_ in fresh.items():  # a spelling earlier in the preference order wins
-            out.setdefault(key, FitRows()).buckets[sd.name] = sorted(rows_)
+            out.setdefault(key, FitRows()).buckets[name] = sorted(rows_)
 
 
 def _well_formed(row: object, key: str = "value") -> bool:
