@@ -7,7 +7,8 @@ Routes:
   read-only diagnosis as ``kvpilot diagnose --prometheus``, with its predictions
   (:func:`kvpilot.advice.run.predict_for_alert`: the replay and what-ifs within 10 s) and
   answers ``200`` with ``{"sender", "receiver", "results": [{"fingerprint", "alertname", "status",
-  "target", "cached", "diagnosis": <diagnose -o json> | null, "error": str | null}]}``. Resolved
+  "target", "cached", "change", "predicted_effect", "diagnosis": <diagnose -o json> | null,
+  "error": str | null}]}``. Resolved
   alerts are acknowledged (``"diagnosis": null``) without work. ``400`` not JSON, ``401`` missing or
   wrong credentials, ``408`` a body slower than its deadline, ``413`` a body above the size limit or
   with more alerts than the limit, ``422`` JSON of neither shape, ``429`` no diagnosis could start

@@ -11,6 +11,8 @@ from typing import Any
 
 from kvpilot.alerts.payload import Target
 from kvpilot.diagnose.model import Diagnosis, Report
+from kvpilot.diagnose.report import change_text, predicted_effect
+from kvpilot.text.safe import one_line
 
 
 @dataclass(frozen=True)
@@ -51,14 +53,31 @@ class AlertResult:
         """The first target's diagnosis (None: resolved, or not diagnosed)."""
         return None if self.diagnosis is None else self.diagnosis.primary
 
+    def answer(self) -> tuple[str | None, str | None]:
+        """The change the diagnosis recommends first and its predicted effect, as the report's headline says them
+        (:func:`kvpilot.diagnose.report.headline`): ``("--max-num-seqs 4 -> 16", "predicted requests/s 2.78 ->
+        5.01, ...")``; ``(None, None)`` without a recommendation.
+        """
+        d = self.primary
+        if d is None or not d.recommendations:
+            return None, None
+        rec = d.recommendations[0]
+        now = d.replay.predicted if d.replay is not None and d.replay.matches else None
+        return one_line(change_text(rec), 500), one_line(predicted_effect(rec, now), 500)
+
     def to_json(self) -> dict[str, Any]:
-        """``{"fingerprint", "alertname", "status", "target", "cached", "diagnosis", "error"}``."""
+        """``{"fingerprint", "alertname", "status", "target", "cached", "change", "predicted_effect", "diagnosis",
+        "error"}``: the change and its effect are :meth:`answer`'s (null without a recommendation).
+        """
+        change, effect = self.answer()
         return {
             "fingerprint": self.fingerprint,
             "alertname": self.alertname,
             "status": self.status,
             "target": None if self.target is None else self.target.to_json(),
             "cached": self.cached,
+            "change": change,
+            "predicted_effect": effect,
             "diagnosis": None if self.diagnosis is None else self.diagnosis.doc,
             "error": self.error,
         }

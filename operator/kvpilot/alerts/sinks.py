@@ -30,22 +30,8 @@ from kvpilot.alerts.payload import Alert, Target
 from kvpilot.alerts.result import AlertResult
 from kvpilot.api import GROUP, KIND, PLURAL, VERSION
 from kvpilot.diagnose.model import evidence_text
-from kvpilot.diagnose.report import change_text, predicted_effect
 from kvpilot.diagnose.sources.http import split_credentials
 from kvpilot.text.safe import one_line
-
-
-def answer(result: AlertResult) -> tuple[str | None, str | None]:
-    """The change the diagnosis recommends first and its predicted effect, as the report's headline says them
-    (:func:`kvpilot.diagnose.report.headline`): ``("--max-num-seqs 4 -> 16", "predicted requests/s 2.78 -> 5.01,
-    ...")``; ``(None, None)`` without a recommendation.
-    """
-    d = result.primary
-    if d is None or not d.recommendations:
-        return None, None
-    rec = d.recommendations[0]
-    now = d.replay.predicted if d.replay is not None and d.replay.matches else None
-    return one_line(change_text(rec), 500), one_line(predicted_effect(rec, now), 500)
 
 
 def summary(alert: Alert, result: AlertResult) -> str:
@@ -62,7 +48,7 @@ def summary(alert: Alert, result: AlertResult) -> str:
     if d is None:
         return f"{head}: no diagnosis"
     evidence = evidence_text(d.evidence[0]) if d.evidence else ""
-    change, effect = answer(result)
+    change, effect = result.answer()
     what = f"change {change}: {effect}; " if change else ""
     confidence = round(d.confidence, 3)  # as -o json gives it
     return one_line(f"{head}: {d.verdict} ({d.severity}, confidence {confidence}): {what}{evidence}", 1000)
@@ -82,7 +68,7 @@ class LogSink:
     async def emit(self, alert: Alert, target: Target, result: AlertResult) -> None:
         """Write one line."""
         d = result.primary
-        change, effect = answer(result)
+        change, effect = result.answer()
         line = {
             "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
             "event": "diagnosis" if alert.firing else "resolved",
@@ -144,7 +130,7 @@ class ForwardSink:
 
     async def emit(self, alert: Alert, _target: Target, result: AlertResult) -> None:
         """POST the result."""
-        change, effect = answer(result)
+        change, effect = result.answer()
         body = {
             "alert": {"labels": dict(alert.labels), "status": alert.status},
             "change": change,

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kvpilot.alerts import sinks
 from kvpilot.commands._child import start_tied
 from kvpilot.text.numbers import fig
 
@@ -212,7 +211,7 @@ def section_alerts(ctx: Any) -> None:
         f"{evidence}",
         indent=2,
     )
-    change, effect = sinks.answer(result)
+    change, effect = result.get("change"), result.get("predicted_effect")
     if change:  # the hook's answer leads with them, as its log line and every sink do
         ctx.say(f"change {change}" + (f": {effect}" if effect else ""), indent=2)
     ctx.more.append(("the alert rules and receiver", "kvpilot alert-hook --help"))

@@ -8,7 +8,7 @@ import json
 
 from kvpilot.alerts.payload import Alert, Target
 from kvpilot.alerts.result import AlertResult, Diagnosed
-from kvpilot.alerts.sinks import LogSink, answer, summary
+from kvpilot.alerts.sinks import LogSink, summary
 from kvpilot.diagnose.model import Diagnosis, Prediction, Recommendation, Replay, Report
 
 NOW = Prediction(requests_finished_per_s=2.78, queue_time_mean_s=65.8, ttft_mean_s=66.1)
@@ -53,6 +53,15 @@ def test_the_summary_grafana_and_events_use_says_the_change_first():
 
 
 def test_without_a_matching_replay_the_effect_is_the_rules_estimate_and_none_without_a_change():
-    assert answer(_result(replay_matches=False)) == ("--max-num-seqs 4 -> 16", "Keeps up")
-    assert answer(_result(recommendations=False)) == (None, None)
+    assert _result(replay_matches=False).answer() == ("--max-num-seqs 4 -> 16", "Keeps up")
+    assert _result(recommendations=False).answer() == (None, None)
     assert ": change " not in summary(ALERT, _result(recommendations=False))
+
+
+def test_the_http_answer_carries_the_change_and_its_predicted_effect_too():
+    doc = json.loads(json.dumps(_result().to_json()))
+    assert doc["change"] == "--max-num-seqs 4 -> 16"
+    assert doc["predicted_effect"].startswith("predicted requests/s 2.78 -> 5.01")
+    assert doc["diagnosis"]["targets"][0]["verdict"] == "max_num_seqs_cap"
+    bare = _result(recommendations=False).to_json()
+    assert (bare["change"], bare["predicted_effect"]) == (None, None)
