@@ -46,10 +46,10 @@ alert-walkthrough: $(STAMP)
 	$(BIN)/python scripts/alert-walkthrough.py
 
 # pytest exit code 5 (no tests collected) is a failure, like any other non-zero code.
-# TEST_WORKERS=2 runs the tests in 2 pytest-xdist processes (the machine's cores), each taking whole test files, and
-# tests/reference and tests/integration/image whole, so a module's Prometheus or sandbox API, the vLLM reference
-# run and the image are each built once (tests/conftest.py, xdist_scope); 0, the default, runs them in this process.
-TEST_WORKERS ?= 0
+# The tests run in TEST_WORKERS pytest-xdist processes (2 by default, the CI machine's cores), each taking whole
+# test files, and the files that share a session fixture together (the real vLLM servers, the vLLM reference runs,
+# the image), longest first (tests/conftest.py, xdist_scope); TEST_WORKERS=0 runs them all in this process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n $(TEST_WORKERS) tests

@@ -102,41 +102,51 @@ def pytest_configure_node(node) -> None:
     node.workerinput["hypothesis_seed"] = core.global_force_seed
 
 
-#: Folders whose test files share a session fixture (built once per process): their tests run on one
-#: pytest-xdist worker, so it is built once. The real vLLM servers' model and Prometheus, the vLLM reference run
-#: (``reference_runs``), the image. Longest first: they are collected, and so handed out, before the rest
-#: (:func:`pytest_collection_modifyitems`), so the other worker takes the short files meanwhile.
-SHARED_FOLDERS = ("tests/realserver/", "tests/reference/", "tests/integration/image/")
-
-
-def collection_rank(nodeid: str) -> int:
-    """Where a test goes in the run: the :data:`SHARED_FOLDERS` in their order, then everything else."""
-    scope = xdist_scope(nodeid)
-    return SHARED_FOLDERS.index(scope) if scope in SHARED_FOLDERS else len(SHARED_FOLDERS)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The shared folders first (a stable sort: each keeps its files' and tests' order)."""
-    items.sort(key=lambda item: collection_rank(item.nodeid))
+#: Test files that share a session fixture (built once per process), by the name of what they share: each group
+#: runs on one pytest-xdist worker, so it is built once. The real vLLM servers' model and Prometheus; the vLLM
+#: reference runs (``reference_runs``, ``versioned_runs``); the image.
+SHARED_GROUPS: dict[str, tuple[str, ...]] = {
+    "tests/realserver/": ("tests/realserver/",),
+    "tests/reference/ (vLLM runs)": ("tests/reference/test_schedules.py", "tests/reference/test_metrics.py"),
+    "tests/integration/image/": ("tests/integration/image/",),
+}
+#: The order work is handed out in, longest first (a unit: a group, else a test file): the groups, then the
+#: reference tier's other files (each runs vLLM itself for minutes), then the rest. Each worker takes the next unit
+#: when it runs out, so the short files fill in beside the long ones.
+FIRST = ("tests/realserver/", "tests/reference/ (vLLM runs)", "tests/reference/", "tests/integration/image/")
 
 
 def xdist_scope(nodeid: str) -> str:
-    """The unit of work of a pytest-xdist worker: a test file (its module fixtures, a Prometheus or a sandbox
-    API, are started once), or a whole :data:`SHARED_FOLDERS` folder.
+    """The unit of work of a pytest-xdist worker: a :data:`SHARED_GROUPS` group, else a test file (its module
+    fixtures, a Prometheus or a sandbox API, are started once).
     """
     path = nodeid.split("::", 1)[0]
-    return next((folder for folder in SHARED_FOLDERS if path.startswith(folder)), path)
+    return next((name for name, paths in SHARED_GROUPS.items() if path.startswith(paths)), path)
+
+
+def collection_rank(nodeid: str) -> int:
+    """Where a test goes in the run: the first of :data:`FIRST` its unit starts with, then everything else."""
+    scope = xdist_scope(nodeid)
+    return next((i for i, head in enumerate(FIRST) if scope.startswith(head)), len(FIRST))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long units first (a stable sort: each keeps its files' and tests' order)."""
+    items.sort(key=lambda item: collection_rank(item.nodeid))
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """pytest-xdist (``make test``: ``-n 2``) hands out whole :func:`xdist_scope` units, not single tests."""
+    """pytest-xdist (``make test``: ``-n 2``) hands out whole :func:`xdist_scope` units, not single tests, in the
+    order they were collected (not xdist's default of the units with the most tests first).
+    """
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedFixtureScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid)
 
+    config.option.loadscopereorder = False
     return SharedFixtureScheduling(config, log)
 
 
