@@ -18,7 +18,7 @@ LINTED = ("operator", "tests", "benchmarks")  # what `make lint` checks
 
 #: Functions allowed above the complexity limit (their def line marked noqa C901).
 #: Lower it as they are split; never raise it.
-ALLOWED = 40
+ALLOWED = 36
 MAX_COMPLEXITY = 10
 
 #: Files whose whole body skips C901 (``per-file-ignores``): none, every function above the limit carries

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from kvpilot.advice.advise import NO_REPLAY, QUEUE_VERDICTS, predict_target, unreplayed, withhold
-from kvpilot.advice.whatif import Change
+from kvpilot.advice.whatif import Change, ChangeError, parse_change
 from kvpilot.diagnose import run as diagnose_run
 from kvpilot.diagnose.model import Diagnosis, Report, Severity
 from kvpilot.diagnose.run import Options
@@ -54,6 +54,19 @@ class AdviceOptions:
     defaults: bool = True
     seed: int = 0
     hard_deadline: float | None = None
+
+
+def advice_from_flags(what_if: tuple[str, ...], no_what_if: bool, budget_seconds: float) -> AdviceOptions:
+    """What to predict from ``--what-if`` (each ``KEY=VALUE[,KEY=VALUE...]``), ``--no-what-if`` and
+    ``--what-if-budget``: no predictions at all with ``--no-what-if``.
+
+    Raises:
+        ChangeError: a what-if that cannot be applied, or what-ifs given with ``--no-what-if``.
+    """
+    changes = tuple(parse_change(text) for text in what_if)
+    if no_what_if and changes:
+        raise ChangeError("--no-what-if and --what-if: give one of them")
+    return AdviceOptions(what_ifs=changes, budget_seconds=0.0 if no_what_if else budget_seconds)
 
 
 def wanted(diag: Diagnosis, advice: AdviceOptions) -> bool:

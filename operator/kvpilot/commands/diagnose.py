@@ -7,12 +7,10 @@ Exit status (docs/user-guide.md): 0 no bottleneck, 1 warning, 2 critical, 3 coul
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from typing_extensions import override
@@ -21,6 +19,10 @@ from kvpilot.advice.keys import WHAT_IF_KEYS
 from kvpilot.commands._common import DURATION, SIZE, DurationParam
 from kvpilot.metrics.catalog import version_tuple
 from kvpilot.text.safe import one_line
+
+if TYPE_CHECKING:  # imported where they run: `kvpilot --help` stays fast
+    from kvpilot.advice.run import AdviceOptions
+    from kvpilot.diagnose.run import Options
 
 EXIT_USAGE = 64
 EXIT_NO_DIAGNOSIS = 3
@@ -120,6 +122,73 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
             raise click.UsageError(f"{option}: {path} must hold USER:PASSWORD")
         return basic_authorization(user, password)
     return None
+
+
+def _read_model_config(opts: Options, path: str) -> None:
+    """``--model-config``: the model's config.json into ``opts`` (a JSON object, read within the bound for this
+    file); exits 64 with one line naming the option when it cannot be used.
+    """
+    from kvpilot.text.documents import MAX_JSON_BYTES, load_json
+
+    try:
+        with open(path, "rb") as fp:
+            raw = fp.read(MAX_JSON_BYTES + 1)
+        if len(raw) > MAX_JSON_BYTES:
+            raise ValueError(f"larger than {MAX_JSON_BYTES:,} bytes (the bound for this file)")
+        doc = load_json(raw.decode("utf-8"))  # bounded: nesting, integer digits, numbers
+        if not isinstance(doc, dict):
+            raise ValueError("a config.json is a JSON object")
+        opts.model_config = doc
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and DocumentError are ValueErrors
+        click.echo(f"kvpilot: error: --model-config {path}: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+def _run(
+    opts: Options,
+    advice: AdviceOptions,
+    progress: _Progress,
+    output: str,
+    verbose: bool,
+    watch: float | None,
+    watch_count: int | None,
+) -> int:
+    """Diagnose and print the report (every ``watch`` seconds with ``--watch``); the exit status of the last run
+    (module docstring).
+    """
+    from kvpilot.advice.run import diagnose_and_predict
+    from kvpilot.diagnose.report import render_chunks
+    from kvpilot.diagnose.sources import SourceError
+
+    runs = 0
+    code = EXIT_NO_DIAGNOSIS
+    while True:
+        try:
+            try:
+                try:
+                    report = diagnose_and_predict(opts, advice)
+                finally:
+                    progress.clear()
+                for chunk in render_chunks(report, output, width=shutil.get_terminal_size().columns, verbose=verbose):
+                    click.echo(chunk, nl=False)
+                click.echo()
+                code = report.exit_code()
+            except SourceError as exc:
+                click.echo(f"kvpilot: error: {one_line(exc)}", err=True)
+                if output == "json":  # a reader of stdout gets a document, not nothing: {"error": ..., "exit_code": 3}
+                    click.echo(json.dumps({"error": one_line(exc), "exit_code": EXIT_NO_DIAGNOSIS}))
+                code = EXIT_NO_DIAGNOSIS
+            runs += 1
+            if not watch or (watch_count and runs >= watch_count):
+                break
+            time.sleep(watch)
+        except KeyboardInterrupt:
+            # Ctrl-C ends --watch (or a long --metrics-url window): the status of the last finished run,
+            # 3 when none finished - never click's "Aborted!" exit 1, which would read as a warning
+            if not watch:
+                code = EXIT_NO_DIAGNOSIS
+            break
+    return code
 
 
 @click.command(name="diagnose", cls=_DiagnoseCommand)
@@ -270,7 +339,7 @@ def _prometheus_authorization(prometheus: str | None, bearer_file: str | None, b
     help="Re-run every N seconds until interrupted.",
 )
 @click.option("--watch-count", type=click.IntRange(min=1), hidden=True, help="Stop --watch after this many runs.")
-def command(  # noqa: C901
+def command(
     prometheus: str | None,
     prometheus_bearer_token_file: str | None,
     prometheus_basic_auth_file: str | None,
@@ -333,88 +402,34 @@ def command(  # noqa: C901
       kvpilot diagnose --recording run.om --gpu-name H100 \\
           --what-if max_num_seqs=16 --what-if replicas=2
     """
-    from urllib.parse import urlsplit
-
-    from kvpilot.advice.run import AdviceOptions, diagnose_and_predict
-    from kvpilot.advice.whatif import ChangeError, parse_change
+    from kvpilot.advice.run import advice_from_flags
+    from kvpilot.advice.whatif import ChangeError
     from kvpilot.commands.simulate.options import parse_end
-    from kvpilot.diagnose.report import render_chunks
+    from kvpilot.diagnose.inputs import FlagError, source_from_flags, window_note
     from kvpilot.diagnose.run import Options
-    from kvpilot.diagnose.sources import SourceError
-    from kvpilot.diagnose.sources.http import display_url
+    from kvpilot.diagnose.sources.recording import check_recording_file
 
-    given = [x for x in (prometheus, metrics_url, recording) if x]
-    if len(given) != 1:
-        raise click.UsageError("give exactly one source: --prometheus URL, --metrics-url URL or --recording FILE")
-    if quick and not metrics_url:
-        raise click.UsageError("--quick works with --metrics-url only")
-    if save_recording and not metrics_url:
-        raise click.UsageError("--save-recording works with --metrics-url only (it saves the scrapes)")
-    for flag, url, example in (
-        ("--prometheus", prometheus, "http://127.0.0.1:9090"),
-        ("--metrics-url", metrics_url, "http://127.0.0.1:8000/metrics"),
-    ):
-        if url and not re.match(r"^https?://[^/\s]+", url):
-            if "://" not in url and re.match(r"^[\w.-]+(:\d+)?(/\S*)?$", url.split("@")[-1]):
-                meant = display_url("http://" + url)  # host[:port][/path] without its scheme (credentials dropped)
-                raise click.UsageError(f"{flag} {meant[7:]!r}: not an http(s) URL; did you mean {meant}?")
-            raise click.UsageError(f"{flag} {display_url(url)!r}: not an http(s) URL (example: {example})")
-    if metrics_url and urlsplit(metrics_url).path in ("", "/"):
-        shown = display_url(metrics_url)
-        raise click.UsageError(
-            f"--metrics-url {shown!r} has no path: vLLM serves its metrics at /metrics "
-            f"(try {shown.rstrip('/')}/metrics)"
-        )
-    if prometheus and urlsplit(prometheus).path.rstrip("/").endswith("/metrics"):
-        # a server's own exposition page, not a Prometheus API base (whose queries live under /api/v1)
-        shown = display_url(prometheus)
-        raise click.UsageError(
-            f"--prometheus {shown!r} ends in /metrics, a metrics page, not a Prometheus server: to read it, "
-            f"use --metrics-url {shown}; for Prometheus, give its base URL (example: http://127.0.0.1:9090)"
-        )
-    authorization = _prometheus_authorization(prometheus, prometheus_bearer_token_file, prometheus_basic_auth_file)
-    if recording and not os.path.isfile(recording):
-        what = "a directory, not a recording file" if os.path.isdir(recording) else "no such file"
-        raise click.UsageError(f"--recording {recording!r}: {what}")
     try:
-        changes = tuple(parse_change(text) for text in what_if)
-    except ChangeError as exc:
+        source = source_from_flags(prometheus, metrics_url, recording, quick=quick, save_recording=save_recording)
+        authorization = _prometheus_authorization(prometheus, prometheus_bearer_token_file, prometheus_basic_auth_file)
+        if source.recording:
+            check_recording_file(source.recording)
+        advice = advice_from_flags(what_if, no_what_if, what_if_budget)
+    except (FlagError, ChangeError) as exc:
         raise click.UsageError(str(exc)) from None
-    if no_what_if and changes:
-        raise click.UsageError("--no-what-if and --what-if: give one of them")
-    advice = AdviceOptions(what_ifs=changes, budget_seconds=0.0 if no_what_if else what_if_budget)
     try:
         end_seconds = None if end is None else parse_end(end, time.time())
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    notes = []
-    window_text = click.get_current_context().meta.get(_WINDOW_TEXT)
-    if isinstance(window_text, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*", window_text):
-        notes.append(f"--window {window_text.strip()} read as {window_text.strip()} seconds (write 5m for minutes).")
-    config = None
-    if model_config:
-        from kvpilot.text.documents import MAX_JSON_BYTES, load_json
-
-        try:
-            with open(model_config, "rb") as fp:
-                raw = fp.read(MAX_JSON_BYTES + 1)
-            if len(raw) > MAX_JSON_BYTES:
-                raise ValueError(f"larger than {MAX_JSON_BYTES:,} bytes (the bound for this file)")
-            doc = load_json(raw.decode("utf-8"))  # bounded: nesting, integer digits, numbers
-            if not isinstance(doc, dict):
-                raise ValueError("a config.json is a JSON object")
-            config = doc
-        except (OSError, ValueError) as exc:  # UnicodeDecodeError and DocumentError are ValueErrors
-            click.echo(f"kvpilot: error: --model-config {model_config}: {exc}", err=True)
-            sys.exit(EXIT_USAGE)
+    note = window_note(click.get_current_context().meta.get(_WINDOW_TEXT))
     opts = Options(
         reader="cli",
-        prometheus=prometheus or "",
-        metrics_url=metrics_url or "",
-        recording=recording or "",
+        prometheus=source.prometheus,
+        metrics_url=source.metrics_url,
+        recording=source.recording,
         window_seconds=window,
         end=end_seconds,
-        notes=notes,
+        notes=[note] if note else [],
         namespace=namespace,
         server=server,
         pod=pod,
@@ -434,7 +449,6 @@ def command(  # noqa: C901
         },
         gpu_memory_bytes=gpu_memory,
         gpu_name=gpu_name,
-        model_config=config,
         quick=quick,
         save_recording=save_recording or "",
         scrape_interval=scrape_interval,
@@ -444,34 +458,8 @@ def command(  # noqa: C901
         timeout=timeout,
         prometheus_authorization=authorization,
     )
+    if model_config:
+        _read_model_config(opts, model_config)
     progress = _Progress(sys.stderr)
     opts.progress = progress.say if progress.enabled else None
-    runs = 0
-    code = EXIT_NO_DIAGNOSIS
-    while True:
-        try:
-            try:
-                try:
-                    report = diagnose_and_predict(opts, advice)
-                finally:
-                    progress.clear()
-                for chunk in render_chunks(report, output, width=shutil.get_terminal_size().columns, verbose=verbose):
-                    click.echo(chunk, nl=False)
-                click.echo()
-                code = report.exit_code()
-            except SourceError as exc:
-                click.echo(f"kvpilot: error: {one_line(exc)}", err=True)
-                if output == "json":  # a reader of stdout gets a document, not nothing: {"error": ..., "exit_code": 3}
-                    click.echo(json.dumps({"error": one_line(exc), "exit_code": EXIT_NO_DIAGNOSIS}))
-                code = EXIT_NO_DIAGNOSIS
-            runs += 1
-            if not watch or (watch_count and runs >= watch_count):
-                break
-            time.sleep(watch)
-        except KeyboardInterrupt:
-            # Ctrl-C ends --watch (or a long --metrics-url window): the status of the last finished run,
-            # 3 when none finished - never click's "Aborted!" exit 1, which would read as a warning
-            if not watch:
-                code = EXIT_NO_DIAGNOSIS
-            break
-    sys.exit(code)
+    sys.exit(_run(opts, advice, progress, output, verbose, watch, watch_count))

@@ -6,7 +6,7 @@ import pytest
 
 from kvpilot.diagnose.limits import resolve_limits
 from kvpilot.diagnose.model import Diagnosis, Report
-from kvpilot.diagnose.sources.prometheus import _well_formed
+from kvpilot.diagnose.sources.rows import well_formed as _well_formed
 from kvpilot.metrics.exposition import ExpositionError, parse_exposition
 
 

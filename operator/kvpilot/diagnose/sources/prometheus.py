@@ -29,7 +29,8 @@ whatever the number of targets.
 Only ``/api/v1/query`` and ``/api/v1/query_range`` are called (GET, with an explicit ``time``, or
 ``start``/``end``/``step``), each as one bounded
 request (:mod:`kvpilot.diagnose.sources.http`) whose answer is decoded while it streams in
-(:mod:`kvpilot.diagnose.sources.vector`) into one small tuple per row: prometheus-api-client's
+(:mod:`kvpilot.diagnose.sources.vector`) into one small tuple per row, by one decoder per answer shape
+(:mod:`kvpilot.diagnose.sources.rows`): prometheus-api-client's
 ``custom_query`` decodes a whole answer into dicts, several times the answer's size in memory
 (benchmarks/diagnose_scale.py, docs/performance.md, "diagnose at scale").
 
@@ -47,9 +48,10 @@ import json
 import math
 import re
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import TypeVar
 
 import requests
 
@@ -78,12 +80,26 @@ from kvpilot.diagnose.signals import (
 )
 from kvpilot.diagnose.sources import SourceError, request_failure_reason
 from kvpilot.diagnose.sources.http import (
-    MAX_HISTOGRAM_BUCKETS,
     MAX_PROMETHEUS_BYTES,
-    MAX_PROMETHEUS_ROWS,
     display_url,
     fetch,
     split_credentials,
+)
+from kvpilot.diagnose.sources.rows import (
+    NAME_LABEL,
+    BucketRow,
+    BucketRows,
+    Ident,
+    Interned,
+    LabelRow,
+    LabelRows,
+    R,
+    Rows,
+    SignalRow,
+    SignalRows,
+    StepRow,
+    StepRows,
+    sample_value,
 )
 from kvpilot.diagnose.sources.vector import UnreadableAnswerError, VectorReader
 from kvpilot.diagnose.steptime import SUBWINDOWS, subwindow_points
@@ -100,10 +116,8 @@ _FUNCTIONS = {
     "increase": "increase",
     "buckets": "increase",
 }
-NAME_LABEL = "kvpilot_name"
-_NO_LABELS = ("",) * len(TARGET_LABELS)  # the value of each target label a row does not have
-_DONE: Future[list[Any]] = Future()
-_DONE.set_result([])
+_LABEL_KINDS = ("labels", "lora", "limit")  # the info queries, read for their labels
+T = TypeVar("T")
 
 
 def _quote(value: str) -> str:
@@ -371,61 +385,187 @@ def fit_plan(window_seconds: float, selectors: Selectors = Selectors()) -> list[
     return out
 
 
-def _add_fit_rows(out: dict[TargetKey, FitRows], query: PlannedQuery, rows: list[Any]) -> None:
-    """One :func:`fit_plan` query's rows (:meth:`PrometheusSource._query`) into ``out``, per target."""
-    sd = query.sd
-    if sd is None or not is_fit_name(sd.name):  # fit_plan() gives every query a signal of the fit
+def _fit_name(query: PlannedQuery) -> FitName:
+    """The fit signal ``query`` reads (:func:`fit_plan` gives every query one)."""
+    if query.sd is None or not is_fit_name(query.sd.name):
         raise RuntimeError(f"fit query {query.promql!r} reads no signal of the fit")
-    name = sd.name
-    if query.kind == "signal":
-        for ident, _name, value in rows:
-            out.setdefault(TargetKey(*ident), FitRows()).values[name] = value if math.isfinite(value) else None
-    elif query.kind == "sub":
-        for ident, j, value in rows:
-            series = out.setdefault(TargetKey(*ident), FitRows()).series
-            points = series.setdefault(name, [None] * query.points)
-            if 0 <= j < query.points and math.isfinite(value):
-                points[j] = value
-    else:
+    return query.sd.name
+
+
+def _add_fit_values(out: dict[TargetKey, FitRows], name: FitName, rows: list[SignalRow]) -> None:
+    """A fit signal's value per target into ``out`` (not finite: None)."""
+    for ident, _name, value in rows:
+        out.setdefault(TargetKey(*ident), FitRows()).values[name] = value if math.isfinite(value) else None
+
+
+def _add_fit_series(out: dict[TargetKey, FitRows], name: FitName, points: int, rows: list[StepRow]) -> None:
+    """A fit series' ``points`` values per target into ``out`` (a point with no finite value: None)."""
+    for ident, j, value in rows:
+        series = out.setdefault(TargetKey(*ident), FitRows()).series
+        values = series.setdefault(name, [None] * points)
+        if 0 <= j < points and math.isfinite(value):
+            values[j] = value
+
+
+def _add_fit_buckets(out: dict[TargetKey, FitRows], name: FitName, rows: list[BucketRow]) -> None:
+    """A fit histogram's buckets per target into ``out``, for the targets no earlier spelling gave them."""
+    fresh: dict[TargetKey, list[tuple[float, float]]] = {}
+    for ident, bound, value in rows:
+        key = TargetKey(*ident)
+        if bound is not None and name not in out.get(key, FitRows()).buckets:
+            fresh.setdefault(key, []).append((bound, value))
+    for key, rows_ in fresh.items():  # a spelling earlier in the preference order wins
+        out.setdefault(key, FitRows()).buckets[name] = sorted(rows_)
+
+
+def _signal_of(query: PlannedQuery) -> SignalDef:
+    """The signal a signal, bucket or sub-window query reads (:func:`plan` gives each one)."""
+    if query.sd is None:
+        raise RuntimeError(f"query {query.promql!r} reads no signal")
+    return query.sd
+
+
+def _result(future: Future[list[R]], errors: list[SourceError]) -> list[R]:
+    """A query's rows, or none when it failed (its error added to ``errors``)."""
+    try:
+        return future.result()
+    except SourceError as exc:
+        errors.append(exc)
+        return []
+
+
+def _drain(pending: list[T]) -> Iterator[T]:
+    """``pending``'s items in order, each dropped from it once taken (an answer's rows are freed once read)."""
+    pending.reverse()
+    while pending:
+        yield pending.pop()
+
+
+@dataclass
+class _PlanAnswers:
+    """The answers of :func:`plan`'s queries as they arrive, by shape, each list in the plan's order."""
+
+    queries: list[PlannedQuery]
+    signals: list[tuple[SignalDef, Future[list[SignalRow]]]]
+    buckets: list[tuple[SignalDef, str, Future[list[BucketRow]]]]
+    steps: list[tuple[SignalDef, Future[list[StepRow]]]]
+    labels: dict[str, Future[list[LabelRow]]]  # by kind: labels, lora, limit
+
+    @property
+    def count(self) -> int:
+        """The number of queries."""
+        return len(self.queries)
+
+
+class _TargetSignals:
+    """Signals per target, built from :func:`plan`'s answers read in its order (signals, buckets, sub-windows).
+
+    A target appears with its first signal or bucket row; sub-window and info rows only add to targets found.
+    """
+
+    def __init__(self, window_seconds: float, end: float) -> None:
+        self.window_seconds, self.end = window_seconds, end
+        self.per_target: dict[TargetKey, Signals] = {}
+        self._keys: dict[Ident, TargetKey] = {}
+        self._defs = [sd for sd in SIGNAL_DEFS if sd.fn != "buckets"]
+        # histogram name -> target -> its buckets from the first spelling (in preference order) that has any
+        self._buckets: dict[str, dict[TargetKey, list[tuple[float, float]]]] = {}
+
+    def key_of(self, ident: Ident) -> TargetKey:
+        """The target of a label tuple (one :class:`TargetKey` per tuple)."""
+        key = self._keys.get(ident)
+        if key is None:
+            key = self._keys[ident] = TargetKey(*ident)
+        return key
+
+    def signals_for(self, key: TargetKey) -> Signals:
+        """``key``'s signals, every scalar unknown until its answer is read."""
+        if key not in self.per_target:
+            self.per_target[key] = Signals(
+                values={sd.name: None for sd in self._defs if is_signal_name(sd.name)},
+                window_seconds=self.window_seconds,
+                end=self.end,
+            )
+        return self.per_target[key]
+
+    def add_values(self, sd: SignalDef, rows: list[SignalRow]) -> None:
+        """A signal query's value per target, and the spelling that supplied it."""
+        per_target = self.per_target
+        for ident, name, value in rows:
+            key = self.key_of(ident)
+            sig = per_target.get(key) or self.signals_for(key)
+            if name:
+                sig.spelling.setdefault(sd.family, name)
+            if is_signal_name(sd.name):
+                sig.values[sd.name] = value
+
+    def add_buckets(self, sd: SignalDef, spelling: str, rows: list[BucketRow]) -> None:
+        """A bucket query's buckets per target, for the targets no earlier spelling gave them."""
+        found = self._buckets.setdefault(sd.name, {})
         fresh: dict[TargetKey, list[tuple[float, float]]] = {}
         for ident, bound, value in rows:
-            key = TargetKey(*ident)
-            if bound is not None and name not in out.get(key, FitRows()).buckets:
+            key = self.key_of(ident)
+            if key in found:
+                continue  # a spelling earlier in the preference order has this target's buckets
+            self.signals_for(key).spelling.setdefault(sd.family, spelling)
+            if bound is not None:
                 fresh.setdefault(key, []).append((bound, value))
-        for key, rows_ in fresh.items():  # a spelling earlier in the preference order wins
-            out.setdefault(key, FitRows()).buckets[name] = sorted(rows_)
+        found.update(fresh)
+
+    def add_steps(self, grids: list[list[StepRow]]) -> None:
+        """The sub-window range queries' rows (one list per :data:`SUBWINDOW_DEFS`) as each target's step points."""
+        per_sub: dict[TargetKey, list[list[float | None]]] = {}
+        for n, rows in enumerate(grids):
+            for ident, j, value in rows:
+                if 0 <= j < SUBWINDOWS:
+                    grid = per_sub.setdefault(self.key_of(ident), [[None] * SUBWINDOWS for _ in grids])
+                    grid[n][j] = value
+        for key, grid in per_sub.items():
+            if key in self.per_target:
+                self.per_target[key].step_points = subwindow_points(*grid)
+
+    def finish(
+        self, configs: CacheConfigIndex, lora: LoraIndex, operator: OperatorLimitIndex
+    ) -> dict[TargetKey, Signals]:
+        """Each target's signals with its buckets, cache config, LoRA and operator limits, finished."""
+        for name, by_target in self._buckets.items():
+            for key, rows in by_target.items():
+                if is_histogram_name(name):
+                    self.per_target[key].buckets[name] = sorted(rows)
+        out: dict[TargetKey, Signals] = {}
+        for key, sig in self.per_target.items():
+            sig.cache_config = configs.get(key)
+            sig.operator_limits = operator.get(key)
+            sig.values.update(lora.get(key))
+            out[key] = finish_signals(sig)
+        return out
 
 
-def _well_formed(row: object, key: str = "value") -> bool:
-    """True for an instant-vector row of the Prometheus HTTP API: ``metric`` a mapping of string
-    labels to string values, ``value`` a ``[time, "number"]`` pair (prometheus.io/docs/prometheus/
-    latest/querying/api/#instant-vectors); with ``key="values"`` a range-matrix row, whose ``values``
-    is a list of such pairs (#range-vectors; each pair is checked by :func:`_point` as it is read).
-    Other rows are skipped, never a crash.
+def _collect(answers: _PlanAnswers, window_seconds: float, end: float) -> PrometheusResult:
+    """Signals per target from :func:`plan`'s answers, each read in the plan's order as soon as it is there.
+
+    Raises:
+        SourceError: every query failed (the first one's error).
     """
-    if not isinstance(row, dict):
-        return False
-    metric, value = row.get("metric"), row.get(key)
-    return (
-        isinstance(metric, dict)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items())
-        and (isinstance(value, list) if key == "values" else _point(value))
-    )
-
-
-def _point(value: object) -> TypeGuard[list[Any]]:
-    """True for a ``[time, "number"]`` pair of the HTTP API."""
-    return (
-        isinstance(value, list) and len(value) == 2 and isinstance(value[0], (int, float)) and isinstance(value[1], str)
-    )
-
-
-def _number(text: str) -> float:
-    """A sample value of the HTTP API (``"4"``, ``"NaN"``, ``"+Inf"``) as a float; NaN when unreadable."""
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
+    errors: list[SourceError] = []
+    targets = _TargetSignals(window_seconds, end)
+    for sd, value_rows in _drain(answers.signals):
+        targets.add_values(sd, _result(value_rows, errors))
+    for sd, spelling, bucket_rows in _drain(answers.buckets):
+        targets.add_buckets(sd, spelling, _result(bucket_rows, errors))
+    targets.add_steps([_result(step_rows, errors) for _sd, step_rows in _drain(answers.steps)])
+    labels = {kind: _result(label_rows, errors) for kind, label_rows in answers.labels.items()}
+    configs = CacheConfigIndex([metric for metric, _ in labels["labels"]])
+    lora = LoraIndex([(metric, sample_value(text)) for metric, text in labels["lora"]], window_seconds)
+    operator = OperatorLimitIndex([(metric, sample_value(text)) for metric, text in labels["limit"]])
+    if len(errors) == answers.count:
+        raise errors[0]
+    notes = []
+    if errors:
+        notes.append(
+            f"{len(errors)} of {answers.count} Prometheus queries failed (their signals are unknown): {errors[0]}"
+        )
+    return PrometheusResult(targets.finish(configs, lora, operator), [q.text for q in answers.queries], notes)
 
 
 def _error_text(status: int, body: bytes) -> str:
@@ -481,139 +621,72 @@ class PrometheusSource:
         self.timeout = timeout
         self.workers = workers
         self.run_deadline = run_deadline
-        self._keys: dict[tuple[str, ...], tuple[str, ...]] = {}  # label tuples interned across answers
-        self._names: dict[str, str] = {}  # kvpilot_name values, interned
-        self._les: dict[str | None, float | None] = {}  # le text -> bound
+        self._interned = Interned()  # label tuples, kvpilot_name values and le bounds, shared across answers
 
-    def _query(self, query: PlannedQuery, end: float) -> list[Any]:  # noqa: C901
-        """Rows of one query, as small tuples of shared label tuples and floats: ``(target labels,
-        kvpilot_name, value)`` for ``signal``; ``(target labels, upper bound or None, value)`` for
-        ``buckets``; ``(target labels, sub-window index 0 = oldest, value)`` for ``sub``, one per step;
-        ``(label mapping, value text)`` for ``labels``, ``lora`` and ``limit``. A row whose value is not a
-        number is dropped (a sub-window's is NaN), as :func:`float` decides.
+    def _read(self, query: PlannedQuery, end: float, rows: Rows[R]) -> list[R]:
+        """The rows of one query as ``rows`` decodes them (:mod:`kvpilot.diagnose.sources.rows`).
 
-        One GET, no retry (a failing Prometheus is reported, not hammered): the whole request
-        within ``timeout`` s and before the run's deadline; the kind selects the bounds (rows per
-        target: see the module docstring).
+        One GET, no retry (a failing Prometheus is reported, not hammered): the whole request within
+        ``timeout`` s and before the run's deadline, the answer within the decoder's bounds (rows per target:
+        see the module docstring).
         """
-        kind = query.kind
-        scale = {"buckets": MAX_HISTOGRAM_BUCKETS, "sub": query.points}.get(kind, 1)
-        labels_only = kind in ("labels", "lora", "limit")
-        max_rows, max_bytes = MAX_PROMETHEUS_ROWS * (scale if kind == "buckets" else 1), MAX_PROMETHEUS_BYTES * scale
-        rows: list[Any] = []
-        seen = 0
-        keys = self._keys
-        start, step = query.start(end), query.step_seconds
-
-        def target(metric: dict[str, Any]) -> tuple[str, ...] | None:
-            """The row's target labels, interned across answers; None when one is not a string.
-
-            Only what is read is checked, and a label tuple once: a check of every label of every row
-            took half of the decoding's time at 10,000 targets.
-            """
-            ident = tuple(map(metric.get, TARGET_LABELS, _NO_LABELS))
-            try:
-                known = keys.get(ident)
-            except TypeError:  # a list or a map as a label value
-                return None
-            if known is None:
-                if not all(type(v) is str for v in ident):
-                    return None
-                known = keys.setdefault(ident, ident)
-            return known
-
-        names, les = self._names, self._les
-
-        def bound(le: str | None) -> float | None:
-            """A bucket's upper bound (``"+Inf"``, ``"0.5"``), None when unreadable; read once per text."""
-            if le not in les:
-                try:
-                    les[le] = promql.parse_le(le or "")
-                except ValueError:
-                    les[le] = None
-            return les[le]
-
-        def keep(batch: list[object]) -> None:  # noqa: C901
-            nonlocal seen
-            seen += len(batch)
-            if seen > max_rows:
-                rows.clear()  # counted to the end for the message, no longer kept
-                return
-            for row in batch:
-                # a list of {"metric": {label: str}, "value": [t, "v"]} rows ("values": [[t, "v"], ...] for a range)
-                if type(row) is not dict:
-                    raise UnreadableAnswerError("not an instant vector" if not step else "not a range matrix")
-                metric = row.get("metric")
-                if type(metric) is not dict:
-                    continue
-                if step:
-                    ident = target(metric)
-                    points = row.get("values")
-                    if ident is None or type(points) is not list:
-                        continue
-                    for point in points:
-                        if _point(point):
-                            rows.append((ident, round((point[0] - start) / step), _number(point[1])))
-                    continue
-                value = row.get("value")
-                if not _point(value):
-                    continue
-                if labels_only:
-                    if _well_formed(row):
-                        rows.append((metric, value[1]))
-                    continue
-                ident = target(metric)
-                if ident is None:
-                    continue
-                try:
-                    number = float(value[1])
-                except ValueError:
-                    continue
-                if kind == "buckets":
-                    le = metric.get("le")
-                    if le is None or type(le) is str:
-                        rows.append((ident, bound(le), number))
-                    continue
-                name = metric.get(NAME_LABEL, "")
-                if type(name) is str:
-                    rows.append((ident, names.setdefault(name, name), number))
-
         deadline = self.timeout
         if self.run_deadline is not None:
             deadline = min(deadline, self.run_deadline - time.monotonic())
-        reader = VectorReader(keep, result_type="matrix" if step else "vector")
+        reader = VectorReader(rows.keep, result_type=rows.result_type)
         try:
             fetched = fetch(
                 f"{self.url}{query.path}",
                 params=query.params(end),
                 headers=self._headers,
                 deadline=deadline,
-                max_bytes=max_bytes,
+                max_bytes=MAX_PROMETHEUS_BYTES * rows.bytes_scale,
                 sink=reader.feed,
             )
             if fetched.status != 200:
                 raise SourceError(f"--prometheus {self.url}: {_error_text(fetched.status, fetched.body)}")
             reader.close()
         except UnreadableAnswerError as exc:
-            rows.clear()
+            rows.rows.clear()
             raise SourceError(f"--prometheus {self.url}: unreadable answer ({exc})") from None
         except requests.RequestException as exc:
-            rows.clear()
+            rows.rows.clear()
             raise SourceError(f"--prometheus {self.url}: {request_failure_reason(exc, self.timeout)}") from None
         finally:
             reader.release()  # a failed query's traceback (kept with its error) keeps this frame
-        if kind == "buckets" and seen <= max_rows and len({row[0] for row in rows}) > MAX_PROMETHEUS_ROWS:
-            rows.clear()
-            raise SourceError(
-                f"--prometheus {self.url}: answer with {seen:,} series of more than {MAX_PROMETHEUS_ROWS:,} "
-                "targets (the limit): narrow the selection (--namespace, --server, --pod, --model-name)"
-            )
-        if seen > max_rows:
-            raise SourceError(
-                f"--prometheus {self.url}: answer with {seen:,} series, more than the limit of {max_rows:,}: "
-                "narrow the selection (--namespace, --server, --pod, --model-name)"
-            )
-        return rows
+        refusal = rows.refusal()
+        if refusal is not None:
+            raise SourceError(f"--prometheus {self.url}: {refusal}")
+        return rows.rows
+
+    def _signal_rows(self, query: PlannedQuery, end: float) -> list[SignalRow]:
+        """A signal query's rows: ``(target labels, kvpilot_name, value)``."""
+        return self._read(query, end, SignalRows(self._interned))
+
+    def _bucket_rows(self, query: PlannedQuery, end: float) -> list[BucketRow]:
+        """A bucket query's rows: ``(target labels, upper bound or None, value)``."""
+        return self._read(query, end, BucketRows(self._interned))
+
+    def _step_rows(self, query: PlannedQuery, end: float) -> list[StepRow]:
+        """A range query's rows: ``(target labels, step index 0 = oldest, value)``, one per step."""
+        rows = StepRows(self._interned, query.start(end), query.step_seconds, query.points)
+        return self._read(query, end, rows)
+
+    def _label_rows(self, query: PlannedQuery, end: float) -> list[LabelRow]:
+        """An info query's rows: ``(label mapping, value text)``."""
+        return self._read(query, end, LabelRows(self._interned))
+
+    def _submit_plan(self, pool: ThreadPoolExecutor, queries: list[PlannedQuery], end: float) -> _PlanAnswers:
+        """Send :func:`plan`'s queries; the costliest first (a bucket query selects ~20 series a target), so none
+        is left to run alone at the end.
+        """
+        buckets = [
+            (_signal_of(q), q.spelling, pool.submit(self._bucket_rows, q, end)) for q in queries if q.kind == "buckets"
+        ]
+        steps = [(_signal_of(q), pool.submit(self._step_rows, q, end)) for q in queries if q.kind == "sub"]
+        signals = [(_signal_of(q), pool.submit(self._signal_rows, q, end)) for q in queries if q.kind == "signal"]
+        labels = {q.kind: pool.submit(self._label_rows, q, end) for q in queries if q.kind in _LABEL_KINDS}
+        return _PlanAnswers(queries, signals, buckets, steps, labels)
 
     def fetch(self, window_seconds: float, end: float, selectors: Selectors = Selectors()) -> PrometheusResult:
         """Evaluate every signal at ``end`` (Unix seconds) over ``window_seconds``.
@@ -626,16 +699,13 @@ class PrometheusSource:
             SourceError: every query failed (Prometheus down, unreachable, or rejecting all).
         """
         queries = plan(window_seconds, selectors)
-        # the costliest first (a bucket query selects ~20 series a target), so none is left to run alone at the end
-        order = sorted(range(len(queries)), key=lambda i: queries[i].kind not in ("buckets", "sub"))
         # the answers' rows are acyclic: without the cyclic collector (which rescans every live
         # container each few hundred allocations) decoding 10,000 targets takes a quarter of the time
         collecting = gc.isenabled()
         gc.disable()
         try:
             with ThreadPoolExecutor(max_workers=self.workers) as pool:
-                submitted = {i: pool.submit(self._query, queries[i], end) for i in order}
-                return self._signals(queries, [submitted[i] for i in range(len(queries))], window_seconds, end)
+                return _collect(self._submit_plan(pool, queries, end), window_seconds, end)
         finally:
             if collecting:
                 gc.enable()
@@ -651,7 +721,7 @@ class PrometheusSource:
         """
         query = PlannedQuery(coverage_query(window_seconds, selectors), "signal")
         found: dict[TargetKey, dict[str, float]] = {}
-        for ident, name, value in self._query(query, end):
+        for ident, name, value in self._signal_rows(query, end):
             if math.isfinite(value):
                 found.setdefault(TargetKey(*ident), {}).setdefault(name, value)
         return {
@@ -676,113 +746,17 @@ class PrometheusSource:
         """
         queries = fit_plan(window_seconds, selectors)
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            futures = [pool.submit(self._query, q, end) for q in queries]
+            values = [(q, pool.submit(self._signal_rows, q, end)) for q in queries if q.kind == "signal"]
+            buckets = [(q, pool.submit(self._bucket_rows, q, end)) for q in queries if q.kind == "buckets"]
+            series = [(q, pool.submit(self._step_rows, q, end)) for q in queries if q.kind == "sub"]
         out: dict[TargetKey, FitRows] = {}
         errors: list[SourceError] = []
-        for query, future in zip(queries, futures, strict=True):
-            try:
-                rows = future.result()
-            except SourceError as exc:
-                errors.append(exc)
-                continue
-            _add_fit_rows(out, query, rows)
+        for query, value_rows in values:
+            _add_fit_values(out, _fit_name(query), _result(value_rows, errors))
+        for query, bucket_rows in buckets:
+            _add_fit_buckets(out, _fit_name(query), _result(bucket_rows, errors))
+        for query, step_rows in series:
+            _add_fit_series(out, _fit_name(query), query.points, _result(step_rows, errors))
         if errors and len(errors) == len(queries):
             raise errors[0]
         return out
-
-    def _signals(  # noqa: C901
-        self,
-        queries: list[PlannedQuery],
-        futures: list[Future[list[Any]]],
-        window_seconds: float,
-        end: float,
-    ) -> PrometheusResult:
-        """Signals per target from the queries' rows (``futures`` in the order of ``queries``), each
-        answer read in that order as soon as it is there and dropped after.
-        """
-        per_target: dict[TargetKey, Signals] = {}
-        defs = [sd for sd in SIGNAL_DEFS if sd.fn != "buckets"]
-
-        def signals_for(key: TargetKey) -> Signals:
-            if key not in per_target:
-                per_target[key] = Signals(
-                    values={sd.name: None for sd in defs if is_signal_name(sd.name)},
-                    window_seconds=window_seconds,
-                    end=end,
-                )
-            return per_target[key]
-
-        keys: dict[tuple[str, ...], TargetKey] = {}
-        errors: list[SourceError] = []
-
-        def key_of(ident: tuple[str, ...]) -> TargetKey:
-            key = keys.get(ident)
-            if key is None:
-                key = keys[ident] = TargetKey(*ident)
-            return key
-
-        def answer(i: int) -> list[Any]:
-            try:
-                rows = futures[i].result()
-            except SourceError as exc:
-                errors.append(exc)
-                return []
-            futures[i] = _DONE  # its rows are dropped once read
-            return rows
-
-        # histogram name -> target -> its buckets from the first spelling (in preference order) that has any
-        buckets: dict[str, dict[TargetKey, list[tuple[float, float]]]] = {}
-        sub_defs = [q.sd for q in queries if q.kind == "sub"]
-        per_sub: dict[TargetKey, list[list[float | None]]] = {}
-        for i, query in enumerate(queries):
-            sd = query.sd
-            if sd is None:
-                continue
-            if query.kind == "signal":
-                for ident, name, value in answer(i):
-                    sig = per_target.get(key_of(ident)) or signals_for(key_of(ident))
-                    if name:
-                        sig.spelling.setdefault(sd.family, name)
-                    if is_signal_name(sd.name):
-                        sig.values[sd.name] = value
-            elif query.kind == "buckets":
-                found = buckets.setdefault(sd.name, {})
-                fresh: dict[TargetKey, list[tuple[float, float]]] = {}
-                for ident, bound, value in answer(i):
-                    key = key_of(ident)
-                    if key in found:
-                        continue  # a spelling earlier in the preference order has this target's buckets
-                    signals_for(key).spelling.setdefault(sd.family, query.spelling)
-                    if bound is not None:
-                        fresh.setdefault(key, []).append((bound, value))
-                found.update(fresh)
-            else:  # a sub-window range query
-                n = sub_defs.index(sd)
-                for ident, j, value in answer(i):
-                    if 0 <= j < SUBWINDOWS:
-                        grid = per_sub.setdefault(key_of(ident), [[None] * SUBWINDOWS for _ in sub_defs])
-                        grid[n][j] = value
-        for name, by_target in buckets.items():
-            for key, rows_ in by_target.items():
-                if is_histogram_name(name):
-                    per_target[key].buckets[name] = sorted(rows_)
-        for key, grid in per_sub.items():
-            if key in per_target:
-                per_target[key].step_points = subwindow_points(*grid)
-        configs = CacheConfigIndex([metric for metric, _ in answer(len(queries) - 3)])
-        lora = LoraIndex([(metric, _number(text)) for metric, text in answer(len(queries) - 2)], window_seconds)
-        operator = OperatorLimitIndex([(metric, _number(text)) for metric, text in answer(len(queries) - 1)])
-        if len(errors) == len(futures):
-            raise errors[0]
-        notes = []
-        if errors:
-            notes.append(
-                f"{len(errors)} of {len(futures)} Prometheus queries failed (their signals are unknown): {errors[0]}"
-            )
-        out: dict[TargetKey, Signals] = {}
-        for key, sig in per_target.items():
-            sig.cache_config = configs.get(key)
-            sig.operator_limits = operator.get(key)
-            sig.values.update(lora.get(key))
-            out[key] = finish_signals(sig)
-        return PrometheusResult(out, [q.text for q in queries], notes)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import io
 import math
+import os
 import zlib
 from array import array
 from collections.abc import Mapping
@@ -29,11 +30,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
+from kvpilot.diagnose.inputs import FlagError
 from kvpilot.diagnose.signals import FIT_SIGNAL_DEFS, LOOKBACK_SECONDS, LORA_INFO, OPERATOR_LIMIT_METRIC, SIGNAL_DEFS
 from kvpilot.diagnose.sources import SourceError
 from kvpilot.metrics.catalog import match_name
 from kvpilot.metrics.exposition import ExpositionError
 from kvpilot.metrics.recording import RecordingReader, SeriesRef
+
+
+def check_recording_file(path: str) -> None:
+    """Refuse a ``--recording`` that is not a file, before the run starts.
+
+    Raises:
+        FlagError: ``--recording 'run.om': no such file`` (or a directory).
+    """
+    if not os.path.isfile(path):
+        what = "a directory, not a recording file" if os.path.isdir(path) else "no such file"
+        raise FlagError(f"--recording {path!r}: {what}")
+
 
 #: Series of the signals' families a recording may hold (any number of other series is fine): about
 #: 90 a vLLM engine, so 50,000 is some 500 pods; the same bound as a scrape's lines and a Prometheus
