@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from kvpilot.api.models import EngineSpec
 from kvpilot.diagnose.facts import budget_binds, compute_knee, kv_ceiling, steps_full
 from kvpilot.diagnose.limits import Limit, resolve_limits
 from kvpilot.diagnose.rules import diagnose_target
@@ -329,7 +330,7 @@ def test_preemption_recompute_hits_are_discounted():
 def test_limit_sources_in_precedence_order():
     # the command line overrides; then spec > pod args > pod log > cache_config_info > default
     lim = resolve_limits(
-        {"maxNumSeqs": 8, "maxModelLen": 4096},
+        EngineSpec.model_validate({"maxNumSeqs": 8, "maxModelLen": 4096}),
         {"max_num_seqs": 4, "max_num_batched_tokens": 1024},
         {"num_gpu_blocks": "100", "block_size": "16", "gpu_memory_utilization": "0.6"},
         gpu_memory_bytes=80 * 2**30,
