@@ -1,5 +1,5 @@
-"""A replay is bounded by construction: a window asking for more requests than one replay builds (or for
-numbers that are not finite) gets a note and no replay, before any request is built.
+"""A replay is bounded by construction: its queue is streamed, and a window asking for more requests than one replay
+serves or accepts waiting (or for numbers that are not finite) gets a note and no replay, before any request is built.
 """
 
 from __future__ import annotations
@@ -12,17 +12,27 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kvpilot.advice.limits import MAX_REPLAY_REQUESTS, replay_size_problem
+from kvpilot.advice.limits import (
+    MAX_REPLAY_BACKLOG,
+    MAX_REPLAY_REQUESTS,
+    replay_size_problem,
+)
 from kvpilot.cli import cli
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 
 
-def test_the_cap_on_both_sides():
-    assert replay_size_problem(100.0, 0.0, MAX_REPLAY_REQUESTS - 100.0) is None  # exactly the cap
-    problem = replay_size_problem(101.0, 0.0, MAX_REPLAY_REQUESTS - 100.0)  # one request more
+def test_the_caps_on_both_sides():
+    # the requests a replay serves: the warm-up's and the window's arrivals
+    assert replay_size_problem(0.0, 100.0, MAX_REPLAY_REQUESTS - 100.0) is None  # exactly the cap
+    problem = replay_size_problem(0.0, 101.0, MAX_REPLAY_REQUESTS - 100.0)  # one request more
     assert problem is not None
-    assert "250,001 requests to replay" in problem
+    assert "250,001 requests arriving" in problem
+    # the queue at the window's start: a count, streamed, so its cap is far larger
+    assert replay_size_problem(float(MAX_REPLAY_BACKLOG), 0.0, 10.0) is None
+    problem = replay_size_problem(float(MAX_REPLAY_BACKLOG + 1), 0.0, 10.0)
+    assert problem is not None
+    assert "100,000,001 requests waiting" in problem
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0])
@@ -30,20 +40,42 @@ def test_a_number_that_is_no_count_is_refused(value):
     assert "implausible window" in (replay_size_problem(value, 0.0, 10.0) or "")
 
 
-def test_a_recording_whose_queue_reads_two_million_is_not_replayed_within_bounds(tmp_path):
-    # the window's queue gauge at 2,000,000 (was: 2,000,000 requests built up front, 1.9 GB and 87 s)
+def _queue(tmp_path: Path, waiting: float) -> Path:
     text = (RECORDINGS / "scenario_kv-exhaustion.om").read_text()
-    hostile = re.sub(r"^(vllm:num_requests_waiting\{[^}]*\}) [0-9.]+ ", r"\1 2000000.0 ", text, flags=re.MULTILINE)
+    hostile = re.sub(
+        r"^(vllm:num_requests_waiting\{[^}]*\}) [0-9.]+ ", rf"\g<1> {waiting!r} ", text, flags=re.MULTILINE
+    )
     path = tmp_path / "queue.om"
     path.write_text(hostile)
+    return path
+
+
+@pytest.mark.parametrize("waiting", [2e6, 1e7])
+def test_a_recording_whose_queue_reads_millions_is_replayed_within_bounds(tmp_path, waiting):
+    """The window's queue gauge at 2,000,000 (10,000,000) at every scrape: built up front those were 1.9 GB and 45 s
+    (a MemoryError at 10,000,000); streamed, the replay holds what the engine can schedule, and its waiting gauge
+    counts the whole queue.
+    """
+    path = _queue(tmp_path, waiting)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     result = CliRunner().invoke(cli, ["diagnose", "--no-kube", "--recording", str(path), "-o", "json"])
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "internal error" not in result.output
     doc = json.loads(result.stdout)
     (target,) = doc["targets"]
-    assert any("implausible window" in m for m in target["replay"]["misses"]), target["replay"]
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 1024 * 1024  # KiB: under 1 GiB more
+    predicted = target["replay"]["predicted"]
+    assert predicted is not None, target["replay"]
+    # the queue served at about 1.3 requests/s for 300 s: it stays within 400 requests of where it started
+    assert waiting - 1_000 < predicted["mean_waiting"] <= waiting
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 * 1024  # KiB: under 256 MiB more
+
+
+def test_a_queue_beyond_the_cap_is_a_note_and_no_replay(tmp_path):
+    path = _queue(tmp_path, float(MAX_REPLAY_BACKLOG + 1))
+    result = CliRunner().invoke(cli, ["diagnose", "--no-kube", "--recording", str(path), "-o", "json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    (target,) = json.loads(result.stdout)["targets"]
+    assert target["replay"]["predicted"] is None
+    assert any("100,000,001 requests waiting" in m for m in target["replay"]["misses"]), target["replay"]
 
 
 def test_a_block_size_of_zero_in_cache_config_info_is_no_replay_not_a_division_by_zero(tmp_path):
