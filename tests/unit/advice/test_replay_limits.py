@@ -15,6 +15,8 @@ from click.testing import CliRunner
 from kvpilot.advice.limits import (
     MAX_REPLAY_BACKLOG,
     MAX_REPLAY_REQUESTS,
+    MIN_STEP_SECONDS,
+    finish_rate_problem,
     replay_size_problem,
 )
 from kvpilot.cli import cli
@@ -124,3 +126,45 @@ def test_prompt_buckets_at_infinity_are_no_histogram_and_no_nan_in_json(tmp_path
     assert "NaN" not in result.stdout
     assert "Infinity" not in result.stdout
     assert doc["targets"][0]["verdict"] == "kv_cache_exhaustion"
+
+
+def test_a_finish_rate_beyond_any_server_on_both_sides():
+    # two instants 10 s apart, scrapes every 10 s: the counter shows what finished within 20 s; at max_num_seqs 256
+    # and a step of at least 1 ms a server finishes at most 256 x 20 / 0.001 = 5,120,000 requests in that time
+    most = 256 * 20 / 1e-3
+    assert MIN_STEP_SECONDS == 1e-3
+    assert finish_rate_problem([0.0, most], 10.0, 10.0, 256) is None
+    problem = finish_rate_problem([0.0, most + 1], 10.0, 10.0, 256)
+    assert problem is not None
+    assert "5,120,001 requests within 20 s" in problem
+    assert "at most max_num_seqs = 256 a step" in problem
+    # a counter that went down restarted: its new value is what finished since
+    assert finish_rate_problem([9e9, 10.0, None, 20.0], 30.0, 10.0, 256) is None
+    assert finish_rate_problem([9e9, most + 1], 10.0, 10.0, 256) is not None
+
+
+def test_a_success_counter_scaled_by_a_million_is_a_note_and_no_replay(tmp_path):
+    """vllm:request_success_total x 10^6: 16,000,000 requests within 15 s (instants 5 s apart, scrapes 10 s apart)
+    where at most 256 x 15 / 0.001 = 3,840,000 finish; was an arrival profile of a billion floats (MemoryError).
+    """
+    text = (RECORDINGS / "scenario_kv-exhaustion.om").read_text()
+
+    def scaled(m: re.Match[str]) -> str:
+        return f"{m.group(1)} {float(m.group(2)) * 1e6!r} "
+
+    path = tmp_path / "r.om"
+    path.write_text(re.sub(r"^(vllm:request_success_total\{[^}]*\}) (\S+) ", scaled, text, flags=re.MULTILINE))
+    result = CliRunner().invoke(cli, ["diagnose", "--no-kube", "--recording", str(path), "-o", "json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    (target,) = json.loads(result.stdout)["targets"]
+    assert target["replay"]["predicted"] is None
+    (miss,) = target["replay"]["misses"]
+    assert "vllm:request_success grew by 16,000,000 requests within 15 s" in miss
+    assert "3,840,000" in miss
+
+
+def test_the_recording_as_it_is_is_a_plausible_window():
+    path = RECORDINGS / "scenario_kv-exhaustion.om"
+    result = CliRunner().invoke(cli, ["diagnose", "--no-kube", "--recording", str(path), "-o", "json"])
+    (target,) = json.loads(result.stdout)["targets"]
+    assert target["replay"]["predicted"] is not None, target["replay"]
