@@ -75,10 +75,14 @@ _MAYBE_SECRET_RE = re.compile(
 
 
 #: An ECMA-48 escape written out as text: a backslash escape of ESC (``\\x1b``, ``\\033``, ``\\u001b``)
-#: and, when present, the CSI parameters and final byte that follow it; or any other C0 control or DEL written
-#: out as a hex escape (``\\x07``, ``\\x00``, ``\\u0007``: ``repr`` of a string holding one).
+#: and, when present, the CSI parameters and final byte that follow it, or an OSC string up to its written-out
+#: BEL or ST (``\\x1b]8;;url\\x07``, as ``repr`` writes a hyperlink); or any other C0 control or DEL written out
+#: as a hex escape (``\\x07``, ``\\x00``, ``\\u0007``: ``repr`` of a string holding one).
+_WRITTEN_ESC = r"\\(?:x1[bB]|0?33|u001[bB])"
 _TEXT_ESCAPE_RE = re.compile(
-    r"\\(?:x1[bB]|0?33|u001[bB])(?:\[[0-9;?]*[ -/]*[@-~])?|\\(?:x[01][0-9a-fA-F]|x7[fF]|u00[01][0-9a-fA-F]|u007[fF])"
+    _WRITTEN_ESC + r"\][^\\]*(?:\\(?:x07|u0007|0?07)|" + _WRITTEN_ESC + r"\\\\)?"
+    r"|" + _WRITTEN_ESC + r"(?:\[[0-9;?]*[ -/]*[@-~])?"
+    r"|\\(?:x[01][0-9a-fA-F]|x7[fF]|u00[01][0-9a-fA-F]|u007[fF])"
 )
 
 
