@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvpilot.advice.fit import FitError, WorkloadFit, fit_workload
+from kvpilot.advice.limits import finish_rate_problem
 from kvpilot.advice.observe import observed_binding, observed_prediction, sampling_slack
 from kvpilot.advice.prediction import TOLERANCES as TOLERANCES
 from kvpilot.advice.prediction import allowed_text, compare
@@ -138,8 +139,14 @@ def predict_target(
         step = step_time_prior(limits, str(diag.target.get("model_name") or ""), model_config, signals)
         config = engine_config(limits, step, inferred)
         fit = fit_workload(signals, limits, config.max_model_len)
+        most_seqs = config.batch_limits().max_num_seqs
     except (FitError, ValueError) as exc:
         withhold(diag, what_ifs, f"not replayed: {exc}")
+        return
+    finished = signals.fit_series.get("finished") or []
+    implausible = finish_rate_problem(finished, fit.window_seconds, fit.sample_interval, most_seqs)
+    if implausible is not None:  # no server's counter: nothing a replay could reproduce (advice/limits.py)
+        withhold(diag, what_ifs, f"not replayed: {implausible}")
         return
     seqs, budget = config.max_num_seqs, config.max_num_batched_tokens
     binding = observed_binding(signals, seqs, budget, diag.signals.get("kv_admission_ceiling"), diag.verdict)

@@ -37,6 +37,7 @@ from kvpilot.engine.hardware import MODEL_PROFILES, ModelProfile, profile_from_c
 from kvpilot.gpus import gpu_profile
 from kvpilot.kv import KVConfigError
 from kvpilot.text.numbers import fig, times
+from kvpilot.text.safe import one_line
 
 #: the replay's mean inter-token gap within this share of the window's counts as calibrated
 CALIBRATED = 0.05
@@ -223,7 +224,9 @@ def step_time_prior(
         try:
             gpu = gpu_profile(limits.gpu_name).name
         except ValueError:
-            notes.append(f"GPU {limits.gpu_name!r} has no profile: the H100 SXM roofline assumed, then calibrated.")
+            notes.append(
+                f"GPU {one_line(limits.gpu_name)!r} has no profile: the H100 SXM roofline assumed, then calibrated."
+            )
     else:
         notes.append("GPU not given (--gpu-name): the H100 SXM roofline assumed, then calibrated.")
     on_cpu = platform(limits)[0] == "cpu"
@@ -240,8 +243,9 @@ def step_time_prior(
             notes.append(f"--model-config not used for the step time ({exc}).")
     model = model_profile_name(model_name)
     if model is None:
+        shown = one_line(model_name) or "(no model_name label)"
         notes.append(
-            f"Model {model_name or '(no model_name label)'!r} has no engine profile: Qwen2.5-7B's weights and shape "
+            f"Model {shown!r} has no engine profile: Qwen2.5-7B's weights and shape "
             "assumed, then calibrated (give --model-config for its own)."
         )
         model = FALLBACK_MODEL

@@ -23,6 +23,10 @@ admission then: ``kv_cache``), the token budget used up (``token_budget``), ``ma
 duration. The binding limit is the one that refused it over most of the time requests waited, ``none`` when
 they waited less than half the window (ties in the order max_num_seqs, token_budget, kv_cache, lora).
 
+The requests are created as the engine reaches them (``_Arrivals``): the window's queue is a count of which the
+engine holds only the head its scheduler can look at (``kvpilot.advice.limits.released_ahead``), so a replay holds
+what the engine schedules, not what waits, with the same results as a queue built whole.
+
 Pure (the engine model and arithmetic); the only clock read is the wall-clock deadline, checked between
 chunks of simulated time.
 """
@@ -31,13 +35,15 @@ from __future__ import annotations
 
 import random
 import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from itertools import accumulate
 from operator import add, sub
 
 from kvpilot.advice.fit import WorkloadFit
-from kvpilot.advice.limits import replay_size_problem
+from kvpilot.advice.limits import released_ahead, replay_size_problem
 from kvpilot.advice.prediction import queue_grows
 from kvpilot.diagnose.model import BINDING_LIMITS, QUEUE_LIMITS, BindingLimit, Prediction
 from kvpilot.engine.config import EngineConfig
@@ -52,6 +58,9 @@ CHUNKS = 20
 #: KV blocks a simulation holds at most: the engine model keeps every free block id (about 50 bytes a block),
 #: so 2**22 blocks (67 million tokens at 16 a block, beyond any one vLLM engine's cache) is about 200 MiB
 MAX_SIMULATED_BLOCKS = 2**22
+
+
+_INF = float("inf")
 
 
 class BudgetExceededError(RuntimeError):
@@ -80,20 +89,29 @@ class SimResult:
 
 
 class _Arrivals:
-    """The :class:`~kvpilot.engine.core.Workload` of one simulation (module docstring's timeline).
+    """The :class:`~kvpilot.engine.core.Workload` of one simulation (module docstring's timeline), streamed: requests
+    are created as the engine reaches them, so what a replay holds does not grow with the requests it serves or the
+    queue it starts with (``kvpilot.advice.limits``).
 
-    Requests are released to the engine at their ``release`` time; the window's queue is released at ``t0``
-    with arrival times before it. The window's arrivals are each stretch of its profile's own count at
-    uniformly drawn times inside the stretch (a Poisson process given its counts; without a profile ``arrivals``
-    over the whole window), so the replay serves the window's own requests when they came and only their
-    spacing within a scrape interval is drawn. With ``every`` > 1 (one replica of ``every``) it takes every
-    ``every``-th of them, as a round-robin load balancer sends them.
+    Requests are released to the engine at their ``release`` time; the window's queue is released at ``t0`` with
+    arrival times before it. The window's arrivals are each stretch of its profile's own count at uniformly drawn
+    times inside the stretch (a Poisson process given its counts; without a profile ``arrivals`` over the whole
+    window), drawn one stretch at a time; with ``every`` > 1 (one replica of ``every``) it takes every ``every``-th
+    of them, as a round-robin load balancer sends them.
+
+    The queue is FCFS: while more than ``ahead`` requests wait, the engine holds the first ``ahead``
+    (:func:`kvpilot.advice.limits.released_ahead`: more than any step admits) and the rest are held here, the window's
+    queue as a count and what arrives behind it as arrival times, released in order as the engine's queue shrinks
+    (at each step's start, ``pop_arrivals``); ``held_at(t)`` is how many were held after the release at ``t``.
+
+    The times are drawn with a generator of their own and the requests' lengths with one seeded alike and moved past
+    the times' draws first, so every request gets the times and lengths it would get with everything drawn up front.
     """
 
     def __init__(
         self,
         fit: WorkloadFit,
-        rng: random.Random,
+        seed: int,
         *,
         t0: float,
         warmup_rate: float,
@@ -102,32 +120,30 @@ class _Arrivals:
         backlog: float,
         caching: bool,
         max_model_len: int,
+        ahead: int,
     ) -> None:
-        self.fit, self.rng, self.t0 = fit, rng, t0
+        self.fit, self.t0 = fit, t0
         self.end = t0 + fit.window_seconds
         self.rate = arrivals / fit.window_seconds
         self.backlog = backlog
         self.caching = caching
         self.max_model_len = max_model_len
+        self.ahead = ahead
         self.engine: Engine | None = None
         self.released_backlog = False
         self.arrived_in_window = 0
         self._n = 0
-        times: list[float] = []
-        t = 0.0
-        while warmup_rate > 0:
-            t += rng.expovariate(warmup_rate)
-            if t >= t0:
-                break
-            times.append(t)
-        if fit.profile:  # each stretch's arrivals inside it
-            window_times = [t0 + a + rng.random() * (b - a) for a, b, n in fit.profile for _ in range(n)]
-        else:
-            window_times = [t0 + rng.random() * fit.window_seconds for _ in range(arrivals)]
-        times += sorted(window_times)[::every]  # one replica of several: every so many-th (round robin)
-        self._times = times
-        self._i = 0
-        self._next: float | None = times[0] if times else None
+        stretches = fit.profile or ((0.0, fit.window_seconds, arrivals),)
+        self._times = _arrival_times(random.Random(seed), t0, warmup_rate, stretches, every)
+        self.rng = random.Random(seed)
+        for _ in range(_warmup_draws(random.Random(seed), t0, warmup_rate) + sum(n for _, _, n in stretches)):
+            self.rng.random()  # past the times' draws: the lengths' draws come after them, as drawn up front
+        self._next: float | None = next(self._times, None)
+        self._backlog_left = 0  # the window's queue not released yet (a count)
+        self._backlog_n = 0
+        self._gap = 0.0
+        self._held: deque[float] = deque()  # arrival times behind it
+        self.held_log: deque[tuple[float, int]] = deque([(-_INF, 0)])  # (release time, held after it)
 
     def _request(self, arrival: float) -> Request:
         fit = self.fit
@@ -139,10 +155,17 @@ class _Arrivals:
         segments = (("shared-prefix", shared), (rid, prompt - shared)) if shared > 0 else None
         return Request(rid, prompt, output, arrival_time=arrival, segments=segments)
 
-    def _advance(self) -> None:
-        """Move on to the next arrival."""
-        self._i += 1
-        self._next = self._times[self._i] if self._i < len(self._times) else None
+    @property
+    def held(self) -> int:
+        """Requests waiting behind the engine's queue: the window's queue not released yet and what arrived after it."""
+        return self._backlog_left + len(self._held)
+
+    def held_at(self, t: float) -> int:
+        """Requests held after the last release at or before ``t`` (s); ``t`` never decreases between calls."""
+        log = self.held_log
+        while len(log) > 1 and log[1][0] <= t:
+            log.popleft()
+        return log[0][1]
 
     def next_arrival_time(self) -> float | None:
         """The next release time (the window's queue at ``t0``), None when nothing is left."""
@@ -151,33 +174,93 @@ class _Arrivals:
         return self._next
 
     def pop_arrivals(self, now: float) -> list[Request]:
-        """Requests released by ``now`` (s)."""
+        """Requests released by ``now`` (s): those due, in arrival order, as long as the engine's queue holds no more
+        than ``ahead``; the others wait here.
+        """
         out: list[Request] = []
-        while self._next is not None and self._next <= now and (self._next < self.t0 or self.released_backlog):
-            t = self._next
-            out.append(self._request(t))
-            if t >= self.t0:
-                self.arrived_in_window += 1
-            self._advance()
+        self._due(now, out)
         if not self.released_backlog and now >= self.t0:
             self.released_backlog = True
             waiting = self.engine.num_waiting if self.engine is not None else 0
             n = max(0, round(self.backlog) - waiting)
-            gap = 1.0 / self.rate if self.rate > 0 else 0.0
-            # FCFS: the oldest first; they arrived before t0, one every 1/rate seconds
-            out.extend(self._request(self.t0 - (n - i) * gap) for i in range(n))
-            out.extend(self.pop_arrivals(now))
+            self._backlog_left = self._backlog_n = n
+            self._gap = 1.0 / self.rate if self.rate > 0 else 0.0
+            self._due(now, out)
+        if self.held:
+            room = self.ahead - len(out) - (self.engine.num_waiting if self.engine is not None else 0)
+            while room > 0 and self.held:
+                out.append(self._release())
+                room -= 1
+        held = self.held
+        if held != self.held_log[-1][1]:
+            self.held_log.append((now, held))
         return out
+
+    def _due(self, now: float, out: list[Request]) -> None:
+        """Take the arrivals due by ``now``: into ``out``, or held behind the window's queue while it is."""
+        while self._next is not None and self._next <= now and (self._next < self.t0 or self.released_backlog):
+            t = self._next
+            if self.held:
+                self._held.append(t)
+            else:
+                out.append(self._request(t))
+            if t >= self.t0:
+                self.arrived_in_window += 1
+            self._next = next(self._times, None)
+
+    def _release(self) -> Request:
+        """The first held request: FCFS, the oldest of the window's queue first (they arrived before ``t0``, one every
+        ``1/rate`` seconds), then what arrived after it.
+        """
+        if self._backlog_left:
+            i = self._backlog_n - self._backlog_left
+            self._backlog_left -= 1
+            return self._request(self.t0 - (self._backlog_n - i) * self._gap)
+        return self._request(self._held.popleft())
 
     def on_finish(self, request: Request, now: float) -> None:
         """Open loop: nothing to do."""
 
     def done(self) -> bool:
         """No request left to release."""
-        return self._next is None and (self.released_backlog or self.backlog <= 0)
+        return self._next is None and (self.released_backlog or self.backlog <= 0) and not self.held
 
 
-_INF = float("inf")
+def _warmup_draws(rng: random.Random, t0: float, rate: float) -> int:
+    """How many draws the warm-up's arrival times take of ``rng`` (:func:`_arrival_times`), the last one past ``t0``."""
+    draws, t = 0, 0.0
+    while rate > 0:
+        t += rng.expovariate(rate)
+        draws += 1
+        if t >= t0:
+            break
+    return draws
+
+
+def _arrival_times(
+    rng: random.Random, t0: float, warmup_rate: float, stretches: Sequence[tuple[float, float, int]], every: int
+) -> Iterator[float]:
+    """The arrival times in order (s): the warm-up's (a Poisson process at ``warmup_rate`` before ``t0``), then each
+    stretch's ``(from, to, count)`` at uniform times inside it, one stretch drawn at a time (the stretches follow one
+    another, so sorting each sorts them all), every ``every``-th of the window's.
+    """
+    t = 0.0
+    while warmup_rate > 0:
+        t += rng.expovariate(warmup_rate)
+        if t >= t0:
+            break
+        yield t
+    i = 0
+    for a, b, n in stretches:
+        start, span = t0 + a, b - a
+        times = sorted([start + rng.random() * span for _ in range(n)])
+        first = -i % every
+        i += n
+        yield from times[first::every]
+
+
+def _none_held(_t: float) -> int:
+    return 0
 
 
 @dataclass
@@ -186,7 +269,9 @@ class _Window:
     counter the sink's ``record_step`` / ``record_request`` would get is on the step's :class:`StepOutput`, one
     call a step instead of three).
 
-    ``t0`` / ``end``: the window on the engine's clock; ``interval``: seconds between scrapes.
+    ``t0`` / ``end``: the window on the engine's clock; ``interval``: seconds between scrapes; ``held``: the requests
+    waiting behind the engine's queue after the release at a time (``_Arrivals.held_at``), which its waiting gauge
+    counts too.
     """
 
     config: EngineConfig
@@ -207,6 +292,7 @@ class _Window:
     shares: dict[BindingLimit, float] = field(default_factory=lambda: dict.fromkeys(BINDING_LIMITS, 0.0))
     samples: list[tuple[float, int, int, float]] = field(default_factory=list)  # (t, running, waiting, kv)
     next_sample: float = 0.0
+    held: Callable[[float], int] = _none_held
     limits: BatchLimits = field(init=False)  # the config's, resolved once (every step's refusal reads them)
 
     def __post_init__(self) -> None:
@@ -243,10 +329,12 @@ class _Window:
         """Count the step, sample the gauges at each scrape it passed; count the binding limit over its duration."""
         if out is None:
             if engine.now >= self.next_sample - 1e-9:
-                self.sample(engine.now, (engine.num_running, engine.num_waiting, engine.kv_cache_usage))
+                waiting = engine.num_waiting + self.held(engine.now)
+                self.sample(engine.now, (engine.num_running, waiting, engine.kv_cache_usage))
             return
-        if engine.now >= self.next_sample - 1e-9:
-            self.sample(engine.now, (out.running, out.waiting, out.kv_cache_usage))
+        if engine.now >= self.next_sample - 1e-9:  # the state after the last step, whose start released last
+            last = reduce(add, out.durations[:-1], out.start)  # its start as the engine added it up
+            self.sample(engine.now, (out.running, out.waiting + self.held(last), out.kv_cache_usage))
         if not self.active:
             return
         self._count(out, engine.now)
@@ -322,7 +410,7 @@ def simulate(
     Raises:
         BudgetExceededError: ``time.monotonic()`` passed ``deadline``.
         ValueError: ``config`` is not one vLLM would start with (``EngineConfig.validate``), or the window asks for
-            more requests than a replay builds (:func:`kvpilot.advice.limits.replay_size_problem`).
+            more requests than a replay serves or accepts waiting (:func:`kvpilot.advice.limits.replay_size_problem`).
     """
     blocks = config.resolved_num_gpu_blocks()
     if blocks > MAX_SIMULATED_BLOCKS:
@@ -337,10 +425,10 @@ def simulate(
     )
     if too_large is not None:  # before any request is built (advice/limits.py)
         raise ValueError(too_large)
-    rng = random.Random(seed)
+    batch = config.batch_limits()
     arrivals = _Arrivals(
         scaled,
-        rng,
+        seed,
         t0=t0,
         warmup_rate=min(scaled.served_rate, scaled.arrival_rate),
         arrivals=round(fit.arrivals),
@@ -348,9 +436,10 @@ def simulate(
         backlog=scaled.waiting_start,
         caching=config.enable_prefix_caching,
         max_model_len=config.max_model_len,
+        ahead=released_ahead(batch.max_num_seqs, batch.max_num_batched_tokens),
     )
     end = t0 + fit.window_seconds
-    window = _Window(config.resolved(), t0, end, fit.sample_interval, next_sample=t0)
+    window = _Window(config.resolved(), t0, end, fit.sample_interval, next_sample=t0, held=arrivals.held_at)
     engine = Engine(config, keep_finished=False, track_itls=True, fast_forward=fast_forward)
     arrivals.engine = engine
     if t0 > 0:
@@ -361,7 +450,8 @@ def simulate(
         window.sample(0.0, (0, round(scaled.waiting_start), 0.0))
     window.active = True
     _run(engine, arrivals, window, end, deadline)
-    window.sample(end, (engine.num_running, engine.num_waiting, engine.kv_cache_usage))  # scrapes after the last step
+    waiting = engine.num_waiting + arrivals.held_at(engine.now)
+    window.sample(end, (engine.num_running, waiting, engine.kv_cache_usage))  # scrapes after the last step
     prediction = _prediction(window, fit, replicas, arrivals.arrived_in_window)
     return SimResult(
         prediction=prediction,
@@ -382,7 +472,8 @@ def _queue_window_start(engine: Engine, arrivals: _Arrivals, window: _Window, t0
     for req in arrivals.pop_arrivals(engine.now):
         engine.add_request(req)
     window.next_sample = t0
-    window.sample(engine.now, (engine.num_running, engine.num_waiting, engine.kv_cache_usage))
+    waiting = engine.num_waiting + arrivals.held_at(engine.now)
+    window.sample(engine.now, (engine.num_running, waiting, engine.kv_cache_usage))
 
 
 def _run(engine: Engine, arrivals: _Arrivals, window: _Window, until: float, deadline: float | None) -> None:

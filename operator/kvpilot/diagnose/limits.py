@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args, overload
 from kvpilot.diagnose.signals import OPERATOR_LIMIT_METRIC
 from kvpilot.gpus import gpu_profile
 from kvpilot.text.numbers import fig, gib
+from kvpilot.text.safe import one_line
 from kvpilot.vllm.defaults import (  # vLLM's defaults and GPU tiers, one home
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -226,7 +227,7 @@ def _fill_defaults(
     if profile:
         tier += f" ({gib(gpu_memory_bytes, 0)}: the {profile} profile)"
     elif gpu_name and gpu_memory_bytes is None:  # named, but neither its memory nor a profile: say how to fix it
-        tier += f" (GPU {gpu_name!r} has no kvpilot profile: --gpu-memory gives its tier)"
+        tier += f" (GPU {one_line(gpu_name)!r} has no kvpilot profile: --gpu-memory gives its tier)"
     notes: list[str] = []
     for name, default in defaults.items():
         if name not in values:

@@ -327,7 +327,8 @@ class Signals:
         operator_limits: the kvpilot operator's ``kvpilot_vllmserver_limit`` gauges for this target's
             namespace and pod (``{limit: value}``, e.g. ``{"max_num_seqs": 4.0}``; {} when absent).
         rejected: signal family (``kv_usage``, ``running``, ``waiting``) -> why its values were
-            discarded as impossible (KV usage outside 0-1, a negative request count); they are ``None``.
+            discarded as impossible (KV usage outside 0-1, a negative request count or one above
+            :data:`MAX_REQUEST_GAUGE`); they are ``None``.
         window_seconds / end: the window evaluated, ``end`` in Unix seconds.
         fit / fit_buckets: the values and bucket increases of :data:`FIT_SIGNAL_DEFS` when they were
             evaluated ({} otherwise), for ``kvpilot.advice``; ``fit_series``: each of :data:`FIT_SERIES` at the
@@ -353,6 +354,9 @@ class Signals:
         return self.values.get(name)
 
 
+#: the most requests a running or waiting gauge can count before it is impossible: 2^31 - 1 (vLLM keeps each
+#: request in host memory, over 1 KB each: a queue that long alone would be more than 2 TB)
+MAX_REQUEST_GAUGE = 2**31 - 1
 #: rounding slack around vLLM's KV usage fraction (0-1) before a value counts as impossible
 KV_USAGE_SLACK = 1e-6
 
@@ -786,6 +790,9 @@ def finish_signals(signals: Signals) -> Signals:
             v[name] = None
         elif family in ("running", "waiting") and name != "waiting_trend_per_s" and value < 0:
             signals.rejected.setdefault(family, f"{significant(value, 6)} is negative")
+            v[name] = None
+        elif family in ("running", "waiting") and name != "waiting_trend_per_s" and value > MAX_REQUEST_GAUGE:
+            signals.rejected.setdefault(family, f"{significant(value, 6)} is more requests than any server holds")
             v[name] = None
     queries, hits = v.get("prefix_queries_increase"), v.get("prefix_hits_increase")
     v["prefix_hit_rate"] = (hits / queries) if queries and hits is not None and queries > 0 else None

@@ -31,6 +31,10 @@ UNBOUNDED = "unbounded"
 GIB = 2**30
 
 
+#: The largest finite float (``sys.float_info.max``).
+_FLOAT_MAX = 1.7976931348623157e308
+
+
 def _finite(value: float | int | None) -> TypeGuard[float | int]:
     # an int is finite however large (math.isfinite would convert it to a float: OverflowError past ~1e308)
     return value is not None and not isinstance(value, bool) and (isinstance(value, int) or math.isfinite(value))
@@ -55,7 +59,11 @@ def number(
     if not _finite(value):
         return UNBOUNDED if value == math.inf else UNKNOWN
     sep = "," if grouping else ""
-    text = f"{value:{sep}d}" if isinstance(value, int) and decimals == 0 else f"{float(value):{sep}.{decimals}f}"
+    if isinstance(value, int) and (decimals == 0 or trim or abs(value) > _FLOAT_MAX):
+        # an int has no fraction to show (a float of one past ~1.8e308 would be an OverflowError)
+        text = f"{value:{sep}d}" + ("." + "0" * decimals if decimals and not trim else "")
+    else:
+        text = f"{float(value):{sep}.{decimals}f}"
     if trim and "." in text:
         text = text.rstrip("0").rstrip(".")
     if text.lstrip("-").replace(",", "").replace(".", "").strip("0") == "":

@@ -75,8 +75,15 @@ _MAYBE_SECRET_RE = re.compile(
 
 
 #: An ECMA-48 escape written out as text: a backslash escape of ESC (``\\x1b``, ``\\033``, ``\\u001b``)
-#: and, when present, the CSI parameters and final byte that follow it.
-_TEXT_ESCAPE_RE = re.compile(r"\\(?:x1[bB]|0?33|u001[bB])(?:\[[0-9;?]*[ -/]*[@-~])?")
+#: and, when present, the CSI parameters and final byte that follow it, or an OSC string up to its written-out
+#: BEL or ST (``\\x1b]8;;url\\x07``, as ``repr`` writes a hyperlink); or any other C0 control or DEL written out
+#: as a hex escape (``\\x07``, ``\\x00``, ``\\u0007``: ``repr`` of a string holding one).
+_WRITTEN_ESC = r"\\(?:x1[bB]|0?33|u001[bB])"
+_TEXT_ESCAPE_RE = re.compile(
+    _WRITTEN_ESC + r"\][^\\]*(?:\\(?:x07|u0007|0?07)|" + _WRITTEN_ESC + r"\\\\)?"
+    r"|" + _WRITTEN_ESC + r"(?:\[[0-9;?]*[ -/]*[@-~])?"
+    r"|\\(?:x[01][0-9a-fA-F]|x7[fF]|u00[01][0-9a-fA-F]|u007[fF])"
+)
 
 
 def is_secret_name(name: str) -> bool:
@@ -99,15 +106,13 @@ def redact(text: str) -> str:
 
     Example: ``"--api-key sk-abc… HF_TOKEN=hf_x…"`` -> ``"--api-key [REDACTED] HF_TOKEN=[REDACTED]"``.
     """
-    if not text.isprintable():  # a control or invisible character may hide a secret: see what is shown
-        shown = strip_controls(text, keep_newlines=True)
-        if not _MAYBE_SECRET_RE.search(shown):
-            return text
-        text = shown
-    elif not _MAYBE_SECRET_RE.search(text):
+    # a control or invisible character, or one written out as an escape, may hide a secret: see what is shown
+    shown = text if text.isprintable() else strip_controls(text, keep_newlines=True)
+    while "\\" in shown and (unescaped := _TEXT_ESCAPE_RE.sub("", shown)) != shown:  # until none is left
+        shown = unescaped
+    if not _MAYBE_SECRET_RE.search(shown):
         return text
-    while "\\" in text and (unescaped := _TEXT_ESCAPE_RE.sub("", text)) != text:  # until none is left
-        text = unescaped
+    text = shown
     text = _USERINFO_RE.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _API_KEY_RE.sub(lambda m: m.group(1) + REDACTED, text)
     text = _ASSIGN_RE.sub(lambda m: m.group(1) + REDACTED, text)

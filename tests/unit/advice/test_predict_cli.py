@@ -371,3 +371,17 @@ def test_the_replay_runs_the_served_models_own_profile_from_its_config():
     assert step["model_source"] == "config.json"
     assert not any("Qwen2.5-7B's weights and shape assumed" in n for n in own["replay"]["notes"])
     assert any("(its config.json)" in n for n in own["replay"]["notes"])
+
+
+@pytest.mark.parametrize("fmt", ["json", "text", "markdown"])
+def test_a_token_in_the_model_name_behind_a_control_character_is_in_no_output(tmp_path, fmt):
+    """model_name="HF_TO<BEL>KEN=<token>": the step time's note quoted the label with repr(), which wrote the BEL out
+    as the four characters \\x07, and redaction did not see HF_TOKEN= through them: the token was in the JSON.
+    """
+    text = (Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "scenario_kv-exhaustion.om").read_text()
+    path = tmp_path / "token.om"
+    path.write_text(text.replace('model_name="qwen2.5-1.5b"', 'model_name="HF_TO\x07KEN=' + "B" * 24 + '"'))
+    result = CliRunner().invoke(cli, ["diagnose", "--no-kube", "--recording", str(path), "-o", fmt])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "REDACTED" in result.output  # the label itself, redacted (Markdown escapes its brackets)
+    assert "B" * 24 not in result.output

@@ -111,3 +111,37 @@ def test_the_alert_hooks_deadline_bounds_predictions_and_reads(monkeypatch, cloc
     advice_run.predict_for_alert(diagnose_run.Options(metrics_url="http://127.0.0.1:8000/metrics", deadline=28.0))
     # the hook's answer is due 28 s after the call: 25 s of reads leave 3 s, less than its 10 s budget
     assert seen == [3.0]
+
+
+def test_a_fit_failing_on_a_negative_histogram_says_so_not_that_the_budget_ran_out(tmp_path):
+    """vllm:request_prompt_tokens with negative buckets and a negative _sum (its mean below 0) and no
+    vllm:prompt_tokens counter: no prompt length to fit. The target names the histogram, and the run's note does not
+    blame the what-if budget (it once said "the what-if budget of 30 s ran out" for any target not replayed).
+    """
+    import json
+    import re
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from kvpilot.cli import cli
+
+    text = (Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "scenario_kv-exhaustion.om").read_text()
+
+    def negative(m: re.Match[str]) -> str:
+        return f"{m.group(1)} {-abs(float(m.group(2))) - 1!r} "
+
+    text = re.sub(r"^(vllm:request_prompt_tokens_(?:bucket|sum)(?:\{[^}]*\})?) (\S+) ", negative, text, flags=re.M)
+    text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("vllm:prompt_tokens_total"))
+    path = tmp_path / "negative.om"
+    path.write_text(text)
+    result = CliRunner().invoke(cli, ["diagnose", "--no-kube", "--recording", str(path), "-o", "json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    doc = json.loads(result.stdout)
+    (target,) = doc["targets"]
+    (miss,) = target["replay"]["misses"]
+    assert miss.startswith("not replayed: no prompt length in the window (vllm:request_prompt_tokens")
+    (note,) = [n for n in doc["notes"] if n.startswith("Replayed and predicted")]
+    assert "budget" not in note
+    assert "0 of 1 targets" in note
+    assert "each target says why" in note

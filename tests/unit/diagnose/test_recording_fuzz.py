@@ -39,9 +39,13 @@ _COUNTERS = [
 ]
 _HISTOGRAM = "vllm:time_to_first_token_seconds"
 _BUCKETS = ["0.01", "0.1", "1.0", "10.0", "+Inf"]
+#: Tokens in label values, plain and behind an escape or a control character: never in the report or an error.
+_SECRET = "hf_" + "A" * 24
+_TOKENS = [_SECRET, "\x1b[1m" + _SECRET, "HF_TO\x07KEN=" + _SECRET[3:], "\x1b]8;;x\x07" + _SECRET]
 _LABEL_TEXT = st.one_of(
     st.sampled_from(["qwen2.5-7b", "m", "", "a b", "p-1"]),
-    st.sampled_from(['q\\"uote', "back\\\\slash", "new\\nline", "\x1b[2J", "a\u2028b", "hf_" + "A" * 24, "\x85"]),
+    st.sampled_from(['q\\"uote', "back\\\\slash", "new\\nline", "\x1b[2J", "a\u2028b", "\x85"]),
+    st.sampled_from(_TOKENS),
 )
 _VALUE = st.one_of(
     st.floats(0, 1e6, allow_nan=False).map(repr),
@@ -139,6 +143,7 @@ def test_diagnose_reads_any_recording_into_a_report_or_one_line(data, options):
             fh.write(data)
         args = ["diagnose", "--recording", path, "-o", "json", *[p for kv in options.items() for p in kv]]
         out = invoke(args, results=(0, 1, 2, 3), refusals=(3,))
+    assert "A" * 24 not in out.stdout + "\n".join(out.errors), "a token from a label value reached the output"
     if out.errors:
         reason = out.errors[0].split(": ", 3)[-1]
         event("refused: " + ("a line" if reason.startswith("not a readable recording: line") else reason[:30]))

@@ -272,3 +272,27 @@ def test_waiting_median_and_queue_time_in_step_times():
     s = only(compute_signals(samples, 10.0))
     assert s.get("queue_time_mean_s") == pytest.approx(0.03)
     assert s.get("queue_step_times") == pytest.approx(3.0)
+
+
+def test_a_request_gauge_beyond_any_server_is_an_unknown_on_both_sides_of_the_bound():
+    """vllm:num_requests_running at 1e308 (a fuzzed recording) became a 309-digit int of slots needed, and the
+    recommendation's arithmetic an OverflowError (internal error); above 2^31 - 1 a count is impossible.
+    """
+    from kvpilot.diagnose.limits import resolve_limits
+    from kvpilot.diagnose.rules import diagnose_target
+    from kvpilot.diagnose.signals import MAX_REQUEST_GAUGE
+
+    assert MAX_REQUEST_GAUGE == 2**31 - 1
+    at = only(compute_signals(series("vllm:num_requests_running", [float(2**31 - 1)] * 4), 30.0))
+    assert at.get("running_max") == 2**31 - 1
+    assert not at.rejected
+    huge = only(
+        compute_signals(
+            series("vllm:num_requests_running", [1e308] * 4) + series("vllm:num_requests_waiting", [2.0**31] * 4), 30.0
+        )
+    )
+    assert huge.get("running_max") is None
+    assert huge.get("waiting_avg") is None
+    assert "more requests than any server holds" in huge.rejected["running"]
+    assert "waiting" in huge.rejected
+    assert diagnose_target(huge, resolve_limits(cli={"max_num_seqs": 4})).verdict == "no_data"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvpilot.text.numbers import UNBOUNDED, UNKNOWN, count, gib, number, parse, percent, significant, times
+from kvpilot.text.numbers import UNBOUNDED, UNKNOWN, count, fig, gib, number, parse, percent, significant, times
 
 
 @pytest.mark.parametrize(
@@ -93,3 +93,12 @@ def test_an_integer_beyond_a_floats_range_prints_exactly():
     # 10**400 is finite, but math.isfinite(10**400) and float(10**400) raise OverflowError
     assert count(10**400) == "10" + ",000" * 133  # 401 digits = 2 + 133 groups of 3, grouped from the right
     assert significant(10**400) == count(10**400)
+
+
+def test_an_integer_beyond_a_floats_range_prints_with_decimals_too():
+    # fig(2 * 10**308, 1): a queue of 1e308 running requests, doubled (diagnose's concurrency need) was
+    # "internal error: OverflowError: int too large to convert to float"
+    assert fig(2 * 10**308, 1) == "200" + ",000" * 102  # 309 digits: "200", then 102 groups of 3
+    assert number(10**400, 2) == "10" + ",000" * 133 + ".00"
+    assert number(5, 2) == "5.00"  # an int within a float's range: as before
+    assert fig(12345678901234567891) == "12,345,678,901,234,567,891"  # an int past 2^53 prints exactly, not rounded

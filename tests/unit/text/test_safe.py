@@ -174,6 +174,11 @@ def test_redact_without_a_trigger_literal_is_the_identity_and_with_one_matches_t
         f"Model '\\x1b[1m{HF}' has no profile",  # an escape written out as text (the repr of a label)
         f"\\033[31m{HF}",
         f"\\u001b[0m{HF}",
+        "Model 'HF_TO\\x07KEN=literal-value' has no engine profile",  # a BEL written out inside the name
+        f"GPU 'hf_\\x00{HF[3:]}' has no profile",  # a NUL written out inside the token
+        "HF_TO\\u0007KEN=literal-value",
+        f"line 'model_name=\"\\x1b]8;;x\\x07{HF}\"'",  # a hyperlink (OSC 8) written out, touching the token
+        f"'\\x1b]8;;http://x\\x1b\\\\{HF}'",  # the same ended by ST
     ],
 )
 def test_a_secret_beside_or_inside_a_control_character_is_redacted(text):
