@@ -67,6 +67,7 @@ from kvpilot.diagnose.facts import (
     budget_binds,
     derive_facts,
     fits_a_cap_at,
+    known_knee,
 )
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding, detail
@@ -510,6 +511,12 @@ def _steps_evidence(f: Facts) -> str:
             f"steps averaged {number(f.tokens_per_step)} tokens ({percent(f.fill)} of the budget; "
             "vllm:iteration_tokens_total _sum / _count)"
         )
+    if f.time_fill is not None and f.fill is not None and f.fill < BUDGET_FULL_FILL <= f.time_fill:
+        parts.append(
+            f"a step of the whole budget lasts {fig((f.budget or 0) / f.knee, 2)} times a decode step on this GPU "
+            f"(past its compute knee of {number(f.knee)} tokens, {f.knee_how}), so steps that spent the budget held "
+            f"about {percent(f.time_fill)} of the time"
+        )
     if f.share is not None:
         parts.append(
             f"{percent(f.share)} of steps recorded more than {fig(f.share_edge)} tokens (the budget's bucket; "
@@ -737,7 +744,7 @@ def rule_near_limit(f: Facts) -> Finding | None:
     if limit == "max_num_seqs":
         return _seqs_finding(f, grade)
     budget = f.budget or 0
-    if budget_binds(True, budget, f.step_fit):
+    if budget_binds(True, budget, f.step_fit, known_knee(f.limits)):
         return _token_budget_finding(f, budget, grade)
     return _compute_bound_finding(f, budget, grade)
 
