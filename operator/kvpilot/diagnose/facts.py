@@ -439,8 +439,8 @@ class Facts:
         kv_avg / kv_max: KV usage, ratio 0-1. preempt: preemptions in the window.
         trend: queue growth, req/s; growth: over the window.
         queued: a request waited (``waiting_avg > 0`` and ``waiting_max >= 1``); growing: the queue
-            grew by at least one request; standing: queued and (growing or a request left waiting in at least
-            half the samples: ``waiting_median >= 1``, ``waiting_avg >= 1`` where the median is unknown).
+            grew by at least one request; standing: queued and a request left waiting in at least half the samples
+            (``waiting_median >= 1``; where the median is unknown, growing or ``waiting_avg >= 1``).
         queue_steps: mean queue time in step times (``queue_step_times``); queue: a standing queue whose
             requests waited at least :data:`QUEUE_STEP_TIMES` step times on average (or whose queue time
             is not exported): what every queue verdict needs.
@@ -776,10 +776,12 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     queued = (wait_avg or 0) > 0 and (wait_max or 0) >= 1
     growing = queue_growing(growth)
     # a request was left waiting in at least half the samples (the median of the waiting gauge; its mean only
-    # where the median is unknown): a burst that lifts the mean while most samples see no queue is not standing
+    # where the median is unknown): a burst that lifts the mean while most samples see no queue is not standing,
+    # nor is a queue that grew but was empty in most samples (a ramp's last seconds): vLLM's scheduler left a
+    # request waiting in under half the window. Growth counts only where the median is unknown.
     median = s("waiting_median")
     held = median >= 1 if median is not None else (wait_avg or 0) >= 1
-    standing = queued and (growing or held)
+    standing = queued and (held if median is not None else growing or held)
     queue_steps = s("queue_step_times")
     little = little_queue_steps(signals)
     queue = standing and (
