@@ -28,6 +28,17 @@ confusion matrices and every miss):
         [--write docs/diagnosis.md]
 
 ``--write`` then replaces the section between ``<!-- random-accuracy-VERSION:start -->`` and its ``:end``.
+
+vLLM's runs take most of the time (a minute or more per 5 scenarios on 2 cores); the diagnoses a tenth of it. To
+change kvpilot and judge it again on the same runs, keep them:
+
+    .venv/bin/python benchmarks/verdict_accuracy.py --random 30 --seed N --runs /tmp/kvpilot-runs
+
+saves each scenario's driver result (its steps with vLLM's refusals, its metric snapshots) as
+``/tmp/kvpilot-runs/vllm-VERSION/random-SEED.json``; the same command again runs vLLM only for scenarios not
+saved there, and re-judges the rest with the current code (the truth from the saved steps, the recording from the
+saved snapshots). Empty the folder when ``tests/reference/vllm_driver.py`` or the scenario generator changes. Judge
+a fresh seed you have not tuned on before quoting a figure.
 """
 
 from __future__ import annotations
@@ -160,10 +171,11 @@ def table(data: list[dict]) -> str:
     return "\n".join([*lines, "", totals])
 
 
-def random_section(n: int, master: int, version: str, save: Path | None) -> str:
+def random_section(n: int, master: int, version: str, save: Path | None, runs: Path | None = None) -> str:
     """The random benchmark's markdown: ``n`` scenarios drawn from ``master``, judged by vLLM ``version``.
 
     ``save``: each batch's outcomes are appended there as JSON lines as they are known (``--report`` renders them).
+    ``runs``: vLLM's driver results kept under ``runs/vllm-VERSION/`` and reused (module docstring).
     """
     python = str(vllm_venv(version) / "bin" / "python")
     timings: dict[str, float] = {}
@@ -174,12 +186,23 @@ def random_section(n: int, master: int, version: str, save: Path | None) -> str:
                 f.writelines(json.dumps(o.as_dict()) + "\n" for o in outcomes)
 
     scenarios = [draw(s) for s in seeds(master, n)]
-    outcomes = judge(python, scenarios, expect_version=version, timings=timings, batch=10, on_batch=keep)
+    kept = runs / f"vllm-{version}" if runs is not None else None
+    reused = sum(1 for sc in scenarios if kept is not None and (kept / f"{sc.name}.json").exists())
+    outcomes = judge(
+        python,
+        scenarios,
+        expect_version=version,
+        timings=timings,
+        batch=10,
+        on_batch=keep,
+        runs=kept,
+    )
+    saved = f" ({reused} of them saved by an earlier run, --runs)" if reused else ""
     title = (
         f"vLLM {version}, {n} scenarios drawn from seed {master} (`benchmarks/verdict_accuracy.py --random {n} "
         f"--seed {master} --vllm-version {version}`), each at {len(EVALUATIONS)} window ends; vLLM's runs "
-        f"{timings['vllm']:.0f} s, the diagnoses {timings['diagnose']:.0f} s (wall, {os.cpu_count()} cores, load "
-        f"{os.getloadavg()[0]:.1f} at the end):"
+        f"{timings['vllm']:.0f} s{saved}, the diagnoses {timings['diagnose']:.0f} s (wall, {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.1f} at the end):"
     )
     return report(outcomes, title)
 
@@ -202,6 +225,9 @@ def main() -> None:
     parser.add_argument("--vllm-version", default="0.29.0", help="the reference venv judging random scenarios")
     parser.add_argument("--save", type=Path, help="append the random outcomes to this JSON-lines file as known")
     parser.add_argument("--report", type=Path, metavar="FILE", help="render outcomes saved with --save, run nothing")
+    parser.add_argument(
+        "--runs", type=Path, metavar="DIR", help="keep vLLM's runs in DIR and reuse them: re-judge without vLLM"
+    )
     args = parser.parse_args()
     if args.random or args.report:
         if args.report:
@@ -211,7 +237,7 @@ def main() -> None:
             out = report(outcomes, f"vLLM {args.vllm_version}, {n} scenarios ({args.report.name}):")
         else:
             master = args.seed if args.seed is not None else secrets.randbelow(2**31)
-            out = random_section(args.random, master, args.vllm_version, args.save)
+            out = random_section(args.random, master, args.vllm_version, args.save, args.runs)
         print(out)
         if args.write:
             marker = f"random-accuracy-{args.vllm_version}"

@@ -22,6 +22,7 @@ Used by ``benchmarks/verdict_accuracy.py --random N`` (the accuracy table of doc
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import tempfile
@@ -252,13 +253,16 @@ def judge(
     timings: dict[str, float] | None = None,
     batch: int | None = None,
     on_batch: Callable[[list[Outcome]], None] | None = None,
+    runs: Path | None = None,
 ) -> list[Outcome]:
     """Every scenario through vLLM (one driver run per :data:`BATCH`), then ``kvpilot diagnose`` at each window, in
     each mode.
 
     ``timings``, when given, receives the wall seconds of the driver run (``"vllm"``) and of the diagnoses
     (``"diagnose"``); ``batch`` scenarios go to one driver run (default :data:`BATCH`), and ``on_batch`` is given
-    each batch's outcomes as they are known.
+    each batch's outcomes as they are known. ``runs``: a folder keeping each scenario's driver result as
+    ``NAME.json``; a scenario found there is not run again, so a second call re-judges vLLM's saved runs with the
+    current kvpilot (a scenario's name is its seed; empty the folder when the driver or the generator changes).
     """
     out: list[Outcome] = []
     spent = {"vllm": 0.0, "diagnose": 0.0}
@@ -266,11 +270,9 @@ def judge(
     for i in range(0, len(scenarios), size):
         chunk = scenarios[i : i + size]
         t0 = time.perf_counter()
-        answer = run_vllm(python, [driver_doc(sc) for sc in chunk], timeout=3600)
+        results = _driver_results(python, chunk, expect_version, runs)
         t1 = time.perf_counter()
-        if expect_version is not None and answer["vllm_version"] != expect_version:
-            raise RuntimeError(f"the reference venv runs vLLM {answer['vllm_version']}, not {expect_version}")
-        outcomes = _diagnosed(chunk, answer["results"])
+        outcomes = _diagnosed(chunk, results)
         if on_batch is not None:
             on_batch(outcomes)
         out += outcomes
@@ -279,6 +281,25 @@ def judge(
     if timings is not None:
         timings.update(spent)
     return out
+
+
+def _driver_results(
+    python: str, chunk: Sequence[VerdictScenario], expect_version: str | None, runs: Path | None
+) -> list[Mapping[str, Any]]:
+    """The driver's result for each scenario of ``chunk``: saved in ``runs``, or from one vLLM run of the rest."""
+    saved = {sc.name: runs / f"{sc.name}.json" for sc in chunk} if runs is not None else {}
+    todo = [sc for sc in chunk if not (sc.name in saved and saved[sc.name].exists())]
+    fresh: dict[str, Mapping[str, Any]] = {}
+    if todo:
+        answer = run_vllm(python, [driver_doc(sc) for sc in todo], timeout=3600)
+        if expect_version is not None and answer["vllm_version"] != expect_version:
+            raise RuntimeError(f"the reference venv runs vLLM {answer['vllm_version']}, not {expect_version}")
+        fresh = {sc.name: r for sc, r in zip(todo, answer["results"], strict=True)}
+        if runs is not None:
+            runs.mkdir(parents=True, exist_ok=True)
+            for name, result in fresh.items():
+                saved[name].write_text(json.dumps(result), encoding="utf-8")
+    return [fresh[sc.name] if sc.name in fresh else json.loads(saved[sc.name].read_text()) for sc in chunk]
 
 
 def _diagnosed(scenarios: Sequence[VerdictScenario], results: Sequence[Mapping[str, Any]]) -> list[Outcome]:

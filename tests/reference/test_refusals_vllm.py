@@ -182,14 +182,14 @@ def test_the_running_cap_is_checked_before_the_kv_cache(runs):
     assert refusals(steps) == [("max_num_seqs", "running_at_cap")] * 3 + [("none", "")] * 3
 
 
-def test_a_budget_spent_at_the_cap_is_the_cap(runs):
+def test_a_budget_spent_at_the_cap_is_the_budget(runs):
     steps = runs["budget-at-cap"]
-    # r0's 4 chunks each spend the budget of 16 with 1 of 1 running: schedule() stops on the budget, but no budget
-    # would admit r1 past the cap; then r0 decodes (1 token, budget left) at the cap for its 2 decode steps
+    # r0's 4 chunks each spend the budget of 16 with 1 of 1 running: schedule()'s waiting loop never starts
+    # (`while ... and token_budget > 0` is checked before `num_running >= max_num_running_reqs`), so the budget
+    # stopped admission; then r0 decodes (1 token, budget left) at the cap for its 2 decode steps: the cap
     assert [s["scheduled"] for s in steps[:4]] == [{"r0": 16}] * 4
     assert (
-        refusals(steps[:6])
-        == [("max_num_seqs", "running_at_cap_budget_used")] * 4 + [("max_num_seqs", "running_at_cap")] * 2
+        refusals(steps[:6]) == [("token_budget", "budget_used_at_cap")] * 4 + [("max_num_seqs", "running_at_cap")] * 2
     )
 
 

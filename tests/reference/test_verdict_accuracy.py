@@ -241,3 +241,23 @@ def test_a_queued_share_near_the_line_is_named_by_both_readings_and_no_cliff():
         assert {"healthy", "kv_cache_exhaustion"} <= set(got), q
     # nothing refused at all: no limit to name, however the line falls
     assert expected_verdicts(_window("none", queued=0.3)) == ("healthy",)
+
+
+def test_a_spent_budget_between_the_step_time_thresholds_is_named_by_both_readings():
+    # the compute term's share of the window's step time: from 0.7 compute-bound, up to 0.3 a cap (the step-time
+    # test's E thresholds, docs/diagnosis.md); between them both, the nearer first (the midpoint 0.5)
+    def budget(share: float) -> tuple[str, ...]:
+        return expected_verdicts({**_window("token_budget"), "compute_share": share})
+
+    assert budget(0.3) == ("token_budget_cap",)
+    assert budget(0.31) == ("token_budget_cap", "compute_bound")
+    assert budget(0.49) == ("token_budget_cap", "compute_bound")
+    assert budget(0.5) == ("compute_bound", "token_budget_cap")
+    assert budget(0.69) == ("compute_bound", "token_budget_cap")
+    assert budget(0.7) == ("compute_bound",)
+    # no cliff: across the sweep a verdict right on one side of a threshold stays right just past it
+    for lo, hi in zip(range(0, 100), range(1, 101), strict=True):
+        assert set(budget(lo / 100)) & set(budget(hi / 100)), (lo, hi)
+    # a second reason keeps its place after the spent budget's readings
+    both = {**_window("token_budget", shares={"token_budget": 0.55, "lora": 0.45}), "compute_share": 0.6}
+    assert expected_verdicts(both) == ("compute_bound", "token_budget_cap", "lora_slot_cap")

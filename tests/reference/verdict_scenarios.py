@@ -54,6 +54,11 @@ OUT = Path(__file__).resolve().parent.parent / "fixtures" / "recordings" / "vllm
 SUBWINDOW = 60.0
 #: a window's GPU is saturated when the compute term sets this share of its step time (docs/diagnosis.md E >= 0.7)
 SATURATED = 0.7
+#: below this share of step time set by the compute term, a larger budget adds tokens per second nearly in
+#: proportion: the budget is the cap (docs/diagnosis.md E <= 0.3); between the two the step time grows with the
+#: tokens in part, and both readings of a spent budget (``token_budget_cap``, ``compute_bound``) are right, the
+#: nearer one first: no cliff between two causes at one share
+UNSATURATED = 0.3
 #: the shared prefix of a window's requests counts as evicted when fewer than this share of them found it cached:
 #: the threshold kvpilot diagnose's prefix rule applies (one definition)
 PREFIX_HIT = REUSED_BY_MOST
@@ -641,7 +646,8 @@ def expected_verdicts(window: Mapping[str, Any]) -> tuple[str, ...]:
     """The ``kvpilot diagnose`` verdicts that name a window's ground truth (first: the one to aim for).
 
     ``max_num_seqs`` -> ``max_num_seqs_cap``; ``kv_cache`` -> ``kv_cache_exhaustion``; ``token_budget`` ->
-    ``token_budget_cap``, or ``compute_bound`` when the GPU was saturated; ``lora`` -> ``lora_slot_cap``;
+    ``token_budget_cap``, or ``compute_bound`` when the GPU was saturated, either between
+    :data:`UNSATURATED` and :data:`SATURATED`; ``lora`` -> ``lora_slot_cap``;
     ``other`` -> ``unexplained_queue``; ``none`` -> ``prefix_cache_ineffective`` when the shared prefix was
     evicted (found by fewer than half of the requests re-using one), else ``healthy``, or ``idle`` when nothing
     ran. A second reason that refused the head for at least :data:`ALSO_BINDS` of the queued time binds as well:
@@ -657,11 +663,11 @@ def expected_verdicts(window: Mapping[str, Any]) -> tuple[str, ...]:
     quiet = _quiet_verdict(window)
     if limit != "none":
         also = sorted((r for r, v in shares.items() if r != limit and v >= ALSO_BINDS), key=lambda r: -shares[r])
-        out = tuple(_queue_verdict(r, window) for r in (limit, *also))
+        out = tuple(dict.fromkeys(v for r in (limit, *also) for v in _queue_verdicts(r, window)))
         return out + ((quiet,) if queued < 0.5 + QUEUE_GREY and quiet not in out else ())
     top = max(REASONS[:-1], key=lambda r: (shares.get(r, 0.0), -REASONS.index(r)))
     if queued >= 0.5 - QUEUE_GREY and shares.get(top, 0.0) > 0:
-        return quiet, _queue_verdict(top, window)
+        return quiet, *_queue_verdicts(top, window)
     return (quiet,)
 
 
@@ -673,15 +679,26 @@ def _quiet_verdict(window: Mapping[str, Any]) -> str:
     return "healthy" if window["served"] else "idle"
 
 
-def _queue_verdict(reason: str, window: Mapping[str, Any]) -> str:
+def _queue_verdicts(reason: str, window: Mapping[str, Any]) -> tuple[str, ...]:
+    """The verdicts naming ``reason``; a spent budget by the window's compute share (:data:`UNSATURATED`)."""
     if reason == "token_budget":
-        return "compute_bound" if window["gpu_saturated"] else "token_budget_cap"
-    return {
-        "max_num_seqs": "max_num_seqs_cap",
-        "kv_cache": "kv_cache_exhaustion",
-        "lora": "lora_slot_cap",
-        "other": "unexplained_queue",
-    }[reason]
+        share = window.get("compute_share")
+        if share is None:  # a truth written before the share was kept
+            return ("compute_bound",) if window["gpu_saturated"] else ("token_budget_cap",)
+        if share >= SATURATED:
+            return ("compute_bound",)
+        if share <= UNSATURATED:
+            return ("token_budget_cap",)
+        both = ("token_budget_cap", "compute_bound")
+        return both if share < (SATURATED + UNSATURATED) / 2 else both[::-1]
+    return (
+        {
+            "max_num_seqs": "max_num_seqs_cap",
+            "kv_cache": "kv_cache_exhaustion",
+            "lora": "lora_slot_cap",
+            "other": "unexplained_queue",
+        }[reason],
+    )
 
 
 def recording(sc: VerdictScenario, result: Mapping[str, Any]) -> str:

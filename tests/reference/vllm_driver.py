@@ -70,12 +70,12 @@ under FCFS), that was waiting when the step began and is still waiting when it e
   ``WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR``, ...), or the loop stopped at the head on a path this driver never
   exercises (``scheduler_break``);
 - ``token_budget``: the loop ended with the budget used up (``token_budget`` or ``input_budget`` spent, read from
-  ``schedule()``'s locals when its waiting loop ends) while fewer than ``max_num_seqs`` run, or stopped at the
-  head because its prompt cannot be chunked (``enable_chunked_prefill`` off and the prompt longer than the budget
-  left) or its speculative padding does not fit;
-- ``max_num_seqs``: the loop ended on its running cap (``len(running) >= max_num_running_reqs``), or with the
-  budget used up while running is at the cap (``schedule()`` checks the budget first, but a larger budget would
-  admit no one past the cap, which holds until a request finishes: ``running_at_cap_budget_used``);
+  ``schedule()``'s locals when its waiting loop ends), whatever runs: the loop's own condition
+  (``while ... and token_budget > 0``) and ``input_budget <= draft_slots`` are checked before the running cap, so
+  with both at once it is the budget that stops admission (``budget_used_at_cap`` says the cap was reached too);
+  or the loop stopped at the head because its prompt cannot be chunked (``enable_chunked_prefill`` off and the
+  prompt longer than the budget left) or its speculative padding does not fit;
+- ``max_num_seqs``: the loop ended on its running cap (``len(running) >= max_num_running_reqs``) with budget left;
 - ``none``: nothing was left waiting.
 """
 
@@ -391,11 +391,8 @@ class RefusalProbe:
         active = "_active" if cap < sched.max_num_running_reqs else ""
         at_cap = len(sched.running) + sched.num_waiting_for_streaming_input >= cap
         if loc["token_budget"] <= 0 or loc["input_budget"] <= loc["draft_slots"]:
-            # the budget check comes first in schedule(); with running at the cap as well, the cap binds: a larger
-            # budget admits no one past it, and the cap holds until a request finishes
-            if at_cap:
-                return "max_num_seqs", f"running_at{active}_cap_budget_used"
-            return "token_budget", "budget_used"
+            # schedule() checks the budget first (the loop's condition), the running cap after it
+            return "token_budget", f"budget_used_at{active}_cap" if at_cap else "budget_used"
         if at_cap:
             return "max_num_seqs", f"running_at{active}_cap"
         return "other", "loop_ended"

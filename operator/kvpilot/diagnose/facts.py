@@ -331,34 +331,74 @@ def compute_knee(limits: Limits) -> tuple[float, str]:
     so it turns compute-bound at n = peak FLOP/s / memory bandwidth (H100 SXM: 989e12 / 3.35e12 =
     295 tokens; the roofline model, Williams et al., CACM 52(4), 2009). GPU profiles from
     :mod:`kvpilot.gpus` (datasheet figures); unknown GPU: the largest knee of those profiles
-    (L4: 121e12 / 300e9 = 403). The knee alone never makes a verdict: it only qualifies the effect
-    of a larger budget (:func:`budget_binds`).
+    (L4: 121e12 / 300e9 = 403). An unknown GPU's knee never makes a verdict: it only qualifies the effect
+    of a larger budget; a named GPU's does past :data:`KNEE_COMPUTE_BOUND` knees (:func:`budget_binds`).
     """
-    if limits.gpu_name:
-        try:
-            gpu = gpu_profile(limits.gpu_name)
-            return (
-                gpu.peak_flops / gpu.bandwidth,
-                f"{gpu.name}: {fig(gpu.peak_flops / 1e12, 1)} TFLOP/s / {fig(gpu.bandwidth / 1e12, 2)} TB/s",
-            )
-        except ValueError:
-            pass
+    if known_knee(limits) is not None:
+        gpu = gpu_profile(limits.gpu_name or "")
+        return (
+            gpu.peak_flops / gpu.bandwidth,
+            f"{gpu.name}: {fig(gpu.peak_flops / 1e12, 1)} TFLOP/s / {fig(gpu.bandwidth / 1e12, 2)} TB/s",
+        )
     knee = max(g.peak_flops / g.bandwidth for g in GPU_PROFILES.values())
     return knee, "GPU unknown: the largest knee of kvpilot's GPU profiles"
 
 
-def budget_binds(full: bool, budget: int | None, step_fit: StepFit | None = None) -> bool:
+#: full steps at a budget of at least this many times a named GPU's compute knee are compute-bound: a step of
+#: n tokens costs max(weights read, n x FLOP per token) (kvpilot.engine.hardware.CostModel.step_time, the
+#: roofline), so past twice the knee the compute term is at least twice the weight read and the step's time grows
+#: with its tokens; a larger budget lengthens the steps without adding tokens per second
+KNEE_COMPUTE_BOUND = 2.0
+
+
+def time_fill(fill: float | None, budget: int | None, knee: float | None) -> float | None:
+    """The share of the window's time that steps spent at the budget, on a named GPU (``knee``:
+    :func:`known_knee`) with prompts chunked by the budget (the caller's test); ``None`` where it is the step share
+    itself (GPU unknown, a budget within the knee).
+
+    vLLM's scheduler refuses the head on the budget in the steps that spend it, and a refusal lasts as long as its
+    step: a step of ``n`` tokens lasts ``max(1, n / knee)`` weight reads (the roofline,
+    ``kvpilot.engine.hardware.CostModel.step_time``), so a full step of a budget past the knee outlasts a decode
+    step ``r = budget / knee`` times. Reading the mean fill ``p`` as the share of steps at the budget (the rest
+    decoding a few tokens), their share of the time is ``p r / (p r + 1 - p)``: on an A100 (knee 153) a
+    512-token budget filled 73 % on average (vLLM 0.29: 374 of 512) held the budget spent about 90 % of the time.
+    """
+    if fill is None or budget is None or knee is None or budget <= knee:
+        return None
+    p = min(max(fill, 0.0), 1.0)
+    r = budget / knee
+    return p * r / (p * r + 1 - p)
+
+
+def known_knee(limits: Limits) -> float | None:
+    """The compute knee (:func:`compute_knee`) of the GPU the user or the spec named; ``None`` when the GPU is
+    unknown (the largest profile's knee is then only a bound, never a verdict).
+    """
+    if not limits.gpu_name:
+        return None
+    try:
+        gpu = gpu_profile(limits.gpu_name)
+    except ValueError:
+        return None
+    return gpu.peak_flops / gpu.bandwidth
+
+
+def budget_binds(full: bool, budget: int | None, step_fit: StepFit | None = None, knee: float | None = None) -> bool:
     """True when full steps (``full``: :func:`steps_full`, or full by elimination) are a token-budget cap,
     False when they are compute-bound (or not full).
 
     The step-time fit decides when it measured either side of its thresholds
     (:mod:`kvpilot.diagnose.steptime`: ``step_fit.flat`` = a cap at any budget, ``step_fit.grows`` =
-    compute-bound at any budget); otherwise the budget's size: below :data:`LARGE_BUDGET` a cap.
+    compute-bound at any budget); otherwise, on a named GPU (``knee``: :func:`known_knee`), a budget of at
+    least :data:`KNEE_COMPUTE_BOUND` knees is compute-bound; otherwise the budget's size: below
+    :data:`LARGE_BUDGET` a cap.
     """
     if not full or budget is None:
         return False
     if step_fit is not None and (step_fit.grows or step_fit.flat):
         return step_fit.flat
+    if knee is not None and budget >= KNEE_COMPUTE_BOUND * knee:
+        return False
     return budget < LARGE_BUDGET
 
 
@@ -399,8 +439,8 @@ class Facts:
         kv_avg / kv_max: KV usage, ratio 0-1. preempt: preemptions in the window.
         trend: queue growth, req/s; growth: over the window.
         queued: a request waited (``waiting_avg > 0`` and ``waiting_max >= 1``); growing: the queue
-            grew by at least one request; standing: queued and (growing or a request left waiting in at least
-            half the samples: ``waiting_median >= 1``, ``waiting_avg >= 1`` where the median is unknown).
+            grew by at least one request; standing: queued and a request left waiting in at least half the samples
+            (``waiting_median >= 1``; where the median is unknown, growing or ``waiting_avg >= 1``).
         queue_steps: mean queue time in step times (``queue_step_times``); queue: a standing queue whose
             requests waited at least :data:`QUEUE_STEP_TIMES` step times on average (or whose queue time
             is not exported): what every queue verdict needs.
@@ -417,7 +457,8 @@ class Facts:
             :data:`PINNED_SLACK` and the dip's noise of it) and of the mean step to the budget (threshold
             :data:`BUDGET_FULL_FILL`); None when not measured.
         pinned / free_slots: the batch at n_seqs (``seqs_close`` 1: within ``slack`` of it) / below it.
-        tokens_per_step: mean tokens per engine step; fill: tokens_per_step / budget.
+        tokens_per_step: mean tokens per engine step; fill: tokens_per_step / budget; time_fill: :func:`time_fill`
+            (full too when it reaches :data:`BUDGET_FULL_FILL`).
         share / share_edge: share of steps in the budget's bucket and that bucket's lower edge.
         full: :func:`steps_full`, or ``full_by_elimination``: no step measurement (or a budget known only as
             at least the mean step), but a standing queue
@@ -499,6 +540,7 @@ class Facts:
     has_active_cap: bool | None = None
     seqs_close: float | None = None
     budget_close: float | None = None
+    time_fill: float | None = None
 
     def s(self, name: SignalName) -> float | None:
         """One signal's value (None when unknown; a misspelt name is a mypy error)."""
@@ -734,10 +776,12 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     queued = (wait_avg or 0) > 0 and (wait_max or 0) >= 1
     growing = queue_growing(growth)
     # a request was left waiting in at least half the samples (the median of the waiting gauge; its mean only
-    # where the median is unknown): a burst that lifts the mean while most samples see no queue is not standing
+    # where the median is unknown): a burst that lifts the mean while most samples see no queue is not standing,
+    # nor is a queue that grew but was empty in most samples (a ramp's last seconds): vLLM's scheduler left a
+    # request waiting in under half the window. Growth counts only where the median is unknown.
     median = s("waiting_median")
     held = median >= 1 if median is not None else (wait_avg or 0) >= 1
-    standing = queued and (growing or held)
+    standing = queued and (held if median is not None else growing or held)
     queue_steps = s("queue_step_times")
     little = little_queue_steps(signals)
     queue = standing and (
@@ -799,7 +843,16 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     knee, knee_how = compute_knee(limits)
     # a budget known only as "at least the mean step" says nothing of how full the steps are
     measured = tps is not None and not inf.budget_bound
-    full = steps_full(share, tps if measured else None, budget)
+    fill = tps / budget if measured and tps is not None and budget else None
+    # steps are either spent by a prompt's chunk or decoding only where the mean prompt needs two steps of the
+    # budget or more (chunked by it); otherwise a step carries whole prompts below the budget and its fill says
+    # nothing of how long the budget was spent (vLLM 0.29: 8,192 tokens, a cap of 32, 2,700-token steps: the cap)
+    needed = steps_a_budget_needs(signals, budget) if budget else None
+    chunked = needed is not None and needed >= PREFILL_SPLIT_STEPS
+    fill_time = time_fill(fill, budget, known_knee(limits)) if chunked else None
+    full = steps_full(share, tps if measured else None, budget) or (
+        fill_time is not None and fill_time >= BUDGET_FULL_FILL
+    )
     # no step measurement at all: with a standing queue, free slots, KV room and nothing deferred, the budget
     # is the only admission limit left that can have refused the queue, so it was used up (full by elimination)
     by_elimination = (
@@ -812,7 +865,6 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         and budget is not None
     )
     step_fit = fit_step_time(signals.step_points)
-    fill = tps / budget if measured and tps is not None and budget else None
     return Facts(
         signals=signals,
         limits=limits,
@@ -845,14 +897,15 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         free_slots=free_slots,
         tokens_per_step=tps,
         fill=fill,
-        budget_close=closeness(fill, BUDGET_FULL_FILL) if fill is not None else None,
+        budget_close=closeness(max(fill, fill_time or 0.0), BUDGET_FULL_FILL) if fill is not None else None,
+        time_fill=fill_time,
         batch=batch,
         batch_how=batch_how,
         seqs_close=seqs_close,
         share=share,
         share_edge=share_edge,
         full=full or by_elimination,
-        budget_cap=budget_binds(full or by_elimination, budget, step_fit),
+        budget_cap=budget_binds(full or by_elimination, budget, step_fit, known_knee(limits)),
         full_by_elimination=by_elimination and not full,
         knee=knee,
         knee_how=knee_how,

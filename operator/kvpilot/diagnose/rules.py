@@ -67,6 +67,7 @@ from kvpilot.diagnose.facts import (
     budget_binds,
     derive_facts,
     fits_a_cap_at,
+    known_knee,
 )
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Diagnosis, Finding, detail
@@ -297,7 +298,7 @@ def _kv_finding(f: Facts) -> Finding:
         )
     if f.queued:
         ev.append(f"{f.evidence_queue}; {_APPROACH}: here the KV cache refused them.")
-    if f.pinned and f.preempt >= 1:
+    if f.pinned and f.preempt >= 1 and f.at_ceiling:
         ev.append(
             f"Running requests also sat at max_num_seqs ({fig(f.run_avg, 1)} of {fig(f.n_seqs)}), but the "
             "KV shortage binds first: raising max_num_seqs would add preemptions."
@@ -313,19 +314,33 @@ def rule_kv_preemption(f: Facts) -> Finding | None:
     preempted request at the head and admits it again as blocks free (its ground truth then has no binding limit),
     so they are a secondary finding (:func:`preemption_note`), not the verdict.
     """
-    return _kv_finding(f) if f.preempt >= 1 and f.queue else None
+    return _kv_finding(f) if f.preempt >= 1 and f.queue and not _cap_over_preemptions(f) else None
+
+
+def _cap_over_preemptions(f: Facts) -> bool:
+    """Running pinned at max_num_seqs with KV below its admission ceiling: the cap, not the preemptions, held the
+    queue. A step that preempts admits nobody, but it is one step per preemption; in every other step
+    ``Scheduler.schedule`` stops at ``num_running >= max_num_running_reqs`` before it asks the KV cache for blocks,
+    and below the ceiling the blocks were there (vLLM 0.29: a cap of 8 with 1-3 preemptions in thousands of steps
+    refused the head on the cap in all but those steps).
+    """
+    return f.pinned and not f.at_ceiling
 
 
 def preemption_note(f: Facts) -> Finding | None:
-    """Preemptions without a queue that costs time: ``kv_cache_exhaustion`` as a secondary finding (the preempted
-    requests' prompts are recomputed, but no limit held a queue).
+    """Preemptions without a queue that costs time, or beside a pinned cap (:func:`_cap_over_preemptions`):
+    ``kv_cache_exhaustion`` as a secondary finding (the preempted requests' prompts are recomputed, but the KV
+    cache did not hold the queue).
     """
-    if f.preempt < 1 or f.queue:
+    if f.preempt < 1 or (f.queue and not _cap_over_preemptions(f)):
         return None
     finding = _kv_finding(f)
     finding.evidence.append(
-        "No queue cost time in the window (a request waited in fewer than half the samples, or for less than a "
-        "step on average): the KV cache ran short for running requests, not for admission."
+        "Running sat at max_num_seqs with KV usage below its admission ceiling: vLLM stopped admission on the "
+        "running cap in every step but the preempting ones, so the cap held the queue, not the KV cache."
+        if f.queue
+        else "No queue cost time in the window (a request waited in fewer than half the samples, or for less than "
+        "a step on average): the KV cache ran short for running requests, not for admission."
     )
     return finding
 
@@ -509,6 +524,12 @@ def _steps_evidence(f: Facts) -> str:
         parts.append(
             f"steps averaged {number(f.tokens_per_step)} tokens ({percent(f.fill)} of the budget; "
             "vllm:iteration_tokens_total _sum / _count)"
+        )
+    if f.time_fill is not None and f.fill is not None and f.fill < BUDGET_FULL_FILL <= f.time_fill:
+        parts.append(
+            f"a step of the whole budget lasts {fig((f.budget or 0) / f.knee, 2)} times a decode step on this GPU "
+            f"(past its compute knee of {number(f.knee)} tokens, {f.knee_how}), so steps that spent the budget held "
+            f"about {percent(f.time_fill)} of the time"
         )
     if f.share is not None:
         parts.append(
@@ -737,7 +758,7 @@ def rule_near_limit(f: Facts) -> Finding | None:
     if limit == "max_num_seqs":
         return _seqs_finding(f, grade)
     budget = f.budget or 0
-    if budget_binds(True, budget, f.step_fit):
+    if budget_binds(True, budget, f.step_fit, known_knee(f.limits)):
         return _token_budget_finding(f, budget, grade)
     return _compute_bound_finding(f, budget, grade)
 
@@ -1017,7 +1038,7 @@ def diagnose_target(
     if rule not in _TERMINAL:
         if rule in _QUEUE_RULES:
             primary.evidence.extend(_latency_evidence(signals))
-        if rule not in _QUEUE_RULES:
+        if rule not in _QUEUE_RULES or rule is rule_max_num_seqs_cap:
             note = preemption_note(facts)
             if note is not None:
                 # the severity policy: preemptions without a queue are a warning, whatever the verdict

@@ -4,8 +4,9 @@ vLLM V1 admits a waiting request only when fewer than max_num_seqs run, the step
 room and the whole prompt's KV blocks fit (vllm/v1/core/sched/scheduler.py, Scheduler.schedule,
 vLLM 0.29). Thresholds: steps full at mean >= 90 % of max_num_batched_tokens; full steps below
 8,192 tokens (vLLM's large-GPU default, EngineArgs.get_batch_defaults) are a token-budget cap, at or
-above compute-bound; pinned = running_avg >= max_num_seqs - 0.5 when no request finishes; between half of a
-limit in use and its threshold the limit is graded, not dropped (docs/diagnosis.md).
+above compute-bound, and so are full steps past twice a named GPU's roofline knee (weighed by their time when
+prompts are chunked by the budget); pinned = running_avg >= max_num_seqs - 0.5 when no request finishes;
+between half of a limit in use and its threshold the limit is graded, not dropped (docs/diagnosis.md).
 """
 
 from __future__ import annotations
@@ -68,17 +69,23 @@ def test_fill_threshold_90_percent():
     assert "Not read" not in text
 
 
-def test_budget_cap_on_an_h100_past_twice_the_knee_says_the_gpu_is_near_its_compute_limit():
-    # H100 knee 989e12 / 3.35e12 = 295.2 tokens; a 4,096 budget is past 2 x 295.2 = 590.4: caveat
+def test_full_steps_past_twice_a_named_gpus_knee_are_compute_bound():
+    # H100 knee 989e12 / 3.35e12 = 295.2 tokens; full steps of a 4,096 budget are past 2 x 295.2 = 590.4: the
+    # roofline's compute term is over twice the weight read, a larger budget only lengthens the steps
     lim = {"max_num_seqs": 256, "max_num_batched_tokens": 4096}
     d = diag(lim, gpu_name="H100", running_avg=10, running_max=12, **QUEUE, **steps(4000))
-    assert d.verdict == "token_budget_cap"
-    assert "near its compute limit" in " ".join(d.evidence)
-    # a 512 budget is below 590.4: no caveat
+    assert d.verdict == "compute_bound"
+    # both sides of 590.4: a budget of 590 is a cap, 591 compute-bound
+    for budget, verdict in ((590, "token_budget_cap"), (591, "compute_bound")):
+        lim = {"max_num_seqs": 256, "max_num_batched_tokens": budget}
+        assert diag(lim, gpu_name="H100", running_avg=10, running_max=12, **QUEUE, **steps(budget)).verdict == verdict
+    # a 512 budget is below 590.4: a cap; the same 4,096 budget on an unnamed GPU too (below 8,192)
     lim = {"max_num_seqs": 256, "max_num_batched_tokens": 512}
     d = diag(lim, gpu_name="H100", running_avg=10, running_max=12, **QUEUE, **steps(500))
     assert d.verdict == "token_budget_cap"
     assert "near its compute limit" not in " ".join(d.evidence)
+    lim = {"max_num_seqs": 256, "max_num_batched_tokens": 4096}
+    assert diag(lim, running_avg=10, running_max=12, **QUEUE, **steps(4000)).verdict == "token_budget_cap"
 
 
 def test_budget_recommendation_quantifies_prefill_steps_and_ttft():
@@ -269,3 +276,28 @@ def test_zero_prefix_hits_over_many_turnovers_are_silent():
     d = diagnose_target(make(prefix_queries_increase=120000.0, prefix_hits_increase=0.0, **common), limits)
     assert (d.verdict, d.severity) == ("healthy", "ok")
     assert not d.findings
+
+
+def test_full_budget_steps_are_weighed_by_their_time_on_a_named_gpu():
+    # A100-80GB knee 312e12 / 2.039e12 = 153.0 tokens; a 512-token step lasts 512 / 153.0 = 3.346 decode steps.
+    # Prompts of 2,000 tokens need 2,000 / 512 = 3.9 steps of the budget: chunked, each chunk spends a step, the
+    # others decode. Mean fill p as the share of steps at the budget: time share p r / (p r + 1 - p).
+    # p = 0.73: 2.443 / (2.443 + 0.27) = 0.9005 >= 0.9: full; 512 >= 2 x 153.0: compute_bound at full confidence
+    lim = {"max_num_seqs": 256, "max_num_batched_tokens": 512}
+    # prompt tokens per request: 2,000 prompt tok/s over 1 finished req/s
+    values = dict(running_avg=10, running_max=12, prompt_tokens_per_s=2000.0, requests_finished_per_s=1.0, **QUEUE)
+    full = diag(lim, gpu_name="a100-80gb", **values, **steps(0.73 * 512))
+    assert (full.verdict, full.confidence) == ("compute_bound", 0.8)
+    assert "steps that spent the budget held about 90.0 % of the time" in " ".join(full.evidence)
+    # p = 0.72: 2.409 / (2.409 + 0.28) = 0.8959 < 0.9: nearly full, graded (0.8959 - 0.5) / 0.4 = 0.99: the same
+    # verdict a little less sure, never another cause
+    near = diag(lim, gpu_name="a100-80gb", **values, **steps(0.72 * 512))
+    assert near.verdict == "compute_bound"
+    assert near.confidence == round(0.8 * (2.409 / 2.689 - 0.5) / 0.4, 2)
+    # the GPU unnamed: the count of steps alone, 73 % graded (0.73 - 0.5) / 0.4 = 0.575: a budget cap
+    bare = diag(lim, **values, **steps(0.73 * 512))
+    assert (bare.verdict, bare.confidence) == ("token_budget_cap", round(0.8 * 0.575, 2))
+    # prompts of 300 tokens (0.6 of a step of the budget): steps carry whole prompts, not chunks, so their fill
+    # is not a share of steps spent: graded on the count, 0.575
+    whole = diag(lim, gpu_name="a100-80gb", **{**values, "prompt_tokens_per_s": 300.0}, **steps(0.73 * 512))
+    assert whole.confidence == round(0.8 * 0.575, 2)

@@ -91,3 +91,21 @@ def test_a_queue_whose_admitted_requests_waited_little_still_costs_time_by_littl
     assert diagnose_target(make(**(lora | {"queue_time_count_increase": 12000.0})), lim).verdict == "lora_slot_cap"
     quick = lora | {"queue_time_count_increase": 400000.0, "queue_time_sum_increase": 4000.0}
     assert diagnose_target(make(**quick), lim).verdict == "healthy"
+
+
+def test_preemptions_beside_a_pinned_cap_below_the_kv_ceiling_are_the_cap():
+    # 8 of 8 running, 2 preemptions, KV peaked at 75 % of a ceiling of 1 - 1900 / 11120 = 82.9 %: a preempting step
+    # admits nobody, but every other step stops at `num_running >= max_num_running_reqs` before asking for blocks,
+    # and below the ceiling the blocks were there (vLLM 0.29: a cap of 8, 1-3 preemptions, the cap refused the head
+    # in 100 % of the queued time) -> max_num_seqs_cap, the preemptions a secondary KV finding
+    lim = resolve_limits(cli={"kv_cache_tokens": 11120, "max_num_seqs": 8})
+    pinned = dict(running_avg=8, running_max=8, kv_usage_avg=0.6, preemptions_increase=2, **QUEUE)
+    d = diagnose_target(_signals(kv_usage_max=0.75, **pinned), lim)
+    assert d.verdict == "max_num_seqs_cap"
+    assert [f.verdict for f in d.findings] == ["kv_cache_exhaustion"]
+    assert "the cap held the queue, not the KV cache" in " ".join(d.findings[0].evidence)
+    # KV at its ceiling (0.83 >= 0.829): the KV cache ran out too, preemptions first
+    assert diagnose_target(_signals(kv_usage_max=0.83, **pinned), lim).verdict == "kv_cache_exhaustion"
+    # slots free (6 of 8): nothing refused the head before the KV cache
+    free = {**pinned, "running_avg": 6, "running_max": 7}
+    assert diagnose_target(_signals(kv_usage_max=0.75, **free), lim).verdict == "kv_cache_exhaustion"
