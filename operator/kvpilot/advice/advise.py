@@ -31,7 +31,6 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvpilot.advice.fit import FitError, WorkloadFit, fit_workload
 from kvpilot.advice.limits import finish_rate_problem
@@ -63,6 +62,7 @@ from kvpilot.diagnose.model import (
 from kvpilot.diagnose.recommend import platform
 from kvpilot.diagnose.signals import Signals
 from kvpilot.engine.config import EngineConfig
+from kvpilot.kv.spec import ModelConfig
 from kvpilot.text.numbers import count, number, percent, significant
 
 #: verdicts whose window holds a queue a change could shorten: predictions run for them by default
@@ -122,7 +122,7 @@ def predict_target(
     defaults: bool = True,
     deadline: float | None = None,
     seed: int = 0,
-    model_config: dict[str, Any] | None = None,
+    model_config: ModelConfig | None = None,
 ) -> None:
     """Replay ``diag``'s window, simulate what-ifs and rewrite its recommendations (module docstring);
     ``model_config``: the served model's config.json (its own engine profile).

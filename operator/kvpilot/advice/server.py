@@ -36,6 +36,7 @@ from kvpilot.engine.config import EngineConfig
 from kvpilot.engine.hardware import MODEL_PROFILES, ModelProfile, profile_from_config
 from kvpilot.gpus import gpu_profile
 from kvpilot.kv import KVConfigError
+from kvpilot.kv.spec import ModelConfig
 from kvpilot.text.numbers import fig, times
 from kvpilot.text.safe import one_line
 
@@ -206,7 +207,7 @@ _UNMEASURED = (
 
 
 def step_time_prior(
-    limits: Limits, model_name: str, model_config: dict[str, Any] | None = None, signals: Signals | None = None
+    limits: Limits, model_name: str, model_config: ModelConfig | None = None, signals: Signals | None = None
 ) -> StepTime:
     """The uncalibrated step-time model for this target's GPU and model (fallbacks said in ``notes``).
 
@@ -235,9 +236,9 @@ def step_time_prior(
         how = "its clock is measured from the window." if clock else _UNMEASURED
         notes = [f"A CPU server: no GPU roofline describes it; {how}"]
     label = model_name.rsplit("/", 1)[-1] or "the served model"
-    if model_config:
+    if model_config is not None and model_config.document:
         try:
-            own = profile_from_config(model_config, label)
+            own = profile_from_config(model_config.document, label)
             return StepTime(gpu, label, own, notes=tuple(notes), measured=clock)
         except KVConfigError as exc:
             notes.append(f"--model-config not used for the step time ({exc}).")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from kvpilot.kv.capacity import REFERENCE_GPU_MEMORY_BYTES, REFERENCE_GPU_MEMORY_UTILIZATION, REFERENCE_KV_TOKENS
+from kvpilot.kv.spec import KVSpec, kv_spec_from_config
 from kvpilot.text.layout import Cell, records
 from kvpilot.text.numbers import GIB, count, fig, gib, number, percent, plain
 
@@ -52,10 +53,10 @@ DIAGNOSED = (
 SIM_SECONDS, SNAPSHOT_SECONDS = 300.0, 15.0
 
 
-def _model_config() -> dict[str, Any]:
+def _model_spec() -> KVSpec:
+    """The KV spec of the packaged config.json, read once here."""
     text = importlib.resources.files("kvpilot").joinpath(MODEL_CONFIG).read_text()
-    config: dict[str, Any] = json.loads(text)  # the packaged config.json is an object
-    return config
+    return kv_spec_from_config(json.loads(text))  # the packaged config.json is an object
 
 
 def kv_memory_option(kv_bytes: int, block_bytes: int) -> str:
@@ -97,7 +98,7 @@ def section_kv(ctx: Any) -> None:
 
     console = ctx.console
     ctx.heading("KV math: what fits in the GPU (kvpilot kv)")
-    config = _model_config()
+    config = _model_spec()
     status = (ctx.server_object().get("status") or {}) if ctx.cluster is not None else {}
     engine = ctx.server.get("spec", {}).get("engine", {})
     max_model_len = int(engine.get("maxModelLen", 8192))
@@ -211,9 +212,9 @@ def section_engine(ctx: Any) -> None:
     ctx.more.append(("the engine model", "kvpilot simulate seed-lru --kv-offload-cpu 1.5GiB"))
 
 
-def _scenario_samples(name: str) -> tuple[list[Sample], dict[str, Any]]:
+def _scenario_samples(name: str) -> tuple[list[Sample], dict[str, int], str | None]:
     """Run scenario ``name`` for :data:`SIM_SECONDS` with vLLM's metrics; return timestamped samples
-    (snapshots every :data:`SNAPSHOT_SECONDS`, as a recording holds them) and the resolved flags.
+    (snapshots every :data:`SNAPSHOT_SECONDS`, as a recording holds them), the resolved flags and the GPU's name.
     """
     from kvpilot.commands.simulate.session import Simulation
     from kvpilot.metrics.exposition import Sample
@@ -231,7 +232,8 @@ def _scenario_samples(name: str) -> tuple[list[Sample], dict[str, Any]]:
         "max_num_batched_tokens": cfg.max_num_batched_tokens,
         "max_model_len": cfg.max_model_len,
     }
-    return samples, {"flags": flags, "gpu": getattr(cfg, "gpu", None)}
+    gpu: str | None = getattr(cfg, "gpu", None)
+    return samples, flags, gpu
 
 
 def section_diagnose(ctx: Any) -> None:
@@ -247,13 +249,13 @@ def section_diagnose(ctx: Any) -> None:
     rows: list[list[Cell]] = []
     results: dict[str, str] = {}
     for name in DIAGNOSED:
-        samples, info = _scenario_samples(name)
+        samples, flags, gpu = _scenario_samples(name)
         signals = compute_signals(samples, SIM_SECONDS, SIM_SECONDS)
         if not signals:
             rows.append([name, "no_data", "unknown", "-", "no vLLM series", "-"])
             continue
         key, sig = next(iter(sorted(signals.items())))
-        limits = resolve_limits(None, info["flags"], sig.cache_config, gpu_name=info["gpu"])
+        limits = resolve_limits(None, flags, sig.cache_config, gpu_name=gpu)
         diag = diagnose_target(sig, limits)
         results[name] = diag.verdict
         rec = diag.recommendations[0] if diag.recommendations else None

@@ -128,6 +128,7 @@ def _read_model_config(opts: Options, path: str) -> None:
     """``--model-config``: the model's config.json into ``opts`` (a JSON object, read within the bound for this
     file); exits 64 with one line naming the option when it cannot be used.
     """
+    from kvpilot.kv.spec import ModelConfig
     from kvpilot.text.documents import MAX_JSON_BYTES, load_json
 
     try:
@@ -138,7 +139,7 @@ def _read_model_config(opts: Options, path: str) -> None:
         doc = load_json(raw.decode("utf-8"))  # bounded: nesting, integer digits, numbers
         if not isinstance(doc, dict):
             raise ValueError("a config.json is a JSON object")
-        opts.model_config = doc
+        opts.model_config = ModelConfig.read(doc)
     except (OSError, ValueError) as exc:  # UnicodeDecodeError and DocumentError are ValueErrors
         click.echo(f"kvpilot: error: --model-config {path}: {exc}", err=True)
         sys.exit(EXIT_USAGE)

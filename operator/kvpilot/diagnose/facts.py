@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import detail
@@ -48,6 +47,7 @@ from kvpilot.diagnose.severity import growing as queue_growing
 from kvpilot.diagnose.signals import SignalName, Signals
 from kvpilot.diagnose.steptime import StepFit, fit_step_time
 from kvpilot.gpus import GPU_PROFILES, gpu_profile
+from kvpilot.kv.spec import ModelConfig
 from kvpilot.metrics.catalog import version_tuple
 from kvpilot.text.numbers import count, fig, number, percent
 from kvpilot.vllm.defaults import LARGE_GPU_MAX_NUM_BATCHED_TOKENS, has_max_num_active_seqs
@@ -531,7 +531,7 @@ class Facts:
     budget_evidence: str = ""
     full_by_elimination: bool = False
     step_fit: StepFit = field(default_factory=lambda: fit_step_time(()))
-    model_config: dict[str, Any] | None = None
+    model_config: ModelConfig | None = None
     batch: float | None = None
     batch_how: str = ""
     cap_name: str = "max_num_seqs"

@@ -28,13 +28,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.model import Recommendation, Verdict
 from kvpilot.diagnose.signals import Signals
 from kvpilot.kv import KVConfigError, bytes_per_token, kv_element_bytes
 from kvpilot.kv.capacity import tokens_at_utilization
+from kvpilot.kv.spec import KVSpec, ModelConfig
 from kvpilot.text.numbers import count, fig, gib, number, percent, significant, times
 from kvpilot.vllm.defaults import CPU_DEFAULT_BLOCK_SIZE, DEFAULT_BLOCK_SIZE
 
@@ -53,17 +54,23 @@ class Inputs:
 
     signals: Signals
     limits: Limits
-    model_config: dict[str, Any] | None = None
+    model_config: ModelConfig | None = None
+
+
+def _model_spec(inputs: Inputs) -> KVSpec | None:
+    """The served model's KV spec, None without a readable config.json."""
+    return inputs.model_config.spec if inputs.model_config is not None else None
 
 
 def kv_bytes_per_token(inputs: Inputs) -> int | None:
     """Bytes per KV token per GPU from the model config (kvpilot.kv), or None when unknown/invalid."""
-    if not inputs.model_config:
+    spec = _model_spec(inputs)
+    if spec is None:
         return None
     dtype = inputs.limits.value("kv_cache_dtype") or "auto"
     tp = inputs.limits.value("tensor_parallel_size") or 1
     try:
-        return bytes_per_token(inputs.model_config, kv_cache_dtype=str(dtype), tensor_parallel_size=int(tp))
+        return bytes_per_token(spec, kv_cache_dtype=str(dtype), tensor_parallel_size=int(tp))
     except (KVConfigError, KeyError, ValueError, TypeError):
         return None
 
@@ -287,10 +294,10 @@ def _kv_dtype(inputs: Inputs, short: _Shortfall | None) -> tuple[Recommendation,
         return None
     try:
         model_dtype = "bfloat16"
-        if inputs.model_config:
-            from kvpilot.kv.spec import model_dtype as _model_dtype
-
-            model_dtype = _model_dtype(inputs.model_config)
+        if inputs.model_config is not None:
+            if inputs.model_config.dtype is None:  # a dtype the config names and vLLM does not know
+                return None
+            model_dtype = inputs.model_config.dtype
         factor = kv_element_bytes(dtype, model_dtype) / kv_element_bytes("fp8", model_dtype)
     except (KVConfigError, KeyError):
         return None
@@ -409,15 +416,16 @@ def _tensor_parallel(inputs: Inputs, kv_tokens: int | None) -> Recommendation | 
     config (heads unknown), when 2t is not a valid TP size for the model, or when it gains no tokens
     per GPU (KV heads already replicated). ``t`` unknown is assumed 1 and said.
     """
-    if not inputs.model_config:
+    spec = _model_spec(inputs)
+    if spec is None:
         return None
     lim = inputs.limits
     known = lim.value("tensor_parallel_size")
     tp = int(known or 1)
     dtype = str(lim.value("kv_cache_dtype") or "auto")
     try:
-        now = bytes_per_token(inputs.model_config, kv_cache_dtype=dtype, tensor_parallel_size=tp)
-        then = bytes_per_token(inputs.model_config, kv_cache_dtype=dtype, tensor_parallel_size=2 * tp)
+        now = bytes_per_token(spec, kv_cache_dtype=dtype, tensor_parallel_size=tp)
+        then = bytes_per_token(spec, kv_cache_dtype=dtype, tensor_parallel_size=2 * tp)
     except (KVConfigError, KeyError, ValueError, TypeError):
         return None
     if then >= now:

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kvpilot.diagnose.facts import (
     ADMISSION_ORDER,
@@ -76,6 +76,7 @@ from kvpilot.diagnose.severity import FIXED, OK, kv_severity, queue_severity
 from kvpilot.diagnose.signals import SignalName, Signals, legacy_or_escaped
 from kvpilot.diagnose.steptime import STEP_TIME_FLAT, STEP_TIME_GROWS
 from kvpilot.diagnose.turnover import cache_turnover, turnover_evidence
+from kvpilot.kv.spec import ModelConfig
 from kvpilot.text.numbers import count, fig, number, percent, significant, times
 from kvpilot.vllm.defaults import DEFAULT_BLOCK_SIZE
 
@@ -995,7 +996,7 @@ def diagnose_target(
     limits: Limits,
     target: dict[str, str] | None = None,
     queries: list[str] | None = None,
-    model_config: dict[str, Any] | None = None,
+    model_config: ModelConfig | None = None,
 ) -> Diagnosis:
     """Diagnose one target: derive the facts, run :data:`RULES` in order, attach secondary findings.
 

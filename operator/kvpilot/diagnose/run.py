@@ -23,6 +23,7 @@ from kvpilot.diagnose.signals import SIGNAL_DEFS, Signals, TargetKey, compute_si
 from kvpilot.diagnose.sources import SourceError
 from kvpilot.diagnose.sources.http import display_url
 from kvpilot.diagnose.sources.kube import PodLimits
+from kvpilot.kv.spec import ModelConfig
 from kvpilot.text.numbers import fig
 from kvpilot.text.safe import one_line
 
@@ -77,7 +78,7 @@ class Options:
     cli_limits: dict[str, Any] = field(default_factory=dict)
     gpu_memory_bytes: int | None = None
     gpu_name: str | None = None
-    model_config: dict[str, Any] | None = None
+    model_config: ModelConfig | None = None
     quick: bool = False
     scrape_interval: float = 5.0
     quick_gap: float = 3.0

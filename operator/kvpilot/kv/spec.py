@@ -550,6 +550,34 @@ def kv_spec_from_config(config: dict[str, Any]) -> KVSpec:
     )
 
 
+@dataclass(frozen=True)
+class ModelConfig:
+    """A served model's ``config.json``, read once where it enters (``--model-config``).
+
+    Attributes:
+        document: the JSON object as given (the engine's own profile counts parameters from it).
+        spec: its :class:`KVSpec`, None when :func:`kv_spec_from_config` refuses it.
+        dtype: the dtype vLLM serves it in (:func:`model_dtype`), None when the dtype is not understood.
+    """
+
+    document: dict[str, Any]
+    spec: KVSpec | None
+    dtype: str | None
+
+    @classmethod
+    def read(cls, document: dict[str, Any]) -> ModelConfig:
+        """Parse ``document`` once; a field that cannot be read leaves ``spec`` (or ``dtype``) None."""
+        try:
+            spec: KVSpec | None = kv_spec_from_config(document)
+        except (KVConfigError, KeyError, ValueError, TypeError):
+            spec = None
+        try:
+            dtype: str | None = model_dtype(document)
+        except (KVConfigError, KeyError):
+            dtype = None
+        return cls(document, spec, dtype)
+
+
 def ceil_div(a: int, b: int) -> int:
     """``ceil(a / b)`` for non-negative integers (vLLM's ``cdiv``)."""
     return -(-a // b)
@@ -562,6 +590,7 @@ __all__ = [
     "KVSpec",
     "LINEAR",
     "MAMBA",
+    "ModelConfig",
     "NONE",
     "SLIDING",
     "StateSpec",

@@ -15,6 +15,7 @@ from __future__ import annotations
 from kvpilot.diagnose.limits import resolve_limits
 from kvpilot.diagnose.rules import diagnose_target
 from kvpilot.diagnose.signals import Signals, finish_signals
+from kvpilot.kv.spec import ModelConfig
 
 WINDOW = 10.0
 
@@ -53,7 +54,9 @@ def one_pass(hits: float, ttft_s: float = 0.5762, prefill_s: float = 0.560):
     )
     sig.fit["ttft_sum_increase"] = DOCS * ttft_s
     sig.fit["ttft_count_increase"] = float(DOCS)
-    return diagnose_target(sig, resolve_limits(cli={"kv_cache_tokens": KV_TOKENS}), model_config=QWEN_1_5B)
+    return diagnose_target(
+        sig, resolve_limits(cli={"kv_cache_tokens": KV_TOKENS}), model_config=ModelConfig.read(QWEN_1_5B)
+    )
 
 
 def turnover_lines(d) -> str:

@@ -16,6 +16,7 @@ from kvpilot.diagnose.limits import resolve_limits
 from kvpilot.diagnose.rules import diagnose_target, escaped_names_note
 from kvpilot.diagnose.signals import compute_signals
 from kvpilot.diagnose.sources.recording import read_window
+from kvpilot.kv.spec import ModelConfig
 from kvpilot.metrics.catalog import match_name
 from kvpilot.metrics.exposition import Sample
 
@@ -32,7 +33,7 @@ def diagnose_case(name: str, window: float, cli: dict, gpu_memory=None, gpu_name
     assert len(signals) == 1
     sig = next(iter(signals.values()))
     limits = resolve_limits(None, cli, sig.cache_config, gpu_memory, gpu_name)
-    return diagnose_target(sig, limits, model_config=model_config)
+    return diagnose_target(sig, limits, model_config=None if model_config is None else ModelConfig.read(model_config))
 
 
 def rec(diag, flag):

@@ -12,6 +12,7 @@ from kvpilot.cli import cli
 from kvpilot.diagnose.limits import resolve_limits
 from kvpilot.diagnose.recommend import Inputs, recommend
 from kvpilot.diagnose.signals import Signals, finish_signals
+from kvpilot.kv.spec import ModelConfig
 from tests.integration.diagnose.scenario_flags import EXPECTED, scenario_cli_args
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -28,7 +29,7 @@ def test_gpu_memory_utilization_arithmetic():
     # 10,480 x 28,672 B = 300,482,560 B = 0.03498 of 8 GiB -> 0.60 + 0.035 = 0.635 -> rounded up to 0.64.
     # vLLM claims ceil(0.64 x 8 GiB) - ceil(0.60 x 8 GiB) = 5,497,558,139 - 5,153,960,756 = 343,597,383 B more;
     # (21,520 x 28,672 + 343,597,383) // (16 x 28,672) = 960,618,823 // 458,752 = 2,093 blocks = 33,488 tokens
-    config = json.loads((FIXTURES / "hf-configs" / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text())
+    config = ModelConfig.read(json.loads((FIXTURES / "hf-configs" / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text()))
     sig = signals(
         running_max=4.0, prompt_tokens_per_s=6000.0, generation_tokens_per_s=2000.0, requests_finished_per_s=1.0
     )
@@ -50,7 +51,7 @@ def test_gpu_memory_utilization_arithmetic():
 def test_tensor_parallel_quantified_from_the_kv_heads():
     # Qwen2.5-1.5B: 28 layers, 2 KV heads of 128, bf16: 28 x 2 x 128 x 2 (K and V) x 2 B = 28,672 B per token
     # on one GPU; TP 2 splits the 2 KV heads: 14,336 B -> the same KV memory holds 21,520 x 2 = 43,040 tokens
-    config = json.loads((FIXTURES / "hf-configs" / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text())
+    config = ModelConfig.read(json.loads((FIXTURES / "hf-configs" / "Qwen__Qwen2.5-1.5B-Instruct.json").read_text()))
     sig = signals(running_max=4.0)
     tp1 = {
         r.flag: r

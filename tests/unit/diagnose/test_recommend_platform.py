@@ -13,6 +13,7 @@ from __future__ import annotations
 from kvpilot.diagnose.limits import resolve_limits
 from kvpilot.diagnose.recommend import Inputs, platform, recommend
 from kvpilot.diagnose.signals import Signals, finish_signals
+from kvpilot.kv.spec import ModelConfig
 from tests.realserver.make_model import SHAPE
 
 GIB = 2**30
@@ -65,7 +66,9 @@ def test_the_platform_is_read_from_the_cache_config_and_the_gpu_named():
 
 
 def test_a_cpu_server_short_of_kv_gets_bytes_sized_from_the_shortfall():
-    recs = recommend("kv_cache_exhaustion", Inputs(kv_bound(), resolve_limits(cache_config=CPU_INFO), TINY))
+    recs = recommend(
+        "kv_cache_exhaustion", Inputs(kv_bound(), resolve_limits(cache_config=CPU_INFO), ModelConfig.read(TINY))
+    )
     flags = [r.flag for r in recs]
     # 8 in KV x (10 + 2) / 10 = 9.6 keep up, x 1.25 = 12 requests x 320 tokens = 3,840 tokens x 2,048 B
     # = 7,864,320 B = 7.5 MiB -> 8 MiB
@@ -82,7 +85,7 @@ def test_a_cpu_server_short_of_kv_gets_bytes_sized_from_the_shortfall():
 
 def test_a_gpu_server_short_of_kv_keeps_the_utilization_and_tensor_parallelism():
     limits = resolve_limits(cache_config=GPU_INFO, gpu_memory_bytes=1 * GIB)
-    recs = {r.flag: r for r in recommend("kv_cache_exhaustion", Inputs(kv_bound(), limits, TINY))}
+    recs = {r.flag: r for r in recommend("kv_cache_exhaustion", Inputs(kv_bound(), limits, ModelConfig.read(TINY)))}
     assert "--kv-cache-memory-bytes" not in recs
     util = recs["--gpu-memory-utilization"]
     # 3,840 - 3,072 = 768 tokens x 2,048 B = 1,572,864 B = 0.00146 of 1 GiB: 0.92 -> 0.93 (rounded up)
@@ -95,7 +98,7 @@ def test_no_flag_covers_the_shortfall_so_replicas_come_first():
     # than the 3,072 there are; fp8 gives 6,144; on a 256 MiB GPU 0.95 adds (0.95 - 0.92) x 256 MiB / 2,048 B =
     # 3,932 (it would take 0.92 + 9,728 x 2,048 / 256 MiB = 0.994): ceil(12,800 / 3,072) = 5 servers
     limits = resolve_limits(cache_config=GPU_INFO, gpu_memory_bytes=256 * MIB)
-    recs = recommend("kv_cache_exhaustion", Inputs(kv_bound(waiting_trend_per_s=30.0), limits, TINY))
+    recs = recommend("kv_cache_exhaustion", Inputs(kv_bound(waiting_trend_per_s=30.0), limits, ModelConfig.read(TINY)))
     assert (recs[0].flag, recs[0].suggested) == ("replicas (scale out)", 5)
     util = next(r for r in recs if r.flag == "--gpu-memory-utilization")
     assert util.suggested == 0.95
@@ -107,7 +110,7 @@ def test_no_flag_covers_the_shortfall_so_replicas_come_first():
 def test_with_enough_gpu_memory_the_utilization_covers_it_and_comes_first():
     # the same shortfall on 1 GiB: 0.92 + 9,728 x 2,048 / 1 GiB = 0.9386 -> 0.94 covers it; no replicas
     limits = resolve_limits(cache_config=GPU_INFO, gpu_memory_bytes=1 * GIB)
-    recs = recommend("kv_cache_exhaustion", Inputs(kv_bound(waiting_trend_per_s=30.0), limits, TINY))
+    recs = recommend("kv_cache_exhaustion", Inputs(kv_bound(waiting_trend_per_s=30.0), limits, ModelConfig.read(TINY)))
     assert (recs[0].flag, recs[0].suggested) == ("--gpu-memory-utilization", 0.94)
     assert all(r.flag != "replicas (scale out)" for r in recs)
 
