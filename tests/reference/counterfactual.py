@@ -498,28 +498,28 @@ def evaluate(python: str, scenarios: tuple[Scenario, ...] = SCENARIOS) -> tuple[
             )
             (diag,) = report.targets
             reports[sc.name] = diag
-            replay = diag.replay or {}
+            replay = diag.replay
             rows.append(
                 Row(
                     sc.name,
                     "",
-                    replay.get("predicted"),
+                    None if replay is None or replay.predicted is None else replay.predicted.to_json(),
                     truth(base, sc.start, sc.duration),
-                    "; ".join(replay.get("misses", [])),
+                    "; ".join(replay.misses if replay is not None else ()),
                 )
             )
-            by_change = {tuple(w["change"].items()): w for w in diag.what_if}
+            by_change = {w.change: w for w in diag.what_if}
             for change in sc.changes:
                 _, replicas = changed_flags(sc.flags, change)
                 actual = truth(results[run_name(sc, change)], sc.start, sc.duration, replicas)
-                w = by_change.get(tuple(change.items()), {})
+                w = by_change.get(tuple(change.items()))
                 rows.append(
                     Row(
                         sc.name,
                         run_name(sc, change)[len(sc.name) + 1 :],
-                        w.get("predicted"),
+                        None if w is None or w.predicted is None else w.predicted.to_json(),
                         actual,
-                        w.get("reason", "not in the report"),
+                        w.reason if w is not None and w.reason else "not in the report",
                     )
                 )
     return rows, reports

@@ -72,7 +72,7 @@ def test_the_issue_budget_case_predicts_the_growing_queue_and_the_replicas(evalu
     # no promise of fewer prefill steps any more: the budget recommendation carries its prediction
     budget = next(r for r in diag.recommendations if r.flag == "--max-num-batched-tokens")
     assert budget.predicted is not None
-    assert budget.predicted["queue_growing"] is True
+    assert budget.predicted.queue_growing is True
     assert "instead of" not in budget.expected_effect
     assert "the queue still grows" in budget.expected_effect
     # the lead: no flag change keeps up, and as many replicas as vLLM needed
