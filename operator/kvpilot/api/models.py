@@ -596,7 +596,9 @@ def checked_status(status: VLLMServerStatus) -> VLLMServerStatus:
         StatusError: naming the field whose value does not fit.
     """
     try:
-        return VLLMServerStatus.model_validate(status.model_dump(by_alias=True, exclude_unset=True))
+        # the serializer would warn of a wrongly typed field first: the validation below refuses it, naming it
+        dumped = status.model_dump(by_alias=True, exclude_unset=True, warnings=False)
+        return VLLMServerStatus.model_validate(dumped)
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"])
