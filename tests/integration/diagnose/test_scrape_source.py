@@ -53,6 +53,37 @@ def test_scrapes_form_a_timeline(escaped):
     assert sig.get("running_avg") == 4.0
 
 
+def test_scrapes_keep_a_fixed_schedule_at_millisecond_stamps():
+    """Each scrape costs 13.7 ms and every sleep overshoots by 0.4 ms: the next scrape still starts one
+    interval after the first, not after the previous one (no drift), and is stamped at a millisecond, as a saved
+    recording stores it (so the live window and the recording read again select the same scrapes).
+    """
+    now = [1_000_000.0004]
+    sleeps: list[float] = []
+
+    def clock() -> float:
+        return now[0]
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds + 0.0004
+
+    def handle(_method, _path, _query, _body):
+        now[0] += 0.0137
+        return 200, exposition(0, False)
+
+    with LoopbackServer(handle) as server:
+        samples, scrapes = scrape_series(
+            server.url + "/metrics", window_seconds=4, interval_seconds=1, clock=clock, sleep=sleep
+        )
+    assert scrapes == 5
+    stamps = sorted({s.timestamp for s in samples})
+    # scrape k starts 0.4 ms after 1,000,000.0004 + k s (the sleep's overshoot), stamped to the millisecond
+    assert stamps == [1_000_000.0, 1_000_001.001, 1_000_002.001, 1_000_003.001, 1_000_004.001]
+    # the sleeps aim at 1,000,000.0004 + k: 1 s less the scrape's 13.7 ms and, after the first, the 0.4 ms overshoot
+    assert sleeps == pytest.approx([1 - 0.0137, 1 - 0.0137 - 0.0004, 1 - 0.0137 - 0.0004, 1 - 0.0137 - 0.0004])
+
+
 def test_quick_takes_two_scrapes():
     with LoopbackServer(lambda _m, _p, _q, _b: (200, exposition(1, False))) as server:
         _, scrapes = scrape_series(server.url, window_seconds=300, quick=True, sleep=lambda _s: None)

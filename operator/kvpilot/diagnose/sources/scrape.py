@@ -102,8 +102,11 @@ def scrape_series(
     gap = quick_gap_seconds if quick else interval_seconds
     samples: list[Sample] = []
     done = 0
+    first = clock()
     for i in range(count):
-        started = clock()
+        # stamped at Prometheus's resolution, a millisecond, as a saved recording stores it: the live window
+        # and the recording read again select the same scrapes
+        started = round(clock(), 3)
         if run_deadline is not None and time.monotonic() >= run_deadline:
             break
         try:
@@ -127,8 +130,8 @@ def scrape_series(
         done += 1
         if progress is not None:
             progress(done, count, (count - done) * gap)
-        if i < count - 1:
-            sleep(max(0.0, gap - (clock() - started)))
+        if i < count - 1:  # on a fixed schedule from the first scrape: no drift, so the window holds every scrape
+            sleep(max(0.0, first + (i + 1) * gap - clock()))
     return samples, done
 
 
