@@ -472,7 +472,7 @@ class Facts:
             lora_seen: the server's ``max_loras``, the most LoRA adapters with scheduled requests at once (slots in
             use) and the distinct adapters seen over the window (``vllm:lora_requests_info``); lora_blocked:
             requests deferred while every LoRA slot held an adapter (vLLM defers a request whose adapter would
-            exceed ``max_loras``).
+            exceed ``max_loras``); lora_head: :func:`deferred_head`.
         step_rate: engine steps per second with output; decode_per_step: generated tokens per step.
         step_fit: seconds per step fitted on tokens per step over the sub-windows
             (:func:`kvpilot.diagnose.steptime.fit_step_time`): ``grows`` = compute-bound at any budget,
@@ -525,6 +525,7 @@ class Facts:
     lora_adapters: float | None
     lora_seen: float | None
     lora_blocked: bool
+    lora_head: bool
     step_rate: float | None
     decode_per_step: float | None
     inferred: tuple[str, ...] = field(default=())
@@ -764,6 +765,20 @@ def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -
     return Inferred(n_seqs, n_how, budget, b_how, tuple(names), evidence, bound, seqs_bound)
 
 
+def deferred_head(signals: Signals) -> bool:
+    """A deferred request at the head of vLLM's waiting queue in at least half of the window's samples.
+
+    vLLM keeps the requests it deferred (a LoRA adapter that cannot join a step holding ``max_loras`` adapters,
+    among other transient reasons) in a queue of their own and, under FCFS, visits that queue first in the next
+    step (``Scheduler._select_waiting_queue_for_scheduling``, vllm/v1/core/sched/scheduler.py, vLLM 0.29.0): while
+    a request is deferred the head of the queue is a deferred one, whatever refuses the requests behind it. The
+    ``reason="deferred"`` gauge counts that queue; its median at one or more puts a deferred head in half the
+    samples or more (the same half-the-window line as a queue that costs time).
+    """
+    median = signals.get("waiting_deferred_median")
+    return median is not None and median >= 1
+
+
 def derive_facts(signals: Signals, limits: Limits) -> Facts:
     """Every fact the rules read, derived once (class and module docstrings for the definitions)."""
     s = signals.get
@@ -920,6 +935,7 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         lora_adapters=lora_adapters,
         lora_seen=s("lora_adapters_seen"),
         lora_blocked=lora_blocked,
+        lora_head=lora_blocked and deferred_head(signals),
         step_rate=step_rate,
         decode_per_step=gen / step_rate if gen is not None and step_rate else None,
         inferred=inf.names,

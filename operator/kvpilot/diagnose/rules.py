@@ -14,7 +14,8 @@ Order (first match is the primary verdict):
 1. ``no_data`` - no running/waiting gauge for the target in the window;
 2. ``target_down`` - the series stopped before the window's end;
 3. ``kv_cache_exhaustion`` - preemptions: running requests found no free block, and a step that
-   preempts admits nobody (before any admission check);
+   preempts admits nobody (before any admission check), unless a cap held the queue in every other step
+   (running pinned below the KV ceiling, or a deferred request at the head on full LoRA slots);
 4. ``token_budget_cap`` - steps full at a budget below 8192 with a queue (or at any budget when the
    measured step time stays flat as tokens per step grow): the first admission check;
 5. ``compute_bound`` - steps full at a budget of 8192 or more with a queue, or at any budget when the
@@ -319,13 +320,19 @@ def rule_kv_preemption(f: Facts) -> Finding | None:
 
 
 def _cap_over_preemptions(f: Facts) -> bool:
-    """Running pinned at max_num_seqs with KV below its admission ceiling: the cap, not the preemptions, held the
-    queue. A step that preempts admits nobody, but it is one step per preemption; in every other step
-    ``Scheduler.schedule`` stops at ``num_running >= max_num_running_reqs`` before it asks the KV cache for blocks,
-    and below the ceiling the blocks were there (vLLM 0.29: a cap of 8 with 1-3 preemptions in thousands of steps
-    refused the head on the cap in all but those steps).
+    """A cap, not the preemptions, held the queue.
+
+    A step that preempts admits nobody, but it is one step per preemption; in every other step:
+
+    - running pinned at max_num_seqs with KV below its admission ceiling: ``Scheduler.schedule`` stops at
+      ``num_running >= max_num_running_reqs`` before it asks the KV cache for blocks, and below the ceiling the
+      blocks were there (vLLM 0.29: a cap of 8 with 1-3 preemptions in thousands of steps refused the head on the
+      cap in all but those steps);
+    - every LoRA slot held and a deferred request at the head (:attr:`Facts.lora_head`): the head is visited first
+      and skipped on ``max_loras`` before the KV cache is asked, however full it is (vLLM 0.29: 2-361 preemptions in
+      a window whose head was refused on the LoRA slots in 85-100 % of the queued time).
     """
-    return f.pinned and not f.at_ceiling
+    return (f.pinned and not f.at_ceiling) or f.lora_head
 
 
 def preemption_note(f: Facts) -> Finding | None:
@@ -336,13 +343,23 @@ def preemption_note(f: Facts) -> Finding | None:
     if f.preempt < 1 or (f.queue and not _cap_over_preemptions(f)):
         return None
     finding = _kv_finding(f)
-    finding.evidence.append(
-        "Running sat at max_num_seqs with KV usage below its admission ceiling: vLLM stopped admission on the "
-        "running cap in every step but the preempting ones, so the cap held the queue, not the KV cache."
-        if f.queue
-        else "No queue cost time in the window (a request waited in fewer than half the samples, or for less than "
-        "a step on average): the KV cache ran short for running requests, not for admission."
-    )
+    if not f.queue:
+        why = (
+            "No queue cost time in the window (a request waited in fewer than half the samples, or for less than "
+            "a step on average): the KV cache ran short for running requests, not for admission."
+        )
+    elif f.lora_head:
+        why = (
+            "A deferred request headed the queue in most samples while every LoRA slot held an adapter: vLLM "
+            "visits deferred requests first and skipped the head on max_loras in every step but the preempting "
+            "ones, so the LoRA slots held the queue, not the KV cache."
+        )
+    else:
+        why = (
+            "Running sat at max_num_seqs with KV usage below its admission ceiling: vLLM stopped admission on the "
+            "running cap in every step but the preempting ones, so the cap held the queue, not the KV cache."
+        )
+    finding.evidence.append(why)
     return finding
 
 
@@ -693,14 +710,19 @@ def rule_compute_bound(f: Facts) -> Finding | None:
 
 def _compute_bound_finding(f: Facts, budget: int, grade: float) -> Finding:
     """``compute_bound`` with its evidence; ``grade`` < 1: steps nearly full (:func:`rule_near_limit`)."""
-    why = (
-        f"at {count(f.budget)} tokens, at or above vLLM's large-GPU default of {count(LARGE_BUDGET)}, a step "
-        f"already carries {times(budget / f.knee)} the {number(f.knee)} tokens at which compute binds "
-        f"({f.knee_how})"
-        if budget >= LARGE_BUDGET
-        else f"at {count(f.budget)} tokens, below vLLM's large-GPU default of {count(LARGE_BUDGET)}, the measured "
-        "step time already grows in proportion to the tokens per step (below)"
-    )
+    by_fit = f.step_fit is not None and f.step_fit.grows
+    if by_fit:
+        below = f", below vLLM's large-GPU default of {count(LARGE_BUDGET)}," if budget < LARGE_BUDGET else ""
+        why = (
+            f"at {count(f.budget)} tokens{below} the measured step time already grows in proportion to the tokens "
+            "per step (below)"
+        )
+    else:
+        why = (
+            f"at {count(f.budget)} tokens a step already carries {times(budget / f.knee)} the {number(f.knee)} "
+            f"tokens at which compute binds ({f.knee_how})"
+            + (f", at or above vLLM's large-GPU default of {count(LARGE_BUDGET)}" if budget >= LARGE_BUDGET else "")
+        )
     ev = [
         f"Steps are full at max_num_batched_tokens {count(f.budget)} ({f.budget_how}): {_steps_evidence(f)}.",
         f"{f.evidence_queue}; {_APPROACH}: here the budget was used up in every step, but {why}: a larger "
@@ -1039,7 +1061,7 @@ def diagnose_target(
     if rule not in _TERMINAL:
         if rule in _QUEUE_RULES:
             primary.evidence.extend(_latency_evidence(signals))
-        if rule not in _QUEUE_RULES or rule is rule_max_num_seqs_cap:
+        if rule not in _QUEUE_RULES or rule in (rule_max_num_seqs_cap, rule_lora_slot_cap):
             note = preemption_note(facts)
             if note is not None:
                 # the severity policy: preemptions without a queue are a warning, whatever the verdict

@@ -59,6 +59,33 @@ def test_deferred_requests_with_every_lora_slot_held_are_a_lora_slot_cap():
     assert d.verdict == "unexplained_queue"
 
 
+def test_preemptions_beside_a_deferred_head_on_full_lora_slots_are_the_lora_cap():
+    # 20 waiting, 18 of them deferred on average, a deferred request in at least half the samples (median 1), both
+    # max_loras slots held, 14 preemptions with KV peaking at the ceiling once (average 22 %). vLLM 0.29 visits its
+    # deferred requests first (Scheduler._select_waiting_queue_for_scheduling under FCFS), so the head was skipped
+    # on max_loras in every step but the 14 that preempted: the LoRA slots held the queue
+    queue = dict(waiting_avg=20, waiting_max=30, waiting_median=20, waiting_trend_per_s=0.0)
+    kv = dict(running_avg=6, running_max=9, kv_usage_avg=0.22, kv_usage_max=0.99, preemptions_increase=14.0)
+    lora = dict(waiting_deferred_avg=18, waiting_deferred_median=1, lora_max_loras=1, lora_adapters_max=1)
+    d = diagnose_target(make(**queue, **kv, **STEPS, **lora, lora_adapters_seen=4), resolve_limits(cli=LIMITS))
+    assert d.verdict == "lora_slot_cap"
+    kv_note = next(f for f in d.findings if f.verdict == "kv_cache_exhaustion")
+    assert "the LoRA slots held the queue, not the KV cache" in " ".join(kv_note.evidence)
+    # the other side of the line: a deferred request in fewer than half the samples (median 0): the head was a
+    # request the KV cache refused most of the time, and the preemptions make it the KV cache
+    d = diagnose_target(
+        make(**queue, **kv, **STEPS, **{**lora, "waiting_deferred_median": 0}, lora_adapters_seen=4),
+        resolve_limits(cli=LIMITS),
+    )
+    assert d.verdict == "kv_cache_exhaustion"
+    # a deferred head but a LoRA slot free (1 of 2): not LoRA's deferral; the preemptions decide
+    d = diagnose_target(
+        make(**queue, **kv, **STEPS, **{**lora, "lora_max_loras": 2}, lora_adapters_seen=4),
+        resolve_limits(cli=LIMITS),
+    )
+    assert d.verdict == "kv_cache_exhaustion"
+
+
 def test_lora_gauge_read_from_a_recording():
     # vllm:lora_requests_info: each step sets the current label set's series to the server's time; an older
     # set keeps the time it was last current. Window 300 s: the server's newest time is 1,400, so sets current
