@@ -112,14 +112,14 @@ def test_sub_windows_are_one_range_query_each_and_land_in_their_sub_window():
 
 
 def test_the_number_of_queries_does_not_depend_on_the_targets():
-    # one per non-histogram signal (36: the running and waiting gauges' medians and the queue time's _sum and
-    # _count joined the 32), one per histogram and spelling (2 + 4 + 2, and 2 + 2 for the per-request prompt and
-    # computed tokens), one per sub-window signal (4), cache_config_info, lora_requests_info, the operator's
-    # limits: 55, with or without selectors
-    assert len(plan(WINDOW)) == 36 + 12 + 4 + 3 == 55
-    assert len(plan(WINDOW, Selectors(namespace="llm", pod_regex="qwen(-.*)?"))) == 55
+    # one per non-histogram signal (38: the running and waiting gauges' medians and the queue time's _sum and
+    # _count joined the 32, then the two prefix-cache counters at the window's start), one per histogram and
+    # spelling (2 + 4 + 2, and 2 + 2 for the per-request prompt and computed tokens), one per sub-window signal
+    # (4), cache_config_info, lora_requests_info, the operator's limits: 57, with or without selectors
+    assert len(plan(WINDOW)) == 38 + 12 + 4 + 3 == 57
+    assert len(plan(WINDOW, Selectors(namespace="llm", pod_regex="qwen(-.*)?"))) == 57
     server, seen = recording_server(lambda _path, _q: None)
     with server as prom:
         PrometheusSource(prom.url, timeout=5).fetch(WINDOW, END)
-    assert len(seen) == 55
+    assert len(seen) == 57
     assert {path for path, _ in seen} == {"/api/v1/query", "/api/v1/query_range"}
