@@ -7,7 +7,7 @@ what-if budget runs out: wall-clock seconds of prediction for all of them, count
 diagnosis' reads (collecting a window of scrapes as long as the budget or longer never spends it), and not counting
 the fit's own queries either. With ``--prometheus`` the fit's signals are a
 second round of queries for each target predicted (``PrometheusSource.fetch_fit``, 14 queries narrowed to its
-namespace and pod), so a fleet-wide diagnosis sends its 57 queries and no more for the targets without a
+namespace and pod), so a fleet-wide diagnosis sends its 59 queries and no more for the targets without a
 queue.
 """
 

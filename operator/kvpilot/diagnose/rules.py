@@ -1213,6 +1213,46 @@ def shared_prefix_found(reused_per_request: float, shared_prefix_tokens: int, bl
     return SharedPrefixFound(cached, share, share >= REUSED_BY_MOST)
 
 
+def first_use_requests(requests: float, written: float, kv_tokens: float, written_before: float | None) -> float:
+    """How many of a window's ``requests`` came before the prefix cache first filled since the server started.
+
+    Until the prompt tokens written to the cache since the server started (queried - hits of
+    ``vllm:prefix_cache_queries_total`` and ``_hits_total``, which count from the server's start) reach its capacity,
+    LRU has evicted nothing, so a request then that misses its prefix is that prefix's first use, which can only
+    miss: vLLM's ground truth counts only the requests whose prefix an earlier one brought in. Of the window's
+    requests, those served while the ``kv_tokens - written_before`` tokens still free were being written, at the
+    window's ``written / requests`` tokens a request: all of them when the window wrote less than that, none when
+    the cache had filled before the window. 0 when ``written_before`` (the counters at the window's start) is
+    unknown: the cache is taken to have filled long ago.
+
+    Args:
+        requests: the window's requests (> 0).
+        written: prompt tokens written to the cache in the window (queried - hits, >= 0).
+        kv_tokens: the KV capacity (tokens, > 0).
+        written_before: prompt tokens written to it since the server started, up to the window's start, or None.
+    """
+    if written_before is None or requests <= 0:
+        return 0.0
+    room = kv_tokens - max(0.0, written_before)
+    if room <= 0:
+        return 0.0
+    if written <= room:
+        return requests
+    return requests * room / written
+
+
+def found_by_fewer(found: float, reusing: float) -> bool:
+    """``found`` of the ``reusing`` requests that re-used a prefix an earlier request brought in found it: fewer than
+    :data:`REUSED_BY_MOST` of them, as vLLM's ground truth counts it. False without one such request (at least one
+    whole request): misses that are all first uses of a prefix show no eviction.
+
+    Args:
+        found: requests that found it (estimated from the hits: may be fractional).
+        reusing: requests that re-used a prefix (estimated: the window's less its first uses).
+    """
+    return reusing >= 1 and found / reusing < REUSED_BY_MOST
+
+
 def _whole(found: SharedPrefixFound, shared: int | None, block: int) -> str:
     """``" (256 tokens in whole 16-token blocks, what vLLM caches)"`` when that differs from the stated length."""
     if found.cached_tokens == shared:
@@ -1330,6 +1370,22 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
     # hits beyond the incidental (a template's block or two) show the traffic shares something longer; with no
     # request counter (hits per request unknown) the hits are not shown incidental and count as before
     shared_evidence = per_hit is None or per_hit > INCIDENTAL_BLOCKS * block
+    # the requests that re-used a prefix an earlier one brought in: the window's, less those served before the
+    # cache first filled (their misses are first uses); unknown counters at the start: all of them
+    q0, h0 = s("prefix_queries_first"), s("prefix_hits_first")
+    first_uses = (
+        first_use_requests(lookups, written, kv_tokens, q0 - h0 if q0 is not None and h0 is not None else None)
+        if lookups and kv_tokens
+        else 0.0
+    )
+    reusing = (lookups or 0.0) - first_uses
+    first = (
+        f" ({number(first_uses)} of the window's {number(lookups)} requests came before the cache first filled "
+        "since the server started: their misses are first uses of a prefix, which can only miss)"
+        if first_uses > 0 and lookups
+        else ""
+    )
+    of_reusing = " re-using a prefix" if first else ""
     lost = ""
     if found is not None and found.share is None:
         ev.append(
@@ -1337,10 +1393,16 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
             "can find it. Lengthen it to at least one block."
         )
         reason = True
-    elif found is not None and not found.found_by_most:
+    elif (
+        found is not None
+        and found.share is not None
+        and per_hit is not None
+        and found_by_fewer(found.share * (lookups or 0.0), reusing)
+    ):
         judged = (
             f"requests reused {number(per_hit)} tokens each on average against the {stated}"
-            f"{_whole(found, shared, block)}: about {percent(found.share)} of the requests found it, fewer than half"
+            f"{_whole(found, shared, block)}: about {percent(found.share * (lookups or 0.0) / reusing)} of the "
+            f"requests{of_reusing} found it{first}, fewer than half"
         )
         if turnover is not None and turnover > 1:
             lost = judged
@@ -1356,12 +1418,21 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
             )
             reason = True
     elif found is None and turnover is not None and turnover > 1 and hits > 0:
-        if reused_tokens is not None and reused_share is not None and reused_share < REUSED_BY_MOST:
+        # the histograms show at least reused_share of the requests finding a prefix of at least reused_tokens (a
+        # lower bound of both, from bucket bounds); tokens reused per request of at least that length say every
+        # request may have found it, so the lower bound stands for the share only when they fall short of it
+        if (
+            reused_tokens
+            and reused_share is not None
+            and per_hit is not None
+            and per_hit < reused_tokens
+            and found_by_fewer(reused_share * (lookups or 0.0), reusing)
+        ):
             lost = (
-                f"{percent(reused_share)} of the requests reused a prefix of at least {count(reused_tokens)} tokens "
-                "each (vllm:request_prefill_kv_computed_tokens against vllm:request_prompt_tokens), fewer than half, "
-                f"and requests reused {number(per_hit)} tokens on average: the others found no such prefix, evicted "
-                "if they share it"
+                f"{percent(reused_share * (lookups or 0.0) / reusing)} of the requests{of_reusing} reused a prefix of "
+                f"at least {count(reused_tokens)} tokens each (vllm:request_prefill_kv_computed_tokens against "
+                f"vllm:request_prompt_tokens){first}, fewer than half, and requests reused {number(per_hit)} tokens on "
+                "average: the others found no such prefix, evicted if they share it"
             )
         elif not per_request_known and 0 < rate < LRU_THRASH_HIT_RATE and shared_evidence:
             lost = (
@@ -1407,8 +1478,15 @@ def _prefix_finding(signals: Signals, limits: Limits, low_severity: bool) -> Fin
     if low_severity and found is not None and found.share is not None:
         ev.append(
             f"Reported at low severity: requests reused {number(per_hit)} tokens each on average against the "
-            f"{stated}{_whole(found, shared, block)}: about {percent(found.share)} of the requests found it, at least "
-            "half. The cache serves what the traffic shares; the misses are the prompts' unique rest (a healthy cache)."
+            f"{stated}{_whole(found, shared, block)}: "
+            + (
+                f"about {percent(min(1.0, found.share * (lookups or 0.0) / reusing))} of the requests{of_reusing} "
+                f"found it{first}, at least half"
+                if reusing >= 1
+                else f"about {percent(found.share)} of the requests found it{first}, and none is seen re-using a "
+                "prefix an earlier request brought in"
+            )
+            + ". The cache serves what the traffic shares; the misses are the prompts' unique rest (a healthy cache)."
         )
         return Finding("prefix_cache_ineffective", "ok", CONF_PREFIX, ev, [])
     return None

@@ -92,6 +92,8 @@ SignalName = Literal[
     "generation_tokens_per_s",
     "prefix_queries_increase",
     "prefix_hits_increase",
+    "prefix_queries_first",
+    "prefix_hits_first",
     "external_prefix_queries_increase",
     "external_prefix_hits_increase",
     "requests_finished_per_s",
@@ -236,6 +238,9 @@ SIGNAL_DEFS: tuple[SignalDef, ...] = (
     SignalDef("generation_tokens_per_s", "vllm:generation_tokens", "rate", "_total"),
     SignalDef("prefix_queries_increase", "vllm:prefix_cache_queries", "increase", "_total"),
     SignalDef("prefix_hits_increase", "vllm:prefix_cache_hits", "increase", "_total"),
+    # the two counters since the server started, at the window's start: whether its cache had filled once by then
+    SignalDef("prefix_queries_first", "vllm:prefix_cache_queries", "first", "_total"),
+    SignalDef("prefix_hits_first", "vllm:prefix_cache_hits", "first", "_total"),
     SignalDef("external_prefix_queries_increase", "vllm:external_prefix_cache_queries", "increase", "_total"),
     SignalDef("external_prefix_hits_increase", "vllm:external_prefix_cache_hits", "increase", "_total"),
     SignalDef("requests_finished_per_s", "vllm:request_success", "rate", "_total", agg="sum"),

@@ -112,14 +112,14 @@ def test_sub_windows_are_one_range_query_each_and_land_in_their_sub_window():
 
 
 def test_the_number_of_queries_does_not_depend_on_the_targets():
-    # one per non-histogram signal (37: the running, waiting and deferred gauges' medians and the queue time's
-    # _sum and _count joined the 32), one per histogram and spelling (2 + 4 + 2, and 2 + 2 for the per-request
-    # prompt and computed tokens), one per sub-window signal (4), cache_config_info, lora_requests_info, the
-    # operator's limits: 56, with or without selectors
-    assert len(plan(WINDOW)) == 37 + 12 + 4 + 3 == 56
-    assert len(plan(WINDOW, Selectors(namespace="llm", pod_regex="qwen(-.*)?"))) == 56
+    # one per non-histogram signal (39: the running, waiting and deferred gauges' medians and the queue time's
+    # _sum and _count joined the 32, then the two prefix-cache counters at the window's start), one per histogram
+    # and spelling (2 + 4 + 2, and 2 + 2 for the per-request prompt and computed tokens), one per sub-window signal
+    # (4), cache_config_info, lora_requests_info, the operator's limits: 58, with or without selectors
+    assert len(plan(WINDOW)) == 39 + 12 + 4 + 3 == 58
+    assert len(plan(WINDOW, Selectors(namespace="llm", pod_regex="qwen(-.*)?"))) == 58
     server, seen = recording_server(lambda _path, _q: None)
     with server as prom:
         PrometheusSource(prom.url, timeout=5).fetch(WINDOW, END)
-    assert len(seen) == 56
+    assert len(seen) == 58
     assert {path for path, _ in seen} == {"/api/v1/query", "/api/v1/query_range"}

@@ -10,7 +10,13 @@ from __future__ import annotations
 import math
 
 from kvpilot.diagnose.limits import resolve_limits
-from kvpilot.diagnose.rules import SharedPrefixFound, diagnose_target, shared_prefix_found
+from kvpilot.diagnose.rules import (
+    SharedPrefixFound,
+    diagnose_target,
+    first_use_requests,
+    found_by_fewer,
+    shared_prefix_found,
+)
 from kvpilot.diagnose.signals import Signals, finish_signals, prefix_reuse
 
 EDGES = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
@@ -251,3 +257,99 @@ def test_a_stated_shared_prefix_shorter_than_a_block_is_never_cached():
     d = _documents(16, shared_prefix_tokens=10)
     assert d.verdict == "prefix_cache_ineffective"
     assert "10-token shared prefix (--shared-prefix-tokens) is shorter than one 16-token block" in " ".join(d.evidence)
+
+
+def test_requests_before_the_cache_first_filled_are_first_uses():
+    # a 10,000-token cache, 4,000 tokens written before the window: 6,000 still free. The window wrote 30,000 over
+    # 60 requests (500 a request): the first 6,000 / 500 = 12 of them came before it filled
+    assert first_use_requests(60.0, 30_000.0, 10_000.0, 4_000.0) == 12.0
+    # the window wrote 6,000 tokens, exactly the room left: none of its requests can have met an evicted prefix
+    assert first_use_requests(60.0, 6_000.0, 10_000.0, 4_000.0) == 60.0
+    # 6,001 written: the cache filled just before the last request's last token: 60 x 6,000 / 6,001
+    assert first_use_requests(60.0, 6_001.0, 10_000.0, 4_000.0) == 60.0 * 6_000.0 / 6_001.0
+    # 10,000 written before the window: the cache had filled, no first uses credited; unknown counters: none
+    assert first_use_requests(60.0, 30_000.0, 10_000.0, 10_000.0) == 0.0
+    assert first_use_requests(60.0, 30_000.0, 10_000.0, None) == 0.0
+
+
+def test_found_by_fewer_than_half_of_the_requests_re_using_a_prefix():
+    # 4 of 10: 40 % < 50 %; 5 of 10: half, not fewer
+    assert found_by_fewer(4.0, 10.0)
+    assert not found_by_fewer(5.0, 10.0)
+    # 0 of 1 re-using request: fewer; no whole re-using request (0.9, or all first uses): nothing to judge
+    assert found_by_fewer(0.0, 1.0)
+    assert not found_by_fewer(0.0, 0.9)
+    assert not found_by_fewer(0.0, 0.0)
+
+
+def _young(per_request: int, first_queries: float | None, finished: float = 1000.0) -> object:
+    # 1,000 requests of 50,000 tokens against a 992-token stated prefix in a 100,000,000-token cache: the window
+    # wrote 50,000,000 - 1,000 x per_request tokens
+    sig = signals(
+        {45000: 1000},
+        {44000: per_request, 45000: 1000 - per_request},
+        prefix_queries_increase=50_000_000.0,
+        prefix_hits_increase=finished * per_request,
+        requests_finished_increase=finished,
+        **({"prefix_queries_first": first_queries, "prefix_hits_first": 0.0} if first_queries is not None else {}),
+    )
+    return diagnose_target(
+        sig, resolve_limits(cli={"kv_cache_tokens": 100_000_000, "max_num_seqs": 64, "shared_prefix_tokens": 1000})
+    )
+
+
+def test_first_uses_of_a_prefix_before_the_cache_filled_are_not_evidence_of_loss():
+    # nothing found (0 tokens a request), the cache never turned over: with the counters at the window's start
+    # unknown, the requests do not share the prefix as sent
+    assert _young(0, None).verdict == "prefix_cache_ineffective"
+    # the server wrote 0 tokens before the window and the window's 50,000,000 fit the 100,000,000-token cache:
+    # every request came before it first filled, every miss a prefix's first use: no finding of loss
+    d = _young(0, 0.0)
+    assert d.verdict == "healthy"
+    # 50,000,001 written before: 49,999,999 free < the 50,000,000 written in the window: 1,000 x 49,999,999 /
+    # 50,000,000 = 999.99998 requests credited, 0.00002 left: no whole re-using request, nothing to judge
+    assert _young(0, 50_000_001.0).verdict == "healthy"
+    # 50,000,000 written before, the cache full at the window's start: no credit, the finding stands
+    assert _young(0, 100_000_000.0).verdict == "prefix_cache_ineffective"
+
+
+def test_a_young_cache_judges_the_share_among_the_requests_re_using_a_prefix():
+    # 400 tokens a request against 992: 40.3 % of all 1,000 requests found it (403.2). The window wrote
+    # 49,600,000; with 24,800,000 written before, 75,200,000 were free: 75.2 / 49.6 x 1,000 > 1,000, all first
+    # uses -> healthy. With 74,800,000 before, 25,200,000 free: 25.2 / 49.6 x 1,000 = 508.1 requests first uses,
+    # 491.9 re-using: 403.2 / 491.9 = 82 % found it -> healthy, at severity ok
+    d = _young(400, 74_800_000.0)
+    assert d.verdict == "healthy"
+    [f] = [f for f in d.findings if f.verdict == "prefix_cache_ineffective"]
+    assert f.severity == "ok"
+    assert "about 82.0 % of the requests re-using a prefix found it (508 of the window's 1,000 requests" in " ".join(
+        f.evidence
+    )
+    # 90,000,000 written before: 10,000,000 free, 201.6 first uses, 798.4 re-using: 403.2 / 798.4 = 50.5 %, at least
+    # half -> healthy; 95,000,000 before: 100.8 first uses, 899.2 re-using: 44.8 % -> the warning
+    assert _young(400, 90_000_000.0).verdict == "healthy"
+    assert _young(400, 95_000_000.0).verdict == "prefix_cache_ineffective"
+
+
+def test_a_lower_bound_of_the_share_is_no_evidence_when_hits_reach_the_reused_length():
+    # 100 prompts of 4,000 tokens, 10 of them computing 1 token: the pair (computed <= 1, prompt > 2,000) proves 10 %
+    # of the requests reused at least 2,000 - 1 = 1,999 tokens; 400,000 queried, the 2,656-token cache turned over
+    def case(per_request: float) -> object:
+        return diagnose_target(
+            signals(
+                {4000: 100},
+                {1: 10, 4000: 90},
+                prefix_queries_increase=400_000.0,
+                prefix_hits_increase=100.0 * per_request,
+                requests_finished_increase=100.0,
+            ),
+            resolve_limits(cli={"kv_cache_tokens": 2656, "max_num_seqs": 64}),
+        )
+
+    # 1,998 tokens a request (49.95 % of the tokens hit), short of the 1,999 proven: not every request found such a
+    # prefix, and 10 % < 50 % is read as the share -> the warning
+    d = case(1998.0)
+    assert d.verdict == "prefix_cache_ineffective"
+    assert "10.0 % of the requests reused a prefix of at least 1,999 tokens each" in " ".join(d.evidence)
+    # 1,999 tokens a request: as many as the length proven reused, so every request may have found it -> no warning
+    assert case(1999.0).verdict == "healthy"
