@@ -122,6 +122,22 @@ DEFAULT_BUDGET_EXCEEDED = 1.1
 HEAD_PROMPT_QUANTILE = 0.9
 
 
+def head_fits(signals: Signals, limits: Limits) -> bool:
+    """The median prompt's blocks fit beside the window's average KV usage: the KV cache refused the head in fewer
+    than half of the steps, whatever its peak did.
+
+    :func:`kv_ceiling` places the ceiling for a long prompt (:data:`HEAD_PROMPT_QUANTILE`), so a peak past it says
+    the KV cache refused some heads; whether it refused most of them is the typical head against the typical usage
+    (``KVCacheManager.allocate_slots``, vllm/v1/core/kv_cache_manager.py, vLLM 0.29.0: the prompt's blocks against
+    the free ones). False when usage, the prompts or the pool are unknown.
+    """
+    kv_avg, kv_tokens = signals.get("kv_usage_avg"), limits.value("kv_cache_tokens")
+    median = histogram_quantile(0.5, signals.buckets.get("prompt_tokens", []))
+    if kv_avg is None or not kv_tokens or median is None or not math.isfinite(median.value):
+        return False
+    return kv_avg + median.value / kv_tokens <= 1.0
+
+
 def kv_ceiling(signals: Signals, limits: Limits) -> tuple[float | None, str]:
     """The KV usage at which new requests stop being admitted (ratio 0-1), and how it was derived.
 
@@ -676,7 +692,7 @@ def active_cap(signals: Signals, limits: Limits, inf: Inferred, queue: bool, kv_
     return int(run_max), how
 
 
-def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -> Inferred:
+def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool, room_how: str = "KV room") -> Inferred:
     """max_num_seqs and max_num_batched_tokens for the rules, rejected and inferred when vLLM's default is
     assumed and the gauges say otherwise.
 
@@ -731,7 +747,7 @@ def infer_limits(signals: Signals, limits: Limits, queue: bool, kv_room: bool) -
     spans, prompt = _prefill_spans(signals), signals.get("prompt_tokens_per_request")
     if seqs_default and flat and (n_seqs is None or run_max < n_seqs) and (decode_only or whole):
         n_how = (
-            f"inferred: running sat at {count(run_max)} while requests waited with KV room and {steps}; vLLM's "
+            f"inferred: running sat at {count(run_max)} while requests waited with {room_how} and {steps}; vLLM's "
             f"default would be {count(n_seqs)}"
         )
         n_seqs = int(run_max)
@@ -805,7 +821,14 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     ceiling, ceiling_how = kv_ceiling(signals, limits)
     at_ceiling = kv_max is not None and ceiling is not None and kv_max >= ceiling
     kv_room = not at_ceiling and preempt < 1
-    inf = infer_limits(signals, limits, queue, kv_room)
+    # a flat running gauge is read as a cap where the KV cache refused the head in fewer than half the steps: at
+    # a peak past the long-prompt ceiling as well, when the median prompt fit beside the average usage
+    if kv_room or not (preempt < 1 and head_fits(signals, limits)):
+        inf = infer_limits(signals, limits, queue, kv_room)
+    else:
+        inf = infer_limits(
+            signals, limits, queue, True, "room in the KV cache for the median prompt beside its average use"
+        )
     n_seqs, budget = inf.n_seqs, inf.budget
     n_seqs_how, cap_name, configured_seqs = inf.n_seqs_how, "max_num_seqs", None
     version, has_active = stated_release(limits)

@@ -109,3 +109,19 @@ def test_preemptions_beside_a_pinned_cap_below_the_kv_ceiling_are_the_cap():
     # slots free (6 of 8): nothing refused the head before the KV cache
     free = {**pinned, "running_avg": 6, "running_max": 7}
     assert diagnose_target(_signals(kv_usage_max=0.75, **free), lim).verdict == "kv_cache_exhaustion"
+
+
+def test_a_flat_batch_beside_a_kv_peak_is_a_cap_when_the_median_prompt_fits():
+    # 4 running in every sample with a standing queue, nothing read of max_num_seqs (vLLM's default 256 assumed),
+    # decode-only steps; the cache holds 11,120 tokens, prompts' median 1000 + 0.5 x 1000 = 1,500 tokens (13.5 %),
+    # p90 1,900 (17.1 %): the long-prompt ceiling 1 - 0.171 = 0.829 is passed by the peak of 0.9
+    lim = resolve_limits(cli={"kv_cache_tokens": 11120})
+    steps = dict(iteration_tokens_sum_increase=4000.0, iteration_steps_increase=1000.0)
+    flat = dict(FOUR, running_min=4, running_median=4, kv_usage_max=0.9)
+    # average usage 60 %: 0.6 + 0.135 <= 1, the median head fit in most steps: the flat batch is a cap of 4
+    d = diagnose_target(_signals(**QUEUE, **flat, **steps), lim)
+    assert d.verdict == "max_num_seqs_cap"
+    assert "room in the KV cache for the median prompt beside its average use" in " ".join(d.evidence)
+    # average usage 88 %: 0.88 + 0.135 > 1, the median head did not fit: the KV cache refused it
+    d = diagnose_target(_signals(**QUEUE, **{**flat, "kv_usage_avg": 0.88}, **steps), lim)
+    assert d.verdict == "kv_cache_exhaustion"
