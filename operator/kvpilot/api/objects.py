@@ -16,11 +16,31 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict
 
-from pydantic import JsonValue
+from kvpilot.text.documents import JsonObject
 
-#: A JSON object (``json.loads`` of ``{...}``): what a request sends or the API answers before it is read
-#: as one of the objects below.
-JsonObject = dict[str, JsonValue]
+__all__ = [
+    "ConfigMap",
+    "Container",
+    "ContainerState",
+    "ContainerStateRunning",
+    "ContainerStateTerminated",
+    "ContainerStateWaiting",
+    "ContainerStatus",
+    "JsonObject",
+    "Node",
+    "ObjectMeta",
+    "OwnerReference",
+    "Pod",
+    "PodCondition",
+    "PodEvent",
+    "PodList",
+    "PodSpec",
+    "PodStatus",
+    "Service",
+    "VLLMServerEvent",
+    "VLLMServerObject",
+    "WatchEventType",
+]
 
 
 class OwnerReference(TypedDict, total=False):
