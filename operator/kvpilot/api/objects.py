@@ -27,6 +27,7 @@ __all__ = [
     "ContainerStateWaiting",
     "ContainerStatus",
     "JsonObject",
+    "KubeObject",
     "Node",
     "ObjectMeta",
     "OwnerReference",
@@ -41,6 +42,14 @@ __all__ = [
     "VLLMServerObject",
     "WatchEventType",
 ]
+
+
+class KubeObject(TypedDict, total=False):
+    """Any Kubernetes object: the fields every kind has (its others are the kind's own)."""
+
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
 
 
 class OwnerReference(TypedDict, total=False):
@@ -76,6 +85,7 @@ class PodCondition(TypedDict, total=False):
     status: str
     reason: str
     message: str
+    lastProbeTime: str | None
     lastTransitionTime: str
 
 
@@ -114,7 +124,10 @@ class ContainerStatus(TypedDict, total=False):
     """``ContainerStatus``."""
 
     name: str
+    image: str
+    imageID: str
     ready: bool
+    started: bool
     restartCount: int
     state: ContainerState
 
@@ -126,6 +139,9 @@ class PodStatus(TypedDict, total=False):
     reason: str
     message: str
     startTime: str
+    qosClass: str
+    hostIP: str
+    podIP: str
     conditions: list[PodCondition]
     containerStatuses: list[ContainerStatus]
 

@@ -66,11 +66,12 @@ import string
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import jsonpatch
 import jsonpointer
 
+from kvpilot.api.objects import KubeObject, Pod, PodSpec, PodStatus
 from kvpilot.api.timestamps import now_rfc3339
 from kvpilot.sandbox import faults, podsecurity, resources, semantics
 from kvpilot.sandbox.resources import Resource, ResourceInfo
@@ -165,7 +166,7 @@ class Stream:
     cut: bool = False
 
 
-def _status(code: int, reason: str, message: str, **details: Any) -> Reply:
+def _status(code: int, reason: str, message: str, **details: str | None) -> Reply:
     """A Kubernetes ``Status`` failure answer (what the clients turn into their API errors)."""
     return Reply(code, faults.status_payload(code, reason, message, **details))
 
@@ -274,7 +275,7 @@ class FaithfulKubernetes:
         path = request.path.rstrip("/") or "/"
         parsed = semantics.parse_api_path(path)
         parts = [p for p in path.split("/") if p]
-        document: dict[str, Any] | None = None
+        document: resources.DiscoveryDocument | dict[str, str] | None = None
         if path == "/":
             document = resources.root_paths(self.resources)
         elif path == "/version":
@@ -563,7 +564,7 @@ class FaithfulKubernetes:
         namespace = self._get(NAMESPACES, None, ns) if ns is not None else None
         if ns is not None and namespace is None:
             return _status(404, "NotFound", f'namespaces "{ns}" not found', name=ns, kind="namespaces")
-        if res == PODS and (enforced := podsecurity.enforced_level(namespace)) is not None:
+        if res == PODS and (enforced := podsecurity.enforced_level(cast(KubeObject | None, namespace))) is not None:
             found = podsecurity.violations(body.get("spec") or {}, enforced[0])
             if found:
                 message = podsecurity.admission_message(name, *enforced, found)
@@ -720,18 +721,13 @@ class FaithfulKubernetes:
         return Reply(200, self._mark_or_delete(res, ns, name, current, orphan=policy == "Orphan"))
 
     # ------------------------------------------------------------------ for the kubelet stand-in
-    def write_status(
-        self,
-        res: Resource,
-        ns: str | None,
-        name: str,
-        status: dict[str, Any],
-        spec_changes: dict[str, Any] | None = None,
-    ) -> dict[str, Any] | None:
-        """Replace an object's ``status`` (and merge ``spec_changes``, e.g. the scheduler's
-        ``nodeName``) as the control plane's own components do; None when the object is gone.
-        Emits MODIFIED only when something changed.
+    def write_pod_status(
+        self, ns: str, name: str, status: PodStatus, spec_changes: PodSpec | None = None
+    ) -> Pod | None:
+        """Replace a pod's ``status`` (and merge ``spec_changes``, e.g. the scheduler's ``nodeName``) as
+        the scheduler and kubelet do; None when the pod is gone. Emits MODIFIED only when something changed.
         """
+        res = PODS
         current = self._get(res, ns, name)
         if current is None:
             return None
@@ -740,8 +736,8 @@ class FaithfulKubernetes:
         if spec_changes:
             new["spec"] = semantics.merge_patch(new.get("spec"), spec_changes)
         if new == current:
-            return current
-        return self._commit(res, ns, name, new, "MODIFIED")
+            return cast(Pod, current)
+        return cast(Pod, self._commit(res, ns, name, new, "MODIFIED"))
 
 
 def _resource_of(request: Request) -> Resource:
