@@ -64,18 +64,22 @@ class OwnerReference(TypedDict, total=False):
 
 
 class ObjectMeta(TypedDict, total=False):
-    """``metav1.ObjectMeta``: the fields kvpilot reads."""
+    """``metav1.ObjectMeta``: the fields kvpilot reads (the operator; the sandbox, which manages them all)."""
 
     name: str
+    generateName: str
     namespace: str
     uid: str
     generation: int
     resourceVersion: str
     creationTimestamp: str
     deletionTimestamp: str
+    deletionGracePeriodSeconds: int
+    selfLink: str
     labels: dict[str, str]
     annotations: dict[str, str]
     ownerReferences: list[OwnerReference]
+    finalizers: list[str]
 
 
 class PodCondition(TypedDict, total=False):

@@ -18,11 +18,12 @@ from typing import Any, TypeVar, cast
 
 import yaml
 
-from kvpilot.api.objects import KubeObject, Pod, PodSpec, PodStatus
+from kvpilot.api.objects import Pod, PodSpec, PodStatus
 from kvpilot.api.timestamps import now_rfc3339
 from kvpilot.sandbox import kubelet
 from kvpilot.sandbox.emulator import FaithfulKubernetes, Observer, Request
 from kvpilot.sandbox.faults import Fault
+from kvpilot.sandbox.objects import StoredObject
 from kvpilot.sandbox.resources import Resource
 from kvpilot.sandbox.server import ApiServer
 
@@ -155,13 +156,13 @@ class SandboxCluster:
             raise RuntimeError("the sandbox is not running")
         return self.emulator
 
-    def get(self, resource: str, namespace: str | None, name: str) -> KubeObject | None:
+    def get(self, resource: str, namespace: str | None, name: str) -> StoredObject | None:
         """The stored object (``resource`` as ``"v1/pods"`` or ``"kvpilot.dev/v1alpha1/vllmservers"``)."""
-        return cast(KubeObject | None, self.call(self._running().get, Resource.parse(resource), namespace, name))
+        return self.call(self._running().get, Resource.parse(resource), namespace, name)
 
-    def list(self, resource: str, namespace: str | None = None) -> list[KubeObject]:
+    def list(self, resource: str, namespace: str | None = None) -> list[StoredObject]:
         """Live objects of ``resource`` (in ``namespace`` when given), sorted by creation order."""
-        return cast(list[KubeObject], self.call(self._running().objects, Resource.parse(resource), namespace))
+        return self.call(self._running().objects, Resource.parse(resource), namespace)
 
     def served(self) -> builtins.list[Request]:  # `list` here is the method above
         """Every request served so far, in order (:class:`~kvpilot.sandbox.emulator.Request`: method,

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict
+
+from kvpilot.sandbox.objects import WatchEvent
 
 #: ``reason`` of the Kubernetes ``Status`` a fault answers with, by HTTP code (apimachinery
 #: ``metav1.StatusReason``: k8s.io/apimachinery/pkg/apis/meta/v1/types.go).
@@ -110,7 +112,7 @@ def first_match(
     return fault
 
 
-def half_a_line(event: dict[str, Any]) -> bytes:
+def half_a_line(event: WatchEvent) -> bytes:
     """The first half of a watch event's JSON line: what a cut connection delivered of it."""
     line = json.dumps(event).encode()
     return line[: len(line) // 2]

@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict
+
+from kvpilot.sandbox.objects import CustomResourceDefinition, JSONSchemaProps
 
 #: ``/version`` of the sandbox (``version.Info``): the API server release whose behaviour it follows.
 SERVER_VERSION = {
@@ -101,11 +103,11 @@ def builtin_resources() -> dict[Resource, ResourceInfo]:
     return out
 
 
-def crd_resources(crd: dict[str, Any]) -> dict[Resource, tuple[ResourceInfo, dict[str, Any] | None]]:
+def crd_resources(crd: CustomResourceDefinition) -> dict[Resource, tuple[ResourceInfo, JSONSchemaProps | None]]:
     """The resources a CustomResourceDefinition serves, with each version's OpenAPI v3 schema (or None)."""
     spec = crd.get("spec") or {}
     names = spec.get("names") or {}
-    out: dict[Resource, tuple[ResourceInfo, dict[str, Any] | None]] = {}
+    out: dict[Resource, tuple[ResourceInfo, JSONSchemaProps | None]] = {}
     for version in spec.get("versions") or []:
         if not version.get("served", True):
             continue
