@@ -56,11 +56,12 @@ def _message(error: ErrorDetails) -> str:
     return f"{msg} (got {_shown(value)})"
 
 
-def parse_spec(body: dict[str, Any] | None) -> VLLMServerSpec:
+def parse_spec(body: object) -> VLLMServerSpec:
     """Validate a VLLMServer ``spec`` (the dict under ``spec``, camelCase keys) with its defaults.
 
     Args:
-        body: the spec mapping, e.g. kopf's ``spec`` or ``yaml.safe_load(...)["spec"]``.
+        body: the spec as served or loaded, e.g. kopf's ``spec`` or ``yaml.safe_load(...)["spec"]``
+            (anything: what is not a mapping is refused, naming ``spec``).
 
     Returns:
         the validated :class:`VLLMServerSpec` (defaults applied: ttlSeconds 3600, image, probes …).

@@ -26,7 +26,7 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import yaml
 from rich.table import Table
@@ -35,6 +35,10 @@ from rich.text import Text
 from kvpilot.commands import demo_alerts, demo_analysis
 from kvpilot.text.layout import paragraph, print_command, records, yaml_text
 from kvpilot.text.numbers import number
+
+if TYPE_CHECKING:
+    from kvpilot.api.models import VLLMServerStatus
+    from kvpilot.api.objects import VLLMServerObject
 
 T = TypeVar("T")
 
@@ -60,6 +64,10 @@ warmup model) took 28.4 seconds
 """
 
 
+def _no_server() -> VLLMServerObject:
+    return {}
+
+
 @dataclass
 class DemoContext:
     """State shared by the demo's sections.
@@ -71,7 +79,7 @@ class DemoContext:
         api: a ``kubernetes.client.ApiClient`` bound to it.
         server: the VLLMServer as applied (from the packaged experiment example).
         pod_name: the pod the operator made for it.
-        extra: free room for sections added later.
+        diagnoses: the verdict of each scenario the analysis section diagnosed (scenario -> verdict).
         verbose: ``kvpilot demo --verbose``: every section prints its detail (full status YAML,
             the diagnoses' evidence and recommendations) instead of its summary.
         sections_shown: how many headings :meth:`heading` has printed (sections are numbered in order).
@@ -82,9 +90,9 @@ class DemoContext:
     stack: contextlib.ExitStack
     cluster: Any = None
     api: Any = None
-    server: dict[str, Any] = field(default_factory=dict)
+    server: VLLMServerObject = field(default_factory=_no_server)
     pod_name: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    diagnoses: dict[str, str] = field(default_factory=dict)
     verbose: bool = False
     sections_shown: int = 0
     more: list[tuple[str, str]] = field(default_factory=list)
@@ -98,9 +106,18 @@ class DemoContext:
         """Print ``text`` (no markup parsed) wrapped on spaces at the console's width."""
         self.console.print(paragraph(Text(text), indent))
 
-    def server_object(self) -> dict[str, Any]:
+    def server_object(self) -> VLLMServerObject:
         """The VLLMServer as the API has it now."""
-        return self.cluster.get(f"{GROUP}/{VERSION}/{PLURAL}", NAMESPACE, self.server["metadata"]["name"]) or {}
+        found: VLLMServerObject | None = self.cluster.get(
+            f"{GROUP}/{VERSION}/{PLURAL}", NAMESPACE, self.server["metadata"]["name"]
+        )
+        return found or {}
+
+    def server_status(self) -> VLLMServerStatus:
+        """The VLLMServer's status as the API has it now, read as the operator reads it (empty when none)."""
+        from kvpilot.controller.logic import Server
+
+        return Server.of(self.server_object()).status
 
 
 def wait_for(probe: Callable[[], T], what: str, timeout: float = WAIT_SECONDS) -> T:
@@ -114,10 +131,10 @@ def wait_for(probe: Callable[[], T], what: str, timeout: float = WAIT_SECONDS) -
     raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def experiment_example() -> dict[str, Any]:
+def experiment_example() -> VLLMServerObject:
     """The packaged copy of ``manifests/examples/experiment.yaml`` (works from an installed wheel)."""
     text = importlib.resources.files("kvpilot").joinpath("data/experiment.yaml").read_text(encoding="utf-8")
-    example: dict[str, Any] = yaml.safe_load(text)  # one VLLMServer object
+    example: VLLMServerObject = yaml.safe_load(text)  # one VLLMServer object
     return example
 
 
@@ -185,7 +202,9 @@ def _preflight_inputs(ctx: DemoContext) -> None:
     if ctx.cluster.get("v1/nodes", None, GPU_NODE) is None:
         node = {"metadata": {"name": GPU_NODE, "labels": {"nvidia.com/gpu.memory": GPU_MEMORY_MIB}}}
         core.create_node(node)  # type: ignore[arg-type]  # a dict body, as above
-    ctx.server["spec"]["modelConfigRef"] = {"name": MODEL_CONFIG_MAP}
+    spec = ctx.server.get("spec")
+    if isinstance(spec, dict):  # the packaged example's spec
+        spec["modelConfigRef"] = {"name": MODEL_CONFIG_MAP}
     ctx.say(
         f"(the demo adds ConfigMap {MODEL_CONFIG_MAP}, the model's config.json, as spec.modelConfigRef, "
         f"and node {GPU_NODE} labelled nvidia.com/gpu.memory={GPU_MEMORY_MIB} (MiB): the operator's KV "
@@ -202,8 +221,8 @@ def section_apply(ctx: DemoContext) -> None:
     name = ctx.server["metadata"]["name"]
     _preflight_inputs(ctx)
     kubernetes.client.CustomObjectsApi(ctx.api).create_namespaced_custom_object(
-        GROUP, VERSION, NAMESPACE, PLURAL, copy.deepcopy(ctx.server)
-    )
+        GROUP, VERSION, NAMESPACE, PLURAL, cast(dict[str, Any], copy.deepcopy(ctx.server))
+    )  # the client's body is a dict
     started = time.monotonic()
     pod = wait_for(lambda: (ctx.cluster.list("v1/pods", NAMESPACE) or [None])[0], "the operator's pod")
     service = wait_for(lambda: ctx.cluster.get("v1/services", NAMESPACE, name), "the operator's service")
@@ -227,7 +246,7 @@ def section_apply(ctx: DemoContext) -> None:
 
 def _phase_is(ctx: DemoContext, phase: str) -> Callable[[], bool]:
     """A probe: the server's ``status.phase`` is ``phase``."""
-    return lambda: (ctx.server_object().get("status") or {}).get("phase") == phase
+    return lambda: ctx.server_status().phase == phase
 
 
 def section_kubelet(ctx: DemoContext) -> None:
@@ -246,12 +265,9 @@ def section_kubelet(ctx: DemoContext) -> None:
         act()
         wait_for(_phase_is(ctx, phase), f"phase {phase}")
         ctx.console.print(Text.assemble(("kubelet (played): ", "dim"), f"{text} -> {name} is ", (phase, "bold")))
-    wait_for(lambda: (ctx.server_object().get("status") or {}).get("kvCacheTokens"), "kvCacheTokens from the log")
+    wait_for(lambda: ctx.server_status().kv_cache_tokens, "kvCacheTokens from the log")
     wait_for(
-        lambda: any(
-            c.get("type") == "KVCapacity" and c.get("status") != "Unknown"
-            for c in (ctx.server_object().get("status") or {}).get("conditions") or []
-        ),
+        lambda: any(c.type == "KVCapacity" and c.status != "Unknown" for c in ctx.server_status().conditions or []),
         "the KV pre-flight with the node's GPU memory",
     )
     ctx.console.print(Text("the startup log line the operator read:", style="dim"))
@@ -274,7 +290,7 @@ def _age(timestamp: str | None) -> str:
     return f"in {text}" if ahead else text
 
 
-def _json_path(obj: dict[str, Any], path: str) -> Any:
+def _json_path(obj: VLLMServerObject, path: str) -> Any:
     cur: Any = obj
     for key in path.strip(".").split("."):
         cur = cur.get(key) if isinstance(cur, dict) else None
@@ -307,7 +323,8 @@ def section_status(ctx: DemoContext) -> None:
         ctx.console.print(Text("(one column per line: kubectl's table is wider than this terminal)", style="dim"))
     ctx.console.print(listing)
 
-    status = server.get("status") or {}
+    served = server.get("status")  # as kubectl prints it
+    status: dict[str, Any] = served if isinstance(served, dict) else {}
     if ctx.verbose:
         _heading(ctx, f"kubectl get vllmserver {name} -o yaml (its status)")
         # kubectl sorts keys; a string too long for a line (kopf's digest) is folded as YAML, never cut

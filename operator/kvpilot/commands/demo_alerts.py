@@ -20,7 +20,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from kvpilot.commands._child import start_tied
 from kvpilot.text.numbers import fig
@@ -36,6 +36,63 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]  # (host, port) of an AF_INET socket
         return port
+
+
+class RuleAlert(TypedDict, total=False):
+    """An alert of a rule in Prometheus' ``/api/v1/rules`` answer."""
+
+    state: str
+    labels: dict[str, str]
+
+
+class Rule(TypedDict, total=False):
+    """A rule in Prometheus' ``/api/v1/rules`` answer (the fields the demo reads)."""
+
+    name: str
+    lastEvaluation: str
+    alerts: list[RuleAlert]
+
+
+class RuleGroup(TypedDict, total=False):
+    """A rule group in Prometheus' ``/api/v1/rules`` answer."""
+
+    rules: list[Rule]
+
+
+class RulesData(TypedDict, total=False):
+    """The ``data`` of Prometheus' ``/api/v1/rules`` answer."""
+
+    groups: list[RuleGroup]
+
+
+class HookTarget(TypedDict, total=False):
+    """One diagnosed target in the alert hook's answer (:meth:`kvpilot.alerts.result.AlertResult.to_json`)."""
+
+    verdict: str
+    severity: str
+    confidence: float
+    evidence: list[str]
+
+
+class HookDiagnosis(TypedDict, total=False):
+    """A result's diagnosis in the alert hook's answer."""
+
+    targets: list[HookTarget]
+
+
+class HookResult(TypedDict, total=False):
+    """One alert's result in the alert hook's answer (the fields the demo prints)."""
+
+    diagnosis: HookDiagnosis | None
+    error: str | None
+    change: str | None
+    predicted_effect: str | None
+
+
+class HookAnswer(TypedDict, total=False):
+    """The alert hook's answer to an Alertmanager webhook (the fields the demo reads)."""
+
+    results: list[HookResult]
 
 
 def _get_json(url: str) -> Any:
@@ -84,7 +141,7 @@ def _recording(tmp: Path, namespace: str, pod: str, end: float) -> list[Path]:
     return [labelled, limits]
 
 
-def _post_alert(prometheus_url: str, alert: dict[str, Any]) -> tuple[dict[str, Any], float, str]:
+def _post_alert(prometheus_url: str, alert: dict[str, str]) -> tuple[HookAnswer, float, str]:
     """POST ``alert`` in an Alertmanager v4 body to an alert hook on loopback; (answer, seconds, url)."""
     import aiohttp
 
@@ -99,7 +156,7 @@ def _post_alert(prometheus_url: str, alert: dict[str, Any]) -> tuple[dict[str, A
         "alerts": [{"status": "firing", "labels": alert, "annotations": {}, "fingerprint": "demo"}],
     }
 
-    async def main() -> tuple[dict[str, Any], float, str]:
+    async def main() -> tuple[HookAnswer, float, str]:
         runner = await serve(AlertHook(HookConfig(prometheus=prometheus_url, bearer_token=token)), "127.0.0.1", 0)
         host, port = runner.addresses[0][:2]
         url = f"http://{host}:{port}/alerts"
@@ -107,7 +164,7 @@ def _post_alert(prometheus_url: str, alert: dict[str, Any]) -> tuple[dict[str, A
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT_SECONDS)) as session:
                 started = time.perf_counter()
                 async with session.post(url, json=body, headers={"Authorization": f"Bearer {token}"}) as resp:
-                    answer = await resp.json()
+                    answer: HookAnswer = await resp.json()
                 return answer, time.perf_counter() - started, url
         finally:
             await runner.cleanup()
@@ -115,7 +172,7 @@ def _post_alert(prometheus_url: str, alert: dict[str, Any]) -> tuple[dict[str, A
     return asyncio.run(main())
 
 
-def firing_alerts(rules: dict[str, Any]) -> list[dict[str, str]] | None:
+def firing_alerts(rules: RulesData) -> list[dict[str, str]] | None:
     """The labels of the firing :data:`ALERT` alerts in Prometheus' ``/api/v1/rules`` data, once every rule of
     that alertname (its warning and critical variants) has been evaluated; None before, or while none fires.
 

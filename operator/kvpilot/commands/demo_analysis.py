@@ -271,7 +271,7 @@ def section_diagnose(ctx: Any) -> None:
                 rec.expected_effect if rec else "-",
             ]
         )
-    ctx.extra["diagnoses"] = results
+    ctx.diagnoses = results
     headers = ["scenario", "verdict", "severity", "change", "evidence", "effect"]
     keep = len(headers) if ctx.verbose else 4
     title = f"{fig(SIM_SECONDS / 60, 3)} simulated minutes each, with each scenario's flags as the limits"

@@ -6,7 +6,7 @@ import json
 import os
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -27,11 +27,14 @@ from kvpilot.kv import (
     seqs_pool_share,
     startup_memory_check,
 )
-from kvpilot.kv.capacity import refuse_draft_with_pipeline_parallel
+from kvpilot.kv.capacity import SeqsPoolShare, refuse_draft_with_pipeline_parallel
 from kvpilot.kv.spec import FULL, LINEAR, MAMBA, NONE, SLIDING
 from kvpilot.kv.speculative import DraftLayers, draft_layers, parse_speculative_config
 from kvpilot.kv.weights import weights_from_index
 from kvpilot.text.numbers import count, fig, gib, noun, number, percent, significant, times
+
+if TYPE_CHECKING:
+    from kvpilot.api.objects import JsonObject
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -70,7 +73,7 @@ def local_weights_bytes(folder: str) -> int | None:
     return sum(sizes) if sizes else None
 
 
-def _read_config(path: str, what: str = "CONFIG") -> dict[str, Any]:
+def _read_config(path: str, what: str = "CONFIG") -> JsonObject:
     """The config.json at ``path`` as a JSON object; exits 2 as :func:`_read_json` does, or when it is not an object."""
     doc = _read_json(path, what)
     if not isinstance(doc, dict):
@@ -78,7 +81,7 @@ def _read_config(path: str, what: str = "CONFIG") -> dict[str, Any]:
     return doc
 
 
-def load_config(source: str, what: str = "CONFIG") -> tuple[dict[str, Any], str | None, str]:
+def load_config(source: str, what: str = "CONFIG") -> tuple[JsonObject, str | None, str]:
     """Read CONFIG (or the draft ``model`` of ``--speculative-config``, named by ``what``): a config.json
     file, a folder holding one, or a Hugging Face model id (downloaded).
 
@@ -111,7 +114,7 @@ def load_config(source: str, what: str = "CONFIG") -> tuple[dict[str, Any], str 
     return _read_config(file, what), None, _file_label(file, what)
 
 
-def spec_of(config: dict[str, Any], file: str) -> KVSpec:
+def spec_of(config: JsonObject, file: str) -> KVSpec:
     """:func:`kvpilot.kv.kv_spec_from_config` of the config.json ``file`` (as :func:`load_config` names it);
     exits 2 naming the file and the field it cannot read.
     """
@@ -122,7 +125,7 @@ def spec_of(config: dict[str, Any], file: str) -> KVSpec:
 
 
 def speculative_draft(
-    raw: str, target_config: dict[str, Any], target: KVSpec, pipeline_parallel_size: int = 1
+    raw: str, target_config: JsonObject, target: KVSpec, pipeline_parallel_size: int = 1
 ) -> tuple[DraftLayers, int | None]:
     """``--speculative-config`` JSON -> (the draft's KV layers, its ``draft_tensor_parallel_size``), reading
     the draft's config.json (file, folder or Hub id, as CONFIG) when the method needs one. Exits 2 naming the
@@ -170,7 +173,7 @@ def _startup_rows(check: StartupMemoryCheck) -> list[tuple[str, str]]:
 
 
 def render_text(  # noqa: C901
-    cap: KVCapacity, source: str, check: StartupMemoryCheck | None = None, seqs: dict[str, Any] | None = None
+    cap: KVCapacity, source: str, check: StartupMemoryCheck | None = None, seqs: SeqsPoolShare | None = None
 ) -> None:
     """Print the capacity (and the startup free-memory check, and ``--max-num-seqs``' pool share, when
     given) as a rich table with units (GiB = 2^30 bytes).

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from kvpilot.commands._common import fail, fail_input, read_input
+
+if TYPE_CHECKING:
+    from kvpilot.api.objects import Pod, Service
 
 _EPILOG = """\b
 Examples:
@@ -57,7 +60,7 @@ def command(file: str, output: str, namespace: str | None) -> None:
     from kvpilot.text.documents import MAX_YAML_BYTES
 
     docs = _documents(file, read_input(file, MAX_YAML_BYTES))
-    items: list[dict[str, Any]] = []
+    items: list[Pod | Service] = []
     for index, doc in enumerate(docs, start=1):
         where = file if len(docs) == 1 else f"{file} (document {index})"
         try:

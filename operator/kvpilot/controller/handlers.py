@@ -41,14 +41,15 @@ import copy
 import functools
 import logging
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, cast
 
 import kopf
 import kubernetes.client
 
-from kvpilot.api import GROUP, PLURAL, VERSION, SpecError, parse_spec, spec_hash
+from kvpilot.api import GROUP, PLURAL, VERSION, SpecError, spec_hash
 from kvpilot.api.constants import LABEL_SERVER
+from kvpilot.api.objects import Pod, PodEvent, Service, VLLMServerObject
 from kvpilot.api.timestamps import now_rfc3339
 from kvpilot.controller import failures, logic, policy
 from kvpilot.controller.kube import FAILURE_LOG_BYTES, FAILURE_LOG_LINES, LOG_LIMIT_BYTES, Kube
@@ -60,7 +61,7 @@ from kvpilot.render import render_objects, vllm_command
 from kvpilot.vllm.startup_log import parse_kv_cache_report
 
 #: kopf's index of kvpilot's pods (:func:`pods_by_server`): ``(namespace, server) -> pod objects``
-PodIndex = kopf.Index[tuple[str, str], dict[str, Any]]
+PodIndex = kopf.Index[tuple[str, str], Pod]
 
 
 class Controller:
@@ -79,7 +80,7 @@ class Controller:
         self.spec_policy = spec_policy or policy.SpecPolicy()
         self.ledger = StatusLedger()
         #: uids of pods whose node's GPU-memory label the pre-flight has already read.
-        self._preflighted_pods: set[str] = set()
+        self._preflighted_pods: set[str | None] = set()
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self.use(configuration)
@@ -120,7 +121,9 @@ class Controller:
                 # A body without status is a server no reconcile has written yet: kopf's copy is
                 # current (only this operator writes status), so it is not read again.
                 stored = (
-                    copy.deepcopy(dict(body)) if logic.is_new_server(body) else self.kube.read_server(namespace, name)
+                    cast(VLLMServerObject, copy.deepcopy(dict(body)))
+                    if logic.is_new_server(body)
+                    else self.kube.read_server(namespace, name)
                 )
                 if stored is None:
                     return
@@ -129,7 +132,9 @@ class Controller:
             except kopf.PermanentError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure ends in a phase, an Event and retry-or-stop
-                self._fail(server or logic.Server.of(dict(body or {})), exc, step[0], retry, logger)
+                self._fail(
+                    server or logic.Server.of(cast(VLLMServerObject, dict(body or {}))), exc, step[0], retry, logger
+                )
 
     def _fail(self, server: logic.Server, exc: Exception, step: str, retry: int, logger: logging.Logger) -> NoReturn:
         """Report a failed reconcile (status, Warning Event, log) and raise kopf's retry-or-stop."""
@@ -165,7 +170,7 @@ class Controller:
         now = now_rfc3339()
         step[0] = "validating and rendering the spec"
         try:
-            spec = parse_spec(server.body.get("spec"))
+            spec = server.spec()
             pod_obj, service = render_objects(name, namespace, spec, owner=server.body)  # pod named <name>-<hash[:5]>
         except SpecError as exc:
             step[0] = "writing the Invalid status"
@@ -202,6 +207,7 @@ class Controller:
             step[0] = f"deleting pod {stale}"
             self.kube.delete_pod(namespace, stale)
             post(server.body, logic.replaced_event(stale))
+        pod: Pod | None
         pod, adopted = plan.keep, False
         if plan.create:
             step[0] = f"creating pod {pod_obj['metadata']['name']}"
@@ -242,7 +248,7 @@ class Controller:
             kv=(kv.condition, kv.warning) if kv is not None else None,
         )
 
-    def _ensure_service(self, service: dict[str, Any], server: logic.Server) -> bool:
+    def _ensure_service(self, service: Service, server: logic.Server) -> bool:
         """Create the Service unless this server's already exists (one it does not own is a conflict);
         True when this call created it (read first or create first: :func:`logic.service_read_first`).
         """
@@ -254,17 +260,17 @@ class Controller:
         return self.kube.create_or_adopt(service, "services", server.uid)[1]
 
     # ------------------------------------------------------------------ Pod handler
-    def pod_event_changes_nothing(self, event: Mapping[str, Any], namespace: str) -> bool:
+    def pod_event_changes_nothing(self, event: PodEvent, namespace: str) -> bool:
         """Whether a pod event needs no work (no I/O, cheap enough for kopf's loop): not a server's
         pod, or its server's status was computed from this very pod state (e.g. the ADDED of the pod
         the reconcile just created).
         """
-        name = logic.pod_event_server(dict(event))
+        name = logic.pod_event_server(event)
         if name is None:
             return True
         return event.get("type") != "DELETED" and self.ledger.is_from((namespace, name), event["object"])
 
-    def on_pod_event(self, event: Mapping[str, Any], namespace: str, logger: logging.Logger, **_: Any) -> None:
+    def on_pod_event(self, event: PodEvent, namespace: str, logger: logging.Logger, **_: Any) -> None:
         """Any change of a kvpilot pod: recompute its server's status (:func:`logic.pod_event_plan`)."""
         if self.pod_event_changes_nothing(event, namespace):
             return
@@ -308,11 +314,11 @@ class Controller:
                 # The pod has a node now: its nvidia.com/gpu.memory label gives the GPU memory the
                 # pre-flight lacked on create (once per pod: the label does not change under a pod).
                 self._preflighted_pods.add(uid)
-                result = self.preflight.run(namespace, parse_spec(server.body.get("spec")), [pod])
+                result = self.preflight.run(namespace, server.spec(), [pod])
                 status = logic.with_kv_condition(server, server.status, result.condition, result.numbers, now=now)
                 self.status.write(server, status, logger, pod=pod, kv=(result.condition, result.warning))
 
-    def _log(self, pod: dict[str, Any], logger: logging.Logger, limit: int, lines: int | None = None) -> str | None:
+    def _log(self, pod: Pod, logger: logging.Logger, limit: int, lines: int | None = None) -> str | None:
         """The pod's vLLM log (bounded), or None when it cannot be read (logged)."""
         try:
             return self.kube.pod_log(pod, limit_bytes=limit, tail_lines=lines)
@@ -320,22 +326,22 @@ class Controller:
             logger.warning(f"could not read the log of pod {pod['metadata']['name']}: {exc.status} {exc.reason}")
             return None
 
-    def _kv_from_log(self, pod: dict[str, Any], logger: logging.Logger) -> tuple[int, float | None] | None:
+    def _kv_from_log(self, pod: Pod, logger: logging.Logger) -> tuple[int, float | None] | None:
         """``(kvCacheTokens, maxConcurrency)`` from vLLM's KV-capacity line in the pod's log, if there."""
         report = parse_kv_cache_report(self._log(pod, logger, LOG_LIMIT_BYTES) or "")
         return None if report is None else (report.kv_cache_tokens, report.max_concurrency)
 
 
-def pods_by_server(
-    namespace: str | None, labels: Any, body: Any, **_: Any
-) -> dict[tuple[str, str], dict[str, Any]] | None:
+def pods_by_server(namespace: str | None, labels: Any, body: Any, **_: Any) -> dict[tuple[str, str], Pod] | None:
     """Kopf index of kvpilot's pods: ``(namespace, server name) -> [pod]`` (label ``kvpilot.dev/server``).
 
     Reconciles read a server's pods here instead of listing them (kopf keeps the index from the
     pod watch it runs anyway, and fills it before any handler runs at start-up).
     """
     server = (labels or {}).get(LABEL_SERVER)
-    return {(namespace, server): dict(body)} if server and namespace is not None else None  # pods are namespaced
+    if not server or namespace is None:  # not a server's pod (pods are namespaced)
+        return None
+    return {(namespace, server): cast(Pod, dict(body))}
 
 
 def build_registry(
@@ -377,13 +383,13 @@ def build_registry(
     for decorator in (kopf.on.create, kopf.on.resume, kopf.on.update):
         decorator(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(reconcile)
 
-    async def pods_index(**kwargs: Any) -> dict[tuple[str, str], dict[str, Any]] | None:
+    async def pods_index(**kwargs: Any) -> dict[tuple[str, str], Pod] | None:
         return pods_by_server(**kwargs)  # in kopf's loop: a sync index handler costs a thread-pool hop per pod event
 
     kopf.index("v1", "pods", registry=registry, labels=MANAGED_BY_SELECTOR, id="pods_by_server")(pods_index)
     pod_threads = concurrent.futures.ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="kvpilot-pod-event")
 
-    async def on_pod_event(event: Mapping[str, Any], namespace: str, **kwargs: Any) -> None:
+    async def on_pod_event(event: PodEvent, namespace: str, **kwargs: Any) -> None:
         """A pod event that changes nothing is answered in kopf's loop; the others run
         :meth:`Controller.on_pod_event` in a thread (it makes requests), with kopf's context (its Event queue).
         """

@@ -14,13 +14,14 @@ Errors are the client's :class:`~kubernetes.client.ApiException` (``status``, ``
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 from kvpilot.api import GROUP, PLURAL, VERSION
 from kvpilot.api.constants import LABEL_SERVER
+from kvpilot.api.objects import ConfigMap, JsonObject, Node, Pod, PodList, Service, VLLMServerObject
 from kvpilot.controller import logic
 from kvpilot.controller.rest import JsonApi, core_path, custom_path, custom_status_path
 from kvpilot.controller.settings import HANDLER_THREADS
@@ -35,6 +36,9 @@ FAILURE_LOG_LINES = 200
 FAILURE_LOG_BYTES = 256 * 2**10
 #: The container of a server's pod that runs vLLM (:mod:`kvpilot.render`'s templates).
 CONTAINER = "vllm"
+
+#: A core object the operator creates for a server, and reads back as the same kind.
+Owned = TypeVar("Owned", Pod, Service)
 
 
 class NameConflict(ApiException):
@@ -67,23 +71,23 @@ class Kube:
         self.json = JsonApi(kubernetes.client.ApiClient(configuration))
 
     # ------------------------------------------------------------------ VLLMServers
-    def read_server(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def read_server(self, namespace: str, name: str) -> VLLMServerObject | None:
         """The VLLMServer as stored now, or None when it is gone."""
-        return self._read(custom_path(GROUP, VERSION, namespace, PLURAL, name))
+        return cast(VLLMServerObject | None, self._read(custom_path(GROUP, VERSION, namespace, PLURAL, name)))
 
-    def patch_server_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    def patch_server_status(self, namespace: str, name: str, patch: JsonObject) -> VLLMServerObject:
         """JSON-merge-patch the server's ``/status`` with ``{"status": patch}``; the server as patched."""
-        return self.json.merge_patch(custom_status_path(GROUP, VERSION, namespace, PLURAL, name), {"status": patch})
+        path = custom_status_path(GROUP, VERSION, namespace, PLURAL, name)
+        return cast(VLLMServerObject, self.json.merge_patch(path, {"status": patch}))
 
     # ------------------------------------------------------------------ pods and services
-    def list_pods(self, namespace: str, server: str) -> list[dict[str, Any]]:
+    def list_pods(self, namespace: str, server: str) -> list[Pod]:
         """The pods labelled ``kvpilot.dev/server=<server>`` (one list request)."""
-        found = self.json.get(core_path(namespace, "pods"), [("labelSelector", f"{LABEL_SERVER}={server}")])
+        query = [("labelSelector", f"{LABEL_SERVER}={server}")]
+        found = cast(PodList, self.json.get(core_path(namespace, "pods"), query))
         return list(found.get("items") or [])
 
-    def create_or_adopt(
-        self, wanted: dict[str, Any], plural: str, owner_uid: str | None
-    ) -> tuple[dict[str, Any], bool]:
+    def create_or_adopt(self, wanted: Owned, plural: str, owner_uid: str | None) -> tuple[Owned, bool]:
         """Create ``wanted`` (a Pod or Service of the server of uid ``owner_uid``); ``(the object, True)`` when this
         call made it, ``(the existing object, False)`` when a 409 found this server's own (an earlier attempt made it).
 
@@ -94,16 +98,14 @@ class Kube:
         """
         meta = wanted["metadata"]
         try:
-            return self.json.create(core_path(meta["namespace"], plural), wanted), True
+            return cast(Owned, self.json.create(core_path(meta["namespace"], plural), wanted)), True
         except ApiException as exc:
             if exc.status != 409:
                 raise
         return self.adopt(self.read(wanted, plural), wanted, plural, owner_uid), False
 
     @staticmethod
-    def adopt(
-        existing: dict[str, Any] | None, wanted: dict[str, Any], plural: str, owner_uid: str | None
-    ) -> dict[str, Any]:
+    def adopt(existing: Owned | None, wanted: Owned, plural: str, owner_uid: str | None) -> Owned:
         """``existing`` (the stored object named like ``wanted``) when the server of uid ``owner_uid`` owns it
         (:func:`logic.after_create_conflict`).
 
@@ -119,10 +121,10 @@ class Kube:
             raise CreateRaced(kind, name)
         return existing
 
-    def read(self, like: dict[str, Any], plural: str) -> dict[str, Any] | None:
+    def read(self, like: Owned, plural: str) -> Owned | None:
         """The stored core object named like ``like`` (its namespace and name), or None (404)."""
         meta = like["metadata"]
-        return self._read(core_path(meta["namespace"], plural, meta["name"]))
+        return cast(Owned | None, self._read(core_path(meta["namespace"], plural, meta["name"])))
 
     def delete_pod(self, namespace: str, name: str) -> None:
         """Delete a pod (gone already: nothing to do)."""
@@ -132,7 +134,7 @@ class Kube:
             if exc.status != 404:
                 raise
 
-    def pod_log(self, pod: dict[str, Any], *, limit_bytes: int, tail_lines: int | None = None) -> str:
+    def pod_log(self, pod: Pod, *, limit_bytes: int, tail_lines: int | None = None) -> str:
         """The vLLM container's log: at most ``limit_bytes`` bytes, the last ``tail_lines`` lines when given."""
         meta = pod["metadata"]
         query: list[tuple[str, Any]] = [("container", CONTAINER), ("limitBytes", limit_bytes)]
@@ -143,15 +145,15 @@ class Kube:
     # ------------------------------------------------------------------ pre-flight inputs
     def config_map_data(self, namespace: str, name: str) -> dict[str, str]:
         """A ConfigMap's ``data`` (404 and other refusals raise ApiException)."""
-        found = self.json.get(core_path(namespace, "configmaps", name))
+        found = cast(ConfigMap, self.json.get(core_path(namespace, "configmaps", name)))
         return dict(found.get("data") or {})
 
     def node_labels(self, name: str) -> dict[str, str]:
         """A node's labels (ApiException when it cannot be read)."""
-        found = self.json.get(core_path(None, "nodes", name))
+        found = cast(Node, self.json.get(core_path(None, "nodes", name)))
         return dict((found.get("metadata") or {}).get("labels") or {})
 
-    def _read(self, path: str) -> dict[str, Any] | None:
+    def _read(self, path: str) -> JsonObject | None:
         try:
             return self.json.get(path)
         except ApiException as exc:

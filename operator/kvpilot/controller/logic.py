@@ -14,15 +14,26 @@ Sources:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from functools import cached_property
+from typing import Literal
 
 from pydantic import ValidationError
 
 from kvpilot.api import VLLM_PORT, SpecError, parse_spec, spec_hash
 from kvpilot.api.constants import ANNOTATION_SPEC_HASH, LABEL_SERVER, STATUS_KOPF
-from kvpilot.api.models import Condition, Phase, PreflightStatus, VLLMServerStatus
+from kvpilot.api.models import Condition, Phase, PreflightStatus, VLLMServerSpec, VLLMServerStatus
+from kvpilot.api.objects import (
+    ContainerState,
+    ContainerStateTerminated,
+    JsonObject,
+    Pod,
+    PodCondition,
+    PodEvent,
+    Service,
+    VLLMServerObject,
+)
 from kvpilot.api.timestamps import rfc3339
 from kvpilot.text.safe import one_line, redact_argv
 from kvpilot.vllm.failure_log import root_cause
@@ -41,19 +52,37 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 @dataclass(frozen=True)
 class Server:
     """A VLLMServer as the decisions read it: its identity, its ``status`` typed (:class:`VLLMServerStatus`),
-    and the object as served (``body``: the Kubernetes JSON, for its ``spec``, which
-    :func:`kvpilot.api.parse_spec` validates, and as the owner of its pods and the target of kopf's Events).
+    its ``spec`` validated on first use (:meth:`spec`), and the object as served (``body``: the owner of its
+    pods and the target of kopf's Events).
     """
 
-    body: Mapping[str, Any]
+    body: VLLMServerObject
     status: VLLMServerStatus
     name: str = ""
     namespace: str = ""
     uid: str | None = None
     generation: int | None = None
 
+    @cached_property
+    def _spec(self) -> VLLMServerSpec | SpecError:
+        try:
+            return parse_spec(self.body.get("spec"))
+        except SpecError as exc:
+            return exc
+
+    def spec(self) -> VLLMServerSpec:
+        """The spec validated (:func:`kvpilot.api.parse_spec`, once per server read).
+
+        Raises:
+            SpecError: the spec is invalid (naming the field).
+        """
+        spec = self._spec
+        if isinstance(spec, SpecError):
+            raise spec
+        return spec
+
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> Server:
+    def of(cls, body: VLLMServerObject) -> Server:
         """Parse ``body`` (kopf's or the API's VLLMServer). The stored status passed the CRD's schema, the
         model's own; one that does not fit it anyway is read as empty (the next write replaces it whole).
         """
@@ -76,15 +105,20 @@ class PodReport:
     ready: bool = False
 
 
-def _condition(pod: Mapping[str, Any], type_: str) -> dict[str, Any]:
+def _condition(pod: Pod, type_: str) -> PodCondition:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == type_:
-            return dict(cond)
+            return cond
     return {}
 
 
-def _container_states(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _container_states(pod: Pod) -> list[ContainerState]:
     return [cs.get("state") or {} for cs in (pod.get("status") or {}).get("containerStatuses") or []]
+
+
+def _terminated(pod: Pod) -> ContainerStateTerminated | None:
+    """The first terminated container state of ``pod``, if any."""
+    return next((t for s in _container_states(pod) if (t := s.get("terminated"))), None)
 
 
 def last_lines(text: str | None, count: int = TERMINATION_LINES) -> str:
@@ -93,7 +127,7 @@ def last_lines(text: str | None, count: int = TERMINATION_LINES) -> str:
     return " | ".join(lines[-count:])
 
 
-def pod_report(pod: Mapping[str, Any], ttl_seconds: int | None = None, failure_log: str | None = None) -> PodReport:  # noqa: C901
+def pod_report(pod: Pod, ttl_seconds: int | None = None, failure_log: str | None = None) -> PodReport:  # noqa: C901
     """Map a Pod to the VLLMServer phase (docs/operator.md, "Phases": Pending | Loading | Ready | Failed | Expired).
 
     - ``Failed`` with reason ``DeadlineExceeded`` → Expired (the TTL ended it);
@@ -113,7 +147,7 @@ def pod_report(pod: Mapping[str, Any], ttl_seconds: int | None = None, failure_l
     """
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
-    terminated = next((s["terminated"] for s in _container_states(pod) if s.get("terminated")), None)
+    terminated = _terminated(pod)
     if phase == "Failed" and status.get("reason") == "DeadlineExceeded":
         ttl = f" (ttlSeconds={ttl_seconds})" if ttl_seconds else ""
         return PodReport(
@@ -144,7 +178,7 @@ def pod_report(pod: Mapping[str, Any], ttl_seconds: int | None = None, failure_l
         return PodReport(
             "Pending", scheduled.get("reason") or "Unschedulable", scheduled.get("message") or "waiting for a node"
         )
-    waiting = next((s["waiting"] for s in _container_states(pod) if s.get("waiting")), None)
+    waiting = next((w for s in _container_states(pod) if (w := s.get("waiting"))), None)
     if waiting:
         reason = waiting.get("reason") or "ContainerCreating"
         return PodReport("Pending", reason, waiting.get("message") or f"container waiting: {reason}")
@@ -194,7 +228,7 @@ def endpoint(service: str, namespace: str) -> str:
 
 def server_status(  # noqa: C901
     server: Server,
-    pod: Mapping[str, Any] | None,
+    pod: Pod | None,
     *,
     now: str,
     service_name: str,
@@ -257,9 +291,7 @@ def server_status(  # noqa: C901
             status.ready_at = old.ready_at
         elif report.ready:
             status.ready_at = rfc3339(_condition(pod, "Ready").get("lastTransitionTime") or now)
-        finished = next(
-            (s["terminated"].get("finishedAt") for s in _container_states(pod) if s.get("terminated")), None
-        )
+        finished = (_terminated(pod) or {}).get("finishedAt")
         if report.phase in ENDED_PHASES:
             status.finished_at = rfc3339(finished or (old.finished_at if same_pod else None) or now)
         if kv is not None:
@@ -298,13 +330,13 @@ def invalid_status(server: Server, field_message: str, *, now: str, reason: str 
 KEPT_FIELDS = (STATUS_KOPF, "preflight")
 
 
-def status_patch(old: VLLMServerStatus, new: VLLMServerStatus) -> dict[str, Any]:
+def status_patch(old: VLLMServerStatus, new: VLLMServerStatus) -> JsonObject:
     """The JSON merge patch of ``/status`` turning ``old`` into ``new``, field by field (a field ``new`` lacks
     becomes ``null``), empty when nothing changes. :data:`KEPT_FIELDS` ``new`` did not set are left alone, and
     ``kopf`` always (kopf writes its record in its own patch).
     """
     served = new.model_dump(mode="json", by_alias=True, exclude_none=True)
-    patch: dict[str, Any] = {}
+    patch: JsonObject = {}
     for name, info in VLLMServerStatus.model_fields.items():
         if name == STATUS_KOPF or (name in KEPT_FIELDS and name not in new.model_fields_set):
             continue
@@ -330,12 +362,12 @@ def event_type(status: VLLMServerStatus) -> str:
 class PodPlan:
     """What to do with a server's pods: ``delete`` these names, ``create`` one or not, ``keep`` one."""
 
-    keep: Mapping[str, Any] | None = None
+    keep: Pod | None = None
     create: bool = False
     delete: list[str] = field(default_factory=list)
 
 
-def plan_pods(server: Server, pods: Sequence[Mapping[str, Any]], spec_hash: str) -> PodPlan:
+def plan_pods(server: Server, pods: Sequence[Pod], spec_hash: str) -> PodPlan:
     """Desired vs existing pods of one server (idempotent: running it twice changes nothing).
 
     Args:
@@ -398,7 +430,7 @@ def keep_ended_record(new: VLLMServerStatus, old: VLLMServerStatus) -> VLLMServe
     return new.model_copy(update=kept)
 
 
-def is_current_pod(status: VLLMServerStatus, pod: Mapping[str, Any]) -> bool:
+def is_current_pod(status: VLLMServerStatus, pod: Pod) -> bool:
     """Whether ``pod`` is the server's current pod, so its events change the server's status.
 
     The pod named in ``status.podName`` is; before the server handler has recorded a pod name, a pod
@@ -442,25 +474,24 @@ def pod_deleted_status(
     return new
 
 
-def waits_for_node_gpu_memory(server: Server, pod: Mapping[str, Any]) -> bool:
+def waits_for_node_gpu_memory(server: Server, pod: Pod) -> bool:
     """Whether the KV pre-flight should run again now that ``pod`` has a node.
 
     True when the server's ``KVCapacity`` condition is Unknown for lack of inputs (reason
     ``InsufficientInputs``: the GPU memory was unknown), its spec gives no ``resources.gpuMemory``,
     the pre-flight is on (``spec.preflight`` other than ``off``) and ``pod`` is scheduled
     (``spec.nodeName``): the node's ``nvidia.com/gpu.memory`` label can now give the GPU memory.
-    The caller runs it once per pod (the label does not change under a running pod).
+    The caller runs it once per pod (the label does not change under a running pod). Never for a spec that
+    is not valid (the reconcile reports it).
     """
-    spec = server.body.get("spec") or {}
     kv = next((c for c in server.status.conditions or [] if c.type == "KVCapacity"), None)
-    return bool(
-        kv
-        and kv.status == "Unknown"
-        and kv.reason == "InsufficientInputs"
-        and spec.get("preflight", "warn") != "off"
-        and not (spec.get("resources") or {}).get("gpuMemory")
-        and (pod.get("spec") or {}).get("nodeName")
-    )
+    if not (kv and kv.status == "Unknown" and kv.reason == "InsufficientInputs"):
+        return False
+    try:
+        spec = server.spec()
+    except SpecError:
+        return False
+    return bool(spec.preflight != "off" and not spec.resources.gpu_memory and (pod.get("spec") or {}).get("nodeName"))
 
 
 def safe_status(status: VLLMServerStatus) -> VLLMServerStatus:
@@ -468,7 +499,7 @@ def safe_status(status: VLLMServerStatus) -> VLLMServerStatus:
     terminal control characters and with secrets redacted (:mod:`kvpilot.text.safe`), ``command``
     with ``--api-key`` values and token-shaped arguments redacted. Idempotent; other fields unchanged.
     """
-    safe: dict[str, Any] = {}
+    safe: dict[str, object] = {}
     if status.message is not None:
         safe["message"] = one_line(status.message)
     if status.command is not None:
@@ -497,7 +528,7 @@ class CreateConflict:
     holder: str | None = None
 
 
-def after_create_conflict(existing: Mapping[str, Any] | None, server_uid: str | None) -> CreateConflict:
+def after_create_conflict(existing: Pod | Service | None, server_uid: str | None) -> CreateConflict:
     """The meaning of a 409 on create, from the object of that name as read afterwards (None: 404).
 
     An object with an ownerReference to ``server_uid`` is this server's (adopted); one without is
@@ -673,13 +704,13 @@ def current_spec(server: Server) -> tuple[str, list[str]] | None:
     from kvpilot.render import vllm_command  # the renderer's templates load on first use
 
     try:
-        spec = parse_spec(server.body.get("spec"))
+        spec = server.spec()
     except SpecError:
         return None
     return spec_hash(spec), vllm_command(spec)
 
 
-def pod_event_plan(server: Server, pod: Mapping[str, Any], event_type: str) -> PodEventPlan:
+def pod_event_plan(server: Server, pod: Pod, event_type: str | None) -> PodEventPlan:
     """What an event of ``pod`` (``ADDED``/``MODIFIED``/``DELETED``) does to ``server``'s status.
 
     Args:
@@ -729,7 +760,7 @@ def pod_event_plan(server: Server, pod: Mapping[str, Any], event_type: str) -> P
 
 
 # ----------------------------------------------------------------------------- the reconcile's own decisions
-def is_new_server(body: Mapping[str, Any]) -> bool:
+def is_new_server(body: VLLMServerObject) -> bool:
     """A server no reconcile has written a status for yet: its body as kopf delivered it is current
     (only this operator writes status), so it is not read again.
     """
@@ -747,7 +778,7 @@ def service_read_first(server: Server) -> bool:
 def reconciled_status(
     server: Server,
     plan: PodPlan,
-    pod: Mapping[str, Any] | None,
+    pod: Pod | None,
     *,
     now: str,
     service_name: str,
@@ -763,7 +794,7 @@ def reconciled_status(
     return status
 
 
-def pod_event_server(event: Mapping[str, Any]) -> str | None:
+def pod_event_server(event: PodEvent) -> str | None:
     """The server a pod watch event is about (its ``kvpilot.dev/server`` label), or None: not a server's
     pod, or not a watch event (kopf's initial listing calls the handler with ``type`` None).
     """

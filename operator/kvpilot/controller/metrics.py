@@ -42,6 +42,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.metrics_core import Metric
 
+from kvpilot.api.objects import VLLMServerEvent, VLLMServerObject
+
 #: ``limit`` label value -> ``spec.engine`` field (None: from status). Names are vLLM's engine-arg
 #: names (vllm/engine/arg_utils.py, EngineArgs), as the diagnoser's limits use them.
 LIMITS: dict[str, str | None] = {
@@ -93,15 +95,17 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def server_series(body: Mapping[str, Any]) -> ServerSeries:
+def server_series(body: VLLMServerObject) -> ServerSeries:
     """The series of one VLLMServer body (``metadata``, ``spec``, ``status``); pure.
 
-    Non-numeric or missing limit fields are left out (an invalid spec is reported by the
-    reconcile handler's status condition, not here).
+    The spec and status are read as served, field by field, not validated: non-numeric or missing
+    limit fields are left out (an invalid spec is reported by the reconcile handler's status
+    condition, not here).
     """
     meta = body.get("metadata") or {}
-    spec = body.get("spec") or {}
-    status = body.get("status") or {}
+    raw_spec, raw_status = body.get("spec"), body.get("status")
+    spec = raw_spec if isinstance(raw_spec, Mapping) else {}
+    status = raw_status if isinstance(raw_status, Mapping) else {}
     raw_engine = spec.get("engine")
     engine = raw_engine if isinstance(raw_engine, Mapping) else {}
     limits: dict[str, float] = {}
@@ -181,7 +185,7 @@ class OperatorMetrics:
         with self._lock:
             return [self._servers[k] for k in sorted(self._servers)]
 
-    def observe(self, body: Mapping[str, Any]) -> None:
+    def observe(self, body: VLLMServerObject) -> None:
         """Remember the latest body of a VLLMServer."""
         series = server_series(body)
         with self._lock:
@@ -192,7 +196,7 @@ class OperatorMetrics:
         with self._lock:
             self._servers.pop((namespace, name), None)
 
-    def on_server_event(self, event: Mapping[str, Any], **_: Any) -> None:
+    def on_server_event(self, event: VLLMServerEvent, **_: Any) -> None:
         """Kopf ``event`` handler of VLLMServers: keep the body, drop it on ``DELETED``."""
         body = event.get("object") or {}
         meta = body.get("metadata") or {}

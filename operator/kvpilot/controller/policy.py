@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any
+
+from kvpilot.api.objects import Pod
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def _image_allowed(image: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatchcase(full, _with_registry(p)) for p in patterns if not any(c in p.split("/")[0] for c in "*?["))
 
 
-def violation(policy: SpecPolicy, pod: dict[str, Any]) -> str | None:
+def violation(policy: SpecPolicy, pod: Pod) -> str | None:
     """The first field of the rendered ``pod`` the policy refuses, as a one-line message naming the
     VLLMServer field (``spec.image: …``), or None when it is allowed.
     """

@@ -12,14 +12,14 @@ with what verdict the reconcile runs it is decided in :mod:`kvpilot.controller.l
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from kvpilot.api import VLLMServerSpec
 from kvpilot.api.models import Condition, PreflightStatus
+from kvpilot.api.objects import JsonObject, Pod
 from kvpilot.api.quantity import parse_quantity
 from kvpilot.controller.kube import Kube
 from kvpilot.kv.hub import HubModelCache
@@ -53,7 +53,7 @@ class Preflight:
         self.hub = hub
         self._hub_models = HubModelCache()
 
-    def model_files(self, namespace: str, spec: VLLMServerSpec) -> tuple[dict[str, Any] | None, int | None, str]:
+    def model_files(self, namespace: str, spec: VLLMServerSpec) -> tuple[JsonObject | None, int | None, str]:
         """``(config.json, weight bytes or None, where from)`` of the spec's model, or ``(None, None, why)``.
 
         Sources: the ``modelConfigRef`` ConfigMap (its key, plus an optional :data:`INDEX_KEY` key whose
@@ -79,7 +79,7 @@ class Preflight:
         found = self._hub_models.get(spec.model)
         return found.config, found.weights_bytes, found.source
 
-    def gpu_memory(self, spec: VLLMServerSpec, pods: Sequence[Mapping[str, Any]]) -> tuple[int | None, str | None]:
+    def gpu_memory(self, spec: VLLMServerSpec, pods: Sequence[Pod]) -> tuple[int | None, str | None]:
         """``(bytes of one GPU, where from)``: ``spec.resources.gpuMemory``, else the label
         :data:`GPU_MEMORY_LABEL` of the node the first scheduled pod runs on; ``(None, None)`` when
         neither is known (no pod scheduled yet, no label, an unreadable node or label).
@@ -98,7 +98,7 @@ class Preflight:
             pass
         return None, None
 
-    def run(self, namespace: str, spec: VLLMServerSpec, pods: Sequence[Mapping[str, Any]]) -> PreflightResult:
+    def run(self, namespace: str, spec: VLLMServerSpec, pods: Sequence[Pod]) -> PreflightResult:
         """The pre-flight of ``spec`` (:func:`kvpilot.kv.preflight.kv_preflight`); ``KVCapacity`` Unknown
         (``NoModelConfig``) when the model config is not available, and (``InsufficientInputs``, from
         kv_preflight) when the GPU memory is not known.

@@ -27,6 +27,11 @@ from urllib.parse import quote
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
+from kvpilot.api.objects import JsonObject, Pod, Service
+
+#: What a request sends: a JSON object (a merge patch), or an object the operator made.
+Body = JsonObject | Pod | Service
+
 #: ``Content-Type`` of a JSON merge patch (RFC 7386), what ``patch_namespaced_custom_object_status`` sends.
 MERGE_PATCH = "application/merge-patch+json"
 #: ``(connect, read)`` seconds of every request (urllib3's timeout; the client's own default is none, so
@@ -46,7 +51,7 @@ class JsonApi:
         self,
         method: str,
         path: str,
-        body: dict[str, Any] | None = None,
+        body: Body | None = None,
         *,
         content_type: str = "application/json",
         accept: str = "application/json",
@@ -75,34 +80,34 @@ class JsonApi:
         return data
 
     def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, content_type: str = "application/json"
-    ) -> dict[str, Any]:
+        self, method: str, path: str, body: Body | None = None, content_type: str = "application/json"
+    ) -> JsonObject:
         """``method`` on ``path`` with ``body`` as JSON; the JSON served, decoded.
 
         Raises:
             ApiException: the API's non-2xx answer (the client's subclass for its status).
         """
-        served: dict[str, Any] = json.loads(self.raw(method, path, body, content_type=content_type))
+        served: JsonObject = json.loads(self.raw(method, path, body, content_type=content_type))
         return served
 
-    def get(self, path: str, query: list[tuple[str, Any]] | None = None) -> dict[str, Any]:
+    def get(self, path: str, query: list[tuple[str, Any]] | None = None) -> JsonObject:
         """GET the object (or list) at ``path``, as JSON."""
-        served: dict[str, Any] = json.loads(self.raw("GET", path, query=query))
+        served: JsonObject = json.loads(self.raw("GET", path, query=query))
         return served
 
     def text(self, path: str, query: list[tuple[str, Any]] | None = None) -> str:
         """GET ``path`` as text (a pod's log: ``text/plain``), undecodable bytes replaced."""
         return self.raw("GET", path, accept="text/plain, */*", query=query).decode("utf-8", errors="replace")
 
-    def delete(self, path: str) -> dict[str, Any]:
+    def delete(self, path: str) -> JsonObject:
         """DELETE the object at ``path``; the API's answer (the object or a ``Status``)."""
         return self.request("DELETE", path)
 
-    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def create(self, path: str, body: Pod | Service) -> JsonObject:
         """POST ``body`` to the collection at ``path`` (e.g. ``/api/v1/namespaces/NS/pods``); the object created."""
         return self.request("POST", path, body)
 
-    def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+    def merge_patch(self, path: str, patch: JsonObject) -> JsonObject:
         """JSON-merge-patch the object at ``path`` with ``patch``; the object as patched."""
         return self.request("PATCH", path, patch, MERGE_PATCH)
 

@@ -24,15 +24,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import kopf
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
 from kvpilot.api.models import Condition, VLLMServerStatus, checked_status
+from kvpilot.api.objects import JsonObject, Pod, VLLMServerObject
 from kvpilot.controller import logic
 from kvpilot.controller.kube import Kube
 
@@ -46,13 +46,13 @@ Key = tuple[str, str]
 PodState = tuple[str | None, str | None]
 
 
-def pod_state(pod: Mapping[str, Any]) -> PodState:
+def pod_state(pod: Pod) -> PodState:
     """A pod state's identity: ``(metadata.uid, metadata.resourceVersion)``."""
     meta = pod.get("metadata") or {}
     return meta.get("uid"), meta.get("resourceVersion")
 
 
-def post(obj: Mapping[str, Any], event: logic.Event) -> None:
+def post(obj: VLLMServerObject, event: logic.Event) -> None:
     """Post ``event`` on ``obj`` through kopf's Event queue (kopf reads only its apiVersion, kind and metadata)."""
     # kopf annotates ``objs`` as its Body view; any mapping works (bodies.build_object_reference)
     kopf.event(obj, type=event.type, reason=event.reason, message=event.message)  # type: ignore[arg-type]
@@ -91,7 +91,7 @@ class StatusLedger:
         self._from: dict[Key, PodState] = {}
         self._lock = threading.Lock()
 
-    def stored(self, key: Key, pod: Mapping[str, Any] | None) -> None:
+    def stored(self, key: Key, pod: Pod | None) -> None:
         """The server's status is now the one computed from ``pod``'s state (None: from no pod)."""
         with self._lock:
             if pod is None:
@@ -104,7 +104,7 @@ class StatusLedger:
         with self._lock:
             self._from.pop(key, None)
 
-    def is_from(self, key: Key, pod: Mapping[str, Any]) -> bool:
+    def is_from(self, key: Key, pod: Pod) -> bool:
         """Whether the server's status was computed from exactly this pod state."""
         with self._lock:
             return self._from.get(key) == pod_state(pod)
@@ -132,7 +132,7 @@ class StatusWriter:
         new: VLLMServerStatus,
         logger: logging.Logger,
         *,
-        pod: Mapping[str, Any] | None = None,
+        pod: Pod | None = None,
         created: str | None = None,
         kv: tuple[Condition, str | None] | None = None,
     ) -> logic.Server:
@@ -179,7 +179,7 @@ class StatusWriter:
             post(server.body, event)
         return updated
 
-    def _send(self, server: logic.Server, patch: dict[str, Any], logger: logging.Logger) -> dict[str, Any] | None:
+    def _send(self, server: logic.Server, patch: JsonObject, logger: logging.Logger) -> VLLMServerObject | None:
         """Merge-patch ``/status`` until it lands (:data:`RETRIED_CODES`, transport errors); the server as
         patched, or None when it is gone (a 404, then a read that finds no server of its uid).
         """

@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypedDict, cast
 
 from kvpilot.engine.bounds import MAX_COUNT, MAX_LOGNORMAL_SIGMA, MAX_TRACE_TIME
 from kvpilot.engine.request import Request
-from kvpilot.text.documents import DocumentError, load_json
+from kvpilot.text.documents import DocumentError, JsonValue, load_json
 from kvpilot.text.errors import InvalidValueError
 
 _INF: Final = float("inf")
@@ -405,7 +405,26 @@ _TRACE_FIELDS = (
 )
 
 
-def trace_requests(lines: Iterable[str]) -> list[dict[str, Any]]:
+class TraceRequest(TypedDict, total=False):
+    """One request of a trace as :func:`trace_requests` read it: a line's fields (validated: numbers in range,
+    ``request_id`` set), and any others the line had (ignored).
+    """
+
+    arrival_time: float
+    timestamp: float
+    prompt_tokens: float
+    prompt_len: float
+    output_len: float
+    output_tokens: float
+    prefix_group: JsonValue
+    prefix_len: float
+    request_id: JsonValue
+    cache_salt: str
+    lora_id: int | str
+    tag: JsonValue
+
+
+def trace_requests(lines: Iterable[str]) -> list[TraceRequest]:
     """The JSON Lines trace as :func:`from_dict`'s ``{"type": "trace", "requests": [...]}`` items, one object
     per line (blank lines and ``#`` comments skipped), each validated.
 
@@ -418,10 +437,10 @@ def trace_requests(lines: Iterable[str]) -> list[dict[str, Any]]:
     Raises:
         InvalidValueError: ``"trace line N: <field>: <reason>"``.
     """
-    items = []
+    items: list[TraceRequest] = []
     for lineno, obj in _trace_objects(lines):
         _trace_request(obj, f"trace line {lineno}", f"trace-{lineno}")
-        items.append({"request_id": f"trace-{lineno}", **obj})
+        items.append(cast(TraceRequest, {"request_id": f"trace-{lineno}", **obj}))
     return items
 
 

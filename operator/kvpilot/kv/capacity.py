@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from kvpilot.kv.bounds import MAX_COUNT, MAX_MEMORY_BYTES, MAX_TOKENS
 from kvpilot.kv.size import KVFootprint, check_physical, footprint
@@ -633,7 +633,15 @@ def pp_stage_layers(num_layers: int, pipeline_parallel_size: int) -> list[int]:
     return parts
 
 
-def seqs_pool_share(cap: KVCapacity, max_num_seqs: int) -> dict[str, Any]:
+class SeqsPoolShare(TypedDict):
+    """What ``--max-num-seqs`` full-length requests can use of the KV pool (:func:`seqs_pool_share`)."""
+
+    max_num_seqs: int
+    pool_share: float | None
+    full_length_requests_at_once: int | None
+
+
+def seqs_pool_share(cap: KVCapacity, max_num_seqs: int) -> SeqsPoolShare:
     """How much of the KV pool ``max_num_seqs`` full-length requests can ever use.
 
     One ``max_model_len`` request takes ``kv_blocks / max_concurrency`` blocks (vLLM's concurrency

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 
 from kvpilot.kv.bounds import MAX_LAYERS
 from kvpilot.kv.spec import FULL, KVConfigError, KVSpec, check_whole, text_config
+from kvpilot.text.documents import JsonObject
 
 #: vLLM 0.29 ``MTPModelTypes`` (vllm/config/speculative.py): every one is an alias of ``mtp``.
 MTP_METHODS = frozenset(
@@ -175,9 +176,9 @@ class DraftLayers:
 def draft_layers(
     settings: SpeculativeSettings,
     target: KVSpec,
-    target_config: dict[str, object],
+    target_config: JsonObject,
     draft: KVSpec | None = None,
-    draft_config: dict[str, object] | None = None,
+    draft_config: JsonObject | None = None,
 ) -> DraftLayers:
     """Which draft layers hold KV (module docstring for vLLM's rules).
 

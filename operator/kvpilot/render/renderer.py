@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import yaml
 from jinja2 import Environment, PackageLoader, StrictUndefined, Undefined, pass_context
@@ -46,6 +45,7 @@ from kvpilot.api.constants import (  # labels and annotations on the Pod and the
     LABEL_SERVER,
 )
 from kvpilot.api.k8s_validation import namespace_errors
+from kvpilot.api.objects import JsonObject, OwnerReference, Pod, Service, VLLMServerObject
 from kvpilot.api.quantity import format_bytes_quantity, format_gib, parse_quantity
 
 #: LMCache's documented default chunk size (tokens), "Configuring LMCache".
@@ -164,7 +164,7 @@ def managed_labels(name: str) -> dict[str, str]:
     }
 
 
-def owner_references(owner: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def owner_references(owner: VLLMServerObject | None) -> list[OwnerReference]:
     """``ownerReferences`` pointing at the VLLMServer, as the controller (deleting it deletes both).
 
     Args:
@@ -229,7 +229,43 @@ RUN_AS_UID = 1000
 HOME = "/home/vllm"
 
 
-def pod_security_context(spec: VLLMServerSpec) -> dict[str, Any]:
+class SeccompProfile(TypedDict):
+    """``SeccompProfile``."""
+
+    type: str
+
+
+class PodSecurityContext(TypedDict, total=False):
+    """``PodSecurityContext``: the fields the renderer sets."""
+
+    seccompProfile: SeccompProfile
+    fsGroup: int
+    runAsNonRoot: bool
+    runAsUser: int
+    runAsGroup: int
+
+
+class Capabilities(TypedDict):
+    """``Capabilities``: those dropped."""
+
+    drop: list[str]
+
+
+class ContainerSecurityContext(TypedDict):
+    """``SecurityContext`` of a container: the fields the renderer sets."""
+
+    allowPrivilegeEscalation: bool
+    capabilities: Capabilities
+
+
+class LMCacheSettings(TypedDict):
+    """The LMCache settings the Pod's template writes (its config file): sizes as LMCache reads them."""
+
+    max_local_cpu_size: str
+    chunk_size: str | None
+
+
+def pod_security_context(spec: VLLMServerSpec) -> PodSecurityContext:
     """The pod's ``securityContext``: what Pod Security "restricted" requires of a pod.
 
     Source: Kubernetes "Pod Security Standards", restricted profile
@@ -238,13 +274,13 @@ def pod_security_context(spec: VLLMServerSpec) -> dict[str, Any]:
     :data:`RUN_AS_UID` (``fsGroup`` makes the emptyDir and PVC volumes writable by that group). With
     ``spec.runAsRoot`` only the seccomp profile and ``fsGroup`` remain (the "baseline" profile).
     """
-    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}, "fsGroup": RUN_AS_UID}
+    context: PodSecurityContext = {"seccompProfile": {"type": "RuntimeDefault"}, "fsGroup": RUN_AS_UID}
     if not spec.run_as_root:
-        context.update(runAsNonRoot=True, runAsUser=RUN_AS_UID, runAsGroup=RUN_AS_UID)
+        context.update({"runAsNonRoot": True, "runAsUser": RUN_AS_UID, "runAsGroup": RUN_AS_UID})
     return context
 
 
-def container_security_context() -> dict[str, Any]:
+def container_security_context() -> ContainerSecurityContext:
     """The vLLM container's ``securityContext`` (restricted profile, same source as
     :func:`pod_security_context`): ``allowPrivilegeEscalation: false``, ``capabilities.drop: [ALL]``.
     vLLM needs no Linux capability: it serves HTTP on port 8000 (> 1024) and talks to the GPU
@@ -253,11 +289,11 @@ def container_security_context() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def _env(spec: VLLMServerSpec) -> list[dict[str, Any]]:
+def _env(spec: VLLMServerSpec) -> list[JsonObject]:
     return [v.model_dump(by_alias=True, exclude_none=True) for v in spec.env]
 
 
-def _lmcache(spec: VLLMServerSpec) -> dict[str, Any] | None:
+def _lmcache(spec: VLLMServerSpec) -> LMCacheSettings | None:
     if spec.kv_offload is None or spec.kv_offload.backend != "lmcache":
         return None
     user_set_chunk = any(v.name == "LMCACHE_CHUNK_SIZE" for v in spec.env)
@@ -271,11 +307,11 @@ def _lmcache(spec: VLLMServerSpec) -> dict[str, Any] | None:
     }
 
 
-def _render(template: str, **context: Any) -> dict[str, Any]:
+def _render(template: str, **context: Any) -> JsonObject:
     """``template`` rendered with ``context`` and parsed: the cached skeleton filled with the values."""
     values: list[Any] = []
     skeleton = _environment().get_template(template).render(**context, _values=values)
-    filled: dict[str, Any] = _fill(_parse_skeleton(skeleton), values)
+    filled: JsonObject = _fill(_parse_skeleton(skeleton), values)
     return filled
 
 
@@ -306,9 +342,7 @@ def pod_name(server_name: str, digest: str) -> str:
     return f"{server_name}-{digest[:5]}"
 
 
-def render_pod(
-    name: str, namespace: str, spec: VLLMServerSpec, owner: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+def render_pod(name: str, namespace: str, spec: VLLMServerSpec, owner: VLLMServerObject | None = None) -> Pod:
     """The vLLM Pod (a dict ready for the API) named :func:`pod_name`, see :func:`render_objects`.
 
     ``name`` is the VLLMServer's name (labels, ``app.kubernetes.io/instance``).
@@ -324,7 +358,7 @@ def render_pod(
     digest = spec_hash(spec)
     annotations.update({ANNOTATION_MODEL: spec.model, ANNOTATION_SPEC_HASH: digest})
     probes = spec.probes
-    return _render(
+    rendered = _render(
         "pod.yaml.j2",
         name=name,
         pod_name=pod_name(name, digest),
@@ -345,11 +379,12 @@ def render_pod(
         tolerations=[t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations or []],
         startup_failure_threshold=math.ceil(probes.startup_timeout_seconds / probes.period_seconds),
     )
+    return cast(Pod, rendered)
 
 
-def render_service(name: str, namespace: str, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def render_service(name: str, namespace: str, owner: VLLMServerObject | None = None) -> Service:
     """The Service on port 8000 (named ``http``) selecting the server's pod."""
-    return _render(
+    rendered = _render(
         "service.yaml.j2",
         name=name,
         object_namespace=namespace,
@@ -358,15 +393,16 @@ def render_service(name: str, namespace: str, owner: Mapping[str, Any] | None = 
         owner_references=owner_references(owner),
         port=VLLM_PORT,
     )
+    return cast(Service, rendered)
 
 
 def render_objects(
     name: str,
     namespace: str,
-    spec: VLLMServerSpec | dict[str, Any],
-    owner: Mapping[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """The objects a VLLMServer becomes: ``[Pod, Service]``: the Service named ``name``, the Pod
+    spec: VLLMServerSpec | JsonObject,
+    owner: VLLMServerObject | None = None,
+) -> tuple[Pod, Service]:
+    """The objects a VLLMServer becomes: ``(Pod, Service)``: the Service named ``name``, the Pod
     ``<name>-<first 5 hex of spec_hash(spec)>`` (:func:`pod_name`), exactly what the operator creates.
 
     Args:
@@ -383,4 +419,4 @@ def render_objects(
         raise SpecError("metadata.namespace", f"{namespace!r}: {problem}")
     if not isinstance(spec, VLLMServerSpec):
         spec = parse_spec(spec)
-    return [render_pod(name, namespace, spec, owner), render_service(name, namespace, owner)]
+    return render_pod(name, namespace, spec, owner), render_service(name, namespace, owner)

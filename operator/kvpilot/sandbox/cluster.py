@@ -14,14 +14,16 @@ import copy
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import yaml
 
+from kvpilot.api.objects import Pod, PodSpec, PodStatus
 from kvpilot.api.timestamps import now_rfc3339
 from kvpilot.sandbox import kubelet
-from kvpilot.sandbox.emulator import PODS, FaithfulKubernetes, Observer, Request
+from kvpilot.sandbox.emulator import FaithfulKubernetes, Observer, Request
 from kvpilot.sandbox.faults import Fault
+from kvpilot.sandbox.objects import StoredObject
 from kvpilot.sandbox.resources import Resource
 from kvpilot.sandbox.server import ApiServer
 
@@ -154,11 +156,11 @@ class SandboxCluster:
             raise RuntimeError("the sandbox is not running")
         return self.emulator
 
-    def get(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+    def get(self, resource: str, namespace: str | None, name: str) -> StoredObject | None:
         """The stored object (``resource`` as ``"v1/pods"`` or ``"kvpilot.dev/v1alpha1/vllmservers"``)."""
         return self.call(self._running().get, Resource.parse(resource), namespace, name)
 
-    def list(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    def list(self, resource: str, namespace: str | None = None) -> list[StoredObject]:
         """Live objects of ``resource`` (in ``namespace`` when given), sorted by creation order."""
         return self.call(self._running().objects, Resource.parse(resource), namespace)
 
@@ -197,10 +199,10 @@ class SandboxCluster:
         self._running().pod_logs[(namespace, name)] = text
 
     def set_pod_status(
-        self, namespace: str, name: str, status: dict[str, Any], spec_changes: dict[str, Any] | None = None
-    ) -> dict[str, Any] | None:
+        self, namespace: str, name: str, status: PodStatus, spec_changes: PodSpec | None = None
+    ) -> Pod | None:
         """Write a pod's status as the kubelet does (a MODIFIED event when it changed)."""
-        return self.call(self._running().write_status, PODS, namespace, name, copy.deepcopy(status), spec_changes)
+        return self.call(self._running().write_pod_status, namespace, name, copy.deepcopy(status), spec_changes)
 
 
 class Kubelet:
@@ -218,12 +220,12 @@ class Kubelet:
         self,
         namespace: str,
         name: str,
-        build: Callable[..., dict[str, Any]],
+        build: Callable[..., PodStatus],
         *args: Any,
-        spec_changes: dict[str, Any] | None = None,
+        spec_changes: PodSpec | None = None,
         **kwargs: Any,
-    ) -> dict[str, Any] | None:
-        pod = self.cluster.get("v1/pods", namespace, name)
+    ) -> Pod | None:
+        pod = cast(Pod | None, self.cluster.get("v1/pods", namespace, name))
         if pod is None:
             return None
         return self.cluster.set_pod_status(namespace, name, build(pod, now_rfc3339(), *args, **kwargs), spec_changes)

@@ -66,13 +66,21 @@ import string
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
 import jsonpatch
 import jsonpointer
 
+from kvpilot.api.objects import KubeObject, Pod, PodSpec, PodStatus
 from kvpilot.api.timestamps import now_rfc3339
 from kvpilot.sandbox import faults, podsecurity, resources, semantics
+from kvpilot.sandbox.objects import (
+    CRDStatus,
+    CustomResourceDefinition,
+    JSONSchemaProps,
+    StoredObject,
+    WatchEvent,
+)
 from kvpilot.sandbox.resources import Resource, ResourceInfo
 
 NAMESPACES = Resource("", "v1", "namespaces")
@@ -86,6 +94,13 @@ ABSENT_PATHS = ("/openapi/v2", "/openapi/v3")
 #: Pod spec fields an update may change (k8s.io/kubernetes pkg/apis/core/validation
 #: ValidatePodUpdate): images, activeDeadlineSeconds, tolerations (additions), schedulingGates.
 _POD_MUTABLE_SPEC = ("activeDeadlineSeconds", "tolerations", "schedulingGates", "nodeName")
+#: ``metadata`` fields only the API server sets: a new object's are dropped, an update keeps the stored ones.
+_NEW_OBJECT_DROPS: tuple[Literal["resourceVersion", "deletionTimestamp", "selfLink"], ...] = (
+    "resourceVersion",
+    "deletionTimestamp",
+    "selfLink",
+)
+_UPDATE_KEEPS = ("name", "namespace", "uid", "creationTimestamp", "generation", "resourceVersion", "deletionTimestamp")
 
 
 class SandboxSurpriseError(Exception):
@@ -161,11 +176,11 @@ class Reply:
 class Stream:
     """A watch: its ``events`` as they come; ``cut``: send half of the first and drop the connection."""
 
-    events: AsyncIterator[dict[str, Any]]
+    events: AsyncIterator[WatchEvent]
     cut: bool = False
 
 
-def _status(code: int, reason: str, message: str, **details: Any) -> Reply:
+def _status(code: int, reason: str, message: str, **details: str | None) -> Reply:
     """A Kubernetes ``Status`` failure answer (what the clients turn into their API errors)."""
     return Reply(code, faults.status_payload(code, reason, message, **details))
 
@@ -175,22 +190,27 @@ def _invalid(what: str, name: str, errors: list[str], kind: str) -> Reply:
     return _status(422, "Invalid", f'{what} "{name}" is invalid: ' + "; ".join(errors), name=name, kind=kind)
 
 
-def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
-    """Everything that counts for ``metadata.generation``: all but metadata and status."""
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+def _spec_changed(new: StoredObject, old: StoredObject) -> bool:
+    """Whether what counts for ``metadata.generation`` changed: all but metadata and status."""
+    skipped = ("metadata", "status", "apiVersion", "kind")
+    return {k: v for k, v in new.items() if k not in skipped} != {k: v for k, v in old.items() if k not in skipped}
 
 
-def _pod_spec_without_mutables(spec: dict[str, Any] | None) -> dict[str, Any]:
-    spec = {k: v for k, v in (spec or {}).items() if k not in _POD_MUTABLE_SPEC}
-    for key in ("containers", "initContainers"):
-        if key in spec:
-            spec[key] = [{k: v for k, v in c.items() if k != "image"} for c in spec[key]]
-    return spec
+def _pod_spec_changed(new: object, old: object) -> bool:
+    """Whether a pod's ``spec`` changed beyond what an update may change (:data:`_POD_MUTABLE_SPEC`, images)."""
+    immutable = []
+    for spec in (new, old):
+        kept = {k: v for k, v in (spec if isinstance(spec, dict) else {}).items() if k not in _POD_MUTABLE_SPEC}
+        for key in ("containers", "initContainers"):
+            if key in kept:
+                kept[key] = [{k: v for k, v in c.items() if k != "image"} for c in kept[key]]
+        immutable.append(kept)
+    return immutable[0] != immutable[1]
 
 
 #: Called with ``(watch event type, resource, stored object)`` after every change
 #: (:attr:`FaithfulKubernetes.observers`).
-Observer = Callable[[str, Resource, dict[str, Any]], None]
+Observer = Callable[[str, Resource, StoredObject], None]
 
 
 class FaithfulKubernetes:
@@ -223,14 +243,18 @@ class FaithfulKubernetes:
         self.observers: list[Observer] = []
         self._rv = 0
         #: ``{resource: {(namespace, name): object}}`` of live objects, in creation order.
-        self._store: dict[Resource, dict[tuple[str | None, str], dict[str, Any]]] = {}
-        self._history: dict[Resource, collections.deque[tuple[int, dict[str, Any]]]] = {}
+        self._store: dict[Resource, dict[tuple[str | None, str], StoredObject]] = {}
+        self._history: dict[Resource, collections.deque[tuple[int, WatchEvent]]] = {}
         self._history_floor: dict[Resource, int] = {}
-        self._schemas: dict[Resource, dict[str, Any] | None] = {}
+        self._schemas: dict[Resource, JSONSchemaProps | None] = {}
         #: the queues of the open watches, by resource; None in a queue ends its watch (:meth:`end_watches`)
-        self._watchers: dict[Resource, set[asyncio.Queue[dict[str, Any] | None]]] = {}
+        self._watchers: dict[Resource, set[asyncio.Queue[WatchEvent | None]]] = {}
         for ns in DEFAULT_NAMESPACES:
-            body = {"metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+            body: StoredObject = {
+                "metadata": {"name": ns},
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            }
             self._commit(NAMESPACES, None, ns, self._new_object(NAMESPACES, None, body), "ADDED")
 
     # ------------------------------------------------------------------ serving
@@ -274,7 +298,7 @@ class FaithfulKubernetes:
         path = request.path.rstrip("/") or "/"
         parsed = semantics.parse_api_path(path)
         parts = [p for p in path.split("/") if p]
-        document: dict[str, Any] | None = None
+        document: resources.DiscoveryDocument | dict[str, str] | None = None
         if path == "/":
             document = resources.root_paths(self.resources)
         elif path == "/version":
@@ -300,35 +324,35 @@ class FaithfulKubernetes:
                 queue.put_nowait(None)
 
     # ------------------------------------------------------------------ helpers
-    def _get(self, res: Resource, ns: str | None, name: str) -> dict[str, Any] | None:
+    def _get(self, res: Resource, ns: str | None, name: str) -> StoredObject | None:
         obj = (self._store.get(res) or {}).get((ns, name))
         return semantics.clone(obj) if obj is not None else None
 
-    def _live(self, res: Resource, keep: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+    def _live(self, res: Resource, keep: Callable[[StoredObject], bool] | None = None) -> list[StoredObject]:
         """Copies of the live objects of ``res`` for which ``keep`` is true, in creation order (the
         filter reads the stored objects; only what it keeps is copied).
         """
         return [semantics.clone(o) for o in (self._store.get(res) or {}).values() if keep is None or keep(o)]
 
-    def get(self, res: Resource, ns: str | None, name: str) -> dict[str, Any] | None:
+    def get(self, res: Resource, ns: str | None, name: str) -> StoredObject | None:
         """A copy of the stored object, or None."""
         return self._get(res, ns, name)
 
-    def objects(self, res: Resource, ns: str | None = None) -> list[dict[str, Any]]:
+    def objects(self, res: Resource, ns: str | None = None) -> list[StoredObject]:
         """Copies of the live objects of ``res`` (in ``ns`` when given), in creation order."""
         return self._live(res, None if ns is None else lambda o: o["metadata"].get("namespace") == ns)
 
-    def _new_object(self, res: Resource, ns: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    def _new_object(self, res: Resource, ns: str | None, body: StoredObject) -> StoredObject:
         info = self.resources.get(res)
         obj = semantics.clone(body)
         obj["apiVersion"] = res.api_version
         obj["kind"] = info.kind if info and info.kind else res.plural.capitalize()
         meta = obj.setdefault("metadata", {})
-        for name in ("resourceVersion", "deletionTimestamp", "selfLink"):
+        for name in _NEW_OBJECT_DROPS:
             meta.pop(name, None)
         if ns is not None:
             meta["namespace"] = ns
-        meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
+        meta.update({"uid": str(uuid.uuid4()), "creationTimestamp": now_rfc3339(), "generation": 1})
         return obj
 
     def _commit(
@@ -336,10 +360,10 @@ class FaithfulKubernetes:
         res: Resource,
         ns: str | None,
         name: str,
-        obj: dict[str, Any] | None,
+        obj: StoredObject | None,
         kind: str,
-        last: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+        last: StoredObject | None = None,
+    ) -> StoredObject:
         """Store a new state (``obj``) or a deletion (``obj=None``, ``last`` = final state) and
         publish the watch event; returns a copy of what was stored.
         """
@@ -354,7 +378,7 @@ class FaithfulKubernetes:
             live.pop((ns, name), None)
         else:
             live[(ns, name)] = shown
-        event = {"type": kind, "object": semantics.clone(shown)}
+        event: WatchEvent = {"type": kind, "object": semantics.clone(shown)}
         history = self._history.setdefault(res, collections.deque())
         history.append((self._rv, event))
         while len(history) > self.history_limit:
@@ -373,7 +397,7 @@ class FaithfulKubernetes:
 
     @staticmethod
     def _selected(
-        obj: dict[str, Any],
+        obj: StoredObject,
         request: Request,
         labels: list[semantics.Requirement],
         fields: list[semantics.Requirement],
@@ -386,12 +410,12 @@ class FaithfulKubernetes:
             and semantics.match_fields(obj, fields)
         )
 
-    def _prune(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+    def _prune(self, res: Resource, obj: StoredObject) -> StoredObject:
         schema = self._schemas.get(res)
         if not schema:
             return obj
         props = schema.get("properties") or {}
-        for part in ("spec", "status"):
+        for part in semantics.SCHEMA_PARTS:
             if part in obj and part in props:
                 obj[part] = semantics.prune(obj[part], props[part])
             elif part in obj and not schema.get("x-kubernetes-preserve-unknown-fields"):
@@ -405,13 +429,13 @@ class FaithfulKubernetes:
         )
 
     # ------------------------------------------------------------------ CRDs
-    def _register_crd(self, crd: dict[str, Any]) -> None:
+    def _register_crd(self, crd: CustomResourceDefinition) -> None:
         for res, (info, schema) in resources.crd_resources(crd).items():
             self.resources[res] = info
             self._schemas[res] = schema
 
     @staticmethod
-    def _crd_status(crd: dict[str, Any]) -> dict[str, Any]:
+    def _crd_status(crd: CustomResourceDefinition) -> CRDStatus:
         now = now_rfc3339()
         return {
             "acceptedNames": crd.get("spec", {}).get("names", {}),
@@ -458,12 +482,12 @@ class FaithfulKubernetes:
         if obj is None:
             return self._not_found(res, name)
         if request.subresource == "log" and res == PODS:
-            return self._serve_log(request, obj)
+            return self._serve_log(request, cast(Pod, obj))
         if request.subresource not in (None, "status"):
             return self._surprise(UnknownEndpointError(f"GET {request.path}: subresource not served"))
         return Reply(200, obj)
 
-    def _serve_log(self, request: Request, pod: dict[str, Any]) -> Reply:
+    def _serve_log(self, request: Request, pod: Pod) -> Reply:
         name = pod["metadata"]["name"]
         containers = [c["name"] for c in pod.get("spec", {}).get("containers", [])]
         container = request.query.get("container") or (containers[0] if len(containers) == 1 else None)
@@ -478,7 +502,7 @@ class FaithfulKubernetes:
         if "running" not in state and "terminated" not in state:
             waiting = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
             return _status(400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start: {waiting}')
-        text = self.pod_logs.get((pod["metadata"].get("namespace"), name), "")
+        text = self.pod_logs.get((pod["metadata"].get("namespace") or "", name), "")
         if "tailLines" in request.query:
             lines = text.splitlines(keepends=True)
             n = int(request.query["tailLines"])
@@ -488,7 +512,7 @@ class FaithfulKubernetes:
             data = data[: int(request.query["limitBytes"])]
         return Reply(200, data, content_type="text/plain")
 
-    async def _serve_watch(self, request: Request) -> AsyncIterator[dict[str, Any]]:  # noqa: C901
+    async def _serve_watch(self, request: Request) -> AsyncIterator[WatchEvent]:  # noqa: C901
         res = _resource_of(request)
         try:
             labels, fields = self._selectors(request)
@@ -499,9 +523,9 @@ class FaithfulKubernetes:
         initial_events = request.query.get("sendInitialEvents") == "true"
         timeout = float(request.query["timeoutSeconds"]) if request.query.get("timeoutSeconds") else None
         # The snapshot and the subscription are taken without an await in between: no event is lost.
-        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
         self._watchers.setdefault(res, set()).add(queue)
-        backlog: list[dict[str, Any]]  # watch events: {"type", "object"}
+        backlog: list[WatchEvent]
         if since in ("", "0") or initial_events:
             backlog = [
                 {"type": "ADDED", "object": o}
@@ -509,7 +533,7 @@ class FaithfulKubernetes:
             ]
             if initial_events:
                 info = self.resources[res]
-                bookmark = {
+                bookmark: StoredObject = {
                     "kind": info.kind,
                     "apiVersion": res.api_version,
                     "metadata": {
@@ -540,9 +564,10 @@ class FaithfulKubernetes:
 
     # ------------------------------------------------------------------ writes
     def _serve_create(self, request: Request, info: ResourceInfo) -> Reply:  # noqa: C901
-        res, body = _resource_of(request), request.data
-        if not isinstance(body, dict):
+        res, data = _resource_of(request), request.data
+        if not isinstance(data, dict):
             return _status(400, "BadRequest", "the request body must be a JSON object")
+        body = cast(StoredObject, data)  # the object as posted: its metadata is validated below
         meta = body.setdefault("metadata", {})
         ns = None
         if info.namespaced:
@@ -563,8 +588,8 @@ class FaithfulKubernetes:
         namespace = self._get(NAMESPACES, None, ns) if ns is not None else None
         if ns is not None and namespace is None:
             return _status(404, "NotFound", f'namespaces "{ns}" not found', name=ns, kind="namespaces")
-        if res == PODS and (enforced := podsecurity.enforced_level(namespace)) is not None:
-            found = podsecurity.violations(body.get("spec") or {}, enforced[0])
+        if res == PODS and (enforced := podsecurity.enforced_level(cast(KubeObject | None, namespace))) is not None:
+            found = podsecurity.violations(cast(podsecurity.PodSpec, body.get("spec") or {}), enforced[0])
             if found:
                 message = podsecurity.admission_message(name, *enforced, found)
                 return _status(403, "Forbidden", message, name=name, kind="pods")
@@ -576,8 +601,9 @@ class FaithfulKubernetes:
         if res == PODS:
             obj["status"] = {"phase": "Pending", "qosClass": "Burstable"}
         if res == CRDS:
-            self._register_crd(obj)
-            obj["status"] = self._crd_status(obj)
+            crd = cast(CustomResourceDefinition, obj)
+            self._register_crd(crd)
+            obj["status"] = self._crd_status(crd)
         obj = self._prune(res, obj)
         errors = semantics.schema_errors(obj, self._schemas.get(res))
         if errors:
@@ -585,7 +611,7 @@ class FaithfulKubernetes:
         return Reply(201, self._commit(res, ns, name, obj, "ADDED"))
 
     @staticmethod
-    def _apply_patch(request: Request, current: dict[str, Any]) -> dict[str, Any] | Reply:
+    def _apply_patch(request: Request, current: StoredObject) -> StoredObject | Reply:
         content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip()
         body = request.data
         if request.method == "PUT":
@@ -617,7 +643,7 @@ class FaithfulKubernetes:
                 f'"{current["metadata"]["name"]}": the object has been modified; '
                 f"please apply your changes to the latest version and try again",
             )
-        return new
+        return cast(StoredObject, new)
 
     def _serve_update(self, request: Request, info: ResourceInfo) -> Reply:  # noqa: C901
         res, ns, name, sub = _resource_of(request), request.namespace, _name_of(request), request.subresource
@@ -637,24 +663,15 @@ class FaithfulKubernetes:
             if new.get("status") is None:
                 new.pop("status", None)
         meta = new.setdefault("metadata", {})
-        for key in (
-            "name",
-            "namespace",
-            "uid",
-            "creationTimestamp",
-            "generation",
-            "resourceVersion",
-            "deletionTimestamp",
-        ):
+        fields = cast(dict[str, object], meta)  # the same mapping, field by field
+        for key in _UPDATE_KEEPS:
             if key in current["metadata"]:
-                meta[key] = current["metadata"][key]
+                fields[key] = current["metadata"].get(key)
             else:
-                meta.pop(key, None)
+                fields.pop(key, None)
         new["apiVersion"], new["kind"] = current["apiVersion"], current["kind"]
         errors = semantics.validate_metadata(new, dns1035_name=res.plural == "services" and not res.group)
-        if res == PODS and _pod_spec_without_mutables(new.get("spec")) != _pod_spec_without_mutables(
-            current.get("spec")
-        ):
+        if res == PODS and _pod_spec_changed(new.get("spec"), current.get("spec")):
             errors.append(
                 "spec: Forbidden: pod updates may not change fields other than "
                 "`spec.containers[*].image`, `spec.initContainers[*].image`, "
@@ -669,17 +686,17 @@ class FaithfulKubernetes:
             return _invalid(current["kind"], name, errors, current["kind"])
         if new == current:
             return Reply(200, current)  # a write that changes nothing: same resourceVersion, no watch event
-        if _spec_part(new) != _spec_part(current):
+        if _spec_changed(new, current):
             meta["generation"] = current["metadata"].get("generation", 1) + 1
         if res == CRDS:
-            self._register_crd(new)
+            self._register_crd(cast(CustomResourceDefinition, new))
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             return Reply(200, self._delete_now(res, ns, name, new))
         return Reply(200, self._commit(res, ns, name, new, "MODIFIED"))
 
     def _delete_now(
-        self, res: Resource, ns: str | None, name: str, last: dict[str, Any], orphan: bool = False
-    ) -> dict[str, Any]:
+        self, res: Resource, ns: str | None, name: str, last: StoredObject, orphan: bool = False
+    ) -> StoredObject:
         """Remove an object and, like the garbage collector, its dependents (unless ``orphan``,
         ``propagationPolicy: Orphan``).
         """
@@ -693,14 +710,14 @@ class FaithfulKubernetes:
                 if (owned or (res == NAMESPACES and n == name)) and (n, nm) in objects:
                     self._mark_or_delete(r, n, nm, semantics.clone(raw))
         if res == CRDS:
-            for gone in resources.crd_resources(last):
+            for gone in resources.crd_resources(cast(CustomResourceDefinition, last)):
                 self.resources.pop(gone, None)
                 self._schemas.pop(gone, None)
         return shown
 
     def _mark_or_delete(
-        self, res: Resource, ns: str | None, name: str, obj: dict[str, Any], orphan: bool = False
-    ) -> dict[str, Any]:
+        self, res: Resource, ns: str | None, name: str, obj: StoredObject, orphan: bool = False
+    ) -> StoredObject:
         meta = obj["metadata"]
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
@@ -720,18 +737,13 @@ class FaithfulKubernetes:
         return Reply(200, self._mark_or_delete(res, ns, name, current, orphan=policy == "Orphan"))
 
     # ------------------------------------------------------------------ for the kubelet stand-in
-    def write_status(
-        self,
-        res: Resource,
-        ns: str | None,
-        name: str,
-        status: dict[str, Any],
-        spec_changes: dict[str, Any] | None = None,
-    ) -> dict[str, Any] | None:
-        """Replace an object's ``status`` (and merge ``spec_changes``, e.g. the scheduler's
-        ``nodeName``) as the control plane's own components do; None when the object is gone.
-        Emits MODIFIED only when something changed.
+    def write_pod_status(
+        self, ns: str, name: str, status: PodStatus, spec_changes: PodSpec | None = None
+    ) -> Pod | None:
+        """Replace a pod's ``status`` (and merge ``spec_changes``, e.g. the scheduler's ``nodeName``) as
+        the scheduler and kubelet do; None when the pod is gone. Emits MODIFIED only when something changed.
         """
+        res = PODS
         current = self._get(res, ns, name)
         if current is None:
             return None
@@ -740,8 +752,8 @@ class FaithfulKubernetes:
         if spec_changes:
             new["spec"] = semantics.merge_patch(new.get("spec"), spec_changes)
         if new == current:
-            return current
-        return self._commit(res, ns, name, new, "MODIFIED")
+            return cast(Pod, current)
+        return cast(Pod, self._commit(res, ns, name, new, "MODIFIED"))
 
 
 def _resource_of(request: Request) -> Resource:

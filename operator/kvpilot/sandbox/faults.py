@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypedDict
+
+from kvpilot.sandbox.objects import WatchEvent
 
 #: ``reason`` of the Kubernetes ``Status`` a fault answers with, by HTTP code (apimachinery
 #: ``metav1.StatusReason``: k8s.io/apimachinery/pkg/apis/meta/v1/types.go).
@@ -27,7 +29,20 @@ FAULT_REASONS = {
 }
 
 
-def status_payload(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
+class StatusPayload(TypedDict):
+    """A ``metav1.Status`` failure as the API serves it; ``details``: ``name``, ``group``, ``kind`` when known."""
+
+    kind: Literal["Status"]
+    apiVersion: Literal["v1"]
+    metadata: dict[str, str]
+    status: Literal["Failure"]
+    message: str
+    reason: str
+    details: dict[str, str | None]
+    code: int
+
+
+def status_payload(code: int, reason: str, message: str, **details: str | None) -> StatusPayload:
     """A Kubernetes ``Status`` failure (``metav1.Status``), what the clients turn into their API errors."""
     return {
         "kind": "Status",
@@ -80,7 +95,7 @@ class Fault:
             and (self.namespace is None or namespace == self.namespace)
         )
 
-    def answer(self, name: str | None) -> tuple[int, dict[str, Any], dict[str, str]]:
+    def answer(self, name: str | None) -> tuple[int, StatusPayload, dict[str, str]]:
         """``(HTTP code, Status payload, headers)`` this fault answers with."""
         payload = status_payload(self.code, FAULT_REASONS.get(self.code, "InternalError"), self.message, name=name)
         headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
@@ -97,7 +112,7 @@ def first_match(
     return fault
 
 
-def half_a_line(event: dict[str, Any]) -> bytes:
+def half_a_line(event: WatchEvent) -> bytes:
     """The first half of a watch event's JSON line: what a cut connection delivered of it."""
     line = json.dumps(event).encode()
     return line[: len(line) // 2]

@@ -15,7 +15,8 @@ Every function takes the current Pod and an RFC 3339 timestamp and returns a new
 from __future__ import annotations
 
 import copy
-from typing import Any
+
+from kvpilot.api.objects import ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodStatus
 
 #: The scheduler's message when no node has a free GPU (format of the scheduler's FitError).
 UNSCHEDULABLE_GPU = (
@@ -28,8 +29,13 @@ DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadlin
 
 def _condition(
     type_: str, status: bool, now: str, reason: str | None = None, message: str | None = None
-) -> dict[str, Any]:
-    cond = {"type": type_, "status": "True" if status else "False", "lastProbeTime": None, "lastTransitionTime": now}
+) -> PodCondition:
+    cond: PodCondition = {
+        "type": type_,
+        "status": "True" if status else "False",
+        "lastProbeTime": None,
+        "lastTransitionTime": now,
+    }
     if reason:
         cond["reason"] = reason
     if message:
@@ -37,7 +43,7 @@ def _condition(
     return cond
 
 
-def _containers(pod: dict[str, Any], state: dict[str, Any], *, ready: bool, started: bool) -> list[dict[str, Any]]:
+def _containers(pod: Pod, state: ContainerState, *, ready: bool, started: bool) -> list[ContainerStatus]:
     return [
         {
             "name": c["name"],
@@ -52,50 +58,57 @@ def _containers(pod: dict[str, Any], state: dict[str, Any], *, ready: bool, star
     ]
 
 
-def _base(pod: dict[str, Any]) -> dict[str, Any]:
+def _base(pod: Pod) -> PodStatus:
     old = pod.get("status") or {}
-    status = {"qosClass": old.get("qosClass", "Burstable")}
+    status: PodStatus = {"qosClass": old.get("qosClass", "Burstable")}
     if old.get("startTime"):
         status["startTime"] = old["startTime"]
     return status
 
 
-def unschedulable(pod: dict[str, Any], now: str, message: str = UNSCHEDULABLE_GPU) -> dict[str, Any]:
+def unschedulable(pod: Pod, now: str, message: str = UNSCHEDULABLE_GPU) -> PodStatus:
     """The scheduler found no node: phase Pending, ``PodScheduled=False`` reason ``Unschedulable``."""
-    return {
-        **_base(pod),
-        "phase": "Pending",
-        "conditions": [_condition("PodScheduled", False, now, "Unschedulable", message)],
-    }
+    status = _base(pod)
+    status.update(
+        {"phase": "Pending", "conditions": [_condition("PodScheduled", False, now, "Unschedulable", message)]}
+    )
+    return status
 
 
-def scheduled(pod: dict[str, Any], now: str) -> dict[str, Any]:
+def scheduled(pod: Pod, now: str) -> PodStatus:
     """Bound to a node, image pulling: Pending, containers waiting ``ContainerCreating``, startTime set."""
-    return {
-        **_base(pod),
-        "phase": "Pending",
-        "startTime": _base(pod).get("startTime", now),
-        "hostIP": "10.0.0.7",
-        "podIP": "10.244.1.23",
-        "conditions": [
-            _condition("Initialized", True, now),
-            _condition("ContainersReady", False, now, "ContainersNotReady"),
-            _condition("Ready", False, now, "ContainersNotReady"),
-            _condition("PodScheduled", True, now),
-        ],
-        "containerStatuses": _containers(pod, {"waiting": {"reason": "ContainerCreating"}}, ready=False, started=False),
-    }
+    status = _base(pod)
+    status.update(
+        {
+            "phase": "Pending",
+            "startTime": _base(pod).get("startTime", now),
+            "hostIP": "10.0.0.7",
+            "podIP": "10.244.1.23",
+            "conditions": [
+                _condition("Initialized", True, now),
+                _condition("ContainersReady", False, now, "ContainersNotReady"),
+                _condition("Ready", False, now, "ContainersNotReady"),
+                _condition("PodScheduled", True, now),
+            ],
+            "containerStatuses": _containers(
+                pod, {"waiting": {"reason": "ContainerCreating"}}, ready=False, started=False
+            ),
+        }
+    )
+    return status
 
 
-def running(pod: dict[str, Any], now: str, *, ready: bool = False) -> dict[str, Any]:
+def running(pod: Pod, now: str, *, ready: bool = False) -> PodStatus:
     """Container started (vLLM loading, probes not yet passing) or, with ``ready``, serving."""
     status = scheduled(pod, now)
     started_at = now
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         started_at = (cs.get("state", {}).get("running") or {}).get("startedAt", started_at)
     status.update(
-        phase="Running",
-        containerStatuses=_containers(pod, {"running": {"startedAt": started_at}}, ready=ready, started=True),
+        {
+            "phase": "Running",
+            "containerStatuses": _containers(pod, {"running": {"startedAt": started_at}}, ready=ready, started=True),
+        }
     )
     reason = None if ready else "ContainersNotReady"
     status["conditions"] = [
@@ -108,7 +121,7 @@ def running(pod: dict[str, Any], now: str, *, ready: bool = False) -> dict[str, 
 
 
 def terminated(
-    pod: dict[str, Any],
+    pod: Pod,
     now: str,
     *,
     exit_code: int,
@@ -116,14 +129,14 @@ def terminated(
     message: str = "",
     pod_reason: str | None = None,
     pod_message: str | None = None,
-) -> dict[str, Any]:
+) -> PodStatus:
     """The container ended (``restartPolicy: Never``): phase Failed (or Succeeded for exit 0).
 
     ``message`` is the container's termination message (with
     ``FallbackToLogsOnError``, the tail of its log when the file is empty).
     """
     status = running(pod, now)
-    term = {
+    term: ContainerStateTerminated = {
         "exitCode": exit_code,
         "reason": reason,
         "startedAt": status["containerStatuses"][0]["state"]["running"]["startedAt"]
@@ -134,8 +147,10 @@ def terminated(
     if message:
         term["message"] = message
     status.update(
-        phase="Succeeded" if exit_code == 0 else "Failed",
-        containerStatuses=_containers(pod, {"terminated": term}, ready=False, started=False),
+        {
+            "phase": "Succeeded" if exit_code == 0 else "Failed",
+            "containerStatuses": _containers(pod, {"terminated": term}, ready=False, started=False),
+        }
     )
     status["conditions"] = [
         _condition("Initialized", True, now),
@@ -150,7 +165,7 @@ def terminated(
     return status
 
 
-def deadline_exceeded(pod: dict[str, Any], now: str) -> dict[str, Any]:
+def deadline_exceeded(pod: Pod, now: str) -> PodStatus:
     """``activeDeadlineSeconds`` passed: the kubelet kills the container (SIGKILL → 137) and the
     pod ends Failed with reason ``DeadlineExceeded``.
     """

@@ -23,8 +23,9 @@ probes' and lifecycle hooks' ``host`` field, user-namespace relaxations, ``enfor
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypedDict
 
+from kvpilot.api.objects import KubeObject
 from kvpilot.text.numbers import noun
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
@@ -73,6 +74,77 @@ SAFE_SYSCTLS = frozenset(
 Violation = tuple[str, str]  # (ForbiddenReason, ForbiddenDetail)
 
 
+# The fields of a Pod's spec the checks read (k8s.io/api/core/v1 names): the request's JSON, before any
+# validation, so a check still reads each value defensively (``is True``, ``str(...)``).
+class SeccompProfile(TypedDict, total=False):
+    """``SeccompProfile``."""
+
+    type: str
+    localhostProfile: str
+
+
+class Capabilities(TypedDict, total=False):
+    """``Capabilities``."""
+
+    add: list[str]
+    drop: list[str]
+
+
+class Sysctl(TypedDict, total=False):
+    """``Sysctl``."""
+
+    name: str
+    value: str
+
+
+class SecurityContext(TypedDict, total=False):
+    """A pod's ``securityContext`` or a container's: the fields of either that the checks read."""
+
+    privileged: bool
+    capabilities: Capabilities
+    procMount: str
+    seccompProfile: SeccompProfile
+    allowPrivilegeEscalation: bool
+    runAsNonRoot: bool
+    runAsUser: int
+    sysctls: list[Sysctl]
+
+
+class ContainerPort(TypedDict, total=False):
+    """``ContainerPort``."""
+
+    containerPort: int
+    hostPort: int
+
+
+class Container(TypedDict, total=False):
+    """A container (also an init or ephemeral one)."""
+
+    name: str
+    ports: list[ContainerPort]
+    securityContext: SecurityContext
+
+
+class Volume(TypedDict, total=False):
+    """A volume: its name and one source (each source's key names its type)."""
+
+    name: str
+    hostPath: dict[str, str]
+
+
+class PodSpec(TypedDict, total=False):
+    """A Pod's ``spec``."""
+
+    hostNetwork: bool
+    hostPID: bool
+    hostIPC: bool
+    volumes: list[Volume]
+    securityContext: SecurityContext
+    containers: list[Container]
+    initContainers: list[Container]
+    ephemeralContainers: list[Container]
+
+
 def _join_quote(items: list[str]) -> str:
     """Go's ``joinQuote``: each item double-quoted, joined by ``", "``."""
     return ", ".join(_quote(i) for i in items)
@@ -82,13 +154,14 @@ def _quote(item: str) -> str:
     return '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _containers(spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _containers(spec: PodSpec) -> Iterator[Container]:
     """``visitContainers``: containers, initContainers, ephemeralContainers."""
-    for key in ("initContainers", "containers", "ephemeralContainers"):
-        yield from spec.get(key) or []
+    yield from spec.get("initContainers") or []
+    yield from spec.get("containers") or []
+    yield from spec.get("ephemeralContainers") or []
 
 
-def _sc(obj: dict[str, Any]) -> dict[str, Any]:
+def _sc(obj: PodSpec | Container) -> SecurityContext:
     return obj.get("securityContext") or {}
 
 
@@ -97,17 +170,17 @@ def _containers_named(names: list[str]) -> str:
 
 
 # ----------------------------------------------------------------------------- baseline
-def _host_namespaces(spec: dict[str, Any]) -> Violation | None:
+def _host_namespaces(spec: PodSpec) -> Violation | None:
     used = sorted(f for f in ("hostNetwork", "hostPID", "hostIPC") if spec.get(f))
     return ("host namespaces", ", ".join(used)) if used else None
 
 
-def _privileged(spec: dict[str, Any]) -> Violation | None:
+def _privileged(spec: PodSpec) -> Violation | None:
     bad = [c["name"] for c in _containers(spec) if _sc(c).get("privileged") is True]
     return ("privileged", f"{_containers_named(bad)} must not set securityContext.privileged=true") if bad else None
 
 
-def _capabilities_baseline(spec: dict[str, Any]) -> Violation | None:
+def _capabilities_baseline(spec: PodSpec) -> Violation | None:
     bad, caps = [], set()
     for c in _containers(spec):
         extra = {str(x) for x in (_sc(c).get("capabilities") or {}).get("add") or []} - BASELINE_CAPABILITIES
@@ -122,12 +195,12 @@ def _capabilities_baseline(spec: dict[str, Any]) -> Violation | None:
     )
 
 
-def _host_path_volumes(spec: dict[str, Any]) -> Violation | None:
+def _host_path_volumes(spec: PodSpec) -> Violation | None:
     bad = [v["name"] for v in spec.get("volumes") or [] if "hostPath" in v]
     return ("hostPath volumes", f"{noun(len(bad), 'volume')} {_join_quote(bad)}") if bad else None
 
 
-def _host_ports(spec: dict[str, Any]) -> Violation | None:
+def _host_ports(spec: PodSpec) -> Violation | None:
     bad, ports = [], set()
     for c in _containers(spec):
         used = {str(p["hostPort"]) for p in c.get("ports") or [] if p.get("hostPort")}
@@ -143,7 +216,7 @@ def _host_ports(spec: dict[str, Any]) -> Violation | None:
     )
 
 
-def _proc_mount(spec: dict[str, Any]) -> Violation | None:
+def _proc_mount(spec: PodSpec) -> Violation | None:
     bad, kinds = [], set()
     for c in _containers(spec):
         mount = _sc(c).get("procMount")
@@ -158,7 +231,7 @@ def _proc_mount(spec: dict[str, Any]) -> Violation | None:
     )
 
 
-def _seccomp_baseline(spec: dict[str, Any]) -> Violation | None:
+def _seccomp_baseline(spec: PodSpec) -> Violation | None:
     setters = []
     if (_sc(spec).get("seccompProfile") or {}).get("type") == "Unconfined":
         setters.append("pod")
@@ -170,13 +243,13 @@ def _seccomp_baseline(spec: dict[str, Any]) -> Violation | None:
     return "seccompProfile", f'{" and ".join(setters)} must not set securityContext.seccompProfile.type to "Unconfined"'
 
 
-def _sysctls(spec: dict[str, Any]) -> Violation | None:
+def _sysctls(spec: PodSpec) -> Violation | None:
     bad = [str(s.get("name")) for s in _sc(spec).get("sysctls") or [] if s.get("name") not in SAFE_SYSCTLS]
     return ("forbidden sysctls", ", ".join(bad)) if bad else None
 
 
 # ----------------------------------------------------------------------------- restricted
-def _allow_privilege_escalation(spec: dict[str, Any]) -> Violation | None:
+def _allow_privilege_escalation(spec: PodSpec) -> Violation | None:
     bad = [c["name"] for c in _containers(spec) if _sc(c).get("allowPrivilegeEscalation") is not False]
     if not bad:
         return None
@@ -186,7 +259,7 @@ def _allow_privilege_escalation(spec: dict[str, Any]) -> Violation | None:
     )
 
 
-def _capabilities_restricted(spec: dict[str, Any]) -> Violation | None:
+def _capabilities_restricted(spec: PodSpec) -> Violation | None:
     missing_drop, adding, caps = [], [], set()
     for c in _containers(spec):
         capabilities = _sc(c).get("capabilities")
@@ -208,7 +281,7 @@ def _capabilities_restricted(spec: dict[str, Any]) -> Violation | None:
     return ("unrestricted capabilities", "; ".join(details)) if details else None
 
 
-def _restricted_volumes(spec: dict[str, Any]) -> Violation | None:
+def _restricted_volumes(spec: PodSpec) -> Violation | None:
     bad = sorted({v["name"] for v in spec.get("volumes") or [] if not (set(v) - {"name"}) <= RESTRICTED_VOLUME_SOURCES})
     if not bad:
         return None
@@ -216,7 +289,7 @@ def _restricted_volumes(spec: dict[str, Any]) -> Violation | None:
 
 
 def _pod_or_containers(
-    spec: dict[str, Any], value: Callable[[dict[str, Any]], Any], good: Callable[[Any], bool]
+    spec: PodSpec, value: Callable[[SecurityContext], Any], good: Callable[[Any], bool]
 ) -> tuple[list[str], list[str], set[str], bool]:
     """The shape of ``runAsNonRoot``/``seccompProfile``: ``(explicit bad setters, containers unset
     without a good pod-level value, bad values, pod value good)``.
@@ -241,7 +314,7 @@ def _pod_or_containers(
     return setters, implicit, values, pod_good
 
 
-def _run_as_non_root(spec: dict[str, Any]) -> Violation | None:
+def _run_as_non_root(spec: PodSpec) -> Violation | None:
     setters, implicit, _, _ = _pod_or_containers(spec, lambda sc: sc.get("runAsNonRoot"), lambda v: v is True)
     if setters:
         return "runAsNonRoot != true", f"{' and '.join(setters)} must not set securityContext.runAsNonRoot=false"
@@ -253,7 +326,7 @@ def _run_as_non_root(spec: dict[str, Any]) -> Violation | None:
     return None
 
 
-def _run_as_user(spec: dict[str, Any]) -> Violation | None:
+def _run_as_user(spec: PodSpec) -> Violation | None:
     setters = ["pod"] if _sc(spec).get("runAsUser") == 0 else []
     bad = [c["name"] for c in _containers(spec) if _sc(c).get("runAsUser") == 0]
     if bad:
@@ -261,7 +334,7 @@ def _run_as_user(spec: dict[str, Any]) -> Violation | None:
     return ("runAsUser=0", f"{' and '.join(setters)} must not set runAsUser=0") if setters else None
 
 
-def _seccomp_restricted(spec: dict[str, Any]) -> Violation | None:
+def _seccomp_restricted(spec: PodSpec) -> Violation | None:
     setters, implicit, values, _ = _pod_or_containers(
         spec, lambda sc: (sc.get("seccompProfile") or {}).get("type"), lambda v: v in ("RuntimeDefault", "Localhost")
     )
@@ -279,7 +352,7 @@ def _seccomp_restricted(spec: dict[str, Any]) -> Violation | None:
 
 #: ``(check ID, level, check, overridden at restricted by)`` in the plugin's order: baseline checks by
 #: ID, then restricted checks by ID (a baseline check with ``Overlap`` is replaced at restricted).
-CHECKS: tuple[tuple[str, str, Callable[[dict[str, Any]], Violation | None], str | None], ...] = (
+CHECKS: tuple[tuple[str, str, Callable[[PodSpec], Violation | None], str | None], ...] = (
     ("capabilities_baseline", "baseline", _capabilities_baseline, "capabilities_restricted"),
     ("hostNamespaces", "baseline", _host_namespaces, None),
     ("hostPathVolumes", "baseline", _host_path_volumes, "restrictedVolumes"),
@@ -297,7 +370,7 @@ CHECKS: tuple[tuple[str, str, Callable[[dict[str, Any]], Violation | None], str 
 )
 
 
-def violations(pod_spec: dict[str, Any], level: str) -> list[Violation]:
+def violations(pod_spec: PodSpec, level: str) -> list[Violation]:
     """``(reason, detail)`` of every check ``pod_spec`` fails at ``level`` (``privileged``: none)."""
     if level not in ("baseline", "restricted"):
         return []
@@ -313,7 +386,7 @@ def violations(pod_spec: dict[str, Any], level: str) -> list[Violation]:
     return out
 
 
-def enforced_level(namespace: dict[str, Any] | None) -> tuple[str, str] | None:
+def enforced_level(namespace: KubeObject | None) -> tuple[str, str] | None:
     """``(level, version)`` a namespace enforces (its ``pod-security.kubernetes.io/enforce`` label and
     ``enforce-version``, default ``latest``), or None for ``privileged``/unlabelled/unknown levels.
     """

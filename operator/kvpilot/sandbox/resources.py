@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal, TypedDict
+
+from kvpilot.sandbox.objects import CustomResourceDefinition, JSONSchemaProps
 
 #: ``/version`` of the sandbox (``version.Info``): the API server release whose behaviour it follows.
 SERVER_VERSION = {
@@ -101,11 +103,11 @@ def builtin_resources() -> dict[Resource, ResourceInfo]:
     return out
 
 
-def crd_resources(crd: dict[str, Any]) -> dict[Resource, tuple[ResourceInfo, dict[str, Any] | None]]:
+def crd_resources(crd: CustomResourceDefinition) -> dict[Resource, tuple[ResourceInfo, JSONSchemaProps | None]]:
     """The resources a CustomResourceDefinition serves, with each version's OpenAPI v3 schema (or None)."""
     spec = crd.get("spec") or {}
     names = spec.get("names") or {}
-    out: dict[Resource, tuple[ResourceInfo, dict[str, Any] | None]] = {}
+    out: dict[Resource, tuple[ResourceInfo, JSONSchemaProps | None]] = {}
     for version in spec.get("versions") or []:
         if not version.get("served", True):
             continue
@@ -124,6 +126,74 @@ def crd_resources(crd: dict[str, Any]) -> dict[Resource, tuple[ResourceInfo, dic
 
 
 # ----------------------------------------------------------------------------- discovery documents
+class GroupVersion(TypedDict):
+    """``metav1.GroupVersionForDiscovery``."""
+
+    groupVersion: str
+    version: str
+
+
+class Group(TypedDict):
+    """The fields of ``metav1.APIGroup`` an ``APIGroupList`` item has."""
+
+    name: str
+    versions: list[GroupVersion]
+    preferredVersion: GroupVersion
+
+
+class APIGroup(Group):
+    """``/apis/GROUP``: ``metav1.APIGroup``."""
+
+    apiVersion: Literal["v1"]
+    kind: Literal["APIGroup"]
+
+
+class APIVersions(TypedDict):
+    """``/api``: ``metav1.APIVersions``."""
+
+    kind: Literal["APIVersions"]
+    versions: list[str]
+
+
+class APIGroupList(TypedDict):
+    """``/apis``: ``metav1.APIGroupList``."""
+
+    apiVersion: Literal["v1"]
+    kind: Literal["APIGroupList"]
+    groups: list[Group]
+
+
+class APIResource(TypedDict):
+    """``metav1.APIResource``."""
+
+    name: str
+    singularName: str
+    namespaced: bool
+    kind: str
+    verbs: list[str]
+    shortNames: list[str]
+    categories: list[str]
+
+
+class APIResourceList(TypedDict):
+    """``/api/v1``, ``/apis/GROUP/VERSION``: ``metav1.APIResourceList``."""
+
+    apiVersion: Literal["v1"]
+    kind: Literal["APIResourceList"]
+    groupVersion: str
+    resources: list[APIResource]
+
+
+class RootPaths(TypedDict):
+    """``/``: ``metav1.RootPaths``."""
+
+    paths: list[str]
+
+
+#: A discovery document the sandbox serves.
+DiscoveryDocument = APIVersions | APIGroupList | APIGroup | APIResourceList | RootPaths
+
+
 _VERSION_RE = re.compile(r"^v(\d+)(?:(alpha|beta)(\d*))?$")
 
 
@@ -144,38 +214,45 @@ def _versions(resources: dict[Resource, ResourceInfo], group: str) -> list[str]:
     return sorted({r.version for r in resources if r.group == group}, key=version_priority, reverse=True)
 
 
-def _group(resources: dict[Resource, ResourceInfo], group: str) -> dict[str, Any]:
+def _group(resources: dict[Resource, ResourceInfo], group: str) -> Group:
     versions = _versions(resources, group)
-    listed = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    listed: list[GroupVersion] = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
     return {"name": group, "versions": listed, "preferredVersion": listed[0]}
 
 
-def api_versions() -> dict[str, Any]:
+def api_versions() -> APIVersions:
     """``/api``: the core group's versions."""
     return {"kind": "APIVersions", "versions": ["v1"]}
 
 
-def api_group_list(resources: dict[Resource, ResourceInfo]) -> dict[str, Any]:
+def api_group_list(resources: dict[Resource, ResourceInfo]) -> APIGroupList:
     """``/apis``: every named group with its versions."""
     groups = sorted({r.group for r in resources if r.group})
     return {"apiVersion": "v1", "kind": "APIGroupList", "groups": [_group(resources, g) for g in groups]}
 
 
-def api_group(resources: dict[Resource, ResourceInfo], group: str) -> dict[str, Any] | None:
+def api_group(resources: dict[Resource, ResourceInfo], group: str) -> APIGroup | None:
     """``/apis/GROUP``, or None when no resource is in that group."""
     if not _versions(resources, group):
         return None
-    return {"apiVersion": "v1", "kind": "APIGroup", **_group(resources, group)}
+    found = _group(resources, group)
+    return {
+        "apiVersion": "v1",
+        "kind": "APIGroup",
+        "name": found["name"],
+        "versions": found["versions"],
+        "preferredVersion": found["preferredVersion"],
+    }
 
 
-def api_resource_list(resources: dict[Resource, ResourceInfo], group: str, version: str) -> dict[str, Any] | None:
+def api_resource_list(resources: dict[Resource, ResourceInfo], group: str, version: str) -> APIResourceList | None:
     """``/api/v1`` or ``/apis/GROUP/VERSION``: its resources and their subresources, or None when it has none."""
     found = sorted(
         ((r, i) for r, i in resources.items() if (r.group, r.version) == (group, version)), key=lambda ri: ri[0].plural
     )
     if not found:
         return None
-    listed = []
+    listed: list[APIResource] = []
     for res, info in found:
         for sub in ["", *sorted(info.subresources)]:
             listed.append(
@@ -197,7 +274,7 @@ def api_resource_list(resources: dict[Resource, ResourceInfo], group: str, versi
     }
 
 
-def root_paths(resources: dict[Resource, ResourceInfo]) -> dict[str, Any]:
+def root_paths(resources: dict[Resource, ResourceInfo]) -> RootPaths:
     """``/``: the API's paths."""
     paths = {"/api", "/api/v1", "/apis", "/version"}
     for res in resources:

@@ -25,7 +25,9 @@ import copy
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
+
+from kvpilot.sandbox.objects import JSONSchemaProps, StoredObject
 
 # apimachinery/pkg/util/validation/validation.go
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -180,7 +182,7 @@ def parse_field_selector(text: str | None) -> list[Requirement]:
     return reqs
 
 
-def field_value(obj: dict[str, Any], dotted: str) -> str | None:
+def field_value(obj: StoredObject, dotted: str) -> str | None:
     """The string value of a dotted field path (``metadata.name``, ``status.phase``) or None."""
     cur: Any = obj
     for key in dotted.split("."):
@@ -190,13 +192,13 @@ def field_value(obj: dict[str, Any], dotted: str) -> str | None:
     return None if cur is None or isinstance(cur, (dict, list)) else str(cur)
 
 
-def match_fields(obj: dict[str, Any], requirements: list[Requirement]) -> bool:
+def match_fields(obj: StoredObject, requirements: list[Requirement]) -> bool:
     """True when ``obj`` satisfies every field requirement (missing fields compare as ``""``)."""
     return all(_matches(field_value(obj, r.key) or "", r) for r in requirements)
 
 
 # ----------------------------------------------------------------------------- validation
-def validate_metadata(obj: dict[str, Any], *, dns1035_name: bool = False) -> list[str]:
+def validate_metadata(obj: StoredObject, *, dns1035_name: bool = False) -> list[str]:
     """Validate ``metadata.name`` and ``metadata.labels`` as a real API server does.
 
     Args:
@@ -280,7 +282,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- pruning
-def prune(value: Any, schema: dict[str, Any] | None) -> Any:
+def prune(value: Any, schema: JSONSchemaProps | None) -> Any:
     """Drop fields a structural OpenAPI v3 schema does not declare, as the API server does for
     custom resources (``properties``, ``items``, ``additionalProperties``, and
     ``x-kubernetes-preserve-unknown-fields: true`` which keeps everything below it).
@@ -311,10 +313,10 @@ def prune(value: Any, schema: dict[str, Any] | None) -> Any:
 # ----------------------------------------------------------------------------- validation by schema
 #: ``id(schema) -> (schema, validator)``: one jsonschema validator per CRD schema part, built on
 #: first use (building one per request cost about a quarter of each custom-resource write).
-_VALIDATORS: dict[int, tuple[dict[str, Any], Any]] = {}
+_VALIDATORS: dict[int, tuple[JSONSchemaProps, Any]] = {}
 
 
-def _validator(cls: Any, schema: dict[str, Any]) -> Any:
+def _validator(cls: Any, schema: JSONSchemaProps) -> Any:
     """``cls(schema)``, cached while ``schema`` (the same object: a CRD's registered schema) lives."""
     cached = _VALIDATORS.get(id(schema))
     if cached is None or cached[0] is not schema:
@@ -322,7 +324,11 @@ def _validator(cls: Any, schema: dict[str, Any]) -> Any:
     return cached[1]
 
 
-def schema_errors(obj: dict[str, Any], schema: dict[str, Any] | None) -> list[str]:
+#: The parts of an object a CRD's schema prunes and validates (the API server manages ``metadata`` itself).
+SCHEMA_PARTS: tuple[Literal["spec", "status"], ...] = ("spec", "status")
+
+
+def schema_errors(obj: StoredObject, schema: JSONSchemaProps | None) -> list[str]:
     """Errors of ``obj`` against a CRD's ``openAPIV3Schema``, as ``"<path>: Invalid value: <v>: <why>"``.
 
     Only ``spec`` and ``status`` are checked (the API server validates ``metadata`` itself).
@@ -337,7 +343,7 @@ def schema_errors(obj: dict[str, Any], schema: dict[str, Any] | None) -> list[st
         return []
     props = schema.get("properties") or {}
     errors = []
-    for part in ("spec", "status"):
+    for part in SCHEMA_PARTS:
         if part not in obj or part not in props:
             continue
         validator = _validator(jsonschema.Draft4Validator, props[part])

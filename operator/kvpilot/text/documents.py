@@ -51,11 +51,19 @@ __all__ = [
     "MAX_NODES",
     "MAX_YAML_BYTES",
     "DocumentError",
+    "JsonObject",
+    "JsonValue",
     "check_bounds",
     "load_json",
     "load_yaml",
     "load_yaml_documents",
 ]
+
+#: A JSON value as ``json.loads`` returns it (RFC 8259's types; a document read, before a model or a typed view
+#: gives it its shape).
+JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+#: A JSON object (``{...}``).
+JsonObject = dict[str, JsonValue]
 
 #: Nested mappings and sequences one document may hold (the root counts as level 1).
 MAX_DEPTH = 64

@@ -73,8 +73,8 @@ def test_engine_section_reproduces_the_founding_measurement():
 def test_diagnose_section_names_each_scenario_s_bottleneck():
     ctx, text = _run_sections(demo_analysis.section_diagnose)
     # the verdict each scenario is built to produce (shared with the diagnose tests)
-    assert ctx.extra["diagnoses"] == {name: EXPECTED[name] for name in demo_analysis.DIAGNOSED}
-    assert set(ctx.extra["diagnoses"].values()) == {
+    assert ctx.diagnoses == {name: EXPECTED[name] for name in demo_analysis.DIAGNOSED}
+    assert set(ctx.diagnoses.values()) == {
         "kv_cache_exhaustion",
         "max_num_seqs_cap",
         "token_budget_cap",

@@ -236,6 +236,9 @@ def test_the_preflight_waits_for_the_nodes_gpu_memory_label_only_when_it_lacked_
     assert not logic.waits_for_node_gpu_memory(_kv_server(spec=gpu_given), scheduled)
     assert not logic.waits_for_node_gpu_memory(_kv_server(spec={"model": "m", "preflight": "off"}), scheduled)
     assert not logic.waits_for_node_gpu_memory(_server(), scheduled)  # no KVCapacity condition at all
+    # an invalid spec (maxNumSeqs must be >= 1) has no pre-flight: the reconcile reports the spec instead
+    invalid = {"model": "m", "engine": {"maxNumSeqs": 0}}
+    assert not logic.waits_for_node_gpu_memory(_kv_server(spec=invalid), scheduled)
 
 
 # ----------------------------------------------------------------------------- statuses from a real cluster

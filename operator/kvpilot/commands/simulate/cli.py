@@ -38,6 +38,7 @@ from kvpilot.text.numbers import fig, number, plain
 
 if TYPE_CHECKING:
     from kvpilot.engine.scenarios import Scenario
+    from kvpilot.engine.workloads import TraceRequest
 
 # The text report (rich) and --serve (http.server, prometheus_client) are imported where they run:
 # ``simulate --help`` and report mode need neither of the other's (start-up: docs/performance.md).
@@ -420,7 +421,7 @@ def _file_and_vllm_overrides(
     return overrides, (host, port)
 
 
-def _trace(trace_file: str | None, workload: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+def _trace(trace_file: str | None, workload: Mapping[str, Any]) -> list[TraceRequest] | None:
     """``--trace``'s requests, refused beside the workload options it replaces."""
     if not trace_file:
         return None
@@ -449,7 +450,7 @@ def _apply_workload(
     overrides: dict[str, Any],
     base: Scenario,
     workload: dict[str, Any],
-    trace: list[dict[str, Any]] | None,
+    trace: list[TraceRequest] | None,
     duration: float | None,
     from_vllm_args: bool,
 ) -> float | None:

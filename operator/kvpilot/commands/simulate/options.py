@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,9 @@ from kvpilot.commands._common import fail, fail_input, listen_address, read_inpu
 from kvpilot.commands.simulate.session import engine_call
 from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import fig, number
+
+if TYPE_CHECKING:
+    from kvpilot.engine.workloads import TraceRequest
 
 #: vLLM's own defaults for the shim's listen address (``vllm serve --host`` default None = all
 #: interfaces, ``--port`` 8000; vllm/entrypoints/openai/cli_args.py, v0.33.0).
@@ -115,7 +118,7 @@ def load_scenario_file(path: str) -> dict[str, Any]:
     return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
-def load_trace_file(path: str) -> list[dict[str, Any]]:
+def load_trace_file(path: str) -> list[TraceRequest]:
     """``--trace FILE.jsonl`` as a trace workload's request list; exits 2 naming the line and field."""
     from kvpilot.engine.workloads import trace_requests
 
@@ -190,7 +193,7 @@ def check_bounds(
     overrides: Mapping[str, Any],
     scenario: Any,
     duration: float | None,
-    trace: list[dict[str, Any]] | None,
+    trace: list[TraceRequest] | None,
     from_cli: Mapping[str, Any],
 ) -> None:
     """Refuse a run above :data:`MAX_ARRIVAL_RATE`, :data:`MAX_REQUESTS` or :data:`MAX_SIMULATED_SECONDS`
