@@ -789,9 +789,12 @@ def deferred_head(signals: Signals) -> bool:
     step (``Scheduler._select_waiting_queue_for_scheduling``, vllm/v1/core/sched/scheduler.py, vLLM 0.29.0): while
     a request is deferred the head of the queue is a deferred one, whatever refuses the requests behind it. The
     ``reason="deferred"`` gauge counts that queue; its median at one or more puts a deferred head in half the
-    samples or more (the same half-the-window line as a queue that costs time).
+    samples or more (the same half-the-window line as a queue that costs time). Where the median is unknown, its
+    mean stands in.
     """
     median = signals.get("waiting_deferred_median")
+    if median is None:
+        median = signals.get("waiting_deferred_avg")
     return median is not None and median >= 1
 
 

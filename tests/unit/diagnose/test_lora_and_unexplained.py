@@ -86,6 +86,24 @@ def test_preemptions_beside_a_deferred_head_on_full_lora_slots_are_the_lora_cap(
     assert d.verdict == "kv_cache_exhaustion"
 
 
+def test_a_request_deferred_now_and_then_beside_a_full_kv_cache_is_not_the_lora_cap():
+    # 300 waiting, 0.14 deferred on average and none in most samples (median 0), all 4 LoRA slots held at times;
+    # 4 running hold 88 % of the KV cache (22 % each), peaking at 98 %, past the ceiling 1 - 2 x 0.22 = 0.56: the head
+    # that waits is a request the KV cache refuses, not a deferred one (vLLM visits deferred requests first only
+    # while there are any)
+    queue = dict(waiting_avg=300, waiting_max=400, waiting_median=300, waiting_trend_per_s=0.0)
+    kv = dict(running_avg=4, running_max=4, kv_usage_avg=0.88, kv_usage_max=0.98)
+    lora = dict(waiting_deferred_avg=0.14, waiting_deferred_median=0, lora_max_loras=4, lora_adapters_max=4)
+    d = diagnose_target(make(**queue, **kv, **STEPS, **lora, lora_adapters_seen=6), resolve_limits(cli=LIMITS))
+    assert d.verdict == "kv_cache_exhaustion"
+    # a deferred request in half the samples (median 1): the head is a deferred one, skipped on max_loras first
+    d = diagnose_target(
+        make(**queue, **kv, **STEPS, **{**lora, "waiting_deferred_median": 1}, lora_adapters_seen=6),
+        resolve_limits(cli=LIMITS),
+    )
+    assert d.verdict == "lora_slot_cap"
+
+
 def test_lora_gauge_read_from_a_recording():
     # vllm:lora_requests_info: each step sets the current label set's series to the server's time; an older
     # set keeps the time it was last current. Window 300 s: the server's newest time is 1,400, so sets current
