@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 PRODUCT = REPO / "operator" / "kvpilot"
 
 #: loose dict annotations allowed in the product (lower it as they get types; never raise it)
-ALLOWED = 131
+ALLOWED = 73
 
 _MAPPINGS = frozenset({"dict", "Dict", "Mapping", "MutableMapping"})
 _LOOSE_VALUES = frozenset({"Any", "object"})

@@ -35,6 +35,7 @@ from itertools import accumulate
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.signals import FitName, Signals
+from kvpilot.text.documents import JsonObject
 from kvpilot.text.numbers import count, fig, number, percent
 
 
@@ -71,7 +72,7 @@ class LengthDistribution:
         """The longest length."""
         return max(self.values)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         """``{"values", "weights"}`` (the ``replay.workload`` lengths of ``-o json``)."""
         return {"values": list(self.values), "weights": [round(w, 4) for w in self.weights]}
 
@@ -192,7 +193,7 @@ class WorkloadFit:
             f"{fig(self.waiting_start, 1)} waiting at the start."
         )
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         """The ``replay.workload`` object of ``-o json``."""
         return {
             "arrival_rate_per_s": round(self.arrival_rate, 6),

@@ -37,6 +37,7 @@ from kvpilot.engine.hardware import MODEL_PROFILES, ModelProfile, profile_from_c
 from kvpilot.gpus import gpu_profile
 from kvpilot.kv import KVConfigError
 from kvpilot.kv.spec import ModelConfig
+from kvpilot.text.documents import JsonObject
 from kvpilot.text.numbers import fig, times
 from kvpilot.text.safe import one_line
 
@@ -115,7 +116,7 @@ class StepTime:
     notes: tuple[str, ...] = field(default=())
     measured: MeasuredClock | None = None
 
-    def overrides(self) -> dict[str, Any]:
+    def overrides(self) -> JsonObject:
         """EngineConfig fields: the profiles, and the roofline scaled by ``scale``; with a measured clock, its
         per-step cost as the step's overhead and its per-token cost as the compute term (``2 x params / (peak x
         efficiency)`` = the seconds per token), the weights' read folded into the per-step cost (``weight_bytes``
@@ -179,7 +180,7 @@ class StepTime:
             "steps across the roofline's knee carry that uncertainty."
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``replay.step_time`` object of ``-o json``."""
         return {
             "source": (
@@ -189,7 +190,7 @@ class StepTime:
                 if self.observed_s is not None
                 else "roofline"
             ),
-            "terms": self.terms(),
+            "terms": {**self.terms()},
             "gpu": self.gpu,
             "model": self.model,
             "model_source": "config.json" if self.profile is not None else "engine profile",

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kvpilot.alerts.rules import BY, Signals, limit, vllm
+from kvpilot.text.documents import JsonObject
 
 UID = "kvpilot-vllm-limits"
 OUTPUT = "manifests/monitoring/grafana-dashboard.json"
@@ -85,7 +86,7 @@ def _rate(s: Signals, name: str) -> str:
     return f"max by ({BY}) (rate({vllm(name, s.matchers)}[{s.window}]))"
 
 
-def build() -> dict[str, Any]:
+def build() -> JsonObject:
     """The dashboard as Grafana's JSON model (built with the Foundation SDK's typed builders)."""
     from grafana_foundation_sdk.builders import dashboard as db
     from grafana_foundation_sdk.builders import prometheus, timeseries

@@ -26,6 +26,7 @@ import yaml
 
 from kvpilot.alerts.payload import MAX_ALERTS
 from kvpilot.alerts.rules import WINDOW, AlertRule, alert_rules, diagnose_command
+from kvpilot.text.documents import JsonObject
 
 GROUP = "kvpilot-vllm"
 #: where ``runbook_url`` points: the runbooks (docs/runbooks/<alert>.md) as the project's repository
@@ -80,7 +81,7 @@ def _variants(rules: list[AlertRule] | None) -> list[AlertRule]:
 
 def prometheus_rules(
     rules: list[AlertRule] | None = None, runbook_base: str = RUNBOOK_BASE, interval: str = INTERVAL
-) -> dict[str, Any]:
+) -> JsonObject:
     """The rules file: ``{"groups": [{"name", "interval", "rules": [{"alert", "expr", "for", ...}]}]}``."""
     rules = _variants(rules)
     return {
@@ -93,8 +94,8 @@ def prometheus_rules(
                         "alert": r.name,
                         "expr": r.expr,
                         "for": r.for_,
-                        "labels": _labels(r),
-                        "annotations": _annotations(r, "{{ $externalURL }}", runbook_base),
+                        "labels": {**_labels(r)},
+                        "annotations": {**_annotations(r, "{{ $externalURL }}", runbook_base)},
                     }
                     for r in rules
                 ],
@@ -103,7 +104,7 @@ def prometheus_rules(
     }
 
 
-def prometheus_rule(rules: list[AlertRule] | None = None, runbook_base: str = RUNBOOK_BASE) -> dict[str, Any]:
+def prometheus_rule(rules: list[AlertRule] | None = None, runbook_base: str = RUNBOOK_BASE) -> JsonObject:
     """The same groups as a ``PrometheusRule`` (label ``release`` for kube-prometheus-stack's selector)."""
     return {
         "apiVersion": "monitoring.coreos.com/v1",
@@ -131,7 +132,7 @@ def grafana_provisioning(
     datasource_uid: str = GRAFANA_DATASOURCE_UID,
     prometheus_url: str = GRAFANA_PROMETHEUS_URL,
     hook_url: str = HOOK_URL,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Grafana alerting provisioning: rule groups, the webhook contact point, the notification policy.
 
     Each rule has three data steps: ``A`` the PromQL (instant; it returns a series only while its
@@ -174,7 +175,7 @@ def grafana_provisioning(
                         "noDataState": "OK",
                         "execErrState": "Error",
                         "for": r.for_,
-                        "labels": _labels(r),
+                        "labels": {**_labels(r)},
                         "annotations": {
                             k: _grafana_template(v) for k, v in _annotations(r, prometheus_url, runbook_base).items()
                         },
@@ -207,7 +208,7 @@ def grafana_provisioning(
             {
                 "orgId": 1,
                 "receiver": "kvpilot-alert-hook",
-                "group_by": group_by,
+                "group_by": [*group_by],
                 "group_wait": GROUP_WAIT,
                 "group_interval": GROUP_INTERVAL,
                 "repeat_interval": REPEAT_INTERVAL,
@@ -225,15 +226,15 @@ def _grafana_uid(rule: AlertRule) -> str:
     return (f"kvpilot-{rule.name.lower()}" + ("-crit" if rule.escalated else ""))[:40]
 
 
-def _inhibit_warning_by_critical() -> dict[str, Any]:
+def _inhibit_warning_by_critical() -> JsonObject:
     return {
         "source_matchers": ['severity="critical"'],
         "target_matchers": ['severity="warning"'],
-        "equal": GROUP_BY,
+        "equal": [*GROUP_BY],
     }
 
 
-def alertmanager_config(hook_url: str = HOOK_URL, token_file: str = HOOK_TOKEN_FILE) -> dict[str, Any]:
+def alertmanager_config(hook_url: str = HOOK_URL, token_file: str = HOOK_TOKEN_FILE) -> JsonObject:
     """A complete Alertmanager configuration: the VLLM* alerts to ``kvpilot alert-hook``, the rest to ``default``.
 
     The root route names the default receiver Alertmanager requires (``default``, which notifies nobody:
@@ -247,7 +248,7 @@ def alertmanager_config(hook_url: str = HOOK_URL, token_file: str = HOOK_TOKEN_F
     return {
         "route": {
             "receiver": "default",
-            "group_by": GROUP_BY,
+            "group_by": [*GROUP_BY],
             "group_wait": GROUP_WAIT,
             "group_interval": GROUP_INTERVAL,
             "repeat_interval": REPEAT_INTERVAL,
@@ -273,7 +274,7 @@ def alertmanager_config(hook_url: str = HOOK_URL, token_file: str = HOOK_TOKEN_F
 
 def alertmanager_config_resource(
     namespace: str = "kvpilot-system", hook_url: str = HOOK_URL, token_secret: str = HOOK_TOKEN_SECRET
-) -> dict[str, Any]:
+) -> JsonObject:
     """The hook's route as a Prometheus Operator ``AlertmanagerConfig`` in ``namespace``.
 
     The operator merges it into the Alertmanager it selects as a first-level route; the bearer token is
@@ -296,7 +297,7 @@ def alertmanager_config_resource(
             "route": {
                 "receiver": HOOK_RECEIVER,
                 "matchers": [{"name": name, "matchType": op, "value": value}],
-                "groupBy": GROUP_BY,
+                "groupBy": [*GROUP_BY],
                 "groupWait": GROUP_WAIT,
                 "groupInterval": GROUP_INTERVAL,
                 "repeatInterval": REPEAT_INTERVAL,
@@ -306,7 +307,7 @@ def alertmanager_config_resource(
                 {
                     "sourceMatch": [{"name": "severity", "value": "critical"}],
                     "targetMatch": [{"name": "severity", "value": "warning"}],
-                    "equal": GROUP_BY,
+                    "equal": [*GROUP_BY],
                 }
             ],
             "receivers": [

@@ -12,6 +12,7 @@ from typing import Any
 from kvpilot.alerts.payload import Target
 from kvpilot.diagnose.model import Diagnosis, Report
 from kvpilot.diagnose.report import change_text, predicted_effect
+from kvpilot.text.documents import JsonObject
 from kvpilot.text.safe import one_line
 
 
@@ -65,7 +66,7 @@ class AlertResult:
         now = d.replay.predicted if d.replay is not None and d.replay.matches else None
         return one_line(change_text(rec), 500), one_line(predicted_effect(rec, now), 500)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """``{"fingerprint", "alertname", "status", "target", "cached", "change", "predicted_effect", "diagnosis",
         "error"}``: the change and its effect are :meth:`answer`'s (null without a recommendation).
         """
@@ -74,7 +75,7 @@ class AlertResult:
             "fingerprint": self.fingerprint,
             "alertname": self.alertname,
             "status": self.status,
-            "target": None if self.target is None else self.target.to_json(),
+            "target": None if self.target is None else {**self.target.to_json()},
             "cached": self.cached,
             "change": change,
             "predicted_effect": effect,

@@ -31,6 +31,7 @@ from kvpilot.alerts.result import AlertResult
 from kvpilot.api import GROUP, KIND, PLURAL, VERSION
 from kvpilot.diagnose.model import evidence_text
 from kvpilot.diagnose.sources.http import split_credentials
+from kvpilot.text.documents import JsonObject
 from kvpilot.text.safe import one_line
 
 
@@ -131,8 +132,8 @@ class ForwardSink:
     async def emit(self, alert: Alert, _target: Target, result: AlertResult) -> None:
         """POST the result."""
         change, effect = result.answer()
-        body = {
-            "alert": {"labels": dict(alert.labels), "status": alert.status},
+        body: JsonObject = {
+            "alert": {"labels": {**alert.labels}, "status": alert.status},
             "change": change,
             "predicted_effect": effect,
             "result": result.to_json(),

@@ -6,7 +6,7 @@ import json
 import os
 import re
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -195,7 +195,7 @@ def render_text(  # noqa: C901
         (
             "KV element",
             f"{fp.element_bytes} {noun(fp.element_bytes, 'byte')} "
-            f"({cap.inputs['kv_cache_dtype']}; model {spec.model_dtype})",
+            f"({cap.inputs.kv_cache_dtype}; model {spec.model_dtype})",
         ),
         ("bytes per token (per GPU)", _bytes_per_token_text(cap)),
     ]
@@ -212,12 +212,12 @@ def render_text(  # noqa: C901
         )
     window_bytes = cap.state_bytes_per_request - fp.state_bytes_per_request
     if fp.sliding_layers and fp.sliding_window:
-        held = min(fp.sliding_window - 1 + cap.inputs["max_num_batched_tokens"], cap.max_model_len)
+        held = min(fp.sliding_window - 1 + cap.inputs.max_num_batched_tokens, cap.max_model_len)
         rows.append(
             (
                 "sliding-window term per request",
                 f"{count(fp.sliding_bytes_per_token, 'B')} per token x at most {count(held)} tokens "
-                f"(window {count(fp.sliding_window)} - 1 + {count(cap.inputs['max_num_batched_tokens'])}-token "
+                f"(window {count(fp.sliding_window)} - 1 + {count(cap.inputs.max_num_batched_tokens)}-token "
                 f"step budget, in whole blocks + 1) = {_gib(window_bytes)}",
             )
         )
@@ -231,7 +231,7 @@ def render_text(  # noqa: C901
     rows.append((f"one request of {count(cap.max_model_len)} tokens", _gib(cap.request_bytes)))
     if cap.kv_memory_bytes is not None:
         rows += [
-            ("KV memory per GPU", f"{_gib(cap.kv_memory_bytes)} ({cap.inputs['memory_source']})"),
+            ("KV memory per GPU", f"{_gib(cap.kv_memory_bytes)} ({cap.inputs.memory_source})"),
             ("KV tokens", count(cap.kv_tokens)),
             (
                 f"KV blocks (block size {cap.block_size})",
@@ -529,7 +529,7 @@ def command(
     except KVConfigError as exc:  # an option, or the options against the config (named by the field)
         fail_input(exc)
     if output == "json":
-        doc = cap.to_json()
+        doc: dict[str, Any] = cap.to_json()
         doc["startup_memory_check"] = None if check is None else check.to_json()
         doc["max_num_seqs_pool_share"] = seqs
         doc["inputs"].update(

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, Protocol, get_args
+from typing import Literal, Protocol, get_args
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.signals import Signals, TargetKey
+from kvpilot.text.documents import JsonObject
 
 #: the verdict vocabulary (lowercase; docs/diagnosis.md, "Verdicts")
 Verdict = Literal[
@@ -107,7 +108,7 @@ class Prediction:
             binding_shares={k: round(v, 4) for k, v in self.binding_shares.items()},
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``P`` object of the JSON schema: :meth:`rounded`, unknowns null."""
         shown = self.rounded()
         return {f.name: getattr(shown, f.name) for f in fields(shown)}
@@ -143,9 +144,9 @@ class Recommendation:
     expected_effect: str
     predicted: Prediction | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``recommendations[]`` object of the JSON schema."""
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "flag": self.flag,
             "current": self.current,
             "suggested": self.suggested,
@@ -159,7 +160,7 @@ class Recommendation:
 class Described(Protocol):
     """What a replay was made of (its fitted workload, its step time), shown as ``-o json`` shows it."""
 
-    def to_json(self) -> Mapping[str, object]:
+    def to_json(self) -> JsonObject:
         """The JSON object (``replay.workload``, ``replay.step_time``)."""
         ...
 
@@ -188,9 +189,9 @@ class Replay:
     step_time: Described | None = None
     cost: tuple[float, float] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``replay`` object of ``-o json``."""
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "predicted": None if self.predicted is None else self.predicted.to_json(),
             "observed": None if self.observed is None else self.observed.to_json(),
             "matches": self.matches,
@@ -229,9 +230,9 @@ class WhatIf:
         value = dict(self.change).get("replicas", 1)
         return value if isinstance(value, int) else 1
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """One ``what_if[]`` element of ``-o json``."""
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "change": dict(self.change),
             "predicted": None if self.predicted is None else self.predicted.to_json(),
         }
@@ -275,7 +276,7 @@ class Finding:
     evidence: list[str] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The finding as in ``findings[]`` (verdict, severity, confidence, evidence, recommendations)."""
         return {
             "verdict": self.verdict,
@@ -309,9 +310,9 @@ class Diagnosis(Finding):
     what_if: list[WhatIf] = field(default_factory=list)
     basis: DiagnosisBasis | None = field(default=None, repr=False, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """One ``targets[]`` element of ``diagnose -o json`` (docs/diagnose-output.schema.json)."""
-        out: dict[str, Any] = {"target": dict(self.target)}
+        out: JsonObject = {"target": dict(self.target)}
         out.update(super().to_json())
         out["signals"] = dict(self.signals)
         out["queries"] = list(self.queries)
@@ -338,7 +339,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     short_data: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``diagnose -o json`` document (docs/diagnose-output.schema.json)."""
         return {
             "source": self.source,

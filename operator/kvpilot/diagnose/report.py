@@ -10,7 +10,7 @@ import dataclasses
 import io
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _encode_str
 from typing import Any, TypeVar
@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvpilot.diagnose.model import Diagnosis, Finding, Prediction, Recommendation, Replay, Report, WhatIf, evidence_text
+from kvpilot.text.documents import JsonObject, JsonValue
 from kvpilot.text.layout import Prose
 from kvpilot.text.numbers import fig, number, significant
 from kvpilot.text.safe import markdown_text, one_line
@@ -59,7 +60,7 @@ def json_chunks(report: Report) -> Iterator[str]:
     Every target of a run shares the same queries (32 strings, 80 % of a target's JSON): a list of
     queries seen before is encoded once and its text reused, the rest of each target encoded anew.
     """
-    doc = report.to_json()
+    doc: dict[str, Any] = report.to_json()  # the document being encoded, a target at a time
     targets = doc.pop("targets")
     head = json.dumps({"source": doc["source"], "window_seconds": doc["window_seconds"]}, indent=2, allow_nan=False)
     yield head[:-2] + ',\n  "targets": ['
@@ -448,7 +449,7 @@ def _safe_finding(f: _F) -> _F:
     )
 
 
-def _safe_tree(value: Any) -> Any:
+def _safe_tree(value: JsonValue) -> JsonValue:
     """``value`` (JSON-shaped) with every string through :func:`one_line`."""
     if isinstance(value, str):
         return one_line(value)
@@ -459,13 +460,18 @@ def _safe_tree(value: Any) -> Any:
     return value
 
 
+def _safe_object(value: JsonObject) -> JsonObject:
+    """A JSON object through :func:`_safe_tree`."""
+    return {k: _safe_tree(v) for k, v in value.items()}
+
+
 @dataclass(frozen=True)
 class _Shown:
     """A replay's workload or step time as ``-o json`` prints it, its strings made safe (:func:`_safe_replay`)."""
 
-    json: Mapping[str, object]
+    json: JsonObject
 
-    def to_json(self) -> Mapping[str, object]:
+    def to_json(self) -> JsonObject:
         return self.json
 
 
@@ -478,8 +484,8 @@ def _safe_replay(replay: Replay | None) -> Replay | None:
         misses=tuple(one_line(m) for m in replay.misses),
         notes=tuple(one_line(n) for n in replay.notes),
         tolerances=None if replay.tolerances is None else {k: one_line(v) for k, v in replay.tolerances.items()},
-        workload=None if replay.workload is None else _Shown(_safe_tree(replay.workload.to_json())),
-        step_time=None if replay.step_time is None else _Shown(_safe_tree(replay.step_time.to_json())),
+        workload=None if replay.workload is None else _Shown(_safe_object(replay.workload.to_json())),
+        step_time=None if replay.step_time is None else _Shown(_safe_object(replay.step_time.to_json())),
     )
 
 

@@ -35,6 +35,7 @@ from kvpilot.kv.capacity import (
 from kvpilot.kv.offload import OFFLOAD_CHUNK_TOKENS, OFFLOAD_LOAD_BANDWIDTH, OFFLOAD_STORE_BANDWIDTH
 from kvpilot.kv.size import footprint
 from kvpilot.kv.spec import KVConfigError
+from kvpilot.text.documents import JsonObject
 from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import gib
 from kvpilot.vllm.defaults import (
@@ -112,7 +113,7 @@ class EngineConfig:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> EngineConfig:
+    def from_dict(cls, data: JsonObject | None) -> EngineConfig:
         """Build from a dict (YAML/CLI overrides); dashes in keys are accepted as underscores.
 
         Raises:
@@ -120,7 +121,7 @@ class EngineConfig:
         """
         return cls().replace(data or {})
 
-    def replace(self, overrides: dict[str, Any]) -> EngineConfig:
+    def replace(self, overrides: JsonObject) -> EngineConfig:
         """A copy with ``overrides`` applied (same key rules and errors as :meth:`from_dict`)."""
         known = {f.name: f for f in fields(self)}
         clean: dict[str, Any] = {}
@@ -167,7 +168,7 @@ class EngineConfig:
             enable_chunked_prefill=bool(self.enable_chunked_prefill),
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Plain dict of every field (JSON-able); ``profile`` only when the model's own profile is set."""
         out = dataclasses.asdict(self)
         if self.profile is None:

@@ -27,12 +27,12 @@ positions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from kvpilot.gpus import GPUProfile
 from kvpilot.kv.capacity import REFERENCE_WEIGHTS_BYTES
 from kvpilot.kv.size import footprint
 from kvpilot.kv.spec import DTYPE_BYTES, FULL, KVSpec, kv_spec_from_config, text_config
+from kvpilot.text.documents import JsonObject
 from kvpilot.text.errors import InvalidValueError
 
 #: Fraction of the datasheet bandwidth a decode step reaches (docs/background.md §1: 632 of 896 GB/s).
@@ -137,12 +137,12 @@ MODEL_PROFILES: dict[str, ModelProfile] = {
 }
 
 
-def _int(cfg: dict[str, Any], key: str, default: int = 0) -> int:
+def _int(cfg: JsonObject, key: str, default: int = 0) -> int:
     value = cfg.get(key)
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else default
 
 
-def config_params(config: dict[str, Any]) -> tuple[float, float]:
+def config_params(config: JsonObject) -> tuple[float, float]:
     """``(parameters, parameters each token computes with)`` of a decoder from its config.json.
 
     Embeddings ``vocab x hidden`` (twice unless ``tie_word_embeddings``); per layer the attention projections
@@ -175,7 +175,7 @@ def config_params(config: dict[str, Any]) -> tuple[float, float]:
     return float(embed + layers * (attention + mlp_all)), float(embed + layers * (attention + mlp_active))
 
 
-def profile_from_config(config: dict[str, Any], name: str, weight_bytes: int | None = None) -> ModelProfile:
+def profile_from_config(config: JsonObject, name: str, weight_bytes: int | None = None) -> ModelProfile:
     """The served model's own profile from its config.json (any architecture :mod:`kvpilot.kv` reads).
 
     Parameters from :func:`config_params` (the active ones price a token's FLOPs); weights ``weight_bytes`` when

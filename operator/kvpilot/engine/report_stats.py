@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ddsketch import DDSketch
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from kvpilot.engine.core import Engine, StepOutput
     from kvpilot.engine.request import Request
 
-__all__ = ["RELATIVE_ACCURACY", "Quantiles", "ReportStats", "TagStats"]
+__all__ = ["RELATIVE_ACCURACY", "Peaks", "Quantiles", "ReportStats", "TagStats"]
 
 #: ``alpha`` of the DDSketch paper: a percentile is within this fraction of the exact value (0.01 %).
 RELATIVE_ACCURACY = 0.0001
@@ -105,6 +105,14 @@ class TagStats:
         self.ttfts = Quantiles()
 
 
+class Peaks(TypedDict):
+    """The highest running and waiting requests and KV cache usage (0-1) a run reached (the report's ``peaks``)."""
+
+    running: int
+    waiting: int
+    kv_cache_usage: float
+
+
 class ReportStats:
     """What the report needs, accumulated step by step (pass :meth:`observe` as ``on_step``).
 
@@ -118,7 +126,7 @@ class ReportStats:
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
-        self.peaks: dict[str, Any] = {"running": 0, "waiting": 0, "kv_cache_usage": 0.0}
+        self.peaks: Peaks = {"running": 0, "waiting": 0, "kv_cache_usage": 0.0}
         self.steps_at_budget = 0
         self.ttft = Quantiles()
         self.e2e = Quantiles()

@@ -21,7 +21,7 @@ from typing import Any, Final, TypedDict, cast
 
 from kvpilot.engine.bounds import MAX_COUNT, MAX_LOGNORMAL_SIGMA, MAX_TRACE_TIME
 from kvpilot.engine.request import Request
-from kvpilot.text.documents import DocumentError, JsonValue, load_json
+from kvpilot.text.documents import DocumentError, JsonObject, JsonValue, load_json
 from kvpilot.text.errors import InvalidValueError
 
 _INF: Final = float("inf")
@@ -201,7 +201,7 @@ _PARAMS = {
 }
 
 
-def _distribution(spec: object, field: str) -> tuple[dict[str, Any], str, tuple[str, ...]]:
+def _distribution(spec: object, field: str) -> tuple[JsonObject, str, tuple[str, ...]]:
     """``(spec, its distribution, that distribution's parameters)`` of a length spec that is not a number."""
     if not isinstance(spec, dict):
         raise InvalidValueError(field, f"{spec!r} is neither a number nor a distribution")
@@ -444,7 +444,7 @@ def trace_requests(lines: Iterable[str]) -> list[TraceRequest]:
     return items
 
 
-def _trace_objects(lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
+def _trace_objects(lines: Iterable[str]) -> list[tuple[int, JsonObject]]:
     """``(line number, object)`` of each JSON line; blank lines and ``#`` comments skipped."""
     out = []
     for lineno, line in enumerate(lines, 1):
@@ -463,7 +463,7 @@ def _trace_objects(lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _trace_number(
-    obj: dict[str, Any],
+    obj: JsonObject,
     names: tuple[str, ...],
     where: str,
     default: Any = None,
@@ -488,7 +488,7 @@ def _trace_number(
     return default
 
 
-def _trace_request(obj: dict[str, Any], where: str, default_id: str) -> Request:
+def _trace_request(obj: JsonObject, where: str, default_id: str) -> Request:
     t = _trace_number(obj, ("arrival_time", "timestamp"), where, whole=False, high=MAX_TRACE_TIME)
     p = _trace_number(obj, ("prompt_tokens", "prompt_len"), where)
     o = _trace_number(obj, ("output_len", "output_tokens"), where, default=1)
@@ -516,7 +516,7 @@ def _trace_request(obj: dict[str, Any], where: str, default_id: str) -> Request:
     )
 
 
-def _optional(obj: dict[str, Any], key: str, types: tuple[type, ...], what: str, where: str) -> Any:
+def _optional(obj: JsonObject, key: str, types: tuple[type, ...], what: str, where: str) -> Any:
     """``obj[key]`` when it is one of ``types`` (not a bool), None when absent or null."""
     value = obj.get(key)
     if value is None:
@@ -551,11 +551,11 @@ _TYPES: dict[str, dict[str, tuple[type, bool]]] = {
 }
 
 
-def _typed(spec: dict[str, Any], types: dict[str, tuple[type, bool]]) -> dict[str, Any]:
+def _typed(spec: JsonObject, types: dict[str, tuple[type, bool]]) -> dict[str, Any]:
     """``spec`` with the keys of ``types`` checked and converted: ``7.0`` is the whole number 7, ``'2'`` is no
     number (``workload.<key>: <reason>``); a document scan's ``passes`` are names.
     """
-    out = dict(spec)
+    out: dict[str, Any] = dict(spec)  # the generator's keyword arguments
     for key, (kind, optional) in types.items():
         value = out.get(key)
         if value is None:
@@ -575,7 +575,7 @@ def _typed(spec: dict[str, Any], types: dict[str, tuple[type, bool]]) -> dict[st
     return out
 
 
-def from_dict(spec: dict[str, Any] | None) -> Any:  # noqa: C901
+def from_dict(spec: JsonObject | None) -> Any:  # noqa: C901
     """A workload from a plain dict (YAML); ``type`` selects it.
 
 
@@ -590,31 +590,31 @@ def from_dict(spec: dict[str, Any] | None) -> Any:  # noqa: C901
     Raises:
         InvalidValueError: ``"workload.<key>: <reason>"``.
     """
-    spec = dict(spec or {"type": "idle"})
-    kind = spec.pop("type", None)
-    spec = _typed(spec, _TYPES.get(kind, {}) if isinstance(kind, str) else {})
+    given = dict(spec or {"type": "idle"})
+    kind = given.pop("type", None)
+    args = _typed(given, _TYPES.get(kind, {}) if isinstance(kind, str) else {})
     try:
         if kind == "idle":
             return OpenLoop([])
         if kind == "poisson":
-            return poisson(**spec, lazy=True)
+            return poisson(**args, lazy=True)
         if kind == "document_scan":
-            return document_scan(**spec)
+            return document_scan(**args)
         if kind == "closed_loop":
-            conc = int(spec.pop("concurrency", 1))
-            think = float(spec.pop("think_time", 0.0))
-            n = spec.pop("num_requests", None)
+            conc = int(args.pop("concurrency", 1))
+            think = float(args.pop("think_time", 0.0))
+            n = args.pop("num_requests", None)
             if n is None:
                 raise InvalidValueError("workload.num_requests", "required for closed_loop")
-            ol = poisson(1.0, num_requests=int(n), **spec, lazy=False)
+            ol = poisson(1.0, num_requests=int(n), **args, lazy=False)
             if not isinstance(ol, OpenLoop):  # lazy=False: the whole list
                 raise TypeError(f"poisson(lazy=False) returned {type(ol).__name__}, not OpenLoop")
             return ClosedLoop(ol.requests, concurrency=conc, think_time=think)
         if kind == "trace":
-            for key in spec:
+            for key in args:
                 if key != "requests":
                     raise ValueError(f"workload.{key}: unknown for a trace (it takes 'requests', a list)")
-            items = spec.get("requests")
+            items = args.get("requests")
             if not isinstance(items, list):
                 raise InvalidValueError("workload.requests", f"a trace needs a list of requests, got {items!r}")
             return OpenLoop(_trace_request(o, f"workload.requests[{i}]", f"trace-{i}") for i, o in enumerate(items))

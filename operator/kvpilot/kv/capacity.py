@@ -31,13 +31,14 @@ every option is checked against in :mod:`kvpilot.kv.bounds`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Any, TypedDict
+from dataclasses import asdict, dataclass, replace
+from typing import TypedDict
 
 from kvpilot.kv.bounds import MAX_COUNT, MAX_MEMORY_BYTES, MAX_TOKENS
 from kvpilot.kv.size import KVFootprint, check_physical, footprint
 from kvpilot.kv.spec import KVConfigError, KVSpec, ceil_div, check_whole, kv_spec_from_config
 from kvpilot.kv.speculative import DraftLayers
+from kvpilot.text.documents import JsonObject
 from kvpilot.text.numbers import GIB, count, gib
 from kvpilot.vllm.defaults import (
     ALLOW_LONG_MAX_MODEL_LEN_ENV,
@@ -267,6 +268,26 @@ def kv_memory_budget(
 
 
 @dataclass(frozen=True)
+class CapacityInputs:
+    """``inputs`` of :class:`KVCapacity`: the options :func:`capacity` used (``-o json``'s ``inputs`` object)."""
+
+    kv_cache_dtype: str
+    tensor_parallel_size: int
+    data_parallel_size: int
+    pipeline_parallel_size: int
+    max_model_len: int
+    block_size: int
+    max_num_batched_tokens: int
+    kv_memory_bytes: int | None
+    gpu_memory_bytes: int | None
+    gpu_memory_utilization: float
+    weights_bytes: int | None
+    overhead_bytes: int | None
+    memory_source: str | None
+    speculative_method: str | None
+
+
+@dataclass(frozen=True)
 class KVCapacity:
     """KV numbers of one model on one GPU (one data-parallel replica's rank).
 
@@ -300,6 +321,7 @@ class KVCapacity:
     bytes_per_token: int
     state_bytes_per_request: int
     request_bytes: int
+    inputs: CapacityInputs
     budget: MemoryBudget | None = None
     kv_memory_bytes: int | None = None
     kv_blocks: int | None = None
@@ -311,12 +333,11 @@ class KVCapacity:
     pool_max_model_len: int | None = None
     min_gpu_memory_utilization_to_fit: float | None = None
     estimate: bool = False
-    inputs: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     draft: DraftLayers | None = None
     draft_bytes_per_token: int = 0
 
-    def speculative_json(self) -> dict[str, Any] | None:
+    def speculative_json(self) -> JsonObject | None:
         """``-o json``'s ``speculative`` object: the draft's method, KV layers, bytes per token (per GPU) and
         the target's own bytes per token; None without ``--speculative-config``.
         """
@@ -330,7 +351,7 @@ class KVCapacity:
             "target_bytes_per_token": self.bytes_per_token - self.draft_bytes_per_token,
         }
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``kvpilot kv -o json`` object (docs/kv.md, "Command line"): ``bytes_per_token``, ``kv_tokens``,
         ``kv_blocks``, ``max_concurrency``, ``fits``, ``max_model_len_that_fits``, more figures, and ``inputs``.
         """
@@ -367,7 +388,7 @@ class KVCapacity:
                 "defaults_used": list(self.spec.defaults_used),
             },
             "speculative": self.speculative_json(),
-            "inputs": dict(self.inputs),
+            "inputs": asdict(self.inputs),
             "notes": list(self.notes),
         }
 
@@ -398,7 +419,7 @@ def _max_len_that_fits(fp: KVFootprint, blocks: int, block_size: int, mnbt: int)
 
 
 def capacity(  # noqa: C901
-    config: dict[str, Any] | KVSpec,
+    config: JsonObject | KVSpec,
     *,
     kv_cache_dtype: str = "auto",
     tensor_parallel_size: int = 1,
@@ -515,22 +536,22 @@ def capacity(  # noqa: C901
             "estimate: vLLM's hybrid KV cache manager groups and pads layers; "
             "sliding-window and Mamba/linear-attention state are modelled as a fixed per-request term"
         )
-    inputs = {
-        "kv_cache_dtype": kv_cache_dtype,
-        "tensor_parallel_size": tensor_parallel_size,
-        "data_parallel_size": dp,
-        "pipeline_parallel_size": len(stages),
-        "max_model_len": max_model_len,
-        "block_size": block_size,
-        "max_num_batched_tokens": mnbt,
-        "kv_memory_bytes": kv_memory_bytes,
-        "gpu_memory_bytes": gpu_memory_bytes,
-        "gpu_memory_utilization": gpu_memory_utilization,
-        "weights_bytes": weights_bytes,
-        "overhead_bytes": None if budget is None or budget.source != "gpu-memory" else budget.overhead_bytes,
-        "memory_source": None if budget is None else budget.source,
-        "speculative_method": None if draft is None else draft.method,
-    }
+    inputs = CapacityInputs(
+        kv_cache_dtype=kv_cache_dtype,
+        tensor_parallel_size=tensor_parallel_size,
+        data_parallel_size=dp,
+        pipeline_parallel_size=len(stages),
+        max_model_len=max_model_len,
+        block_size=block_size,
+        max_num_batched_tokens=mnbt,
+        kv_memory_bytes=kv_memory_bytes,
+        gpu_memory_bytes=gpu_memory_bytes,
+        gpu_memory_utilization=gpu_memory_utilization,
+        weights_bytes=weights_bytes,
+        overhead_bytes=None if budget is None or budget.source != "gpu-memory" else budget.overhead_bytes,
+        memory_source=None if budget is None else budget.source,
+        speculative_method=None if draft is None else draft.method,
+    )
     result = KVCapacity(
         spec=spec,
         fp=fp,
@@ -682,7 +703,7 @@ class StartupMemoryCheck:
     shortfall_bytes: float
     max_feasible_utilization: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """``kvpilot kv -o json``'s ``startup_memory_check`` object: the fields above (bytes, ratio 0–1)."""
         return {
             "total_bytes": self.total_bytes,
@@ -750,6 +771,7 @@ __all__ = [
     "DEFAULT_OVERHEAD_BYTES",
     "GIB",
     "HUGE_GPU_MAX_NUM_BATCHED_TOKENS",
+    "CapacityInputs",
     "KVCapacity",
     "LARGE_GPU_MAX_NUM_BATCHED_TOKENS",
     "LARGE_GPU_MAX_NUM_SEQS",

@@ -23,9 +23,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from kvpilot.text.documents import MAX_JSON_BYTES, load_json
+from kvpilot.text.documents import MAX_JSON_BYTES, JsonObject, load_json
 from kvpilot.text.numbers import fig
 
 #: Seconds one Hub request may take before the Hub counts as unreachable; ``HF_HUB_ETAG_TIMEOUT``
@@ -167,7 +166,7 @@ class HubModel:
     (None when unknown) and where they came from (or why not), one line.
     """
 
-    config: dict[str, Any] | None
+    config: JsonObject | None
     weights_bytes: int | None
     source: str
 

@@ -8,10 +8,11 @@ feature discovery sets, in MiB); this module turns them into a condition and an 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from kvpilot.kv.capacity import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, capacity
 from kvpilot.kv.spec import KVConfigError
+from kvpilot.text.documents import JsonObject
 from kvpilot.text.numbers import count, gib, number, times
 
 CONDITION_TYPE = "KVCapacity"
@@ -37,6 +38,18 @@ def gpu_memory_from_node_label(value: str) -> int:
     return int(text) * 2**20
 
 
+class PreflightNumbers(TypedDict):
+    """The figures of a computed pre-flight: snake_case fields of ``kvpilot.api.models.PreflightStatus``."""
+
+    bytes_per_token: int
+    kv_tokens: int | None
+    max_concurrency: float | None
+    fits: bool | None
+    max_model_len_that_fits: int | None
+    min_gpu_memory_utilization: float | None
+    estimate: bool
+
+
 @dataclass(frozen=True)
 class Preflight:
     """Result of :func:`kv_preflight`.
@@ -46,16 +59,16 @@ class Preflight:
         warning: the Event message when one ``maxModelLen`` request cannot fit, else None.
         numbers: snake_case fields of ``kvpilot.api.models.PreflightStatus`` (``bytes_per_token``,
             ``kv_tokens``, ``max_concurrency``, ``fits``, ``max_model_len_that_fits``,
-            ``min_gpu_memory_utilization``, ``estimate``); empty when not computed.
+            ``min_gpu_memory_utilization``, ``estimate``); None when not computed.
     """
 
     condition: dict[str, str]
     warning: str | None
-    numbers: dict[str, Any]
+    numbers: PreflightNumbers | None
 
 
 def kv_preflight(
-    config: dict[str, Any],
+    config: JsonObject,
     engine: dict[str, Any] | None = None,
     *,
     gpu_memory_bytes: int | None = None,
@@ -94,7 +107,7 @@ def kv_preflight(
     if kv_memory_bytes is None and (gpu_memory_bytes is None or weights_bytes is None):
         missing = "GPU memory" if gpu_memory_bytes is None else "model weight size"
         return Preflight(
-            _condition("Unknown", "InsufficientInputs", f"KV capacity not computed: {missing} unknown"), None, {}
+            _condition("Unknown", "InsufficientInputs", f"KV capacity not computed: {missing} unknown"), None, None
         )
     try:
         cap = capacity(
@@ -107,14 +120,14 @@ def kv_preflight(
             **kwargs,
         )
     except KVConfigError as exc:
-        return Preflight(_condition("Unknown", "InvalidModelConfig", f"KV capacity not computed: {exc}"), None, {})
+        return Preflight(_condition("Unknown", "InvalidModelConfig", f"KV capacity not computed: {exc}"), None, None)
     est = " (estimate)" if cap.estimate else ""
     figures = (
         f"{count(cap.bytes_per_token, 'B')}/token per GPU; {gib(cap.kv_memory_bytes)} KV = "
         f"{count(cap.kv_tokens)} tokens; max concurrency {times(cap.max_concurrency, 2)} at {count(cap.max_model_len)} "
         f"tokens{est}"
     )
-    numbers = {
+    numbers: PreflightNumbers = {
         "bytes_per_token": cap.bytes_per_token,
         "kv_tokens": cap.kv_tokens,
         "max_concurrency": cap.max_concurrency,

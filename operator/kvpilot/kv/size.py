@@ -37,7 +37,6 @@ mamba_utils.py at 02d71083, config/model.py; docs/background.md §2):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from kvpilot.kv.bounds import MAX_BYTES_PER_TOKEN, MAX_MEMORY_BYTES
 from kvpilot.kv.spec import (
@@ -52,6 +51,7 @@ from kvpilot.kv.spec import (
     ceil_div,
     kv_spec_from_config,
 )
+from kvpilot.text.documents import JsonObject
 from kvpilot.text.numbers import count
 from kvpilot.vllm.defaults import (
     DEFAULT_BLOCK_SIZE,
@@ -258,9 +258,7 @@ def check_physical(bytes_per_token: int, sliding_bytes_per_token: int, state_byt
         )
 
 
-def bytes_per_token(
-    config: dict[str, Any] | KVSpec, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1
-) -> int:
+def bytes_per_token(config: JsonObject | KVSpec, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1) -> int:
     """KV bytes each token adds on one GPU (full-attention and MLA layers; sliding/Mamba layers add none).
 
     ``config`` is a parsed config.json or a :class:`KVSpec`. E.g. Qwen2.5-7B-Instruct, bf16, TP 1:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvpilot.kv.bounds import (
     MAX_HEAD_DIM,
@@ -42,6 +41,7 @@ from kvpilot.kv.bounds import (
     MAX_TOKENS,
     MAX_WIDTH,
 )
+from kvpilot.text.documents import JsonObject
 from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import count as fmt_count
 from kvpilot.text.numbers import significant
@@ -214,7 +214,7 @@ def _short(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _positive_int(cfg: dict[str, Any], name: str, *, where: str = "", upper: int = MAX_WIDTH) -> int:
+def _positive_int(cfg: JsonObject, name: str, *, where: str = "", upper: int = MAX_WIDTH) -> int:
     """``cfg[name]`` as a whole number in ``[1, upper]`` (:func:`check_whole`); missing is an error too."""
     value = cfg.get(name)
     if value is None:
@@ -222,13 +222,13 @@ def _positive_int(cfg: dict[str, Any], name: str, *, where: str = "", upper: int
     return check_whole(value, f"{where}{name}", upper=upper)
 
 
-def _whole_number(cfg: dict[str, Any], name: str, default: int, *, where: str = "", upper: int = MAX_LAYERS) -> int:
+def _whole_number(cfg: JsonObject, name: str, default: int, *, where: str = "", upper: int = MAX_LAYERS) -> int:
     """``cfg[name]`` as a whole number in ``[0, upper]``, ``default`` when absent or null (:func:`check_whole`)."""
     value = cfg.get(name)
     return default if value is None else check_whole(value, f"{where}{name}", lower=0, upper=upper)
 
 
-def text_config(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def text_config(config: JsonObject) -> tuple[JsonObject, str]:
     """The language-model part of ``config``: its ``text_config`` when present (multimodal), else itself.
 
     Returns ``(text_cfg, prefix)`` where ``prefix`` is ``"text_config."`` or ``""`` (for error messages).
@@ -247,7 +247,7 @@ def text_config(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return inner, "text_config."
 
 
-def model_dtype(config: dict[str, Any]) -> str:
+def model_dtype(config: JsonObject) -> str:
     """The dtype name vLLM serves the model in with ``--dtype auto``.
 
     Reads ``torch_dtype`` (or transformers v5's ``dtype``) of the text config, then of the top level.
@@ -271,7 +271,7 @@ def model_dtype(config: dict[str, Any]) -> str:
 
 
 def _layer_counts(  # noqa: C901
-    cfg: dict[str, Any], prefix: str, n: int, max_pos: object = None
+    cfg: JsonObject, prefix: str, n: int, max_pos: object = None
 ) -> tuple[tuple[tuple[str, int], ...], int | None, list[str]]:
     """Layers of each kind, the sliding window and notes, from explicit or implicit layer patterns
     (``max_pos``: the model's ``max_position_embeddings`` as :func:`kv_spec_from_config` reads it). Each
@@ -280,8 +280,8 @@ def _layer_counts(  # noqa: C901
     model_type = str(cfg.get("model_type") or "")
     window = cfg.get("sliding_window")
     notes: list[str] = []
-    if isinstance(cfg.get("layer_types"), list):
-        types = cfg["layer_types"]
+    types = cfg.get("layer_types")
+    if isinstance(types, list):
         if len(types) != n:
             raise KVConfigError(f"{prefix}layer_types", f"has {len(types)} entries for {n} layers")
         mapping = {
@@ -308,12 +308,12 @@ def _layer_counts(  # noqa: C901
         notes.append(f"Jamba: attention where layer % {period} == {offset}, Mamba elsewhere")
         full = (n - 1 - offset) // period + 1 if offset < min(period, n) else 0  # i = offset, offset + period, …
         return kinds_from_counts(((FULL, full), (MAMBA, n - full))), None, notes
-    if model_type == "nemotron_h" and isinstance(cfg.get("hybrid_override_pattern"), str):
-        pattern = cfg["hybrid_override_pattern"]
-        if len(pattern) != n:
-            raise KVConfigError(f"{prefix}hybrid_override_pattern", f"has {len(pattern)} characters for {n} layers")
+    hybrid = cfg.get("hybrid_override_pattern")
+    if model_type == "nemotron_h" and isinstance(hybrid, str):
+        if len(hybrid) != n:
+            raise KVConfigError(f"{prefix}hybrid_override_pattern", f"has {len(hybrid)} characters for {n} layers")
         notes.append("Nemotron-H: hybrid_override_pattern (M Mamba2, * attention, -/E no cache)")
-        mamba, full = pattern.count("M"), pattern.count("*")
+        mamba, full = hybrid.count("M"), hybrid.count("*")
         return kinds_from_counts(((FULL, full), (MAMBA, mamba), (NONE, n - mamba - full))), None, notes
     if window is None:
         return ((FULL, n),), None, notes
@@ -339,7 +339,7 @@ def _layer_counts(  # noqa: C901
     return ((SLIDING, n),), window, notes
 
 
-def _state_spec(cfg: dict[str, Any], prefix: str, counts: dict[str, int], dtype: str) -> StateSpec | None:
+def _state_spec(cfg: JsonObject, prefix: str, counts: dict[str, int], dtype: str) -> StateSpec | None:
     if not counts.get(MAMBA) and not counts.get(LINEAR):
         return None
     model_type = str(cfg.get("model_type") or "")
@@ -378,7 +378,7 @@ def _state_spec(cfg: dict[str, Any], prefix: str, counts: dict[str, int], dtype:
     raise KVConfigError(f"{prefix}model_type", f"Mamba/linear-attention layers of {model_type!r} are not modelled")
 
 
-def _rope_parameters(cfg: dict[str, Any], prefix: str) -> tuple[list[dict[str, Any]], str]:
+def _rope_parameters(cfg: JsonObject, prefix: str) -> tuple[list[JsonObject], str]:
     """The RoPE parameter sets of the text config: transformers v5's ``rope_parameters`` (one set, or one per
     layer type when nested) or v4's ``rope_scaling``; ``[]`` when there are none.
     """
@@ -388,12 +388,13 @@ def _rope_parameters(cfg: dict[str, Any], prefix: str) -> tuple[list[dict[str, A
             continue
         if not isinstance(rope, dict):
             raise KVConfigError(f"{prefix}{key}", "must be a JSON object")
-        nested = bool(rope) and all(isinstance(v, dict) for v in rope.values())
-        return (list(rope.values()) if nested else [rope]), f"{prefix}{key}"
+        sets = [v for v in rope.values() if isinstance(v, dict)]
+        nested = bool(rope) and len(sets) == len(rope)
+        return (sets if nested else [rope]), f"{prefix}{key}"
     return [], ""
 
 
-def context_length(config: dict[str, Any]) -> ContextLength | None:  # noqa: C901
+def context_length(config: JsonObject) -> ContextLength | None:  # noqa: C901
     """The model's context as vLLM 0.29.0 derives ``max_model_len`` from ``config`` (tokens), or None when the
     config names none of :data:`~kvpilot.vllm.defaults.MAX_MODEL_LEN_KEYS`.
 
@@ -470,7 +471,7 @@ def context_length(config: dict[str, Any]) -> ContextLength | None:  # noqa: C90
     return ContextLength(default=default, limit=limit, source=source)
 
 
-def kv_spec_from_config(config: dict[str, Any]) -> KVSpec:
+def kv_spec_from_config(config: JsonObject) -> KVSpec:
     """Parse a Hugging Face ``config.json`` (as a dict) into a :class:`KVSpec`.
 
     Handles dense MHA/GQA/MQA, explicit ``head_dim``, MLA (``kv_lora_rank`` + ``qk_rope_head_dim``),
@@ -487,7 +488,10 @@ def kv_spec_from_config(config: dict[str, Any]) -> KVSpec:
     model_type = text.get("model_type")
     defaults = MODEL_TYPE_DEFAULTS.get(str(model_type), {}) if prefix else {}
     defaults_used = [f"{prefix}{k}" for k, v in defaults.items() if text.get(k) is None and v is not None]
-    cfg = {**{k: v for k, v in defaults.items() if v is not None}, **{k: v for k, v in text.items() if v is not None}}
+    cfg: JsonObject = {
+        **{k: v for k, v in defaults.items() if v is not None},
+        **{k: v for k, v in text.items() if v is not None},
+    }
     if cfg.get("num_key_value_heads") is None and "num_key_value_heads" in defaults:
         defaults_used.append(f"{prefix}num_key_value_heads")
 
@@ -560,12 +564,12 @@ class ModelConfig:
         dtype: the dtype vLLM serves it in (:func:`model_dtype`), None when the dtype is not understood.
     """
 
-    document: dict[str, Any]
+    document: JsonObject
     spec: KVSpec | None
     dtype: str | None
 
     @classmethod
-    def read(cls, document: dict[str, Any]) -> ModelConfig:
+    def read(cls, document: JsonObject) -> ModelConfig:
         """Parse ``document`` once; a field that cannot be read leaves ``spec`` (or ``dtype``) None."""
         try:
             spec: KVSpec | None = kv_spec_from_config(document)
