@@ -92,6 +92,17 @@ def pytest_configure(config: pytest.Config) -> None:
         core.global_force_seed = worker_seed
     elif config.getoption("hypothesis_seed", None) is None:
         core.global_force_seed = random.SystemRandom().getrandbits(32)
+    config.stash[ACCURACY_SEED] = getattr(config, "workerinput", {}).get("accuracy_seed") or accuracy_seed()
+
+
+#: the master seed of the random scenarios the verdict-accuracy sample draws (tests/reference/test_random_accuracy.py)
+ACCURACY_SEED = pytest.StashKey[int]()
+
+
+def accuracy_seed() -> int:
+    """``$KVPILOT_ACCURACY_SEED`` (to replay a run), else a fresh seed: no fixed set of scenarios to tune on."""
+    given = os.environ.get("KVPILOT_ACCURACY_SEED", "").strip()
+    return int(given) if given else random.SystemRandom().randrange(1, 2**31)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -100,6 +111,7 @@ def pytest_configure_node(node) -> None:
     from hypothesis import core
 
     node.workerinput["hypothesis_seed"] = core.global_force_seed
+    node.workerinput["accuracy_seed"] = node.config.stash[ACCURACY_SEED]
 
 
 #: Test files that share a session fixture (built once per process), by the name of what they share: each group
@@ -180,13 +192,24 @@ def _hypothesis_seed_line() -> str:
     return f"hypothesis seed: {seed} (replay with --hypothesis-seed={seed})"
 
 
-def pytest_report_header() -> list[str]:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     from kvpilot.engine import COMPILED
 
     engine = "compiled (setup.py)" if COMPILED else "its Python source (KVPILOT_COMPILE=0 or no C compiler)"
-    return [_hypothesis_seed_line(), f"engine: {engine}"]
+    return [_hypothesis_seed_line(), f"engine: {engine}", _accuracy_seed_line(config)]
+
+
+def _accuracy_seed_line(config: pytest.Config) -> str:
+    seed = config.stash[ACCURACY_SEED]
+    return f"verdict accuracy seed: {seed} (replay with KVPILOT_ACCURACY_SEED={seed})"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int) -> None:
     if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         terminalreporter.write_line(_hypothesis_seed_line())
+    # the verdict-accuracy sample's figures (a test's ``record_property("verdict_accuracy", ...)``), every run
+    for reports in list(terminalreporter.stats.values()):
+        for rep in reports:
+            for name, value in getattr(rep, "user_properties", ()):
+                if name == "verdict_accuracy" and getattr(rep, "when", "") == "call":
+                    terminalreporter.write_line(str(value))
