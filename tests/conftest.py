@@ -162,6 +162,31 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return SharedFixtureScheduling(config, log)
 
 
+def _utf8(text: str) -> str:
+    """``text`` with what UTF-8 cannot carry (a lone surrogate) written as its escape."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # noqa: ARG001 (the hook's signature)
+    """A report's captured output and failure text made UTF-8: pytest-xdist sends reports as UTF-8, and a lone
+    surrogate in a captured log line (a fuzzer's input echoed by a library) would end the whole run with an internal
+    error instead of failing or passing the one test. The tests that hold the product's output to UTF-8 assert it
+    themselves.
+    """
+    outcome = yield
+    report = outcome.get_result()
+    report.sections = [(title, _utf8(content)) for title, content in report.sections]
+    if report.longrepr is not None:
+        text = str(report.longrepr)
+        if _utf8(text) != text:
+            report.longrepr = _utf8(text)
+
+
 def stale_compiled_modules(package: Path) -> list[str]:
     """The modules under ``package`` whose compiled extension (``name.*.so``, built in place by ``make install``)
     is older than their source: an edit since, which Python would not run (it imports the extension first).

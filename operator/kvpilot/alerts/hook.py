@@ -430,7 +430,8 @@ class AlertHook:
             self.metrics.requests.labels(str(status)).inc()
         if status >= 400:
             level = logging.ERROR if status >= 500 else logging.INFO
-            log.log(level, f"{request.method} {path} from {one_line(request.remote or '?', 64)}: {status} {reason}")
+            remote = one_line(request.remote or "?", 64)
+            log.log(level, f"{one_line(request.method, 16)} {path} from {remote}: {status} {one_line(reason, 300)}")
 
     async def handle_healthz(self, _request: web.Request) -> web.Response:
         """``GET /healthz``: the process serves."""

@@ -10,7 +10,10 @@ separators ``U+2028``/``U+2029`` and the bidirectional embedding/override/isolat
 ``U+202A``-``U+202E``, ``U+2066``-``U+2069`` (the "Trojan Source" characters, CVE-2021-42574), and the
 invisible format characters (soft hyphen ``U+00AD``, zero-width space/joiners and direction marks
 ``U+200B``-``U+200F``, word joiner and invisible operators ``U+2060``-``U+2064``, ``U+FEFF``).
-ECMA-48 escape sequences are removed whole (``ESC [ 31 m`` leaves nothing behind, not ``[31m``).
+ECMA-48 escape sequences are removed whole (``ESC [ 31 m`` leaves nothing behind, not ``[31m``). A lone
+surrogate (category ``Cs``, ``U+D800``-``U+DFFF``: what JSON's ``"\ud800"`` or bytes decoded with
+``surrogateescape`` leave in a string) becomes ``U+FFFD``, as UTF-8 decoding with ``errors="replace"`` gives:
+no UTF-8 stream can carry it, so a log line holding one would be lost to an encoding error.
 
 Redaction sees what a terminal shows: a text holding a control character or an invisible one is
 stripped first (:func:`strip_controls`, newlines kept) and the stripped text redacted, so
@@ -148,6 +151,8 @@ _TO_SPACE_KEEP_NL = str.maketrans(dict.fromkeys(_SPACE_CHARS.replace("\n", ""), 
 _CONTROL_RE = re.compile(
     "[\x00-\x09\x0b-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
 )
+#: Lone surrogates (category ``Cs``): replaced by ``U+FFFD``, never written (see the module docstring).
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
 def strip_controls(text: str, *, keep_newlines: bool = False) -> str:
@@ -157,11 +162,13 @@ def strip_controls(text: str, *, keep_newlines: bool = False) -> str:
     becomes a space, like every other line break (``\r``, ``U+0085``, ``U+2028``).
 
     ``str.isprintable()`` is False for every character this changes (categories ``Cc``, ``Cf``,
-    ``Zl``, ``Zp``), so a printable string is returned as it is without a per-character pass.
+    ``Cs``, ``Zl``, ``Zp``), so a printable string is returned as it is without a per-character pass. A lone
+    surrogate becomes ``U+FFFD``.
     """
     text = str(text)
     if text.isprintable():
         return text
+    text = _SURROGATE_RE.sub("\ufffd", text)
     text = _ESCAPE_RE.sub("", text)
     text = text.translate(_TO_SPACE_KEEP_NL if keep_newlines else _TO_SPACE)
     return _CONTROL_RE.sub("", text)

@@ -3,7 +3,8 @@ thread of the test process, its diagnosis a stub that echoes the target so no Pr
 gets bodies and headers built to break it. Every answer is one of the documented statuses, never a 500
 (a header aiohttp's own parser refuses is its text/plain 400; every other answer is JSON);
 a 200 carries one result per alert; every string of every answer is one safe line (no control or bidi
-character, nothing a redaction would change); the hook's log holds no traceback.
+character, nothing a redaction would change); the hook's log holds no traceback, and every line of it can be
+written as UTF-8.
 
 The seed is fresh on every run (tests/conftest.py prints it; ``--hypothesis-seed=N`` replays a run).
 """
@@ -173,3 +174,13 @@ def test_every_request_gets_a_documented_status_and_a_safe_answer(endpoint, req)
     else:
         assert set(answer) == {"error"}
     assert not [r.getMessage() for r in LOGGED if r.exc_info or r.levelno >= logging.ERROR]
+    # every log line can be written to a UTF-8 stream: no lone surrogate from the request survives into it
+    assert not [m for m in (r.getMessage() for r in LOGGED) if not _utf8(m)]
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -194,3 +194,13 @@ def test_a_secret_beside_or_inside_a_control_character_is_redacted(text):
 def test_a_control_character_alone_is_no_secret():
     assert not contains_secret("pod\x1b[1m ready\x07")
     assert redact("pod\x1b[1m ready") == "pod\x1b[1m ready"  # nothing to redact: the text comes back as it was
+
+
+def test_a_lone_surrogate_becomes_the_replacement_character():
+    # JSON's "\ud800" and bytes decoded with surrogateescape leave lone surrogates, which no UTF-8 stream can carry
+    # ('\ud800'.encode() raises): U+FFFD, as bytes.decode("utf-8", "replace") gives for a bad byte
+    assert safe("model \ud800x") == "model \ufffdx"
+    assert one_line("GET /\udcff from 127.0.0.1") == "GET /\ufffd from 127.0.0.1"
+    safe("\udcff\ud83d").encode("utf-8")  # encodable: no UnicodeEncodeError
+    # a surrogate pair written as two code points is still lone halves in a Python str
+    assert safe("\ud83d\ude00") == "\ufffd\ufffd"
