@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import ACCURACY_SEED, require_vllm_python
 from tests.reference.random_scenarios import Outcome, accuracy, draw, judge, report, seeds
+from tests.reference.refusals import REASONS
 
 pytestmark = pytest.mark.vllm_ref
 
@@ -64,7 +65,7 @@ def test_the_sample_is_judged_by_vllm_and_stays_above_the_floor(outcomes, reques
     master = request.config.stash[ACCURACY_SEED]
     record_property("verdict_accuracy", _figures(master, outcomes))
     # every window's truth is vLLM's: a binding limit among its refusal reasons, the shares of the queued time
-    assert all(o.limit in ("max_num_seqs", "token_budget", "kv_cache", "lora", "other", "none") for o in outcomes)
+    assert all(o.limit in REASONS for o in outcomes)
     assert all(abs(sum(o.shares.values()) - 1.0) < 1e-3 for o in outcomes if o.limit != "none")
     shares = _shares(outcomes)
     assert all(shares[m] >= FLOOR[m] for m in FLOOR), f"seed {master}: {shares} below the floor {FLOOR}"

@@ -826,12 +826,9 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     kv_room = not at_ceiling and preempt < 1
     # a flat running gauge is read as a cap where the KV cache refused the head in fewer than half the steps: at
     # a peak past the long-prompt ceiling as well, when the median prompt fit beside the average usage
-    if kv_room or not (preempt < 1 and head_fits(signals, limits)):
-        inf = infer_limits(signals, limits, queue, kv_room)
-    else:
-        inf = infer_limits(
-            signals, limits, queue, True, "room in the KV cache for the median prompt beside its average use"
-        )
+    head_room = not kv_room and preempt < 1 and head_fits(signals, limits)
+    room_how = "room in the KV cache for the median prompt beside its average use" if head_room else "KV room"
+    inf = infer_limits(signals, limits, queue, kv_room or head_room, room_how)
     n_seqs, budget = inf.n_seqs, inf.budget
     n_seqs_how, cap_name, configured_seqs = inf.n_seqs_how, "max_num_seqs", None
     version, has_active = stated_release(limits)

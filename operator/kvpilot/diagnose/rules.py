@@ -1185,8 +1185,6 @@ class SharedPrefixFound(NamedTuple):
     cached_tokens: int
     #: about the share of the requests that found it; None when it holds no full block (nothing to find)
     share: float | None
-    #: ``share`` at least :data:`REUSED_BY_MOST`: the cache serves what the traffic shares
-    found_by_most: bool
 
 
 def shared_prefix_found(reused_per_request: float, shared_prefix_tokens: int, block_size: int) -> SharedPrefixFound:
@@ -1199,8 +1197,8 @@ def shared_prefix_found(reused_per_request: float, shared_prefix_tokens: int, bl
     per request over that length is then about the share that found it, capped at 1: an estimate (partial finds
     and hits on other reused content raise it; requests finished in the window standing in for those admitted
     move it either way: 22-27 % on vLLM's system-prompts-evicted recording, whose scheduler found the prompts for
-    29-38 %). The cache serves the shared prefix when at least :data:`REUSED_BY_MOST` of the requests find it, as
-    vLLM's ground truth counts it.
+    29-38 %). Whether that is fewer than the ground truth's line is :func:`found_by_fewer`'s to say, among the
+    requests that re-used a prefix.
 
     Args:
         reused_per_request: prefix-cache hits per request in the window (tokens).
@@ -1209,9 +1207,8 @@ def shared_prefix_found(reused_per_request: float, shared_prefix_tokens: int, bl
     """
     cached = shared_prefix_tokens // block_size * block_size
     if cached <= 0:
-        return SharedPrefixFound(0, None, False)
-    share = min(1.0, max(0.0, reused_per_request) / cached)
-    return SharedPrefixFound(cached, share, share >= REUSED_BY_MOST)
+        return SharedPrefixFound(0, None)
+    return SharedPrefixFound(cached, min(1.0, max(0.0, reused_per_request) / cached))
 
 
 def first_use_requests(requests: float, written: float, kv_tokens: float, written_before: float | None) -> float:

@@ -195,16 +195,18 @@ def test_a_connector_that_supplies_every_token_is_remote_prefill_not_an_eviction
 def test_the_share_of_requests_finding_a_stated_shared_prefix_counts_whole_blocks():
     # vLLM caches whole 16-token blocks: a 256-token prefix is found as 256 tokens, a 260-token one as 256 too
     # 70 tokens a request against 256: 70 / 256 = 27.3 % found it, fewer than half
-    assert shared_prefix_found(70.0, 256, 16) == SharedPrefixFound(256, 70 / 256, False)
+    assert shared_prefix_found(70.0, 256, 16) == SharedPrefixFound(256, 70 / 256)
+    assert found_by_fewer(70 / 256, 1.0)
     # 128 / 256 = exactly half: found by most (the ground truth calls fewer than half evicted); 127.9 is fewer
-    assert shared_prefix_found(128.0, 256, 16).found_by_most
-    assert not shared_prefix_found(127.9, 256, 16).found_by_most
+    assert not found_by_fewer(shared_prefix_found(128.0, 256, 16).share or 0.0, 1.0)
+    assert found_by_fewer(shared_prefix_found(127.9, 256, 16).share or 0.0, 1.0)
     # a 260-token prefix: 129 / 256 = 50.4 % (129 / 260 = 49.6 % would call it evicted)
-    assert shared_prefix_found(129.0, 260, 16) == SharedPrefixFound(256, 129 / 256, True)
+    assert shared_prefix_found(129.0, 260, 16) == SharedPrefixFound(256, 129 / 256)
+    assert not found_by_fewer(129 / 256, 1.0)
     # hits on other reused content: 259 a request against 256 caps at every request
-    assert shared_prefix_found(259.0, 256, 16) == SharedPrefixFound(256, 1.0, True)
+    assert shared_prefix_found(259.0, 256, 16) == SharedPrefixFound(256, 1.0)
     # a 10-token prefix holds no full block: nothing to find
-    assert shared_prefix_found(50.0, 10, 16) == SharedPrefixFound(0, None, False)
+    assert shared_prefix_found(50.0, 10, 16) == SharedPrefixFound(0, None)
 
 
 def _documents(per_request: int, kv_cache_tokens: int = 200000, **cli) -> object:
