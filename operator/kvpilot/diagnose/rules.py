@@ -63,6 +63,7 @@ from kvpilot.diagnose.facts import (
     GRADED_MID,
     LARGE_BUDGET,
     PINNED_SLACK,
+    PREEMPT_HOLD_MAJORITY,
     PREFILL_SPLIT_STEPS,
     Facts,
     budget_binds,
@@ -300,13 +301,19 @@ def _kv_finding(f: Facts) -> Finding:
         )
     if f.queued:
         ev.append(f"{f.evidence_queue}; {_APPROACH}: here the KV cache refused them.")
-    if f.pinned and f.preempt >= 1 and f.at_ceiling:
+    both = f.pinned and f.preempt >= 1 and f.at_ceiling
+    if both:
         ev.append(
             f"Running requests also sat at max_num_seqs ({fig(f.run_avg, 1)} of {fig(f.n_seqs)}), but the "
             "KV shortage binds first: raising max_num_seqs would add preemptions."
         )
+        if f.hold is not None:
+            ev.append(_hold_evidence(f))
     severity = kv_severity(f.preempt >= 1, f.queue, f.growing)
     conf = CONF_KV_PREEMPTED if f.preempt >= 1 and f.at_ceiling else CONF_KV
+    if both and f.hold is not None:
+        # named with the share of the queued time it held: half at the threshold, where the cap takes over
+        conf = round(conf * max(f.hold, PREEMPT_HOLD_MAJORITY), 2)
     return Finding("kv_cache_exhaustion", severity, conf, ev, recommend("kv_cache_exhaustion", _inputs(f)))
 
 
@@ -328,11 +335,37 @@ def _cap_over_preemptions(f: Facts) -> bool:
       ``num_running >= max_num_running_reqs`` before it asks the KV cache for blocks, and below the ceiling the
       blocks were there (vLLM 0.29: a cap of 8 with 1-3 preemptions in thousands of steps refused the head on the
       cap in all but those steps);
+    - running pinned at max_num_seqs at the ceiling, with fewer preemptions than half the requests finished
+      (:attr:`Facts.hold` below :data:`PREEMPT_HOLD_MAJORITY`): each preemption holds the head on the KV cache
+      until a running request finishes, the cap in every other step (vLLM 0.29: 0.38 preemptions per finish at a
+      cap of 8, the head refused on the cap in 67 % of the queued time);
     - every LoRA slot held and a deferred request at the head (:attr:`Facts.lora_head`): the head is visited first
       and skipped on ``max_loras`` before the KV cache is asked, however full it is (vLLM 0.29: 2-361 preemptions in
       a window whose head was refused on the LoRA slots in 85-100 % of the queued time).
     """
-    return (f.pinned and not f.at_ceiling) or f.lora_head
+    return (f.pinned and (not f.at_ceiling or _cap_held_most(f))) or f.lora_head
+
+
+def _cap_held_most(f: Facts) -> bool:
+    """Preemptions at a pinned cap held the head in less than half the queued time (:attr:`Facts.hold`)."""
+    return f.hold is not None and f.hold < PREEMPT_HOLD_MAJORITY
+
+
+def _preemptions(f: Facts) -> str:
+    """``no preemptions``, or how many (the pinned cap held the queue between them: :func:`_cap_over_preemptions`)."""
+    if f.preempt < 1:
+        return "no preemptions, so no sign of a KV shortage" if not f.kv_known else "no preemptions"
+    return f"{number(f.preempt)} preemptions (a KV cache secondary finding below)"
+
+
+def _hold_evidence(f: Facts) -> str:
+    """How long the preemptions held the head at a pinned cap: the estimate and its reason, in one sentence."""
+    return (
+        f"Each preemption held the head of the queue on the KV cache until a running request finished and freed "
+        f"its blocks, and the cap in every other step: {number(f.preempt)} preemptions over "
+        f"{number(f.s('requests_finished_increase'))} requests finished = {percent(f.hold)} of the queued time on "
+        "the KV cache."
+    )
 
 
 def preemption_note(f: Facts) -> Finding | None:
@@ -354,6 +387,8 @@ def preemption_note(f: Facts) -> Finding | None:
             "visits deferred requests first and skipped the head on max_loras in every step but the preempting "
             "ones, so the LoRA slots held the queue, not the KV cache."
         )
+    elif f.at_ceiling:
+        why = f"Running sat at max_num_seqs with KV usage at its admission ceiling. {_hold_evidence(f)}"
     else:
         why = (
             "Running sat at max_num_seqs with KV usage below its admission ceiling: vLLM stopped admission on the "
@@ -423,11 +458,14 @@ def _seqs_finding(f: Facts, grade: float) -> Finding:
         (
             f"KV cache has room: usage peaked at {percent(f.kv_max)} ({f.ceiling_how}), no preemptions."
             if f.kv_known and f.kv_room
-            else f"KV usage peaked at {percent(f.kv_max)} ({f.ceiling_how}), no preemptions."
+            else f"KV usage peaked at {percent(f.kv_max)} ({f.ceiling_how}), {_preemptions(f)}."
             if f.kv_known
-            else "KV usage unknown (no KV gauge in any spelling); no preemptions, so no sign of a KV shortage."
+            else f"KV usage unknown (no KV gauge in any spelling); {_preemptions(f)}."
         ),
     ]
+    held = f.preempt >= 1 and f.at_ceiling and f.hold is not None
+    if held:
+        ev.append(_hold_evidence(f))
     if grade < 1 and f.batch is not None and f.n_seqs:
         ev.insert(
             2,
@@ -463,6 +501,12 @@ def _seqs_finding(f: Facts, grade: float) -> Finding:
         if active and f.n_seqs is not None and f.configured_seqs is not None
         else recommend("max_num_seqs_cap", _inputs(f), max_num_seqs=f.n_seqs)
     )
+    if not recs and held:
+        # the KV cache holds no more requests than the cap admits: it has to grow before the cap can
+        recs = recommend("kv_cache_exhaustion", _inputs(f))
+    if held and f.hold is not None:
+        # named with the share of the queued time it held: half at the threshold, where the KV cache takes over
+        grade *= 1.0 - f.hold
     return Finding(
         "max_num_seqs_cap",
         queue_severity(f.growing),
