@@ -132,8 +132,14 @@ HEAD_PROMPT_QUANTILE = 0.9
 
 
 def head_fits(signals: Signals, limits: Limits) -> bool:
-    """The median prompt's blocks fit beside the window's average KV usage: the KV cache refused the head in fewer
-    than half of the steps, whatever its peak did.
+    """The median prompt's blocks fit beside the KV usage of the batch at its plateau: the KV cache refused the head
+    in fewer than half of the steps, whatever its peak did.
+
+    A cap refuses only while the batch is at it, so the usage that counts is the plateau's: the average usage
+    scaled by ``running_max / running_avg`` (each running request holding the average share). Read off the average
+    alone, a batch that reached 2 now and then (1.29 on average) beside 2,592-token prompts in a 7,776-token cache
+    looked like a cap of 2 with room; vLLM 0.29's scheduler refused its head on the KV cache in 96 % of the queued
+    time and never on max_num_seqs.
 
     :func:`kv_ceiling` places the ceiling for a long prompt (:data:`HEAD_PROMPT_QUANTILE`), so a peak past it says
     the KV cache refused some heads; whether it refused most of them is the typical head against the typical usage
@@ -144,6 +150,9 @@ def head_fits(signals: Signals, limits: Limits) -> bool:
     median = histogram_quantile(0.5, signals.buckets.get("prompt_tokens", []))
     if kv_avg is None or not kv_tokens or median is None or not math.isfinite(median.value):
         return False
+    run_avg, run_max = signals.get("running_avg"), signals.get("running_max")
+    if run_avg and run_max and run_max > run_avg:
+        kv_avg *= run_max / run_avg
     return kv_avg + median.value / kv_tokens <= 1.0
 
 
@@ -852,7 +861,7 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     # a flat running gauge is read as a cap where the KV cache refused the head in fewer than half the steps: at
     # a peak past the long-prompt ceiling as well, when the median prompt fit beside the average usage
     head_room = not kv_room and preempt < 1 and head_fits(signals, limits)
-    room_how = "room in the KV cache for the median prompt beside its average use" if head_room else "KV room"
+    room_how = "room in the KV cache for the median prompt beside the batch at its plateau" if head_room else "KV room"
     inf = infer_limits(signals, limits, queue, kv_room or head_room, room_how)
     n_seqs, budget = inf.n_seqs, inf.budget
     n_seqs_how, cap_name, configured_seqs = inf.n_seqs_how, "max_num_seqs", None
