@@ -49,10 +49,11 @@ alert-walkthrough: $(STAMP)
 # The tests run in TEST_WORKERS pytest-xdist processes (2 by default, the CI machine's cores), each taking whole
 # test files, and the files that share a session fixture together (the real vLLM servers, the vLLM reference runs,
 # the image), longest first (tests/conftest.py, xdist_scope); TEST_WORKERS=0 runs them all in this process.
+# The 25 slowest setups, calls and teardowns are listed at the end (where the suite's time goes).
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/pytest -n $(TEST_WORKERS) tests
+	$(BIN)/pytest -n $(TEST_WORKERS) --durations=25 tests
 
 # The edit-test loop: the pure-logic tests (no servers) but the slow ones and those that run vLLM's own code,
 # last failures first, stopping at the first failure. `make test` runs them all.
