@@ -862,7 +862,19 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     # a peak past the long-prompt ceiling as well, when the median prompt fit beside the average usage
     head_room = not kv_room and preempt < 1 and head_fits(signals, limits)
     room_how = "room in the KV cache for the median prompt beside the batch at its plateau" if head_room else "KV room"
-    inf = infer_limits(signals, limits, queue, kv_room or head_room, room_how)
+    # a deferred head on full LoRA slots explains a plateau too (vLLM visits deferred requests first and skips the
+    # head on max_loras before it counts the running requests): no cap is read off the batch then
+    deferred = s("waiting_deferred_avg")
+    lora_max, lora_adapters = s("lora_max_loras"), s("lora_adapters_max")
+    lora_blocked = (
+        deferred is not None
+        and deferred > 0
+        and lora_max is not None
+        and lora_adapters is not None
+        and lora_adapters >= lora_max
+    )
+    lora_head = lora_blocked and deferred_head(signals)
+    inf = infer_limits(signals, limits, queue, (kv_room or head_room) and not lora_head, room_how)
     n_seqs, budget = inf.n_seqs, inf.budget
     n_seqs_how, cap_name, configured_seqs = inf.n_seqs_how, "max_num_seqs", None
     version, has_active = stated_release(limits)
@@ -895,15 +907,6 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     # short of KV, slots or budget), "deferred" the skipped ones (LoRA, KV transfer): alone it does not
     # name KV. With free slots and KV at the ceiling it shows the ceiling binding below 1.0.
     capacity_blocked = cap_wait is not None and cap_wait > 0 and free_slots and at_ceiling
-    deferred = s("waiting_deferred_avg")
-    lora_max, lora_adapters = s("lora_max_loras"), s("lora_adapters_max")
-    lora_blocked = (
-        deferred is not None
-        and deferred > 0
-        and lora_max is not None
-        and lora_adapters is not None
-        and lora_adapters >= lora_max
-    )
     tps = s("tokens_per_step_avg")
     if "max_num_batched_tokens" in inf.names:
         share, share_edge = None, None
@@ -992,7 +995,7 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         lora_adapters=lora_adapters,
         lora_seen=s("lora_adapters_seen"),
         lora_blocked=lora_blocked,
-        lora_head=lora_blocked and deferred_head(signals),
+        lora_head=lora_head,
         step_rate=step_rate,
         decode_per_step=gen / step_rate if gen is not None and step_rate else None,
         inferred=inf.names,

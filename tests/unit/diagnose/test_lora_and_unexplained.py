@@ -86,6 +86,26 @@ def test_preemptions_beside_a_deferred_head_on_full_lora_slots_are_the_lora_cap(
     assert d.verdict == "kv_cache_exhaustion"
 
 
+def test_a_plateau_under_a_deferred_head_on_full_lora_slots_is_not_read_as_a_cap():
+    # no flags: max_num_seqs unknown (vLLM's default 256 assumed). 2 running in every sample, decode-only steps, a
+    # queue and KV room: alone, a flat batch read as an inferred cap of 2. With a deferred request heading the queue
+    # (median 4) while the one LoRA slot held an adapter, vLLM visits the deferred queue first and skips its head on
+    # max_loras before it counts the running requests: the plateau is the adapter's, not a cap (vLLM 0.29, a drawn
+    # scenario: max_loras 1, 11 adapters, the head refused on the LoRA slot in 89 % of the queued time and never on
+    # max_num_seqs, read as a cap of 2 before)
+    flat = dict(QUEUE, running_avg=2, running_max=2, running_median=2, running_min=2, kv_usage_avg=0.2)
+    flat["kv_usage_max"] = 0.3
+    d = diagnose_target(make(**flat, **steps(2.0)), resolve_limits())
+    assert d.verdict == "max_num_seqs_cap"
+    lora = dict(waiting_deferred_avg=6, waiting_deferred_median=4, lora_max_loras=1, lora_adapters_max=1)
+    d = diagnose_target(make(**flat, **steps(2.0), **lora, lora_adapters_seen=11), resolve_limits())
+    assert d.verdict == "lora_slot_cap"
+    assert "inferred: running sat at" not in " ".join(d.evidence)
+    # deferred in fewer than half the samples (median 0): the head was not deferred, the plateau is a cap again
+    d = diagnose_target(make(**flat, **steps(2.0), **{**lora, "waiting_deferred_median": 0}), resolve_limits())
+    assert d.verdict == "max_num_seqs_cap"
+
+
 def test_a_request_deferred_now_and_then_beside_a_full_kv_cache_is_not_the_lora_cap():
     # 300 waiting, 0.14 deferred on average and none in most samples (median 0), all 4 LoRA slots held at times;
     # 4 running hold 88 % of the KV cache (22 % each), peaking at 98 %, past the ceiling 1 - 2 x 0.22 = 0.56: the head
