@@ -862,8 +862,9 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     # a peak past the long-prompt ceiling as well, when the median prompt fit beside the average usage
     head_room = not kv_room and preempt < 1 and head_fits(signals, limits)
     room_how = "room in the KV cache for the median prompt beside the batch at its plateau" if head_room else "KV room"
-    # a deferred head on full LoRA slots explains a plateau too (vLLM visits deferred requests first and skips the
-    # head on max_loras before it counts the running requests): no cap is read off the batch then
+    # a deferred head on full LoRA slots is vLLM's own record that the adapters' slots refused the head, while a
+    # cap read off a plateau is only a reading, which the adapters explain as well (a batch held to max_loras
+    # adapters' requests sits at however many those are): no limit is inferred from the batch then
     deferred = s("waiting_deferred_avg")
     lora_max, lora_adapters = s("lora_max_loras"), s("lora_adapters_max")
     lora_blocked = (

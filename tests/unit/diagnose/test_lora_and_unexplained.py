@@ -89,8 +89,8 @@ def test_preemptions_beside_a_deferred_head_on_full_lora_slots_are_the_lora_cap(
 def test_a_plateau_under_a_deferred_head_on_full_lora_slots_is_not_read_as_a_cap():
     # no flags: max_num_seqs unknown (vLLM's default 256 assumed). 2 running in every sample, decode-only steps, a
     # queue and KV room: alone, a flat batch read as an inferred cap of 2. With a deferred request heading the queue
-    # (median 4) while the one LoRA slot held an adapter, vLLM visits the deferred queue first and skips its head on
-    # max_loras before it counts the running requests: the plateau is the adapter's, not a cap (vLLM 0.29, a drawn
+    # (median 4) while the one LoRA slot held an adapter, the deferral is vLLM's own record that the slot refused the
+    # head, and a batch held to one adapter's requests sits flat as well: no cap is read off it (vLLM 0.29, a drawn
     # scenario: max_loras 1, 11 adapters, the head refused on the LoRA slot in 89 % of the queued time and never on
     # max_num_seqs, read as a cap of 2 before)
     flat = dict(QUEUE, running_avg=2, running_max=2, running_median=2, running_min=2, kv_usage_avg=0.2)
