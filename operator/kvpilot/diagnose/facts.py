@@ -95,14 +95,6 @@ PREFILL_SPLIT_STEPS = 2.0
 #: recording: 0.49 step times; every limit-bound recording: 15 step times or more.)
 QUEUE_STEP_TIMES = 1.0
 
-#: At a pinned max_num_seqs with a queue, a step whose running list is full refuses the head on the cap
-#: (``Scheduler.schedule`` stops at ``max_num_running_reqs`` before asking for blocks); the running list drops
-#: below the cap with a queue only when a preemption takes a request out (the victim goes back to the head, and
-#: the blocks it freed go to the running requests' growth, so it waits for blocks until a running request
-#: finishes and frees its own). Each preemption so holds the head on the KV cache for about one finish
-#: interval, and preemptions per finished request estimate the share of the queued time the KV cache refused
-#: it (:func:`preempt_hold`); from half of it up the KV cache held the queue, below it the cap.
-PREEMPT_HOLD_MAJORITY = 0.5
 
 #: running within this many requests of a cap counts as pinned at it when no request finishes (the
 #: gauge is an integer: 3.6 of 4 is pinned)
@@ -247,18 +239,22 @@ def running_dip(signals: Signals) -> float | None:
     return max(0.0, finished / steps)
 
 
-def preempt_hold(signals: Signals) -> float | None:
-    """The share of the queued time a pinned cap's preemptions held the head on the KV cache (0-1): preemptions
-    over requests finished in the window (:data:`PREEMPT_HOLD_MAJORITY`). None without preemptions or finishes.
+def full_at_cap(signals: Signals, cap: int | None) -> bool | None:
+    """The running list full at ``cap`` in at least half of the window's samples: the gauge's median plus its dip
+    (:func:`running_dip`, the requests a step finishes before the gauge is set) within :data:`PINNED_SLACK` of the
+    cap. None when the median or the cap is unknown.
 
-    vLLM 0.29, a drawn scenario at ``max_num_seqs`` 8 and 7,088 KV tokens: 32.6 preemptions and 86.6 finished
-    requests in 90 s give 0.38; its scheduler refused the head on the KV cache in 32 % of the queued time and on
-    the cap in 67 %.
+    vLLM checks the cap before it asks the KV cache for blocks (``Scheduler.schedule``: ``num_running >=
+    max_num_running_reqs`` breaks first, vllm/v1/core/sched/scheduler.py, vLLM 0.29.0), so while the list is full
+    the cap refuses the head, and only in the steps between (a preemption took a request out, or a finish left a
+    slot the head's blocks did not fit) can the KV cache. A drawn scenario at a cap of 8 with 33 preemptions: the
+    gauge at 8 in most samples (median 8), the cap refused the head in 67 % of the queued time; at a cap of 4 with
+    KV at its ceiling, median 3: the KV cache refused it in 74 %.
     """
-    preempt, finished = signals.get("preemptions_increase"), signals.get("requests_finished_increase")
-    if not preempt or preempt < 1 or not finished or finished <= 0:
+    median = signals.get("running_median")
+    if median is None or not cap:
         return None
-    return min(1.0, preempt / finished)
+    return median + (running_dip(signals) or 0.0) >= cap - PINNED_SLACK
 
 
 def _dip_noise(signals: Signals) -> float:
@@ -516,7 +512,7 @@ class Facts:
         ceiling / ceiling_how: :func:`kv_ceiling`; at_ceiling: ``kv_max >= ceiling``.
         capacity_blocked: requests waited for capacity with free slots and KV at the ceiling.
         kv_room: not at the ceiling and no preemption; kv_known: the KV gauge exists.
-        hold: :func:`preempt_hold`, the share of the queued time preemptions held the head (None: none).
+        full_at_cap: :func:`full_at_cap` at n_seqs (None: the median unknown).
         deferred: requests deferred on average (``reason="deferred"``); lora_max / lora_adapters /
             lora_seen: the server's ``max_loras``, the most LoRA adapters with scheduled requests at once (slots in
             use) and the distinct adapters seen over the window (``vllm:lora_requests_info``); lora_blocked:
@@ -591,7 +587,7 @@ class Facts:
     seqs_close: float | None = None
     budget_close: float | None = None
     time_fill: float | None = None
-    hold: float | None = None
+    full_at_cap: bool | None = None
 
     def s(self, name: SignalName) -> float | None:
         """One signal's value (None when unknown; a misspelt name is a mypy error)."""
@@ -1002,5 +998,5 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
         inferred=inf.names,
         budget_evidence=inf.budget_evidence,
         step_fit=step_fit,
-        hold=preempt_hold(signals),
+        full_at_cap=full_at_cap(signals, n_seqs),
     )

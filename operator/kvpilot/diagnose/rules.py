@@ -63,7 +63,6 @@ from kvpilot.diagnose.facts import (
     GRADED_MID,
     LARGE_BUDGET,
     PINNED_SLACK,
-    PREEMPT_HOLD_MAJORITY,
     PREFILL_SPLIT_STEPS,
     Facts,
     budget_binds,
@@ -124,6 +123,9 @@ CONF_PARTIAL_DATA = 0.9
 CONF_TARGET_DOWN = 0.9
 #: preemptions with KV at its admission ceiling: vLLM preempts only when no block is free
 CONF_KV_PREEMPTED = 0.95
+#: the confidence kept where a pinned cap and the KV cache at its ceiling with preemptions took turns refusing the
+#: head (:func:`~kvpilot.diagnose.facts.full_at_cap` decides which held it most): both are named, neither for certain
+TWO_READINGS = 0.75
 #: a queue at the KV ceiling, or preemptions without the gauge at the ceiling (a short burst)
 CONF_KV = 0.85
 #: running pinned at a max_num_seqs that was read (command line, spec, pod, metric)
@@ -307,13 +309,12 @@ def _kv_finding(f: Facts) -> Finding:
             f"Running requests also sat at max_num_seqs ({fig(f.run_avg, 1)} of {fig(f.n_seqs)}), but the "
             "KV shortage binds first: raising max_num_seqs would add preemptions."
         )
-        if f.hold is not None:
-            ev.append(_hold_evidence(f))
+        if f.full_at_cap is not None:
+            ev.append(_turns_evidence(f))
     severity = kv_severity(f.preempt >= 1, f.queue, f.growing)
     conf = CONF_KV_PREEMPTED if f.preempt >= 1 and f.at_ceiling else CONF_KV
-    if both and f.hold is not None:
-        # named with the share of the queued time it held: half at the threshold, where the cap takes over
-        conf = round(conf * max(f.hold, PREEMPT_HOLD_MAJORITY), 2)
+    if both and f.full_at_cap is not None:
+        conf = round(conf * TWO_READINGS, 2)
     return Finding("kv_cache_exhaustion", severity, conf, ev, recommend("kv_cache_exhaustion", _inputs(f)))
 
 
@@ -335,10 +336,10 @@ def _cap_over_preemptions(f: Facts) -> bool:
       ``num_running >= max_num_running_reqs`` before it asks the KV cache for blocks, and below the ceiling the
       blocks were there (vLLM 0.29: a cap of 8 with 1-3 preemptions in thousands of steps refused the head on the
       cap in all but those steps);
-    - running pinned at max_num_seqs at the ceiling, with fewer preemptions than half the requests finished
-      (:attr:`Facts.hold` below :data:`PREEMPT_HOLD_MAJORITY`): each preemption holds the head on the KV cache
-      until a running request finishes, the cap in every other step (vLLM 0.29: 0.38 preemptions per finish at a
-      cap of 8, the head refused on the cap in 67 % of the queued time);
+    - running pinned at max_num_seqs at the ceiling, the list full in at least half of the samples
+      (:func:`~kvpilot.diagnose.facts.full_at_cap`): the cap refused the head whenever the list was full, the KV
+      cache only in the steps between (vLLM 0.29: a cap of 8 with 33 preemptions, the gauge's median 8, the head
+      refused on the cap in 67 % of the queued time).
     - every LoRA slot held and a deferred request at the head (:attr:`Facts.lora_head`): the head is visited first
       and skipped on ``max_loras`` before the KV cache is asked, however full it is (vLLM 0.29: 2-361 preemptions in
       a window whose head was refused on the LoRA slots in 85-100 % of the queued time).
@@ -347,8 +348,8 @@ def _cap_over_preemptions(f: Facts) -> bool:
 
 
 def _cap_held_most(f: Facts) -> bool:
-    """Preemptions at a pinned cap held the head in less than half the queued time (:attr:`Facts.hold`)."""
-    return f.hold is not None and f.hold < PREEMPT_HOLD_MAJORITY
+    """The running list full at the cap in at least half of the samples (:attr:`Facts.full_at_cap`)."""
+    return f.full_at_cap is True
 
 
 def _preemptions(f: Facts) -> str:
@@ -358,13 +359,18 @@ def _preemptions(f: Facts) -> str:
     return f"{number(f.preempt)} preemptions (a KV cache secondary finding below)"
 
 
-def _hold_evidence(f: Facts) -> str:
-    """How long the preemptions held the head at a pinned cap: the estimate and its reason, in one sentence."""
+def _turns_evidence(f: Facts) -> str:
+    """How the cap and the KV cache took turns at a pinned cap at the ceiling, in one sentence."""
+    median = fig(f.s("running_median"))
+    if f.full_at_cap:
+        return (
+            f"The running list sat full at {fig(f.n_seqs)} in most samples (median {median}), and vLLM checks the "
+            "cap before it asks the KV cache for blocks: the cap refused the head while the list was full, the KV "
+            f"cache ({number(f.preempt)} preemptions) only in the steps between."
+        )
     return (
-        f"Each preemption held the head of the queue on the KV cache until a running request finished and freed "
-        f"its blocks, and the cap in every other step: {number(f.preempt)} preemptions over "
-        f"{number(f.s('requests_finished_increase'))} requests finished = {percent(f.hold)} of the queued time on "
-        "the KV cache."
+        f"The running list was full at {fig(f.n_seqs)} in fewer than half the samples (median {median}): between "
+        "the full steps the KV cache refused the head, so it held the queue most of the time."
     )
 
 
@@ -388,7 +394,7 @@ def preemption_note(f: Facts) -> Finding | None:
             "ones, so the LoRA slots held the queue, not the KV cache."
         )
     elif f.at_ceiling:
-        why = f"Running sat at max_num_seqs with KV usage at its admission ceiling. {_hold_evidence(f)}"
+        why = f"Running sat at max_num_seqs with KV usage at its admission ceiling. {_turns_evidence(f)}"
     else:
         why = (
             "Running sat at max_num_seqs with KV usage below its admission ceiling: vLLM stopped admission on the "
@@ -463,9 +469,9 @@ def _seqs_finding(f: Facts, grade: float) -> Finding:
             else f"KV usage unknown (no KV gauge in any spelling); {_preemptions(f)}."
         ),
     ]
-    held = f.preempt >= 1 and f.at_ceiling and f.hold is not None
+    held = f.preempt >= 1 and f.at_ceiling and f.full_at_cap is not None
     if held:
-        ev.append(_hold_evidence(f))
+        ev.append(_turns_evidence(f))
     if grade < 1 and f.batch is not None and f.n_seqs:
         ev.insert(
             2,
@@ -504,9 +510,8 @@ def _seqs_finding(f: Facts, grade: float) -> Finding:
     if not recs and held:
         # the KV cache holds no more requests than the cap admits: it has to grow before the cap can
         recs = recommend("kv_cache_exhaustion", _inputs(f))
-    if held and f.hold is not None:
-        # named with the share of the queued time it held: half at the threshold, where the KV cache takes over
-        grade *= 1.0 - f.hold
+    if held:
+        grade *= TWO_READINGS
     return Finding(
         "max_num_seqs_cap",
         queue_severity(f.growing),
