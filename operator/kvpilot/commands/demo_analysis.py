@@ -159,8 +159,8 @@ def section_kv(ctx: Any) -> None:
 MEASURED_TTFT_MS = {"first": (575.5, 597.8), "second": (576.2, 48.6), "reversed": (505.4, None)}
 
 
-def _off_by(model: float, measured: float | None) -> float | None:
-    return None if measured is None else (model - measured) / measured
+def _off_by(model: float | None, measured: float | None) -> float | None:
+    return None if model is None or measured is None else (model - measured) / measured
 
 
 def section_engine(ctx: Any) -> None:
