@@ -210,7 +210,8 @@ def pod_limits_from(pod: Pod, log: str | None) -> PodLimits:
         except ValueError as exc:
             out.notes.append(f"pod {name} container {out.container}: command line not read ({exc})")
             break
-        out.args = cast(VLLMFlags, {k: v for k, v in parsed.overrides.items() if k in _POD_LIMITS})  # some of its keys
+        # the flags that are limits: some of the keys of a VLLMFlags, so one too
+        out.args = cast(VLLMFlags, {k: v for k, v in parsed.overrides.items() if k in _POD_LIMITS})
         break
     if not out.container:
         out.notes.append(f"pod {name}: no container runs vllm serve (command and args checked)")
