@@ -61,7 +61,7 @@ from kvpilot.diagnose.model import (
 )
 from kvpilot.diagnose.recommend import platform
 from kvpilot.diagnose.signals import Signals
-from kvpilot.engine.config import EngineConfig
+from kvpilot.engine.config import EngineConfig, EngineFlags
 from kvpilot.kv.spec import ModelConfig
 from kvpilot.text.numbers import count, number, percent, significant
 
@@ -106,12 +106,14 @@ class Simulated:
         return WhatIf(self.change.items, predicted, self.reason, self.notes)
 
 
-def _inferred(diag: Diagnosis) -> dict[str, int]:
-    out = {}
-    for name in ("max_num_seqs", "max_num_batched_tokens"):
-        value = diag.signals.get(f"inferred_{name}")
-        if value is not None:
-            out[name] = int(value)
+def _inferred(diag: Diagnosis) -> EngineFlags:
+    """The limits the rules inferred from the gauges, as engine flags."""
+    out: EngineFlags = {}
+    seqs, budget = diag.signals.get("inferred_max_num_seqs"), diag.signals.get("inferred_max_num_batched_tokens")
+    if seqs is not None:
+        out["max_num_seqs"] = int(seqs)
+    if budget is not None:
+        out["max_num_batched_tokens"] = int(budget)
     return out
 
 
@@ -208,7 +210,7 @@ def _calibrated_replay(
     signals: Signals,
     limits: Limits,
     step: StepTime,
-    inferred: dict[str, int],
+    inferred: EngineFlags,
     config: EngineConfig,
     fit: WorkloadFit,
     deadline: float | None,

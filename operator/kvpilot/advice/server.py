@@ -24,15 +24,13 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvpilot.diagnose.limits import Limits
 from kvpilot.diagnose.recommend import platform
 from kvpilot.diagnose.signals import Signals
 from kvpilot.diagnose.steptime import fit_step_time
-from kvpilot.engine.config import EngineConfig
+from kvpilot.engine.config import EngineConfig, EngineFlags
 from kvpilot.engine.hardware import MODEL_PROFILES, ModelProfile, profile_from_config
 from kvpilot.gpus import gpu_profile
 from kvpilot.kv import KVConfigError
@@ -116,14 +114,15 @@ class StepTime:
     notes: tuple[str, ...] = field(default=())
     measured: MeasuredClock | None = None
 
-    def overrides(self) -> JsonObject:
-        """EngineConfig fields: the profiles, and the roofline scaled by ``scale``; with a measured clock, its
+    def overrides(self) -> EngineFlags:
+        """EngineConfig fields: the GPU and the model (``model`` unless the model has its own ``profile``, an object
+        set apart), and the roofline scaled by ``scale``; with a measured clock, its
         per-step cost as the step's overhead and its per-token cost as the compute term (``2 x params / (peak x
         efficiency)`` = the seconds per token), the weights' read folded into the per-step cost (``weight_bytes``
         0), the roofline's KV read and attention terms left as the prior for what the fit does not measure.
         """
         k = self.scale
-        own: dict[str, Any] = {"profile": self.profile} if self.profile is not None else {"model": self.model}
+        own: EngineFlags = {} if self.profile is not None else {"model": self.model}
         if self.measured is not None:
             profile = self.profile or MODEL_PROFILES[self.model]
             efficiency = 2.0 * profile.params / (gpu_profile(self.gpu).peak_flops * self.measured.per_token_s)
@@ -254,17 +253,20 @@ def step_time_prior(
     return StepTime(gpu, model, notes=tuple(notes), measured=clock)
 
 
-def engine_config(limits: Limits, step: StepTime, overrides: Mapping[str, int] | None = None) -> EngineConfig:
+def engine_config(limits: Limits, step: StepTime, overrides: EngineFlags | None = None) -> EngineConfig:
     """The engine flags of the diagnosed server (module docstring), with ``overrides`` (EngineConfig fields).
 
     Raises:
         ValueError: the flags are not ones vLLM would start with (``EngineConfig.validate``).
     """
-    fields: dict[str, Any] = dict(step.overrides())
-    for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
-        value = limits.value(name)
-        if value is not None:
-            fields[name] = int(value)
+    fields = step.overrides()
+    seqs, budget, block = (limits.value(n) for n in ("max_num_seqs", "max_num_batched_tokens", "block_size"))
+    if seqs is not None:
+        fields["max_num_seqs"] = int(seqs)
+    if budget is not None:
+        fields["max_num_batched_tokens"] = int(budget)
+    if block is not None:
+        fields["block_size"] = int(block)
     kv = limits.value("kv_cache_tokens")
     if kv is not None:
         fields["kv_cache_tokens"] = int(kv)
@@ -281,9 +283,8 @@ def engine_config(limits: Limits, step: StepTime, overrides: Mapping[str, int] |
     if tp:
         fields["tensor_parallel_size"] = int(tp)
     fields.update(overrides or {})
-    profile = fields.pop("profile", None)  # an object, not a value from_dict reads
     weights = fields.pop("weight_bytes", None)
-    config = dataclasses.replace(EngineConfig.from_dict(fields), profile=profile)
+    config = dataclasses.replace(EngineConfig.from_dict(fields), profile=step.profile)
     if weights is not None:  # a measured clock: the weights' read is in its per-step cost, the KV pool as before
         config = dataclasses.replace(config, num_gpu_blocks=config.resolved_num_gpu_blocks(), weight_bytes=weights)
     mml = limits.value("max_model_len") or DEFAULT_MAX_MODEL_LEN

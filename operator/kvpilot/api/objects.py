@@ -155,6 +155,8 @@ class Container(TypedDict, total=False):
 
     name: str
     image: str
+    command: list[str]
+    args: list[str]
 
 
 class PodSpec(TypedDict, total=False):

@@ -30,6 +30,7 @@ from kvpilot.text.layout import Cell, records
 from kvpilot.text.numbers import GIB, count, fig, gib, number, percent, plain
 
 if TYPE_CHECKING:
+    from kvpilot.diagnose.limits import GivenLimits
     from kvpilot.kv.capacity import KVCapacity
     from kvpilot.metrics.exposition import Sample
 
@@ -158,8 +159,8 @@ def section_kv(ctx: Any) -> None:
 MEASURED_TTFT_MS = {"first": (575.5, 597.8), "second": (576.2, 48.6), "reversed": (505.4, None)}
 
 
-def _off_by(model: float, measured: float | None) -> float | None:
-    return None if measured is None else (model - measured) / measured
+def _off_by(model: float | None, measured: float | None) -> float | None:
+    return None if model is None or measured is None else (model - measured) / measured
 
 
 def section_engine(ctx: Any) -> None:
@@ -212,7 +213,7 @@ def section_engine(ctx: Any) -> None:
     ctx.more.append(("the engine model", "kvpilot simulate seed-lru --kv-offload-cpu 1.5GiB"))
 
 
-def _scenario_samples(name: str) -> tuple[list[Sample], dict[str, int], str | None]:
+def _scenario_samples(name: str) -> tuple[list[Sample], GivenLimits, str | None]:
     """Run scenario ``name`` for :data:`SIM_SECONDS` with vLLM's metrics; return timestamped samples
     (snapshots every :data:`SNAPSHOT_SECONDS`, as a recording holds them), the resolved flags and the GPU's name.
     """
@@ -227,7 +228,7 @@ def _scenario_samples(name: str) -> tuple[list[Sample], dict[str, int], str | No
         for family in sim.metrics.collect():
             samples.extend(Sample(s.name, s.labels, s.value, t) for s in family.samples)
     cfg = sim.engine.config
-    flags = {
+    flags: GivenLimits = {
         "max_num_seqs": cfg.max_num_seqs,
         "max_num_batched_tokens": cfg.max_num_batched_tokens,
         "max_model_len": cfg.max_model_len,

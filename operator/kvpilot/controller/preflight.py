@@ -114,8 +114,7 @@ class Preflight:
                 )
             )
         gpu_memory, gpu_source = self.gpu_memory(spec, pods)
-        engine = spec.engine.model_dump(by_alias=True, exclude_none=True) if spec.engine else {}
-        result = kv_preflight(config, engine, gpu_memory_bytes=gpu_memory, weights_bytes=weights)
+        result = kv_preflight(config, spec.engine, gpu_memory_bytes=gpu_memory, weights_bytes=weights)
         numbers = None
         if result.numbers:
             numbers = PreflightStatus(**result.numbers, config_source=source, gpu_memory=gpu_source)

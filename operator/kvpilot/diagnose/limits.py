@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, get_args, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, get_args, overload
 
 from kvpilot.diagnose.signals import OPERATOR_LIMIT_METRIC
 from kvpilot.gpus import gpu_profile
@@ -35,6 +35,7 @@ from kvpilot.vllm.defaults import (  # vLLM's defaults and GPU tiers, one home
 
 if TYPE_CHECKING:  # a diagnosis without a cluster loads no pydantic; sources.kube parses the spec
     from kvpilot.api.models import EngineSpec
+    from kvpilot.vllm.args import VLLMFlags
 
 #: field -> (whether a VLLMServer's ``spec.engine`` sets it: the :class:`~kvpilot.api.models.EngineSpec` field of
 #: the same name, its ``vllm:cache_config_info`` label or "")
@@ -73,6 +74,27 @@ _BoolName = Literal["enable_prefix_caching"]
 _INT, _FLOAT, _BOOL = set(get_args(_IntName)), set(get_args(_FloatName)), set(get_args(_BoolName))
 #: a limit's value: int (:data:`_INT`), float (:data:`_FLOAT`), bool (:data:`_BOOL`), str (others), None unknown
 LimitValue = int | float | bool | str | None
+
+
+class GivenLimits(TypedDict, total=False):
+    """Limits as the command line gives them (``kvpilot diagnose --max-num-seqs ...``), by :class:`Limits` field
+    name; a None value is not given.
+    """
+
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    max_model_len: int | None
+    gpu_memory_utilization: float | None
+    kv_cache_dtype: str | None
+    block_size: int | None
+    num_gpu_blocks: int | None
+    kv_cache_tokens: int | None
+    kv_cache_memory_bytes: int | None
+    enable_prefix_caching: bool | None
+    tensor_parallel_size: int | None
+    shared_prefix_tokens: int | None
+    max_num_active_seqs: int | None
+    vllm_version: str | None
 
 
 @dataclass(frozen=True)
@@ -241,12 +263,12 @@ def _fill_defaults(
 
 def resolve_limits(
     spec_engine: EngineSpec | None = None,
-    cli: Mapping[str, Any] | None = None,
+    cli: GivenLimits | None = None,
     cache_config: Mapping[str, str] | None = None,
     gpu_memory_bytes: int | None = None,
     gpu_name: str | None = None,
-    pod_args: Mapping[str, Any] | None = None,
-    pod_log: Mapping[str, Any] | None = None,
+    pod_args: VLLMFlags | None = None,
+    pod_log: VLLMFlags | None = None,
     operator_metric: Mapping[str, float] | None = None,
 ) -> Limits:
     """Resolve every limit with its source.

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from kvpilot.diagnose.limits import Reader, confirm_inferred, resolve_limits
+from kvpilot.diagnose.limits import GivenLimits, Reader, confirm_inferred, resolve_limits
 from kvpilot.diagnose.model import Diagnosis, DiagnosisBasis, Report
 from kvpilot.diagnose.promql import duration
 from kvpilot.diagnose.rules import diagnose_target, escaped_names_note
@@ -40,8 +40,7 @@ class Options:
         window_seconds: the window; ``end``: its end (Unix seconds; default now, or the recording's
             last sample).
         namespace / server / pod / model_name: selectors.
-        cli_limits: ``{max_num_seqs, max_num_batched_tokens, max_model_len, kv_cache_tokens,
-            gpu_memory_utilization, kv_cache_dtype, block_size}`` given on the command line.
+        cli_limits: the limits given on the command line (``max_num_seqs``, ``max_num_batched_tokens``, ...).
         gpu_memory_bytes / gpu_name: GPU tier for vLLM's defaults and utilization arithmetic.
         model_config: parsed config.json (bytes per KV token for recommendations).
         quick: ``--metrics-url`` with two scrapes a few seconds apart.
@@ -75,7 +74,7 @@ class Options:
     server: str = ""
     pod: str = ""
     model_name: str = ""
-    cli_limits: dict[str, Any] = field(default_factory=dict)
+    cli_limits: GivenLimits = field(default_factory=GivenLimits)
     gpu_memory_bytes: int | None = None
     gpu_name: str | None = None
     model_config: ModelConfig | None = None

@@ -56,7 +56,7 @@ operations.
 from __future__ import annotations
 
 from collections.abc import Collection, Hashable, Iterable, Sequence
-from typing import Final
+from typing import Final, TypedDict
 
 BlockHash = int
 
@@ -156,6 +156,18 @@ class Hit:
 NO_HIT: Final = Hit()  # shared by every lookup that finds nothing: never mutated
 
 
+class PoolSnapshot(TypedDict):
+    """The pool block by block (:meth:`BlockPool.snapshot`), for tests."""
+
+    queue: list[int]
+    ref_cnt: list[int]
+    block_hash: list[BlockHash | None]
+    cached: dict[BlockHash, int]
+    dups: dict[BlockHash, list[int]]
+    num_evictions: int
+    num_free: int
+
+
 class BlockPool:
     """Physical KV blocks, their reference counts and prefix-cache hashes, as extents (module docstring).
 
@@ -209,7 +221,7 @@ class BlockPool:
             e = e.next
         return out
 
-    def snapshot(self, tables: Iterable[BlockTable]) -> dict[str, object]:
+    def snapshot(self, tables: Iterable[BlockTable]) -> PoolSnapshot:
         """The pool block by block, for tests: ``queue`` (:meth:`free_queue`), ``ref_cnt`` and ``block_hash`` (lists
         indexed by block id), ``cached`` ({hash: the block a lookup finds}), ``dups`` ({hash: later holders in
         registration order}), ``num_evictions``, ``num_free``. ``tables``: every table holding blocks.

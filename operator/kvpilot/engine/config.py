@@ -12,8 +12,9 @@ live in :mod:`kvpilot.engine.hardware`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 from kvpilot.engine.bounds import FIELD_BOUNDS, MAX_GPU_BLOCKS
 from kvpilot.engine.hardware import (
@@ -38,6 +39,7 @@ from kvpilot.kv.spec import KVConfigError
 from kvpilot.text.documents import JsonObject
 from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import gib
+from kvpilot.vllm.args import VLLMFlags
 from kvpilot.vllm.defaults import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -60,6 +62,25 @@ _KV_OPTION_FIELDS = {
 def _engine_error(exc: KVConfigError) -> InvalidValueError:
     """A :class:`KVConfigError` of :mod:`kvpilot.kv` naming the engine's field instead of ``kvpilot kv``'s option."""
     return InvalidValueError(_KV_OPTION_FIELDS.get(exc.field, exc.field), exc.message)
+
+
+class EngineFlags(VLLMFlags, total=False):
+    """:class:`EngineConfig` fields to set, by name, typed as the fields (every field but ``profile``, an object
+    only code sets): the flags a vLLM command line states (:class:`~kvpilot.vllm.args.VLLMFlags`) and the
+    engine model's own. :func:`parse_engine_flags` reads them from a document.
+    """
+
+    scheduler_reserve_full_isl: bool
+    offload_chunk_tokens: int
+    offload_load_bandwidth: float
+    offload_store_bandwidth: float
+    gpu: str
+    bytes_per_token: int | None
+    non_kv_reserve_bytes: int
+    weight_bytes: int | None
+    bandwidth_efficiency: float
+    compute_efficiency: float
+    step_overhead: float
 
 
 @dataclass
@@ -113,25 +134,17 @@ class EngineConfig:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_dict(cls, data: JsonObject | None) -> EngineConfig:
-        """Build from a dict (YAML/CLI overrides); dashes in keys are accepted as underscores.
+    def from_dict(cls, data: JsonObject | EngineFlags | None) -> EngineConfig:
+        """Build from a dict (YAML/CLI overrides, or typed flags), read by :func:`parse_engine_flags`.
 
         Raises:
             InvalidValueError: ``"<field>: unknown field"`` or a type error naming the field.
         """
         return cls().replace(data or {})
 
-    def replace(self, overrides: JsonObject) -> EngineConfig:
+    def replace(self, overrides: JsonObject | EngineFlags) -> EngineConfig:
         """A copy with ``overrides`` applied (same key rules and errors as :meth:`from_dict`)."""
-        known = {f.name: f for f in fields(self)}
-        clean: dict[str, Any] = {}
-        for key, value in overrides.items():
-            name = str(key).replace("-", "_")
-            if name not in known:
-                raise InvalidValueError(key, f"unknown engine field (known: {', '.join(sorted(known))})")
-            clean[name] = _coerce(name, value, known[name].type)
-            _check_bound(name, clean[name])
-        return dataclasses.replace(self, **clean)
+        return dataclasses.replace(self, **parse_engine_flags(overrides))
 
     def resolved(self) -> EngineConfig:
         """A copy with ``max_num_seqs``/``max_num_batched_tokens`` left ``None`` set as vLLM sets them for this
@@ -308,6 +321,33 @@ class EngineConfig:
                 f"available KV cache ({usable} usable blocks = {usable * self.block_size}"
                 f" tokens); the estimated maximum model length is {usable * self.block_size}",
             )
+
+
+_FIELDS = {f.name: f for f in fields(EngineConfig)}
+
+
+def parse_engine_flags(given: Mapping[str, object]) -> EngineFlags:
+    """:class:`EngineFlags` from a mapping a document or a caller gives (YAML, CLI overrides, a scenario's flags):
+    dashes in keys read as underscores, each value converted to its field's type (``"4"`` is 4, ``"off"`` False)
+    and held to its range (:data:`kvpilot.engine.bounds.FIELD_BOUNDS`); a later key wins over an earlier one of
+    the same field.
+
+    Raises:
+        InvalidValueError: ``"<field>: unknown engine field"``, a value not of the field's type, or out of its range,
+            naming the field (the first such in the mapping's order).
+    """
+    clean: dict[str, object] = {}
+    for key, value in given.items():
+        name = str(key).replace("-", "_")
+        if name not in _FIELDS:
+            raise InvalidValueError(key, f"unknown engine field (known: {', '.join(sorted(_FIELDS))})")
+        if name == "profile":  # an object code sets (EngineConfig(profile=...)), never a document's value
+            if value is not None:
+                raise InvalidValueError(name, f"{value!r} is not a model profile (give model instead)")
+            continue
+        clean[name] = _coerce(name, value, _FIELDS[name].type)
+        _check_bound(name, clean[name])
+    return cast(EngineFlags, clean)  # every key a field of EngineFlags, its value of the field's type
 
 
 def _check_bound(name: str, value: Any) -> None:

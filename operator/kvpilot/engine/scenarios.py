@@ -22,12 +22,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
-from kvpilot.engine.config import EngineConfig
+from kvpilot.engine.config import EngineConfig, EngineFlags, parse_engine_flags
 from kvpilot.engine.core import Engine, MetricsSink, StepOutput
-from kvpilot.engine.report_stats import ReportStats
+from kvpilot.engine.report_stats import Peaks, ReportStats
+from kvpilot.engine.workloads import WorkloadSpec
 from kvpilot.engine.workloads import from_dict as workload_from_dict
+from kvpilot.text.documents import JsonObject, JsonValue
 from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import GIB
 from kvpilot.vllm.args import from_vllm_args
@@ -35,6 +37,9 @@ from kvpilot.vllm.args import from_vllm_args
 __all__ = [
     "SCENARIOS",
     "Scenario",
+    "ScenarioOverrides",
+    "ScenarioReport",
+    "ScenarioSpec",
     "build",
     "from_vllm_args",
     "get_scenario",
@@ -53,16 +58,142 @@ class Scenario:
         name: scenario name (``seed-lru`` ...).
         description: one line.
         flags: :class:`EngineConfig` field overrides.
-        workload: a :func:`kvpilot.engine.workloads.from_dict` spec.
+        workload: a :func:`kvpilot.engine.workloads.from_dict` spec, built with the engine.
         duration: simulated seconds to run (``None``: until the workload is done, for closed
             finite workloads such as ``seed-lru``).
     """
 
     name: str
     description: str
-    flags: dict[str, Any] = field(default_factory=dict)
-    workload: dict[str, Any] = field(default_factory=lambda: {"type": "idle"})
+    flags: EngineFlags = field(default_factory=EngineFlags)
+    workload: WorkloadSpec = field(default_factory=lambda: WorkloadSpec(type="idle"))
     duration: float | None = 300.0
+
+
+class ScenarioSpec(TypedDict, total=False):
+    """A scenario as a document gives it (:func:`scenario_from_dict`), each value as given (JSON), checked there."""
+
+    name: JsonValue
+    description: JsonValue
+    flags: JsonValue
+    workload: JsonValue | WorkloadSpec
+    duration: JsonValue
+
+
+class ScenarioOverrides(TypedDict, total=False):
+    """What :func:`resolve` changes in a scenario: a scenario file's mapping, a command line's options, or a
+    caller's, each value as given (JSON; a typed value is one) and checked where it is applied.
+
+    ``flags`` (a mapping of engine fields), ``workload`` (merged over the scenario's), ``duration``, ``description``;
+    the command line's workload knobs ``arrival_rate``, ``prompt_tokens``, ``output_tokens``, ``num_requests``,
+    ``seed``; ``kv_offload_cpu`` for ``kv_offload_cpu_bytes``; and every :class:`EngineConfig` field but ``profile``,
+    as in ``flags`` (a key of neither kind is refused as an unknown engine field).
+    """
+
+    flags: JsonValue
+    workload: JsonValue | WorkloadSpec
+    duration: JsonValue
+    description: JsonValue
+    arrival_rate: JsonValue
+    prompt_tokens: JsonValue
+    output_tokens: JsonValue
+    num_requests: JsonValue
+    seed: JsonValue
+    kv_offload_cpu: JsonValue
+    block_size: JsonValue
+    num_gpu_blocks: JsonValue
+    kv_cache_tokens: JsonValue
+    max_num_seqs: JsonValue
+    max_num_batched_tokens: JsonValue
+    max_model_len: JsonValue
+    enable_prefix_caching: JsonValue
+    enable_chunked_prefill: JsonValue
+    scheduler_reserve_full_isl: JsonValue
+    kv_offload_cpu_bytes: JsonValue
+    offload_chunk_tokens: JsonValue
+    offload_load_bandwidth: JsonValue
+    offload_store_bandwidth: JsonValue
+    gpu: JsonValue
+    model: JsonValue
+    bytes_per_token: JsonValue
+    kv_cache_dtype: JsonValue
+    tensor_parallel_size: JsonValue
+    gpu_memory_utilization: JsonValue
+    non_kv_reserve_bytes: JsonValue
+    weight_bytes: JsonValue
+    bandwidth_efficiency: JsonValue
+    compute_efficiency: JsonValue
+    step_overhead: JsonValue
+    served_model_name: JsonValue
+
+
+class RequestCounts(TypedDict):
+    """The report's ``requests``."""
+
+    arrived: int
+    finished: int
+
+
+class Counters(TypedDict):
+    """The report's ``counters``: vLLM's counters at the end of the run (``prefix_cache_hit_rate`` 0-1)."""
+
+    preemptions: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    prefix_cache_hit_rate: float | None
+    external_prefix_cache_queries: int
+    external_prefix_cache_hits: int
+    prompt_tokens: int
+    generation_tokens: int
+
+
+class FinalState(TypedDict):
+    """The report's ``final``: the gauges at the end of the run."""
+
+    running: int
+    waiting: int
+    kv_cache_usage: float
+
+
+class Throughput(TypedDict):
+    """The report's ``throughput`` (per simulated second)."""
+
+    requests_per_s: float
+    prompt_tokens_per_s: float
+    generation_tokens_per_s: float
+
+
+class PassReport(TypedDict):
+    """One element of the report's ``passes``: the requests tagged with one name."""
+
+    name: str
+    requests: int
+    prefix_cache_hit_tokens: int
+    external_prefix_cache_hit_tokens: NotRequired[int]
+    ttft_p50_ms: float | None
+
+
+class ScenarioReport(TypedDict):
+    """:func:`run_scenario`'s report, JSON-able (``kvpilot simulate -o json``); its keys in this order."""
+
+    scenario: str
+    description: str
+    config: JsonObject
+    kv_cache_tokens: int
+    usable_blocks: int
+    simulated_seconds: float
+    steps: int
+    requests: RequestCounts
+    counters: Counters
+    final: FinalState
+    peaks: Peaks
+    steps_at_budget: float
+    latency_s: dict[str, float | None]
+    throughput: Throughput
+    passes: NotRequired[list[PassReport]]
+    kv_offload_cpu_bytes: NotRequired[int]
+    kv_offload_cpu_gib: NotRequired[float]
+    offload_capacity_chunks: NotRequired[int]
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -200,14 +331,14 @@ SCENARIOS: dict[str, Scenario] = {
 _SCENARIO_KEYS = {"flags", "workload", "duration", "description", "name"}
 
 
-def scenario_from_dict(spec: dict[str, Any], base: Scenario | None = None) -> Scenario:
+def scenario_from_dict(spec: ScenarioSpec, base: Scenario | None = None) -> Scenario:
     """A scenario from a dict ``{"name", "description", "flags", "workload", "duration"}``.
 
     With ``base``, missing keys come from it, ``flags`` are merged over its flags and a
     ``workload`` without ``type`` (or with the same type) is merged over its workload.
 
     Raises:
-        InvalidValueError: unknown keys, or flags/workload that are not mappings.
+        InvalidValueError: unknown keys, flags/workload that are not mappings, a bad duration or engine field.
     """
     unknown = set(spec) - _SCENARIO_KEYS
     if unknown:
@@ -215,26 +346,40 @@ def scenario_from_dict(spec: dict[str, Any], base: Scenario | None = None) -> Sc
             "scenario", f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(_SCENARIO_KEYS))})"
         )
     base = base or Scenario("custom", "custom scenario", {}, {"type": "idle"}, 300.0)
-    flags = spec.get("flags") or {}
-    wl = spec.get("workload")
+    duration = spec.get("duration", base.duration)
+    return _merged(
+        base,
+        spec.get("name", base.name),
+        spec.get("description", base.description),
+        spec.get("flags"),
+        spec.get("workload"),
+        duration,
+    )
+
+
+def _merged(base: Scenario, name: object, description: object, flags: object, wl: object, duration: object) -> Scenario:
+    """``base`` with what a scenario document or :func:`resolve` gives, each value as given (see
+    :func:`scenario_from_dict`): ``flags`` merged over its flags, ``wl`` over its workload.
+    """
+    flags = flags or {}
     if not isinstance(flags, dict):
         raise InvalidValueError("scenario.flags", "must be a mapping of engine fields")
     if wl is not None and not isinstance(wl, dict):
         raise InvalidValueError("scenario.workload", "must be a mapping")
     merged_flags = {**base.flags, **flags}
-    workload = copy.deepcopy(base.workload)
+    workload = copy.deepcopy(dict(base.workload))
     if wl:
         if "type" not in wl or wl["type"] == workload.get("type"):
             workload.update(copy.deepcopy(wl))
         else:
             workload = copy.deepcopy(wl)
-    duration = spec.get("duration", base.duration)
+    seconds = None if duration is None else _duration(duration)
     return Scenario(
-        str(spec.get("name", base.name)),
-        str(spec.get("description", base.description)),
-        merged_flags,
-        workload,
-        None if duration is None else _duration(duration),
+        str(name),
+        str(description),
+        parse_engine_flags(merged_flags),  # after the duration: a bad flag was named when the engine was built
+        cast(WorkloadSpec, workload),  # a mapping; workloads.from_dict checks its keys and values
+        seconds,
     )
 
 
@@ -265,10 +410,10 @@ _WORKLOAD_KNOBS = {
 }
 
 
-def resolve(name: str | Scenario, overrides: dict[str, Any] | None = None) -> Scenario:
+def resolve(name: str | Scenario, overrides: ScenarioOverrides | None = None) -> Scenario:
     """The scenario with ``overrides`` applied.
 
-    ``overrides`` keys:
+    ``overrides`` keys (:class:`ScenarioOverrides`):
 
     - :class:`EngineConfig` fields (``kv_offload_cpu`` is accepted for ``kv_offload_cpu_bytes``);
     - ``flags`` (dict of the same), ``workload`` (dict, merged as in :func:`scenario_from_dict`),
@@ -287,17 +432,20 @@ def resolve(name: str | Scenario, overrides: dict[str, Any] | None = None) -> Sc
     if not overrides:
         return sc
     ov = {k: v for k, v in overrides.items() if v is not None}
-    spec: dict[str, Any] = {}
-    for key in ("workload", "duration", "description"):
-        if key in ov:
-            spec[key] = ov.pop(key)
-    flags = dict(ov.pop("flags", None) or {})
+    workload = ov.pop("workload", None)
+    duration = ov.pop("duration", sc.duration)
+    description = ov.pop("description", sc.description)
+    flags = ov.pop("flags", None) or {}
+    if not isinstance(flags, dict):
+        raise InvalidValueError("scenario.flags", "must be a mapping of engine fields")
     knobs = {_WORKLOAD_KNOBS[k]: ov.pop(k) for k in list(ov) if k in _WORKLOAD_KNOBS}
     if "kv_offload_cpu" in ov:
         ov["kv_offload_cpu_bytes"] = ov.pop("kv_offload_cpu")
-    spec["flags"] = {**flags, **ov}
     if knobs:
-        wl = dict(spec.get("workload") or sc.workload)
+        given = workload or sc.workload
+        if not isinstance(given, dict):
+            raise InvalidValueError("scenario.workload", "must be a mapping")
+        wl = dict(given)
         if wl.get("type") != "poisson":
             if "rate" not in knobs:
                 raise InvalidValueError(
@@ -310,13 +458,13 @@ def resolve(name: str | Scenario, overrides: dict[str, Any] | None = None) -> Sc
         rate = wl.get("rate", 1)
         if (isinstance(rate, (int, float)) and rate <= 0) or wl.get("num_requests", 1) == 0:  # else from_dict's error
             wl = {"type": "idle"}
-        spec["workload"] = wl
-    return scenario_from_dict(spec, base=sc)
+        workload = wl
+    return _merged(sc, sc.name, description, {**flags, **ov}, workload, duration)
 
 
 def build(
     name: str | Scenario,
-    overrides: dict[str, Any] | None = None,
+    overrides: ScenarioOverrides | None = None,
     metrics: MetricsSink | None = None,
     keep_finished: bool = True,
     track_itls: bool | None = None,
@@ -343,13 +491,13 @@ def build(
 
 def run_scenario(
     name: str | Scenario,
-    overrides: dict[str, Any] | None = None,
+    overrides: ScenarioOverrides | None = None,
     metrics: MetricsSink | None = None,
     on_step: Callable[[Engine, StepOutput | None], None] | None = None,
     tick: float | None = None,
     fast_forward: bool = True,
-) -> dict[str, Any]:
-    """Run a scenario for its duration and report (JSON-able dict).
+) -> ScenarioReport:
+    """Run a scenario for its duration and report (JSON-able dict, :class:`ScenarioReport`).
 
     Keys: ``scenario``, ``description``, ``config`` (every engine field), ``kv_cache_tokens``,
     ``usable_blocks``, ``simulated_seconds``, ``steps``, ``requests`` {arrived, finished},
@@ -379,11 +527,11 @@ def run_scenario(
     return report(engine, sc, stats)
 
 
-def report(engine: Engine, sc: Scenario, stats: ReportStats) -> dict[str, Any]:
+def report(engine: Engine, sc: Scenario, stats: ReportStats) -> ScenarioReport:
     """The JSON-able report of :func:`run_scenario` for an engine that has run ``sc``, ``stats`` observing it."""
     t = engine.now or 1.0
     q, h = engine.prefix_queries, engine.prefix_hits
-    out: dict[str, Any] = {
+    out: ScenarioReport = {
         "scenario": sc.name,
         "description": sc.description,
         "config": engine.config.to_dict(),
@@ -422,15 +570,25 @@ def report(engine: Engine, sc: Scenario, stats: ReportStats) -> dict[str, Any]:
     if stats.tags:
         passes = []
         for name, tag in stats.tags.items():
-            p: dict[str, Any] = {
-                "name": name,
-                "requests": tag.requests,
-                "prefix_cache_hit_tokens": tag.prefix_cache_hit_tokens,
-            }
-            if engine.offload is not None:
-                p["external_prefix_cache_hit_tokens"] = tag.external_prefix_cache_hit_tokens
             ttft = tag.ttfts.percentile(0.5)  # within report_stats.RELATIVE_ACCURACY of the exact p50
-            p["ttft_p50_ms"] = None if ttft is None else round(1000 * ttft, 1)
+            ms = None if ttft is None else round(1000 * ttft, 1)
+            hits = tag.prefix_cache_hit_tokens
+            if engine.offload is None:
+                p: PassReport = {
+                    "name": name,
+                    "requests": tag.requests,
+                    "prefix_cache_hit_tokens": hits,
+                    "ttft_p50_ms": ms,
+                }
+            else:
+                external = tag.external_prefix_cache_hit_tokens
+                p = {
+                    "name": name,
+                    "requests": tag.requests,
+                    "prefix_cache_hit_tokens": hits,
+                    "external_prefix_cache_hit_tokens": external,
+                    "ttft_p50_ms": ms,
+                }
             passes.append(p)
         out["passes"] = passes
     if engine.offload is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypedDict, cast
 
 from kvpilot.engine.bounds import MAX_COUNT, MAX_LOGNORMAL_SIGMA, MAX_TRACE_TIME
@@ -424,6 +424,31 @@ class TraceRequest(TypedDict, total=False):
     tag: JsonValue
 
 
+class WorkloadSpec(TypedDict, total=False):
+    """A workload as a scenario, a scenario file or a command line gives it (:func:`from_dict` builds it): ``type``
+    and the keys of its generator, each value as given (JSON; :func:`from_dict` checks it, naming the key). A
+    trace's ``requests`` are JSON objects, or the items :func:`trace_requests` read.
+    """
+
+    type: JsonValue
+    rate: JsonValue
+    duration: JsonValue
+    num_requests: JsonValue
+    seed: JsonValue
+    prompt_len: JsonValue
+    output_len: JsonValue
+    prefix_groups: JsonValue
+    prefix_len: JsonValue
+    start: JsonValue
+    id_prefix: JsonValue
+    num_docs: JsonValue
+    doc_tokens: JsonValue
+    passes: JsonValue
+    concurrency: JsonValue
+    think_time: JsonValue
+    requests: JsonValue | list[TraceRequest]
+
+
 def trace_requests(lines: Iterable[str]) -> list[TraceRequest]:
     """The JSON Lines trace as :func:`from_dict`'s ``{"type": "trace", "requests": [...]}`` items, one object
     per line (blank lines and ``#`` comments skipped), each validated.
@@ -551,7 +576,7 @@ _TYPES: dict[str, dict[str, tuple[type, bool]]] = {
 }
 
 
-def _typed(spec: JsonObject, types: dict[str, tuple[type, bool]]) -> dict[str, Any]:
+def _typed(spec: Mapping[str, object], types: dict[str, tuple[type, bool]]) -> dict[str, Any]:
     """``spec`` with the keys of ``types`` checked and converted: ``7.0`` is the whole number 7, ``'2'`` is no
     number (``workload.<key>: <reason>``); a document scan's ``passes`` are names.
     """
@@ -575,7 +600,7 @@ def _typed(spec: JsonObject, types: dict[str, tuple[type, bool]]) -> dict[str, A
     return out
 
 
-def from_dict(spec: JsonObject | None) -> Any:  # noqa: C901
+def from_dict(spec: WorkloadSpec | JsonObject | None) -> Any:  # noqa: C901
     """A workload from a plain dict (YAML); ``type`` selects it.
 
 
@@ -590,7 +615,7 @@ def from_dict(spec: JsonObject | None) -> Any:  # noqa: C901
     Raises:
         InvalidValueError: ``"workload.<key>: <reason>"``.
     """
-    given = dict(spec or {"type": "idle"})
+    given: dict[str, object] = dict(spec) if spec else {"type": "idle"}
     kind = given.pop("type", None)
     args = _typed(given, _TYPES.get(kind, {}) if isinstance(kind, str) else {})
     try:

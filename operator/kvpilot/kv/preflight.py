@@ -8,22 +8,26 @@ feature discovery sets, in MiB); this module turns them into a condition and an 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from kvpilot.kv.capacity import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION, capacity
 from kvpilot.kv.spec import KVConfigError
 from kvpilot.text.documents import JsonObject
 from kvpilot.text.numbers import count, gib, number, times
 
+if TYPE_CHECKING:  # the operator's parsed spec; `kvpilot kv` loads no pydantic
+    from kvpilot.api.models import EngineSpec
+
 CONDITION_TYPE = "KVCapacity"
-#: vLLMServer ``spec.engine`` keys (camelCase, docs/crd-reference.md) → :func:`kvpilot.kv.capacity.capacity` arguments.
-ENGINE_FIELDS = {
-    "gpuMemoryUtilization": "gpu_memory_utilization",
-    "maxModelLen": "max_model_len",
-    "tensorParallelSize": "tensor_parallel_size",
-    "kvCacheDtype": "kv_cache_dtype",
-    "maxNumBatchedTokens": "max_num_batched_tokens",
-}
+#: :class:`~kvpilot.api.models.EngineSpec` fields (``spec.engine``) that are :func:`kvpilot.kv.capacity.capacity`
+#: arguments of the same name.
+ENGINE_FIELDS = (
+    "gpu_memory_utilization",
+    "max_model_len",
+    "tensor_parallel_size",
+    "kv_cache_dtype",
+    "max_num_batched_tokens",
+)
 
 
 def gpu_memory_from_node_label(value: str) -> int:
@@ -69,7 +73,7 @@ class Preflight:
 
 def kv_preflight(
     config: JsonObject,
-    engine: dict[str, Any] | None = None,
+    engine: EngineSpec | None = None,
     *,
     gpu_memory_bytes: int | None = None,
     weights_bytes: int | None = None,
@@ -81,8 +85,8 @@ def kv_preflight(
 
     Args:
         config: the model's parsed config.json.
-        engine: the VLLMServer ``spec.engine`` dict (camelCase: ``gpuMemoryUtilization``, ``maxModelLen``,
-            ``tensorParallelSize``, ``kvCacheDtype``, ``maxNumBatchedTokens``); unset keys take vLLM's defaults
+        engine: the VLLMServer's ``spec.engine`` (:data:`ENGINE_FIELDS`: ``gpuMemoryUtilization``, ``maxModelLen``,
+            ``tensorParallelSize``, ``kvCacheDtype``, ``maxNumBatchedTokens``); unset fields take vLLM's defaults
             (utilization 0.92, max_model_len from the config, TP 1, dtype auto).
         gpu_memory_bytes: memory of one GPU in bytes (``spec.resources.gpuMemory`` or
             :func:`gpu_memory_from_node_label`).
@@ -101,8 +105,8 @@ def kv_preflight(
         (``InvalidModelConfig``, ``InsufficientInputs``), ``warning`` None. Never raises for bad
         input: the problem is in the condition's message.
     """
-    engine = engine or {}
-    kwargs = {arg: engine[key] for key, arg in ENGINE_FIELDS.items() if engine.get(key) is not None}
+    given = {name: getattr(engine, name) for name in ENGINE_FIELDS} if engine is not None else {}
+    kwargs = {name: value for name, value in given.items() if value is not None}
     kwargs.setdefault("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
     if kv_memory_bytes is None and (gpu_memory_bytes is None or weights_bytes is None):
         missing = "GPU memory" if gpu_memory_bytes is None else "model weight size"

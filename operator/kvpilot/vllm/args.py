@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict, cast
 
 from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import GIB
@@ -49,11 +49,35 @@ def human_readable_int(text: str) -> int:
     return int(number)
 
 
+class VLLMFlags(TypedDict, total=False):
+    """What a vLLM server's command line (:func:`parse_vllm_args`) or startup log
+    (:func:`kvpilot.vllm.startup_log.startup_limits`) states of its engine, by the name and type of the
+    :class:`~kvpilot.engine.config.EngineConfig` field it sets (``--num-gpu-blocks-override`` is
+    ``num_gpu_blocks``, ``--kv-offloading-size`` ``kv_offload_cpu_bytes``; ``kv_cache_tokens`` is the KV
+    capacity the log reports). A key is present when stated.
+    """
+
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    max_model_len: int
+    gpu_memory_utilization: float
+    block_size: int
+    num_gpu_blocks: int | None
+    kv_cache_tokens: int | None
+    kv_cache_dtype: str
+    tensor_parallel_size: int
+    enable_prefix_caching: bool
+    enable_chunked_prefill: bool
+    kv_offload_cpu_bytes: int
+    model: str
+    served_model_name: str | None
+
+
 @dataclass
 class VLLMArgs:
     """Result of :func:`parse_vllm_args`: engine overrides, the model argument, notes."""
 
-    overrides: dict[str, Any] = field(default_factory=dict)
+    overrides: VLLMFlags = field(default_factory=VLLMFlags)
     model: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -168,10 +192,9 @@ def parse_vllm_args(argv: list[str], strict: bool = False) -> VLLMArgs:  # noqa:
     if len(pos) > 1:
         out.notes.append(f"ignored extra positional arguments: {' '.join(pos[1:])}")
     out.model = model
-    for name, target in _MAP.items():
-        value = getattr(ns, name)
-        if value is not None:
-            out.overrides[target] = value
+    stated = {target: getattr(ns, name) for name, target in _MAP.items()}
+    # argparse gave each value the type of the EngineConfig field it sets (_parser, _MAP)
+    out.overrides = cast(VLLMFlags, {key: value for key, value in stated.items() if value is not None})
     if ns.kv_offloading_size is not None:
         out.overrides["kv_offload_cpu_bytes"] = int(ns.kv_offloading_size * GIB)
     if model:
@@ -202,6 +225,6 @@ def parse_vllm_args(argv: list[str], strict: bool = False) -> VLLMArgs:  # noqa:
     return out
 
 
-def from_vllm_args(argv: list[str], strict: bool = False) -> dict[str, Any]:
+def from_vllm_args(argv: list[str], strict: bool = False) -> VLLMFlags:
     """EngineConfig overrides from vLLM's command line (see :func:`parse_vllm_args`)."""
     return parse_vllm_args(argv, strict=strict).overrides

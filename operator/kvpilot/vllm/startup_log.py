@@ -43,7 +43,9 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
+
+from kvpilot.vllm.args import VLLMFlags
 
 _SIZE_RE = re.compile(r"(?:^|[\s\]])(?P<device>[A-Za-z][A-Za-z0-9_-]*) KV cache size: (?P<tokens>\d[\d,]*) tokens")
 _CONCURRENCY_RE = re.compile(r"Maximum concurrency for (?P<len>\d[\d,]*) tokens per request: (?P<conc>\d+(?:\.\d+)?)x")
@@ -134,14 +136,14 @@ def parse_non_default_args(log: str) -> dict[str, Any] | None:
     return None
 
 
-def startup_limits(log: str) -> dict[str, Any]:
+def startup_limits(log: str) -> VLLMFlags:
     """The limits a vLLM startup log states: ``{limit name: value}`` (names as vLLM's flags, snake case).
 
     From ``non-default args`` (the keys of :data:`_LIMIT_ARGS`, values of the wrong type skipped),
     the ``Chunked prefill ... max_num_batched_tokens=N`` line (the budget even when it is vLLM's
     default), and ``kv_cache_tokens`` from the KV-capacity report. Empty when the log states none.
     """
-    out: dict[str, Any] = {}
+    stated: dict[str, int | float | str | bool] = {}
     args = parse_non_default_args(log) or {}
     for name, kind in _LIMIT_ARGS.items():
         value = args.get(name)
@@ -150,9 +152,10 @@ def startup_limits(log: str) -> dict[str, Any]:
         if kind is not bool and not isinstance(value, (int, float, str)):
             continue
         try:
-            out[name] = kind(value)
+            stated[name] = kind(value)
         except (TypeError, ValueError):
             continue
+    out = cast(VLLMFlags, stated)  # each of _LIMIT_ARGS converted to its field's type
     match = _CHUNKED_RE.search(log)
     if match and "max_num_batched_tokens" not in out:
         out["max_num_batched_tokens"] = int(match["budget"])

@@ -142,6 +142,24 @@ def test_invalid_value_of_a_scenario_file_names_the_field(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        # each was an exception out of the command before (a TypeError, an AttributeError)
+        ("workload: [1, 2]\n", "kvpilot: error: --scenario-file workload: must be a mapping, not a list"),
+        ("flags: [1, 2]\n", "kvpilot: error: scenario healthy: scenario.flags: must be a mapping of engine fields"),
+        (
+            "profile: qwen\n",
+            "kvpilot: error: scenario healthy: profile: 'qwen' is not a model profile (give model instead)",
+        ),
+    ],
+)
+def test_a_scenario_file_setting_of_the_wrong_kind_is_named(tmp_path, text, line):
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    assert error_line("simulate", "healthy", "--scenario-file", str(path)) == line
+
+
 def test_invalid_value_of_an_engine_field_names_the_field():
     # the engine's own check: 8 > 4 (vLLM: max_num_batched_tokens must be >= max_num_seqs)
     assert error_line("simulate", "healthy", "--max-num-seqs", "8", "--max-num-batched-tokens", "4") == (

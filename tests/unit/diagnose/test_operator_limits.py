@@ -5,9 +5,10 @@ tests/integration/diagnose/test_operator_limit_metric.py).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from kvpilot.diagnose.limits import resolve_limits
+from kvpilot.diagnose.limits import GivenLimits, Limits, resolve_limits
 from kvpilot.diagnose.signals import OperatorLimitIndex, TargetKey, compute_signals
 from kvpilot.metrics.exposition import Sample
 
@@ -80,3 +81,9 @@ def test_the_recording_reader_keeps_the_operator_s_limit(tmp_path):
     )
     [signals] = compute_signals(read_window(path, 300.0, 100.0).samples, 300.0, 100.0).values()
     assert signals.operator_limits == {"max_num_seqs": 4.0}
+
+
+def test_the_command_line_can_give_every_limit():
+    # GivenLimits names each Limit of Limits: the command line's mapping cannot hold a name resolve_limits ignores
+    limits = {f.name for f in dataclasses.fields(Limits) if f.type == "Limit"}  # annotations are strings here
+    assert set(GivenLimits.__annotations__) == limits

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 
 from kvpilot.engine import EngineConfig
+from kvpilot.engine.config import EngineFlags
 from kvpilot.engine.hardware import CostModel, model_profile
 from kvpilot.gpus import gpu_profile
 
@@ -80,6 +83,18 @@ def test_from_dict_names_bad_fields():
         EngineConfig.from_dict({"max_num_sequences": 4})
     with pytest.raises(ValueError, match="^max_num_seqs: 'many' is not a valid int"):
         EngineConfig.from_dict({"max_num_seqs": "many"})
+    # the model's own profile is an object code sets, not a document's value
+    with pytest.raises(ValueError, match="^profile: 'qwen' is not a model profile"):
+        EngineConfig.from_dict({"profile": "qwen"})
+    assert EngineConfig.from_dict({"profile": None}).profile is None
+
+
+def test_engine_flags_are_the_config_fields_with_their_types():
+    # every field a caller may set, typed as the field (all but the profile object): a field added to one and not
+    # the other, or typed otherwise, fails here
+    config = typing.get_type_hints(EngineConfig)
+    del config["profile"]
+    assert typing.get_type_hints(EngineFlags) == config
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,12 @@ num_tokens) every simulated second or so.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from kvpilot.engine.scenarios import SCENARIOS, build, resolve, run_scenario
+from kvpilot.engine.config import EngineConfig, EngineFlags
+from kvpilot.engine.scenarios import SCENARIOS, ScenarioOverrides, build, resolve, run_scenario
 
 
 def _timeline(name, overrides=None):
@@ -150,3 +153,10 @@ def test_reports_are_json_able():
 
     for name in ("idle", "seed-lru"):
         json.dumps(run_scenario(name))
+
+
+def test_overrides_may_set_every_engine_flag_at_their_top():
+    # a scenario file sets an engine field at its top level as in its flags: ScenarioOverrides names each one
+    fields = {f.name for f in dataclasses.fields(EngineConfig)} - {"profile"}  # the object no document sets
+    assert EngineFlags.__optional_keys__ == fields
+    assert fields <= ScenarioOverrides.__optional_keys__

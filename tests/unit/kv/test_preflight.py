@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvpilot.api.models import EngineSpec
 from kvpilot.kv import KVConfigError
 from kvpilot.kv.preflight import gpu_memory_from_node_label, kv_preflight
 
@@ -21,7 +22,7 @@ def condition_and_warning(*args, **kwargs):
 def test_fits_gives_true_condition_and_no_warning():
     cond, warning = condition_and_warning(
         LLAMA,
-        {"maxModelLen": 8192, "gpuMemoryUtilization": 0.9},
+        EngineSpec(max_model_len=8192, gpu_memory_utilization=0.9),
         gpu_memory_bytes=80 * GIB,
         weights_bytes=15 * GIB,
         overhead_bytes=2 * GIB,
@@ -37,7 +38,11 @@ def test_fits_gives_true_condition_and_no_warning():
 
 def test_max_model_len_too_long_warns_with_fixes():
     cond, warning = condition_and_warning(
-        LLAMA, {"gpuMemoryUtilization": 0.9}, gpu_memory_bytes=24 * GIB, weights_bytes=15 * GIB, overhead_bytes=2 * GIB
+        LLAMA,
+        EngineSpec(gpu_memory_utilization=0.9),
+        gpu_memory_bytes=24 * GIB,
+        weights_bytes=15 * GIB,
+        overhead_bytes=2 * GIB,
     )
     # default maxModelLen = max_position_embeddings 131,072 -> 16 GiB of KV; 0.9 x 24 - 17 = 4.6 GiB available
     assert cond["status"] == "False"
@@ -50,7 +55,7 @@ def test_max_model_len_too_long_warns_with_fixes():
 
 def test_no_memory_left():
     cond, warning = condition_and_warning(
-        LLAMA, {"maxModelLen": 4096}, gpu_memory_bytes=16 * GIB, weights_bytes=15 * GIB
+        LLAMA, EngineSpec(max_model_len=4096), gpu_memory_bytes=16 * GIB, weights_bytes=15 * GIB
     )
     assert cond["status"] == "False"
     assert cond["reason"] == "NoKVMemory"
@@ -61,9 +66,9 @@ def test_no_memory_left():
 
 
 def test_unknown_inputs_and_bad_config_never_raise():
-    cond, warning = condition_and_warning(LLAMA, {}, gpu_memory_bytes=None, weights_bytes=15 * GIB)
+    cond, warning = condition_and_warning(LLAMA, EngineSpec(), gpu_memory_bytes=None, weights_bytes=15 * GIB)
     assert (cond["status"], cond["reason"], warning) == ("Unknown", "InsufficientInputs", None)
-    cond, warning = condition_and_warning({"num_hidden_layers": 2}, {}, kv_memory_bytes=GIB)
+    cond, warning = condition_and_warning({"num_hidden_layers": 2}, None, kv_memory_bytes=GIB)
     assert (cond["status"], cond["reason"], warning) == ("Unknown", "InvalidModelConfig", None)
     assert "num_attention_heads" in cond["message"]
 
@@ -80,7 +85,7 @@ def test_numbers_match_the_api_preflight_status_fields():
 
     result = kv_preflight(
         LLAMA,
-        {"maxModelLen": 8192, "gpuMemoryUtilization": 0.9},
+        EngineSpec(max_model_len=8192, gpu_memory_utilization=0.9),
         gpu_memory_bytes=80 * GIB,
         weights_bytes=15 * GIB,
         overhead_bytes=2 * GIB,

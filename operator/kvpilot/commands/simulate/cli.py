@@ -6,9 +6,8 @@ import json
 import shlex
 import shutil
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, Unpack, cast
 
 import click
 
@@ -31,14 +30,17 @@ from kvpilot.commands.simulate.options import (
     parse_end,
     parse_listen,
     vllm_overrides,
+    workload_of,
 )
 from kvpilot.commands.simulate.session import Simulation, engine_call, record
 from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import fig, number, plain
 
 if TYPE_CHECKING:
-    from kvpilot.engine.scenarios import Scenario
-    from kvpilot.engine.workloads import TraceRequest
+    from kvpilot.commands.simulate.options import SimulateOverrides
+    from kvpilot.engine.config import EngineFlags
+    from kvpilot.engine.scenarios import Scenario, ScenarioReport
+    from kvpilot.engine.workloads import TraceRequest, WorkloadSpec
 
 # The text report (rich) and --serve (http.server, prometheus_client) are imported where they run:
 # ``simulate --help`` and report mode need neither of the other's (start-up: docs/performance.md).
@@ -62,7 +64,28 @@ Examples:
 """
 
 
-def _print_report(result: Mapping[str, Any], output: str) -> None:
+class SimulateOptions(TypedDict, total=False):
+    """The command's engine and workload options (None: not given): engine fields, and the workload's
+    (:data:`~kvpilot.commands.simulate.options.WORKLOAD_FLAGS`).
+    """
+
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    max_model_len: int | None
+    gpu_memory_utilization: float | None
+    kv_cache_tokens: int | None
+    block_size: int | None
+    enable_prefix_caching: bool | None
+    arrival_rate: float | None
+    prompt_tokens: int | None
+    output_tokens: int | None
+    num_requests: int | None
+    kv_offload_cpu_bytes: int | None
+    gpu: str | None
+    seed: int | None
+
+
+def _print_report(result: ScenarioReport, output: str) -> None:
     if output == "json":
         click.echo(json.dumps(result, indent=2, sort_keys=False, default=str))
         return
@@ -199,7 +222,7 @@ def command(
     vllm_args: str | None,
     trace_file: str | None,
     fast_forward: bool,
-    **flags: Any,
+    **flags: Unpack[SimulateOptions],
 ) -> None:
     """Run the vLLM engine model: print results, --serve a live /metrics, or --record a timeline.
 
@@ -284,7 +307,7 @@ def run(
     model_name: str | None = None,
     scenario_file: str | None = None,
     vllm_argv: list[str] | None = None,
-    flags: Mapping[str, Any] | None = None,
+    flags: SimulateOptions | None = None,
     default_host: str = DEFAULT_SERVE_HOST,
     trace_file: str | None = None,
     strict_vllm_args: bool = True,
@@ -301,10 +324,11 @@ def run(
     listen, end_ts, total = _check_modes(serve_at, record_to, speed, duration, interval, end, default_host)
     overrides, vllm_endpoint = _file_and_vllm_overrides(scenario_file, vllm_argv, strict_vllm_args)
     host, port = vllm_endpoint
-    flags = {k: v for k, v in (flags or {}).items() if v is not None}
-    workload = {key: flags.pop(flag) for flag, key in WORKLOAD_FLAGS.items() if flag in flags}
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    # the workload options as the workload keys they set, and the engine fields left, as click typed them
+    workload = cast("WorkloadSpec", {key: given.pop(flag) for flag, key in WORKLOAD_FLAGS.items() if flag in given})
     trace = _trace(trace_file, workload)
-    overrides.update(flags)
+    overrides = {**overrides, **cast("EngineFlags", given)}  # in the order given: the first bad one is named
     scenario, base = _scenario(scenario, overrides, bool(vllm_argv or trace))
     duration = _apply_workload(overrides, base, workload, trace, duration, bool(vllm_argv))
     if trace is not None and duration is not None:
@@ -313,7 +337,8 @@ def run(
     version = vllm_version or str(overrides.pop("vllm_version", "") or DEFAULT_VLLM_VERSION)
     if len(version_tuple(version)) < 2:
         fail(f"--vllm-version: {version!r} is not a vLLM release such as 0.10.1")
-    name = model_name or overrides.get("served_model_name")
+    served = overrides.get("served_model_name")
+    name = model_name or (str(served) if served else None)
 
     if not serve_at and not record_to:
         from kvpilot.engine import scenarios
@@ -322,7 +347,7 @@ def run(
             # run for --duration simulated seconds; a Poisson workload keeps arriving that long
             overrides["duration"] = duration
             if trace is None and (base.workload.get("type") == "poisson" or "rate" in workload):
-                overrides["workload"] = {**overrides.get("workload", {}), "duration": duration}
+                overrides["workload"] = {**workload_of(overrides), "duration": duration}
         result = engine_call(
             f"scenario {scenario}",
             scenarios.run_scenario,
@@ -404,11 +429,11 @@ def _check_modes(
 
 def _file_and_vllm_overrides(
     scenario_file: str | None, vllm_argv: list[str] | None, strict: bool
-) -> tuple[dict[str, Any], tuple[str | None, int | None]]:
+) -> tuple[SimulateOverrides, tuple[str | None, int | None]]:
     """The overrides of ``--scenario-file`` then of vLLM's own flags, and the host and port those flags give."""
-    overrides: dict[str, Any] = {}
+    overrides: SimulateOverrides = {}
     if scenario_file:
-        overrides.update(load_scenario_file(scenario_file))
+        overrides = load_scenario_file(scenario_file)
         if "block_size" in overrides:
             try:
                 block_size_option(overrides["block_size"])
@@ -417,11 +442,10 @@ def _file_and_vllm_overrides(
     if not vllm_argv:
         return overrides, (None, None)
     vllm_over, host, port = vllm_overrides(vllm_argv, strict=strict)
-    overrides.update(vllm_over)
-    return overrides, (host, port)
+    return {**overrides, **vllm_over}, (host, port)
 
 
-def _trace(trace_file: str | None, workload: Mapping[str, Any]) -> list[TraceRequest] | None:
+def _trace(trace_file: str | None, workload: WorkloadSpec) -> list[TraceRequest] | None:
     """``--trace``'s requests, refused beside the workload options it replaces."""
     if not trace_file:
         return None
@@ -431,7 +455,7 @@ def _trace(trace_file: str | None, workload: Mapping[str, Any]) -> list[TraceReq
     return load_trace_file(trace_file)
 
 
-def _scenario(given: str | None, overrides: dict[str, Any], default_healthy: bool) -> tuple[str, Scenario]:
+def _scenario(given: str | None, overrides: SimulateOverrides, default_healthy: bool) -> tuple[str, Scenario]:
     """The scenario to run: the argument, else the scenario file's, else ``healthy`` for vLLM flags or a trace;
     exits 2 when none or an unknown one is named.
     """
@@ -441,15 +465,15 @@ def _scenario(given: str | None, overrides: dict[str, Any], default_healthy: boo
     overrides.pop("scenario", None)
     if not name:
         fail("SCENARIO: missing (one of: " + ", ".join(SCENARIOS) + ")")
-    if name not in SCENARIOS:
+    if not isinstance(name, str) or name not in SCENARIOS:
         fail(f"SCENARIO: unknown scenario {name!r} (one of: {', '.join(SCENARIOS)})")
     return name, SCENARIOS[name]
 
 
 def _apply_workload(
-    overrides: dict[str, Any],
+    overrides: SimulateOverrides,
     base: Scenario,
-    workload: dict[str, Any],
+    workload: WorkloadSpec,
     trace: list[TraceRequest] | None,
     duration: float | None,
     from_vllm_args: bool,
@@ -466,7 +490,7 @@ def _apply_workload(
         if "rate" in workload and base.workload.get("type") != "poisson":
             # e.g. --arrival-rate on idle or seed-lru: switch to Poisson arrivals for the scenario's time
             workload = {"type": "poisson", "duration": base.duration or DEFAULT_RECORD_DURATION, **workload}
-        overrides["workload"] = {**overrides.get("workload", {}), **workload}
+        overrides["workload"] = {**workload_of(overrides), **workload}
     if trace is not None:
         overrides["workload"] = {"type": "trace", "requests": trace}
         if duration is None:  # every request arrives, plus a tail to finish

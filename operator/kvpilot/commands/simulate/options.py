@@ -5,19 +5,30 @@ vLLM's own argv, and the bounds of one run. Every bad value exits 2 with one lin
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import click
 
 from kvpilot.commands._common import fail, fail_input, listen_address, read_input
-from kvpilot.commands.simulate.session import engine_call
+from kvpilot.commands.simulate.session import engine_call, json_number
 from kvpilot.text.errors import InvalidValueError
 from kvpilot.text.numbers import fig, number
 
 if TYPE_CHECKING:
-    from kvpilot.engine.workloads import TraceRequest
+    from kvpilot.engine.scenarios import Scenario, ScenarioOverrides
+    from kvpilot.engine.workloads import TraceRequest, WorkloadSpec
+    from kvpilot.text.documents import JsonValue
+    from kvpilot.vllm.args import VLLMFlags
+
+    class SimulateOverrides(ScenarioOverrides, total=False):
+        """What a scenario file (:func:`load_scenario_file`), vLLM's flags and the command line change in a scenario:
+        :class:`~kvpilot.engine.scenarios.ScenarioOverrides` and the file's ``scenario`` and ``vllm_version``.
+        """
+
+        scenario: JsonValue
+        vllm_version: JsonValue
+
 
 #: vLLM's own defaults for the shim's listen address (``vllm serve --host`` default None = all
 #: interfaces, ``--port`` 8000; vllm/entrypoints/openai/cli_args.py, v0.33.0).
@@ -89,7 +100,7 @@ def parse_listen(text: str, default_host: str, field: str = "--serve") -> tuple[
     return listen_address(text, field, default_host, default_host)
 
 
-def block_size_option(value: int | None) -> int | None:
+def block_size_option(value: object) -> int | None:
     """``--block-size``: one of vLLM's block sizes (kvpilot.kv.capacity.VLLM_BLOCK_SIZES), else a usage error."""
     from kvpilot.kv.capacity import check_block_size
     from kvpilot.kv.spec import KVConfigError
@@ -100,9 +111,10 @@ def block_size_option(value: int | None) -> int | None:
         raise click.BadParameter(exc.message) from None
 
 
-def load_scenario_file(path: str) -> dict[str, Any]:
+def load_scenario_file(path: str) -> SimulateOverrides:
     """``--scenario-file``: a YAML mapping of settings (dashes read as underscores), read within the bounds of
-    :mod:`kvpilot.text.documents`; exits 2 naming the file.
+    :mod:`kvpilot.text.documents`; exits 2 naming the file. Its values are as the file gives them: each is checked
+    where it is applied.
     """
     from kvpilot.text.documents import MAX_YAML_BYTES, DocumentError, load_yaml
 
@@ -115,7 +127,20 @@ def load_scenario_file(path: str) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         fail(f"--scenario-file: {path} must hold a mapping of settings, not a {type(data).__name__}")
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+    # a view of the file's mapping: each value is JSON, and a key that names no setting is refused where applied
+    return cast("SimulateOverrides", {str(k).replace("-", "_"): v for k, v in data.items()})
+
+
+def workload_of(overrides: ScenarioOverrides) -> WorkloadSpec:
+    """The workload mapping of ``overrides``, empty when it has none; exits 2 when a scenario file's ``workload`` is
+    no mapping.
+    """
+    given = overrides.get("workload")
+    if isinstance(given, dict):
+        return cast("WorkloadSpec", given)  # a mapping: workloads.from_dict checks its keys and values
+    if given:
+        fail(f"--scenario-file workload: must be a mapping, not a {type(given).__name__}")
+    return {}
 
 
 def load_trace_file(path: str) -> list[TraceRequest]:
@@ -136,7 +161,7 @@ def load_trace_file(path: str) -> list[TraceRequest]:
     return items
 
 
-def vllm_overrides(argv: list[str], strict: bool = True) -> tuple[dict[str, Any], str | None, int | None]:
+def vllm_overrides(argv: list[str], strict: bool = True) -> tuple[VLLMFlags, str | None, int | None]:
     """Split vLLM's argv: returns (engine overrides, host, port). ``--host``/``--port`` are the server's."""
     host: str | None = None
     port: int | None = None
@@ -161,11 +186,11 @@ def vllm_overrides(argv: list[str], strict: bool = True) -> tuple[dict[str, Any]
         i += 1
     from kvpilot.vllm.args import from_vllm_args
 
-    overrides = engine_call("--vllm-args", from_vllm_args, rest, strict)
-    return dict(overrides or {}), host, port
+    overrides: VLLMFlags = engine_call("--vllm-args", from_vllm_args, rest, strict)
+    return overrides.copy(), host, port
 
 
-def _check_scenario_duration(overrides: Mapping[str, Any]) -> None:
+def _check_scenario_duration(overrides: ScenarioOverrides) -> None:
     """A scenario file's ``duration``: seconds above 0, at most :data:`MAX_SIMULATED_SECONDS` (exit 2 naming it)."""
     if "duration" not in overrides:
         return
@@ -177,7 +202,7 @@ def _check_scenario_duration(overrides: Mapping[str, Any]) -> None:
         )
 
 
-def _check_document_scan(workload: Mapping[str, Any]) -> None:
+def _check_document_scan(workload: WorkloadSpec) -> None:
     """A document scan's requests (documents x passes) at most :data:`MAX_REQUESTS` (exit 2 naming num_docs)."""
     if workload.get("type") != "document_scan":
         return
@@ -190,25 +215,25 @@ def _check_document_scan(workload: Mapping[str, Any]) -> None:
 
 
 def check_bounds(
-    overrides: Mapping[str, Any],
-    scenario: Any,
+    overrides: ScenarioOverrides,
+    scenario: Scenario,
     duration: float | None,
     trace: list[TraceRequest] | None,
-    from_cli: Mapping[str, Any],
+    from_cli: WorkloadSpec,
 ) -> None:
     """Refuse a run above :data:`MAX_ARRIVAL_RATE`, :data:`MAX_REQUESTS` or :data:`MAX_SIMULATED_SECONDS`
     (exit 2 naming the option, or the ``--scenario-file`` key, that set it).
     """
     if trace is not None and len(trace) > MAX_REQUESTS:
         fail(f"--trace: {len(trace):,} requests is above the maximum {MAX_REQUESTS:,} of one run")
-    wl = {**(scenario.workload or {}), **(overrides.get("workload") or {})}
-    rate, count = wl.get("rate"), wl.get("num_requests")
+    wl: WorkloadSpec = {**scenario.workload, **workload_of(overrides)}
+    given_rate, given_count = wl.get("rate"), wl.get("num_requests")
     rate_opt = "--arrival-rate" if "rate" in from_cli else "--scenario-file workload.rate"
-    seconds = duration or overrides.get("duration") or scenario.duration or DEFAULT_RECORD_DURATION
+    given_seconds = duration or overrides.get("duration") or scenario.duration or DEFAULT_RECORD_DURATION
     try:
-        rate = None if rate is None else float(rate)
-        count = None if count is None else int(count)
-        seconds = float(seconds)
+        rate = None if given_rate is None else json_number(given_rate, float)
+        count = None if given_count is None else json_number(given_count, int)
+        seconds = json_number(given_seconds, float)
     except (TypeError, ValueError):
         return  # not numbers: the engine names the field
     if not duration:

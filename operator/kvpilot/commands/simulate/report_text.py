@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from kvpilot.text.numbers import count, significant
+
+if TYPE_CHECKING:
+    from kvpilot.engine.scenarios import ScenarioReport
+    from kvpilot.text.documents import JsonValue
 
 
 def value_text(value: Any, missing: str = "none") -> str:
@@ -57,12 +61,13 @@ def _config_value(name: str, value: Any) -> str:
     return f"{text} {unit}" if unit and value is not None and not isinstance(value, bool) else text
 
 
-def _pairs(mapping: Mapping[str, Any]) -> str:
+def _pairs(mapping: Mapping[str, JsonValue]) -> str:
+    """A record of the report (``requests``, one of ``passes``) on one line: ``name=value, ...``."""
     return ", ".join(f"{k}={value_text(v)}" for k, v in mapping.items())
 
 
-def render_text(result: Mapping[str, Any], width: int) -> str:
-    """``result`` (the engine's report mapping) as text of at most ``width`` columns."""
+def render_text(result: ScenarioReport, width: int) -> str:
+    """``result`` (the engine's report) as text of at most ``width`` columns."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True)
     grid.add_column()  # wraps on spaces

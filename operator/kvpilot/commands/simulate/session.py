@@ -14,7 +14,10 @@ from kvpilot.text.errors import InputError
 
 if TYPE_CHECKING:
     from kvpilot.engine.core import Engine
+    from kvpilot.engine.scenarios import ScenarioOverrides
+    from kvpilot.engine.workloads import WorkloadSpec
     from kvpilot.metrics.recording import Snapshot
+    from kvpilot.text.documents import JsonValue
 
 
 def engine_call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -57,6 +60,15 @@ def cache_config_labels(engine: Engine) -> dict[str, str]:
     }
 
 
+def json_number(value: JsonValue, kind: type[int] | type[float]) -> int | float:
+    """``kind(value)`` of a value a document gives: a number or a numeral; TypeError or ValueError otherwise (as
+    ``kind`` raises them).
+    """
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"{value!r} is not a number")
+    return kind(value)
+
+
 class Simulation:
     """A built engine + workload + exporter, advanced in simulated seconds (thread-safe ``advance_to``).
 
@@ -73,7 +85,7 @@ class Simulation:
     def __init__(
         self,
         scenario: str,
-        overrides: dict[str, Any],
+        overrides: ScenarioOverrides,
         vllm_version: str,
         model_name: str | None,
         horizon: float | None = None,
@@ -84,13 +96,13 @@ class Simulation:
         from kvpilot.engine.exporter import VLLMMetrics
 
         spec = engine_call(f"scenario {scenario}", scenarios.resolve, scenario, overrides or None)
-        self._wl_spec = dict(spec.workload)
+        self._wl_spec: WorkloadSpec = spec.workload.copy()
         stretch = self._wl_spec.get("type") == "poisson" and "duration" in self._wl_spec
-        if stretch and horizon and horizon > float(self._wl_spec["duration"]):
+        if stretch and horizon and horizon > json_number(self._wl_spec["duration"], float):
             spec = engine_call(
                 f"scenario {scenario}", scenarios.resolve, spec, {"workload": {"duration": float(horizon)}}
             )
-            self._wl_spec = dict(spec.workload)
+            self._wl_spec = spec.workload.copy()
         self._endless = endless and stretch
         self._chunk = 0
         # Built once without metrics to learn the resolved flags (max_model_len, KV blocks) that
@@ -125,10 +137,10 @@ class Simulation:
         from kvpilot.engine.workloads import from_dict
 
         self._chunk += 1
-        spec = {
+        spec: WorkloadSpec = {
             **self._wl_spec,
             "start": self.engine.now,
-            "seed": int(self._wl_spec.get("seed", 0)) + self._chunk,
+            "seed": json_number(self._wl_spec.get("seed", 0), int) + self._chunk,
             "id_prefix": f"req{self._chunk}",
         }
         self.workload = from_dict(spec)

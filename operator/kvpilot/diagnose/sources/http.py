@@ -27,9 +27,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
@@ -118,7 +117,7 @@ class _SinkError(Exception):
 
 async def _fetch(
     url: str,
-    params: dict[str, Any] | None,
+    params: Mapping[str, str] | None,
     headers: dict[str, str] | None,
     deadline: float,
     max_bytes: int,
@@ -152,7 +151,7 @@ async def _fetch(
 def fetch(
     url: str,
     *,
-    params: dict[str, Any] | None = None,
+    params: Mapping[str, str] | None = None,
     headers: dict[str, str] | None = None,
     deadline: float = 10.0,
     max_bytes: int = MAX_SCRAPE_BYTES,

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from kvpilot.api.constants import GROUP, LABEL_SERVER, PLURAL, VERSION
-from kvpilot.vllm.args import parse_vllm_args
+from kvpilot.vllm.args import VLLMFlags, parse_vllm_args
 from kvpilot.vllm.startup_log import startup_limits
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
     from kvpilot.api.models import EngineSpec
+    from kvpilot.api.objects import Container, Pod
 
 #: bytes of a pod's log read from its start: vLLM prints its arguments and KV capacity in the first
 #: hundred lines (a few KiB to tens of KiB with long config dumps); the rest is request logging
@@ -155,8 +156,8 @@ class PodLimits:
             "" when it was read (its spec fetched, whatever it stated).
     """
 
-    args: dict[str, Any] = field(default_factory=dict)
-    log: dict[str, Any] = field(default_factory=dict)
+    args: VLLMFlags = field(default_factory=VLLMFlags)
+    log: VLLMFlags = field(default_factory=VLLMFlags)
     container: str = ""
     notes: list[str] = field(default_factory=list)
     unread: str = ""
@@ -167,7 +168,7 @@ class PodLimits:
         return cls(notes=[f"pod {namespace}/{pod} not read: {why}"], unread=why)
 
 
-def vllm_argv(container: dict[str, Any]) -> list[str] | None:
+def vllm_argv(container: Container) -> list[str] | None:
     """The ``vllm serve`` argv of a container spec (``command`` + ``args``), or None if it is not vLLM.
 
     Recognised: ``vllm serve ...`` anywhere in the argv (also behind ``/bin/sh -c "..."`` with the
@@ -194,7 +195,7 @@ def vllm_argv(container: dict[str, Any]) -> list[str] | None:
     return None
 
 
-def pod_limits_from(pod: dict[str, Any], log: str | None) -> PodLimits:
+def pod_limits_from(pod: Pod, log: str | None) -> PodLimits:
     """The limits a pod object (Kubernetes JSON) and its log state (pure; see :func:`lookup_pod_limits`)."""
     out = PodLimits()
     containers = ((pod.get("spec") or {}).get("containers")) or []
@@ -209,7 +210,8 @@ def pod_limits_from(pod: dict[str, Any], log: str | None) -> PodLimits:
         except ValueError as exc:
             out.notes.append(f"pod {name} container {out.container}: command line not read ({exc})")
             break
-        out.args = {k: v for k, v in parsed.overrides.items() if k in _POD_LIMITS}
+        # the flags that are limits: some of the keys of a VLLMFlags, so one too
+        out.args = cast(VLLMFlags, {k: v for k, v in parsed.overrides.items() if k in _POD_LIMITS})
         break
     if not out.container:
         out.notes.append(f"pod {name}: no container runs vllm serve (command and args checked)")
