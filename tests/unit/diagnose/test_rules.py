@@ -193,6 +193,36 @@ def test_token_budget_cap_needs_full_steps():
     assert (r.flag, r.current, r.suggested) == ("--max-num-batched-tokens", 512, 1024)
 
 
+def test_full_steps_hold_the_queue_between_a_few_preemptions():
+    # the same full steps (500 of a 512-token budget) with KV at its peak and 10 preemptions in 100 steps: a step
+    # that preempts admits nobody, and every other full step refused the head on the budget before it asked the KV
+    # cache for blocks (vLLM 0.29, a drawn scenario: 10 preemptions in 435 full steps, the head refused on the
+    # budget in 88 % of the queued time) -> the budget, the preemptions a secondary KV finding
+    buckets = [(256.0, 5.0), (512.0, 100.0), (math.inf, 100.0)]
+    full = dict(
+        running_avg=6,
+        running_max=8,
+        waiting_avg=40,
+        waiting_max=60,
+        waiting_trend_per_s=0.2,
+        kv_usage_avg=0.9,
+        kv_usage_max=1.0,
+        iteration_buckets=buckets,
+        iteration_tokens_sum_increase=50000.0,
+        iteration_steps_increase=100.0,
+    )
+    lim = resolve_limits(cli={"max_num_seqs": 128, "max_num_batched_tokens": 512})
+    d = diagnose_target(make(**full, preemptions_increase=10.0), lim)
+    assert d.verdict == "token_budget_cap"
+    assert [f.verdict for f in d.findings] == ["kv_cache_exhaustion"]
+    assert "10 of 100 preempted" in " ".join(d.findings[0].evidence)
+    # preemptions in half the steps or more: those steps admitted nobody on the KV cache -> the KV cache
+    assert diagnose_target(make(**full, preemptions_increase=50.0), lim).verdict == "kv_cache_exhaustion"
+    # steps not full (200 of 512 tokens): nothing refused the head before the KV cache -> the KV cache
+    half = {**full, "iteration_tokens_sum_increase": 20000.0}
+    assert diagnose_target(make(**half, preemptions_increase=10.0), lim).verdict == "kv_cache_exhaustion"
+
+
 def test_steps_full_and_the_compute_knee():
     assert steps_full(0.95, 500, 512)  # share >= 0.5 and 98 % fill
     assert not steps_full(0.95, 200, 512)  # 39 % fill: steps not full
