@@ -401,7 +401,7 @@ def get_scenario(name: str) -> Scenario:
 
 
 #: CLI workload knobs -> keys of the Poisson workload spec.
-_WORKLOAD_KNOBS = {
+WORKLOAD_KNOBS = {
     "arrival_rate": "rate",
     "prompt_tokens": "prompt_len",
     "output_tokens": "output_len",
@@ -438,7 +438,7 @@ def resolve(name: str | Scenario, overrides: ScenarioOverrides | None = None) ->
     flags = ov.pop("flags", None) or {}
     if not isinstance(flags, dict):
         raise InvalidValueError("scenario.flags", "must be a mapping of engine fields")
-    knobs = {_WORKLOAD_KNOBS[k]: ov.pop(k) for k in list(ov) if k in _WORKLOAD_KNOBS}
+    knobs = {WORKLOAD_KNOBS[k]: ov.pop(k) for k in list(ov) if k in WORKLOAD_KNOBS}
     if "kv_offload_cpu" in ov:
         ov["kv_offload_cpu_bytes"] = ov.pop("kv_offload_cpu")
     if knobs:

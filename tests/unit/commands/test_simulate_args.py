@@ -215,6 +215,18 @@ def test_scenario_file_and_trace_are_bounded_too(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli, ["simulate", "healthy", "--scenario-file", str(fast)])
     assert result.exit_code == 2, result.output
     assert "--scenario-file workload.rate" in result.output, result.output
+    # the file's top-level arrival_rate and num_requests set the same workload keys (--arrival-rate's and
+    # --num-requests' own), and are bounded alike: 1e30 requests/s once ran the recording out of memory
+    for text, words in (
+        ("arrival_rate: 1.0e+30\n", ["--scenario-file arrival_rate", "maximum 1,000"]),
+        ("arrival_rate: 5\nnum_requests: 2000000\n", ["--scenario-file num_requests", "1,000,000"]),
+    ):
+        fast.write_text(text)
+        for mode in ([], ["--record", str(tmp_path / "r.om"), "--duration", "10s"]):
+            result = CliRunner().invoke(cli, ["simulate", "healthy", "--scenario-file", str(fast), *mode])
+            assert result.exit_code == 2, result.output
+            for word in words:
+                assert word in result.output, (word, result.output)
     monkeypatch.setattr(options, "MAX_REQUESTS", 2)  # a 3-request trace stands for a too-long one
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(f'{{"arrival_time": {i}, "prompt_tokens": 10}}\n' for i in range(3)))

@@ -226,9 +226,20 @@ def check_bounds(
     """
     if trace is not None and len(trace) > MAX_REQUESTS:
         fail(f"--trace: {len(trace):,} requests is above the maximum {MAX_REQUESTS:,} of one run")
-    wl: WorkloadSpec = {**scenario.workload, **workload_of(overrides)}
+    from kvpilot.engine.scenarios import WORKLOAD_KNOBS
+
+    # a scenario file's top-level knobs (arrival_rate, num_requests) set the workload's keys too (resolve)
+    given = {WORKLOAD_KNOBS[k]: v for k, v in overrides.items() if k in WORKLOAD_KNOBS and v is not None}
+    knobs = cast("WorkloadSpec", given)
+    wl: WorkloadSpec = {**scenario.workload, **workload_of(overrides), **knobs}
     given_rate, given_count = wl.get("rate"), wl.get("num_requests")
-    rate_opt = "--arrival-rate" if "rate" in from_cli else "--scenario-file workload.rate"
+    rate_opt = (
+        "--arrival-rate"
+        if "rate" in from_cli
+        else "--scenario-file arrival_rate"
+        if "rate" in knobs
+        else "--scenario-file workload.rate"
+    )
     given_seconds = duration or overrides.get("duration") or scenario.duration or DEFAULT_RECORD_DURATION
     try:
         rate = None if given_rate is None else json_number(given_rate, float)
@@ -247,7 +258,13 @@ def check_bounds(
     if rate is not None and rate > MAX_ARRIVAL_RATE:
         fail(f"{rate_opt}: {fig(rate, 3)} requests/s is above the maximum {fig(MAX_ARRIVAL_RATE, 3)}")
     if count is not None and count > MAX_REQUESTS:
-        opt = "--num-requests" if "num_requests" in from_cli else "--scenario-file workload.num_requests"
+        opt = (
+            "--num-requests"
+            if "num_requests" in from_cli
+            else "--scenario-file num_requests"
+            if "num_requests" in knobs
+            else "--scenario-file workload.num_requests"
+        )
         fail(f"{opt}: {count:,} requests is above the maximum {MAX_REQUESTS:,} of one run")
     if rate is not None and count is None and rate * seconds > MAX_REQUESTS:
         fail(
