@@ -95,7 +95,6 @@ PREFILL_SPLIT_STEPS = 2.0
 #: recording: 0.49 step times; every limit-bound recording: 15 step times or more.)
 QUEUE_STEP_TIMES = 1.0
 
-
 #: running within this many requests of a cap counts as pinned at it when no request finishes (the
 #: gauge is an integer: 3.6 of 4 is pinned)
 PINNED_SLACK = 0.5
@@ -855,7 +854,7 @@ def derive_facts(signals: Signals, limits: Limits) -> Facts:
     at_ceiling = kv_max is not None and ceiling is not None and kv_max >= ceiling
     kv_room = not at_ceiling and preempt < 1
     # a flat running gauge is read as a cap where the KV cache refused the head in fewer than half the steps: at
-    # a peak past the long-prompt ceiling as well, when the median prompt fit beside the average usage
+    # a peak past the long-prompt ceiling as well, when the median prompt fit beside the batch at its plateau
     head_room = not kv_room and preempt < 1 and head_fits(signals, limits)
     room_how = "room in the KV cache for the median prompt beside the batch at its plateau" if head_room else "KV room"
     # a deferred head on full LoRA slots is vLLM's own record that the adapters' slots refused the head, while a

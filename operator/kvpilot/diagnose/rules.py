@@ -349,12 +349,7 @@ def _cap_over_preemptions(f: Facts) -> bool:
       and skipped on ``max_loras`` before the KV cache is asked, however full it is (vLLM 0.29: 2-361 preemptions in
       a window whose head was refused on the LoRA slots in 85-100 % of the queued time).
     """
-    return (f.pinned and (not f.at_ceiling or _cap_held_most(f))) or f.lora_head or _budget_over_preemptions(f)
-
-
-def _cap_held_most(f: Facts) -> bool:
-    """The running list full at the cap in at least half of the samples (:attr:`Facts.full_at_cap`)."""
-    return f.full_at_cap is True
+    return (f.pinned and (not f.at_ceiling or f.full_at_cap is True)) or f.lora_head or _budget_over_preemptions(f)
 
 
 def _preemptions(f: Facts) -> str:
