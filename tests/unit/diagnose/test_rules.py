@@ -172,21 +172,22 @@ def test_max_num_seqs_cap_inferred_from_a_flat_running_gauge_when_unconfigured()
     assert "inferred" in d.evidence[0]
 
 
+#: a growing queue beside steps full at a 512-token budget: steps in (256, 512] -> 95 of 100 -> share 0.95; mean
+#: 500 tokens = 98 % of the budget
+FULL_STEPS = dict(
+    running_avg=6,
+    running_max=8,
+    waiting_avg=40,
+    waiting_max=60,
+    waiting_trend_per_s=0.2,
+    iteration_buckets=[(256.0, 5.0), (512.0, 100.0), (math.inf, 100.0)],
+    iteration_tokens_sum_increase=50000.0,
+    iteration_steps_increase=100.0,
+)
+
+
 def test_token_budget_cap_needs_full_steps():
-    # budget 512: steps in (256, 512] -> 95 of 100 -> share 0.95; mean 500 tokens = 98 % of the budget
-    buckets = [(256.0, 5.0), (512.0, 100.0), (math.inf, 100.0)]
-    sig = make(
-        running_avg=6,
-        running_max=8,
-        waiting_avg=40,
-        waiting_max=60,
-        waiting_trend_per_s=0.2,
-        kv_usage_avg=0.1,
-        kv_usage_max=0.12,
-        iteration_buckets=buckets,
-        iteration_tokens_sum_increase=50000.0,
-        iteration_steps_increase=100.0,
-    )
+    sig = make(**FULL_STEPS, kv_usage_avg=0.1, kv_usage_max=0.12)
     d = diagnose_target(sig, resolve_limits(cli={"max_num_seqs": 128, "max_num_batched_tokens": 512}))
     assert d.verdict == "token_budget_cap"
     r = d.recommendations[0]
@@ -198,19 +199,7 @@ def test_full_steps_hold_the_queue_between_a_few_preemptions():
     # that preempts admits nobody, and every other full step refused the head on the budget before it asked the KV
     # cache for blocks (vLLM 0.29, a drawn scenario: 10 preemptions in 435 full steps, the head refused on the
     # budget in 88 % of the queued time) -> the budget, the preemptions a secondary KV finding
-    buckets = [(256.0, 5.0), (512.0, 100.0), (math.inf, 100.0)]
-    full = dict(
-        running_avg=6,
-        running_max=8,
-        waiting_avg=40,
-        waiting_max=60,
-        waiting_trend_per_s=0.2,
-        kv_usage_avg=0.9,
-        kv_usage_max=1.0,
-        iteration_buckets=buckets,
-        iteration_tokens_sum_increase=50000.0,
-        iteration_steps_increase=100.0,
-    )
+    full = dict(FULL_STEPS, kv_usage_avg=0.9, kv_usage_max=1.0)
     lim = resolve_limits(cli={"max_num_seqs": 128, "max_num_batched_tokens": 512})
     d = diagnose_target(make(**full, preemptions_increase=10.0), lim)
     assert d.verdict == "token_budget_cap"
